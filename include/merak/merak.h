@@ -1,0 +1,164 @@
+/*
+ * merak.h - the Merak runtime's public C API.
+ *
+ * A model is a graph of ops over tensors with static shapes (section 6 of
+ * DESIGN.md).  Building a graph allocates no parameter memory: parameters are
+ * shapes, names and init rules until an executor allocates the slice of the
+ * graph it runs.
+ *
+ * Errors: functions that can fail return a negative value (or NULL) and write
+ * one line into the caller's error buffer, or, for graph-building calls, into
+ * the graph's error string (merak_graph_error).  Nothing here prints.
+ */
+#ifndef MERAK_MERAK_H
+#define MERAK_MERAK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MERAK_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ model config */
+
+typedef enum merak_arch {
+    MERAK_ARCH_GPT2 = 1,  /* learned positions, LayerNorm, GELU(tanh), fused QKV, biases, tied head */
+    MERAK_ARCH_LLAMA = 2, /* RMSNorm, RoPE, SwiGLU, GQA, no biases, untied head */
+} merak_arch;
+
+typedef struct merak_model_config {
+    merak_arch arch;
+    char name[64];         /* preset name, or the config file's model_type */
+    int vocab_size;
+    int max_positions;     /* n_positions / max_position_embeddings */
+    int hidden;            /* n_embd / hidden_size */
+    int n_layer;
+    int n_head;
+    int n_kv_head;         /* == n_head for GPT-2 */
+    int ffn_hidden;        /* n_inner (default 4*hidden) / intermediate_size */
+    float norm_eps;        /* layer_norm_epsilon / rms_norm_eps */
+    float rope_theta;      /* LLaMA only */
+    int tie_embeddings;    /* 1: the LM head is the token embedding */
+    float init_std;        /* initializer_range */
+    float dropout;         /* residual/embedding dropout probability (0 = off) */
+} merak_model_config;
+
+/* Fills cfg from a preset name ("gpt2", "gpt2-medium", "tiny-gpt2",
+ * "llama2-7b", "tiny-llama", ...).  Returns 0, or -1 if the name is unknown. */
+int merak_model_preset(const char *name, merak_model_config *cfg);
+
+/* NULL-terminated list of the preset names. */
+const char *const *merak_model_preset_names(void);
+
+/* Reads a Hugging Face config.json (GPT2Config or LlamaConfig fields).
+ * Returns 0, or -1 with one line in err naming the file and the problem. */
+int merak_model_config_load(const char *path, merak_model_config *cfg,
+                            char *err, size_t errlen);
+
+/* Loads `spec`: a preset name, or a path to a config.json (anything that
+ * contains '/' or ends in ".json").  Returns 0 or -1 with err set. */
+int merak_model_config_resolve(const char *spec, merak_model_config *cfg,
+                               char *err, size_t errlen);
+
+/* Checks the numbers are usable (positive, heads divide hidden, ...).
+ * Returns 0 or -1 with err set. */
+int merak_model_config_check(const merak_model_config *cfg, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ graph */
+
+typedef struct merak_graph merak_graph;
+
+typedef enum merak_dtype { MERAK_F32 = 0, MERAK_I32 = 1 } merak_dtype;
+
+/* How a parameter is initialised (deterministically, from the seed and the
+ * parameter's name, so any shard of it can be generated on its own). */
+typedef enum merak_init_kind {
+    MERAK_INIT_NORMAL = 0, /* N(0, std^2) */
+    MERAK_INIT_ZEROS = 1,
+    MERAK_INIT_ONES = 2,
+} merak_init_kind;
+
+typedef struct merak_init {
+    merak_init_kind kind;
+    float std;
+} merak_init;
+
+/* Tensor-parallel attribute of a parameter. */
+typedef enum merak_tp_attr {
+    MERAK_TP_REPLICATED = 0,
+    MERAK_TP_COLUMN = 1,  /* output features split */
+    MERAK_TP_ROW = 2,     /* input features split */
+    MERAK_TP_VOCAB = 3,   /* vocabulary rows split */
+} merak_tp_attr;
+
+/* How a parameter is laid out in Hugging Face files: the graph keeps every
+ * linear weight as [out, in] (nn.Linear); GPT-2's Conv1D stores [in, out]. */
+typedef enum merak_hf_layout {
+    MERAK_HF_AS_IS = 0,
+    MERAK_HF_TRANSPOSED = 1,
+} merak_hf_layout;
+
+#define MERAK_MAX_DIMS 4
+#define MERAK_NAME_MAX 128
+
+/* An empty graph.  NULL on out-of-memory. */
+merak_graph *merak_graph_create(void);
+void merak_graph_destroy(merak_graph *g);
+
+/* The last graph-building error (an empty string if none). */
+const char *merak_graph_error(const merak_graph *g);
+
+/* Graph inputs and parameters.  Return a tensor id (>= 0), or -1. */
+int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype,
+                      int ndim, const int64_t *shape);
+int merak_graph_param(merak_graph *g, const char *name, int ndim,
+                      const int64_t *shape, merak_init init, merak_tp_attr tp,
+                      merak_hf_layout layout);
+
+/* Ops.  Each takes tensor ids, infers the output's shape, and returns the
+ * output's id (>= 0), or -1 with merak_graph_error() set.  Pass -1 for an
+ * absent optional parameter (bias). */
+int merak_op_embedding(merak_graph *g, int ids, int wte);          /* (B,T) -> (B,T,C) */
+int merak_op_pos_embedding(merak_graph *g, int x, int wpe);        /* x + wpe[t] */
+int merak_op_layernorm(merak_graph *g, int x, int w, int b, float eps);
+int merak_op_rmsnorm(merak_graph *g, int x, int w, float eps);
+int merak_op_linear(merak_graph *g, int x, int w, int b);          /* w (O,K) */
+/* Causal attention.  With k == v == -1, q is a fused (B,T,(nh+2*nkv)*hd)
+ * tensor [q | k | v]; otherwise q (B,T,nh*hd), k and v (B,T,nkv*hd).
+ * rope_theta > 0 applies rotary embeddings to q and k. */
+int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head,
+                       int n_kv_head, float rope_theta);
+int merak_op_gelu(merak_graph *g, int x);
+int merak_op_swiglu(merak_graph *g, int gate, int up);             /* silu(gate)*up */
+int merak_op_add(merak_graph *g, int a, int b);
+int merak_op_dropout(merak_graph *g, int x, float p);
+/* Mean cross-entropy over all rows; logits (B,T,V), targets (B,T) int32.
+ * The output is a scalar (shape [1]) and the graph's loss. */
+int merak_op_cross_entropy(merak_graph *g, int logits, int targets);
+
+/* Makes parameter `alias` share storage with `param` (tied weights).
+ * Shapes must match.  Returns 0 or -1. */
+int merak_graph_tie(merak_graph *g, int alias, int param);
+
+/* Introspection. */
+int merak_graph_num_ops(const merak_graph *g);
+int merak_graph_num_tensors(const merak_graph *g);
+int merak_graph_num_params(const merak_graph *g);   /* distinct parameters */
+int64_t merak_graph_param_elems(const merak_graph *g); /* distinct parameter elements */
+double merak_graph_flops(const merak_graph *g);     /* forward FLOPs */
+/* A one-op-per-line description, for --help-graph style dumps. */
+int merak_graph_print(const merak_graph *g, char *buf, size_t len);
+
+/* Builds GPT-2 or LLaMA for micro-batch B and sequence length T.
+ * Returns NULL with err set if the config or T is not usable. */
+merak_graph *merak_model_build(const merak_model_config *cfg, int B, int T,
+                               char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MERAK_MERAK_H */

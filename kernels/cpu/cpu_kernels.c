@@ -1,0 +1,134 @@
+/*
+ * cpu_kernels.c - the CPU backend: the kernels of cpu_ops_impl.h instantiated
+ * for float (merak_kernels_cpu) and double (merak_kernels_cpu_f64).
+ *
+ * Threads: OpenMP loops only where every iteration writes its own outputs, and
+ * no reduction is ever split across threads, so results are bitwise identical
+ * whatever the thread count.  GEMMs go through CBLAS (OpenBLAS).
+ */
+#include "cpu_kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Declared by OpenBLAS's cblas.h, but not by every cblas.h. */
+void openblas_set_num_threads(int num_threads);
+
+/* ------------------------------------------------------------------ shared helpers */
+
+#ifdef _OPENMP
+#define OMP_PRAGMA_(x) _Pragma(#x)
+#define OMP(x) OMP_PRAGMA_(omp x)
+#else
+#define OMP(x)
+#endif
+
+/* Loops over less work than this (elements touched) stay on one thread. */
+#define PAR_MIN 32768
+/* Column block of the weight-gradient reductions (one thread per block). */
+#define COLBLK 64
+/* Fixed chunks of sumsq: partial sums are combined in chunk order. */
+#define SUMSQ_CHUNKS 64
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define FN(name) CAT(name, SFX)
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+#define GOLDEN 0x9E3779B97F4A7C15ULL
+
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static inline float dropout_u(uint64_t key, uint64_t i)
+{
+    uint64_t z = mix64(key + (i + 1) * GOLDEN);
+    return (float)(z >> 40) * 0x1.0p-24f;
+}
+
+uint64_t merak_dropout_key(uint64_t seed) { return mix64(seed + GOLDEN); }
+float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i); }
+
+/* ------------------------------------------------------------------ float */
+
+#define REAL float
+#define SFX _f32
+#define GEMM cblas_sgemm
+#define R_EXP expf
+#define R_LOG logf
+#define R_SQRT sqrtf
+#define R_TANH tanhf
+#define R_POW powf
+#define R_COS cosf
+#define R_SIN sinf
+#define TABLE_T merak_kernels
+#define TABLE_NAME "cpu"
+#include "cpu_ops_impl.h"
+#undef REAL
+#undef SFX
+#undef GEMM
+#undef R_EXP
+#undef R_LOG
+#undef R_SQRT
+#undef R_TANH
+#undef R_POW
+#undef R_COS
+#undef R_SIN
+#undef TABLE_T
+#undef TABLE_NAME
+
+/* ------------------------------------------------------------------ double */
+
+#define REAL double
+#define SFX _f64
+#define GEMM cblas_dgemm
+#define R_EXP exp
+#define R_LOG log
+#define R_SQRT sqrt
+#define R_TANH tanh
+#define R_POW pow
+#define R_COS cos
+#define R_SIN sin
+#define TABLE_T merak_kernels_f64
+#define TABLE_NAME "cpu_f64"
+#include "cpu_ops_impl.h"
+#undef REAL
+#undef SFX
+#undef GEMM
+#undef R_EXP
+#undef R_LOG
+#undef R_SQRT
+#undef R_TANH
+#undef R_POW
+#undef R_COS
+#undef R_SIN
+#undef TABLE_T
+#undef TABLE_NAME
+
+/* ------------------------------------------------------------------ public */
+
+const merak_kernels *merak_kernels_cpu(void) { return &cpu_table_f32; }
+
+const merak_kernels_f64 *merak_kernels_cpu_f64(void) { return &cpu_table_f64; }
+
+void merak_kernels_cpu_set_threads(int nthreads)
+{
+    if (nthreads < 1)
+        nthreads = 1;
+#ifdef _OPENMP
+    omp_set_num_threads(nthreads);
+#endif
+    openblas_set_num_threads(nthreads);
+}

@@ -1,0 +1,771 @@
+/*
+ * cpu_ops_impl.h - the CPU kernels, written once over an element type.
+ *
+ * Included by cpu_kernels.c once per type, with these macros defined:
+ *   REAL        element type (float, double)
+ *   SFX         suffix of every function name (_f32, _f64), via FN(name)
+ *   GEMM        cblas_sgemm / cblas_dgemm
+ *   R_EXP, R_LOG, R_SQRT, R_TANH, R_POW, R_COS, R_SIN   math of that type
+ *   TABLE_T     the table type (merak_kernels, merak_kernels_f64)
+ *   TABLE_NAME  the table's name
+ * and defines the table FN(cpu_table).  No include guard, on purpose.
+ *
+ * Conventions (kernels.h): forward kernels overwrite, backward kernels
+ * accumulate (+=).  Statistics (means, variances, sums of exponentials) are
+ * accumulated in double.  Every OpenMP loop writes disjoint outputs and every
+ * reduction runs on one thread in a fixed order: results do not depend on the
+ * thread count.  Nothing here allocates.
+ */
+
+/* ============================================================== embedding
+ * fwd: out (N,C) = wte (V,C) [ids (N)]
+ * bwd: dwte (V,C) += scatter-add of dout (N,C) by ids.  Threads own column
+ *      blocks, so rows sharing an id are added by one thread, in row order. */
+static void FN(embedding_fwd)(REAL *out, const int32_t *ids, const REAL *wte,
+                              int N, int C)
+{
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, (size_t)C * sizeof(REAL));
+}
+
+static void FN(embedding_bwd_w)(REAL *dwte, const REAL *dout, const int32_t *ids,
+                                int N, int C)
+{
+    const int nblk = (C + COLBLK - 1) / COLBLK;
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int cb = 0; cb < nblk; cb++) {
+        const int c0 = cb * COLBLK, c1 = imin(C, c0 + COLBLK);
+        for (int n = 0; n < N; n++) {
+            REAL *d = dwte + (size_t)ids[n] * C;
+            const REAL *g = dout + (size_t)n * C;
+            for (int c = c0; c < c1; c++)
+                d[c] += g[c];
+        }
+    }
+}
+
+/* ============================================================== positional embedding
+ * fwd: out (B,T,C) = inp (B,T,C) + wpe[t] ; wpe (P>=T, C)
+ * bwd: dinp += dout is accumulate(); dwpe[t] += sum_b dout[b,t] */
+static void FN(posemb_fwd)(REAL *out, const REAL *inp, const REAL *wpe,
+                           int B, int T, int C)
+{
+    const ptrdiff_t rows = (ptrdiff_t)B * T;
+    OMP(parallel for if ((size_t)rows * C >= PAR_MIN) schedule(static))
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const REAL *x = inp + (size_t)r * C, *p = wpe + (size_t)(r % T) * C;
+        REAL *o = out + (size_t)r * C;
+        for (int c = 0; c < C; c++)
+            o[c] = x[c] + p[c];
+    }
+}
+
+static void FN(posemb_bwd_w)(REAL *dwpe, const REAL *dout, int B, int T, int C)
+{
+    const int nblk = (C + COLBLK - 1) / COLBLK;
+    const ptrdiff_t tasks = (ptrdiff_t)T * nblk;
+    OMP(parallel for if ((size_t)B * T * C >= PAR_MIN) schedule(static))
+    for (ptrdiff_t task = 0; task < tasks; task++) {
+        const int t = (int)(task / nblk), c0 = (int)(task % nblk) * COLBLK;
+        const int c1 = imin(C, c0 + COLBLK);
+        double acc[COLBLK] = {0};
+        for (int b = 0; b < B; b++) {
+            const REAL *g = dout + ((size_t)b * T + t) * C;
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += g[c];
+        }
+        REAL *d = dwpe + (size_t)t * C;
+        for (int c = c0; c < c1; c++)
+            d[c] += (REAL)acc[c - c0];
+    }
+}
+
+/* ============================================================== layernorm
+ * fwd: out (N,C) = (inp - mean) * rstd * w + b ; mean, rstd (N) saved.
+ *      Biased variance, eps inside the sqrt (torch.nn.functional.layer_norm).
+ * bwd_x: norm = (x-mean)*rstd, dnorm = dout*w,
+ *        dinp += (dnorm - mean(dnorm) - norm*mean(dnorm*norm)) * rstd
+ * bwd_w: dw += sum_n dout*norm ; db += sum_n dout (db may be NULL) */
+static void FN(layernorm_fwd)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
+                              const REAL *w, const REAL *b, int N, int C, float eps)
+{
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const REAL *x = inp + (size_t)n * C;
+        REAL *o = out + (size_t)n * C;
+        double s = 0.0;
+        for (int c = 0; c < C; c++)
+            s += x[c];
+        const double m = s / C;
+        double v = 0.0;
+        for (int c = 0; c < C; c++) {
+            const double d = x[c] - m;
+            v += d * d;
+        }
+        v /= C;
+        const REAL mr = (REAL)m, rr = (REAL)(1.0 / sqrt(v + (double)eps));
+        if (b) {
+            for (int c = 0; c < C; c++)
+                o[c] = (x[c] - mr) * rr * w[c] + b[c];
+        } else {
+            for (int c = 0; c < C; c++)
+                o[c] = (x[c] - mr) * rr * w[c];
+        }
+        if (mean)
+            mean[n] = mr;
+        if (rstd)
+            rstd[n] = rr;
+    }
+}
+
+static void FN(layernorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,
+                                const REAL *w, const REAL *mean, const REAL *rstd,
+                                int N, int C)
+{
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const REAL *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+        REAL *d = dinp + (size_t)n * C;
+        const REAL m = mean[n], r = rstd[n];
+        double s1 = 0.0, s2 = 0.0;
+        for (int c = 0; c < C; c++) {
+            const REAL norm = (x[c] - m) * r, dn = w[c] * g[c];
+            s1 += dn;
+            s2 += (double)dn * norm;
+        }
+        const REAL dmean = (REAL)(s1 / C), dnmean = (REAL)(s2 / C);
+        for (int c = 0; c < C; c++) {
+            const REAL norm = (x[c] - m) * r, dn = w[c] * g[c];
+            d[c] += (dn - dmean - norm * dnmean) * r;
+        }
+    }
+}
+
+static void FN(layernorm_bwd_w)(REAL *dw, REAL *db, const REAL *dout,
+                                const REAL *inp, const REAL *mean, const REAL *rstd,
+                                int N, int C)
+{
+    const int nblk = (C + COLBLK - 1) / COLBLK;
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int cb = 0; cb < nblk; cb++) {
+        const int c0 = cb * COLBLK, c1 = imin(C, c0 + COLBLK);
+        double aw[COLBLK] = {0}, ab[COLBLK] = {0};
+        for (int n = 0; n < N; n++) {
+            const REAL *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+            const REAL m = mean[n], r = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                const REAL norm = (x[c] - m) * r;
+                aw[c - c0] += (double)g[c] * norm;
+                ab[c - c0] += g[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            if (dw)
+                dw[c] += (REAL)aw[c - c0];
+            if (db)
+                db[c] += (REAL)ab[c - c0];
+        }
+    }
+}
+
+/* ============================================================== rmsnorm
+ * fwd: rstd (N) = 1/sqrt(mean(inp^2) + eps) ; out (N,C) = (inp*rstd) * w
+ *      (Hugging Face LlamaRMSNorm)
+ * bwd_x: norm = x*rstd, dnorm = dout*w,
+ *        dinp += (dnorm - norm*mean(dnorm*norm)) * rstd
+ * bwd_w: dw += sum_n dout*norm */
+static void FN(rmsnorm_fwd)(REAL *out, REAL *rstd, const REAL *inp, const REAL *w,
+                            int N, int C, float eps)
+{
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const REAL *x = inp + (size_t)n * C;
+        REAL *o = out + (size_t)n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++)
+            ss += (double)x[c] * x[c];
+        const REAL r = (REAL)(1.0 / sqrt(ss / C + (double)eps));
+        for (int c = 0; c < C; c++)
+            o[c] = w[c] * (x[c] * r);
+        if (rstd)
+            rstd[n] = r;
+    }
+}
+
+static void FN(rmsnorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,
+                              const REAL *w, const REAL *rstd, int N, int C)
+{
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const REAL *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+        REAL *d = dinp + (size_t)n * C;
+        const REAL r = rstd[n];
+        double s = 0.0;
+        for (int c = 0; c < C; c++)
+            s += (double)(w[c] * g[c]) * (x[c] * r);
+        const REAL dnmean = (REAL)(s / C);
+        for (int c = 0; c < C; c++)
+            d[c] += (w[c] * g[c] - (x[c] * r) * dnmean) * r;
+    }
+}
+
+static void FN(rmsnorm_bwd_w)(REAL *dw, const REAL *dout, const REAL *inp,
+                              const REAL *rstd, int N, int C)
+{
+    const int nblk = (C + COLBLK - 1) / COLBLK;
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int cb = 0; cb < nblk; cb++) {
+        const int c0 = cb * COLBLK, c1 = imin(C, c0 + COLBLK);
+        double aw[COLBLK] = {0};
+        for (int n = 0; n < N; n++) {
+            const REAL *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+            const REAL r = rstd[n];
+            for (int c = c0; c < c1; c++)
+                aw[c - c0] += (double)g[c] * (x[c] * r);
+        }
+        for (int c = c0; c < c1; c++)
+            dw[c] += (REAL)aw[c - c0];
+    }
+}
+
+/* ============================================================== linear
+ * fwd:   out (N,O) = inp (N,K) @ w^T + b ; w (O,K) as nn.Linear, b (O) or NULL
+ * bwd_x: dinp (N,K) += dout (N,O) @ w (O,K)
+ * bwd_w: dw (O,K) += dout^T @ inp ; db (O) += colsum(dout) if db != NULL */
+static void FN(linear_fwd)(REAL *out, const REAL *inp, const REAL *w, const REAL *b,
+                           int N, int K, int O)
+{
+    if (N <= 0 || O <= 0)
+        return;
+    if (b) {
+        OMP(parallel for if ((size_t)N * O >= PAR_MIN) schedule(static))
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * O, b, (size_t)O * sizeof(REAL));
+    }
+    if (K <= 0) {
+        if (!b)
+            memset(out, 0, (size_t)N * O * sizeof(REAL));
+        return;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, O, K, 1, inp, K, w, K,
+         b ? 1 : 0, out, O);
+}
+
+static void FN(linear_bwd_x)(REAL *dinp, const REAL *dout, const REAL *w,
+                             int N, int K, int O)
+{
+    if (N <= 0 || K <= 0 || O <= 0)
+        return;
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, O, 1, dout, O, w, K,
+         1, dinp, K);
+}
+
+static void FN(linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *inp,
+                             int N, int K, int O)
+{
+    if (N <= 0 || O <= 0)
+        return;
+    if (dw && K > 0)
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, O, K, N, 1, dout, O, inp, K,
+             1, dw, K);
+    if (db) {
+        const int nblk = (O + COLBLK - 1) / COLBLK;
+        OMP(parallel for if ((size_t)N * O >= PAR_MIN) schedule(static))
+        for (int cb = 0; cb < nblk; cb++) {
+            const int c0 = cb * COLBLK, c1 = imin(O, c0 + COLBLK);
+            double acc[COLBLK] = {0};
+            for (int n = 0; n < N; n++) {
+                const REAL *g = dout + (size_t)n * O;
+                for (int c = c0; c < c1; c++)
+                    acc[c - c0] += g[c];
+            }
+            for (int c = c0; c < c1; c++)
+                db[c] += (REAL)acc[c - c0];
+        }
+    }
+}
+
+/* ============================================================== rotary embedding
+ * Hugging Face LLaMA convention (rotate_half), computed in REAL as torch does:
+ *   inv_freq[i] = 1 / theta^((2i)/hd), angle = t * inv_freq[i], i < hd/2
+ *   x'[i]      = x[i]      * cos - x[i+hd/2] * sin
+ *   x'[i+hd/2] = x[i+hd/2] * cos + x[i]      * sin
+ * One token row holds nheads heads of hd each. */
+static inline void FN(rope_cs)(REAL *cs, REAL *sn, int i, int hd, int t, float theta)
+{
+    const REAL inv = (REAL)1 / R_POW((REAL)theta, (REAL)(2 * i) / (REAL)hd);
+    const REAL ang = (REAL)t * inv;
+    *cs = R_COS(ang);
+    *sn = R_SIN(ang);
+}
+
+/* dst (nheads*hd) = rotate(src) */
+static void FN(rope_row_fwd)(REAL *dst, const REAL *src, int nheads, int hd, int t,
+                             float theta)
+{
+    const int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        REAL c, s;
+        FN(rope_cs)(&c, &s, i, hd, t, theta);
+        for (int h = 0; h < nheads; h++) {
+            const REAL x0 = src[h * hd + i], x1 = src[h * hd + i + half];
+            dst[h * hd + i] = x0 * c - x1 * s;
+            dst[h * hd + i + half] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/* dst (nheads*hd) += rotate^T(src): the gradient of rope_row_fwd */
+static void FN(rope_row_bwd)(REAL *dst, const REAL *src, int nheads, int hd, int t,
+                             float theta)
+{
+    const int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        REAL c, s;
+        FN(rope_cs)(&c, &s, i, hd, t, theta);
+        for (int h = 0; h < nheads; h++) {
+            const REAL g0 = src[h * hd + i], g1 = src[h * hd + i + half];
+            dst[h * hd + i] += g0 * c + g1 * s;
+            dst[h * hd + i + half] += g1 * c - g0 * s;
+        }
+    }
+}
+
+/* ============================================================== attention
+ * Causal softmax attention, grouped-query: query head h reads kv head
+ * h / (nh/nkv).  q (B,T,.) row stride q_stride, head h at column h*hd; same
+ * for k, v with nkv heads.
+ * fwd: [rope: qr (B,T,nh*hd) = rot(q), kr (B,T,nkv*hd) = rot(k); Q,K = qr,kr]
+ *      probs (B,nh,T,T) = softmax_t2<=t(Q[t].K[t2] / sqrt(hd)), 0 above diag
+ *      out (B,T,nh*hd) = probs @ V
+ * bwd: dP = dout @ V^T ; dS = P * (dP - rowsum(P*dP)) / sqrt(hd)
+ *      dQ = dS @ K ; dK = dS^T @ Q ; dV = P^T @ dout (summed over the group)
+ *      [rope: dq += rot^T(dQ), dk += rot^T(dK)] else dq += dQ, dk += dK;
+ *      dv += dV.
+ * scratch: dS (B,nh,T,T), dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd). */
+static size_t FN(attention_scratch_elems)(const merak_attn_shape *s)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T;
+    return B * (size_t)s->n_head * T * T +
+           B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
+}
+
+static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
+                              REAL *qr, REAL *kr, const REAL *q, const REAL *k,
+                              const REAL *v)
+{
+    const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
+    const REAL *Q = q, *K = k;
+    size_t qs = (size_t)s->q_stride, ks = (size_t)s->k_stride;
+    const size_t vs = (size_t)s->v_stride;
+    const ptrdiff_t BT = (ptrdiff_t)B * T;
+
+    if (s->rope_theta > 0) {
+        const float theta = s->rope_theta;
+        OMP(parallel for if ((size_t)BT * (C + Ckv) >= PAR_MIN / 4) schedule(static))
+        for (ptrdiff_t bt = 0; bt < BT; bt++) {
+            const int t = (int)(bt % T);
+            FN(rope_row_fwd)(qr + (size_t)bt * C, q + (size_t)bt * qs, nh, hd, t, theta);
+            FN(rope_row_fwd)(kr + (size_t)bt * Ckv, k + (size_t)bt * ks, nkv, hd, t, theta);
+        }
+        Q = qr, qs = (size_t)C;
+        K = kr, ks = (size_t)Ckv;
+    }
+
+    const REAL scale = (REAL)(1.0 / sqrt((double)hd));
+    const ptrdiff_t rows = (ptrdiff_t)B * nh * T;
+    OMP(parallel for if ((size_t)rows * T * hd >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        const int t = (int)(i % T), h = (int)((i / T) % nh);
+        const size_t b = (size_t)(i / ((ptrdiff_t)T * nh));
+        const int g = h / grp;
+        const REAL *qrow = Q + (b * T + t) * qs + (size_t)h * hd;
+        REAL *p = probs + (size_t)i * T;
+
+        /* scores and their max */
+        REAL mx = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+            const REAL *krow = K + (b * T + t2) * ks + (size_t)g * hd;
+            REAL dot = 0;
+            for (int d = 0; d < hd; d++)
+                dot += qrow[d] * krow[d];
+            p[t2] = dot * scale;
+            if (p[t2] > mx)
+                mx = p[t2];
+        }
+        /* softmax, sum of exponentials in double */
+        double sum = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            p[t2] = R_EXP(p[t2] - mx);
+            sum += p[t2];
+        }
+        const REAL inv = (REAL)(1.0 / sum);
+        for (int t2 = 0; t2 <= t; t2++)
+            p[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++)
+            p[t2] = 0;
+
+        /* out row = sum_t2 p[t2] * v[t2] */
+        REAL *o = out + (b * T + t) * (size_t)C + (size_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            const REAL *vrow = v + (b * T + t2) * vs + (size_t)g * hd;
+            const REAL pw = p[t2];
+            for (int d = 0; d < hd; d++)
+                o[d] += pw * vrow[d];
+        }
+    }
+}
+
+static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
+                              REAL *dv, const REAL *dout, const REAL *probs,
+                              const REAL *qr, const REAL *kr, const REAL *q,
+                              const REAL *k, const REAL *v, REAL *scratch)
+{
+    const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
+    const int rope = s->rope_theta > 0;
+    const REAL *Q = rope ? qr : q, *K = rope ? kr : k;
+    const size_t qs = rope ? (size_t)C : (size_t)s->q_stride;
+    const size_t ks = rope ? (size_t)Ckv : (size_t)s->k_stride;
+    const size_t vs = (size_t)s->v_stride;
+    const ptrdiff_t BT = (ptrdiff_t)B * T;
+    const REAL scale = (REAL)(1.0 / sqrt((double)hd));
+
+    REAL *dS = scratch;                            /* (B,nh,T,T) */
+    REAL *dQ = dS + (size_t)B * nh * T * T;        /* (B,T,nh*hd) */
+    REAL *dK = dQ + (size_t)BT * C;                /* (B,T,nkv*hd) */
+    REAL *dV = dK + (size_t)BT * Ckv;              /* (B,T,nkv*hd) */
+
+    /* pass 1, one (b,h,t) row each: dS row, dQ row */
+    const ptrdiff_t rows = (ptrdiff_t)B * nh * T;
+    OMP(parallel for if ((size_t)rows * T * hd >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        const int t = (int)(i % T), h = (int)((i / T) % nh);
+        const size_t b = (size_t)(i / ((ptrdiff_t)T * nh));
+        const int g = h / grp;
+        const REAL *p = probs + (size_t)i * T;
+        const REAL *go = dout + (b * T + t) * (size_t)C + (size_t)h * hd;
+        REAL *ds = dS + (size_t)i * T;
+
+        double acc = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            const REAL *vrow = v + (b * T + t2) * vs + (size_t)g * hd;
+            REAL dot = 0;
+            for (int d = 0; d < hd; d++)
+                dot += go[d] * vrow[d];
+            ds[t2] = dot;
+            acc += (double)p[t2] * dot;
+        }
+        const REAL pdp = (REAL)acc;
+        for (int t2 = 0; t2 <= t; t2++)
+            ds[t2] = p[t2] * (ds[t2] - pdp) * scale;
+
+        REAL *dqrow = dQ + (b * T + t) * (size_t)C + (size_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            dqrow[d] = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            const REAL *krow = K + (b * T + t2) * ks + (size_t)g * hd;
+            const REAL w = ds[t2];
+            for (int d = 0; d < hd; d++)
+                dqrow[d] += w * krow[d];
+        }
+    }
+
+    /* pass 2, one (b,g,t2) kv row each: dK, dV rows, summed over the group */
+    const ptrdiff_t kvrows = (ptrdiff_t)B * nkv * T;
+    OMP(parallel for if ((size_t)rows * T * hd >= PAR_MIN) schedule(static))
+    for (ptrdiff_t j = 0; j < kvrows; j++) {
+        const int t2 = (int)(j % T), g = (int)((j / T) % nkv);
+        const size_t b = (size_t)(j / ((ptrdiff_t)T * nkv));
+        REAL *dkrow = dK + (b * T + t2) * (size_t)Ckv + (size_t)g * hd;
+        REAL *dvrow = dV + (b * T + t2) * (size_t)Ckv + (size_t)g * hd;
+        for (int d = 0; d < hd; d++)
+            dkrow[d] = dvrow[d] = 0;
+        for (int h = g * grp; h < (g + 1) * grp; h++) {
+            for (int t = t2; t < T; t++) {
+                const size_t pi = ((b * nh + (size_t)h) * T + (size_t)t) * T + (size_t)t2;
+                const REAL w = dS[pi], pw = probs[pi];
+                const REAL *qrow = Q + (b * T + t) * qs + (size_t)h * hd;
+                const REAL *go = dout + (b * T + t) * (size_t)C + (size_t)h * hd;
+                for (int d = 0; d < hd; d++) {
+                    dkrow[d] += w * qrow[d];
+                    dvrow[d] += pw * go[d];
+                }
+            }
+        }
+    }
+
+    /* pass 3, one token row each: accumulate into dq, dk, dv */
+    const size_t dqs = (size_t)s->q_stride, dks = (size_t)s->k_stride;
+    OMP(parallel for if ((size_t)BT * (C + 2 * Ckv) >= PAR_MIN) schedule(static))
+    for (ptrdiff_t bt = 0; bt < BT; bt++) {
+        const REAL *gq = dQ + (size_t)bt * C, *gk = dK + (size_t)bt * Ckv;
+        const REAL *gv = dV + (size_t)bt * Ckv;
+        REAL *oq = dq + (size_t)bt * dqs, *ok = dk + (size_t)bt * dks;
+        REAL *ov = dv + (size_t)bt * vs;
+        if (rope) {
+            const int t = (int)(bt % T);
+            FN(rope_row_bwd)(oq, gq, nh, hd, t, s->rope_theta);
+            FN(rope_row_bwd)(ok, gk, nkv, hd, t, s->rope_theta);
+        } else {
+            for (int c = 0; c < C; c++)
+                oq[c] += gq[c];
+            for (int c = 0; c < Ckv; c++)
+                ok[c] += gk[c];
+        }
+        for (int c = 0; c < Ckv; c++)
+            ov[c] += gv[c];
+    }
+}
+
+/* ============================================================== GELU (tanh)
+ * fwd: out = 0.5*x*(1 + tanh(k0*(x + k1*x^3))), k0 = sqrt(2/pi), k1 = 0.044715
+ * bwd: dinp += dout * (0.5*(1+th) + 0.5*x*(1-th^2)*k0*(1 + 3*k1*x^2)) */
+static void FN(gelu_fwd)(REAL *out, const REAL *inp, size_t n)
+{
+    const REAL k0 = (REAL)0.7978845608028654, k1 = (REAL)0.044715;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+        const REAL x = inp[i];
+        out[i] = (REAL)0.5 * x * (1 + R_TANH(k0 * (x + k1 * (x * x * x))));
+    }
+}
+
+static void FN(gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n)
+{
+    const REAL k0 = (REAL)0.7978845608028654, k1 = (REAL)0.044715;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+        const REAL x = inp[i], x2 = x * x;
+        const REAL th = R_TANH(k0 * (x + k1 * (x2 * x)));
+        const REAL left = (REAL)0.5 * x, right = 1 + th;
+        const REAL dleft = (REAL)0.5 * right;
+        const REAL dright = left * (1 - th * th) * (k0 * (1 + 3 * k1 * x2));
+        dinp[i] += dout[i] * (dleft + dright);
+    }
+}
+
+/* ============================================================== SwiGLU
+ * fwd: out = silu(gate) * up, silu(g) = g * sigmoid(g)
+ * bwd: dgate += dout*up*sig*(1 + g*(1-sig)) ; dup += dout*silu(gate) */
+static void FN(swiglu_fwd)(REAL *out, const REAL *gate, const REAL *up, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+        const REAL g = gate[i];
+        out[i] = g / (1 + R_EXP(-g)) * up[i];
+    }
+}
+
+static void FN(swiglu_bwd)(REAL *dgate, REAL *dup, const REAL *dout,
+                           const REAL *gate, const REAL *up, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+        const REAL g = gate[i], sig = 1 / (1 + R_EXP(-g));
+        if (dgate)
+            dgate[i] += dout[i] * up[i] * (sig * (1 + g * (1 - sig)));
+        if (dup)
+            dup[i] += dout[i] * (g * sig);
+    }
+}
+
+/* ============================================================== add / accumulate
+ * add_fwd: out = a + b          accumulate: dst += src */
+static void FN(add_fwd)(REAL *out, const REAL *a, const REAL *b, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        out[i] = a[i] + b[i];
+}
+
+static void FN(accumulate)(REAL *dst, const REAL *src, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        dst[i] += src[i];
+}
+
+/* ============================================================== dropout
+ * fwd: out = keep(i) ? inp/(1-p) : 0 ; bwd: dinp += keep(i) ? dout/(1-p) : 0
+ * keep(i) = merak_dropout_uniform(key(seed), i) >= p (see cpu_kernels.h).
+ * p == 0 is the identity. */
+static void FN(dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,
+                            uint64_t seed)
+{
+    if (p <= 0.0f) {
+        if (out != inp)
+            memcpy(out, inp, n * sizeof(REAL));
+        return;
+    }
+    const uint64_t key = mix64(seed + GOLDEN);
+    const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
+    OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        out[i] = dropout_u(key, (uint64_t)i) >= p ? inp[i] * sc : 0;
+}
+
+static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
+                            uint64_t seed)
+{
+    if (p <= 0.0f) {
+        FN(accumulate)(dinp, dout, n);
+        return;
+    }
+    const uint64_t key = mix64(seed + GOLDEN);
+    const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
+    OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        if (dropout_u(key, (uint64_t)i) >= p)
+            dinp[i] += dout[i] * sc;
+}
+
+/* ============================================================== cross-entropy
+ * fwd: losses (N) = logsumexp(logits[n]) - logits[n][targets[n]] ; logits (N,V)
+ * bwd: dlogits (N,V) += (softmax(logits[n]) - onehot(targets[n])) * scale
+ * Max subtracted, sum of exponentials in double.  A target outside [0,V)
+ * (e.g. torch's ignore_index -100) gives loss 0 and no gradient. */
+static void FN(crossentropy_fwd)(REAL *losses, const REAL *logits,
+                                 const int32_t *targets, int N, int V)
+{
+    OMP(parallel for if ((size_t)N * V >= PAR_MIN / 4) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const REAL *x = logits + (size_t)n * V;
+        const int32_t tg = targets[n];
+        if (tg < 0 || tg >= V) {
+            losses[n] = 0;
+            continue;
+        }
+        REAL mx = -INFINITY;
+        for (int j = 0; j < V; j++)
+            if (x[j] > mx)
+                mx = x[j];
+        double sum = 0.0;
+        for (int j = 0; j < V; j++)
+            sum += R_EXP(x[j] - mx);
+        losses[n] = (REAL)((double)mx + log(sum) - (double)x[tg]);
+    }
+}
+
+static void FN(crossentropy_bwd)(REAL *dlogits, const REAL *logits,
+                                 const int32_t *targets, int N, int V, float scale)
+{
+    OMP(parallel for if ((size_t)N * V >= PAR_MIN / 4) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const REAL *x = logits + (size_t)n * V;
+        REAL *d = dlogits + (size_t)n * V;
+        const int32_t tg = targets[n];
+        if (tg < 0 || tg >= V)
+            continue;
+        REAL mx = -INFINITY;
+        for (int j = 0; j < V; j++)
+            if (x[j] > mx)
+                mx = x[j];
+        double sum = 0.0;
+        for (int j = 0; j < V; j++)
+            sum += R_EXP(x[j] - mx);
+        const REAL inv = (REAL)(1.0 / sum), sc = (REAL)scale;
+        for (int j = 0; j < V; j++)
+            d[j] += (R_EXP(x[j] - mx) * inv - (j == tg ? 1 : 0)) * sc;
+    }
+}
+
+/* ============================================================== AdamW
+ * torch.optim.AdamW, single-tensor path, step t >= 1:
+ *   p *= 1 - lr*wd
+ *   m  = lerp(m, g, 1-b1)            v = v*b2 + (1-b2)*g*g
+ *   denom = sqrt(v)/sqrt(1-b2^t) + eps
+ *   p += (-lr/(1-b1^t)) * m / denom
+ * Scalars are formed in double and rounded to REAL, as torch does with
+ * Python-float hyperparameters. */
+static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int t)
+{
+    const double b1 = beta1, b2 = beta2;
+    const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    const REAL decay = (REAL)(1.0 - (double)lr * (double)weight_decay);
+    const REAL w1 = (REAL)(1.0 - b1), c1 = 1 - w1;
+    const REAL rb2 = (REAL)b2, c2 = (REAL)(1.0 - b2);
+    const REAL bc2s = (REAL)sqrt(bc2), reps = (REAL)eps;
+    const REAL nstep = (REAL)(-(double)lr / bc1);
+    const int small = fabs((double)w1) < 0.5;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+        const REAL gi = g[i];
+        REAL mi = m[i];
+        mi = small ? mi + w1 * (gi - mi) : gi - (gi - mi) * c1;
+        const REAL vi = v[i] * rb2 + c2 * gi * gi;
+        const REAL denom = R_SQRT(vi) / bc2s + reps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay + nstep * mi / denom;
+    }
+}
+
+/* ============================================================== sumsq, scale
+ * sumsq = sum x^2 in double, over SUMSQ_CHUNKS fixed chunks added in order.
+ * scale: x *= s */
+static double FN(sumsq)(const REAL *x, size_t n)
+{
+    double part[SUMSQ_CHUNKS];
+    const size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
+        const size_t lo = (size_t)c * chunk < n ? (size_t)c * chunk : n;
+        const size_t hi = lo + chunk < n ? lo + chunk : n;
+        double acc = 0.0;
+        for (size_t i = lo; i < hi; i++)
+            acc += (double)x[i] * x[i];
+        part[c] = acc;
+    }
+    double tot = 0.0;
+    for (int c = 0; c < SUMSQ_CHUNKS; c++)
+        tot += part[c];
+    return tot;
+}
+
+static void FN(scale)(REAL *x, size_t n, float s)
+{
+    const REAL rs = (REAL)s;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        x[i] *= rs;
+}
+
+/* ============================================================== the table */
+static const TABLE_T FN(cpu_table) = {
+    .name = TABLE_NAME,
+    .embedding_fwd = FN(embedding_fwd),
+    .embedding_bwd_w = FN(embedding_bwd_w),
+    .posemb_fwd = FN(posemb_fwd),
+    .posemb_bwd_w = FN(posemb_bwd_w),
+    .layernorm_fwd = FN(layernorm_fwd),
+    .layernorm_bwd_x = FN(layernorm_bwd_x),
+    .layernorm_bwd_w = FN(layernorm_bwd_w),
+    .rmsnorm_fwd = FN(rmsnorm_fwd),
+    .rmsnorm_bwd_x = FN(rmsnorm_bwd_x),
+    .rmsnorm_bwd_w = FN(rmsnorm_bwd_w),
+    .linear_fwd = FN(linear_fwd),
+    .linear_bwd_x = FN(linear_bwd_x),
+    .linear_bwd_w = FN(linear_bwd_w),
+    .attention_fwd = FN(attention_fwd),
+    .attention_bwd = FN(attention_bwd),
+    .attention_scratch_elems = FN(attention_scratch_elems),
+    .gelu_fwd = FN(gelu_fwd),
+    .gelu_bwd = FN(gelu_bwd),
+    .swiglu_fwd = FN(swiglu_fwd),
+    .swiglu_bwd = FN(swiglu_bwd),
+    .add_fwd = FN(add_fwd),
+    .accumulate = FN(accumulate),
+    .dropout_fwd = FN(dropout_fwd),
+    .dropout_bwd = FN(dropout_bwd),
+    .crossentropy_fwd = FN(crossentropy_fwd),
+    .crossentropy_bwd = FN(crossentropy_bwd),
+    .adamw = FN(adamw),
+    .sumsq = FN(sumsq),
+    .scale = FN(scale),
+};

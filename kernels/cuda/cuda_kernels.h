@@ -1,0 +1,143 @@
+/*
+ * cuda_kernels.h - the CUDA backend of the op-kernel table (kernels.h).
+ *
+ * merak_kernels_cuda() returns a table whose entries take device pointers and
+ * have the semantics documented in kernels.h (forward overwrites, backward
+ * accumulates, NULL bias = no bias, bitwise run-to-run determinism: no float
+ * atomics, every reduction has a fixed order that depends on the shapes only).
+ *
+ * Execution model: every kernel is enqueued on one stream the backend owns
+ * (the legacy default stream), so the table's functions return before the
+ * GPU is done, except sumsq, which copies its scalar back and therefore
+ * synchronises.  The merak_cuda_memcpy_* helpers are ordered after the
+ * kernels already enqueued.  The backend keeps global state (a cuBLASLt
+ * handle, a workspace, a scratch arena) and must be driven by one host thread
+ * at a time.
+ *
+ * Errors: the table's functions return void, so the first CUDA or cuBLASLt
+ * error is remembered (and every later call becomes a no-op; sumsq returns
+ * NaN).  Callers check merak_cuda_status() at convenient points (after a
+ * step, after a test).  Nothing here prints or aborts.
+ *
+ * Built from cuda_glue.c (gcc: table, cuBLASLt, memory) and cuda_ops.cu
+ * (nvcc: the device kernels and their launchers).
+ */
+#ifndef MERAK_CUDA_KERNELS_H
+#define MERAK_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 if the CUDA runtime works and sees at least one device, else 0.  Safe to
+ * call on a machine without a driver (cudaGetDeviceCount fails -> 0). */
+int merak_cuda_available(void);
+
+/* The CUDA table for the current device, or NULL if no device is usable or
+ * the backend could not initialise (cuBLASLt handle, workspace).  The first
+ * call initialises the backend; later calls return the same table. */
+const merak_kernels *merak_kernels_cuda(void);
+
+/* 0 if no CUDA/cuBLASLt error has happened so far, else -1 with one line in
+ * err (may be NULL) naming the first failing call.  Does not synchronise: an
+ * error inside a running kernel shows up after the next synchronising call
+ * (sumsq, merak_cuda_synchronize, a memcpy). */
+int merak_cuda_status(char *err, size_t errlen);
+
+/* Device memory helpers (cudaMalloc & co.).  They return NULL / -1 on
+ * failure and also record the error for merak_cuda_status. */
+void *merak_cuda_malloc(size_t bytes);
+void merak_cuda_free(void *dptr);
+int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
+int merak_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
+int merak_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes);
+int merak_cuda_memset(void *dst, int value, size_t bytes);
+/* Waits for every kernel enqueued by the backend; returns 0 or -1. */
+int merak_cuda_synchronize(void);
+
+#ifdef MERAK_CUDA_INTERNAL
+/* ---------------------------------------------------------------------------
+ * Internal: the launchers of cuda_ops.cu, called by cuda_glue.c only.
+ * Each enqueues its kernels on `stream` (a cudaStream_t) and returns the
+ * cudaError_t of the launch (0 = cudaSuccess).  Shapes and semantics are
+ * those of the kernels.h entry of the same name.
+ * ------------------------------------------------------------------------- */
+
+/* Scratch device memory shared by the launchers (cuda_glue.c).  Valid until
+ * the next call; NULL on failure.  Stream-ordered use only. */
+void *merak_cuda_scratch(size_t bytes);
+
+int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
+                                    const float *wte, int N, int C);
+int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
+                                      const int32_t *ids, int N, int C);
+int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
+                                 const float *wpe, int B, int T, int C);
+int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout,
+                                   int B, int T, int C);
+int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b,
+                                    int N, int C, float eps);
+int merak_cuda_launch_layernorm_bwd_x(void *stream, float *dinp, const float *dout,
+                                      const float *inp, const float *w,
+                                      const float *mean, const float *rstd, int N, int C);
+int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
+                                      const float *dout, const float *inp,
+                                      const float *mean, const float *rstd, int N, int C);
+int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const float *inp,
+                                  const float *w, int N, int C, float eps);
+int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout,
+                                    const float *inp, const float *w, const float *rstd,
+                                    int N, int C);
+int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
+                                    const float *inp, const float *rstd, int N, int C);
+/* out (N,O) += b[o] (the linear bias when the cuBLASLt epilogue is not used) */
+int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O);
+/* db (O) += column sums of dout (N,O) */
+int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O);
+int merak_cuda_launch_attention_fwd(void *stream, const merak_attn_shape *s, float *out,
+                                    float *probs, float *qr, float *kr, const float *q,
+                                    const float *k, const float *v);
+int merak_cuda_launch_attention_bwd(void *stream, const merak_attn_shape *s, float *dq,
+                                    float *dk, float *dv, const float *dout,
+                                    const float *probs, const float *qr, const float *kr,
+                                    const float *q, const float *k, const float *v,
+                                    float *scratch);
+size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s);
+int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n);
+int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
+                               const float *inp, size_t n);
+int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
+                                 const float *up, size_t n);
+int merak_cuda_launch_swiglu_bwd(void *stream, float *dgate, float *dup, const float *dout,
+                                 const float *gate, const float *up, size_t n);
+int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const float *b,
+                              size_t n);
+int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, size_t n);
+int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
+                                  float p, uint64_t seed);
+int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
+                                  float p, uint64_t seed);
+int merak_cuda_launch_crossentropy_fwd(void *stream, float *losses, const float *logits,
+                                       const int32_t *targets, int N, int V);
+int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
+                                       const int32_t *targets, int N, int V, float scale);
+/* One AdamW step; the scalars are computed on the host as torch does. */
+int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
+                            size_t n, float decay, float beta1, float beta2,
+                            float step_size, float bc2_sqrt, float eps);
+/* *result (a device double) = sum of x^2, in a fixed order. */
+int merak_cuda_launch_sumsq(void *stream, double *result, const float *x, size_t n);
+int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s);
+#endif /* MERAK_CUDA_INTERNAL */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MERAK_CUDA_KERNELS_H */

@@ -1,0 +1,142 @@
+/*
+ * kernels.h - the op kernels behind one table of function pointers per backend.
+ *
+ * Every op of the model graph (runtime/graph) maps onto a few entries of this
+ * table: a forward, an input-gradient part (bwd_x) and a weight-gradient part
+ * (bwd_w).  Zero-bubble schedules run the two backward parts at different
+ * times, so they never depend on each other.
+ *
+ * Conventions, for every backend:
+ *   - N is the number of token rows (B*T); tensors are row-major, contiguous
+ *     unless a stride is given.
+ *   - Forward kernels overwrite their outputs.
+ *   - Backward kernels ACCUMULATE (+=) into every gradient they are given:
+ *     a tensor read by several ops gets the sum of their contributions, and
+ *     weight gradients add up over micro-batches.  Callers zero them.
+ *   - A NULL bias (or bias gradient) means "no bias".
+ *   - Results are deterministic: the same inputs give bitwise-identical
+ *     outputs whatever the thread count.
+ *   - Pointers are host pointers for the CPU backend, device pointers for CUDA.
+ *
+ * Nothing here knows about MPI, graphs or files.
+ */
+#ifndef MERAK_KERNELS_H
+#define MERAK_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Shape of one causal attention call (multi-head or grouped-query). */
+typedef struct merak_attn_shape {
+    int B, T;           /* batch rows, sequence length */
+    int n_head;         /* query heads */
+    int n_kv_head;      /* key/value heads; n_head % n_kv_head == 0 */
+    int head_dim;       /* hd */
+    /* Row strides (elements between token rows) of q, k, v and of their
+     * gradients.  For a fused GPT-2 qkv tensor [B,T,(nh+2*nkv)*hd] the three
+     * pointers point into one row and all strides are (nh+2*nkv)*hd. */
+    int q_stride, k_stride, v_stride;
+    /* RoPE base (Hugging Face rotate_half convention); 0 = no rotary. */
+    float rope_theta;
+} merak_attn_shape;
+
+/*
+ * One backend's kernels for one element type.  REAL is float for the table the
+ * runtime uses; the CPU backend also instantiates a double-precision copy for
+ * gradient checks (see cpu/cpu_kernels.h).
+ */
+#define MERAK_KERNEL_TABLE(REAL)                                                   \
+    /* out (N,C) = wte[ids] ; ids (N), wte (V,C) */                                \
+    void (*embedding_fwd)(REAL *out, const int32_t *ids, const REAL *wte,          \
+                          int N, int C);                                           \
+    /* dwte (V,C) += scatter of dout (N,C) by ids */                               \
+    void (*embedding_bwd_w)(REAL *dwte, const REAL *dout, const int32_t *ids,      \
+                            int N, int C);                                         \
+    /* out (B,T,C) = inp + wpe[t] ; wpe (P>=T, C).  bwd_x is accumulate(). */      \
+    void (*posemb_fwd)(REAL *out, const REAL *inp, const REAL *wpe,                \
+                       int B, int T, int C);                                       \
+    /* dwpe[t] += sum_b dout[b,t] */                                               \
+    void (*posemb_bwd_w)(REAL *dwpe, const REAL *dout, int B, int T, int C);       \
+    /* out (N,C) = (inp-mean)*rstd*w + b ; saves mean (N), rstd (N) */             \
+    void (*layernorm_fwd)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,      \
+                          const REAL *w, const REAL *b, int N, int C, float eps);  \
+    void (*layernorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,         \
+                            const REAL *w, const REAL *mean, const REAL *rstd,     \
+                            int N, int C);                                         \
+    void (*layernorm_bwd_w)(REAL *dw, REAL *db, const REAL *dout,                  \
+                            const REAL *inp, const REAL *mean, const REAL *rstd,   \
+                            int N, int C);                                         \
+    /* out (N,C) = inp * rstd * w, rstd = 1/sqrt(mean(inp^2)+eps) ; saves rstd */ \
+    void (*rmsnorm_fwd)(REAL *out, REAL *rstd, const REAL *inp, const REAL *w,     \
+                        int N, int C, float eps);                                  \
+    void (*rmsnorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,           \
+                          const REAL *w, const REAL *rstd, int N, int C);          \
+    void (*rmsnorm_bwd_w)(REAL *dw, const REAL *dout, const REAL *inp,             \
+                          const REAL *rstd, int N, int C);                         \
+    /* out (N,O) = inp (N,K) @ w^T + b ; w (O,K) as nn.Linear, b (O) or NULL */     \
+    void (*linear_fwd)(REAL *out, const REAL *inp, const REAL *w, const REAL *b,   \
+                       int N, int K, int O);                                       \
+    /* dinp (N,K) += dout (N,O) @ w (O,K) */                                       \
+    void (*linear_bwd_x)(REAL *dinp, const REAL *dout, const REAL *w,              \
+                         int N, int K, int O);                                     \
+    /* dw (O,K) += dout^T @ inp ; db (O) += colsum(dout) if db != NULL */           \
+    void (*linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *inp,    \
+                         int N, int K, int O);                                     \
+    /* Causal softmax attention.  out (B,T,nh*hd); probs (B,nh,T,T) saved.      \
+     * With rope_theta > 0, qr (B,T,nh*hd) and kr (B,T,nkv*hd) receive the       \
+     * rotated q and k (saved for backward); otherwise they are unused (NULL).   \
+     * Scores are scaled by 1/sqrt(hd); query head h uses kv head              \
+     * h / (nh/nkv). */                                                          \
+    void (*attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,       \
+                          REAL *qr, REAL *kr, const REAL *q, const REAL *k,        \
+                          const REAL *v);                                          \
+    /* dq, dk, dv have the strides of q, k, v.  scratch holds                    \
+     * attention_scratch_elems(s) elements. */                                   \
+    void (*attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,           \
+                          REAL *dv, const REAL *dout, const REAL *probs,           \
+                          const REAL *qr, const REAL *kr, const REAL *q,           \
+                          const REAL *k, const REAL *v, REAL *scratch);            \
+    size_t (*attention_scratch_elems)(const merak_attn_shape *s);                  \
+    /* GELU, tanh approximation (GPT-2's gelu_new) */                             \
+    void (*gelu_fwd)(REAL *out, const REAL *inp, size_t n);                        \
+    void (*gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n);     \
+    /* out = silu(gate) * up */                                                    \
+    void (*swiglu_fwd)(REAL *out, const REAL *gate, const REAL *up, size_t n);     \
+    void (*swiglu_bwd)(REAL *dgate, REAL *dup, const REAL *dout,                   \
+                       const REAL *gate, const REAL *up, size_t n);                \
+    /* out = a + b */                                                              \
+    void (*add_fwd)(REAL *out, const REAL *a, const REAL *b, size_t n);            \
+    /* dst += src (the input-gradient of add and of posemb) */                     \
+    void (*accumulate)(REAL *dst, const REAL *src, size_t n);                      \
+    /* Inverted dropout with a counter-based mask: element i is kept iff         \
+     * hash(seed, i) >= p, so backward regenerates the same mask. */              \
+    void (*dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,             \
+                        uint64_t seed);                                            \
+    void (*dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,           \
+                        uint64_t seed);                                            \
+    /* losses (N) = logsumexp(logits[i]) - logits[i][targets[i]] ; logits (N,V) */ \
+    void (*crossentropy_fwd)(REAL *losses, const REAL *logits,                     \
+                             const int32_t *targets, int N, int V);                \
+    /* dlogits (N,V) += (softmax(logits) - onehot(targets)) * scale */            \
+    void (*crossentropy_bwd)(REAL *dlogits, const REAL *logits,                    \
+                             const int32_t *targets, int N, int V, float scale);   \
+    /* torch.optim.AdamW, one step (t >= 1) on n elements */                      \
+    void (*adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, size_t n, float lr,    \
+                  float beta1, float beta2, float eps, float weight_decay, int t); \
+    /* sum of squares, accumulated in double */                                    \
+    double (*sumsq)(const REAL *x, size_t n);                                      \
+    /* x *= s */                                                                   \
+    void (*scale)(REAL *x, size_t n, float s);
+
+typedef struct merak_kernels {
+    const char *name; /* "cpu", "cuda" */
+    MERAK_KERNEL_TABLE(float)
+} merak_kernels;
+
+/* The CPU backend (kernels/cpu).  Never NULL. */
+const merak_kernels *merak_kernels_cpu(void);
+
+/* Threads the CPU kernels and BLAS may use (>= 1). */
+void merak_kernels_cpu_set_threads(int nthreads);
+
+#endif /* MERAK_KERNELS_H */

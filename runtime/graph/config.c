@@ -1,0 +1,489 @@
+/*
+ * config.c - model configurations: built-in presets, Hugging Face config.json
+ * files, and the checks that a configuration can be built.
+ *
+ * Loading is strict: a field of the wrong type, an unsupported feature
+ * (rope_scaling, biases in LLaMA, a different activation) or a value that
+ * makes no sense is refused with one line, rather than silently building a
+ * model that differs from the one the file describes.
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include "merak/merak.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------ presets */
+
+#define GPT2(nm, V, P, C, L, H, F)                                                         \
+    {.arch = MERAK_ARCH_GPT2, .name = nm, .vocab_size = V, .max_positions = P, .hidden = C, \
+     .n_layer = L, .n_head = H, .n_kv_head = H, .ffn_hidden = F, .norm_eps = 1e-5f,        \
+     .rope_theta = 0.0f, .tie_embeddings = 1, .init_std = 0.02f, .dropout = 0.0f}
+
+#define LLAMA(nm, V, P, C, L, H, KV, F, THETA)                                              \
+    {.arch = MERAK_ARCH_LLAMA, .name = nm, .vocab_size = V, .max_positions = P, .hidden = C, \
+     .n_layer = L, .n_head = H, .n_kv_head = KV, .ffn_hidden = F, .norm_eps = 1e-5f,        \
+     .rope_theta = THETA, .tie_embeddings = 0, .init_std = 0.02f, .dropout = 0.0f}
+
+static const merak_model_config presets[] = {
+    /* small models for tests and demos (byte-level vocabulary) */
+    GPT2("tiny-gpt2", 256, 256, 64, 2, 4, 256),
+    GPT2("demo-gpt2", 256, 512, 192, 4, 6, 768),
+    LLAMA("tiny-llama", 256, 256, 64, 2, 4, 2, 176, 10000.0f),
+    LLAMA("demo-llama", 256, 512, 192, 4, 6, 2, 512, 10000.0f),
+    /* published sizes */
+    GPT2("gpt2", 50257, 1024, 768, 12, 12, 3072),
+    GPT2("gpt2-medium", 50257, 1024, 1024, 24, 16, 4096),
+    GPT2("gpt2-large", 50257, 1024, 1280, 36, 20, 5120),
+    GPT2("gpt2-xl", 50257, 1024, 1600, 48, 25, 6400),
+    GPT2("gpt3-13b", 50257, 2048, 5120, 40, 40, 20480),
+    LLAMA("llama2-7b", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f),
+    LLAMA("llama2-13b", 32000, 4096, 5120, 40, 40, 40, 13824, 10000.0f),
+    LLAMA("llama2-70b", 32000, 4096, 8192, 80, 64, 8, 28672, 10000.0f),
+    LLAMA("llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f),
+};
+#define NPRESETS ((int)(sizeof(presets) / sizeof(presets[0])))
+
+static const char *const preset_names[] = {
+    "tiny-gpt2", "demo-gpt2", "tiny-llama", "demo-llama", "gpt2", "gpt2-medium", "gpt2-large",
+    "gpt2-xl", "gpt3-13b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", NULL,
+};
+
+_Static_assert(sizeof(preset_names) / sizeof(preset_names[0]) == NPRESETS + 1,
+               "preset_names must list every preset");
+
+int merak_model_preset(const char *name, merak_model_config *cfg)
+{
+    for (int i = 0; name && i < NPRESETS; i++) {
+        if (strcmp(presets[i].name, name) == 0) {
+            *cfg = presets[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *const *merak_model_preset_names(void) { return preset_names; }
+
+/* ------------------------------------------------------------------ config.json */
+
+typedef struct loader {
+    const char *path;
+    json_t *root;
+    char *err;
+    size_t errlen;
+} loader;
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* The value of KEY, or NULL if it is absent or null (both mean "not set" in
+ * Hugging Face configs). */
+static json_t *field(const loader *L, const char *key)
+{
+    json_t *v = json_object_get(L->root, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int missing(const loader *L, const char *key)
+{
+    seterr(L->err, L->errlen, "%s: missing required field '%s'", L->path, key);
+    return -1;
+}
+
+static int wrong_type(const loader *L, const char *key, const char *want, const json_t *v)
+{
+    seterr(L->err, L->errlen, "%s: field '%s' must be %s, got %s", L->path, key, want,
+           json_type_name(v));
+    return -1;
+}
+
+/* A positive integer; DFLT is used when absent, or if DFLT < 0 the field is
+ * required. */
+static int get_pos_int(const loader *L, const char *key, int dflt, int *out)
+{
+    json_t *v = field(L, key);
+    if (!v) {
+        if (dflt < 0)
+            return missing(L, key);
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return wrong_type(L, key, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x <= 0 || x > INT_MAX) {
+        seterr(L->err, L->errlen, "%s: field '%s' must be a positive integer, got %lld", L->path,
+               key, (long long)x);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* A number (integer or real), DFLT when absent. */
+static int get_num(const loader *L, const char *key, double dflt, double *out)
+{
+    json_t *v = field(L, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return wrong_type(L, key, "a number", v);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int get_positive_num(const loader *L, const char *key, double dflt, double *out)
+{
+    if (get_num(L, key, dflt, out) != 0)
+        return -1;
+    if (!(*out > 0) || !isfinite(*out) || *out > 3.0e38) {
+        seterr(L->err, L->errlen, "%s: field '%s' must be a positive number, got %g", L->path,
+               key, *out);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_bool(const loader *L, const char *key, int dflt, int *out)
+{
+    json_t *v = field(L, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return wrong_type(L, key, "true or false", v);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* KEY, if present, must be the string ALLOWED1 or ALLOWED2 (may be NULL). */
+static int expect_string(const loader *L, const char *key, const char *allowed1,
+                         const char *allowed2)
+{
+    json_t *v = field(L, key);
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return wrong_type(L, key, "a string", v);
+    const char *s = json_string_value(v);
+    if (strcmp(s, allowed1) == 0 || (allowed2 && strcmp(s, allowed2) == 0))
+        return 0;
+    seterr(L->err, L->errlen, "%s: %s '%.40s' is not supported (expected '%s'%s%s%s)", L->path,
+           key, s, allowed1, allowed2 ? " or '" : "", allowed2 ? allowed2 : "",
+           allowed2 ? "'" : "");
+    return -1;
+}
+
+/* KEY, if present, must be the boolean WANT (a feature Merak does not have). */
+static int expect_bool(const loader *L, const char *key, int want)
+{
+    int b = want;
+    if (get_bool(L, key, want, &b) != 0)
+        return -1;
+    if (b != want) {
+        seterr(L->err, L->errlen, "%s: %s = %s is not supported", L->path, key,
+               b ? "true" : "false");
+        return -1;
+    }
+    return 0;
+}
+
+static int load_gpt2(const loader *L, merak_model_config *c)
+{
+    c->arch = MERAK_ARCH_GPT2;
+    if (get_pos_int(L, "vocab_size", -1, &c->vocab_size) != 0 ||
+        get_pos_int(L, "n_embd", -1, &c->hidden) != 0 ||
+        get_pos_int(L, "n_layer", -1, &c->n_layer) != 0 ||
+        get_pos_int(L, "n_head", -1, &c->n_head) != 0)
+        return -1;
+    /* n_ctx is the older name of n_positions. */
+    const char *pos_key = field(L, "n_positions") || !field(L, "n_ctx") ? "n_positions" : "n_ctx";
+    if (get_pos_int(L, pos_key, -1, &c->max_positions) != 0)
+        return -1;
+    int dflt_ffn = c->hidden <= INT_MAX / 4 ? 4 * c->hidden : INT_MAX;
+    if (get_pos_int(L, "n_inner", dflt_ffn, &c->ffn_hidden) != 0)
+        return -1;
+    c->n_kv_head = c->n_head;
+
+    double eps, std, resid, embd;
+    if (get_positive_num(L, "layer_norm_epsilon", 1e-5, &eps) != 0 ||
+        get_num(L, "initializer_range", 0.02, &std) != 0 ||
+        get_bool(L, "tie_word_embeddings", 1, &c->tie_embeddings) != 0 ||
+        expect_string(L, "activation_function", "gelu_new", "gelu_pytorch_tanh") != 0 ||
+        expect_bool(L, "scale_attn_by_inverse_layer_idx", 0) != 0 ||
+        expect_bool(L, "scale_attn_weights", 1) != 0 ||
+        get_num(L, "resid_pdrop", -1.0, &resid) != 0 ||
+        get_num(L, "embd_pdrop", -1.0, &embd) != 0)
+        return -1;
+    /* Merak has one dropout probability for residual and embedding dropout
+     * (attention-probability dropout, attn_pdrop, is not modelled). */
+    if (field(L, "resid_pdrop") && field(L, "embd_pdrop") && resid != embd) {
+        seterr(L->err, L->errlen,
+               "%s: resid_pdrop (%g) and embd_pdrop (%g) differ; Merak uses one dropout "
+               "probability for both",
+               L->path, resid, embd);
+        return -1;
+    }
+    double p = field(L, "resid_pdrop") ? resid : field(L, "embd_pdrop") ? embd : 0.0;
+    if (!(p >= 0 && p < 1)) {
+        seterr(L->err, L->errlen, "%s: dropout probability %g must be in [0, 1)", L->path, p);
+        return -1;
+    }
+    if (!(std >= 0 && std < 1e30)) {
+        seterr(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
+        return -1;
+    }
+    c->norm_eps = (float)eps;
+    c->init_std = (float)std;
+    c->dropout = (float)p;
+    c->rope_theta = 0.0f;
+    return 0;
+}
+
+static int load_llama(const loader *L, merak_model_config *c)
+{
+    c->arch = MERAK_ARCH_LLAMA;
+    if (get_pos_int(L, "vocab_size", -1, &c->vocab_size) != 0 ||
+        get_pos_int(L, "hidden_size", -1, &c->hidden) != 0 ||
+        get_pos_int(L, "intermediate_size", -1, &c->ffn_hidden) != 0 ||
+        get_pos_int(L, "num_hidden_layers", -1, &c->n_layer) != 0 ||
+        get_pos_int(L, "num_attention_heads", -1, &c->n_head) != 0 ||
+        get_pos_int(L, "num_key_value_heads", c->n_head, &c->n_kv_head) != 0 ||
+        get_pos_int(L, "max_position_embeddings", -1, &c->max_positions) != 0)
+        return -1;
+
+    /* Newer configs spell head_dim out; Merak derives it as hidden / n_head. */
+    int head_dim = 0;
+    if (field(L, "head_dim") && get_pos_int(L, "head_dim", -1, &head_dim) != 0)
+        return -1;
+    if (field(L, "head_dim") && (int64_t)head_dim * c->n_head != c->hidden) {
+        seterr(L->err, L->errlen,
+               "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d); not supported",
+               L->path, head_dim, c->hidden, c->n_head);
+        return -1;
+    }
+
+    double eps, theta, std;
+    if (get_positive_num(L, "rms_norm_eps", 1e-6, &eps) != 0 ||
+        get_positive_num(L, "rope_theta", 10000.0, &theta) != 0 ||
+        get_num(L, "initializer_range", 0.02, &std) != 0 ||
+        get_bool(L, "tie_word_embeddings", 0, &c->tie_embeddings) != 0 ||
+        expect_string(L, "hidden_act", "silu", NULL) != 0 ||
+        expect_bool(L, "attention_bias", 0) != 0 || expect_bool(L, "mlp_bias", 0) != 0)
+        return -1;
+    if (field(L, "rope_scaling")) {
+        seterr(L->err, L->errlen,
+               "%s: rope_scaling is not supported (remove it or set it to null)", L->path);
+        return -1;
+    }
+    if (!(std >= 0 && std < 1e30)) {
+        seterr(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
+        return -1;
+    }
+    c->norm_eps = (float)eps;
+    c->rope_theta = (float)theta;
+    c->init_std = (float)std;
+    c->dropout = 0.0f; /* LLaMA has no residual or embedding dropout */
+    return 0;
+}
+
+int merak_model_config_load(const char *path, merak_model_config *cfg, char *err,
+                            size_t errlen)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(fp, 0, &jerr);
+    int close_rc = fclose(fp);
+    if (!root) {
+        seterr(err, errlen, "%s: malformed JSON at line %d, column %d: %s", path, jerr.line,
+               jerr.column, jerr.text);
+        return -1;
+    }
+    int rc = -1;
+    loader L = {.path = path, .root = root, .err = err, .errlen = errlen};
+    merak_model_config c;
+    memset(&c, 0, sizeof(c));
+    if (close_rc != 0) {
+        seterr(err, errlen, "%s: close: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        seterr(err, errlen, "%s: top level is %s, not a JSON object", path,
+               json_type_name(root));
+        goto out;
+    }
+    json_t *mt = field(&L, "model_type");
+    if (!mt) {
+        missing(&L, "model_type");
+        goto out;
+    }
+    if (!json_is_string(mt)) {
+        wrong_type(&L, "model_type", "a string", mt);
+        goto out;
+    }
+    const char *type = json_string_value(mt);
+    if (strcmp(type, "gpt2") == 0) {
+        if (load_gpt2(&L, &c) != 0)
+            goto out;
+    } else if (strcmp(type, "llama") == 0) {
+        if (load_llama(&L, &c) != 0)
+            goto out;
+    } else {
+        seterr(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2 or llama)",
+               path, type);
+        goto out;
+    }
+    snprintf(c.name, sizeof(c.name), "%s", type);
+    *cfg = c;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+int merak_model_config_resolve(const char *spec, merak_model_config *cfg, char *err,
+                               size_t errlen)
+{
+    if (!spec || !*spec) {
+        seterr(err, errlen, "empty model name (give a preset or a config.json path)");
+        return -1;
+    }
+    size_t len = strlen(spec);
+    if (strchr(spec, '/') || (len >= 5 && strcmp(spec + len - 5, ".json") == 0))
+        return merak_model_config_load(spec, cfg, err, errlen);
+    if (merak_model_preset(spec, cfg) == 0)
+        return 0;
+
+    char list[512] = "";
+    size_t used = 0;
+    for (int i = 0; preset_names[i] && used < sizeof(list); i++) {
+        int k = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
+                         preset_names[i]);
+        if (k < 0)
+            break;
+        used += (size_t)k;
+    }
+    seterr(err, errlen, "unknown model '%.64s' (presets: %s)", spec, list);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ checks */
+
+int merak_model_config_check(const merak_model_config *c, char *err, size_t errlen)
+{
+    const char *nm = c->name[0] ? c->name : "model";
+    if (c->arch != MERAK_ARCH_GPT2 && c->arch != MERAK_ARCH_LLAMA) {
+        seterr(err, errlen, "%s: unknown architecture %d (expected GPT2 or LLAMA)", nm,
+               (int)c->arch);
+        return -1;
+    }
+    const struct {
+        const char *field;
+        int value;
+    } sizes[] = {
+        {"vocab_size", c->vocab_size}, {"max_positions", c->max_positions},
+        {"hidden", c->hidden},         {"n_layer", c->n_layer},
+        {"n_head", c->n_head},         {"n_kv_head", c->n_kv_head},
+        {"ffn_hidden", c->ffn_hidden},
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        if (sizes[i].value <= 0) {
+            seterr(err, errlen, "%s: %s is %d; it must be positive", nm, sizes[i].field,
+                   sizes[i].value);
+            return -1;
+        }
+    }
+    if (c->hidden % c->n_head != 0) {
+        seterr(err, errlen,
+               "%s: hidden %d is not a multiple of n_head %d; change hidden or n_head", nm,
+               c->hidden, c->n_head);
+        return -1;
+    }
+    if (c->n_kv_head > c->n_head || c->n_head % c->n_kv_head != 0) {
+        seterr(err, errlen,
+               "%s: n_head %d is not a multiple of n_kv_head %d; pick n_kv_head dividing n_head",
+               nm, c->n_head, c->n_kv_head);
+        return -1;
+    }
+    if (c->arch == MERAK_ARCH_GPT2 && c->n_kv_head != c->n_head) {
+        seterr(err, errlen,
+               "%s: GPT-2 has no grouped-query attention; set n_kv_head to n_head (%d)", nm,
+               c->n_head);
+        return -1;
+    }
+    if (c->arch == MERAK_ARCH_LLAMA) {
+        int head_dim = c->hidden / c->n_head;
+        if (head_dim % 2 != 0) {
+            seterr(err, errlen,
+                   "%s: head_dim = hidden / n_head = %d is odd; RoPE needs an even head_dim, "
+                   "change hidden or n_head",
+                   nm, head_dim);
+            return -1;
+        }
+        if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) {
+            seterr(err, errlen, "%s: rope_theta %g must be positive", nm, (double)c->rope_theta);
+            return -1;
+        }
+    }
+    if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) {
+        seterr(err, errlen, "%s: norm_eps %g must be positive", nm, (double)c->norm_eps);
+        return -1;
+    }
+    if (!(c->dropout >= 0 && c->dropout < 1)) {
+        seterr(err, errlen, "%s: dropout %g must be in [0, 1)", nm, (double)c->dropout);
+        return -1;
+    }
+    if (!(c->init_std >= 0) || !isfinite(c->init_std)) {
+        seterr(err, errlen, "%s: init_std %g must be a non-negative number", nm,
+               (double)c->init_std);
+        return -1;
+    }
+    if (c->tie_embeddings != 0 && c->tie_embeddings != 1) {
+        seterr(err, errlen, "%s: tie_embeddings %d must be 0 or 1", nm, c->tie_embeddings);
+        return -1;
+    }
+    return 0;
+}

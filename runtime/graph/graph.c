@@ -1,0 +1,508 @@
+/*
+ * graph.c - building the model graph: tensors, parameters, ops, shape
+ * inference and the per-op cost model (FLOPs and bytes).
+ *
+ * Every builder call validates its arguments and either appends exactly one
+ * tensor (and op) or changes nothing and leaves a message in g->err.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+
+static const char *const op_names[MERAK_OP_COUNT_] = {
+    [MERAK_OP_EMBEDDING] = "embedding",
+    [MERAK_OP_POS_EMBEDDING] = "pos_embedding",
+    [MERAK_OP_LAYERNORM] = "layernorm",
+    [MERAK_OP_RMSNORM] = "rmsnorm",
+    [MERAK_OP_LINEAR] = "linear",
+    [MERAK_OP_ATTENTION] = "attention",
+    [MERAK_OP_GELU] = "gelu",
+    [MERAK_OP_SWIGLU] = "swiglu",
+    [MERAK_OP_ADD] = "add",
+    [MERAK_OP_DROPOUT] = "dropout",
+    [MERAK_OP_CROSS_ENTROPY] = "cross_entropy",
+};
+
+const char *merak_op_name(merak_op_type t)
+{
+    return (t >= 0 && t < MERAK_OP_COUNT_) ? op_names[t] : "?";
+}
+
+static int fail(merak_graph *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err, sizeof g->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+merak_graph *merak_graph_create(void)
+{
+    merak_graph *g = calloc(1, sizeof *g);
+    if (g)
+        g->loss = -1;
+    return g;
+}
+
+void merak_graph_destroy(merak_graph *g)
+{
+    if (!g)
+        return;
+    free(g->tensors);
+    free(g->ops);
+    free(g);
+}
+
+const char *merak_graph_error(const merak_graph *g) { return g->err; }
+int merak_graph_num_ops(const merak_graph *g) { return g->nops; }
+int merak_graph_num_tensors(const merak_graph *g) { return g->ntensors; }
+int merak_graph_num_params(const merak_graph *g) { return g->nparams; }
+
+int64_t merak_tensor_elems(const merak_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+int64_t merak_graph_param_elems(const merak_graph *g)
+{
+    int64_t n = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].kind == MERAK_T_PARAM && g->tensors[i].tied_to < 0)
+            n += merak_tensor_elems(&g->tensors[i]);
+    return n;
+}
+
+double merak_graph_flops(const merak_graph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->nops; i++)
+        f += g->ops[i].flops;
+    return f;
+}
+
+int merak_graph_param_root(const merak_graph *g, int t)
+{
+    while (g->tensors[t].tied_to >= 0)
+        t = g->tensors[t].tied_to;
+    return t;
+}
+
+int merak_op_reads(const merak_op *o, int t)
+{
+    for (int i = 0; i < o->nin; i++)
+        if (o->in[i] == t)
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ tensors */
+
+static int valid_tensor(const merak_graph *g, int t)
+{
+    return t >= 0 && t < g->ntensors;
+}
+
+static int check_name(merak_graph *g, const char *name)
+{
+    if (!name || !*name)
+        return fail(g, "tensor name is empty");
+    if (strlen(name) >= MERAK_NAME_MAX)
+        return fail(g, "tensor name '%.40s...' is longer than %d characters", name,
+                    MERAK_NAME_MAX - 1);
+    for (int i = 0; i < g->ntensors; i++)
+        if (strcmp(g->tensors[i].name, name) == 0)
+            return fail(g, "tensor name '%s' is used twice", name);
+    return 0;
+}
+
+static int check_shape(merak_graph *g, const char *name, int ndim, const int64_t *shape)
+{
+    if (ndim < 1 || ndim > MERAK_MAX_DIMS)
+        return fail(g, "%s: %d dimensions (expected 1 to %d)", name, ndim, MERAK_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40))
+            return fail(g, "%s: dimension %d is %lld", name, i, (long long)shape[i]);
+    return 0;
+}
+
+/* Appends a tensor; returns its id or -1 (out of memory). */
+static int add_tensor(merak_graph *g, const char *name, merak_tensor_kind kind,
+                      merak_dtype dtype, int ndim, const int64_t *shape)
+{
+    if (g->ntensors == g->cap_tensors) {
+        int cap = g->cap_tensors ? 2 * g->cap_tensors : 64;
+        merak_tensor *t = realloc(g->tensors, (size_t)cap * sizeof *t);
+        if (!t)
+            return fail(g, "out of memory");
+        g->tensors = t;
+        g->cap_tensors = cap;
+    }
+    merak_tensor *t = &g->tensors[g->ntensors];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->kind = kind;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->producer = -1;
+    t->tied_to = -1;
+    t->param_index = -1;
+    return g->ntensors++;
+}
+
+int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype, int ndim,
+                      const int64_t *shape)
+{
+    if (check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
+        return -1;
+    return add_tensor(g, name, MERAK_T_INPUT, dtype, ndim, shape);
+}
+
+int merak_graph_param(merak_graph *g, const char *name, int ndim, const int64_t *shape,
+                      merak_init init, merak_tp_attr tp, merak_hf_layout layout)
+{
+    if (check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
+        return -1;
+    if (init.kind == MERAK_INIT_NORMAL && !(init.std > 0 && isfinite(init.std)))
+        return fail(g, "%s: init std %g is not positive", name, init.std);
+    if (layout == MERAK_HF_TRANSPOSED && ndim != 2)
+        return fail(g, "%s: only 2-d parameters can be stored transposed", name);
+    int t = add_tensor(g, name, MERAK_T_PARAM, MERAK_F32, ndim, shape);
+    if (t < 0)
+        return -1;
+    g->tensors[t].init = init;
+    g->tensors[t].tp = tp;
+    g->tensors[t].layout = layout;
+    g->tensors[t].param_index = g->nparams++;
+    return t;
+}
+
+int merak_graph_tie(merak_graph *g, int alias, int param)
+{
+    if (!valid_tensor(g, alias) || !valid_tensor(g, param) || alias == param)
+        return fail(g, "tie: bad tensor ids %d, %d", alias, param);
+    merak_tensor *a = &g->tensors[alias], *p = &g->tensors[param];
+    if (a->kind != MERAK_T_PARAM || p->kind != MERAK_T_PARAM)
+        return fail(g, "tie: %s and %s must both be parameters", a->name, p->name);
+    if (a->tied_to >= 0)
+        return fail(g, "tie: %s is already tied", a->name);
+    if (a->ndim != p->ndim || memcmp(a->shape, p->shape, (size_t)a->ndim * sizeof *a->shape))
+        return fail(g, "tie: %s and %s have different shapes", a->name, p->name);
+    int root = merak_graph_param_root(g, param);
+    if (root == alias)
+        return fail(g, "tie: %s would be tied to itself", a->name);
+    /* Renumber the distinct parameters after the alias drops out. */
+    int gone = a->param_index;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].param_index > gone)
+            g->tensors[i].param_index--;
+    a->param_index = -1;
+    a->tied_to = root;
+    g->nparams--;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ ops */
+
+/* Checks that t is a tensor of the given kind set and dtype. */
+static int want(merak_graph *g, const char *op, int t, merak_dtype dtype, int allow_param)
+{
+    if (!valid_tensor(g, t))
+        return fail(g, "%s: tensor id %d does not exist", op, t);
+    const merak_tensor *x = &g->tensors[t];
+    if (x->dtype != dtype)
+        return fail(g, "%s: %s has the wrong dtype", op, x->name);
+    if (!allow_param && x->kind == MERAK_T_PARAM)
+        return fail(g, "%s: %s is a parameter, expected an activation", op, x->name);
+    if (allow_param == 2 && x->kind != MERAK_T_PARAM)
+        return fail(g, "%s: %s is not a parameter", op, x->name);
+    return 0;
+}
+
+static int want_param(merak_graph *g, const char *op, int t, int ndim)
+{
+    if (want(g, op, t, MERAK_F32, 2) < 0)
+        return -1;
+    if (g->tensors[t].ndim != ndim)
+        return fail(g, "%s: parameter %s has %d dimensions (expected %d)", op,
+                    g->tensors[t].name, g->tensors[t].ndim, ndim);
+    return 0;
+}
+
+static int64_t last_dim(const merak_graph *g, int t)
+{
+    return g->tensors[t].shape[g->tensors[t].ndim - 1];
+}
+
+static int same_shape(const merak_graph *g, int a, int b)
+{
+    const merak_tensor *x = &g->tensors[a], *y = &g->tensors[b];
+    return x->ndim == y->ndim &&
+           !memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape);
+}
+
+/* Appends op o producing a new activation of the given shape. */
+static int add_op(merak_graph *g, merak_op *o, merak_dtype dtype, int ndim,
+                  const int64_t *shape)
+{
+    char name[MERAK_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%d", merak_op_name(o->type), g->nops);
+    if (g->nops == g->cap_ops) {
+        int cap = g->cap_ops ? 2 * g->cap_ops : 64;
+        merak_op *ops = realloc(g->ops, (size_t)cap * sizeof *ops);
+        if (!ops)
+            return fail(g, "out of memory");
+        g->ops = ops;
+        g->cap_ops = cap;
+    }
+    int t = add_tensor(g, name, MERAK_T_ACT, dtype, ndim, shape);
+    if (t < 0)
+        return -1;
+    g->tensors[t].producer = g->nops;
+    o->out = t;
+    /* Bytes: every input read once and the output written once. */
+    double bytes = 4.0 * (double)merak_tensor_elems(&g->tensors[t]);
+    for (int i = 0; i < o->nin; i++)
+        if (o->in[i] >= 0)
+            bytes += 4.0 * (double)merak_tensor_elems(&g->tensors[o->in[i]]);
+    o->bytes = bytes;
+    g->ops[g->nops++] = *o;
+    return t;
+}
+
+static merak_op new_op(merak_op_type type, int nin, const int *in)
+{
+    merak_op o;
+    memset(&o, 0, sizeof o);
+    o.type = type;
+    o.nin = nin;
+    for (int i = 0; i < MERAK_OP_MAX_IN; i++)
+        o.in[i] = i < nin ? in[i] : -1;
+    return o;
+}
+
+int merak_op_embedding(merak_graph *g, int ids, int wte)
+{
+    if (want(g, "embedding", ids, MERAK_I32, 0) < 0 || want_param(g, "embedding", wte, 2) < 0)
+        return -1;
+    const merak_tensor *x = &g->tensors[ids];
+    if (x->ndim != 2)
+        return fail(g, "embedding: ids %s must be (B,T)", x->name);
+    int64_t shape[3] = {x->shape[0], x->shape[1], g->tensors[wte].shape[1]};
+    merak_op o = new_op(MERAK_OP_EMBEDDING, 2, (int[]){ids, wte});
+    return add_op(g, &o, MERAK_F32, 3, shape);
+}
+
+int merak_op_pos_embedding(merak_graph *g, int x, int wpe)
+{
+    if (want(g, "pos_embedding", x, MERAK_F32, 0) < 0 ||
+        want_param(g, "pos_embedding", wpe, 2) < 0)
+        return -1;
+    const merak_tensor *t = &g->tensors[x], *p = &g->tensors[wpe];
+    if (t->ndim != 3 || p->shape[1] != t->shape[2])
+        return fail(g, "pos_embedding: %s and %s do not match", t->name, p->name);
+    if (t->shape[1] > p->shape[0])
+        return fail(g, "sequence length %lld is beyond the model's %lld positions",
+                    (long long)t->shape[1], (long long)p->shape[0]);
+    merak_op o = new_op(MERAK_OP_POS_EMBEDDING, 2, (int[]){x, wpe});
+    o.flops = (double)merak_tensor_elems(t);
+    return add_op(g, &o, MERAK_F32, 3, t->shape);
+}
+
+static int norm_op(merak_graph *g, merak_op_type type, int x, int w, int b, float eps)
+{
+    const char *name = merak_op_name(type);
+    if (want(g, name, x, MERAK_F32, 0) < 0 || want_param(g, name, w, 1) < 0)
+        return -1;
+    if (b >= 0 && want_param(g, name, b, 1) < 0)
+        return -1;
+    int64_t C = last_dim(g, x);
+    if (g->tensors[w].shape[0] != C || (b >= 0 && g->tensors[b].shape[0] != C))
+        return fail(g, "%s: parameters of %s do not have %lld elements", name,
+                    g->tensors[x].name, (long long)C);
+    if (!(eps > 0))
+        return fail(g, "%s: eps must be positive", name);
+    merak_op o = new_op(type, b >= 0 ? 3 : 2, (int[]){x, w, b});
+    o.eps = eps;
+    o.flops = 8.0 * (double)merak_tensor_elems(&g->tensors[x]);
+    return add_op(g, &o, MERAK_F32, g->tensors[x].ndim, g->tensors[x].shape);
+}
+
+int merak_op_layernorm(merak_graph *g, int x, int w, int b, float eps)
+{
+    return norm_op(g, MERAK_OP_LAYERNORM, x, w, b, eps);
+}
+
+int merak_op_rmsnorm(merak_graph *g, int x, int w, float eps)
+{
+    return norm_op(g, MERAK_OP_RMSNORM, x, w, -1, eps);
+}
+
+int merak_op_linear(merak_graph *g, int x, int w, int b)
+{
+    if (want(g, "linear", x, MERAK_F32, 0) < 0 || want_param(g, "linear", w, 2) < 0)
+        return -1;
+    if (b >= 0 && want_param(g, "linear", b, 1) < 0)
+        return -1;
+    const merak_tensor *t = &g->tensors[x], *W = &g->tensors[w];
+    int64_t K = last_dim(g, x), O = W->shape[0];
+    if (W->shape[1] != K)
+        return fail(g, "linear: %s is (%lld,%lld) but its input %s has %lld features",
+                    W->name, (long long)O, (long long)W->shape[1], t->name, (long long)K);
+    if (b >= 0 && g->tensors[b].shape[0] != O)
+        return fail(g, "linear: bias %s does not have %lld elements", g->tensors[b].name,
+                    (long long)O);
+    int64_t shape[MERAK_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[t->ndim - 1] = O;
+    merak_op o = new_op(MERAK_OP_LINEAR, b >= 0 ? 3 : 2, (int[]){x, w, b});
+    o.flops = 2.0 * (double)(merak_tensor_elems(t) / K) * (double)K * (double)O;
+    return add_op(g, &o, MERAK_F32, t->ndim, shape);
+}
+
+int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head, int n_kv_head,
+                       float rope_theta)
+{
+    int fused = (k < 0 && v < 0);
+    if (want(g, "attention", q, MERAK_F32, 0) < 0)
+        return -1;
+    if (!fused && (want(g, "attention", k, MERAK_F32, 0) < 0 ||
+                   want(g, "attention", v, MERAK_F32, 0) < 0))
+        return -1;
+    if (n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head)
+        return fail(g, "attention: %d heads are not a multiple of %d kv heads", n_head,
+                    n_kv_head);
+    const merak_tensor *Q = &g->tensors[q];
+    if (Q->ndim != 3)
+        return fail(g, "attention: %s must be (B,T,features)", Q->name);
+    int64_t B = Q->shape[0], T = Q->shape[1], hd;
+    if (fused) {
+        int64_t width = Q->shape[2], parts = n_head + 2 * (int64_t)n_kv_head;
+        if (width % parts)
+            return fail(g, "attention: fused qkv width %lld is not divisible by %lld heads",
+                        (long long)width, (long long)parts);
+        hd = width / parts;
+    } else {
+        if (Q->shape[2] % n_head)
+            return fail(g, "attention: %lld query features are not divisible by %d heads",
+                        (long long)Q->shape[2], n_head);
+        hd = Q->shape[2] / n_head;
+        const int64_t kv_shape[3] = {B, T, hd * n_kv_head};
+        for (int i = 0; i < 2; i++) {
+            const merak_tensor *X = &g->tensors[i ? v : k];
+            if (X->ndim != 3 || memcmp(X->shape, kv_shape, sizeof kv_shape))
+                return fail(g, "attention: %s must be (%lld,%lld,%lld)", X->name,
+                            (long long)B, (long long)T, (long long)kv_shape[2]);
+        }
+    }
+    if (rope_theta < 0 || (rope_theta > 0 && hd % 2))
+        return fail(g, "attention: rotary embeddings need an even head size (got %lld)",
+                    (long long)hd);
+    int64_t shape[3] = {B, T, hd * n_head};
+    merak_op o = fused ? new_op(MERAK_OP_ATTENTION, 1, (int[]){q})
+                       : new_op(MERAK_OP_ATTENTION, 3, (int[]){q, k, v});
+    o.n_head = n_head;
+    o.n_kv_head = n_kv_head;
+    o.head_dim = (int)hd;
+    o.rope_theta = rope_theta;
+    o.fused_qkv = fused;
+    /* QK^T and PV over the causal half, plus the softmax. */
+    o.flops = (double)B * n_head * ((double)T * (T + 1) / 2) * (4.0 * (double)hd + 5.0);
+    return add_op(g, &o, MERAK_F32, 3, shape);
+}
+
+static int unary_op(merak_graph *g, merak_op_type type, int x, double flops_per_elem)
+{
+    if (want(g, merak_op_name(type), x, MERAK_F32, 0) < 0)
+        return -1;
+    merak_op o = new_op(type, 1, (int[]){x});
+    o.flops = flops_per_elem * (double)merak_tensor_elems(&g->tensors[x]);
+    return add_op(g, &o, MERAK_F32, g->tensors[x].ndim, g->tensors[x].shape);
+}
+
+static int binary_op(merak_graph *g, merak_op_type type, int a, int b, double flops_per_elem)
+{
+    const char *name = merak_op_name(type);
+    if (want(g, name, a, MERAK_F32, 0) < 0 || want(g, name, b, MERAK_F32, 0) < 0)
+        return -1;
+    if (!same_shape(g, a, b))
+        return fail(g, "%s: %s and %s have different shapes", name, g->tensors[a].name,
+                    g->tensors[b].name);
+    merak_op o = new_op(type, 2, (int[]){a, b});
+    o.flops = flops_per_elem * (double)merak_tensor_elems(&g->tensors[a]);
+    return add_op(g, &o, MERAK_F32, g->tensors[a].ndim, g->tensors[a].shape);
+}
+
+int merak_op_gelu(merak_graph *g, int x) { return unary_op(g, MERAK_OP_GELU, x, 8); }
+int merak_op_swiglu(merak_graph *g, int gate, int up)
+{
+    return binary_op(g, MERAK_OP_SWIGLU, gate, up, 6);
+}
+int merak_op_add(merak_graph *g, int a, int b) { return binary_op(g, MERAK_OP_ADD, a, b, 1); }
+
+int merak_op_dropout(merak_graph *g, int x, float p)
+{
+    if (!(p >= 0 && p < 1))
+        return fail(g, "dropout: probability %g is not in [0,1)", p);
+    int t = unary_op(g, MERAK_OP_DROPOUT, x, 2);
+    if (t >= 0)
+        g->ops[g->nops - 1].p = p;
+    return t;
+}
+
+int merak_op_cross_entropy(merak_graph *g, int logits, int targets)
+{
+    if (want(g, "cross_entropy", logits, MERAK_F32, 0) < 0 ||
+        want(g, "cross_entropy", targets, MERAK_I32, 0) < 0)
+        return -1;
+    const merak_tensor *L = &g->tensors[logits], *Y = &g->tensors[targets];
+    if (L->ndim != Y->ndim + 1 || memcmp(L->shape, Y->shape, (size_t)Y->ndim * sizeof *Y->shape))
+        return fail(g, "cross_entropy: logits %s and targets %s do not match", L->name,
+                    Y->name);
+    if (g->loss >= 0)
+        return fail(g, "cross_entropy: the graph already has a loss");
+    merak_op o = new_op(MERAK_OP_CROSS_ENTROPY, 2, (int[]){logits, targets});
+    o.flops = 5.0 * (double)merak_tensor_elems(L);
+    int t = add_op(g, &o, MERAK_F32, 1, (int64_t[]){1});
+    if (t >= 0)
+        g->loss = t;
+    return t;
+}
+
+/* ------------------------------------------------------------------ printing */
+
+static int shape_str(const merak_tensor *t, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "(");
+    for (int i = 0; i < t->ndim; i++)
+        n += snprintf(buf + n, len > (size_t)n ? len - (size_t)n : 0, "%s%lld", i ? "," : "",
+                      (long long)t->shape[i]);
+    n += snprintf(buf + n, len > (size_t)n ? len - (size_t)n : 0, ")");
+    return n;
+}
+
+int merak_graph_print(const merak_graph *g, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const merak_op *o = &g->ops[i];
+        char s[64];
+        shape_str(&g->tensors[o->out], s, sizeof s);
+        n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0,
+                              "%4d %-14s %-18s", i, merak_op_name(o->type), s);
+        for (int j = 0; j < o->nin; j++)
+            if (o->in[j] >= 0)
+                n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, " %s",
+                                      g->tensors[o->in[j]].name);
+        n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "\n");
+    }
+    return (int)n;
+}

@@ -1,0 +1,514 @@
+/*
+ * exec.c - the executor: memory plan, then forward and split backward over a
+ * slice of the graph's ops, dispatching each op to the backend's kernels.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "graph/graph.h"
+
+#define ALIGN_FLOATS 16 /* 64-byte alignment of every buffer carved from an arena */
+
+struct merak_exec {
+    const merak_graph *g;
+    const merak_kernels *k;
+    int op_begin, op_end, nslots;
+
+    /* parameters: distinct roots read by the slice, carved from two flat buffers */
+    int nparams;
+    int *param_tensor;     /* [nparams] graph tensor id (a root) */
+    size_t *param_off;     /* [nparams] offset in floats */
+    size_t *param_n;       /* [nparams] elements */
+    int *param_of;         /* [ntensors] param index for any tensor tied to it, or -1 */
+    float *params, *grads;
+    size_t flat_n;
+
+    /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
+    int64_t *t_off;        /* [ntensors] offset in the value arena (floats) or -1 */
+    int64_t *g_off;        /* [ntensors] offset in the gradient arena or -1 */
+    int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
+    size_t act_floats, grad_floats;
+    float *act, *gradarena;
+    float *scratch;        /* attention backward, shared by all slots */
+
+    float loss_scale;
+    uint64_t *seed;        /* [nslots] dropout seed of the slot's forward */
+    double *loss;          /* [nslots] */
+};
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+
+static float *alloc_floats(size_t n)
+{
+    void *p = NULL;
+    if (n == 0)
+        n = ALIGN_FLOATS;
+    if (posix_memalign(&p, 64, n * sizeof(float)))
+        return NULL;
+    memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+/* Rows N, feature width C of a (.., C) tensor. */
+static int64_t rows_of(const merak_tensor *t) { return merak_tensor_elems(t) / t->shape[t->ndim - 1]; }
+static int64_t cols_of(const merak_tensor *t) { return t->shape[t->ndim - 1]; }
+
+static merak_attn_shape attn_shape(const merak_graph *g, const merak_op *o)
+{
+    const merak_tensor *q = &g->tensors[o->in[0]];
+    merak_attn_shape s;
+    s.B = (int)q->shape[0];
+    s.T = (int)q->shape[1];
+    s.n_head = o->n_head;
+    s.n_kv_head = o->n_kv_head;
+    s.head_dim = o->head_dim;
+    if (o->fused_qkv) {
+        s.q_stride = s.k_stride = s.v_stride = (int)q->shape[2];
+    } else {
+        s.q_stride = o->n_head * o->head_dim;
+        s.k_stride = s.v_stride = o->n_kv_head * o->head_dim;
+    }
+    s.rope_theta = o->rope_theta;
+    return s;
+}
+
+/* Floats an op keeps from forward to backward. */
+static size_t saved_floats(const merak_graph *g, const merak_op *o)
+{
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    switch (o->type) {
+    case MERAK_OP_LAYERNORM: return 2 * (size_t)rows_of(x);      /* mean, rstd */
+    case MERAK_OP_RMSNORM: return (size_t)rows_of(x);            /* rstd */
+    case MERAK_OP_CROSS_ENTROPY: return (size_t)rows_of(x);      /* per-row losses */
+    case MERAK_OP_ATTENTION: {
+        merak_attn_shape s = attn_shape(g, o);
+        size_t n = round_up((size_t)s.B * s.n_head * s.T * s.T);  /* probs */
+        if (s.rope_theta > 0)                                     /* rotated q, k */
+            n += round_up((size_t)s.B * s.T * s.n_head * s.head_dim) +
+                 (size_t)s.B * s.T * s.n_kv_head * s.head_dim;
+        return n;
+    }
+    default: return 0;
+    }
+}
+
+int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
+                      char *err, size_t errlen)
+{
+    *out = NULL;
+    int begin = opts->op_begin, end = opts->op_end < 0 ? g->nops : opts->op_end;
+    if (begin < 0 || begin >= end || end > g->nops)
+        return fail(err, errlen, "executor: op range [%d,%d) is not inside the graph's %d ops",
+                    begin, end, g->nops);
+    if (opts->nslots < 1)
+        return fail(err, errlen, "executor: %d slots (need at least 1)", opts->nslots);
+    if (!opts->kernels)
+        return fail(err, errlen, "executor: no kernels");
+
+    merak_exec *e = calloc(1, sizeof *e);
+    if (!e)
+        return fail(err, errlen, "executor: out of memory");
+    e->g = g;
+    e->k = opts->kernels;
+    e->op_begin = begin;
+    e->op_end = end;
+    e->nslots = opts->nslots;
+    e->loss_scale = 1.0f;
+    int nt = g->ntensors;
+    e->param_tensor = calloc((size_t)nt, sizeof *e->param_tensor);
+    e->param_off = calloc((size_t)nt, sizeof *e->param_off);
+    e->param_n = calloc((size_t)nt, sizeof *e->param_n);
+    e->param_of = malloc((size_t)nt * sizeof *e->param_of);
+    e->t_off = malloc((size_t)nt * sizeof *e->t_off);
+    e->g_off = malloc((size_t)nt * sizeof *e->g_off);
+    e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
+    e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
+    e->loss = calloc((size_t)e->nslots, sizeof *e->loss);
+    if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->t_off ||
+        !e->g_off || !e->save_off || !e->seed || !e->loss) {
+        merak_exec_destroy(e);
+        return fail(err, errlen, "executor: out of memory");
+    }
+    for (int t = 0; t < nt; t++)
+        e->param_of[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
+    for (int i = 0; i < g->nops; i++)
+        e->save_off[i] = -1;
+
+    /* Parameters in first-use order; tensors and saved values carved from
+     * the slot arena, gradients of float tensors from the gradient arena. */
+    size_t scratch_n = 0;
+    for (int i = begin; i < end; i++) {
+        const merak_op *o = &g->ops[i];
+        int uses[MERAK_OP_MAX_IN + 1];
+        int nuse = 0;
+        for (int j = 0; j < o->nin; j++)
+            if (o->in[j] >= 0)
+                uses[nuse++] = o->in[j];
+        uses[nuse++] = o->out;
+        for (int j = 0; j < nuse; j++) {
+            int t = uses[j];
+            const merak_tensor *x = &g->tensors[t];
+            size_t n = (size_t)merak_tensor_elems(x);
+            if (x->kind == MERAK_T_PARAM) {
+                int root = merak_graph_param_root(g, t);
+                if (e->param_of[root] < 0) {
+                    int p = e->nparams++;
+                    e->param_tensor[p] = root;
+                    e->param_n[p] = n;
+                    e->param_off[p] = e->flat_n;
+                    e->flat_n += round_up(n);
+                    e->param_of[root] = p;
+                }
+                e->param_of[t] = e->param_of[root];
+            } else if (e->t_off[t] < 0) {
+                e->t_off[t] = (int64_t)e->act_floats;
+                e->act_floats += round_up(n);   /* int32 ids take one float each */
+                if (x->dtype == MERAK_F32) {
+                    e->g_off[t] = (int64_t)e->grad_floats;
+                    e->grad_floats += round_up(n);
+                }
+            }
+        }
+        size_t s = saved_floats(g, o);
+        if (s) {
+            e->save_off[i] = (int64_t)e->act_floats;
+            e->act_floats += round_up(s);
+        }
+        if (o->type == MERAK_OP_ATTENTION) {
+            merak_attn_shape as = attn_shape(g, o);
+            size_t sn = e->k->attention_scratch_elems(&as);
+            if (sn > scratch_n)
+                scratch_n = sn;
+        }
+    }
+    e->params = alloc_floats(e->flat_n);
+    e->grads = alloc_floats(e->flat_n);
+    e->act = alloc_floats(e->act_floats * (size_t)e->nslots);
+    e->gradarena = alloc_floats(e->grad_floats * (size_t)e->nslots);
+    e->scratch = alloc_floats(scratch_n);
+    if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch) {
+        size_t mb = (e->flat_n * 2 + (e->act_floats + e->grad_floats) * (size_t)e->nslots +
+                     scratch_n) * sizeof(float) >> 20;
+        merak_exec_destroy(e);
+        return fail(err, errlen, "executor: cannot allocate %zu MiB for parameters and activations", mb);
+    }
+    *out = e;
+    return 0;
+}
+
+void merak_exec_destroy(merak_exec *e)
+{
+    if (!e)
+        return;
+    free(e->param_tensor);
+    free(e->param_off);
+    free(e->param_n);
+    free(e->param_of);
+    free(e->t_off);
+    free(e->g_off);
+    free(e->save_off);
+    free(e->params);
+    free(e->grads);
+    free(e->act);
+    free(e->gradarena);
+    free(e->scratch);
+    free(e->seed);
+    free(e->loss);
+    free(e);
+}
+
+/* ------------------------------------------------------------------ accessors */
+
+int merak_exec_num_params(const merak_exec *e) { return e->nparams; }
+int merak_exec_param_tensor(const merak_exec *e, int i) { return e->param_tensor[i]; }
+float *merak_exec_param_data(const merak_exec *e, int i) { return e->params + e->param_off[i]; }
+float *merak_exec_param_grad(const merak_exec *e, int i) { return e->grads + e->param_off[i]; }
+size_t merak_exec_param_elems(const merak_exec *e, int i) { return e->param_n[i]; }
+
+float *merak_exec_params_flat(const merak_exec *e, size_t *n)
+{
+    *n = e->flat_n;
+    return e->params;
+}
+
+float *merak_exec_grads_flat(const merak_exec *e, size_t *n)
+{
+    *n = e->flat_n;
+    return e->grads;
+}
+
+int merak_exec_param_find(const merak_exec *e, int t)
+{
+    return (t >= 0 && t < e->g->ntensors) ? e->param_of[t] : -1;
+}
+
+void *merak_exec_tensor(const merak_exec *e, int slot, int t)
+{
+    if (e->t_off[t] < 0)
+        return NULL;
+    return e->act + (size_t)slot * e->act_floats + e->t_off[t];
+}
+
+float *merak_exec_grad(const merak_exec *e, int slot, int t)
+{
+    if (e->g_off[t] < 0)
+        return NULL;
+    return e->gradarena + (size_t)slot * e->grad_floats + e->g_off[t];
+}
+
+size_t merak_exec_arena_bytes(const merak_exec *e)
+{
+    return (e->act_floats + e->grad_floats) * (size_t)e->nslots * sizeof(float);
+}
+
+void merak_exec_set_loss_scale(merak_exec *e, float scale) { e->loss_scale = scale; }
+double merak_exec_loss(const merak_exec *e, int slot) { return e->loss[slot]; }
+
+void merak_exec_zero_grads(merak_exec *e)
+{
+    memset(e->grads, 0, e->flat_n * sizeof(float));
+}
+
+/* Value of tensor t in the slot: a parameter's data or the arena buffer. */
+static float *val(const merak_exec *e, int slot, int t)
+{
+    if (t < 0)
+        return NULL;
+    int p = e->param_of[t];
+    if (p >= 0)
+        return e->params + e->param_off[p];
+    return merak_exec_tensor(e, slot, t);
+}
+
+/* Gradient of tensor t: a parameter's gradient or the slot's buffer. */
+static float *grad(const merak_exec *e, int slot, int t)
+{
+    if (t < 0)
+        return NULL;
+    int p = e->param_of[t];
+    if (p >= 0)
+        return e->grads + e->param_off[p];
+    return merak_exec_grad(e, slot, t);
+}
+
+static float *saved(const merak_exec *e, int slot, int op)
+{
+    return e->act + (size_t)slot * e->act_floats + e->save_off[op];
+}
+
+/* Per-op dropout seed derived from the slot's seed (splitmix64 finaliser). */
+static uint64_t op_seed(uint64_t seed, int op)
+{
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(op + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* q, k, v pointers of an attention op (fused: three column blocks of one row). */
+static void attn_qkv(const merak_exec *e, const merak_op *o, float *base_q, float *base_k,
+                     float *base_v, float **q, float **k, float **v)
+{
+    if (o->fused_qkv) {
+        *q = base_q;
+        *k = base_q ? base_q + (size_t)o->n_head * o->head_dim : NULL;
+        *v = base_q ? base_q + (size_t)(o->n_head + o->n_kv_head) * o->head_dim : NULL;
+    } else {
+        *q = base_q, *k = base_k, *v = base_v;
+    }
+    (void)e;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+void merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
+{
+    const merak_graph *g = e->g;
+    const merak_kernels *k = e->k;
+    e->seed[slot] = seed;
+    memset(e->gradarena + (size_t)slot * e->grad_floats, 0, e->grad_floats * sizeof(float));
+    for (int i = e->op_begin; i < e->op_end; i++) {
+        const merak_op *o = &g->ops[i];
+        const merak_tensor *x = &g->tensors[o->in[0]];
+        float *out = val(e, slot, o->out);
+        float *in0 = val(e, slot, o->in[0]);
+        float *in1 = val(e, slot, o->in[1]);
+        float *in2 = o->nin > 2 ? val(e, slot, o->in[2]) : NULL;
+        int N = (int)rows_of(x), C = (int)cols_of(x);
+        size_t n = (size_t)merak_tensor_elems(x);
+        switch (o->type) {
+        case MERAK_OP_EMBEDDING: /* ids (B,T): every element is a row */
+            k->embedding_fwd(out, (const int32_t *)in0, in1, (int)n, (int)cols_of(&g->tensors[o->out]));
+            break;
+        case MERAK_OP_POS_EMBEDDING:
+            k->posemb_fwd(out, in0, in1, (int)x->shape[0], (int)x->shape[1], C);
+            break;
+        case MERAK_OP_LAYERNORM: {
+            float *s = saved(e, slot, i);
+            k->layernorm_fwd(out, s, s + N, in0, in1, in2, N, C, o->eps);
+            break;
+        }
+        case MERAK_OP_RMSNORM:
+            k->rmsnorm_fwd(out, saved(e, slot, i), in0, in1, N, C, o->eps);
+            break;
+        case MERAK_OP_LINEAR:
+            k->linear_fwd(out, in0, in1, in2, N, C, (int)cols_of(&g->tensors[o->out]));
+            break;
+        case MERAK_OP_ATTENTION: {
+            merak_attn_shape s = attn_shape(g, o);
+            float *q, *kk, *v, *probs = saved(e, slot, i);
+            float *qr = NULL, *kr = NULL;
+            attn_qkv(e, o, in0, in1, in2, &q, &kk, &v);
+            if (s.rope_theta > 0) {
+                qr = probs + round_up((size_t)s.B * s.n_head * s.T * s.T);
+                kr = qr + round_up((size_t)s.B * s.T * s.n_head * s.head_dim);
+            }
+            k->attention_fwd(&s, out, probs, qr, kr, q, kk, v);
+            break;
+        }
+        case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
+        case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
+        case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
+        case MERAK_OP_DROPOUT: k->dropout_fwd(out, in0, n, o->p, op_seed(seed, i)); break;
+        case MERAK_OP_CROSS_ENTROPY: {
+            float *losses = saved(e, slot, i);
+            k->crossentropy_fwd(losses, in0, (const int32_t *)in1, N, C);
+            double sum = 0;
+            for (int r = 0; r < N; r++)
+                sum += losses[r];
+            e->loss[slot] = sum / N;
+            out[0] = (float)e->loss[slot];
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ backward */
+
+static void op_backward_input(merak_exec *e, int slot, int i)
+{
+    const merak_graph *g = e->g;
+    const merak_kernels *k = e->k;
+    const merak_op *o = &g->ops[i];
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    const float *dout = grad(e, slot, o->out);
+    float *in0 = val(e, slot, o->in[0]), *in1 = val(e, slot, o->in[1]);
+    float *in2 = o->nin > 2 ? val(e, slot, o->in[2]) : NULL;
+    /* Parameters' gradients belong to the weight part. */
+    float *d0 = e->param_of[o->in[0]] < 0 ? grad(e, slot, o->in[0]) : NULL;
+    float *d1 = (o->in[1] >= 0 && e->param_of[o->in[1]] < 0) ? grad(e, slot, o->in[1]) : NULL;
+    int N = (int)rows_of(x), C = (int)cols_of(x);
+    size_t n = (size_t)merak_tensor_elems(x);
+    switch (o->type) {
+    case MERAK_OP_EMBEDDING: break; /* token ids have no gradient */
+    case MERAK_OP_POS_EMBEDDING: if (d0) k->accumulate(d0, dout, n); break;
+    case MERAK_OP_LAYERNORM: {
+        float *s = saved(e, slot, i);
+        if (d0) k->layernorm_bwd_x(d0, dout, in0, in1, s, s + N, N, C);
+        break;
+    }
+    case MERAK_OP_RMSNORM:
+        if (d0) k->rmsnorm_bwd_x(d0, dout, in0, in1, saved(e, slot, i), N, C);
+        break;
+    case MERAK_OP_LINEAR:
+        if (d0) k->linear_bwd_x(d0, dout, in1, N, C, (int)cols_of(&g->tensors[o->out]));
+        break;
+    case MERAK_OP_ATTENTION: {
+        merak_attn_shape s = attn_shape(g, o);
+        float *q, *kk, *v, *dq, *dk, *dv, *probs = saved(e, slot, i);
+        float *qr = NULL, *kr = NULL;
+        attn_qkv(e, o, in0, in1, in2, &q, &kk, &v);
+        attn_qkv(e, o, d0, d1, o->nin > 2 ? grad(e, slot, o->in[2]) : NULL, &dq, &dk, &dv);
+        if (s.rope_theta > 0) {
+            qr = probs + round_up((size_t)s.B * s.n_head * s.T * s.T);
+            kr = qr + round_up((size_t)s.B * s.T * s.n_head * s.head_dim);
+        }
+        if (dq)
+            k->attention_bwd(&s, dq, dk, dv, dout, probs, qr, kr, q, kk, v, e->scratch);
+        break;
+    }
+    case MERAK_OP_GELU: if (d0) k->gelu_bwd(d0, dout, in0, n); break;
+    case MERAK_OP_SWIGLU: if (d0) k->swiglu_bwd(d0, d1, dout, in0, in1, n); break;
+    case MERAK_OP_ADD:
+        if (d0) k->accumulate(d0, dout, n);
+        if (d1) k->accumulate(d1, dout, n);
+        break;
+    case MERAK_OP_DROPOUT:
+        if (d0) k->dropout_bwd(d0, dout, n, o->p, op_seed(e->seed[slot], i));
+        break;
+    case MERAK_OP_CROSS_ENTROPY:
+        /* The graph's loss is the mean over rows: scale by 1/N. */
+        if (d0) k->crossentropy_bwd(d0, in0, (const int32_t *)in1, N, C, e->loss_scale / (float)N);
+        break;
+    default: break;
+    }
+}
+
+static void op_backward_weight(merak_exec *e, int slot, int i)
+{
+    const merak_graph *g = e->g;
+    const merak_kernels *k = e->k;
+    const merak_op *o = &g->ops[i];
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    const float *dout = grad(e, slot, o->out);
+    float *in0 = val(e, slot, o->in[0]);
+    float *dw = grad(e, slot, o->in[1]);
+    float *db = o->nin > 2 ? grad(e, slot, o->in[2]) : NULL;
+    int N = (int)rows_of(x), C = (int)cols_of(x);
+    switch (o->type) {
+    case MERAK_OP_EMBEDDING:
+        k->embedding_bwd_w(dw, dout, (const int32_t *)in0, (int)merak_tensor_elems(x),
+                           (int)cols_of(&g->tensors[o->out]));
+        break;
+    case MERAK_OP_POS_EMBEDDING:
+        k->posemb_bwd_w(dw, dout, (int)x->shape[0], (int)x->shape[1], C);
+        break;
+    case MERAK_OP_LAYERNORM: {
+        float *s = saved(e, slot, i);
+        k->layernorm_bwd_w(dw, db, dout, in0, s, s + N, N, C);
+        break;
+    }
+    case MERAK_OP_RMSNORM:
+        k->rmsnorm_bwd_w(dw, dout, in0, saved(e, slot, i), N, C);
+        break;
+    case MERAK_OP_LINEAR:
+        k->linear_bwd_w(dw, db, dout, in0, N, C, (int)cols_of(&g->tensors[o->out]));
+        break;
+    default: break; /* ops without parameters */
+    }
+}
+
+void merak_exec_backward_input(merak_exec *e, int slot)
+{
+    for (int i = e->op_end - 1; i >= e->op_begin; i--)
+        op_backward_input(e, slot, i);
+}
+
+void merak_exec_backward_weight(merak_exec *e, int slot)
+{
+    for (int i = e->op_end - 1; i >= e->op_begin; i--)
+        op_backward_weight(e, slot, i);
+}
+
+void merak_exec_backward(merak_exec *e, int slot)
+{
+    for (int i = e->op_end - 1; i >= e->op_begin; i--) {
+        op_backward_input(e, slot, i);
+        op_backward_weight(e, slot, i);
+    }
+}

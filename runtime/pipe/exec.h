@@ -1,0 +1,71 @@
+/*
+ * exec.h - runs a graph, or any contiguous slice of its ops (a pipeline
+ * stage), forward and backward, on one backend's kernels.
+ *
+ * Memory is planned once, at creation: the parameters the slice reads (one
+ * flat buffer, and one for their gradients) and, per slot, one arena for the
+ * slice's tensors and the ops' saved values and one for their gradients.  A
+ * slot holds one micro-batch in flight; gpipe needs M slots, 1f1b at most pp.
+ * Nothing is allocated in forward or backward.
+ *
+ * The backward of every op is split into an input-gradient part and a
+ * weight-gradient part, which can run at different times (zero-bubble
+ * schedules); merak_exec_backward runs both, op by op.
+ */
+#ifndef MERAK_EXEC_H
+#define MERAK_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "merak/merak.h"
+
+typedef struct merak_exec merak_exec;
+
+typedef struct merak_exec_opts {
+    int op_begin, op_end;    /* the slice [op_begin, op_end); 0, -1 = whole graph */
+    int nslots;              /* micro-batches in flight (>= 1) */
+    const merak_kernels *kernels;
+} merak_exec_opts;
+
+int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
+                      char *err, size_t errlen);
+void merak_exec_destroy(merak_exec *e);
+
+/* ---- parameters the slice reads (distinct storage, ties followed) */
+int merak_exec_num_params(const merak_exec *e);
+int merak_exec_param_tensor(const merak_exec *e, int i);   /* graph tensor id */
+float *merak_exec_param_data(const merak_exec *e, int i);
+float *merak_exec_param_grad(const merak_exec *e, int i);
+size_t merak_exec_param_elems(const merak_exec *e, int i);
+/* The same storage as two flat buffers of n floats (with alignment gaps,
+ * which stay zero). */
+float *merak_exec_params_flat(const merak_exec *e, size_t *n);
+float *merak_exec_grads_flat(const merak_exec *e, size_t *n);
+/* Index of graph tensor t among the params, or -1. */
+int merak_exec_param_find(const merak_exec *e, int t);
+
+/* ---- tensors of one slot.  Graph inputs (ids, targets) and activations
+ * produced before the slice are written here by the caller before forward;
+ * the gradient of an activation consumed after the slice is written into
+ * merak_exec_grad before backward. */
+void *merak_exec_tensor(const merak_exec *e, int slot, int t);
+float *merak_exec_grad(const merak_exec *e, int slot, int t);
+size_t merak_exec_arena_bytes(const merak_exec *e);  /* all slots, activations + grads */
+
+/* ---- running */
+/* d(objective)/d(loss) for the loss op's backward, e.g. 1/M with M
+ * micro-batches per step. */
+void merak_exec_set_loss_scale(merak_exec *e, float scale);
+/* Forward of one micro-batch.  `seed` drives dropout; pass a value unique to
+ * the (step, micro-batch).  Also zeroes the slot's activation gradients. */
+void merak_exec_forward(merak_exec *e, int slot, uint64_t seed);
+/* Mean loss of the slot's last forward (only if the slice holds the loss). */
+double merak_exec_loss(const merak_exec *e, int slot);
+void merak_exec_backward_input(merak_exec *e, int slot);
+void merak_exec_backward_weight(merak_exec *e, int slot);
+void merak_exec_backward(merak_exec *e, int slot);
+void merak_exec_zero_grads(merak_exec *e);
+
+#endif /* MERAK_EXEC_H */

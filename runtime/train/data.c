@@ -1,0 +1,376 @@
+/*
+ * data.c - token shards in llm.c's format and the window convention
+ * (see data.h).
+ *
+ * Shards are mapped read-only and validated completely when opened, including
+ * a scan of every token against the vocabulary: an out-of-range token would
+ * otherwise surface hours later as an out-of-bounds embedding lookup.
+ */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* glob, mmap, fsync */
+#endif
+
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HEADER_BYTES (MERAK_SHARD_HEADER_INTS * 4)
+
+typedef struct shard {
+    char *path;
+    void *map;            /* whole file, read-only */
+    size_t map_len;
+    const uint8_t *tokens; /* map + HEADER_BYTES */
+    uint64_t n;           /* token count */
+    int tok_bytes;        /* 2 (version 1) or 4 (version 2) */
+} shard;
+
+struct merak_data {
+    char *pattern;
+    int nshard;
+    shard *shards;
+    uint64_t ntokens;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint32_t load_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t token_at(const shard *s, uint64_t i)
+{
+    const uint8_t *p = s->tokens + i * (uint64_t)s->tok_bytes;
+    return s->tok_bytes == 2 ? (uint32_t)(p[0] | p[1] << 8) : load_u32(p);
+}
+
+static int path_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Maps and validates one shard into s (s->path already set). */
+static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
+{
+    const char *path = s->path;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        seterr(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < HEADER_BYTES) {
+        seterr(err, errlen, "%s: truncated: %llu bytes, shorter than the %d-byte header", path,
+               (unsigned long long)size, HEADER_BYTES);
+        close(fd);
+        return -1;
+    }
+    if (size > SIZE_MAX) {
+        seterr(err, errlen, "%s: too large to map", path);
+        close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    /* The mapping keeps the file alive; the descriptor is no longer needed. */
+    if (close(fd) != 0 && map != MAP_FAILED) {
+        seterr(err, errlen, "%s: close: %s", path, strerror(errno));
+        munmap(map, (size_t)size);
+        return -1;
+    }
+    if (map == MAP_FAILED) {
+        seterr(err, errlen, "%s: mmap: %s", path, strerror(map_errno));
+        return -1;
+    }
+    s->map = map;
+    s->map_len = (size_t)size;
+    s->tokens = (const uint8_t *)map + HEADER_BYTES;
+
+    const uint8_t *h = map;
+    int32_t magic = (int32_t)load_u32(h), version = (int32_t)load_u32(h + 4);
+    int32_t count = (int32_t)load_u32(h + 8);
+    if (magic != MERAK_SHARD_MAGIC) {
+        seterr(err, errlen, "%s: bad magic %d (expected %d)", path, magic, MERAK_SHARD_MAGIC);
+        return -1;
+    }
+    if (version != 1 && version != 2) {
+        seterr(err, errlen, "%s: unsupported version %d (expected 1 or 2)", path, version);
+        return -1;
+    }
+    if (count < 0) {
+        seterr(err, errlen, "%s: negative token count %d in the header", path, count);
+        return -1;
+    }
+    s->tok_bytes = version == 1 ? 2 : 4;
+    s->n = (uint64_t)count;
+    uint64_t expect = HEADER_BYTES + s->n * (uint64_t)s->tok_bytes;
+    if (size != expect) {
+        seterr(err, errlen, "%s: %s: %llu bytes, but the header's %llu tokens need %llu", path,
+               size < expect ? "truncated" : "oversized", (unsigned long long)size,
+               (unsigned long long)s->n, (unsigned long long)expect);
+        return -1;
+    }
+    for (uint64_t i = 0; i < s->n; i++) {
+        uint32_t t = token_at(s, i);
+        if (t >= (uint32_t)vocab_size) {
+            seterr(err, errlen, "%s: token %llu is %u, not below the vocab size %d", path,
+                   (unsigned long long)i, t, vocab_size);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void merak_data_close(merak_data *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->nshard; i++) {
+        if (d->shards[i].map)
+            munmap(d->shards[i].map, d->shards[i].map_len);
+        free(d->shards[i].path);
+    }
+    free(d->shards);
+    free(d->pattern);
+    free(d);
+}
+
+int merak_data_open(const char *pattern, int vocab_size, merak_data **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    if (vocab_size <= 0) {
+        seterr(err, errlen, "%s: vocab size %d must be positive", pattern, vocab_size);
+        return -1;
+    }
+    glob_t g;
+    int grc = glob(pattern, 0, NULL, &g);
+    if (grc == GLOB_NOMATCH) {
+        seterr(err, errlen, "no file matches '%s'", pattern);
+        return -1;
+    }
+    if (grc != 0) {
+        seterr(err, errlen, "%s: glob failed (%s)", pattern,
+               grc == GLOB_NOSPACE ? "out of memory" : "read error");
+        globfree(&g);
+        return -1;
+    }
+    if (g.gl_pathc > (size_t)INT32_MAX) {
+        seterr(err, errlen, "%s: too many matching files", pattern);
+        globfree(&g);
+        return -1;
+    }
+    /* glob sorts with strcoll; strcmp makes the order (and hence the window
+     * numbering) independent of the locale. */
+    qsort(g.gl_pathv, g.gl_pathc, sizeof(char *), path_cmp);
+
+    merak_data *d = calloc(1, sizeof(*d));
+    if (!d || !(d->pattern = strdup(pattern)) ||
+        !(d->shards = calloc(g.gl_pathc, sizeof(*d->shards)))) {
+        seterr(err, errlen, "%s: out of memory", pattern);
+        goto fail;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        shard *s = &d->shards[d->nshard];
+        if (!(s->path = strdup(g.gl_pathv[i]))) {
+            seterr(err, errlen, "%s: out of memory", g.gl_pathv[i]);
+            goto fail;
+        }
+        d->nshard++;
+        if (open_shard(s, vocab_size, err, errlen) != 0)
+            goto fail;
+        d->ntokens += s->n;
+    }
+    globfree(&g);
+    *out = d;
+    return 0;
+fail:
+    globfree(&g);
+    merak_data_close(d);
+    return -1;
+}
+
+int merak_data_num_shards(const merak_data *d) { return d->nshard; }
+
+const char *merak_data_shard_path(const merak_data *d, int i)
+{
+    return i >= 0 && i < d->nshard ? d->shards[i].path : NULL;
+}
+
+uint64_t merak_data_num_tokens(const merak_data *d) { return d->ntokens; }
+
+/* Windows of shard s: each needs B*T tokens plus one for the last target. */
+static uint64_t shard_windows(const shard *s, uint64_t bt)
+{
+    return s->n == 0 ? 0 : (s->n - 1) / bt;
+}
+
+uint64_t merak_data_num_windows(const merak_data *d, int B, int T)
+{
+    if (B <= 0 || T <= 0)
+        return 0;
+    uint64_t bt = (uint64_t)B * (uint64_t)T, total = 0;
+    for (int i = 0; i < d->nshard; i++)
+        total += shard_windows(&d->shards[i], bt);
+    return total;
+}
+
+int merak_data_window(const merak_data *d, uint64_t w, int B, int T, int32_t *inputs,
+                      int32_t *targets, char *err, size_t errlen)
+{
+    if (B <= 0 || T <= 0) {
+        seterr(err, errlen, "%s: bad window size B=%d T=%d", d->pattern, B, T);
+        return -1;
+    }
+    uint64_t bt = (uint64_t)B * (uint64_t)T;
+    uint64_t total = merak_data_num_windows(d, B, T);
+    if (total == 0) {
+        seterr(err, errlen,
+               "%s: no shard holds B*T+1 = %llu tokens (%llu tokens in %d shard(s)); "
+               "use more data or a smaller B or T",
+               d->pattern, (unsigned long long)(bt + 1), (unsigned long long)d->ntokens,
+               d->nshard);
+        return -1;
+    }
+    w %= total;
+    const shard *s = NULL;
+    for (int i = 0; i < d->nshard; i++) {
+        uint64_t ws = shard_windows(&d->shards[i], bt);
+        if (w < ws) {
+            s = &d->shards[i];
+            break;
+        }
+        w -= ws;
+    }
+    if (!s) { /* unreachable: w < total */
+        seterr(err, errlen, "%s: window lookup failed", d->pattern);
+        return -1;
+    }
+    /* Tokens were checked against the vocabulary (an int) at open, so they
+     * fit in int32_t. */
+    uint64_t base = w * bt;
+    for (uint64_t i = 0; i < bt; i++) {
+        inputs[i] = (int32_t)token_at(s, base + i);
+        targets[i] = (int32_t)token_at(s, base + i + 1);
+    }
+    return 0;
+}
+
+static void store_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char *err,
+                      size_t errlen)
+{
+    /* llm.c keeps the count in an int32 header slot. */
+    if (n > (uint64_t)INT32_MAX) {
+        seterr(err, errlen, "%s: %llu tokens do not fit one shard (at most %d)", path,
+               (unsigned long long)n, INT32_MAX);
+        return -1;
+    }
+    if (n > 0 && !tokens) {
+        seterr(err, errlen, "%s: no tokens given", path);
+        return -1;
+    }
+    int version = 1;
+    for (uint64_t i = 0; i < n; i++) {
+        if (tokens[i] > 0xffffu) {
+            version = 2;
+            break;
+        }
+    }
+    int tok_bytes = version == 1 ? 2 : 4;
+
+    size_t tlen = strlen(path) + 5;
+    char *tmp = malloc(tlen);
+    if (!tmp) {
+        seterr(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    snprintf(tmp, tlen, "%s.tmp", path);
+
+    int rc = -1;
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        seterr(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    uint8_t header[HEADER_BYTES] = {0};
+    store_u32(header, MERAK_SHARD_MAGIC);
+    store_u32(header + 4, (uint32_t)version);
+    store_u32(header + 8, (uint32_t)n);
+    int ok = fwrite(header, 1, sizeof(header), fp) == sizeof(header);
+
+    /* Encode little-endian through a buffer, a chunk at a time. */
+    enum { CHUNK = 4096 };
+    uint8_t buf[CHUNK * 4];
+    for (uint64_t i = 0; ok && i < n; i += CHUNK) {
+        size_t m = n - i < CHUNK ? (size_t)(n - i) : CHUNK;
+        for (size_t j = 0; j < m; j++) {
+            uint32_t t = tokens[i + j];
+            if (tok_bytes == 2) {
+                buf[2 * j] = (uint8_t)t;
+                buf[2 * j + 1] = (uint8_t)(t >> 8);
+            } else {
+                store_u32(buf + 4 * j, t);
+            }
+        }
+        ok = fwrite(buf, (size_t)tok_bytes, m, fp) == m;
+    }
+    /* fsync before rename, so the new name never points at unwritten data. */
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int saved = errno;
+    if (fclose(fp) != 0 && ok) {
+        ok = 0;
+        saved = errno;
+    }
+    if (!ok) {
+        seterr(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
+        unlink(tmp);
+    } else if (rename(tmp, path) != 0) {
+        seterr(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+    } else {
+        rc = 0;
+    }
+    free(tmp);
+    return rc;
+}

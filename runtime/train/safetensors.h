@@ -1,0 +1,65 @@
+/*
+ * safetensors.h - reading and writing the safetensors format
+ * (8-byte little-endian header length, a JSON header, then raw data).
+ *
+ * Reading maps the file and validates the whole header up front: JSON syntax,
+ * known dtypes, shapes, and data offsets that lie inside the file, match the
+ * shape's byte size and do not overlap.  Writing goes to PATH.tmp, is flushed
+ * and fsync'ed, then renamed over PATH, so a crash never leaves half a file.
+ */
+#ifndef MERAK_SAFETENSORS_H
+#define MERAK_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum merak_st_dtype {
+    MERAK_ST_F32, MERAK_ST_F16, MERAK_ST_BF16, MERAK_ST_F64,
+    MERAK_ST_I64, MERAK_ST_I32, MERAK_ST_I16, MERAK_ST_I8, MERAK_ST_U8, MERAK_ST_BOOL,
+} merak_st_dtype;
+
+#define MERAK_ST_MAX_DIMS 8
+
+typedef struct merak_st_info {
+    const char *name;                  /* owned by the file */
+    merak_st_dtype dtype;
+    int ndim;
+    int64_t shape[MERAK_ST_MAX_DIMS];
+    const void *data;                  /* inside the mapping */
+    size_t nbytes;
+} merak_st_info;
+
+typedef struct merak_st_file merak_st_file;
+
+/* Opens and validates PATH.  Returns 0, or -1 with one line in err that names
+ * the file and the problem. */
+int merak_st_open(const char *path, merak_st_file **out, char *err, size_t errlen);
+void merak_st_close(merak_st_file *f);
+
+/* Number of tensors, and the i-th (in header order). */
+int merak_st_count(const merak_st_file *f);
+const merak_st_info *merak_st_at(const merak_st_file *f, int i);
+/* The tensor called NAME, or NULL. */
+const merak_st_info *merak_st_find(const merak_st_file *f, const char *name);
+/* The value of a string entry of "__metadata__", or NULL. */
+const char *merak_st_metadata(const merak_st_file *f, const char *key);
+
+/* Copies tensor INFO into dst as float32, converting F32, F16, BF16 and F64.
+ * Returns 0, or -1 with err set for other dtypes. */
+int merak_st_to_f32(const merak_st_info *info, float *dst, char *err, size_t errlen);
+
+typedef struct merak_st_entry {
+    const char *name;
+    int ndim;
+    int64_t shape[MERAK_ST_MAX_DIMS];
+    const float *data;                 /* float32, row-major, prod(shape) elements */
+} merak_st_entry;
+
+/* Writes N float32 tensors (in the given order) and optional string metadata
+ * (meta_keys[i] -> meta_vals[i], nmeta pairs) to PATH atomically.
+ * Returns 0 or -1 with err set. */
+int merak_st_write(const char *path, const merak_st_entry *entries, int n,
+                   const char *const *meta_keys, const char *const *meta_vals,
+                   int nmeta, char *err, size_t errlen);
+
+#endif /* MERAK_SAFETENSORS_H */

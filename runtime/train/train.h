@@ -1,0 +1,66 @@
+/*
+ * train.h - the training pieces around the executor: seeded parameter
+ * initialisation, Hugging Face weight import/export, AdamW with global-norm
+ * clipping, and learning-rate schedules.
+ */
+#ifndef MERAK_TRAIN_H
+#define MERAK_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+#include "pipe/exec.h"
+
+/* ---- initialisation
+ * Element i of a parameter is a pure function of (seed, parameter name, i):
+ * counter-based, so any shard of a parameter can be generated on its own and
+ * every layout starts from the same weights. */
+void merak_init_fill(const merak_tensor *t, uint64_t seed, int64_t first, int64_t count,
+                     float *dst);
+/* Initialises every parameter of the executor. */
+void merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed);
+
+/* ---- Hugging Face weights (safetensors)
+ * Import: every parameter of the executor must be in the file with its shape
+ * (GPT-2's Conv1D weights as [in, out]); names may lack GPT-2's
+ * "transformer." prefix.  Returns 0 or -1 with err naming the file and the
+ * tensor. */
+int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
+                       size_t errlen);
+/* Export with Hugging Face names and layouts; a tied head is not written. */
+int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
+                       const char *model_name, char *err, size_t errlen);
+
+/* ---- AdamW */
+typedef struct merak_adamw_opts {
+    float beta1, beta2, eps, weight_decay;
+} merak_adamw_opts;
+
+typedef struct merak_optim merak_optim;
+
+/* Optimizer state for the executor's parameters; weight decay applies only
+ * to parameters with two or more dimensions. */
+merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
+                                const merak_adamw_opts *opts);
+void merak_optim_destroy(merak_optim *o);
+/* Global L2 norm of the gradients (a tied weight once). */
+double merak_grad_norm(const merak_exec *e, const merak_kernels *k);
+/* Multiplies gradients by clip/(norm+1e-6) when that is below 1 (clip > 0).
+ * Returns the factor used. */
+float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float clip);
+/* One AdamW step at learning rate lr (the step counter advances). */
+void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, float lr);
+
+/* ---- learning-rate schedules */
+typedef enum merak_lr_kind { MERAK_LR_CONSTANT, MERAK_LR_COSINE } merak_lr_kind;
+typedef struct merak_lr_sched {
+    merak_lr_kind kind;
+    float lr, min_lr;
+    int warmup, steps;
+} merak_lr_sched;
+/* lr*(i+1)/warmup during warmup, then constant or cosine down to min_lr at
+ * the last step. */
+float merak_lr_at(const merak_lr_sched *s, int step);
+
+#endif /* MERAK_TRAIN_H */

@@ -1,0 +1,24 @@
+#!/bin/sh
+# install-deps.sh - installs every build and test dependency of Merak from
+# Debian 12's packages.  Run as root on a fresh machine; safe to run again.
+set -eu
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps.sh: run as root (apt-get needs it)" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+pkgs="build-essential autoconf automake libtool pkg-config make git
+      libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev hwloc
+      libopenblas-dev libjansson-dev
+      python3 python3-torch python3-numpy mandoc groff-base bsdextrautils"
+missing=
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "install-deps.sh: installing$missing"
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing
+fi
+echo "install-deps.sh: all dependencies present"

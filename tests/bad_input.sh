@@ -1,0 +1,57 @@
+#!/bin/sh
+# Bad input: every case gets exactly one line on stderr naming the problem
+# and exit status 2 (usage) or 1 (anything else); never a crash.
+. "$(dirname "$0")/lib.sh"
+make_shard "$WORK/data.bin"
+D="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 1 --threads 1"
+
+# expect STATUS PATTERN -- ARGS...: runs merak-train, checks both.
+expect() {
+    want=$1 pattern=$2; shift 3
+    set +e
+    "$TRAIN" "$@" > "$WORK/out" 2> "$WORK/err"
+    got=$?
+    set -e
+    lines=$(wc -l < "$WORK/err")
+    if [ "$got" -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
+        echo "--- merak-train $*" >&2; cat "$WORK/err" >&2
+        fail "expected exit $want and one line matching '$pattern', got exit $got and $lines line(s)"
+    fi
+    echo "ok ($got): $(cat "$WORK/err")"
+}
+
+# flags
+expect 2 "unknown model 'gpt5'" -- --model gpt5 $D
+expect 2 "not an integer" -- $D --steps abc
+expect 2 "out of range" -- $D --micro-batch 0
+expect 2 "not constant or cosine" -- $D --lr-schedule linear
+expect 2 "unknown option" -- $D --bogus
+expect 2 "needs a value" -- $D --lr
+expect 2 "data is required" -- --model tiny-gpt2
+expect 2 "beyond the model's 256 positions" -- $D --seq-len 300
+expect 2 "not a number" -- $D --lr 1e-3x
+# config files
+printf '{"model_type": "gpt2", "vocab_size": 256,' > "$WORK/broken.json"
+expect 1 "broken.json" -- --model "$WORK/broken.json" $D
+printf '{"model_type": "gpt2", "vocab_size": 256, "n_embd": 64}\n' > "$WORK/partial.json"
+expect 1 "partial.json.*n_layer\|partial.json.*n_positions\|partial.json.*n_head" -- --model "$WORK/partial.json" $D
+expect 1 "nothere.json" -- --model "$WORK/nothere.json" $D
+# shards
+expect 1 "no file matches" -- --model tiny-gpt2 --data "$WORK/none-*.bin" --steps 1
+head -c 2000 "$WORK/data.bin" > "$WORK/trunc.bin"
+expect 1 "trunc.bin" -- --model tiny-gpt2 --data "$WORK/trunc.bin" --steps 1
+printf 'XXXX' | dd of="$WORK/magic.bin" bs=1 count=4 conv=notrunc 2>/dev/null
+tail -c +5 "$WORK/data.bin" >> "$WORK/magic.bin"
+expect 1 "magic" -- --model tiny-gpt2 --data "$WORK/magic.bin" --steps 1
+sed 's/"vocab_size": 256/"vocab_size": 100/' "$FIX/ref-gpt2.json" > "$WORK/small-vocab.json"
+expect 1 "vocab" -- --model "$WORK/small-vocab.json" $D
+# safetensors
+"$TRAIN" --model tiny-llama $D --steps 0 --save-weights "$WORK/llama.safetensors" > /dev/null
+expect 1 "transformer.wte.weight' is missing" -- --model tiny-gpt2 $D --init "$WORK/llama.safetensors"
+sed 's/"n_embd": 64/"n_embd": 32/' "$FIX/ref-gpt2.json" > "$WORK/narrow.json"
+"$TRAIN" --model "$WORK/narrow.json" $D --steps 0 --save-weights "$WORK/narrow.safetensors" > /dev/null
+expect 1 "has shape \[256, 32\] (expected \[256, 64\])" -- --model tiny-gpt2 $D --init "$WORK/narrow.safetensors"
+head -c 100 "$WORK/llama.safetensors" > "$WORK/cut.safetensors"
+expect 1 "cut.safetensors" -- --model tiny-llama $D --init "$WORK/cut.safetensors"
+expect 1 "absent.safetensors" -- --model tiny-llama $D --init "$WORK/absent.safetensors"
+echo "bad_input: ok"

@@ -1,0 +1,24 @@
+# lib.sh - shared helpers for the shell tests (sourced, not run).
+# The automake harness exports MERAK_SRCDIR and MERAK_BUILDDIR.
+set -eu
+: "${MERAK_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${MERAK_BUILDDIR:=$MERAK_SRCDIR}"
+TRAIN=$MERAK_BUILDDIR/merak-train
+SHARD=$MERAK_BUILDDIR/merak-shard
+FIX=$MERAK_SRCDIR/tests/fixtures
+export OPENBLAS_NUM_THREADS=1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/merak-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+# A byte-level shard made from the project's own sources (about 100k tokens).
+make_shard() {
+    find "$MERAK_SRCDIR/runtime" "$MERAK_SRCDIR/kernels/cpu" -name '*.[ch]' | sort | head -20 |
+        xargs cat > "$WORK/corpus.txt"
+    "$SHARD" -o "$1" "$WORK/corpus.txt" >/dev/null
+}
+
+# Prints field $2 of every line of metrics file $1, one per line.
+metric() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }

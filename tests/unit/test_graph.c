@@ -1,0 +1,234 @@
+/*
+ * test_graph.c - the model graph, the executor and the training pieces
+ * around it: parameter counts of real models, shape errors, memory of huge
+ * graphs, whole-model gradients against finite differences, split and
+ * multi-slot backward, layout-independent initialisation, LR schedules.
+ */
+#include <malloc.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "merak/merak.h"
+#include "pipe/exec.h"
+#include "tap.h"
+#include "train.h"
+
+static char err[512];
+
+static merak_graph *build(const char *preset, int B, int T)
+{
+    merak_model_config c;
+    if (merak_model_preset(preset, &c) < 0)
+        return NULL;
+    return merak_model_build(&c, B, T, err, sizeof err);
+}
+
+static void test_param_counts(void)
+{
+    /* Published sizes: GPT-2 small 124,439,808 (tied head, with wpe);
+     * LLaMA-2 7B 6,738,415,616; LLaMA-2 70B 68,976,648,192. */
+    struct { const char *name; int64_t params; } known[] = {
+        {"gpt2", 124439808LL}, {"llama2-7b", 6738415616LL}, {"llama2-70b", 68976648192LL},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        merak_graph *g = build(known[i].name, 1, 16);
+        tap_ok(g && merak_graph_param_elems(g) == known[i].params, "%s has %lld parameters (got %lld)",
+               known[i].name, (long long)known[i].params, g ? (long long)merak_graph_param_elems(g) : -1LL);
+        merak_graph_destroy(g);
+    }
+}
+
+static void test_no_parameter_memory(void)
+{
+    /* A GPT-3 175B-sized graph is shapes only: a few MB at most. */
+    merak_model_config c;
+    merak_model_preset("gpt3-13b", &c);
+    c.hidden = 12288, c.n_head = 96, c.n_kv_head = 96, c.n_layer = 96, c.ffn_hidden = 4 * 12288;
+    struct mallinfo2 before = mallinfo2();
+    merak_graph *g = merak_model_build(&c, 8, 2048, err, sizeof err);
+    struct mallinfo2 after = mallinfo2();
+    size_t used = after.uordblks - before.uordblks;
+    tap_ok(g && merak_graph_param_elems(g) > 174000000000LL && used < (8u << 20),
+           "a %.0fB-parameter graph takes %.2f MB to build", g ? merak_graph_param_elems(g) / 1e9 : 0,
+           used / 1e6);
+    tap_ok(g && merak_graph_flops(g) > 0, "the graph counts forward FLOPs (%.3g)", g ? merak_graph_flops(g) : 0);
+    merak_graph_destroy(g);
+}
+
+static void test_shape_errors(void)
+{
+    merak_graph *g = merak_graph_create();
+    int64_t bt[2] = {2, 8}, xs[3] = {2, 8, 16}, ws[2] = {32, 24};
+    merak_init in = {MERAK_INIT_NORMAL, 0.02f};
+    int ids = merak_graph_input(g, "ids", MERAK_I32, 2, bt);
+    int wte = merak_graph_param(g, "wte", 2, (int64_t[]){50, 16}, in, MERAK_TP_VOCAB, MERAK_HF_AS_IS);
+    int x = merak_op_embedding(g, ids, wte);
+    tap_ok(x >= 0 && merak_graph_num_ops(g) == 1, "embedding infers (2,8,16)");
+    int w = merak_graph_param(g, "w", 2, ws, in, MERAK_TP_COLUMN, MERAK_HF_AS_IS);
+    tap_ok(merak_op_linear(g, x, w, -1) < 0 && strstr(merak_graph_error(g), "16 features"),
+           "linear with a mismatched weight is refused: %s", merak_graph_error(g));
+    tap_ok(merak_graph_input(g, "ids", MERAK_I32, 2, bt) < 0, "a duplicate name is refused: %s",
+           merak_graph_error(g));
+    tap_ok(merak_op_attention(g, x, -1, -1, 3, 3, 0) < 0, "16 fused features do not split into 9 heads: %s",
+           merak_graph_error(g));
+    tap_ok(merak_op_attention(g, x, -1, -1, 4, 3, 0) < 0, "4 heads over 3 kv heads are refused: %s",
+           merak_graph_error(g));
+    tap_ok(merak_op_gelu(g, w) < 0, "an op on a parameter is refused: %s", merak_graph_error(g));
+    int p = merak_graph_param(g, "pos", 2, (int64_t[]){4, 16}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    tap_ok(merak_op_pos_embedding(g, x, p) < 0 && strstr(merak_graph_error(g), "positions"),
+           "8 tokens beyond 4 positions are refused: %s", merak_graph_error(g));
+    int n0 = merak_graph_num_ops(g);
+    tap_ok(merak_graph_num_ops(g) == n0 && merak_graph_num_tensors(g) == 5,
+           "failed calls leave the graph unchanged");
+    (void)xs;
+    merak_graph_destroy(g);
+
+    merak_model_config c;
+    merak_model_preset("tiny-gpt2", &c);
+    merak_graph *bad = merak_model_build(&c, 2, c.max_positions + 1, err, sizeof err);
+    tap_ok(!bad && strstr(err, "positions"), "a sequence beyond the model's positions: %s", err);
+}
+
+/* Loads random tokens into slot s. */
+static void fill_tokens(const merak_graph *g, merak_exec *e, int s, int V, unsigned seed)
+{
+    srand(seed);
+    for (int t = 0; t < merak_graph_num_tensors(g); t++) {
+        int32_t *p = merak_exec_tensor(e, s, t);
+        if (p && (strcmp(g->tensors[t].name, "input_ids") == 0 ||
+                  strcmp(g->tensors[t].name, "targets") == 0))
+            for (int64_t i = 0; i < merak_tensor_elems(&g->tensors[t]); i++)
+                p[i] = rand() % V;
+    }
+}
+
+static double loss_of(merak_exec *e) { merak_exec_forward(e, 0, 7); return merak_exec_loss(e, 0); }
+
+static void test_model_gradients(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    merak_exec *e;
+    merak_exec_opts o = {0, -1, 2, merak_kernels_cpu()};
+    if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
+        tap_ok(0, "%s: %s", preset, err);
+        return;
+    }
+    merak_init_params(g, e, 42);
+    fill_tokens(g, e, 0, c.vocab_size, 1);
+    merak_exec_zero_grads(e);
+    merak_exec_forward(e, 0, 7);
+    merak_exec_backward(e, 0);
+
+    /* Finite differences of the float model on the largest gradients of
+     * several parameters: wiring errors give O(1) relative errors. */
+    int checked = 0, bad = 0;
+    double worst = 0;
+    for (int i = 0; i < merak_exec_num_params(e); i += 3) {
+        float *p = merak_exec_param_data(e, i), *gr = merak_exec_param_grad(e, i);
+        size_t n = merak_exec_param_elems(e, i), best = 0;
+        for (size_t j = 1; j < n; j++)
+            if (fabsf(gr[j]) > fabsf(gr[best]))
+                best = j;
+        if (fabsf(gr[best]) < 1e-3f)
+            continue;
+        float keep = p[best], h = 1e-2f * fmaxf(1.0f, fabsf(keep));
+        p[best] = keep + h;
+        double up = loss_of(e);
+        p[best] = keep - h;
+        double down = loss_of(e);
+        p[best] = keep;
+        double fd = (up - down) / (2 * h), rel = fabs(fd - gr[best]) / fabs(gr[best]);
+        checked++;
+        if (rel > worst)
+            worst = rel;
+        if (rel > 0.05)
+            bad++;
+    }
+    tap_ok(checked >= 5 && bad == 0, "%s: %d parameter gradients agree with finite differences (worst %.2g)",
+           preset, checked, worst);
+
+    /* Split backward (all input gradients, then all weight gradients) gives
+     * the same bits as the fused one. */
+    size_t n;
+    float *grads = merak_exec_grads_flat(e, &n), *ref = malloc(n * sizeof *ref);
+    memcpy(ref, grads, n * sizeof *ref);
+    merak_exec_zero_grads(e);
+    merak_exec_forward(e, 0, 7);
+    merak_exec_backward_input(e, 0);
+    merak_exec_backward_weight(e, 0);
+    tap_ok(memcmp(ref, grads, n * sizeof *ref) == 0, "%s: split backward equals fused backward bitwise", preset);
+
+    /* Two micro-batches in two slots, both forwards before the backwards
+     * (gpipe order), equal the two run one after the other. */
+    fill_tokens(g, e, 1, c.vocab_size, 2);
+    merak_exec_zero_grads(e);
+    merak_exec_forward(e, 0, 7);
+    merak_exec_backward(e, 0);
+    fill_tokens(g, e, 0, c.vocab_size, 2);
+    merak_exec_forward(e, 0, 7);
+    merak_exec_backward(e, 0);
+    memcpy(ref, grads, n * sizeof *ref);
+    fill_tokens(g, e, 0, c.vocab_size, 1);
+    merak_exec_zero_grads(e);
+    merak_exec_forward(e, 0, 7);
+    merak_exec_forward(e, 1, 7);
+    merak_exec_backward(e, 1);
+    merak_exec_backward(e, 0);
+    double maxdiff = 0;
+    for (size_t j = 0; j < n; j++)
+        maxdiff = fmax(maxdiff, fabs(ref[j] - grads[j]));
+    tap_ok(maxdiff < 1e-6, "%s: two slots in flight accumulate like sequential micro-batches (%.2g)",
+           preset, maxdiff);
+    free(ref);
+    merak_exec_destroy(e);
+    merak_graph_destroy(g);
+}
+
+static void test_init(void)
+{
+    merak_tensor t = {.name = "h.0.w", .init = {MERAK_INIT_NORMAL, 0.5f}};
+    enum { N = 20000 };
+    static float all[N], part[N];
+    merak_init_fill(&t, 9, 0, N, all);
+    merak_init_fill(&t, 9, 12345, 1000, part);
+    tap_ok(memcmp(all + 12345, part, 1000 * sizeof *part) == 0,
+           "a slice of a parameter initialises to the same values as the whole");
+    double s = 0, ss = 0;
+    for (int i = 0; i < N; i++)
+        s += all[i], ss += (double)all[i] * all[i];
+    double mean = s / N, sd = sqrt(ss / N - mean * mean);
+    tap_ok(fabs(mean) < 0.02 && fabs(sd - 0.5) < 0.02, "normal init has mean %.4f and std %.4f (0, 0.5)",
+           mean, sd);
+    merak_tensor u = t;
+    snprintf(u.name, sizeof u.name, "h.1.w");
+    merak_init_fill(&u, 9, 0, 1000, part);
+    tap_ok(memcmp(all, part, 1000 * sizeof *part) != 0, "different parameters get different values");
+}
+
+static void test_lr(void)
+{
+    merak_lr_sched s = {MERAK_LR_COSINE, 1e-3f, 1e-4f, 10, 110};
+    tap_ok(fabsf(merak_lr_at(&s, 0) - 1e-4f) < 1e-9f && fabsf(merak_lr_at(&s, 9) - 1e-3f) < 1e-9f,
+           "warmup rises linearly to the peak");
+    tap_ok(fabsf(merak_lr_at(&s, 10) - 1e-3f) < 1e-9f && fabsf(merak_lr_at(&s, 60) - 5.5e-4f) < 1e-8f &&
+           fabsf(merak_lr_at(&s, 110) - 1e-4f) < 1e-9f, "cosine falls from the peak to min-lr");
+    s.kind = MERAK_LR_CONSTANT;
+    s.warmup = 0;
+    tap_ok(merak_lr_at(&s, 0) == 1e-3f && merak_lr_at(&s, 100) == 1e-3f, "constant stays at the peak");
+}
+
+int main(void)
+{
+    test_param_counts();
+    test_no_parameter_memory();
+    test_shape_errors();
+    test_model_gradients("tiny-gpt2");
+    test_model_gradients("tiny-llama");
+    test_init();
+    test_lr();
+    return tap_done();
+}
