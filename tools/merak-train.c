@@ -16,14 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "kernels.h"
 #include "merak/merak.h"
-#include "pipe/exec.h"
-#include "train.h"
 
 #define EXIT_USAGE 2
 
@@ -31,7 +26,7 @@ typedef struct args {
     const char *model, *init, *data, *metrics, *save_weights;
     int micro_batch, micro_batches, seq_len, steps, warmup, threads, log_every;
     float lr, min_lr, weight_decay, beta1, beta2, eps, clip;
-    merak_lr_kind schedule;
+    merak_schedule_kind schedule;
     uint64_t seed;
 } args;
 
@@ -158,7 +153,7 @@ static void parse_args(int argc, char **argv, args *a)
         .model = "tiny-gpt2", .micro_batch = 4, .micro_batches = 1, .seq_len = 64,
         .steps = 10, .warmup = 0, .threads = ncpu > 0 ? (int)ncpu : 1, .log_every = 1,
         .lr = 6e-4f, .min_lr = 0, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
-        .eps = 1e-8f, .clip = 1.0f, .schedule = MERAK_LR_COSINE, .seed = 1337,
+        .eps = 1e-8f, .clip = 1.0f, .schedule = MERAK_SCHEDULE_COSINE, .seed = 1337,
     };
     opterr = 0;
     int c;
@@ -175,9 +170,9 @@ static void parse_args(int argc, char **argv, args *a)
         case OPT_WARMUP: a->warmup = (int)parse_int("--warmup", optarg, 0, INT_MAX); break;
         case OPT_SCHED:
             if (strcmp(optarg, "constant") == 0)
-                a->schedule = MERAK_LR_CONSTANT;
+                a->schedule = MERAK_SCHEDULE_CONSTANT;
             else if (strcmp(optarg, "cosine") == 0)
-                a->schedule = MERAK_LR_COSINE;
+                a->schedule = MERAK_SCHEDULE_COSINE;
             else
                 die_usage("--lr-schedule: '%s' is not constant or cosine", optarg);
             break;
@@ -206,14 +201,7 @@ static void parse_args(int argc, char **argv, args *a)
         die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static volatile sig_atomic_t stop_requested;
+static volatile int stop_requested;
 static void on_signal(int sig) { stop_requested = sig; }
 
 static void fmt_duration(double s, char *buf, size_t len)
@@ -226,11 +214,17 @@ static void fmt_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%.0fh%02.0fm", floor(s / 3600), fmod(s / 60, 60));
 }
 
-static uint64_t mix_seed(uint64_t seed, uint64_t n)
+/* The screen line of a step, every --log-every steps and at the last. */
+static void print_step(const merak_step_info *i, void *user)
 {
-    uint64_t z = seed ^ (n * 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    return z ^ (z >> 29);
+    int every = *(const int *)user;
+    if (i->step % every && i->step != i->steps - 1)
+        return;
+    char eta[32];
+    fmt_duration(i->eta_s, eta, sizeof eta);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | left %s\n",
+           i->step, i->steps, i->loss, i->lr, i->grad_norm, i->tokens_per_s, i->step_ms, eta);
+    fflush(stdout);
 }
 
 int main(int argc, char **argv)
@@ -249,128 +243,57 @@ int main(int argc, char **argv)
         die("%s: %s", a.model, err);
     if (a.seq_len > cfg.max_positions)
         die_usage("--seq-len %d is beyond the model's %d positions", a.seq_len, cfg.max_positions);
-
-    const merak_kernels *k = merak_kernels_cpu();
-    merak_kernels_cpu_set_threads(a.threads);
-
-    int B = a.micro_batch, T = a.seq_len, M = a.micro_batches;
-    merak_graph *g = merak_model_build(&cfg, B, T, err, sizeof err);
+    merak_graph *g = merak_model_build(&cfg, a.micro_batch, a.seq_len, err, sizeof err);
     if (!g)
         die("%s", err);
-    merak_exec *e;
-    merak_exec_opts eo = {.op_begin = 0, .op_end = -1, .nslots = 1, .kernels = k};
-    if (merak_exec_create(g, &eo, &e, err, sizeof err) < 0)
-        die("%s", err);
 
-    merak_data *data;
-    if (merak_data_open(a.data, cfg.vocab_size, &data, err, sizeof err) < 0)
-        die("%s", err);
-    uint64_t W = merak_data_num_windows(data, B, T);
-    if (W == 0)
-        die("%s: %llu tokens are fewer than one window of %d x %d + 1", a.data,
-            (unsigned long long)merak_data_num_tokens(data), B, T);
-
-    if (a.init) {
-        if (merak_weights_load(g, e, a.init, err, sizeof err) < 0)
-            die("%s", err);
-    } else {
-        merak_init_params(g, e, a.seed);
-    }
-    merak_adamw_opts ao = {a.beta1, a.beta2, a.eps, a.weight_decay};
-    merak_optim *opt = merak_optim_create(g, e, &ao);
-    if (!opt)
-        die("out of memory for the optimizer state");
-    merak_lr_sched sched = {a.schedule, a.lr, a.min_lr, a.warmup, a.steps};
-
-    FILE *metrics = NULL;
-    if (a.metrics && !(metrics = fopen(a.metrics, "a")))
-        die("%s: %s", a.metrics, strerror(errno));
-
-    int ids_t = -1, tgt_t = -1;
-    for (int t = 0; t < merak_graph_num_tensors(g); t++) {
-        /* The builders name their inputs; custom graphs use the C API. */
-        const char *name = g->tensors[t].name;
-        if (g->tensors[t].kind == MERAK_T_INPUT && strcmp(name, "input_ids") == 0) ids_t = t;
-        if (g->tensors[t].kind == MERAK_T_INPUT && strcmp(name, "targets") == 0) tgt_t = t;
-    }
-    int32_t *ids = merak_exec_tensor(e, 0, ids_t), *tgt = merak_exec_tensor(e, 0, tgt_t);
-
-    printf("merak-train %s | model %s: %d layers, hidden %d, %d heads, vocab %d, %.2fM params\n",
-           MERAK_VERSION_STRING, cfg.name, cfg.n_layer, cfg.hidden, cfg.n_head, cfg.vocab_size,
-           (double)merak_graph_param_elems(g) / 1e6);
-    printf("data %s: %d shard(s), %llu tokens, %llu windows of %dx%d | %d micro-batch(es) per step"
-           " | %d thread(s) | activations %.1f MiB\n",
-           a.data, merak_data_num_shards(data), (unsigned long long)merak_data_num_tokens(data),
-           (unsigned long long)W, B, T, M, a.threads,
-           (double)merak_exec_arena_bytes(e) / (1 << 20));
+    printf("merak-train %s | model %s: %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM params\n",
+           MERAK_VERSION_STRING, cfg.name, cfg.n_layer, cfg.hidden, cfg.n_head, cfg.n_kv_head,
+           cfg.vocab_size, (double)merak_graph_param_elems(g) / 1e6);
+    printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step | %d thread(s) | %d steps\n",
+           a.data, a.micro_batch, a.seq_len, a.micro_batches, a.threads, a.steps);
     fflush(stdout);
 
-    struct sigaction sa = {0};
+    merak_args ta;
+    merak_args_default(&ta);
+    ta.data = a.data;
+    ta.init = a.init;
+    ta.save_weights = a.save_weights;
+    ta.metrics = a.metrics;
+    ta.micro_batch = a.micro_batch;
+    ta.seq_len = a.seq_len;
+    ta.micro_batches = a.micro_batches;
+    ta.steps = a.steps;
+    ta.lr = a.lr;
+    ta.min_lr = a.min_lr;
+    ta.warmup = a.warmup;
+    ta.schedule = a.schedule;
+    ta.weight_decay = a.weight_decay;
+    ta.beta1 = a.beta1;
+    ta.beta2 = a.beta2;
+    ta.eps = a.eps;
+    ta.clip = a.clip;
+    ta.seed = a.seed;
+    ta.threads = a.threads;
+    ta.on_step = print_step;
+    ta.user = &a.log_every;
+    ta.stop = &stop_requested;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    merak_exec_set_loss_scale(e, 1.0f / (float)M);
-    double t_start = now(), tokens_per_step = (double)B * T * M;
-    int step;
-    for (step = 0; step < a.steps && !stop_requested; step++) {
-        double t0 = now();
-        merak_exec_zero_grads(e);
-        double loss = 0;
-        for (int j = 0; j < M; j++) {
-            uint64_t w = ((uint64_t)step * (uint64_t)M + (uint64_t)j) % W;
-            if (merak_data_window(data, w, B, T, ids, tgt, err, sizeof err) < 0)
-                die("%s", err);
-            merak_exec_forward(e, 0, mix_seed(a.seed, (uint64_t)step * M + j));
-            merak_exec_backward(e, 0);
-            loss += merak_exec_loss(e, 0);
-        }
-        loss /= M;
-        double norm = merak_grad_norm(e, k);
-        if (!isfinite(loss) || !isfinite(norm))
-            die("step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
-        merak_clip_grads(e, k, norm, a.clip);
-        float lr = merak_lr_at(&sched, step);
-        merak_optim_step(opt, e, k, lr);
-
-        double dt = now() - t0, elapsed = now() - t_start;
-        double tps = tokens_per_step / dt;
-        double left = elapsed / (step + 1) * (a.steps - step - 1);
-        if (metrics) {
-            fprintf(metrics,
-                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                    "\"tokens_per_s\": %.6g, \"step_ms\": %.6g}\n",
-                    step, loss, norm, lr, tps, dt * 1e3);
-            if (fflush(metrics) != 0)
-                die("%s: %s", a.metrics, strerror(errno));
-        }
-        if (step % a.log_every == 0 || step == a.steps - 1) {
-            char eta[32];
-            fmt_duration(left, eta, sizeof eta);
-            printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | left %s\n",
-                   step, a.steps, loss, lr, norm, tps, dt * 1e3, eta);
-            fflush(stdout);
-        }
-    }
-    if (stop_requested)
-        fprintf(stderr, "%s: stopped by signal %d after %d steps\n", prog, (int)stop_requested, step);
-
-    int rc = 0;
-    if (a.save_weights) {
-        if (merak_weights_save(g, e, a.save_weights, cfg.name, err, sizeof err) < 0) {
-            fprintf(stderr, "%s: %s\n", prog, err);
-            rc = EXIT_FAILURE;
-        } else {
-            printf("saved weights to %s\n", a.save_weights);
-        }
-    }
-    if (metrics && fclose(metrics) != 0) {
-        fprintf(stderr, "%s: %s: %s\n", prog, a.metrics, strerror(errno));
-        rc = EXIT_FAILURE;
-    }
-    merak_optim_destroy(opt);
-    merak_data_close(data);
-    merak_exec_destroy(e);
+    int steps = merak_train(g, &ta, err, sizeof err);
     merak_graph_destroy(g);
-    return stop_requested && rc == 0 ? 128 + (int)stop_requested : rc;
+    if (steps < 0)
+        die("%s", err);
+    if (a.save_weights)
+        printf("saved weights to %s\n", a.save_weights);
+    if (stop_requested) {
+        fprintf(stderr, "%s: stopped by signal %d after %d steps\n", prog, (int)stop_requested, steps);
+        return 128 + (int)stop_requested;
+    }
+    return 0;
 }

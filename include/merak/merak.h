@@ -152,10 +152,63 @@ double merak_graph_flops(const merak_graph *g);     /* forward FLOPs */
 /* A one-op-per-line description, for --help-graph style dumps. */
 int merak_graph_print(const merak_graph *g, char *buf, size_t len);
 
+/* The tensor called NAME (input, parameter or op output "op.N"), or -1. */
+int merak_graph_find(const merak_graph *g, const char *name);
+
 /* Builds GPT-2 or LLaMA for micro-batch B and sequence length T.
  * Returns NULL with err set if the config or T is not usable. */
 merak_graph *merak_model_build(const merak_model_config *cfg, int B, int T,
                                char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ training */
+
+typedef enum merak_schedule_kind {
+    MERAK_SCHEDULE_CONSTANT = 0,
+    MERAK_SCHEDULE_COSINE = 1,
+} merak_schedule_kind;
+
+/* What the trainer reports after every optimizer step. */
+typedef struct merak_step_info {
+    int step, steps;
+    double loss;            /* mean cross-entropy of the step, before the update */
+    double grad_norm;       /* global L2 norm before clipping */
+    float lr;
+    double tokens_per_s, step_ms;
+    double eta_s;           /* estimated seconds left */
+} merak_step_info;
+
+/* Training arguments (the MerakArguments of the paper).  Start from
+ * merak_args_default() and change what you need. */
+typedef struct merak_args {
+    const char *data;          /* token shard glob (llm.c format), required */
+    const char *init;          /* Hugging Face safetensors to start from, or NULL */
+    const char *save_weights;  /* safetensors written at the end, or NULL */
+    const char *metrics;       /* JSON-lines file, one object per step, or NULL */
+    int micro_batch;           /* B: must match the graph's input_ids (B,T) */
+    int seq_len;               /* T */
+    int micro_batches;         /* M: gradient accumulation steps */
+    int steps;
+    float lr, min_lr;
+    int warmup;                /* linear warmup steps; 0 = none */
+    merak_schedule_kind schedule;
+    float weight_decay, beta1, beta2, eps;
+    float clip;                /* global-norm clipping; 0 = off */
+    uint64_t seed;             /* initialisation and dropout */
+    int threads;               /* CPU threads for kernels and BLAS */
+    /* Called after every step (may be NULL). */
+    void (*on_step)(const merak_step_info *info, void *user);
+    void *user;
+    /* If non-NULL, training stops after the step during which it becomes
+     * non-zero (e.g. set from a signal handler); weights are still saved. */
+    volatile int *stop;
+} merak_args;
+
+void merak_args_default(merak_args *a);
+
+/* Trains graph g (its inputs named "input_ids" and "targets", its loss a
+ * cross-entropy) on a.data.  Returns the number of steps run (>= 0), or -1
+ * with one line in err. */
+int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,10 @@
  *
  * Threads: OpenMP loops only where every iteration writes its own outputs, and
  * no reduction is ever split across threads, so results are bitwise identical
- * whatever the thread count.  GEMMs go through CBLAS (OpenBLAS).
+ * whatever the thread count.  GEMMs go through CBLAS (OpenBLAS) as
+ * single-threaded calls on fixed output tiles, run by OpenMP threads: OpenBLAS
+ * is kept at one thread (its own threading changes the bits with the thread
+ * count, and would oversubscribe inside OpenMP loops).
  */
 #include "cpu_kernels.h"
 
@@ -34,6 +37,9 @@ void openblas_set_num_threads(int num_threads);
 #define PAR_MIN 32768
 /* Column block of the weight-gradient reductions (one thread per block). */
 #define COLBLK 64
+/* GEMM tiles (rows x columns of the output), one BLAS call each. */
+#define GEMM_MT 128
+#define GEMM_NT 256
 /* Fixed chunks of sumsq: partial sums are combined in chunk order. */
 #define SUMSQ_CHUNKS 64
 
@@ -119,10 +125,21 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 
 /* ------------------------------------------------------------------ public */
 
-const merak_kernels *merak_kernels_cpu(void) { return &cpu_table_f32; }
+/* Getting a table pins BLAS to one thread (see the top of this file). */
+const merak_kernels *merak_kernels_cpu(void)
+{
+    openblas_set_num_threads(1);
+    return &cpu_table_f32;
+}
 
-const merak_kernels_f64 *merak_kernels_cpu_f64(void) { return &cpu_table_f64; }
+const merak_kernels_f64 *merak_kernels_cpu_f64(void)
+{
+    openblas_set_num_threads(1);
+    return &cpu_table_f64;
+}
 
+/* nthreads OpenMP threads run the kernels (GEMM tiles included); each BLAS
+ * call stays single-threaded. */
 void merak_kernels_cpu_set_threads(int nthreads)
 {
     if (nthreads < 1)
@@ -130,5 +147,5 @@ void merak_kernels_cpu_set_threads(int nthreads)
 #ifdef _OPENMP
     omp_set_num_threads(nthreads);
 #endif
-    openblas_set_num_threads(nthreads);
+    openblas_set_num_threads(1);
 }

@@ -229,6 +229,29 @@ static void FN(rmsnorm_bwd_w)(REAL *dw, const REAL *dout, const REAL *inp,
     }
 }
 
+/* ============================================================== GEMM
+ * C (M,N) = beta*C + op(A) (M,Kd) @ op(B) (Kd,N), row-major, as single-threaded
+ * BLAS calls on a grid of GEMM_MT x GEMM_NT tiles of C, one OpenMP iteration
+ * per tile.  The grid depends on the shape only, so each element of C comes
+ * out of the same BLAS call whatever the thread count (a multi-threaded BLAS
+ * call is not bitwise reproducible across thread counts).  The inner dimension
+ * is never split. */
+static void FN(gemm_tiled)(int ta, int tb, int M, int N, int Kd, const REAL *A, int lda,
+                           const REAL *B, int ldb, REAL beta, REAL *C, int ldc)
+{
+    const int mt = (M + GEMM_MT - 1) / GEMM_MT, nt = (N + GEMM_NT - 1) / GEMM_NT;
+    const ptrdiff_t tiles = (ptrdiff_t)mt * nt;
+    OMP(parallel for if (tiles > 1) schedule(dynamic, 1))
+    for (ptrdiff_t tl = 0; tl < tiles; tl++) {
+        const int i0 = (int)(tl / nt) * GEMM_MT, j0 = (int)(tl % nt) * GEMM_NT;
+        const int m = imin(GEMM_MT, M - i0), n = imin(GEMM_NT, N - j0);
+        const REAL *a = ta ? A + i0 : A + (size_t)i0 * lda;
+        const REAL *b = tb ? B + (size_t)j0 * ldb : B + j0;
+        GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+             m, n, Kd, 1, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
+    }
+}
+
 /* ============================================================== linear
  * fwd:   out (N,O) = inp (N,K) @ w^T + b ; w (O,K) as nn.Linear, b (O) or NULL
  * bwd_x: dinp (N,K) += dout (N,O) @ w (O,K)
@@ -248,8 +271,7 @@ static void FN(linear_fwd)(REAL *out, const REAL *inp, const REAL *w, const REAL
             memset(out, 0, (size_t)N * O * sizeof(REAL));
         return;
     }
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, O, K, 1, inp, K, w, K,
-         b ? 1 : 0, out, O);
+    FN(gemm_tiled)(0, 1, N, O, K, inp, K, w, K, b ? 1 : 0, out, O);
 }
 
 static void FN(linear_bwd_x)(REAL *dinp, const REAL *dout, const REAL *w,
@@ -257,8 +279,7 @@ static void FN(linear_bwd_x)(REAL *dinp, const REAL *dout, const REAL *w,
 {
     if (N <= 0 || K <= 0 || O <= 0)
         return;
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, O, 1, dout, O, w, K,
-         1, dinp, K);
+    FN(gemm_tiled)(0, 0, N, K, O, dout, O, w, K, 1, dinp, K);
 }
 
 static void FN(linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *inp,
@@ -267,8 +288,7 @@ static void FN(linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *i
     if (N <= 0 || O <= 0)
         return;
     if (dw && K > 0)
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, O, K, N, 1, dout, O, inp, K,
-             1, dw, K);
+        FN(gemm_tiled)(1, 0, O, K, N, dout, O, inp, K, 1, dw, K);
     if (db) {
         const int nblk = (O + COLBLK - 1) / COLBLK;
         OMP(parallel for if ((size_t)N * O >= PAR_MIN) schedule(static))

@@ -88,6 +88,14 @@ double merak_graph_flops(const merak_graph *g)
     return f;
 }
 
+int merak_graph_find(const merak_graph *g, const char *name)
+{
+    for (int i = 0; i < g->ntensors; i++)
+        if (strcmp(g->tensors[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
 int merak_graph_param_root(const merak_graph *g, int t)
 {
     while (g->tensors[t].tied_to >= 0)

@@ -104,9 +104,11 @@ static void build_gpt2(builder *b, const merak_model_config *c, int ids, int tar
         return;
     int lnfw = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.weight");
     int lnfb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.bias");
+    /* The LM head is the token embedding unless the config unties it. */
+    int head = c->tie_embeddings ? wte
+                                 : param(b, normal(std), MERAK_TP_VOCAB, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
     if (b->ok) x = op(b, merak_op_layernorm(g, x, lnfw, lnfb, c->norm_eps));
-    /* The LM head is the token embedding (tied): logits (B,T,V) */
-    if (b->ok) x = op(b, merak_op_linear(g, x, wte, -1));
+    if (b->ok) x = op(b, merak_op_linear(g, x, head, -1));              /* logits (B,T,V) */
     if (b->ok) op(b, merak_op_cross_entropy(g, x, targets));
 }
 

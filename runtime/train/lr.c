@@ -7,7 +7,7 @@ float merak_lr_at(const merak_lr_sched *s, int step)
 {
     if (step < s->warmup)
         return s->lr * (float)(step + 1) / (float)s->warmup;
-    if (s->kind == MERAK_LR_CONSTANT)
+    if (s->kind == MERAK_SCHEDULE_CONSTANT)
         return s->lr;
     int span = s->steps - s->warmup;
     double progress = (double)(step - s->warmup) / (span > 1 ? span : 1);

@@ -53,14 +53,14 @@ float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float
 void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, float lr);
 
 /* ---- learning-rate schedules */
-typedef enum merak_lr_kind { MERAK_LR_CONSTANT, MERAK_LR_COSINE } merak_lr_kind;
 typedef struct merak_lr_sched {
-    merak_lr_kind kind;
+    merak_schedule_kind kind;
     float lr, min_lr;
     int warmup, steps;
 } merak_lr_sched;
-/* lr*(i+1)/warmup during warmup, then constant or cosine down to min_lr at
- * the last step. */
+/* lr*(i+1)/warmup for step i < warmup; then constant, or cosine:
+ * min_lr + (lr - min_lr) * (1 + cos(pi * (i - warmup) / max(1, steps - warmup))) / 2,
+ * which reaches min_lr at step `steps` (one past the last step run). */
 float merak_lr_at(const merak_lr_sched *s, int step);
 
 #endif /* MERAK_TRAIN_H */

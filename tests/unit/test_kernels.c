@@ -320,7 +320,9 @@ static void ln_setup(opcase *c, int big)
 {
     c->name = "layernorm";
     c->N = big ? 256 : rng_int(1, 27);
-    c->C = big ? 192 : rng_int(2, 24);
+    /* C >= 3: with C <= 2 the normalized row is constant, dinp is ~0 and the
+     * float-vs-double comparison only measures cancellation */
+    c->C = big ? 192 : rng_int(3, 24);
     c->eps = 1e-5f;
     add_x(c, "inp", (size_t)c->N * c->C, 1.0);
     for (size_t k = 0; k < c->xn[0]; k++)
@@ -362,7 +364,7 @@ static void rms_setup(opcase *c, int big)
 {
     c->name = "rmsnorm";
     c->N = big ? 256 : rng_int(1, 27);
-    c->C = big ? 192 : rng_int(1, 24);
+    c->C = big ? 192 : rng_int(2, 24); /* C = 1: out = w*sign(x), dinp ~ 0 */
     c->eps = 1e-6f;
     add_x(c, "inp", (size_t)c->N * c->C, 1.0);
     add_x(c, "w", (size_t)c->C, 1.5);
@@ -396,9 +398,9 @@ static void lin_ref(const opcase *c, double *out)
 static void lin_setup_common(opcase *c, int big, int bias)
 {
     c->bias = bias;
-    c->N = big ? 128 : rng_int(1, 12);
+    c->N = big ? 300 : rng_int(1, 12); /* big: several partial GEMM tiles */
     c->K = big ? 96 : rng_int(1, 24);
-    c->O = big ? 160 : rng_int(1, 24);
+    c->O = big ? 280 : rng_int(1, 24);
     add_x(c, "inp", (size_t)c->N * c->K, 1.0);
     add_x(c, "w", (size_t)c->O * c->K, 1.0);
     if (bias)
@@ -799,7 +801,9 @@ static void check_grad(opcase *c)
     for (int i = 0; i < c->nx; i++) {
         const size_t n = c->xn[i];
         const int ncoord = n <= 48 ? (int)n : 48;
-        double we = 0;
+        double we = 0, gmax = 0;
+        for (size_t k = 0; k < n; k++)
+            gmax = dmax(gmax, fabs(ana[i][k]));
         for (int j = 0; j < ncoord; j++) {
             const size_t k = n <= 48 ? (size_t)j : (size_t)(rng_next() % n);
             const double save = c->xd[i][k];
@@ -815,7 +819,9 @@ static void check_grad(opcase *c)
                 num += (op[r] - om[r]) * c->Rd[r];
             num /= 2 * h;
             const double a = ana[i][k];
-            const double e = fabs(a - num) / dmax(dmax(fabs(a), fabs(num)), 1e-3);
+            /* relative, floored at 1e-3 and at 1% of the tensor's largest gradient */
+            const double e = fabs(a - num) /
+                             dmax(dmax(fabs(a), fabs(num)), dmax(1e-3, 1e-2 * gmax));
             if (e > we)
                 we = e;
             if (e > 1e-6 && bad++ < 5)

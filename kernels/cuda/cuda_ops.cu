@@ -1,0 +1,1163 @@
+/*
+ * cuda_ops.cu - the device kernels of the CUDA backend and their launchers.
+ *
+ * Only kernels and the extern "C" launchers that enqueue them live here; the
+ * table, cuBLASLt (the linear GEMMs), memory and error state are in
+ * cuda_glue.c.  Shapes and semantics: kernels.h.
+ *
+ * Determinism: no kernel uses atomics on floats.  Every reduction runs in an
+ * order fixed by the shapes alone (block size constants, fixed row chunks,
+ * xor-shuffle trees), never by the device or the timing, so a call repeated
+ * on the same inputs gives bitwise-identical outputs.  Backward kernels read
+ * the gradient they accumulate into once and write it once (+=).
+ */
+#include <cuda_runtime.h>
+#include <cub/device/device_radix_sort.cuh> /* stable sort of token ids (embedding_bwd_w) */
+#include <math.h>
+#include <stdint.h>
+
+#define MERAK_CUDA_INTERNAL
+#include "cuda_kernels.h"
+
+/* Threads of every 1-D block (a multiple of 32; the reductions rely on it). */
+#define NT 256
+/* Column reductions: 32 columns x CR_Y row lanes per block, CR_ROWS rows per
+ * chunk; the chunk partial sums are then added in chunk order. */
+#define CR_Y 8
+#define CR_ROWS 256
+/* sumsq: a fixed grid, so the summation order does not depend on the GPU. */
+#define SUMSQ_BLOCKS 256
+
+#define STREAM(s) ((cudaStream_t)(s))
+
+/* ------------------------------------------------------------------ helpers */
+
+static unsigned ew_grid(size_t n)
+{
+    size_t b = (n + NT - 1) / NT;
+    if (b > (1u << 20))
+        b = 1u << 20;
+    return b ? (unsigned)b : 1u;
+}
+
+#define GRID_STRIDE(i, n)                                                     \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);  \
+         i += (size_t)gridDim.x * blockDim.x)
+
+template <typename T> __device__ __forceinline__ T warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32); every thread gets the
+ * result.  sh holds 33 elements.  A fixed tree: deterministic. */
+template <typename T> __device__ T block_sum(T v, T *sh)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous reduction */
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        T r = lane < nw ? sh[lane] : (T)0;
+        r = warp_sum(r);
+        if (lane == 0)
+            sh[32] = r;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+__device__ float block_max(float v, float *sh)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float r = lane < nw ? sh[lane] : -INFINITY;
+        r = warp_max(r);
+        if (lane == 0)
+            sh[32] = r;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+/* out (N,C) = wte[ids] ; wte (V,C) */
+__global__ void embedding_fwd_k(float *out, const int32_t *ids, const float *wte, int N,
+                                int C)
+{
+    const size_t n = (size_t)N * C;
+    GRID_STRIDE(i, n)
+    {
+        size_t row = i / C, c = i % C;
+        out[i] = wte[(size_t)ids[row] * C + c];
+    }
+}
+
+__global__ void iota_k(int32_t *x, int N)
+{
+    GRID_STRIDE(i, (size_t)N) x[i] = (int32_t)i;
+}
+
+/* One block per position p of the stably sorted ids; the block at the start
+ * of a run of equal ids adds the rows of that run, in increasing row order
+ * (the order a sequential loop over rows would use), into dwte[id]. */
+__global__ void embedding_bwd_runs_k(float *dwte, const float *dout, const int32_t *keys,
+                                     const int32_t *rows, int N, int C)
+{
+    const int p = blockIdx.x;
+    const int32_t id = keys[p];
+    if (p > 0 && keys[p - 1] == id)
+        return;
+    int q = p + 1;
+    while (q < N && keys[q] == id)
+        q++;
+    float *dst = dwte + (size_t)id * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dst[c];
+        for (int r = p; r < q; r++)
+            acc += dout[(size_t)rows[r] * C + c];
+        dst[c] = acc;
+    }
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* ------------------------------------------------------------------ posemb */
+
+/* out (B,T,C) = inp + wpe[t] */
+__global__ void posemb_fwd_k(float *out, const float *inp, const float *wpe, size_t n,
+                             size_t TC)
+{
+    GRID_STRIDE(i, n) out[i] = inp[i] + wpe[i % TC];
+}
+
+/* dwpe[t,c] += sum over b (in order) of dout[b,t,c] */
+__global__ void posemb_bwd_w_k(float *dwpe, const float *dout, int B, size_t TC)
+{
+    GRID_STRIDE(i, TC)
+    {
+        float acc = 0.0f;
+        for (int b = 0; b < B; b++)
+            acc += dout[(size_t)b * TC + i];
+        dwpe[i] += acc;
+    }
+}
+
+/* ------------------------------------------------------------------ norms */
+
+/* One block per row n: out (N,C) = (x-mean)*rstd*w + b (two-pass variance). */
+__global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int C, float eps)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C;
+    float *y = out + n * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += x[c];
+    const float m = block_sum(s, sh) / C;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    const float r = 1.0f / sqrtf(block_sum(v, sh) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float o = (x[c] - m) * r * w[c];
+        y[c] = b ? o + b[c] : o;
+    }
+    if (threadIdx.x == 0) {
+        if (mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = r;
+    }
+}
+
+/* dinp += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd, dnorm = dout*w */
+__global__ void layernorm_bwd_x_k(float *dinp, const float *dout, const float *inp,
+                                  const float *w, const float *mean, const float *rstd,
+                                  int C)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C, *g = dout + n * C;
+    float *dx = dinp + n * C;
+    const float m = mean[n], r = rstd[n];
+    float a = 0.0f, bb = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float norm = (x[c] - m) * r, dn = g[c] * w[c];
+        a += dn;
+        bb += dn * norm;
+    }
+    a = block_sum(a, sh) / C;
+    bb = block_sum(bb, sh) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float norm = (x[c] - m) * r, dn = g[c] * w[c];
+        dx[c] += (dn - a - norm * bb) * r;
+    }
+}
+
+/* One block per row: rstd = 1/sqrt(mean(x^2)+eps), out = x*rstd*w */
+__global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const float *w,
+                              int C, float eps)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C;
+    float *y = out + n * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += x[c] * x[c];
+    const float r = 1.0f / sqrtf(block_sum(s, sh) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[c] = x[c] * r * w[c];
+    if (threadIdx.x == 0 && rstd)
+        rstd[n] = r;
+}
+
+/* dinp += rstd*dout*w - x * rstd^3 * mean(dout*w*x) */
+__global__ void rmsnorm_bwd_x_k(float *dinp, const float *dout, const float *inp,
+                                const float *w, const float *rstd, int C)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C, *g = dout + n * C;
+    float *dx = dinp + n * C;
+    const float r = rstd[n];
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += g[c] * w[c] * x[c];
+    const float k = block_sum(s, sh) / C * r * r * r;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dx[c] += r * g[c] * w[c] - x[c] * k;
+}
+
+/* ------------------------------------------------------------------ column reductions */
+
+enum { CR_COLSUM = 0, CR_LAYERNORM = 1, CR_RMSNORM = 2 };
+
+/* Stage 1: block (32 columns, CR_Y row lanes) x chunk of `rows` rows.
+ * part0/part1 (nchunks, C): the chunk's partial sums of
+ *   COLSUM:    dout                                   (part0)
+ *   LAYERNORM: dout*(x-mean)*rstd (dw), dout (db)     (part0, part1)
+ *   RMSNORM:   dout*x*rstd (dw)                       (part0)  */
+template <int MODE>
+__global__ void colred_partial_k(float *part0, float *part1, const float *dout,
+                                 const float *inp, const float *mean, const float *rstd,
+                                 int N, int C, int rows)
+{
+    __shared__ float s0[CR_Y][33], s1[CR_Y][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
+    const int r0 = blockIdx.y * rows;
+    const int r1 = min(N, r0 + rows);
+    float a0 = 0.0f, a1 = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += CR_Y) {
+            const size_t idx = (size_t)r * C + c;
+            const float d = dout[idx];
+            if (MODE == CR_COLSUM) {
+                a0 += d;
+            } else if (MODE == CR_LAYERNORM) {
+                a0 += d * ((inp[idx] - mean[r]) * rstd[r]);
+                a1 += d;
+            } else {
+                a0 += d * (inp[idx] * rstd[r]);
+            }
+        }
+    }
+    s0[ty][tx] = a0;
+    s1[ty][tx] = a1;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t0 = 0.0f, t1 = 0.0f;
+        for (int y = 0; y < CR_Y; y++) {
+            t0 += s0[y][tx];
+            t1 += s1[y][tx];
+        }
+        part0[(size_t)blockIdx.y * C + c] = t0;
+        if (MODE == CR_LAYERNORM)
+            part1[(size_t)blockIdx.y * C + c] = t1;
+    }
+}
+
+/* Stage 2: dst[c] += sum over chunks (in order) of part[k, c]; dst1 may be NULL. */
+__global__ void colred_final_k(float *dst0, float *dst1, const float *part0,
+                               const float *part1, int nchunks, int C)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float t0 = 0.0f, t1 = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+        t0 += part0[(size_t)k * C + c];
+        if (dst1)
+            t1 += part1[(size_t)k * C + c];
+    }
+    if (dst0)
+        dst0[c] += t0;
+    if (dst1)
+        dst1[c] += t1;
+}
+
+/* Runs both stages; the chunking depends on N only. */
+template <int MODE>
+static int colred(cudaStream_t st, float *dst0, float *dst1, const float *dout,
+                  const float *inp, const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    int rows = CR_ROWS;
+    int nchunks = (N + rows - 1) / rows;
+    while (nchunks > 65535) { /* gridDim.y limit: bigger chunks, still shape-only */
+        rows *= 2;
+        nchunks = (N + rows - 1) / rows;
+    }
+    const int nq = MODE == CR_LAYERNORM ? 2 : 1;
+    float *part = (float *)merak_cuda_scratch((size_t)nq * nchunks * C * sizeof(float));
+    if (!part)
+        return cudaErrorMemoryAllocation;
+    float *part1 = nq == 2 ? part + (size_t)nchunks * C : NULL;
+    dim3 grid((C + 31) / 32, nchunks), block(32, CR_Y);
+    colred_partial_k<MODE><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C,
+                                                   rows);
+    colred_final_k<<<(C + NT - 1) / NT, NT, 0, st>>>(dst0, MODE == CR_LAYERNORM ? dst1 : NULL,
+                                                     part, part1, nchunks, C);
+    return cudaGetLastError();
+}
+
+/* out (N,O) += b[o] */
+__global__ void bias_add_k(float *out, const float *b, size_t n, int O)
+{
+    GRID_STRIDE(i, n) out[i] += b[i % O];
+}
+
+/* ------------------------------------------------------------------ attention */
+
+struct attn_p {
+    int B, T, nh, nkv, hd;
+    int rep;       /* nh / nkv */
+    float scale;   /* 1/sqrt(hd) */
+    float theta;   /* rope base, 0 = none */
+};
+
+/* cos/sin of the RoPE angle t * inv_freq[j], inv_freq[j] = theta^(-2j/hd)
+ * (Hugging Face: angle in float, inv_freq rounded to float). */
+__device__ __forceinline__ void rope_cs(float theta, int t, int j, int hd, float *c,
+                                        float *s)
+{
+    const float inv = (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)hd));
+    const float ang = (float)t * inv;
+    *c = cosf(ang);
+    *s = sinf(ang);
+}
+
+/* qr (B,T,nh*hd), kr (B,T,nkv*hd) = rotate_half RoPE of q, k (row strides qs, ks):
+ *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin */
+__global__ void rope_fwd_k(float *qr, float *kr, const float *q, const float *k, attn_p p,
+                           int qs, int ks)
+{
+    const int half = p.hd / 2, heads = p.nh + p.nkv;
+    const size_t n = (size_t)p.B * p.T * heads * half;
+    GRID_STRIDE(i, n)
+    {
+        const int j = (int)(i % half);
+        const size_t rest = i / half;
+        const int hh = (int)(rest % heads);
+        const size_t bt = rest / heads;
+        const int t = (int)(bt % p.T);
+        const float *src;
+        float *dst;
+        if (hh < p.nh) {
+            src = q + bt * qs + (size_t)hh * p.hd;
+            dst = qr + bt * p.nh * p.hd + (size_t)hh * p.hd;
+        } else {
+            src = k + bt * ks + (size_t)(hh - p.nh) * p.hd;
+            dst = kr + bt * p.nkv * p.hd + (size_t)(hh - p.nh) * p.hd;
+        }
+        float c, s;
+        rope_cs(p.theta, t, j, p.hd, &c, &s);
+        const float x0 = src[j], x1 = src[j + half];
+        dst[j] = x0 * c - x1 * s;
+        dst[j + half] = x1 * c + x0 * s;
+    }
+}
+
+/* How a block of NT threads splits "sum over rows of a vector of hd": G groups
+ * of threads, group g takes rows g, g+G, ... and dims d0, d0+span, ...;
+ * the G partial vectors are then added in group order.  Shape-only. */
+struct vpart {
+    int G, span, g, d0;
+};
+
+__device__ __forceinline__ vpart vec_part(int hd)
+{
+    vpart v;
+    v.G = NT / hd;
+    if (v.G < 1)
+        v.G = 1;
+    v.span = v.G == 1 ? NT : hd;
+    v.g = threadIdx.x / v.span;
+    v.d0 = threadIdx.x % v.span;
+    return v;
+}
+
+/* Floats of the per-group partial vectors: G*hd <= max(NT, hd). */
+__host__ __device__ static int part_elems(int hd) { return hd > NT ? hd : NT; }
+
+/* One block per (query row i, head h, batch b).  Writes the probs row
+ * (B,nh,T,T) (zeros above the diagonal) and out (B,T,nh*hd). */
+__global__ void attn_fwd_k(float *out, float *probs, const float *Q, const float *K,
+                           const float *V, attn_p p, int qs, int ks, int vs)
+{
+    extern __shared__ float smem[];
+    __shared__ float red[33];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hd = p.hd, T = p.T;
+    const int kvh = h / p.rep;
+    float *qsh = smem, *part = smem + hd;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+
+    const float *qrow = Q + ((size_t)b * T + i) * qs + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+        qsh[d] = qrow[d];
+    __syncthreads();
+
+    float *prow = probs + (((size_t)b * p.nh + h) * T + i) * T;
+    /* scores: a warp per key, lanes over dims */
+    for (int j = warp; j <= i; j += nw) {
+        const float *krow = K + ((size_t)b * T + j) * ks + (size_t)kvh * hd;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += 32)
+            s += qsh[d] * krow[d];
+        s = warp_sum(s);
+        if (lane == 0)
+            prow[j] = s * p.scale;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x)
+        mx = fmaxf(mx, prow[j]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+        float e = expf(prow[j] - mx);
+        prow[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / block_sum(sum, red);
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        prow[j] = j <= i ? prow[j] * inv : 0.0f;
+    __syncthreads();
+
+    /* out_i = sum_j p_j v_j */
+    const vpart vp = vec_part(hd);
+    if (vp.g < vp.G) {
+        for (int d = vp.d0; d < hd; d += vp.span) {
+            float acc = 0.0f;
+            for (int j = vp.g; j <= i; j += vp.G)
+                acc += prow[j] * V[((size_t)b * T + j) * vs + (size_t)kvh * hd + d];
+            part[vp.g * hd + d] = acc;
+        }
+    }
+    __syncthreads();
+    float *orow = out + ((size_t)b * T + i) * p.nh * hd + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int g = 0; g < vp.G; g++)
+            o += part[g * hd + d];
+        orow[d] = o;
+    }
+}
+
+/* One block per (query row i, head h, batch b):
+ *   dP_j = dout_i . v_j ; dS_j = P_j (dP_j - sum_j' P_j' dP_j')  -> scratch (B,nh,T,T)
+ *   dq_i += scale * sum_j dS_j k_j   (un-rotated when RoPE is on) */
+__global__ void attn_bwd_q_k(float *dq, float *dS, const float *dout, const float *probs,
+                             const float *K, const float *V, attn_p p, int ks, int vs,
+                             int dqs)
+{
+    extern __shared__ float smem[];
+    __shared__ float red[33];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hd = p.hd, T = p.T;
+    const int kvh = h / p.rep;
+    float *dsh = smem, *gq = smem + hd, *part = smem + 2 * hd;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+
+    const float *drow = dout + ((size_t)b * T + i) * p.nh * hd + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+        dsh[d] = drow[d];
+    __syncthreads();
+
+    const size_t rowoff = (((size_t)b * p.nh + h) * T + i) * T;
+    const float *prow = probs + rowoff;
+    float *srow = dS + rowoff;
+    for (int j = warp; j <= i; j += nw) {
+        const float *vrow = V + ((size_t)b * T + j) * vs + (size_t)kvh * hd;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += 32)
+            s += dsh[d] * vrow[d];
+        s = warp_sum(s);
+        if (lane == 0)
+            srow[j] = s;
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x)
+        acc += prow[j] * srow[j];
+    const float tot = block_sum(acc, red);
+    for (int j = threadIdx.x; j <= i; j += blockDim.x)
+        srow[j] = prow[j] * (srow[j] - tot);
+    __syncthreads();
+
+    const vpart vp = vec_part(hd);
+    if (vp.g < vp.G) {
+        for (int d = vp.d0; d < hd; d += vp.span) {
+            float a = 0.0f;
+            for (int j = vp.g; j <= i; j += vp.G)
+                a += srow[j] * K[((size_t)b * T + j) * ks + (size_t)kvh * hd + d];
+            part[vp.g * hd + d] = a;
+        }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int g = 0; g < vp.G; g++)
+            o += part[g * hd + d];
+        gq[d] = o * p.scale;
+    }
+    __syncthreads();
+    float *dqrow = dq + ((size_t)b * T + i) * dqs + (size_t)h * hd;
+    if (p.theta > 0.0f) {
+        const int half = hd / 2;
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            float c, s;
+            rope_cs(p.theta, i, j, hd, &c, &s);
+            const float g0 = gq[j], g1 = gq[j + half];
+            dqrow[j] += g0 * c + g1 * s;
+            dqrow[j + half] += g1 * c - g0 * s;
+        }
+    } else {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            dqrow[d] += gq[d];
+    }
+}
+
+/* One block per (key row j, kv head, batch b), looping over the query heads of
+ * the group and the queries i >= j in a fixed order (no atomics):
+ *   dk_j += scale * sum_h sum_i dS[h,i,j] q_i   (un-rotated when RoPE is on)
+ *   dv_j += sum_h sum_i P[h,i,j] dout_i */
+__global__ void attn_bwd_kv_k(float *dk, float *dv, const float *dS, const float *probs,
+                              const float *dout, const float *Q, attn_p p, int qs, int dks,
+                              int dvs)
+{
+    extern __shared__ float smem[];
+    const int j = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, hd = p.hd, T = p.T;
+    const int pe = part_elems(hd);
+    float *gk = smem, *partk = smem + hd, *partv = smem + hd + pe;
+
+    const vpart vp = vec_part(hd);
+    if (vp.g < vp.G) {
+        for (int d = vp.d0; d < hd; d += vp.span) {
+            float ak = 0.0f, av = 0.0f;
+            for (int r = 0; r < p.rep; r++) {
+                const int h = kvh * p.rep + r;
+                const size_t base = ((size_t)b * p.nh + h) * T;
+                for (int i = j + vp.g; i < T; i += vp.G) {
+                    const size_t pi = (base + i) * T + j;
+                    const size_t row = (size_t)b * T + i;
+                    ak += dS[pi] * Q[row * qs + (size_t)h * hd + d];
+                    av += probs[pi] * dout[row * p.nh * hd + (size_t)h * hd + d];
+                }
+            }
+            partk[vp.g * hd + d] = ak;
+            partv[vp.g * hd + d] = av;
+        }
+    }
+    __syncthreads();
+    float *dvrow = dv + ((size_t)b * T + j) * dvs + (size_t)kvh * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float ok = 0.0f, ov = 0.0f;
+        for (int g = 0; g < vp.G; g++) {
+            ok += partk[g * hd + d];
+            ov += partv[g * hd + d];
+        }
+        gk[d] = ok * p.scale;
+        dvrow[d] += ov;
+    }
+    __syncthreads();
+    float *dkrow = dk + ((size_t)b * T + j) * dks + (size_t)kvh * hd;
+    if (p.theta > 0.0f) {
+        const int half = hd / 2;
+        for (int jj = threadIdx.x; jj < half; jj += blockDim.x) {
+            float c, s;
+            rope_cs(p.theta, j, jj, hd, &c, &s);
+            const float g0 = gk[jj], g1 = gk[jj + half];
+            dkrow[jj] += g0 * c + g1 * s;
+            dkrow[jj + half] += g1 * c - g0 * s;
+        }
+    } else {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            dkrow[d] += gk[d];
+    }
+}
+
+static attn_p attn_params(const merak_attn_shape *s)
+{
+    attn_p p;
+    p.B = s->B;
+    p.T = s->T;
+    p.nh = s->n_head;
+    p.nkv = s->n_kv_head;
+    p.hd = s->head_dim;
+    p.rep = s->n_head / s->n_kv_head;
+    p.scale = 1.0f / sqrtf((float)s->head_dim);
+    p.theta = s->rope_theta;
+    return p;
+}
+
+/* ------------------------------------------------------------------ pointwise */
+
+#define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_K1 0.044715f
+
+__global__ void gelu_fwd_k(float *out, const float *inp, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float x = inp[i];
+        const float u = GELU_K0 * (x + GELU_K1 * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+__global__ void gelu_bwd_k(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float x = inp[i];
+        const float u = GELU_K0 * (x + GELU_K1 * x * x * x);
+        const float t = tanhf(u);
+        const float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
+        const float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+        dinp[i] += g * dout[i];
+    }
+}
+
+__global__ void swiglu_fwd_k(float *out, const float *gate, const float *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = gate[i];
+        const float sg = 1.0f / (1.0f + expf(-g));
+        out[i] = g * sg * up[i];
+    }
+}
+
+/* d/dgate silu(g) = s (1 + g (1 - s)) */
+__global__ void swiglu_bwd_k(float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = gate[i], u = up[i], d = dout[i];
+        const float sg = 1.0f / (1.0f + expf(-g));
+        if (dgate)
+            dgate[i] += d * u * sg * (1.0f + g * (1.0f - sg));
+        if (dup)
+            dup[i] += d * g * sg;
+    }
+}
+
+__global__ void add_k(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_k(float *dst, const float *src, size_t n)
+{
+    GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+__global__ void scale_k(float *x, size_t n, float s)
+{
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+
+/* ------------------------------------------------------------------ dropout
+ *
+ * The mask is the one of kernels/cpu/cpu_kernels.h, reproduced bit for bit:
+ * element i of a call with seed s is kept iff u >= p, where
+ *
+ *     key = mix64(s + GOLDEN)
+ *     z   = mix64(key + (i + 1) * GOLDEN)          (uint64 arithmetic)
+ *     u   = (float)(z >> 40) * 2^-24               (uniform in [0, 1), exact)
+ *
+ * GOLDEN = 0x9E3779B97F4A7C15 and mix64 is splitmix64's finalizer.  Kept
+ * elements are scaled by 1/(1-p) (computed in float).  Only integer
+ * arithmetic decides the mask, so CPU and GPU masks agree exactly.
+ */
+#define GOLDEN 0x9E3779B97F4A7C15ULL
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ bool dropout_keep(uint64_t key, uint64_t i, float p)
+{
+    const uint64_t z = mix64(key + (i + 1) * GOLDEN);
+    return (float)(z >> 40) * 0x1.0p-24f >= p;
+}
+
+__global__ void dropout_fwd_k(float *out, const float *inp, size_t n, float p, float sc,
+                              uint64_t key)
+{
+    GRID_STRIDE(i, n) out[i] = dropout_keep(key, i, p) ? inp[i] * sc : 0.0f;
+}
+
+__global__ void dropout_bwd_k(float *dinp, const float *dout, size_t n, float p, float sc,
+                              uint64_t key)
+{
+    GRID_STRIDE(i, n)
+    {
+        if (dropout_keep(key, i, p))
+            dinp[i] += dout[i] * sc;
+    }
+}
+
+static uint64_t host_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+
+/* One block per row: losses[n] = logsumexp(x) - x[target] (max-subtracted).
+ * A target outside [0,V) gives loss 0 (and no gradient below). */
+__global__ void crossentropy_fwd_k(float *losses, const float *logits,
+                                   const int32_t *targets, int V)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = logits + n * V;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, x[j]);
+    mx = block_max(mx, sh);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        s += expf(x[j] - mx);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        const int t = targets[n];
+        losses[n] = (t >= 0 && t < V) ? logf(s) + mx - x[t] : 0.0f;
+    }
+}
+
+/* dlogits += (softmax(x) - onehot(target)) * scale */
+__global__ void crossentropy_bwd_k(float *dlogits, const float *logits,
+                                   const int32_t *targets, int V, float scale)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const int t = targets[n];
+    if (t < 0 || t >= V)
+        return;
+    const float *x = logits + n * V;
+    float *dx = dlogits + n * V;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, x[j]);
+    mx = block_max(mx, sh);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        s += expf(x[j] - mx);
+    const float inv = 1.0f / block_sum(s, sh);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float pj = expf(x[j] - mx) * inv;
+        dx[j] += (pj - (j == t ? 1.0f : 0.0f)) * scale;
+    }
+}
+
+/* ------------------------------------------------------------------ optimizer, norms */
+
+/* torch.optim.AdamW (torch 1.13 single-tensor path), scalars from the host:
+ * p *= decay; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= step_size * m / (sqrt(v)/bc2_sqrt + eps) */
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float decay,
+                        float b1, float b2, float step_size, float bc2_sqrt, float eps)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float gi = g[i];
+        const float mi = m[i] * b1 + (1.0f - b1) * gi;
+        const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step_size * (mi / denom);
+    }
+}
+
+/* Stage 1 of sumsq: SUMSQ_BLOCKS fixed blocks, each a double partial. */
+__global__ void sumsq_partial_k(double *part, const float *x, size_t n)
+{
+    __shared__ double sh[33];
+    double acc = 0.0;
+    GRID_STRIDE(i, n)
+    {
+        const double xi = x[i];
+        acc += xi * xi;
+    }
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = acc;
+}
+
+__global__ void sumsq_final_k(double *result, const double *part)
+{
+    __shared__ double sh[33];
+    double acc = 0.0;
+    for (int k = threadIdx.x; k < SUMSQ_BLOCKS; k += blockDim.x)
+        acc += part[k];
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0)
+        *result = acc;
+}
+
+/* ================================================================== launchers */
+
+extern "C" {
+
+int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
+                                    const float *wte, int N, int C)
+{
+    const size_t n = (size_t)N * C;
+    if (n == 0)
+        return cudaSuccess;
+    embedding_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, ids, wte, N, C);
+    return cudaGetLastError();
+}
+
+/* dwte (V,C) += dout (N,C) scattered by ids: a stable radix sort of the ids
+ * (rows keep their order within an id), then one block per run of equal ids. */
+int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
+                                      const int32_t *ids, int N, int C)
+{
+    cudaStream_t st = STREAM(stream);
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    size_t temp = 0;
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(NULL, temp, (const int32_t *)NULL,
+                                                    (int32_t *)NULL, (const int32_t *)NULL,
+                                                    (int32_t *)NULL, N, 0, 32, st);
+    if (e != cudaSuccess)
+        return e;
+    const size_t a = align256((size_t)N * sizeof(int32_t));
+    char *ws = (char *)merak_cuda_scratch(3 * a + align256(temp));
+    if (!ws)
+        return cudaErrorMemoryAllocation;
+    int32_t *keys = (int32_t *)ws, *rows_in = (int32_t *)(ws + a),
+            *rows = (int32_t *)(ws + 2 * a);
+    void *tmp = ws + 3 * a;
+    iota_k<<<ew_grid((size_t)N), NT, 0, st>>>(rows_in, N);
+    e = cub::DeviceRadixSort::SortPairs(tmp, temp, ids, keys, rows_in, rows, N, 0, 32, st);
+    if (e != cudaSuccess)
+        return e;
+    embedding_bwd_runs_k<<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
+                                 const float *wpe, int B, int T, int C)
+{
+    const size_t TC = (size_t)T * C, n = (size_t)B * TC;
+    if (n == 0)
+        return cudaSuccess;
+    posemb_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, wpe, n, TC);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout, int B,
+                                   int T, int C)
+{
+    const size_t TC = (size_t)T * C;
+    if (TC == 0 || B <= 0)
+        return cudaSuccess;
+    posemb_bwd_w_k<<<ew_grid(TC), NT, 0, STREAM(stream)>>>(dwpe, dout, B, TC);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b,
+                                    int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    layernorm_fwd_k<<<N, NT, 0, STREAM(stream)>>>(out, mean, rstd, inp, w, b, C, eps);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_layernorm_bwd_x(void *stream, float *dinp, const float *dout,
+                                      const float *inp, const float *w,
+                                      const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    layernorm_bwd_x_k<<<N, NT, 0, STREAM(stream)>>>(dinp, dout, inp, w, mean, rstd, C);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
+                                      const float *dout, const float *inp,
+                                      const float *mean, const float *rstd, int N, int C)
+{
+    return colred<CR_LAYERNORM>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+}
+
+int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const float *inp,
+                                  const float *w, int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    rmsnorm_fwd_k<<<N, NT, 0, STREAM(stream)>>>(out, rstd, inp, w, C, eps);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout,
+                                    const float *inp, const float *w, const float *rstd,
+                                    int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    rmsnorm_bwd_x_k<<<N, NT, 0, STREAM(stream)>>>(dinp, dout, inp, w, rstd, C);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
+                                    const float *inp, const float *rstd, int N, int C)
+{
+    return colred<CR_RMSNORM>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O)
+{
+    const size_t n = (size_t)N * O;
+    if (n == 0)
+        return cudaSuccess;
+    bias_add_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, b, n, O);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O)
+{
+    return colred<CR_COLSUM>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+}
+
+size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
+{
+    /* dS (B,nh,T,T) */
+    return (size_t)s->B * s->n_head * s->T * s->T;
+}
+
+int merak_cuda_launch_attention_fwd(void *stream, const merak_attn_shape *s, float *out,
+                                    float *probs, float *qr, float *kr, const float *q,
+                                    const float *k, const float *v)
+{
+    cudaStream_t st = STREAM(stream);
+    if (s->n_kv_head <= 0 || s->n_head % s->n_kv_head != 0)
+        return cudaErrorInvalidValue;
+    const attn_p p = attn_params(s);
+    if (p.B <= 0 || p.T <= 0 || p.nh <= 0 || p.hd <= 0)
+        return cudaSuccess;
+    const float *Q = q, *K = k;
+    int qs = s->q_stride, ks = s->k_stride;
+    if (p.theta > 0.0f) {
+        const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
+        if (n)
+            rope_fwd_k<<<ew_grid(n), NT, 0, st>>>(qr, kr, q, k, p, qs, ks);
+        Q = qr;
+        K = kr;
+        qs = p.nh * p.hd;
+        ks = p.nkv * p.hd;
+    }
+    const size_t smem = (size_t)(p.hd + part_elems(p.hd)) * sizeof(float);
+    attn_fwd_k<<<dim3(p.T, p.nh, p.B), NT, smem, st>>>(out, probs, Q, K, v, p, qs, ks,
+                                                         s->v_stride);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attention_bwd(void *stream, const merak_attn_shape *s, float *dq,
+                                    float *dk, float *dv, const float *dout,
+                                    const float *probs, const float *qr, const float *kr,
+                                    const float *q, const float *k, const float *v,
+                                    float *scratch)
+{
+    cudaStream_t st = STREAM(stream);
+    if (s->n_kv_head <= 0 || s->n_head % s->n_kv_head != 0)
+        return cudaErrorInvalidValue;
+    const attn_p p = attn_params(s);
+    if (p.B <= 0 || p.T <= 0 || p.nh <= 0 || p.hd <= 0)
+        return cudaSuccess;
+    const float *Q = q, *K = k;
+    int qs = s->q_stride, ks = s->k_stride;
+    if (p.theta > 0.0f) {
+        Q = qr;
+        K = kr;
+        qs = p.nh * p.hd;
+        ks = p.nkv * p.hd;
+    }
+    const size_t pe = (size_t)part_elems(p.hd);
+    attn_bwd_q_k<<<dim3(p.T, p.nh, p.B), NT, (2 * p.hd + pe) * sizeof(float), st>>>(
+        dq, scratch, dout, probs, K, v, p, ks, s->v_stride, s->q_stride);
+    attn_bwd_kv_k<<<dim3(p.T, p.nkv, p.B), NT, (p.hd + 2 * pe) * sizeof(float), st>>>(
+        dk, dv, scratch, probs, dout, Q, p, qs, s->k_stride, s->v_stride);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    gelu_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, n);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
+                               const float *inp, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    gelu_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, inp, n);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
+                                 const float *up, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    swiglu_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_swiglu_bwd(void *stream, float *dgate, float *dup, const float *dout,
+                                 const float *gate, const float *up, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    swiglu_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dgate, dup, dout, gate, up, n);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const float *b,
+                              size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    add_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, a, b, n);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    accumulate_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
+                                  float p, uint64_t seed)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const float sc = 1.0f / (1.0f - p);
+    dropout_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, n, p, sc,
+                                                         host_mix64(seed + GOLDEN));
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
+                                  float p, uint64_t seed)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const float sc = 1.0f / (1.0f - p);
+    dropout_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, n, p, sc,
+                                                         host_mix64(seed + GOLDEN));
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_crossentropy_fwd(void *stream, float *losses, const float *logits,
+                                       const int32_t *targets, int N, int V)
+{
+    if (N <= 0 || V <= 0)
+        return cudaSuccess;
+    crossentropy_fwd_k<<<N, NT, 0, STREAM(stream)>>>(losses, logits, targets, V);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
+                                       const int32_t *targets, int N, int V, float scale)
+{
+    if (N <= 0 || V <= 0)
+        return cudaSuccess;
+    crossentropy_bwd_k<<<N, NT, 0, STREAM(stream)>>>(dlogits, logits, targets, V, scale);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
+                            size_t n, float decay, float beta1, float beta2,
+                            float step_size, float bc2_sqrt, float eps)
+{
+    if (n == 0)
+        return cudaSuccess;
+    adamw_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(p, g, m, v, n, decay, beta1, beta2,
+                                                   step_size, bc2_sqrt, eps);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_sumsq(void *stream, double *result, const float *x, size_t n)
+{
+    cudaStream_t st = STREAM(stream);
+    double *part = (double *)merak_cuda_scratch(SUMSQ_BLOCKS * sizeof(double));
+    if (!part)
+        return cudaErrorMemoryAllocation;
+    sumsq_partial_k<<<SUMSQ_BLOCKS, NT, 0, st>>>(part, x, n);
+    sumsq_final_k<<<1, NT, 0, st>>>(result, part);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s)
+{
+    if (n == 0)
+        return cudaSuccess;
+    scale_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(x, n, s);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -1,0 +1,208 @@
+/*
+ * trainer.c - the training loop: data windows, forward and backward over
+ * micro-batches, gradient norm and clipping, learning-rate schedule, AdamW,
+ * metrics, and weights in and out.
+ *
+ * Step i uses windows (i*M + j) mod W for micro-batch j; the reported loss is
+ * the mean over the step's positions, before the update.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "train.h"
+
+void merak_args_default(merak_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->micro_batch = 4;
+    a->seq_len = 64;
+    a->micro_batches = 1;
+    a->steps = 10;
+    a->lr = 6e-4f;
+    a->schedule = MERAK_SCHEDULE_COSINE;
+    a->weight_decay = 0.1f;
+    a->beta1 = 0.9f;
+    a->beta2 = 0.95f;
+    a->eps = 1e-8f;
+    a->clip = 1.0f;
+    a->seed = 1337;
+    a->threads = 1;
+}
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A dropout seed per (step, micro-batch). */
+static uint64_t mb_seed(uint64_t seed, uint64_t n)
+{
+    uint64_t z = seed ^ (n * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+    return z ^ (z >> 29);
+}
+
+/* Checks the graph has what the trainer feeds and reads; returns the
+ * vocabulary size (the loss's logits width) or -1. */
+static int check_graph(const merak_graph *g, const merak_args *a, int *ids, int *targets,
+                       char *err, size_t errlen)
+{
+    *ids = merak_graph_find(g, "input_ids");
+    *targets = merak_graph_find(g, "targets");
+    if (*ids < 0 || *targets < 0 || g->tensors[*ids].kind != MERAK_T_INPUT ||
+        g->tensors[*targets].kind != MERAK_T_INPUT)
+        return fail(err, errlen, "the graph needs inputs named 'input_ids' and 'targets'");
+    if (g->loss < 0)
+        return fail(err, errlen, "the graph has no loss (add merak_op_cross_entropy)");
+    const merak_tensor *x = &g->tensors[*ids];
+    if (x->ndim != 2 || x->shape[0] != a->micro_batch || x->shape[1] != a->seq_len)
+        return fail(err, errlen, "the graph's input_ids are not (%d,%d), the micro-batch and sequence length",
+                    a->micro_batch, a->seq_len);
+    const merak_op *ce = &g->ops[g->tensors[g->loss].producer];
+    const merak_tensor *logits = &g->tensors[ce->in[0]];
+    return (int)logits->shape[logits->ndim - 1];
+}
+
+static int check_args(const merak_args *a, char *err, size_t errlen)
+{
+    if (!a->data)
+        return fail(err, errlen, "no data given");
+    if (a->micro_batch < 1 || a->seq_len < 1 || a->micro_batches < 1 || a->steps < 0 ||
+        a->warmup < 0 || a->threads < 1)
+        return fail(err, errlen, "micro-batch, sequence length, micro-batches and threads must be positive");
+    if (!(a->lr >= 0) || !(a->min_lr >= 0) || a->min_lr > a->lr)
+        return fail(err, errlen, "learning rates %g (min %g) are not usable", a->lr, a->min_lr);
+    if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1) || !(a->eps >= 0) ||
+        !(a->weight_decay >= 0) || !(a->clip >= 0))
+        return fail(err, errlen, "AdamW settings out of range");
+    return 0;
+}
+
+int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
+{
+    int ids_t, tgt_t;
+    if (check_args(a, err, errlen) < 0)
+        return -1;
+    int vocab = check_graph(g, a, &ids_t, &tgt_t, err, errlen);
+    if (vocab < 0)
+        return -1;
+
+    const merak_kernels *k = merak_kernels_cpu();
+    merak_kernels_cpu_set_threads(a->threads);
+    int B = a->micro_batch, T = a->seq_len, M = a->micro_batches;
+
+    merak_exec *e = NULL;
+    merak_data *data = NULL;
+    merak_optim *opt = NULL;
+    FILE *metrics = NULL;
+    int step = -1;
+    merak_exec_opts eo = {.op_begin = 0, .op_end = -1, .nslots = 1, .kernels = k};
+    if (merak_exec_create(g, &eo, &e, err, errlen) < 0)
+        goto out;
+    if (merak_data_open(a->data, vocab, &data, err, errlen) < 0)
+        goto out;
+    uint64_t W = merak_data_num_windows(data, B, T);
+    if (W == 0) {
+        fail(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1", a->data,
+             (unsigned long long)merak_data_num_tokens(data), B, T);
+        goto out;
+    }
+    if (a->init) {
+        if (merak_weights_load(g, e, a->init, err, errlen) < 0)
+            goto out;
+    } else {
+        merak_init_params(g, e, a->seed);
+    }
+    merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
+    if (!(opt = merak_optim_create(g, e, &ao))) {
+        fail(err, errlen, "out of memory for the optimizer state");
+        goto out;
+    }
+    if (a->metrics && !(metrics = fopen(a->metrics, "a"))) {
+        fail(err, errlen, "%s: %s", a->metrics, strerror(errno));
+        goto out;
+    }
+
+    merak_lr_sched sched = {a->schedule, a->lr, a->min_lr, a->warmup, a->steps};
+    int32_t *ids = merak_exec_tensor(e, 0, ids_t), *tgt = merak_exec_tensor(e, 0, tgt_t);
+    merak_exec_set_loss_scale(e, 1.0f / (float)M);
+    double t_start = now();
+    for (step = 0; step < a->steps && !(a->stop && *a->stop); step++) {
+        double t0 = now(), loss = 0;
+        merak_exec_zero_grads(e);
+        for (int j = 0; j < M; j++) {
+            uint64_t n = (uint64_t)step * (uint64_t)M + (uint64_t)j;
+            if (merak_data_window(data, n % W, B, T, ids, tgt, err, errlen) < 0)
+                goto out;
+            merak_exec_forward(e, 0, mb_seed(a->seed, n));
+            merak_exec_backward(e, 0);
+            loss += merak_exec_loss(e, 0);
+        }
+        loss /= M;
+        double norm = merak_grad_norm(e, k);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            fail(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
+            goto out;
+        }
+        merak_clip_grads(e, k, norm, a->clip);
+        float lr = merak_lr_at(&sched, step);
+        merak_optim_step(opt, e, k, lr);
+
+        double t1 = now();
+        merak_step_info info = {
+            .step = step, .steps = a->steps, .loss = loss, .grad_norm = norm, .lr = lr,
+            .tokens_per_s = (double)B * T * M / (t1 - t0), .step_ms = (t1 - t0) * 1e3,
+            .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
+        };
+        if (metrics) {
+            fprintf(metrics,
+                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                    "\"tokens_per_s\": %.6g, \"step_ms\": %.6g}\n",
+                    step, loss, norm, lr, info.tokens_per_s, info.step_ms);
+            /* Flushed every step: a crash loses nothing already reported. */
+            if (fflush(metrics) != 0) {
+                fail(err, errlen, "%s: %s", a->metrics, strerror(errno));
+                goto out;
+            }
+        }
+        if (a->on_step)
+            a->on_step(&info, a->user);
+    }
+    if (a->save_weights && merak_weights_save(g, e, a->save_weights, NULL, err, errlen) < 0)
+        goto out;
+    if (metrics) {
+        FILE *f = metrics;
+        metrics = NULL;
+        if (fclose(f) != 0) {
+            fail(err, errlen, "%s: %s", a->metrics, strerror(errno));
+            goto out;
+        }
+    }
+    merak_optim_destroy(opt);
+    merak_data_close(data);
+    merak_exec_destroy(e);
+    return step;
+out:
+    if (metrics)
+        fclose(metrics);
+    merak_optim_destroy(opt);
+    merak_data_close(data);
+    merak_exec_destroy(e);
+    return -1;
+}
