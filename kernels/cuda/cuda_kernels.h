@@ -127,10 +127,12 @@ int merak_cuda_launch_crossentropy_fwd(void *stream, float *losses, const float 
                                        const int32_t *targets, int N, int V);
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
                                        const int32_t *targets, int N, int V, float scale);
-/* One AdamW step; the scalars are computed on the host as torch does. */
+/* One AdamW step; the scalars are computed on the host as torch does:
+ * decay = 1-lr*wd, w1 = 1-beta1, c2 = 1-beta2, nstep = -lr/(1-beta1^t),
+ * bc2_sqrt = sqrt(1-beta2^t). */
 int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
-                            size_t n, float decay, float beta1, float beta2,
-                            float step_size, float bc2_sqrt, float eps);
+                            size_t n, float decay, float w1, float beta2, float c2,
+                            float nstep, float bc2_sqrt, float eps);
 /* *result (a device double) = sum of x^2, in a fixed order. */
 int merak_cuda_launch_sumsq(void *stream, double *result, const float *x, size_t n);
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s);

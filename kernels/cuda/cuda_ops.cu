@@ -360,12 +360,12 @@ struct attn_p {
     float theta;   /* rope base, 0 = none */
 };
 
-/* cos/sin of the RoPE angle t * inv_freq[j], inv_freq[j] = theta^(-2j/hd)
- * (Hugging Face: angle in float, inv_freq rounded to float). */
+/* cos/sin of the RoPE angle t * inv_freq[j], inv_freq[j] = 1/theta^(2j/hd),
+ * all in float as Hugging Face (and the CPU backend) compute them. */
 __device__ __forceinline__ void rope_cs(float theta, int t, int j, int hd, float *c,
                                         float *s)
 {
-    const float inv = (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)hd));
+    const float inv = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
     const float ang = (float)t * inv;
     *c = cosf(ang);
     *s = sinf(ang);
@@ -629,7 +629,7 @@ static attn_p attn_params(const merak_attn_shape *s)
     p.nkv = s->n_kv_head;
     p.hd = s->head_dim;
     p.rep = s->n_head / s->n_kv_head;
-    p.scale = 1.0f / sqrtf((float)s->head_dim);
+    p.scale = (float)(1.0 / sqrt((double)s->head_dim));
     p.theta = s->rope_theta;
     return p;
 }
@@ -804,21 +804,28 @@ __global__ void crossentropy_bwd_k(float *dlogits, const float *logits,
 
 /* ------------------------------------------------------------------ optimizer, norms */
 
-/* torch.optim.AdamW (torch 1.13 single-tensor path), scalars from the host:
- * p *= decay; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * p -= step_size * m / (sqrt(v)/bc2_sqrt + eps) */
+/* torch.optim.AdamW (single-tensor path), scalars formed on the host in
+ * double and rounded to float, as torch does with Python-float arguments:
+ *   p *= decay (= 1 - lr*wd)
+ *   m = lerp(m, g, w1), w1 = 1-b1 (torch's lerp: the weight < 0.5 form and
+ *       its mirror, as the CPU backend writes it)
+ *   v = v*b2 + c2*g*g, c2 = 1-b2
+ *   p += nstep * m / (sqrt(v)/bc2_sqrt + eps), nstep = -lr/(1-b1^t) */
 __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float decay,
-                        float b1, float b2, float step_size, float bc2_sqrt, float eps)
+                        float w1, float b2, float c2, float nstep, float bc2_sqrt, float eps)
 {
+    const bool small = fabsf(w1) < 0.5f;
+    const float c1 = 1.0f - w1;
     GRID_STRIDE(i, n)
     {
         const float gi = g[i];
-        const float mi = m[i] * b1 + (1.0f - b1) * gi;
-        const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        float mi = m[i];
+        mi = small ? mi + w1 * (gi - mi) : gi - (gi - mi) * c1;
+        const float vi = v[i] * b2 + c2 * gi * gi;
         const float denom = sqrtf(vi) / bc2_sqrt + eps;
         m[i] = mi;
         v[i] = vi;
-        p[i] = p[i] * decay - step_size * (mi / denom);
+        p[i] = p[i] * decay + nstep * mi / denom;
     }
 }
 
@@ -1131,13 +1138,13 @@ int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float
 }
 
 int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
-                            size_t n, float decay, float beta1, float beta2,
-                            float step_size, float bc2_sqrt, float eps)
+                            size_t n, float decay, float w1, float beta2, float c2,
+                            float nstep, float bc2_sqrt, float eps)
 {
     if (n == 0)
         return cudaSuccess;
-    adamw_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(p, g, m, v, n, decay, beta1, beta2,
-                                                   step_size, bc2_sqrt, eps);
+    adamw_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(p, g, m, v, n, decay, w1, beta2, c2,
+                                                   nstep, bc2_sqrt, eps);
     return cudaGetLastError();
 }
 

@@ -262,6 +262,11 @@ static int add_op(merak_graph *g, merak_op *o, merak_dtype dtype, int ndim,
                   const int64_t *shape)
 {
     char name[MERAK_NAME_MAX];
+    int64_t dims[MERAK_MAX_DIMS];
+    /* Callers often pass an input's shape, which lives in g->tensors and
+     * moves if add_tensor grows the array: copy it first. */
+    memcpy(dims, shape, (size_t)ndim * sizeof *dims);
+    shape = dims;
     snprintf(name, sizeof name, "%s.%d", merak_op_name(o->type), g->nops);
     if (g->nops == g->cap_ops) {
         int cap = g->cap_ops ? 2 * g->cap_ops : 64;

@@ -1,0 +1,615 @@
+/*
+ * cuda_glue.c - the CUDA backend's table, its cuBLASLt GEMMs (linear), its
+ * memory and its error state.  The device kernels are in cuda_ops.cu.
+ *
+ * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
+ * transposes (a row-major (r,c) buffer is a column-major (c,r) matrix), FP32
+ * in, FP32 out, CUBLAS_COMPUTE_32F (no TF32).  The algorithm of a shape is
+ * chosen once by the heuristic and cached, so repeated calls run the same
+ * kernel: cuBLASLt is bitwise reproducible for a fixed algorithm on the same
+ * GPU model.  The linear bias uses the BIAS epilogue when a 16-byte-aligned
+ * bias and an algorithm for it exist, else a separate (deterministic) kernel.
+ */
+/* cublasLt.h declares `cublasLtLoggerForceDisable()` without `void`, which
+ * -Wstrict-prototypes -Werror rejects when CUDA's include dir is not a system
+ * one (-I, not -isystem). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h> /* cublasLtMatmul & co. */
+#pragma GCC diagnostic pop
+#include <cuda_runtime_api.h> /* cudaMalloc, cudaMemcpyAsync, streams, errors */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MERAK_CUDA_INTERNAL
+#include "cuda_kernels.h"
+
+/* cuBLASLt workspace (NVIDIA recommends 32 MiB on Hopper). */
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+/* Cached GEMM algorithms (one per distinct shape/layout/alignment). */
+#define LT_CACHE 64
+
+typedef struct lt_key {
+    int ta, tb, m, n, k, lda, ldb, ldc;
+    int bias;        /* BIAS epilogue */
+    int beta_zero;   /* beta == 0 */
+    int al_a, al_b, al_c; /* pointer alignments (bytes) */
+} lt_key;
+
+typedef struct lt_entry {
+    lt_key key;
+    int found; /* 0: the heuristic had no algorithm for it */
+    cublasLtMatmulAlgo_t algo;
+} lt_entry;
+
+/* The backend's one context: one device, one stream, one host thread. */
+static struct cuda_backend {
+    int initialised, usable;
+    cudaStream_t stream; /* NULL: the legacy default stream */
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    void *scratch;
+    size_t scratch_bytes;
+    double *d_sumsq; /* sumsq's device result */
+    int failed;
+    char err[256];
+    lt_entry cache[LT_CACHE];
+    int ncache;
+} cb;
+
+/* ------------------------------------------------------------------ errors */
+
+static void record(const char *what, const char *detail)
+{
+    if (cb.failed)
+        return;
+    cb.failed = 1;
+    snprintf(cb.err, sizeof cb.err, "cuda backend: %s: %s", what, detail);
+}
+
+/* 1 if e is cudaSuccess, else records it and returns 0. */
+static int cuda_ok(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 1;
+    record(what, cudaGetErrorString(e));
+    return 0;
+}
+
+static int lt_ok(cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 1;
+    record(what, cublasLtGetStatusString(st));
+    return 0;
+}
+
+int merak_cuda_status(char *err, size_t errlen)
+{
+    if (!cb.failed)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", cb.err);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ device, memory */
+
+int merak_cuda_available(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: not an error here */
+        return 0;
+    }
+    return n > 0;
+}
+
+void *merak_cuda_malloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is not sticky: caller handles NULL */
+        return NULL;
+    }
+    return p;
+}
+
+void merak_cuda_free(void *dptr)
+{
+    if (dptr)
+        cuda_ok(cudaFree(dptr), "cudaFree");
+}
+
+int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb.stream),
+                 "cudaMemcpyAsync(h2d)") ||
+        !cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))
+        return -1;
+    return 0;
+}
+
+int merak_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb.stream),
+                 "cudaMemcpyAsync(d2h)") ||
+        !cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))
+        return -1;
+    return 0;
+}
+
+int merak_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb.stream),
+                   "cudaMemcpyAsync(d2d)")
+               ? 0
+               : -1;
+}
+
+int merak_cuda_memset(void *dst, int value, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    return cuda_ok(cudaMemsetAsync(dst, value, bytes, cb.stream), "cudaMemsetAsync") ? 0 : -1;
+}
+
+int merak_cuda_synchronize(void)
+{
+    return cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize") ? 0 : -1;
+}
+
+/* Grows geometrically; the old arena may still be read by enqueued kernels,
+ * so the stream is drained before it is freed (rare: sizes settle after the
+ * first step). */
+void *merak_cuda_scratch(size_t bytes)
+{
+    if (bytes <= cb.scratch_bytes)
+        return cb.scratch;
+    size_t want = cb.scratch_bytes * 2 > bytes ? cb.scratch_bytes * 2 : bytes;
+    if (cb.scratch) {
+        if (!cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize(scratch)") ||
+            !cuda_ok(cudaFree(cb.scratch), "cudaFree(scratch)"))
+            return NULL;
+        cb.scratch = NULL;
+        cb.scratch_bytes = 0;
+    }
+    if (!cuda_ok(cudaMalloc(&cb.scratch, want), "cudaMalloc(scratch)")) {
+        cb.scratch = NULL;
+        return NULL;
+    }
+    cb.scratch_bytes = want;
+    return cb.scratch;
+}
+
+/* ------------------------------------------------------------------ cuBLASLt */
+
+static int ptr_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 4 && a % (uintptr_t)al)
+        al >>= 1;
+    return al;
+}
+
+/* The cached algorithm for key, asking the heuristic on a miss.  Returns the
+ * entry (found = 0 when no algorithm exists), or NULL on an error. */
+static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
+                               cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                               cublasLtMatrixLayout_t lc)
+{
+    static lt_entry uncached;
+    for (int i = 0; i < cb.ncache; i++)
+        if (!memcmp(&cb.cache[i].key, key, sizeof *key))
+            return &cb.cache[i];
+
+    lt_entry *e = cb.ncache < LT_CACHE ? &cb.cache[cb.ncache] : &uncached;
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+
+    cublasLtMatmulPreference_t pref = NULL;
+    if (!lt_ok(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
+        return NULL;
+    uint64_t ws = LT_WORKSPACE_BYTES;
+    uint32_t al[3] = {(uint32_t)key->al_a, (uint32_t)key->al_b, (uint32_t)key->al_c};
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    const lt_entry *ret = e;
+    if (!lt_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws, sizeof ws),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]),
+               "cublasLtMatmulPreferenceSetAttribute")) {
+        ret = NULL;
+    } else {
+        cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) {
+            e->found = 0;
+        } else if (!lt_ok(st, "cublasLtMatmulAlgoGetHeuristic")) {
+            ret = NULL;
+        } else {
+            e->found = 1;
+            e->algo = res.algo;
+        }
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (ret && e != &uncached)
+        cb.ncache++;
+    return ret;
+}
+
+/* C (m,n) = alpha op(A) op(B) + beta C [+ bias (m)], column-major, FP32.
+ * Returns 0, 1 when no algorithm exists for this combination (only asked
+ * with a bias: the caller retries without), or -1 on an error (recorded). */
+static int lt_matmul(int ta, int tb, int m, int n, int k, const float *A, int lda,
+                     const float *B, int ldb, float *C, int ldc, float beta,
+                     const float *bias)
+{
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const float alpha = 1.0f;
+    int rc = -1;
+
+    if (!lt_ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+               "cublasLtMatmulDescCreate") ||
+        !lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
+               "cublasLtMatmulDescSetAttribute(TRANSA)") ||
+        !lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
+               "cublasLtMatmulDescSetAttribute(TRANSB)"))
+        goto out;
+    if (bias) {
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        if (!lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof epi),
+                   "cublasLtMatmulDescSetAttribute(EPILOGUE)") ||
+            !lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                  sizeof bias),
+                   "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
+            goto out;
+    }
+    if (!lt_ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
+               "cublasLtMatrixLayoutCreate(A)") ||
+        !lt_ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
+               "cublasLtMatrixLayoutCreate(B)") ||
+        !lt_ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc),
+               "cublasLtMatrixLayoutCreate(C)"))
+        goto out;
+
+    lt_key key;
+    memset(&key, 0, sizeof key); /* padding-free, but memcmp'd: be explicit */
+    key.ta = ta;
+    key.tb = tb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.bias = bias != NULL;
+    key.beta_zero = beta == 0.0f;
+    key.al_a = ptr_align(A);
+    key.al_b = ptr_align(B);
+    key.al_c = ptr_align(C);
+    const lt_entry *e = lt_algo(&key, op, la, lb, lc);
+    if (!e)
+        goto out;
+    if (!e->found) {
+        if (bias)
+            rc = 1;
+        else
+            record("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
+        goto out;
+    }
+    if (lt_ok(cublasLtMatmul(cb.lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &e->algo,
+                             cb.lt_ws, LT_WORKSPACE_BYTES, cb.stream),
+              "cublasLtMatmul"))
+        rc = 0;
+out:
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the table */
+
+#define STREAM ((void *)cb.stream)
+/* Enqueues one launcher unless an error already happened; records its error. */
+#define LAUNCH(name, call)                                                    \
+    do {                                                                      \
+        if (!cb.failed)                                                       \
+            cuda_ok((cudaError_t)(call), name);                               \
+    } while (0)
+
+static void k_embedding_fwd(float *out, const int32_t *ids, const float *wte, int N, int C)
+{
+    LAUNCH("embedding_fwd", merak_cuda_launch_embedding_fwd(STREAM, out, ids, wte, N, C));
+}
+
+static void k_embedding_bwd_w(float *dwte, const float *dout, const int32_t *ids, int N,
+                              int C)
+{
+    LAUNCH("embedding_bwd_w",
+           merak_cuda_launch_embedding_bwd_w(STREAM, dwte, dout, ids, N, C));
+}
+
+static void k_posemb_fwd(float *out, const float *inp, const float *wpe, int B, int T, int C)
+{
+    LAUNCH("posemb_fwd", merak_cuda_launch_posemb_fwd(STREAM, out, inp, wpe, B, T, C));
+}
+
+static void k_posemb_bwd_w(float *dwpe, const float *dout, int B, int T, int C)
+{
+    LAUNCH("posemb_bwd_w", merak_cuda_launch_posemb_bwd_w(STREAM, dwpe, dout, B, T, C));
+}
+
+static void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                            const float *w, const float *b, int N, int C, float eps)
+{
+    LAUNCH("layernorm_fwd",
+           merak_cuda_launch_layernorm_fwd(STREAM, out, mean, rstd, inp, w, b, N, C, eps));
+}
+
+static void k_layernorm_bwd_x(float *dinp, const float *dout, const float *inp,
+                              const float *w, const float *mean, const float *rstd, int N,
+                              int C)
+{
+    LAUNCH("layernorm_bwd_x",
+           merak_cuda_launch_layernorm_bwd_x(STREAM, dinp, dout, inp, w, mean, rstd, N, C));
+}
+
+static void k_layernorm_bwd_w(float *dw, float *db, const float *dout, const float *inp,
+                              const float *mean, const float *rstd, int N, int C)
+{
+    LAUNCH("layernorm_bwd_w",
+           merak_cuda_launch_layernorm_bwd_w(STREAM, dw, db, dout, inp, mean, rstd, N, C));
+}
+
+static void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N,
+                          int C, float eps)
+{
+    LAUNCH("rmsnorm_fwd", merak_cuda_launch_rmsnorm_fwd(STREAM, out, rstd, inp, w, N, C, eps));
+}
+
+static void k_rmsnorm_bwd_x(float *dinp, const float *dout, const float *inp, const float *w,
+                            const float *rstd, int N, int C)
+{
+    LAUNCH("rmsnorm_bwd_x",
+           merak_cuda_launch_rmsnorm_bwd_x(STREAM, dinp, dout, inp, w, rstd, N, C));
+}
+
+static void k_rmsnorm_bwd_w(float *dw, const float *dout, const float *inp,
+                            const float *rstd, int N, int C)
+{
+    LAUNCH("rmsnorm_bwd_w", merak_cuda_launch_rmsnorm_bwd_w(STREAM, dw, dout, inp, rstd, N, C));
+}
+
+/* out (N,O) = inp (N,K) @ w^T + b.  Column-major: out^T (O,N) = W (O,K) inp^T,
+ * where the row-major w buffer is W^T (K,O) with ld K (so op A = T) and the
+ * inp buffer is inp^T (K,N) with ld K. */
+static void k_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
+                         int K, int O)
+{
+    if (cb.failed || N <= 0 || O <= 0)
+        return;
+    if (K <= 0) { /* empty sum: out = b (or 0) */
+        if (merak_cuda_memset(out, 0, (size_t)N * O * sizeof(float)) == 0 && b)
+            LAUNCH("linear_fwd(bias)", merak_cuda_launch_bias_add(STREAM, out, b, N, O));
+        return;
+    }
+    const float *eb = b && ptr_align(b) >= 16 ? b : NULL; /* epilogue bias */
+    int bias_kernel = b && !eb;
+    int rc = lt_matmul(1, 0, O, N, K, w, K, inp, K, out, O, 0.0f, eb);
+    if (rc == 1) { /* no algorithm with the epilogue: plain GEMM + bias kernel */
+        rc = lt_matmul(1, 0, O, N, K, w, K, inp, K, out, O, 0.0f, NULL);
+        bias_kernel = 1;
+    }
+    if (rc == 0 && bias_kernel)
+        LAUNCH("linear_fwd(bias)", merak_cuda_launch_bias_add(STREAM, out, b, N, O));
+}
+
+/* dinp (N,K) += dout (N,O) @ w (O,K).  Column-major: dinp^T (K,N) += W^T (K,O) dout^T (O,N). */
+static void k_linear_bwd_x(float *dinp, const float *dout, const float *w, int N, int K, int O)
+{
+    if (cb.failed || N <= 0 || K <= 0 || O <= 0)
+        return;
+    (void)lt_matmul(0, 0, K, N, O, w, K, dout, O, dinp, K, 1.0f, NULL);
+}
+
+/* dw (O,K) += dout^T @ inp.  Column-major: dw^T (K,O) += inp^T (K,N) dout (N,O), where
+ * the dout buffer is dout^T (O,N) with ld O (so op B = T).  db (O) += colsum(dout). */
+static void k_linear_bwd_w(float *dw, float *db, const float *dout, const float *inp, int N,
+                           int K, int O)
+{
+    if (cb.failed || N <= 0 || O <= 0)
+        return;
+    if (K > 0 && dw)
+        (void)lt_matmul(0, 1, K, O, N, inp, K, dout, O, dw, K, 1.0f, NULL);
+    if (db)
+        LAUNCH("linear_bwd_w(db)", merak_cuda_launch_colsum(STREAM, db, dout, N, O));
+}
+
+static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs, float *qr,
+                            float *kr, const float *q, const float *k, const float *v)
+{
+    LAUNCH("attention_fwd",
+           merak_cuda_launch_attention_fwd(STREAM, s, out, probs, qr, kr, q, k, v));
+}
+
+static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
+                            const float *dout, const float *probs, const float *qr,
+                            const float *kr, const float *q, const float *k, const float *v,
+                            float *scratch)
+{
+    LAUNCH("attention_bwd", merak_cuda_launch_attention_bwd(STREAM, s, dq, dk, dv, dout, probs,
+                                                            qr, kr, q, k, v, scratch));
+}
+
+static void k_gelu_fwd(float *out, const float *inp, size_t n)
+{
+    LAUNCH("gelu_fwd", merak_cuda_launch_gelu_fwd(STREAM, out, inp, n));
+}
+
+static void k_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    LAUNCH("gelu_bwd", merak_cuda_launch_gelu_bwd(STREAM, dinp, dout, inp, n));
+}
+
+static void k_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+{
+    LAUNCH("swiglu_fwd", merak_cuda_launch_swiglu_fwd(STREAM, out, gate, up, n));
+}
+
+static void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n)
+{
+    LAUNCH("swiglu_bwd", merak_cuda_launch_swiglu_bwd(STREAM, dgate, dup, dout, gate, up, n));
+}
+
+static void k_add_fwd(float *out, const float *a, const float *b, size_t n)
+{
+    LAUNCH("add_fwd", merak_cuda_launch_add_fwd(STREAM, out, a, b, n));
+}
+
+static void k_accumulate(float *dst, const float *src, size_t n)
+{
+    LAUNCH("accumulate", merak_cuda_launch_accumulate(STREAM, dst, src, n));
+}
+
+static void k_dropout_fwd(float *out, const float *inp, size_t n, float p, uint64_t seed)
+{
+    LAUNCH("dropout_fwd", merak_cuda_launch_dropout_fwd(STREAM, out, inp, n, p, seed));
+}
+
+static void k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64_t seed)
+{
+    LAUNCH("dropout_bwd", merak_cuda_launch_dropout_bwd(STREAM, dinp, dout, n, p, seed));
+}
+
+static void k_crossentropy_fwd(float *losses, const float *logits, const int32_t *targets,
+                               int N, int V)
+{
+    LAUNCH("crossentropy_fwd",
+           merak_cuda_launch_crossentropy_fwd(STREAM, losses, logits, targets, N, V));
+}
+
+static void k_crossentropy_bwd(float *dlogits, const float *logits, const int32_t *targets,
+                               int N, int V, float scale)
+{
+    LAUNCH("crossentropy_bwd",
+           merak_cuda_launch_crossentropy_bwd(STREAM, dlogits, logits, targets, N, V, scale));
+}
+
+/* torch.optim.AdamW: the scalars in double on the host, as torch's
+ * Python-float hyperparameters are, then rounded to float for the step. */
+static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int t)
+{
+    const double b1 = beta1, b2 = beta2;
+    const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const float w1 = (float)(1.0 - b1), c2 = (float)(1.0 - b2);
+    const float nstep = (float)(-(double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    LAUNCH("adamw", merak_cuda_launch_adamw(STREAM, p, g, m, v, n, decay, w1, beta2, c2,
+                                            nstep, bc2_sqrt, eps));
+}
+
+/* Synchronises: the scalar is copied back. */
+static double k_sumsq(const float *x, size_t n)
+{
+    double r = NAN;
+    LAUNCH("sumsq", merak_cuda_launch_sumsq(STREAM, cb.d_sumsq, x, n));
+    if (cb.failed || merak_cuda_memcpy_d2h(&r, cb.d_sumsq, sizeof r) != 0)
+        return NAN;
+    return r;
+}
+
+static void k_scale(float *x, size_t n, float s)
+{
+    LAUNCH("scale", merak_cuda_launch_scale(STREAM, x, n, s));
+}
+
+static const merak_kernels cuda_table = {
+    .name = "cuda",
+    .embedding_fwd = k_embedding_fwd,
+    .embedding_bwd_w = k_embedding_bwd_w,
+    .posemb_fwd = k_posemb_fwd,
+    .posemb_bwd_w = k_posemb_bwd_w,
+    .layernorm_fwd = k_layernorm_fwd,
+    .layernorm_bwd_x = k_layernorm_bwd_x,
+    .layernorm_bwd_w = k_layernorm_bwd_w,
+    .rmsnorm_fwd = k_rmsnorm_fwd,
+    .rmsnorm_bwd_x = k_rmsnorm_bwd_x,
+    .rmsnorm_bwd_w = k_rmsnorm_bwd_w,
+    .linear_fwd = k_linear_fwd,
+    .linear_bwd_x = k_linear_bwd_x,
+    .linear_bwd_w = k_linear_bwd_w,
+    .attention_fwd = k_attention_fwd,
+    .attention_bwd = k_attention_bwd,
+    .attention_scratch_elems = merak_cuda_attention_scratch_elems,
+    .gelu_fwd = k_gelu_fwd,
+    .gelu_bwd = k_gelu_bwd,
+    .swiglu_fwd = k_swiglu_fwd,
+    .swiglu_bwd = k_swiglu_bwd,
+    .add_fwd = k_add_fwd,
+    .accumulate = k_accumulate,
+    .dropout_fwd = k_dropout_fwd,
+    .dropout_bwd = k_dropout_bwd,
+    .crossentropy_fwd = k_crossentropy_fwd,
+    .crossentropy_bwd = k_crossentropy_bwd,
+    .adamw = k_adamw,
+    .sumsq = k_sumsq,
+    .scale = k_scale,
+};
+
+/* ------------------------------------------------------------------ init */
+
+static int backend_init(void)
+{
+    if (!merak_cuda_available())
+        return -1;
+    cb.stream = NULL;
+    if (!lt_ok(cublasLtCreate(&cb.lt), "cublasLtCreate"))
+        return -1;
+    if (!cuda_ok(cudaMalloc(&cb.lt_ws, LT_WORKSPACE_BYTES), "cudaMalloc(cuBLASLt workspace)") ||
+        !cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))
+        return -1;
+    return 0;
+}
+
+const merak_kernels *merak_kernels_cuda(void)
+{
+    if (!cb.initialised) {
+        cb.initialised = 1;
+        cb.usable = backend_init() == 0;
+    }
+    return cb.usable ? &cuda_table : NULL;
+}
