@@ -12,29 +12,16 @@
 #endif
 
 #include "merak/merak.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------ presets */
 
@@ -122,13 +109,13 @@ static json_t *field(const loader *L, const char *key)
 
 static int missing(const loader *L, const char *key)
 {
-    seterr(L->err, L->errlen, "%s: missing required field '%s'", L->path, key);
+    merak_errf(L->err, L->errlen, "%s: missing required field '%s'", L->path, key);
     return -1;
 }
 
 static int wrong_type(const loader *L, const char *key, const char *want, const json_t *v)
 {
-    seterr(L->err, L->errlen, "%s: field '%s' must be %s, got %s", L->path, key, want,
+    merak_errf(L->err, L->errlen, "%s: field '%s' must be %s, got %s", L->path, key, want,
            json_type_name(v));
     return -1;
 }
@@ -148,7 +135,7 @@ static int get_pos_int(const loader *L, const char *key, int dflt, int *out)
         return wrong_type(L, key, "an integer", v);
     json_int_t x = json_integer_value(v);
     if (x <= 0 || x > INT_MAX) {
-        seterr(L->err, L->errlen, "%s: field '%s' must be a positive integer, got %lld", L->path,
+        merak_errf(L->err, L->errlen, "%s: field '%s' must be a positive integer, got %lld", L->path,
                key, (long long)x);
         return -1;
     }
@@ -175,7 +162,7 @@ static int get_positive_num(const loader *L, const char *key, double dflt, doubl
     if (get_num(L, key, dflt, out) != 0)
         return -1;
     if (!(*out > 0) || !isfinite(*out) || *out > 3.0e38) {
-        seterr(L->err, L->errlen, "%s: field '%s' must be a positive number, got %g", L->path,
+        merak_errf(L->err, L->errlen, "%s: field '%s' must be a positive number, got %g", L->path,
                key, *out);
         return -1;
     }
@@ -207,7 +194,7 @@ static int expect_string(const loader *L, const char *key, const char *allowed1,
     const char *s = json_string_value(v);
     if (strcmp(s, allowed1) == 0 || (allowed2 && strcmp(s, allowed2) == 0))
         return 0;
-    seterr(L->err, L->errlen, "%s: %s '%.40s' is not supported (expected '%s'%s%s%s)", L->path,
+    merak_errf(L->err, L->errlen, "%s: %s '%.40s' is not supported (expected '%s'%s%s%s)", L->path,
            key, s, allowed1, allowed2 ? " or '" : "", allowed2 ? allowed2 : "",
            allowed2 ? "'" : "");
     return -1;
@@ -220,7 +207,7 @@ static int expect_bool(const loader *L, const char *key, int want)
     if (get_bool(L, key, want, &b) != 0)
         return -1;
     if (b != want) {
-        seterr(L->err, L->errlen, "%s: %s = %s is not supported", L->path, key,
+        merak_errf(L->err, L->errlen, "%s: %s = %s is not supported", L->path, key,
                b ? "true" : "false");
         return -1;
     }
@@ -257,7 +244,7 @@ static int load_gpt2(const loader *L, merak_model_config *c)
     /* Merak has one dropout probability for residual and embedding dropout
      * (attention-probability dropout, attn_pdrop, is not modelled). */
     if (field(L, "resid_pdrop") && field(L, "embd_pdrop") && resid != embd) {
-        seterr(L->err, L->errlen,
+        merak_errf(L->err, L->errlen,
                "%s: resid_pdrop (%g) and embd_pdrop (%g) differ; Merak uses one dropout "
                "probability for both",
                L->path, resid, embd);
@@ -265,11 +252,11 @@ static int load_gpt2(const loader *L, merak_model_config *c)
     }
     double p = field(L, "resid_pdrop") ? resid : field(L, "embd_pdrop") ? embd : 0.0;
     if (!(p >= 0 && p < 1)) {
-        seterr(L->err, L->errlen, "%s: dropout probability %g must be in [0, 1)", L->path, p);
+        merak_errf(L->err, L->errlen, "%s: dropout probability %g must be in [0, 1)", L->path, p);
         return -1;
     }
     if (!(std >= 0 && std < 1e30)) {
-        seterr(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
+        merak_errf(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
         return -1;
     }
     c->norm_eps = (float)eps;
@@ -296,7 +283,7 @@ static int load_llama(const loader *L, merak_model_config *c)
     if (field(L, "head_dim") && get_pos_int(L, "head_dim", -1, &head_dim) != 0)
         return -1;
     if (field(L, "head_dim") && (int64_t)head_dim * c->n_head != c->hidden) {
-        seterr(L->err, L->errlen,
+        merak_errf(L->err, L->errlen,
                "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d); not supported",
                L->path, head_dim, c->hidden, c->n_head);
         return -1;
@@ -311,12 +298,12 @@ static int load_llama(const loader *L, merak_model_config *c)
         expect_bool(L, "attention_bias", 0) != 0 || expect_bool(L, "mlp_bias", 0) != 0)
         return -1;
     if (field(L, "rope_scaling")) {
-        seterr(L->err, L->errlen,
+        merak_errf(L->err, L->errlen,
                "%s: rope_scaling is not supported (remove it or set it to null)", L->path);
         return -1;
     }
     if (!(std >= 0 && std < 1e30)) {
-        seterr(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
+        merak_errf(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
         return -1;
     }
     c->norm_eps = (float)eps;
@@ -331,14 +318,14 @@ int merak_model_config_load(const char *path, merak_model_config *cfg, char *err
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     json_error_t jerr;
     json_t *root = json_loadf(fp, 0, &jerr);
     int close_rc = fclose(fp);
     if (!root) {
-        seterr(err, errlen, "%s: malformed JSON at line %d, column %d: %s", path, jerr.line,
+        merak_errf(err, errlen, "%s: malformed JSON at line %d, column %d: %s", path, jerr.line,
                jerr.column, jerr.text);
         return -1;
     }
@@ -347,11 +334,11 @@ int merak_model_config_load(const char *path, merak_model_config *cfg, char *err
     merak_model_config c;
     memset(&c, 0, sizeof(c));
     if (close_rc != 0) {
-        seterr(err, errlen, "%s: close: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: close: %s", path, strerror(errno));
         goto out;
     }
     if (!json_is_object(root)) {
-        seterr(err, errlen, "%s: top level is %s, not a JSON object", path,
+        merak_errf(err, errlen, "%s: top level is %s, not a JSON object", path,
                json_type_name(root));
         goto out;
     }
@@ -372,7 +359,7 @@ int merak_model_config_load(const char *path, merak_model_config *cfg, char *err
         if (load_llama(&L, &c) != 0)
             goto out;
     } else {
-        seterr(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2 or llama)",
+        merak_errf(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2 or llama)",
                path, type);
         goto out;
     }
@@ -388,7 +375,7 @@ int merak_model_config_resolve(const char *spec, merak_model_config *cfg, char *
                                size_t errlen)
 {
     if (!spec || !*spec) {
-        seterr(err, errlen, "empty model name (give a preset or a config.json path)");
+        merak_errf(err, errlen, "empty model name (give a preset or a config.json path)");
         return -1;
     }
     size_t len = strlen(spec);
@@ -406,7 +393,7 @@ int merak_model_config_resolve(const char *spec, merak_model_config *cfg, char *
             break;
         used += (size_t)k;
     }
-    seterr(err, errlen, "unknown model '%.64s' (presets: %s)", spec, list);
+    merak_errf(err, errlen, "unknown model '%.64s' (presets: %s)", spec, list);
     return -1;
 }
 
@@ -416,7 +403,7 @@ int merak_model_config_check(const merak_model_config *c, char *err, size_t errl
 {
     const char *nm = c->name[0] ? c->name : "model";
     if (c->arch != MERAK_ARCH_GPT2 && c->arch != MERAK_ARCH_LLAMA) {
-        seterr(err, errlen, "%s: unknown architecture %d (expected GPT2 or LLAMA)", nm,
+        merak_errf(err, errlen, "%s: unknown architecture %d (expected GPT2 or LLAMA)", nm,
                (int)c->arch);
         return -1;
     }
@@ -431,25 +418,25 @@ int merak_model_config_check(const merak_model_config *c, char *err, size_t errl
     };
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         if (sizes[i].value <= 0) {
-            seterr(err, errlen, "%s: %s is %d; it must be positive", nm, sizes[i].field,
+            merak_errf(err, errlen, "%s: %s is %d; it must be positive", nm, sizes[i].field,
                    sizes[i].value);
             return -1;
         }
     }
     if (c->hidden % c->n_head != 0) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: hidden %d is not a multiple of n_head %d; change hidden or n_head", nm,
                c->hidden, c->n_head);
         return -1;
     }
     if (c->n_kv_head > c->n_head || c->n_head % c->n_kv_head != 0) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: n_head %d is not a multiple of n_kv_head %d; pick n_kv_head dividing n_head",
                nm, c->n_head, c->n_kv_head);
         return -1;
     }
     if (c->arch == MERAK_ARCH_GPT2 && c->n_kv_head != c->n_head) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: GPT-2 has no grouped-query attention; set n_kv_head to n_head (%d)", nm,
                c->n_head);
         return -1;
@@ -457,32 +444,32 @@ int merak_model_config_check(const merak_model_config *c, char *err, size_t errl
     if (c->arch == MERAK_ARCH_LLAMA) {
         int head_dim = c->hidden / c->n_head;
         if (head_dim % 2 != 0) {
-            seterr(err, errlen,
+            merak_errf(err, errlen,
                    "%s: head_dim = hidden / n_head = %d is odd; RoPE needs an even head_dim, "
                    "change hidden or n_head",
                    nm, head_dim);
             return -1;
         }
         if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) {
-            seterr(err, errlen, "%s: rope_theta %g must be positive", nm, (double)c->rope_theta);
+            merak_errf(err, errlen, "%s: rope_theta %g must be positive", nm, (double)c->rope_theta);
             return -1;
         }
     }
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) {
-        seterr(err, errlen, "%s: norm_eps %g must be positive", nm, (double)c->norm_eps);
+        merak_errf(err, errlen, "%s: norm_eps %g must be positive", nm, (double)c->norm_eps);
         return -1;
     }
     if (!(c->dropout >= 0 && c->dropout < 1)) {
-        seterr(err, errlen, "%s: dropout %g must be in [0, 1)", nm, (double)c->dropout);
+        merak_errf(err, errlen, "%s: dropout %g must be in [0, 1)", nm, (double)c->dropout);
         return -1;
     }
     if (!(c->init_std >= 0) || !isfinite(c->init_std)) {
-        seterr(err, errlen, "%s: init_std %g must be a non-negative number", nm,
+        merak_errf(err, errlen, "%s: init_std %g must be a non-negative number", nm,
                (double)c->init_std);
         return -1;
     }
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1) {
-        seterr(err, errlen, "%s: tie_embeddings %d must be 0 or 1", nm, c->tie_embeddings);
+        merak_errf(err, errlen, "%s: tie_embeddings %d must be 0 or 1", nm, c->tie_embeddings);
         return -1;
     }
     return 0;

@@ -3,13 +3,13 @@
  * slice of the graph's ops, dispatching each op to the backend's kernels.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec.h"
 #include "graph/graph.h"
+#include "errf.h"
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment of every buffer carved from an arena */
 
@@ -39,15 +39,6 @@ struct merak_exec {
     uint64_t *seed;        /* [nslots] dropout seed of the slot's forward */
     double *loss;          /* [nslots] */
 };
-
-static int fail(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
@@ -111,16 +102,16 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     *out = NULL;
     int begin = opts->op_begin, end = opts->op_end < 0 ? g->nops : opts->op_end;
     if (begin < 0 || begin >= end || end > g->nops)
-        return fail(err, errlen, "executor: op range [%d,%d) is not inside the graph's %d ops",
+        return merak_errf(err, errlen, "executor: op range [%d,%d) is not inside the graph's %d ops",
                     begin, end, g->nops);
     if (opts->nslots < 1)
-        return fail(err, errlen, "executor: %d slots (need at least 1)", opts->nslots);
+        return merak_errf(err, errlen, "executor: %d slots (need at least 1)", opts->nslots);
     if (!opts->kernels)
-        return fail(err, errlen, "executor: no kernels");
+        return merak_errf(err, errlen, "executor: no kernels");
 
     merak_exec *e = calloc(1, sizeof *e);
     if (!e)
-        return fail(err, errlen, "executor: out of memory");
+        return merak_errf(err, errlen, "executor: out of memory");
     e->g = g;
     e->k = opts->kernels;
     e->op_begin = begin;
@@ -140,7 +131,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->t_off ||
         !e->g_off || !e->save_off || !e->seed || !e->loss) {
         merak_exec_destroy(e);
-        return fail(err, errlen, "executor: out of memory");
+        return merak_errf(err, errlen, "executor: out of memory");
     }
     for (int t = 0; t < nt; t++)
         e->param_of[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
@@ -203,7 +194,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         size_t mb = (e->flat_n * 2 + (e->act_floats + e->grad_floats) * (size_t)e->nslots +
                      scratch_n) * sizeof(float) >> 20;
         merak_exec_destroy(e);
-        return fail(err, errlen, "executor: cannot allocate %zu MiB for parameters and activations", mb);
+        return merak_errf(err, errlen, "executor: cannot allocate %zu MiB for parameters and activations", mb);
     }
     *out = e;
     return 0;

@@ -11,11 +11,11 @@
 #endif
 
 #include "data.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,19 +41,6 @@ struct merak_data {
     uint64_t ntokens;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint32_t load_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -76,29 +63,29 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
     const char *path = s->path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "%s: not a regular file", path);
+        merak_errf(err, errlen, "%s: not a regular file", path);
         close(fd);
         return -1;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < HEADER_BYTES) {
-        seterr(err, errlen, "%s: truncated: %llu bytes, shorter than the %d-byte header", path,
+        merak_errf(err, errlen, "%s: truncated: %llu bytes, shorter than the %d-byte header", path,
                (unsigned long long)size, HEADER_BYTES);
         close(fd);
         return -1;
     }
     if (size > SIZE_MAX) {
-        seterr(err, errlen, "%s: too large to map", path);
+        merak_errf(err, errlen, "%s: too large to map", path);
         close(fd);
         return -1;
     }
@@ -106,12 +93,12 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
     int map_errno = errno;
     /* The mapping keeps the file alive; the descriptor is no longer needed. */
     if (close(fd) != 0 && map != MAP_FAILED) {
-        seterr(err, errlen, "%s: close: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: close: %s", path, strerror(errno));
         munmap(map, (size_t)size);
         return -1;
     }
     if (map == MAP_FAILED) {
-        seterr(err, errlen, "%s: mmap: %s", path, strerror(map_errno));
+        merak_errf(err, errlen, "%s: mmap: %s", path, strerror(map_errno));
         return -1;
     }
     s->map = map;
@@ -122,22 +109,22 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
     int32_t magic = (int32_t)load_u32(h), version = (int32_t)load_u32(h + 4);
     int32_t count = (int32_t)load_u32(h + 8);
     if (magic != MERAK_SHARD_MAGIC) {
-        seterr(err, errlen, "%s: bad magic %d (expected %d)", path, magic, MERAK_SHARD_MAGIC);
+        merak_errf(err, errlen, "%s: bad magic %d (expected %d)", path, magic, MERAK_SHARD_MAGIC);
         return -1;
     }
     if (version != 1 && version != 2) {
-        seterr(err, errlen, "%s: unsupported version %d (expected 1 or 2)", path, version);
+        merak_errf(err, errlen, "%s: unsupported version %d (expected 1 or 2)", path, version);
         return -1;
     }
     if (count < 0) {
-        seterr(err, errlen, "%s: negative token count %d in the header", path, count);
+        merak_errf(err, errlen, "%s: negative token count %d in the header", path, count);
         return -1;
     }
     s->tok_bytes = version == 1 ? 2 : 4;
     s->n = (uint64_t)count;
     uint64_t expect = HEADER_BYTES + s->n * (uint64_t)s->tok_bytes;
     if (size != expect) {
-        seterr(err, errlen, "%s: %s: %llu bytes, but the header's %llu tokens need %llu", path,
+        merak_errf(err, errlen, "%s: %s: %llu bytes, but the header's %llu tokens need %llu", path,
                size < expect ? "truncated" : "oversized", (unsigned long long)size,
                (unsigned long long)s->n, (unsigned long long)expect);
         return -1;
@@ -145,7 +132,7 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
     for (uint64_t i = 0; i < s->n; i++) {
         uint32_t t = token_at(s, i);
         if (t >= (uint32_t)vocab_size) {
-            seterr(err, errlen, "%s: token %llu is %u, not below the vocab size %d", path,
+            merak_errf(err, errlen, "%s: token %llu is %u, not below the vocab size %d", path,
                    (unsigned long long)i, t, vocab_size);
             return -1;
         }
@@ -172,23 +159,23 @@ int merak_data_open(const char *pattern, int vocab_size, merak_data **out, char 
 {
     *out = NULL;
     if (vocab_size <= 0) {
-        seterr(err, errlen, "%s: vocab size %d must be positive", pattern, vocab_size);
+        merak_errf(err, errlen, "%s: vocab size %d must be positive", pattern, vocab_size);
         return -1;
     }
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
     if (grc == GLOB_NOMATCH) {
-        seterr(err, errlen, "no file matches '%s'", pattern);
+        merak_errf(err, errlen, "no file matches '%s'", pattern);
         return -1;
     }
     if (grc != 0) {
-        seterr(err, errlen, "%s: glob failed (%s)", pattern,
+        merak_errf(err, errlen, "%s: glob failed (%s)", pattern,
                grc == GLOB_NOSPACE ? "out of memory" : "read error");
         globfree(&g);
         return -1;
     }
     if (g.gl_pathc > (size_t)INT32_MAX) {
-        seterr(err, errlen, "%s: too many matching files", pattern);
+        merak_errf(err, errlen, "%s: too many matching files", pattern);
         globfree(&g);
         return -1;
     }
@@ -199,13 +186,13 @@ int merak_data_open(const char *pattern, int vocab_size, merak_data **out, char 
     merak_data *d = calloc(1, sizeof(*d));
     if (!d || !(d->pattern = strdup(pattern)) ||
         !(d->shards = calloc(g.gl_pathc, sizeof(*d->shards)))) {
-        seterr(err, errlen, "%s: out of memory", pattern);
+        merak_errf(err, errlen, "%s: out of memory", pattern);
         goto fail;
     }
     for (size_t i = 0; i < g.gl_pathc; i++) {
         shard *s = &d->shards[d->nshard];
         if (!(s->path = strdup(g.gl_pathv[i]))) {
-            seterr(err, errlen, "%s: out of memory", g.gl_pathv[i]);
+            merak_errf(err, errlen, "%s: out of memory", g.gl_pathv[i]);
             goto fail;
         }
         d->nshard++;
@@ -251,13 +238,13 @@ int merak_data_window(const merak_data *d, uint64_t w, int B, int T, int32_t *in
                       int32_t *targets, char *err, size_t errlen)
 {
     if (B <= 0 || T <= 0) {
-        seterr(err, errlen, "%s: bad window size B=%d T=%d", d->pattern, B, T);
+        merak_errf(err, errlen, "%s: bad window size B=%d T=%d", d->pattern, B, T);
         return -1;
     }
     uint64_t bt = (uint64_t)B * (uint64_t)T;
     uint64_t total = merak_data_num_windows(d, B, T);
     if (total == 0) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: no shard holds B*T+1 = %llu tokens (%llu tokens in %d shard(s)); "
                "use more data or a smaller B or T",
                d->pattern, (unsigned long long)(bt + 1), (unsigned long long)d->ntokens,
@@ -275,7 +262,7 @@ int merak_data_window(const merak_data *d, uint64_t w, int B, int T, int32_t *in
         w -= ws;
     }
     if (!s) { /* unreachable: w < total */
-        seterr(err, errlen, "%s: window lookup failed", d->pattern);
+        merak_errf(err, errlen, "%s: window lookup failed", d->pattern);
         return -1;
     }
     /* Tokens were checked against the vocabulary (an int) at open, so they
@@ -301,12 +288,12 @@ int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char
 {
     /* llm.c keeps the count in an int32 header slot. */
     if (n > (uint64_t)INT32_MAX) {
-        seterr(err, errlen, "%s: %llu tokens do not fit one shard (at most %d)", path,
+        merak_errf(err, errlen, "%s: %llu tokens do not fit one shard (at most %d)", path,
                (unsigned long long)n, INT32_MAX);
         return -1;
     }
     if (n > 0 && !tokens) {
-        seterr(err, errlen, "%s: no tokens given", path);
+        merak_errf(err, errlen, "%s: no tokens given", path);
         return -1;
     }
     int version = 1;
@@ -321,7 +308,7 @@ int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char
     size_t tlen = strlen(path) + 5;
     char *tmp = malloc(tlen);
     if (!tmp) {
-        seterr(err, errlen, "%s: out of memory", path);
+        merak_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     snprintf(tmp, tlen, "%s.tmp", path);
@@ -329,7 +316,7 @@ int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char
     int rc = -1;
     FILE *fp = fopen(tmp, "wb");
     if (!fp) {
-        seterr(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         free(tmp);
         return -1;
     }
@@ -363,10 +350,10 @@ int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char
         saved = errno;
     }
     if (!ok) {
-        seterr(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
+        merak_errf(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
         unlink(tmp);
     } else if (rename(tmp, path) != 0) {
-        seterr(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
     } else {
         rc = 0;

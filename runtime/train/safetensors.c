@@ -15,10 +15,10 @@
 #endif
 
 #include "safetensors.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,19 +49,6 @@ struct merak_st_file {
     char **meta_keys;
     char **meta_vals;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static const struct {
     const char *name;
@@ -135,28 +122,28 @@ void merak_st_close(merak_st_file *f)
 static int parse_metadata(merak_st_file *f, json_t *meta, char *err, size_t errlen)
 {
     if (!json_is_object(meta)) {
-        seterr(err, errlen, "%s: \"__metadata__\" is not a JSON object", f->path);
+        merak_errf(err, errlen, "%s: \"__metadata__\" is not a JSON object", f->path);
         return -1;
     }
     size_t n = json_object_size(meta);
     f->meta_keys = calloc(n ? n : 1, sizeof(char *));
     f->meta_vals = calloc(n ? n : 1, sizeof(char *));
     if (!f->meta_keys || !f->meta_vals) {
-        seterr(err, errlen, "%s: out of memory reading metadata", f->path);
+        merak_errf(err, errlen, "%s: out of memory reading metadata", f->path);
         return -1;
     }
     const char *key;
     json_t *val;
     json_object_foreach(meta, key, val) {
         if (!json_is_string(val)) {
-            seterr(err, errlen, "%s: metadata entry '%.64s' is not a string", f->path, key);
+            merak_errf(err, errlen, "%s: metadata entry '%.64s' is not a string", f->path, key);
             return -1;
         }
         char *k = strdup(key), *v = strdup(json_string_value(val));
         if (!k || !v) {
             free(k);
             free(v);
-            seterr(err, errlen, "%s: out of memory reading metadata", f->path);
+            merak_errf(err, errlen, "%s: out of memory reading metadata", f->path);
             return -1;
         }
         f->meta_keys[f->nmeta] = k;
@@ -174,30 +161,30 @@ static int parse_tensor(const merak_st_file *f, const char *name, json_t *desc,
 {
     const char *p = f->path;
     if (!json_is_object(desc)) {
-        seterr(err, errlen, "%s: tensor '%.64s': entry is not a JSON object", p, name);
+        merak_errf(err, errlen, "%s: tensor '%.64s': entry is not a JSON object", p, name);
         return -1;
     }
 
     json_t *jdtype = json_object_get(desc, "dtype");
     if (!json_is_string(jdtype)) {
-        seterr(err, errlen, "%s: tensor '%.64s': \"dtype\" missing or not a string", p, name);
+        merak_errf(err, errlen, "%s: tensor '%.64s': \"dtype\" missing or not a string", p, name);
         return -1;
     }
     size_t esize;
     if (dtype_lookup(json_string_value(jdtype), &info->dtype, &esize) != 0) {
-        seterr(err, errlen, "%s: tensor '%.64s': unknown dtype '%.16s'", p, name,
+        merak_errf(err, errlen, "%s: tensor '%.64s': unknown dtype '%.16s'", p, name,
                json_string_value(jdtype));
         return -1;
     }
 
     json_t *jshape = json_object_get(desc, "shape");
     if (!json_is_array(jshape)) {
-        seterr(err, errlen, "%s: tensor '%.64s': \"shape\" missing or not an array", p, name);
+        merak_errf(err, errlen, "%s: tensor '%.64s': \"shape\" missing or not an array", p, name);
         return -1;
     }
     size_t ndim = json_array_size(jshape);
     if (ndim > MERAK_ST_MAX_DIMS) {
-        seterr(err, errlen, "%s: tensor '%.64s': %zu dimensions (at most %d supported)", p,
+        merak_errf(err, errlen, "%s: tensor '%.64s': %zu dimensions (at most %d supported)", p,
                name, ndim, MERAK_ST_MAX_DIMS);
         return -1;
     }
@@ -205,20 +192,20 @@ static int parse_tensor(const merak_st_file *f, const char *name, json_t *desc,
     for (size_t d = 0; d < ndim; d++) {
         json_t *jd = json_array_get(jshape, d);
         if (!json_is_integer(jd) || json_integer_value(jd) < 0) {
-            seterr(err, errlen, "%s: tensor '%.64s': shape[%zu] is not a non-negative integer",
+            merak_errf(err, errlen, "%s: tensor '%.64s': shape[%zu] is not a non-negative integer",
                    p, name, d);
             return -1;
         }
         info->shape[d] = (int64_t)json_integer_value(jd);
         if (mul_u64(nelem, (uint64_t)info->shape[d], &nelem) != 0) {
-            seterr(err, errlen, "%s: tensor '%.64s': shape's element count overflows", p, name);
+            merak_errf(err, errlen, "%s: tensor '%.64s': shape's element count overflows", p, name);
             return -1;
         }
     }
     info->ndim = (int)ndim;
     uint64_t nbytes;
     if (mul_u64(nelem, esize, &nbytes) != 0) {
-        seterr(err, errlen, "%s: tensor '%.64s': shape's byte size overflows", p, name);
+        merak_errf(err, errlen, "%s: tensor '%.64s': shape's byte size overflows", p, name);
         return -1;
     }
 
@@ -226,26 +213,26 @@ static int parse_tensor(const merak_st_file *f, const char *name, json_t *desc,
     json_t *jb = json_array_get(joff, 0), *je = json_array_get(joff, 1);
     if (!json_is_array(joff) || json_array_size(joff) != 2 || !json_is_integer(jb) ||
         !json_is_integer(je) || json_integer_value(jb) < 0 || json_integer_value(je) < 0) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: tensor '%.64s': \"data_offsets\" must be two non-negative integers", p,
                name);
         return -1;
     }
     uint64_t begin = (uint64_t)json_integer_value(jb), end = (uint64_t)json_integer_value(je);
     if (begin > end) {
-        seterr(err, errlen, "%s: tensor '%.64s': data_offsets [%llu, %llu] end before they begin",
+        merak_errf(err, errlen, "%s: tensor '%.64s': data_offsets [%llu, %llu] end before they begin",
                p, name, (unsigned long long)begin, (unsigned long long)end);
         return -1;
     }
     if (end > data_len) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: tensor '%.64s': data_offsets [%llu, %llu] run past the data area (%llu bytes)",
                p, name, (unsigned long long)begin, (unsigned long long)end,
                (unsigned long long)data_len);
         return -1;
     }
     if (end - begin != nbytes) {
-        seterr(err, errlen,
+        merak_errf(err, errlen,
                "%s: tensor '%.64s': data_offsets span %llu bytes but %s shape needs %llu", p,
                name, (unsigned long long)(end - begin), dtype_name(info->dtype),
                (unsigned long long)nbytes);
@@ -281,26 +268,26 @@ static int parse_header(merak_st_file *f, const char *hdr, size_t hdr_len, const
     /* Duplicate names would make "the tensor called X" ambiguous. */
     json_t *root = json_loadb(hdr, hdr_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        seterr(err, errlen, "%s: header is not valid JSON (line %d, column %d: %s)", f->path,
+        merak_errf(err, errlen, "%s: header is not valid JSON (line %d, column %d: %s)", f->path,
                jerr.line, jerr.column, jerr.text);
         return -1;
     }
     int rc = -1;
     span *spans = NULL;
     if (!json_is_object(root)) {
-        seterr(err, errlen, "%s: header is not a JSON object", f->path);
+        merak_errf(err, errlen, "%s: header is not a JSON object", f->path);
         goto out;
     }
 
     size_t total = json_object_size(root);
     if (total > (size_t)INT32_MAX) {
-        seterr(err, errlen, "%s: too many header entries", f->path);
+        merak_errf(err, errlen, "%s: too many header entries", f->path);
         goto out;
     }
     f->info = calloc(total ? total : 1, sizeof(*f->info));
     spans = calloc(total ? total : 1, sizeof(*spans));
     if (!f->info || !spans) {
-        seterr(err, errlen, "%s: out of memory reading the header", f->path);
+        merak_errf(err, errlen, "%s: out of memory reading the header", f->path);
         goto out;
     }
 
@@ -318,7 +305,7 @@ static int parse_header(merak_st_file *f, const char *hdr, size_t hdr_len, const
                          &spans[f->n].end, err, errlen) != 0)
             goto out;
         if (!(info->name = strdup(key))) {
-            seterr(err, errlen, "%s: out of memory reading the header", f->path);
+            merak_errf(err, errlen, "%s: out of memory reading the header", f->path);
             goto out;
         }
         spans[f->n].index = f->n;
@@ -335,7 +322,7 @@ static int parse_header(merak_st_file *f, const char *hdr, size_t hdr_len, const
         if (spans[i].begin == spans[i].end)
             continue;
         if (prev >= 0 && spans[i].begin < prev_end) {
-            seterr(err, errlen, "%s: tensors '%.64s' and '%.64s' overlap (bytes %llu..%llu)",
+            merak_errf(err, errlen, "%s: tensors '%.64s' and '%.64s' overlap (bytes %llu..%llu)",
                    f->path, f->info[prev].name, f->info[spans[i].index].name,
                    (unsigned long long)spans[i].begin, (unsigned long long)prev_end);
             goto out;
@@ -356,35 +343,35 @@ int merak_st_open(const char *path, merak_st_file **out, char *err, size_t errle
     merak_st_file *f = calloc(1, sizeof(*f));
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        seterr(err, errlen, "%s: out of memory", path);
+        merak_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "%s: not a regular file", path);
+        merak_errf(err, errlen, "%s: not a regular file", path);
         close(fd);
         goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8) {
-        seterr(err, errlen, "%s: truncated: %llu bytes, too short for the 8-byte header length",
+        merak_errf(err, errlen, "%s: truncated: %llu bytes, too short for the 8-byte header length",
                path, (unsigned long long)size);
         close(fd);
         goto fail;
     }
     if (size > SIZE_MAX) {
-        seterr(err, errlen, "%s: too large to map", path);
+        merak_errf(err, errlen, "%s: too large to map", path);
         close(fd);
         goto fail;
     }
@@ -392,12 +379,12 @@ int merak_st_open(const char *path, merak_st_file **out, char *err, size_t errle
     int map_errno = errno;
     /* The mapping keeps the file alive; the descriptor is no longer needed. */
     if (close(fd) != 0 && map != MAP_FAILED) {
-        seterr(err, errlen, "%s: close: %s", path, strerror(errno));
+        merak_errf(err, errlen, "%s: close: %s", path, strerror(errno));
         munmap(map, (size_t)size);
         goto fail;
     }
     if (map == MAP_FAILED) {
-        seterr(err, errlen, "%s: mmap: %s", path, strerror(map_errno));
+        merak_errf(err, errlen, "%s: mmap: %s", path, strerror(map_errno));
         goto fail;
     }
     f->map = map;
@@ -408,12 +395,12 @@ int merak_st_open(const char *path, merak_st_file **out, char *err, size_t errle
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | bytes[i];
     if (hlen > size - 8) {
-        seterr(err, errlen, "%s: header length %llu is larger than the file (%llu bytes)", path,
+        merak_errf(err, errlen, "%s: header length %llu is larger than the file (%llu bytes)", path,
                (unsigned long long)hlen, (unsigned long long)size);
         goto fail;
     }
     if (hlen < 2 || hlen > ST_MAX_HEADER) {
-        seterr(err, errlen, "%s: implausible header length %llu (expected 2..%llu)", path,
+        merak_errf(err, errlen, "%s: implausible header length %llu (expected 2..%llu)", path,
                (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
         goto fail;
     }
@@ -514,7 +501,7 @@ int merak_st_to_f32(const merak_st_info *info, float *dst, char *err, size_t err
         }
         return 0;
     default:
-        seterr(err, errlen, "tensor '%.64s': cannot convert dtype %s to F32", info->name,
+        merak_errf(err, errlen, "tensor '%.64s': cannot convert dtype %s to F32", info->name,
                dtype_name(info->dtype));
         return -1;
     }
@@ -539,17 +526,17 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
             goto oom;
         for (int i = 0; i < nmeta; i++) {
             if (!meta_keys || !meta_vals || !meta_keys[i] || !meta_vals[i]) {
-                seterr(err, errlen, "%s: metadata entry %d is NULL", path, i);
+                merak_errf(err, errlen, "%s: metadata entry %d is NULL", path, i);
                 goto fail;
             }
             json_t *s = json_string(meta_vals[i]);
             if (!s) {
-                seterr(err, errlen, "%s: metadata value for '%.64s' is not valid UTF-8", path,
+                merak_errf(err, errlen, "%s: metadata value for '%.64s' is not valid UTF-8", path,
                        meta_keys[i]);
                 goto fail;
             }
             if (json_object_set_new(meta, meta_keys[i], s) != 0) {
-                seterr(err, errlen, "%s: metadata key '%.64s' is not valid UTF-8", path,
+                merak_errf(err, errlen, "%s: metadata key '%.64s' is not valid UTF-8", path,
                        meta_keys[i]);
                 goto fail;
             }
@@ -560,15 +547,15 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
     for (int i = 0; i < n; i++) {
         const merak_st_entry *e = &entries[i];
         if (!e->name || strcmp(e->name, "__metadata__") == 0) {
-            seterr(err, errlen, "%s: tensor %d has no usable name", path, i);
+            merak_errf(err, errlen, "%s: tensor %d has no usable name", path, i);
             goto fail;
         }
         if (json_object_get(root, e->name)) {
-            seterr(err, errlen, "%s: duplicate tensor name '%.64s'", path, e->name);
+            merak_errf(err, errlen, "%s: duplicate tensor name '%.64s'", path, e->name);
             goto fail;
         }
         if (e->ndim < 0 || e->ndim > MERAK_ST_MAX_DIMS) {
-            seterr(err, errlen, "%s: tensor '%.64s': ndim %d out of range 0..%d", path, e->name,
+            merak_errf(err, errlen, "%s: tensor '%.64s': ndim %d out of range 0..%d", path, e->name,
                    e->ndim, MERAK_ST_MAX_DIMS);
             goto fail;
         }
@@ -581,7 +568,7 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
         }
         if (json_object_set_new(root, e->name, desc) != 0) {
             json_decref(shape);
-            seterr(err, errlen, "%s: tensor name '%.64s' is not valid UTF-8", path, e->name);
+            merak_errf(err, errlen, "%s: tensor name '%.64s' is not valid UTF-8", path, e->name);
             goto fail;
         }
         if (json_object_set_new(desc, "dtype", json_string("F32")) != 0 ||
@@ -590,7 +577,7 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
         uint64_t nelem = 1;
         for (int d = 0; d < e->ndim; d++) {
             if (e->shape[d] < 0 || mul_u64(nelem, (uint64_t)e->shape[d], &nelem) != 0) {
-                seterr(err, errlen, "%s: tensor '%.64s': bad shape[%d] = %lld", path, e->name,
+                merak_errf(err, errlen, "%s: tensor '%.64s': bad shape[%d] = %lld", path, e->name,
                        d, (long long)e->shape[d]);
                 goto fail;
             }
@@ -599,11 +586,11 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
         }
         uint64_t nbytes;
         if (mul_u64(nelem, sizeof(float), &nbytes) != 0 || nbytes > (uint64_t)INT64_MAX - offset) {
-            seterr(err, errlen, "%s: tensor '%.64s': too large", path, e->name);
+            merak_errf(err, errlen, "%s: tensor '%.64s': too large", path, e->name);
             goto fail;
         }
         if (nbytes > 0 && !e->data) {
-            seterr(err, errlen, "%s: tensor '%.64s' has no data", path, e->name);
+            merak_errf(err, errlen, "%s: tensor '%.64s' has no data", path, e->name);
             goto fail;
         }
         json_t *offs = json_pack("[II]", (json_int_t)offset, (json_int_t)(offset + nbytes));
@@ -627,7 +614,7 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
     return padded;
 
 oom:
-    seterr(err, errlen, "%s: out of memory building the header", path);
+    merak_errf(err, errlen, "%s: out of memory building the header", path);
 fail:
     free(text);
     json_decref(root);
@@ -639,7 +626,7 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
                    char *err, size_t errlen)
 {
     if (n < 0 || nmeta < 0 || (n > 0 && !entries)) {
-        seterr(err, errlen, "%s: bad tensor or metadata count", path);
+        merak_errf(err, errlen, "%s: bad tensor or metadata count", path);
         return -1;
     }
     size_t hlen;
@@ -651,7 +638,7 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
     char *tmp = malloc(tlen);
     if (!tmp) {
         free(hdr);
-        seterr(err, errlen, "%s: out of memory", path);
+        merak_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     snprintf(tmp, tlen, "%s.tmp", path);
@@ -659,7 +646,7 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
     int rc = -1;
     FILE *fp = fopen(tmp, "wb");
     if (!fp) {
-        seterr(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         goto out;
     }
     uint8_t lenbuf[8];
@@ -681,12 +668,12 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
         saved = errno;
     }
     if (!ok) {
-        seterr(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
+        merak_errf(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
         unlink(tmp);
         goto out;
     }
     if (rename(tmp, path) != 0) {
-        seterr(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        merak_errf(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
         goto out;
     }

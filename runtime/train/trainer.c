@@ -8,13 +8,13 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "data.h"
 #include "train.h"
+#include "errf.h"
 
 void merak_args_default(merak_args *a)
 {
@@ -32,15 +32,6 @@ void merak_args_default(merak_args *a)
     a->clip = 1.0f;
     a->seed = 1337;
     a->threads = 1;
-}
-
-static int fail(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static double now(void)
@@ -67,12 +58,12 @@ static int check_graph(const merak_graph *g, const merak_args *a, int *ids, int 
     *targets = merak_graph_find(g, "targets");
     if (*ids < 0 || *targets < 0 || g->tensors[*ids].kind != MERAK_T_INPUT ||
         g->tensors[*targets].kind != MERAK_T_INPUT)
-        return fail(err, errlen, "the graph needs inputs named 'input_ids' and 'targets'");
+        return merak_errf(err, errlen, "the graph needs inputs named 'input_ids' and 'targets'");
     if (g->loss < 0)
-        return fail(err, errlen, "the graph has no loss (add merak_op_cross_entropy)");
+        return merak_errf(err, errlen, "the graph has no loss (add merak_op_cross_entropy)");
     const merak_tensor *x = &g->tensors[*ids];
     if (x->ndim != 2 || x->shape[0] != a->micro_batch || x->shape[1] != a->seq_len)
-        return fail(err, errlen, "the graph's input_ids are not (%d,%d), the micro-batch and sequence length",
+        return merak_errf(err, errlen, "the graph's input_ids are not (%d,%d), the micro-batch and sequence length",
                     a->micro_batch, a->seq_len);
     const merak_op *ce = &g->ops[g->tensors[g->loss].producer];
     const merak_tensor *logits = &g->tensors[ce->in[0]];
@@ -82,15 +73,15 @@ static int check_graph(const merak_graph *g, const merak_args *a, int *ids, int 
 static int check_args(const merak_args *a, char *err, size_t errlen)
 {
     if (!a->data)
-        return fail(err, errlen, "no data given");
+        return merak_errf(err, errlen, "no data given");
     if (a->micro_batch < 1 || a->seq_len < 1 || a->micro_batches < 1 || a->steps < 0 ||
         a->warmup < 0 || a->threads < 1)
-        return fail(err, errlen, "micro-batch, sequence length, micro-batches and threads must be positive");
+        return merak_errf(err, errlen, "micro-batch, sequence length, micro-batches and threads must be positive");
     if (!(a->lr >= 0) || !(a->min_lr >= 0) || a->min_lr > a->lr)
-        return fail(err, errlen, "learning rates %g (min %g) are not usable", a->lr, a->min_lr);
+        return merak_errf(err, errlen, "learning rates %g (min %g) are not usable", a->lr, a->min_lr);
     if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1) || !(a->eps >= 0) ||
         !(a->weight_decay >= 0) || !(a->clip >= 0))
-        return fail(err, errlen, "AdamW settings out of range");
+        return merak_errf(err, errlen, "AdamW settings out of range");
     return 0;
 }
 
@@ -119,7 +110,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         goto out;
     uint64_t W = merak_data_num_windows(data, B, T);
     if (W == 0) {
-        fail(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1", a->data,
+        merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1", a->data,
              (unsigned long long)merak_data_num_tokens(data), B, T);
         goto out;
     }
@@ -131,11 +122,11 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     }
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
     if (!(opt = merak_optim_create(g, e, &ao))) {
-        fail(err, errlen, "out of memory for the optimizer state");
+        merak_errf(err, errlen, "out of memory for the optimizer state");
         goto out;
     }
     if (a->metrics && !(metrics = fopen(a->metrics, "a"))) {
-        fail(err, errlen, "%s: %s", a->metrics, strerror(errno));
+        merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
         goto out;
     }
 
@@ -157,7 +148,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         loss /= M;
         double norm = merak_grad_norm(e, k);
         if (!isfinite(loss) || !isfinite(norm)) {
-            fail(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
+            merak_errf(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
             goto out;
         }
         merak_clip_grads(e, k, norm, a->clip);
@@ -177,7 +168,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
                     step, loss, norm, lr, info.tokens_per_s, info.step_ms);
             /* Flushed every step: a crash loses nothing already reported. */
             if (fflush(metrics) != 0) {
-                fail(err, errlen, "%s: %s", a->metrics, strerror(errno));
+                merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
                 goto out;
             }
         }
@@ -190,7 +181,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         FILE *f = metrics;
         metrics = NULL;
         if (fclose(f) != 0) {
-            fail(err, errlen, "%s: %s", a->metrics, strerror(errno));
+            merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
             goto out;
         }
     }

@@ -5,22 +5,13 @@
  * MERAK_HF_TRANSPOSED (GPT-2's Conv1D) are [in, out] in the file and are
  * transposed on the way in and out.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "safetensors.h"
 #include "train.h"
-
-static int fail(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#include "errf.h"
 
 /* The file's shape of parameter t. */
 static void hf_shape(const merak_tensor *t, int64_t *shape)
@@ -72,7 +63,7 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
         const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
         const merak_st_info *info = find_param(f, t->name);
         if (!info) {
-            rc = fail(err, errlen, "%s: tensor '%s' is missing", path, t->name);
+            rc = merak_errf(err, errlen, "%s: tensor '%s' is missing", path, t->name);
             break;
         }
         int64_t want[MERAK_MAX_DIMS];
@@ -82,7 +73,7 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             char a[96], b[96];
             shape_str(info->shape, info->ndim, a, sizeof a);
             shape_str(want, t->ndim, b, sizeof b);
-            rc = fail(err, errlen, "%s: tensor '%s' has shape %s (expected %s)", path, t->name,
+            rc = merak_errf(err, errlen, "%s: tensor '%s' has shape %s (expected %s)", path, t->name,
                       a, b);
             break;
         }
@@ -95,7 +86,7 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
         if (n > tmp_n) {
             float *p = realloc(tmp, n * sizeof *p);
             if (!p) {
-                rc = fail(err, errlen, "%s: out of memory reading '%s'", path, t->name);
+                rc = merak_errf(err, errlen, "%s: out of memory reading '%s'", path, t->name);
                 break;
             }
             tmp = p;
@@ -119,7 +110,7 @@ int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *pa
     if (!entries || !copies) {
         free(entries);
         free(copies);
-        return fail(err, errlen, "%s: out of memory", path);
+        return merak_errf(err, errlen, "%s: out of memory", path);
     }
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -132,7 +123,7 @@ int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *pa
         if (t->layout == MERAK_HF_TRANSPOSED) {
             copies[i] = malloc(merak_exec_param_elems(e, i) * sizeof(float));
             if (!copies[i]) {
-                rc = fail(err, errlen, "%s: out of memory", path);
+                rc = merak_errf(err, errlen, "%s: out of memory", path);
                 break;
             }
             transpose(copies[i], en->data, t->shape[0], t->shape[1]);
