@@ -186,6 +186,91 @@ static void test_model_gradients(const char *preset)
     merak_graph_destroy(g);
 }
 
+/* The graph run as two slices (pipeline stages), the crossing activation
+ * and its gradient carried by hand, gives the whole graph's loss and
+ * gradients; the tied embedding's gradient is the sum of both stages'. */
+static void test_two_stages(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    int n = merak_graph_num_ops(g), cut = -1, cross = -1;
+    /* The cut after the first block's last op: where exactly one activation
+     * produced before it is read after it. */
+    for (int k = n / 2; k < n && cut < 0; k++) {
+        int count = 0, last = -1;
+        for (int t = 0; t < merak_graph_num_tensors(g); t++) {
+            const merak_tensor *x = &g->tensors[t];
+            if (x->kind != MERAK_T_ACT || x->producer >= k)
+                continue;
+            for (int i = k; i < n; i++)
+                if (merak_op_reads(&g->ops[i], t)) {
+                    count++, last = t;
+                    break;
+                }
+        }
+        if (count == 1)
+            cut = k, cross = last;
+    }
+    merak_exec *whole, *s0, *s1;
+    const merak_kernels *k = merak_kernels_cpu();
+    merak_exec_opts ow = {0, -1, 1, k}, o0 = {0, cut, 1, k}, o1 = {cut, n, 1, k};
+    if (cut < 0 || merak_exec_create(g, &ow, &whole, err, sizeof err) < 0 ||
+        merak_exec_create(g, &o0, &s0, err, sizeof err) < 0 ||
+        merak_exec_create(g, &o1, &s1, err, sizeof err) < 0) {
+        tap_ok(0, "%s: two stages: %s", preset, cut < 0 ? "no single-tensor cut" : err);
+        return;
+    }
+    merak_init_params(g, whole, 5);
+    merak_init_params(g, s0, 5);
+    merak_init_params(g, s1, 5);
+    fill_tokens(g, whole, 0, c.vocab_size, 3);
+    fill_tokens(g, s0, 0, c.vocab_size, 3);
+    int targets = merak_graph_find(g, "targets");
+    size_t bt = 2 * 8;
+    tap_ok(merak_exec_tensor(s1, 0, merak_graph_find(g, "input_ids")) == NULL &&
+           merak_exec_tensor(s0, 0, targets) == NULL,
+           "%s: only the first stage holds token ids, only the last targets", preset);
+    memcpy(merak_exec_tensor(s1, 0, targets), merak_exec_tensor(whole, 0, targets), bt * 4);
+
+    merak_exec_zero_grads(whole);
+    merak_exec_zero_grads(s0);
+    merak_exec_zero_grads(s1);
+    merak_exec_forward(whole, 0, 1);
+    merak_exec_backward(whole, 0);
+    size_t act = (size_t)merak_tensor_elems(&g->tensors[cross]) * sizeof(float);
+    merak_exec_forward(s0, 0, 1);
+    memcpy(merak_exec_tensor(s1, 0, cross), merak_exec_tensor(s0, 0, cross), act);   /* send act */
+    merak_exec_forward(s1, 0, 1);
+    merak_exec_backward(s1, 0);
+    memcpy(merak_exec_grad(s0, 0, cross), merak_exec_grad(s1, 0, cross), act);       /* send grad */
+    merak_exec_backward(s0, 0);
+    tap_ok(merak_exec_loss(s1, 0) == merak_exec_loss(whole, 0), "%s: cut at op %d of %d, same loss %.6f",
+           preset, cut, n, merak_exec_loss(s1, 0));
+
+    /* Every parameter's gradient: from its stage, or summed over both. */
+    double worst = 0;
+    int missing = 0;
+    for (int i = 0; i < merak_exec_num_params(whole); i++) {
+        int t = merak_exec_param_tensor(whole, i);
+        int i0 = merak_exec_param_find(s0, t), i1 = merak_exec_param_find(s1, t);
+        const float *gw = merak_exec_param_grad(whole, i);
+        if (i0 < 0 && i1 < 0)
+            missing++;
+        for (size_t j = 0; j < merak_exec_param_elems(whole, i); j++) {
+            double sum = (i0 >= 0 ? merak_exec_param_grad(s0, i0)[j] : 0) +
+                         (i1 >= 0 ? merak_exec_param_grad(s1, i1)[j] : 0);
+            worst = fmax(worst, fabs(sum - gw[j]) / (fabs(gw[j]) + 1e-6));
+        }
+    }
+    tap_ok(!missing && worst < 1e-5, "%s: stage gradients equal the whole graph's (worst relative %.2g)",
+           preset, worst);
+    merak_exec_destroy(whole);
+    merak_exec_destroy(s0);
+    merak_exec_destroy(s1);
+    merak_graph_destroy(g);
+}
+
 static void test_init(void)
 {
     merak_tensor t = {.name = "h.0.w", .init = {MERAK_INIT_NORMAL, 0.5f}};
@@ -226,6 +311,8 @@ int main(void)
     test_shape_errors();
     test_model_gradients("tiny-gpt2");
     test_model_gradients("tiny-llama");
+    test_two_stages("tiny-gpt2");
+    test_two_stages("tiny-llama");
     test_init();
     test_lr();
     return tap_done();
