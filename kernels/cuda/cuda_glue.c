@@ -107,6 +107,11 @@ int merak_cuda_available(void)
     return n > 0;
 }
 
+int merak_cuda_set_device(int device)
+{
+    return cuda_ok(cudaSetDevice(device), "cudaSetDevice") ? 0 : -1;
+}
+
 void *merak_cuda_malloc(size_t bytes)
 {
     void *p = NULL;

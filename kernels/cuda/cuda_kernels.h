@@ -38,6 +38,12 @@ extern "C" {
  * call on a machine without a driver (cudaGetDeviceCount fails -> 0). */
 int merak_cuda_available(void);
 
+/* Makes `device` (an index among the visible devices) the backend's device.
+ * Call it before the first merak_kernels_cuda(); returns 0 or -1 (error
+ * recorded).  Without it the backend uses the CUDA runtime's current device
+ * (device 0 unless the calling thread chose another). */
+int merak_cuda_set_device(int device);
+
 /* The CUDA table for the current device, or NULL if no device is usable or
  * the backend could not initialise (cuBLASLt handle, workspace).  The first
  * call initialises the backend; later calls return the same table. */

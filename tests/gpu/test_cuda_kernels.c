@@ -1,0 +1,959 @@
+/*
+ * test_cuda_kernels.c - TAP tests of the CUDA kernel table (kernels/cuda)
+ * against the CPU table (kernels/cpu).
+ *
+ * Without a usable CUDA device (no driver, cudaGetDeviceCount fails or finds
+ * none) the whole file is skipped: "1..0 # SKIP no CUDA device".
+ *
+ * With a device, every op of the table runs on the CPU table (host buffers)
+ * and twice on the CUDA table (device buffers, same initial contents):
+ *   - every output agrees with the CPU's: |gpu - cpu| <= RTOL*|cpu| + ATOL*max|cpu|;
+ *   - the two CUDA runs are bitwise identical (determinism);
+ *   - forward outputs start as NaN (they must be overwritten everywhere),
+ *     gradients start random (they must be accumulated into, +=);
+ *   - the CUDA run leaves its inputs untouched.
+ * Shapes are small and odd on purpose (unaligned GEMM sizes and bias, fused
+ * strided qkv, grouped-query attention with RoPE, head dims that do not
+ * divide the block, T larger than a block).  MERAK_TEST_SEED=<n> changes the
+ * random values.
+ */
+#include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
+#include "kernels.h"           /* merak_kernels, merak_kernels_cpu */
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RTOL 1e-4
+#define ATOL 5e-5 /* times the largest |cpu| of the buffer */
+
+/* ------------------------------------------------------------------ TAP */
+
+static int g_ntest, g_nfail;
+
+/* Records one test; returns ok so callers can add diagnostics. */
+static int tap(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_ntest++;
+    if (!ok)
+        g_nfail++;
+    printf("%s %d - ", ok ? "ok" : "not ok", g_ntest);
+    vprintf(fmt, ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+    va_end(ap);
+    return ok;
+}
+
+static void diag(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("# ", stdout);
+    vprintf(fmt, ap);
+    fputc('\n', stdout);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------ RNG */
+
+static uint64_t g_rng = 0x5eed1234abcdULL;
+
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rng_u64() >> 40) * 0x1.0p-24);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        printf("Bail out! out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void *dmalloc(size_t bytes)
+{
+    void *p = merak_cuda_malloc(bytes);
+    if (!p) {
+        printf("Bail out! cudaMalloc(%zu) failed\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------ harness */
+
+enum buf_kind {
+    IN_F,    /* float input, random in [lo,hi] */
+    IN_I,    /* int32 input, random in [lo,hi) */
+    OUT_FWD, /* forward output: starts NaN, must be overwritten */
+    OUT_ACC, /* gradient / state: starts random in [lo,hi], read-modify-write */
+};
+
+/* One buffer of a case.  Every element is 4 bytes (float or int32).  n == 0
+ * means "absent" (the op gets NULL).  preset, when set, is the initial
+ * content (owned by the caller). */
+typedef struct buf {
+    const char *name;
+    int kind;
+    size_t n;
+    float lo, hi;
+    const void *preset;
+    /* filled by run_case */
+    void *init, *cpu, *dev, *gpu[2];
+} buf;
+
+/* Runs the op with table K on the buffers p (host pointers for the CPU
+ * table, device pointers for CUDA); may store a scalar result in *ret. */
+typedef void (*op_fn)(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                      double *ret);
+
+static const merak_kernels *g_cpu, *g_gpu;
+
+static void fill_init(buf *b)
+{
+    b->init = xmalloc(b->n * 4);
+    if (b->preset) {
+        memcpy(b->init, b->preset, b->n * 4);
+        return;
+    }
+    if (b->kind == OUT_FWD) {
+        memset(b->init, 0xff, b->n * 4); /* NaN */
+    } else if (b->kind == IN_I) {
+        int32_t *x = b->init;
+        const int lo = (int)b->lo, span = (int)b->hi - (int)b->lo;
+        for (size_t i = 0; i < b->n; i++)
+            x[i] = lo + (int)(rng_u64() % (uint64_t)span);
+    } else {
+        float *x = b->init;
+        for (size_t i = 0; i < b->n; i++)
+            x[i] = rng_uniform(b->lo, b->hi);
+    }
+}
+
+/* max |a-c| over the allowed error, > 1 fails; NaN anywhere fails. */
+static double compare(const float *g, const float *c, size_t n, size_t *worst)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)c[i]) > m)
+            m = fabs((double)c[i]);
+    double r = 0.0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double allowed = RTOL * fabs((double)c[i]) + ATOL * m + 1e-30;
+        const double e = fabs((double)g[i] - (double)c[i]) / allowed;
+        if (!(e <= r)) { /* also catches NaN */
+            r = isnan(e) ? INFINITY : e;
+            *worst = i;
+            if (isinf(r))
+                break;
+        }
+    }
+    return r;
+}
+
+/* flags */
+#define EXACT 1   /* outputs must equal the CPU's bit for bit */
+#define HAS_RET 2 /* the op returns a scalar (sumsq) */
+
+static void run_case(const char *name, buf *bufs, int nb, op_fn fn, const void *arg,
+                     int flags)
+{
+    void *cp[16], *dp[16];
+    double ret_cpu = 0.0, ret_gpu[2] = {0.0, 0.0};
+    char err[256];
+
+    for (int i = 0; i < nb; i++) {
+        buf *b = &bufs[i];
+        b->init = b->cpu = b->dev = b->gpu[0] = b->gpu[1] = NULL;
+        if (!b->n) {
+            cp[i] = dp[i] = NULL;
+            continue;
+        }
+        fill_init(b);
+        b->cpu = xmalloc(b->n * 4);
+        memcpy(b->cpu, b->init, b->n * 4);
+        b->dev = dmalloc(b->n * 4);
+        b->gpu[0] = xmalloc(b->n * 4);
+        b->gpu[1] = xmalloc(b->n * 4);
+        cp[i] = b->cpu;
+        dp[i] = b->dev;
+    }
+
+    fn(g_cpu, 0, cp, arg, &ret_cpu);
+
+    int inputs_ok = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < nb; i++)
+            if (bufs[i].n && merak_cuda_memcpy_h2d(bufs[i].dev, bufs[i].init, bufs[i].n * 4))
+                break;
+        fn(g_gpu, 1, dp, arg, &ret_gpu[rep]);
+        merak_cuda_synchronize();
+        for (int i = 0; i < nb; i++)
+            if (bufs[i].n)
+                merak_cuda_memcpy_d2h(bufs[i].gpu[rep], bufs[i].dev, bufs[i].n * 4);
+        for (int i = 0; i < nb; i++)
+            if (bufs[i].n && (bufs[i].kind == IN_F || bufs[i].kind == IN_I) &&
+                memcmp(bufs[i].gpu[rep], bufs[i].init, bufs[i].n * 4))
+                inputs_ok = 0;
+    }
+    if (merak_cuda_status(err, sizeof err)) {
+        tap(0, "%s: CUDA error: %s", name, err);
+        printf("Bail out! the CUDA backend is in an error state\n");
+        exit(1);
+    }
+    tap(inputs_ok, "%s: inputs untouched", name);
+
+    for (int i = 0; i < nb; i++) {
+        buf *b = &bufs[i];
+        if (!b->n || b->kind == IN_F || b->kind == IN_I)
+            continue;
+        if (flags & EXACT) {
+            tap(!memcmp(b->gpu[0], b->cpu, b->n * 4), "%s: %s bitwise equal to cpu", name,
+                b->name);
+        } else {
+            size_t w;
+            const double r = compare(b->gpu[0], b->cpu, b->n, &w);
+            if (!tap(r <= 1.0, "%s: %s matches cpu (err/tol %.3g)", name, b->name, r))
+                diag("%s[%zu]: cuda %.9g cpu %.9g", b->name, w,
+                     (double)((float *)b->gpu[0])[w], (double)((float *)b->cpu)[w]);
+        }
+        tap(!memcmp(b->gpu[0], b->gpu[1], b->n * 4), "%s: %s bitwise reproducible", name,
+            b->name);
+    }
+    if (flags & HAS_RET) {
+        const double tol = 1e-12 * fabs(ret_cpu) + 1e-300;
+        if (!tap(fabs(ret_gpu[0] - ret_cpu) <= tol, "%s: result matches cpu", name))
+            diag("cuda %.17g cpu %.17g", ret_gpu[0], ret_cpu);
+        tap(!memcmp(&ret_gpu[0], &ret_gpu[1], sizeof(double)), "%s: result bitwise reproducible",
+            name);
+    }
+
+    for (int i = 0; i < nb; i++) {
+        free(bufs[i].init);
+        free(bufs[i].cpu);
+        free(bufs[i].gpu[0]);
+        free(bufs[i].gpu[1]);
+        merak_cuda_free(bufs[i].dev);
+    }
+}
+
+#define F(p) ((float *)(p))
+#define I(p) ((int32_t *)(p))
+#define NB(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ------------------------------------------------------------------ embedding, posemb */
+
+typedef struct {
+    int N, C, V;
+} emb_arg;
+
+static void op_embedding_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                             double *ret)
+{
+    const emb_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->embedding_fwd(F(p[0]), I(p[1]), F(p[2]), a->N, a->C);
+}
+
+static void op_embedding_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                               double *ret)
+{
+    const emb_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->embedding_bwd_w(F(p[0]), F(p[1]), I(p[2]), a->N, a->C);
+}
+
+static void test_embedding(int N, int C, int V)
+{
+    const emb_arg a = {N, C, V};
+    char name[96];
+    buf fwd[] = {
+        {.name = "out", .kind = OUT_FWD, .n = (size_t)N * C},
+        {.name = "ids", .kind = IN_I, .n = (size_t)N, .lo = 0, .hi = (float)V},
+        {.name = "wte", .kind = IN_F, .n = (size_t)V * C, .lo = -1, .hi = 1},
+    };
+    snprintf(name, sizeof name, "embedding_fwd N=%d C=%d V=%d", N, C, V);
+    run_case(name, fwd, NB(fwd), op_embedding_fwd, &a, EXACT);
+    buf bwd[] = {
+        {.name = "dwte", .kind = OUT_ACC, .n = (size_t)V * C, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "ids", .kind = IN_I, .n = (size_t)N, .lo = 0, .hi = (float)V},
+    };
+    snprintf(name, sizeof name, "embedding_bwd_w N=%d C=%d V=%d", N, C, V);
+    run_case(name, bwd, NB(bwd), op_embedding_bwd_w, &a, 0);
+}
+
+typedef struct {
+    int B, T, C;
+} pos_arg;
+
+static void op_posemb_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                          double *ret)
+{
+    const pos_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->posemb_fwd(F(p[0]), F(p[1]), F(p[2]), a->B, a->T, a->C);
+}
+
+static void op_posemb_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                            double *ret)
+{
+    const pos_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->posemb_bwd_w(F(p[0]), F(p[1]), a->B, a->T, a->C);
+}
+
+static void test_posemb(int B, int T, int C, int P)
+{
+    const pos_arg a = {B, T, C};
+    buf fwd[] = {
+        {.name = "out", .kind = OUT_FWD, .n = (size_t)B * T * C},
+        {.name = "inp", .kind = IN_F, .n = (size_t)B * T * C, .lo = -1, .hi = 1},
+        {.name = "wpe", .kind = IN_F, .n = (size_t)P * C, .lo = -1, .hi = 1},
+    };
+    run_case("posemb_fwd", fwd, NB(fwd), op_posemb_fwd, &a, EXACT);
+    buf bwd[] = {
+        {.name = "dwpe", .kind = OUT_ACC, .n = (size_t)P * C, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)B * T * C, .lo = -1, .hi = 1},
+    };
+    run_case("posemb_bwd_w", bwd, NB(bwd), op_posemb_bwd_w, &a, 0);
+}
+
+/* ------------------------------------------------------------------ layernorm, rmsnorm */
+
+typedef struct {
+    int N, C;
+    float eps;
+} norm_arg;
+
+static void op_layernorm_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                             double *ret)
+{
+    const norm_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->layernorm_fwd(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), F(p[5]), a->N, a->C,
+                     a->eps);
+}
+
+static void op_layernorm_bwd_x(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                               double *ret)
+{
+    const norm_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->layernorm_bwd_x(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), F(p[5]), a->N, a->C);
+}
+
+static void op_layernorm_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                               double *ret)
+{
+    const norm_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->layernorm_bwd_w(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), F(p[5]), a->N, a->C);
+}
+
+static float *rand_array(size_t n, float lo, float hi)
+{
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform(lo, hi);
+    return x;
+}
+
+static void test_layernorm(int N, int C, int with_bias)
+{
+    const norm_arg a = {N, C, 1e-5f};
+    char name[96];
+    float *inp = rand_array((size_t)N * C, -2.0f, 3.0f); /* non-zero mean */
+    float *w = rand_array((size_t)C, 0.5f, 1.5f);
+    float *out = xmalloc((size_t)N * C * sizeof(float));
+    float *mean = xmalloc((size_t)N * sizeof(float)), *rstd = xmalloc((size_t)N * sizeof(float));
+    g_cpu->layernorm_fwd(out, mean, rstd, inp, w, NULL, N, C, a.eps);
+
+    buf fwd[] = {
+        {.name = "out", .kind = OUT_FWD, .n = (size_t)N * C},
+        {.name = "mean", .kind = OUT_FWD, .n = (size_t)N},
+        {.name = "rstd", .kind = OUT_FWD, .n = (size_t)N},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * C, .preset = inp},
+        {.name = "w", .kind = IN_F, .n = (size_t)C, .preset = w},
+        {.name = "b", .kind = IN_F, .n = with_bias ? (size_t)C : 0, .lo = -1, .hi = 1},
+    };
+    snprintf(name, sizeof name, "layernorm_fwd N=%d C=%d%s", N, C, with_bias ? "" : " no bias");
+    run_case(name, fwd, NB(fwd), op_layernorm_fwd, &a, 0);
+
+    buf bx[] = {
+        {.name = "dinp", .kind = OUT_ACC, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * C, .preset = inp},
+        {.name = "w", .kind = IN_F, .n = (size_t)C, .preset = w},
+        {.name = "mean", .kind = IN_F, .n = (size_t)N, .preset = mean},
+        {.name = "rstd", .kind = IN_F, .n = (size_t)N, .preset = rstd},
+    };
+    snprintf(name, sizeof name, "layernorm_bwd_x N=%d C=%d", N, C);
+    run_case(name, bx, NB(bx), op_layernorm_bwd_x, &a, 0);
+
+    buf bw[] = {
+        {.name = "dw", .kind = OUT_ACC, .n = (size_t)C, .lo = -1, .hi = 1},
+        {.name = "db", .kind = OUT_ACC, .n = with_bias ? (size_t)C : 0, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * C, .preset = inp},
+        {.name = "mean", .kind = IN_F, .n = (size_t)N, .preset = mean},
+        {.name = "rstd", .kind = IN_F, .n = (size_t)N, .preset = rstd},
+    };
+    snprintf(name, sizeof name, "layernorm_bwd_w N=%d C=%d%s", N, C,
+             with_bias ? "" : " db=NULL");
+    run_case(name, bw, NB(bw), op_layernorm_bwd_w, &a, 0);
+    free(inp), free(w), free(out), free(mean), free(rstd);
+}
+
+static void op_rmsnorm_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                           double *ret)
+{
+    const norm_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->rmsnorm_fwd(F(p[0]), F(p[1]), F(p[2]), F(p[3]), a->N, a->C, a->eps);
+}
+
+static void op_rmsnorm_bwd_x(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                             double *ret)
+{
+    const norm_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->rmsnorm_bwd_x(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), a->N, a->C);
+}
+
+static void op_rmsnorm_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                             double *ret)
+{
+    const norm_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->rmsnorm_bwd_w(F(p[0]), F(p[1]), F(p[2]), F(p[3]), a->N, a->C);
+}
+
+static void test_rmsnorm(int N, int C)
+{
+    const norm_arg a = {N, C, 1e-6f};
+    char name[96];
+    float *inp = rand_array((size_t)N * C, -2.0f, 2.0f);
+    float *w = rand_array((size_t)C, 0.5f, 1.5f);
+    float *out = xmalloc((size_t)N * C * sizeof(float)), *rstd = xmalloc((size_t)N * sizeof(float));
+    g_cpu->rmsnorm_fwd(out, rstd, inp, w, N, C, a.eps);
+
+    buf fwd[] = {
+        {.name = "out", .kind = OUT_FWD, .n = (size_t)N * C},
+        {.name = "rstd", .kind = OUT_FWD, .n = (size_t)N},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * C, .preset = inp},
+        {.name = "w", .kind = IN_F, .n = (size_t)C, .preset = w},
+    };
+    snprintf(name, sizeof name, "rmsnorm_fwd N=%d C=%d", N, C);
+    run_case(name, fwd, NB(fwd), op_rmsnorm_fwd, &a, 0);
+    buf bx[] = {
+        {.name = "dinp", .kind = OUT_ACC, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * C, .preset = inp},
+        {.name = "w", .kind = IN_F, .n = (size_t)C, .preset = w},
+        {.name = "rstd", .kind = IN_F, .n = (size_t)N, .preset = rstd},
+    };
+    snprintf(name, sizeof name, "rmsnorm_bwd_x N=%d C=%d", N, C);
+    run_case(name, bx, NB(bx), op_rmsnorm_bwd_x, &a, 0);
+    buf bw[] = {
+        {.name = "dw", .kind = OUT_ACC, .n = (size_t)C, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * C, .preset = inp},
+        {.name = "rstd", .kind = IN_F, .n = (size_t)N, .preset = rstd},
+    };
+    snprintf(name, sizeof name, "rmsnorm_bwd_w N=%d C=%d", N, C);
+    run_case(name, bw, NB(bw), op_rmsnorm_bwd_w, &a, 0);
+    free(inp), free(w), free(out), free(rstd);
+}
+
+/* ------------------------------------------------------------------ linear */
+
+typedef struct {
+    int N, K, O;
+    int bias;     /* 0: NULL bias / db */
+    int bias_off; /* elements: 1 gives a bias pointer that is only 4-byte aligned */
+} lin_arg;
+
+static void op_linear_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                          double *ret)
+{
+    const lin_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->linear_fwd(F(p[0]), F(p[1]), F(p[2]), a->bias ? F(p[3]) + a->bias_off : NULL, a->N,
+                  a->K, a->O);
+}
+
+static void op_linear_bwd_x(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                            double *ret)
+{
+    const lin_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->linear_bwd_x(F(p[0]), F(p[1]), F(p[2]), a->N, a->K, a->O);
+}
+
+static void op_linear_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                            double *ret)
+{
+    const lin_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->linear_bwd_w(F(p[0]), a->bias ? F(p[1]) + a->bias_off : NULL, F(p[2]), F(p[3]), a->N,
+                    a->K, a->O);
+}
+
+static void test_linear(int N, int K, int O, int bias, int bias_off)
+{
+    const lin_arg a = {N, K, O, bias, bias_off};
+    char name[128];
+    const char *tag = !bias ? " no bias" : bias_off ? " unaligned bias" : "";
+    buf fwd[] = {
+        {.name = "out", .kind = OUT_FWD, .n = (size_t)N * O},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * K, .lo = -1, .hi = 1},
+        {.name = "w", .kind = IN_F, .n = (size_t)O * K, .lo = -1, .hi = 1},
+        {.name = "b", .kind = IN_F, .n = bias ? (size_t)O + 1 : 0, .lo = -1, .hi = 1},
+    };
+    snprintf(name, sizeof name, "linear_fwd N=%d K=%d O=%d%s", N, K, O, tag);
+    run_case(name, fwd, NB(fwd), op_linear_fwd, &a, 0);
+    buf bx[] = {
+        {.name = "dinp", .kind = OUT_ACC, .n = (size_t)N * K, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * O, .lo = -1, .hi = 1},
+        {.name = "w", .kind = IN_F, .n = (size_t)O * K, .lo = -1, .hi = 1},
+    };
+    snprintf(name, sizeof name, "linear_bwd_x N=%d K=%d O=%d", N, K, O);
+    run_case(name, bx, NB(bx), op_linear_bwd_x, &a, 0);
+    buf bw[] = {
+        {.name = "dw", .kind = OUT_ACC, .n = (size_t)O * K, .lo = -1, .hi = 1},
+        {.name = "db", .kind = OUT_ACC, .n = bias ? (size_t)O + 1 : 0, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = (size_t)N * O, .lo = -1, .hi = 1},
+        {.name = "inp", .kind = IN_F, .n = (size_t)N * K, .lo = -1, .hi = 1},
+    };
+    snprintf(name, sizeof name, "linear_bwd_w N=%d K=%d O=%d%s", N, K, O, tag);
+    run_case(name, bw, NB(bw), op_linear_bwd_w, &a, 0);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+typedef struct {
+    merak_attn_shape s;
+    int fused; /* q, k, v (and dq, dk, dv) are column ranges of one qkv buffer */
+} attn_arg;
+
+/* q, k, v pointers from the buffers (q0 holds the whole qkv when fused) */
+static void attn_split(const attn_arg *a, float *q0, float *k0, float *v0, float **q,
+                       float **k, float **v)
+{
+    const int hd = a->s.head_dim;
+    if (a->fused) {
+        *q = q0;
+        *k = q0 + (size_t)a->s.n_head * hd;
+        *v = q0 + (size_t)(a->s.n_head + a->s.n_kv_head) * hd;
+    } else {
+        *q = q0, *k = k0, *v = v0;
+    }
+}
+
+/* buffers: out, probs, qr, kr, q(kv), k, v */
+static void op_attention_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                             double *ret)
+{
+    const attn_arg *a = arg;
+    float *q, *k, *v;
+    (void)on_gpu, (void)ret;
+    attn_split(a, F(p[4]), F(p[5]), F(p[6]), &q, &k, &v);
+    K->attention_fwd(&a->s, F(p[0]), F(p[1]), F(p[2]), F(p[3]), q, k, v);
+}
+
+/* buffers: dq(kv), dk, dv, dout, probs, qr, kr, q(kv), k, v */
+static void op_attention_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                             double *ret)
+{
+    const attn_arg *a = arg;
+    float *q, *k, *v, *dq, *dk, *dv;
+    (void)ret;
+    attn_split(a, F(p[7]), F(p[8]), F(p[9]), &q, &k, &v);
+    attn_split(a, F(p[0]), F(p[1]), F(p[2]), &dq, &dk, &dv);
+    const size_t ns = K->attention_scratch_elems(&a->s) * sizeof(float);
+    float *scratch = on_gpu ? dmalloc(ns) : xmalloc(ns);
+    K->attention_bwd(&a->s, dq, dk, dv, F(p[3]), F(p[4]), F(p[5]), F(p[6]), q, k, v, scratch);
+    if (on_gpu) {
+        merak_cuda_synchronize(); /* the kernels read scratch until they finish */
+        merak_cuda_free(scratch);
+    } else
+        free(scratch);
+}
+
+static void test_attention(const char *tag, int B, int T, int nh, int nkv, int hd, float theta,
+                           int fused)
+{
+    attn_arg a;
+    char name[160];
+    memset(&a, 0, sizeof a);
+    a.s.B = B, a.s.T = T, a.s.n_head = nh, a.s.n_kv_head = nkv, a.s.head_dim = hd;
+    a.s.rope_theta = theta;
+    a.fused = fused;
+    const size_t BT = (size_t)B * T, C = (size_t)nh * hd, Ckv = (size_t)nkv * hd;
+    size_t nq, nk;
+    if (fused) {
+        a.s.q_stride = a.s.k_stride = a.s.v_stride = (int)(C + 2 * Ckv);
+        nq = BT * (C + 2 * Ckv), nk = 0;
+    } else {
+        a.s.q_stride = (int)C, a.s.k_stride = a.s.v_stride = (int)Ckv;
+        nq = BT * C, nk = BT * Ckv;
+    }
+    const int rope = theta > 0.0f;
+
+    /* inputs, and the CPU forward whose saved tensors feed both backwards */
+    float *q0 = rand_array(nq, -1, 1), *k0 = nk ? rand_array(nk, -1, 1) : NULL;
+    float *v0 = nk ? rand_array(nk, -1, 1) : NULL;
+    float *out = xmalloc(BT * C * sizeof(float));
+    float *probs = xmalloc((size_t)B * nh * T * T * sizeof(float));
+    float *qr = rope ? xmalloc(BT * C * sizeof(float)) : NULL;
+    float *kr = rope ? xmalloc(BT * Ckv * sizeof(float)) : NULL;
+    float *q, *k, *v;
+    attn_split(&a, q0, k0, v0, &q, &k, &v);
+    g_cpu->attention_fwd(&a.s, out, probs, qr, kr, q, k, v);
+
+    const char *kind = fused ? "fused qkv" : "separate q,k,v";
+    buf fwd[] = {
+        {.name = "out", .kind = OUT_FWD, .n = BT * C},
+        {.name = "probs", .kind = OUT_FWD, .n = (size_t)B * nh * T * T},
+        {.name = "qr", .kind = OUT_FWD, .n = rope ? BT * C : 0},
+        {.name = "kr", .kind = OUT_FWD, .n = rope ? BT * Ckv : 0},
+        {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .preset = q0},
+        {.name = "k", .kind = IN_F, .n = nk, .preset = k0},
+        {.name = "v", .kind = IN_F, .n = nk, .preset = v0},
+    };
+    snprintf(name, sizeof name, "attention_fwd %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
+             B, T, nh, nkv, hd, (double)theta, kind);
+    run_case(name, fwd, NB(fwd), op_attention_fwd, &a, 0);
+
+    buf bwd[] = {
+        {.name = fused ? "dqkv" : "dq", .kind = OUT_ACC, .n = nq, .lo = -1, .hi = 1},
+        {.name = "dk", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
+        {.name = "dv", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = BT * C, .lo = -1, .hi = 1},
+        {.name = "probs", .kind = IN_F, .n = (size_t)B * nh * T * T, .preset = probs},
+        {.name = "qr", .kind = IN_F, .n = rope ? BT * C : 0, .preset = qr},
+        {.name = "kr", .kind = IN_F, .n = rope ? BT * Ckv : 0, .preset = kr},
+        {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .preset = q0},
+        {.name = "k", .kind = IN_F, .n = nk, .preset = k0},
+        {.name = "v", .kind = IN_F, .n = nk, .preset = v0},
+    };
+    snprintf(name, sizeof name, "attention_bwd %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
+             B, T, nh, nkv, hd, (double)theta, kind);
+    run_case(name, bwd, NB(bwd), op_attention_bwd, &a, 0);
+    free(q0), free(k0), free(v0), free(out), free(probs), free(qr), free(kr);
+}
+
+/* ------------------------------------------------------------------ pointwise */
+
+typedef struct {
+    size_t n;
+    float p, s;
+    uint64_t seed;
+    int null_first; /* swiglu_bwd: dgate NULL */
+} pw_arg;
+
+static void op_gelu_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                        double *ret)
+{
+    (void)on_gpu, (void)ret;
+    K->gelu_fwd(F(p[0]), F(p[1]), ((const pw_arg *)arg)->n);
+}
+
+static void op_gelu_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                        double *ret)
+{
+    (void)on_gpu, (void)ret;
+    K->gelu_bwd(F(p[0]), F(p[1]), F(p[2]), ((const pw_arg *)arg)->n);
+}
+
+static void op_swiglu_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                          double *ret)
+{
+    (void)on_gpu, (void)ret;
+    K->swiglu_fwd(F(p[0]), F(p[1]), F(p[2]), ((const pw_arg *)arg)->n);
+}
+
+static void op_swiglu_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                          double *ret)
+{
+    const pw_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->swiglu_bwd(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), a->n);
+}
+
+static void op_add_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                       double *ret)
+{
+    (void)on_gpu, (void)ret;
+    K->add_fwd(F(p[0]), F(p[1]), F(p[2]), ((const pw_arg *)arg)->n);
+}
+
+static void op_accumulate(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                          double *ret)
+{
+    (void)on_gpu, (void)ret;
+    K->accumulate(F(p[0]), F(p[1]), ((const pw_arg *)arg)->n);
+}
+
+static void op_scale(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                     double *ret)
+{
+    const pw_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->scale(F(p[0]), a->n, a->s);
+}
+
+static void op_dropout_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                           double *ret)
+{
+    const pw_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->dropout_fwd(F(p[0]), F(p[1]), a->n, a->p, a->seed);
+}
+
+static void op_dropout_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                           double *ret)
+{
+    const pw_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->dropout_bwd(F(p[0]), F(p[1]), a->n, a->p, a->seed);
+}
+
+static void op_sumsq(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                     double *ret)
+{
+    (void)on_gpu;
+    *ret = K->sumsq(F(p[0]), ((const pw_arg *)arg)->n);
+}
+
+static void test_pointwise(size_t n)
+{
+    pw_arg a = {.n = n, .p = 0.0f, .s = -0.37f, .seed = 0};
+    char name[96];
+
+    buf gf[] = {
+        {.name = "out", .kind = OUT_FWD, .n = n},
+        {.name = "inp", .kind = IN_F, .n = n, .lo = -6, .hi = 6},
+    };
+    run_case("gelu_fwd", gf, NB(gf), op_gelu_fwd, &a, 0);
+    buf gb[] = {
+        {.name = "dinp", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1},
+        {.name = "dout", .kind = IN_F, .n = n, .lo = -1, .hi = 1},
+        {.name = "inp", .kind = IN_F, .n = n, .lo = -6, .hi = 6},
+    };
+    run_case("gelu_bwd", gb, NB(gb), op_gelu_bwd, &a, 0);
+
+    buf sf[] = {
+        {.name = "out", .kind = OUT_FWD, .n = n},
+        {.name = "gate", .kind = IN_F, .n = n, .lo = -8, .hi = 8},
+        {.name = "up", .kind = IN_F, .n = n, .lo = -2, .hi = 2},
+    };
+    run_case("swiglu_fwd", sf, NB(sf), op_swiglu_fwd, &a, 0);
+    for (int variant = 0; variant < 2; variant++) {
+        buf sb[] = {
+            {.name = "dgate", .kind = OUT_ACC, .n = variant ? 0 : n, .lo = -1, .hi = 1},
+            {.name = "dup", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1},
+            {.name = "dout", .kind = IN_F, .n = n, .lo = -1, .hi = 1},
+            {.name = "gate", .kind = IN_F, .n = n, .lo = -8, .hi = 8},
+            {.name = "up", .kind = IN_F, .n = n, .lo = -2, .hi = 2},
+        };
+        run_case(variant ? "swiglu_bwd dgate=NULL" : "swiglu_bwd", sb, NB(sb), op_swiglu_bwd,
+                 &a, 0);
+    }
+
+    buf af[] = {
+        {.name = "out", .kind = OUT_FWD, .n = n},
+        {.name = "a", .kind = IN_F, .n = n, .lo = -1, .hi = 1},
+        {.name = "b", .kind = IN_F, .n = n, .lo = -1, .hi = 1},
+    };
+    run_case("add_fwd", af, NB(af), op_add_fwd, &a, EXACT);
+    buf ac[] = {
+        {.name = "dst", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1},
+        {.name = "src", .kind = IN_F, .n = n, .lo = -1, .hi = 1},
+    };
+    run_case("accumulate", ac, NB(ac), op_accumulate, &a, EXACT);
+    buf sc[] = {{.name = "x", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1}};
+    run_case("scale", sc, NB(sc), op_scale, &a, EXACT);
+
+    /* the mask must be the CPU's bit for bit: the forward is exact */
+    const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    for (int i = 0; i < NB(ps); i++) {
+        a.p = ps[i];
+        a.seed = 0x1234567ULL * (uint64_t)(i + 1);
+        buf df[] = {
+            {.name = "out", .kind = OUT_FWD, .n = n},
+            {.name = "inp", .kind = IN_F, .n = n, .lo = 0.5f, .hi = 1.5f},
+        };
+        snprintf(name, sizeof name, "dropout_fwd p=%g", (double)a.p);
+        run_case(name, df, NB(df), op_dropout_fwd, &a, EXACT);
+        buf db[] = {
+            {.name = "dinp", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1},
+            {.name = "dout", .kind = IN_F, .n = n, .lo = 0.5f, .hi = 1.5f},
+        };
+        snprintf(name, sizeof name, "dropout_bwd p=%g", (double)a.p);
+        run_case(name, db, NB(db), op_dropout_bwd, &a, 0);
+    }
+
+    const size_t ns[] = {0, 1, 1000, n, 3 * n + 17};
+    for (int i = 0; i < NB(ns); i++) {
+        pw_arg b = {.n = ns[i]};
+        buf sq[] = {{.name = "x", .kind = IN_F, .n = ns[i], .lo = -3, .hi = 3}};
+        snprintf(name, sizeof name, "sumsq n=%zu", ns[i]);
+        run_case(name, sq, NB(sq), op_sumsq, &b, HAS_RET);
+    }
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+
+typedef struct {
+    int N, V;
+    float scale;
+} ce_arg;
+
+static void op_ce_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                      double *ret)
+{
+    const ce_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->crossentropy_fwd(F(p[0]), F(p[1]), I(p[2]), a->N, a->V);
+}
+
+static void op_ce_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                      double *ret)
+{
+    const ce_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->crossentropy_bwd(F(p[0]), F(p[1]), I(p[2]), a->N, a->V, a->scale);
+}
+
+static void test_crossentropy(int N, int V)
+{
+    const ce_arg a = {N, V, 1.0f / (float)N};
+    char name[96];
+    int32_t *tg = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)(rng_u64() % (uint64_t)V);
+    tg[N / 2] = -100; /* ignore_index: loss 0, no gradient */
+    buf fwd[] = {
+        {.name = "losses", .kind = OUT_FWD, .n = (size_t)N},
+        {.name = "logits", .kind = IN_F, .n = (size_t)N * V, .lo = -8, .hi = 8},
+        {.name = "targets", .kind = IN_I, .n = (size_t)N, .preset = tg},
+    };
+    snprintf(name, sizeof name, "crossentropy_fwd N=%d V=%d", N, V);
+    run_case(name, fwd, NB(fwd), op_ce_fwd, &a, 0);
+    buf bwd[] = {
+        {.name = "dlogits", .kind = OUT_ACC, .n = (size_t)N * V, .lo = -1, .hi = 1},
+        {.name = "logits", .kind = IN_F, .n = (size_t)N * V, .lo = -8, .hi = 8},
+        {.name = "targets", .kind = IN_I, .n = (size_t)N, .preset = tg},
+    };
+    snprintf(name, sizeof name, "crossentropy_bwd N=%d V=%d", N, V);
+    run_case(name, bwd, NB(bwd), op_ce_bwd, &a, 0);
+    free(tg);
+}
+
+/* ------------------------------------------------------------------ adamw */
+
+typedef struct {
+    size_t n;
+    float lr, b1, b2, eps, wd;
+    int t;
+} adam_arg;
+
+static void op_adamw(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                     double *ret)
+{
+    const adam_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->adamw(F(p[0]), F(p[1]), F(p[2]), F(p[3]), a->n, a->lr, a->b1, a->b2, a->eps, a->wd,
+             a->t);
+}
+
+static void test_adamw(size_t n)
+{
+    const int ts[] = {1, 7};
+    for (int i = 0; i < NB(ts); i++) {
+        const adam_arg a = {n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, ts[i]};
+        char name[64];
+        buf b[] = {
+            {.name = "p", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1},
+            {.name = "g", .kind = IN_F, .n = n, .lo = -1, .hi = 1},
+            {.name = "m", .kind = OUT_ACC, .n = n, .lo = -0.1f, .hi = 0.1f},
+            {.name = "v", .kind = OUT_ACC, .n = n, .lo = 0.0f, .hi = 0.01f},
+        };
+        snprintf(name, sizeof name, "adamw t=%d", ts[i]);
+        run_case(name, b, NB(b), op_adamw, &a, 0);
+    }
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(void)
+{
+    if (!merak_cuda_available()) {
+        printf("1..0 # SKIP no CUDA device\n");
+        return 0;
+    }
+    g_gpu = merak_kernels_cuda();
+    if (!g_gpu) {
+        char err[256] = "unknown error";
+        merak_cuda_status(err, sizeof err);
+        printf("not ok 1 - CUDA backend initialises: %s\n1..1\n", err);
+        return 1;
+    }
+    g_cpu = merak_kernels_cpu();
+    const char *seed = getenv("MERAK_TEST_SEED");
+    if (seed)
+        g_rng = strtoull(seed, NULL, 10);
+    diag("seed %llu", (unsigned long long)g_rng);
+    tap(g_gpu->name && !strcmp(g_gpu->name, "cuda"), "table name is \"cuda\"");
+
+    test_embedding(37, 50, 11);
+    test_embedding(700, 33, 40); /* long runs of equal ids */
+    test_posemb(3, 5, 40, 7);
+
+    test_layernorm(300, 70, 1); /* two column chunks */
+    test_layernorm(5, 1000, 0); /* C > block */
+    test_rmsnorm(300, 70);
+    test_rmsnorm(5, 1000);
+
+    test_linear(13, 24, 17, 1, 0);
+    test_linear(13, 24, 17, 1, 1);
+    test_linear(13, 24, 17, 0, 0);
+    test_linear(64, 96, 80, 1, 0);
+    test_linear(300, 33, 7, 1, 0);
+
+    test_attention("gpt2", 2, 7, 3, 3, 8, 0.0f, 1);
+    test_attention("llama-gqa", 2, 9, 4, 2, 16, 10000.0f, 0);
+    test_attention("gqa-rope-fused", 1, 70, 4, 1, 96, 500000.0f, 1);
+    test_attention("long", 1, 300, 2, 2, 64, 10000.0f, 0);
+    test_attention("wide-head", 1, 5, 2, 1, 320, 10000.0f, 1);
+
+    test_pointwise(100003);
+    test_crossentropy(9, 1000);
+    test_crossentropy(3, 50257);
+    test_adamw(1000);
+
+    char err[256] = "";
+    tap(merak_cuda_status(err, sizeof err) == 0, "no CUDA error recorded %s", err);
+    printf("1..%d\n", g_ntest);
+    return g_nfail ? 1 : 0;
+}
