@@ -40,6 +40,8 @@ void openblas_set_num_threads(int num_threads);
 /* GEMM tiles (rows x columns of the output), one BLAS call each. */
 #define GEMM_MT 128
 #define GEMM_NT 256
+/* Query rows per attention GEMM block. */
+#define ATT_BLK 64
 /* Fixed chunks of sumsq: partial sums are combined in chunk order. */
 #define SUMSQ_CHUNKS 64
 
@@ -73,7 +75,6 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define SFX _f32
 #define GEMM cblas_sgemm
 #define R_EXP expf
-#define R_LOG logf
 #define R_SQRT sqrtf
 #define R_TANH tanhf
 #define R_POW powf
@@ -86,7 +87,6 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #undef SFX
 #undef GEMM
 #undef R_EXP
-#undef R_LOG
 #undef R_SQRT
 #undef R_TANH
 #undef R_POW
@@ -101,7 +101,6 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define SFX _f64
 #define GEMM cblas_dgemm
 #define R_EXP exp
-#define R_LOG log
 #define R_SQRT sqrt
 #define R_TANH tanh
 #define R_POW pow
@@ -114,7 +113,6 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #undef SFX
 #undef GEMM
 #undef R_EXP
-#undef R_LOG
 #undef R_SQRT
 #undef R_TANH
 #undef R_POW

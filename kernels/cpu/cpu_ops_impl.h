@@ -5,7 +5,7 @@
  *   REAL        element type (float, double)
  *   SFX         suffix of every function name (_f32, _f64), via FN(name)
  *   GEMM        cblas_sgemm / cblas_dgemm
- *   R_EXP, R_LOG, R_SQRT, R_TANH, R_POW, R_COS, R_SIN   math of that type
+ *   R_EXP, R_SQRT, R_TANH, R_POW, R_COS, R_SIN   math of that type
  *   TABLE_T     the table type (merak_kernels, merak_kernels_f64)
  *   TABLE_NAME  the table's name
  * and defines the table FN(cpu_table).  No include guard, on purpose.
@@ -354,14 +354,17 @@ static void FN(rope_row_bwd)(REAL *dst, const REAL *src, int nheads, int hd, int
 
 /* ============================================================== attention
  * Causal softmax attention, grouped-query: query head h reads kv head
- * h / (nh/nkv).  q (B,T,.) row stride q_stride, head h at column h*hd; same
- * for k, v with nkv heads.
+ * g = h / (nh/nkv).  q (B,T,.) has row stride q_stride, head h at column h*hd;
+ * k, v likewise with nkv heads.  Per (b,h) it is three GEMMs (single-threaded
+ * BLAS calls, one OpenMP task per head) over blocks of ATT_BLK query rows, a
+ * block computing only the columns t2 < its last row + 1.
  * fwd: [rope: qr (B,T,nh*hd) = rot(q), kr (B,T,nkv*hd) = rot(k); Q,K = qr,kr]
- *      probs (B,nh,T,T) = softmax_t2<=t(Q[t].K[t2] / sqrt(hd)), 0 above diag
- *      out (B,T,nh*hd) = probs @ V
- * bwd: dP = dout @ V^T ; dS = P * (dP - rowsum(P*dP)) / sqrt(hd)
- *      dQ = dS @ K ; dK = dS^T @ Q ; dV = P^T @ dout (summed over the group)
- *      [rope: dq += rot^T(dQ), dk += rot^T(dK)] else dq += dQ, dk += dK;
+ *      probs (B,nh,T,T) = softmax_{t2<=t}(Q[t].K[t2] / sqrt(hd)), 0 above diag
+ *      out (B,T,nh*hd)  = probs @ V
+ * bwd: dP = dout @ V^T ; dS = P * (dP - rowsum(P*dP)) / sqrt(hd)   per (b,h)
+ *      dQ = dS @ K                                                 per (b,h)
+ *      dK = sum_h dS^T @ Q ; dV = sum_h P^T @ dout (h in group)    per (b,g)
+ *      rope: dq += rot^T(dQ), dk += rot^T(dK), else dq += dQ, dk += dK;
  *      dv += dV.
  * scratch: dS (B,nh,T,T), dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd). */
 static size_t FN(attention_scratch_elems)(const merak_attn_shape *s)
@@ -371,6 +374,25 @@ static size_t FN(attention_scratch_elems)(const merak_attn_shape *s)
            B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
 }
 
+/* p (T) := softmax(p[0..t]) in place, zeros after t; sum of exps in double */
+static void FN(softmax_causal_row)(REAL *p, int t, int T)
+{
+    REAL mx = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++)
+        if (p[t2] > mx)
+            mx = p[t2];
+    double sum = 0.0;
+    for (int t2 = 0; t2 <= t; t2++) {
+        p[t2] = R_EXP(p[t2] - mx);
+        sum += p[t2];
+    }
+    const REAL inv = (REAL)(1.0 / sum);
+    for (int t2 = 0; t2 <= t; t2++)
+        p[t2] *= inv;
+    for (int t2 = t + 1; t2 < T; t2++)
+        p[t2] = 0;
+}
+
 static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
                               REAL *qr, REAL *kr, const REAL *q, const REAL *k,
                               const REAL *v)
@@ -378,8 +400,8 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
     const REAL *Q = q, *K = k;
-    size_t qs = (size_t)s->q_stride, ks = (size_t)s->k_stride;
-    const size_t vs = (size_t)s->v_stride;
+    int qs = s->q_stride, ks = s->k_stride;
+    const int vs = s->v_stride;
     const ptrdiff_t BT = (ptrdiff_t)B * T;
 
     if (s->rope_theta > 0) {
@@ -390,52 +412,31 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
             FN(rope_row_fwd)(qr + (size_t)bt * C, q + (size_t)bt * qs, nh, hd, t, theta);
             FN(rope_row_fwd)(kr + (size_t)bt * Ckv, k + (size_t)bt * ks, nkv, hd, t, theta);
         }
-        Q = qr, qs = (size_t)C;
-        K = kr, ks = (size_t)Ckv;
+        Q = qr, qs = C;
+        K = kr, ks = Ckv;
     }
 
     const REAL scale = (REAL)(1.0 / sqrt((double)hd));
-    const ptrdiff_t rows = (ptrdiff_t)B * nh * T;
-    OMP(parallel for if ((size_t)rows * T * hd >= PAR_MIN) schedule(static))
-    for (ptrdiff_t i = 0; i < rows; i++) {
-        const int t = (int)(i % T), h = (int)((i / T) % nh);
-        const size_t b = (size_t)(i / ((ptrdiff_t)T * nh));
-        const int g = h / grp;
-        const REAL *qrow = Q + (b * T + t) * qs + (size_t)h * hd;
-        REAL *p = probs + (size_t)i * T;
-
-        /* scores and their max */
-        REAL mx = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++) {
-            const REAL *krow = K + (b * T + t2) * ks + (size_t)g * hd;
-            REAL dot = 0;
-            for (int d = 0; d < hd; d++)
-                dot += qrow[d] * krow[d];
-            p[t2] = dot * scale;
-            if (p[t2] > mx)
-                mx = p[t2];
-        }
-        /* softmax, sum of exponentials in double */
-        double sum = 0.0;
-        for (int t2 = 0; t2 <= t; t2++) {
-            p[t2] = R_EXP(p[t2] - mx);
-            sum += p[t2];
-        }
-        const REAL inv = (REAL)(1.0 / sum);
-        for (int t2 = 0; t2 <= t; t2++)
-            p[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; t2++)
-            p[t2] = 0;
-
-        /* out row = sum_t2 p[t2] * v[t2] */
-        REAL *o = out + (b * T + t) * (size_t)C + (size_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-            const REAL *vrow = v + (b * T + t2) * vs + (size_t)g * hd;
-            const REAL pw = p[t2];
-            for (int d = 0; d < hd; d++)
-                o[d] += pw * vrow[d];
+    const ptrdiff_t heads = (ptrdiff_t)B * nh;
+    OMP(parallel for if (heads > 1 && (size_t)BT * T * hd >= PAR_MIN) schedule(dynamic, 1))
+    for (ptrdiff_t bh = 0; bh < heads; bh++) {
+        const size_t b = (size_t)(bh / nh);
+        const int h = (int)(bh % nh), g = h / grp;
+        const REAL *Qh = Q + b * T * qs + (size_t)h * hd;
+        const REAL *Kg = K + b * T * ks + (size_t)g * hd;
+        const REAL *Vg = v + b * T * vs + (size_t)g * hd;
+        REAL *P = probs + (size_t)bh * T * T;
+        REAL *O = out + b * T * C + (size_t)h * hd;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+            /* P[r0:r1, 0:r1] = scale * Q[r0:r1] @ K[0:r1]^T */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, scale,
+                 Qh + (size_t)r0 * qs, qs, Kg, ks, 0, P + (size_t)r0 * T, T);
+            for (int t = r0; t < r1; t++)
+                FN(softmax_causal_row)(P + (size_t)t * T, t, T);
+            /* O[r0:r1] = P[r0:r1, 0:r1] @ V[0:r1] */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1,
+                 P + (size_t)r0 * T, T, Vg, vs, 0, O + (size_t)r0 * C, C);
         }
     }
 }
@@ -449,9 +450,8 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
     const int rope = s->rope_theta > 0;
     const REAL *Q = rope ? qr : q, *K = rope ? kr : k;
-    const size_t qs = rope ? (size_t)C : (size_t)s->q_stride;
-    const size_t ks = rope ? (size_t)Ckv : (size_t)s->k_stride;
-    const size_t vs = (size_t)s->v_stride;
+    const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
+    const int vs = s->v_stride;
     const ptrdiff_t BT = (ptrdiff_t)B * T;
     const REAL scale = (REAL)(1.0 / sqrt((double)hd));
 
@@ -459,67 +459,72 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
     REAL *dQ = dS + (size_t)B * nh * T * T;        /* (B,T,nh*hd) */
     REAL *dK = dQ + (size_t)BT * C;                /* (B,T,nkv*hd) */
     REAL *dV = dK + (size_t)BT * Ckv;              /* (B,T,nkv*hd) */
+    const int par = (size_t)BT * T * hd >= PAR_MIN; /* worth threads */
+    (void)par; /* without OpenMP */
 
-    /* pass 1, one (b,h,t) row each: dS row, dQ row */
-    const ptrdiff_t rows = (ptrdiff_t)B * nh * T;
-    OMP(parallel for if ((size_t)rows * T * hd >= PAR_MIN) schedule(static))
-    for (ptrdiff_t i = 0; i < rows; i++) {
-        const int t = (int)(i % T), h = (int)((i / T) % nh);
-        const size_t b = (size_t)(i / ((ptrdiff_t)T * nh));
-        const int g = h / grp;
-        const REAL *p = probs + (size_t)i * T;
-        const REAL *go = dout + (b * T + t) * (size_t)C + (size_t)h * hd;
-        REAL *ds = dS + (size_t)i * T;
-
-        double acc = 0.0;
-        for (int t2 = 0; t2 <= t; t2++) {
-            const REAL *vrow = v + (b * T + t2) * vs + (size_t)g * hd;
-            REAL dot = 0;
-            for (int d = 0; d < hd; d++)
-                dot += go[d] * vrow[d];
-            ds[t2] = dot;
-            acc += (double)p[t2] * dot;
-        }
-        const REAL pdp = (REAL)acc;
-        for (int t2 = 0; t2 <= t; t2++)
-            ds[t2] = p[t2] * (ds[t2] - pdp) * scale;
-
-        REAL *dqrow = dQ + (b * T + t) * (size_t)C + (size_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            dqrow[d] = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-            const REAL *krow = K + (b * T + t2) * ks + (size_t)g * hd;
-            const REAL w = ds[t2];
-            for (int d = 0; d < hd; d++)
-                dqrow[d] += w * krow[d];
+    /* per (b,h): dS, dQ */
+    const ptrdiff_t heads = (ptrdiff_t)B * nh;
+    OMP(parallel for if (par && heads > 1) schedule(dynamic, 1))
+    for (ptrdiff_t bh = 0; bh < heads; bh++) {
+        const size_t b = (size_t)(bh / nh);
+        const int h = (int)(bh % nh), g = h / grp;
+        const REAL *Kg = K + b * T * ks + (size_t)g * hd;
+        const REAL *Vg = v + b * T * vs + (size_t)g * hd;
+        const REAL *G = dout + b * T * C + (size_t)h * hd;
+        const REAL *P = probs + (size_t)bh * T * T;
+        REAL *S = dS + (size_t)bh * T * T;
+        REAL *DQ = dQ + b * T * C + (size_t)h * hd;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+            /* dP[r0:r1, 0:r1] = dout[r0:r1] @ V[0:r1]^T */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, 1,
+                 G + (size_t)r0 * C, C, Vg, vs, 0, S + (size_t)r0 * T, T);
+            for (int t = r0; t < r1; t++) {
+                const REAL *p = P + (size_t)t * T;
+                REAL *ds = S + (size_t)t * T;
+                double acc = 0.0;
+                for (int t2 = 0; t2 <= t; t2++)
+                    acc += (double)p[t2] * ds[t2];
+                const REAL pdp = (REAL)acc;
+                for (int t2 = 0; t2 <= t; t2++)
+                    ds[t2] = p[t2] * (ds[t2] - pdp) * scale;
+                for (int t2 = t + 1; t2 < T; t2++)
+                    ds[t2] = 0;
+            }
+            /* dQ[r0:r1] = dS[r0:r1, 0:r1] @ K[0:r1] */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1,
+                 S + (size_t)r0 * T, T, Kg, ks, 0, DQ + (size_t)r0 * C, C);
         }
     }
 
-    /* pass 2, one (b,g,t2) kv row each: dK, dV rows, summed over the group */
-    const ptrdiff_t kvrows = (ptrdiff_t)B * nkv * T;
-    OMP(parallel for if ((size_t)rows * T * hd >= PAR_MIN) schedule(static))
-    for (ptrdiff_t j = 0; j < kvrows; j++) {
-        const int t2 = (int)(j % T), g = (int)((j / T) % nkv);
-        const size_t b = (size_t)(j / ((ptrdiff_t)T * nkv));
-        REAL *dkrow = dK + (b * T + t2) * (size_t)Ckv + (size_t)g * hd;
-        REAL *dvrow = dV + (b * T + t2) * (size_t)Ckv + (size_t)g * hd;
-        for (int d = 0; d < hd; d++)
-            dkrow[d] = dvrow[d] = 0;
-        for (int h = g * grp; h < (g + 1) * grp; h++) {
-            for (int t = t2; t < T; t++) {
-                const size_t pi = ((b * nh + (size_t)h) * T + (size_t)t) * T + (size_t)t2;
-                const REAL w = dS[pi], pw = probs[pi];
-                const REAL *qrow = Q + (b * T + t) * qs + (size_t)h * hd;
-                const REAL *go = dout + (b * T + t) * (size_t)C + (size_t)h * hd;
-                for (int d = 0; d < hd; d++) {
-                    dkrow[d] += w * qrow[d];
-                    dvrow[d] += pw * go[d];
-                }
+    /* per (b,g): dK, dV, the group's heads added in head order */
+    const ptrdiff_t kvheads = (ptrdiff_t)B * nkv;
+    OMP(parallel for if (par && kvheads > 1) schedule(dynamic, 1))
+    for (ptrdiff_t bg = 0; bg < kvheads; bg++) {
+        const size_t b = (size_t)(bg / nkv);
+        const int g = (int)(bg % nkv);
+        REAL *DK = dK + b * T * Ckv + (size_t)g * hd;
+        REAL *DV = dV + b * T * Ckv + (size_t)g * hd;
+        for (int c0 = 0; c0 < T; c0 += ATT_BLK) {
+            const int n = imin(T, c0 + ATT_BLK) - c0, rows = T - c0;
+            for (int j = 0; j < grp; j++) {
+                const int h = g * grp + j;
+                const size_t bh = b * nh + (size_t)h;
+                const REAL *S = dS + bh * T * T + (size_t)c0 * T + c0;
+                const REAL *P = probs + bh * T * T + (size_t)c0 * T + c0;
+                const REAL *Qh = Q + (b * T + c0) * qs + (size_t)h * hd;
+                const REAL *G = dout + (b * T + c0) * C + (size_t)h * hd;
+                /* dK[c0:c1] (+)= dS[c0:T, c0:c1]^T @ Q[c0:T] */
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, rows, 1, S, T, Qh, qs,
+                     j ? 1 : 0, DK + (size_t)c0 * Ckv, Ckv);
+                /* dV[c0:c1] (+)= P[c0:T, c0:c1]^T @ dout[c0:T] */
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, rows, 1, P, T, G, C,
+                     j ? 1 : 0, DV + (size_t)c0 * Ckv, Ckv);
             }
         }
     }
 
-    /* pass 3, one token row each: accumulate into dq, dk, dv */
+    /* per token row: accumulate into dq, dk, dv */
     const size_t dqs = (size_t)s->q_stride, dks = (size_t)s->k_stride;
     OMP(parallel for if ((size_t)BT * (C + 2 * Ckv) >= PAR_MIN) schedule(static))
     for (ptrdiff_t bt = 0; bt < BT; bt++) {

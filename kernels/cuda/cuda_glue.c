@@ -177,6 +177,8 @@ int merak_cuda_synchronize(void)
  * first step). */
 void *merak_cuda_scratch(size_t bytes)
 {
+    if (bytes == 0)
+        bytes = 1;
     if (bytes <= cb.scratch_bytes)
         return cb.scratch;
     size_t want = cb.scratch_bytes * 2 > bytes ? cb.scratch_bytes * 2 : bytes;

@@ -320,9 +320,9 @@ static void ln_setup(opcase *c, int big)
 {
     c->name = "layernorm";
     c->N = big ? 256 : rng_int(1, 27);
-    /* C >= 3: with C <= 2 the normalized row is constant, dinp is ~0 and the
-     * float-vs-double comparison only measures cancellation */
-    c->C = big ? 192 : rng_int(3, 24);
+    /* C >= 4: with C <= 2 the normalized row is constant and dinp ~ 0, and
+     * with C = 3 float dinp is dominated by cancellation */
+    c->C = big ? 192 : rng_int(4, 24);
     c->eps = 1e-5f;
     add_x(c, "inp", (size_t)c->N * c->C, 1.0);
     for (size_t k = 0; k < c->xn[0]; k++)
@@ -556,6 +556,16 @@ static void attn_setup_gqa(opcase *c, int big)
     }
 }
 
+/* T beyond the kernel's 64-row attention blocks */
+static void attn_setup_long(opcase *c, int big)
+{
+    c->name = "attention GQA + RoPE, long T";
+    if (big)
+        attn_common(c, 2, 200, 4, 2, 8, 0, 10000.0f, 0);
+    else
+        attn_common(c, 1, rng_int(65, 140), 2, 1, 2 * rng_int(1, 3), 1, 10000.0f, 0);
+}
+
 static void attn_setup_fused(opcase *c, int big)
 {
     c->name = "attention fused qkv";
@@ -580,7 +590,7 @@ static void gelu_ref(const opcase *c, double *out)
 static void gelu_setup(opcase *c, int big)
 {
     c->name = "gelu";
-    c->n = big ? 65536 : (size_t)rng_int(1, 200);
+    c->n = big ? 65536 : (size_t)rng_int(32, 200);
     add_x(c, "inp", c->n, 4.0);
     add_o(c, c->n);
     c->fwd = gelu_fwd, c->bwd = gelu_bwd, c->ref = gelu_ref;
@@ -605,7 +615,7 @@ static void swiglu_ref(const opcase *c, double *out)
 static void swiglu_setup(opcase *c, int big)
 {
     c->name = "swiglu";
-    c->n = big ? 65536 : (size_t)rng_int(1, 200);
+    c->n = big ? 65536 : (size_t)rng_int(32, 200);
     add_x(c, "gate", c->n, 4.0);
     add_x(c, "up", c->n, 2.0);
     add_o(c, c->n);
@@ -626,7 +636,7 @@ static void add_ref(const opcase *c, double *out)
 static void add_setup(opcase *c, int big)
 {
     c->name = "add";
-    c->n = big ? 65536 : (size_t)rng_int(1, 200);
+    c->n = big ? 65536 : (size_t)rng_int(32, 200);
     add_x(c, "a", c->n, 1.0);
     add_x(c, "b", c->n, 1.0);
     add_o(c, c->n);
@@ -726,7 +736,7 @@ typedef void (*setup_fn)(opcase *c, int big);
 
 static const setup_fn OPS[] = {
     emb_setup,      pos_setup,      ln_setup,         rms_setup,     lin_setup_bias,
-    lin_setup_nobias, attn_setup_mha, attn_setup_gqa, attn_setup_fused, gelu_setup,
+    lin_setup_nobias, attn_setup_mha, attn_setup_gqa, attn_setup_long, attn_setup_fused, gelu_setup,
     swiglu_setup,   add_setup,      drop_setup,       ce_setup,
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
