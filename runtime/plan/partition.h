@@ -1,0 +1,32 @@
+/*
+ * partition.h - cutting the graph into pipeline stages.
+ *
+ * A cut goes only between ops where exactly one activation crosses (Merak's
+ * rule: a skip connection never crosses a cut).  Graph inputs are not
+ * activations: each stage loads the inputs it reads.
+ */
+#ifndef MERAK_PARTITION_H
+#define MERAK_PARTITION_H
+
+#include <stddef.h>
+
+#include "graph/graph.h"
+
+typedef enum merak_partition_kind {
+    MERAK_PARTITION_UNIFORM,     /* balance the number of ops */
+    MERAK_PARTITION_PARAMETERS,  /* balance the parameter elements each stage holds */
+} merak_partition_kind;
+
+int merak_partition_parse(const char *name, merak_partition_kind *kind);
+
+/* The one activation crossing a cut before op k, or -1 if k is not a cut
+ * point (none or several cross). */
+int merak_cut_tensor(const merak_graph *g, int k);
+
+/* Fills bounds[0..pp] (bounds[0] = 0, bounds[pp] = number of ops) so stage s
+ * runs ops [bounds[s], bounds[s+1]), minimising the largest stage's cost.
+ * Returns 0, or -1 with err if the graph has fewer than pp-1 cut points. */
+int merak_partition(const merak_graph *g, int pp, merak_partition_kind kind, int *bounds,
+                    char *err, size_t errlen);
+
+#endif /* MERAK_PARTITION_H */
