@@ -13,6 +13,8 @@
  *     running single-threaded OpenBLAS calls on 128x256 output tiles;
  *   - raw sgemm:    openblas_set_num_threads(K) - one OpenBLAS call, threaded
  *     by OpenBLAS itself.
+ * With K > 1 the program sleeps 0.3 s whenever it switches between the two,
+ * so that neither runtime's spinning idle threads slow the other down.
  * Each figure is the median over REPS samples (default 3) after one warm-up
  * call; a sample repeats the call until it lasts at least MIN_MS (default
  * 100 ms).  GFLOP/s counts 2*N*K*O flops per call.  A first line gives
@@ -127,10 +129,21 @@ static void run_op(int op, int raw, const shape *s, bufs *b)
  * OpenMP threads; raw sgemm gets K OpenBLAS threads. */
 static void set_mode(int raw)
 {
+    static int cur = -1;
     if (raw)
         openblas_set_num_threads(nthreads);
     else
         merak_kernels_cpu_set_threads(nthreads);
+    if (raw != cur && nthreads > 1) {
+        /* Let the other runtime's idle threads stop spinning first (OpenBLAS
+         * workers spin for about 0.1 s after a call, OpenMP workers for a
+         * while after a parallel region): with both pools awake, 2 cores run
+         * 3+ threads and the OpenMP barriers of the kernel table stall for
+         * whole scheduler slices. */
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    cur = raw;
 }
 
 static int cmp_double(const void *a, const void *b)

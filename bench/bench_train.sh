@@ -18,13 +18,20 @@
 # (torch_ref.py's "bench" subcommand only prints the mean).  Threads: torch
 # gets torch.set_num_threads(K) plus OMP_NUM_THREADS=K and
 # OPENBLAS_NUM_THREADS=K (Debian's torch calls OpenBLAS for its GEMMs, and
-# OpenBLAS would otherwise start one thread per core whatever K is).
+# OpenBLAS would otherwise start one thread per core whatever K is), and
+# OMP_WAIT_POLICY=passive: with K=2 on a 2-core machine torch's spinning
+# OpenMP workers and OpenBLAS's own threads fight over the cores, and with
+# the default (spinning) policy a torch step is about 2.5x slower than with
+# passive - slower than on 1 thread.  Passive is torch's best setting there,
+# so it is the default here (TORCH_OMP_WAIT_POLICY= gives the plain default).
 # merak-train gets --threads K (OpenMP threads; its BLAS calls are
-# single-threaded by design).
+# single-threaded by design) and the default OpenMP wait policy, which was a
+# few percent faster for it than passive.
 #
 # Environment knobs (defaults in brackets):
 #   MODELS [demo-gpt2 demo-llama]  THREADS [1 2]  B [8]  M [1]  T [128]
 #   STEPS [20]  WARMUP [3]  REPS [3]  PYTHON [/usr/bin/python3]
+#   TORCH_OMP_WAIT_POLICY [passive]  (empty: leave OMP_WAIT_POLICY unset)
 #
 # Exits 0 with a "skipped" message when PYTHON cannot import torch.
 set -eu
@@ -40,6 +47,7 @@ STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 REPS=${REPS:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
+TORCH_OMP_WAIT_POLICY=${TORCH_OMP_WAIT_POLICY-passive}
 
 die() { echo "bench_train: $*" >&2; exit 1; }
 
@@ -113,14 +121,18 @@ merak_run() { # model threads -> median step ms of one run
         awk -v w="$WARMUP" '$1 >= w {print $2}' | median
 }
 
-torch_run() { # model threads -> median step ms of one run
+torch_run() { # model threads -> median step ms of one run (called in $(...): the export stays here)
+    if [ -n "$TORCH_OMP_WAIT_POLICY" ]; then
+        OMP_WAIT_POLICY=$TORCH_OMP_WAIT_POLICY
+        export OMP_WAIT_POLICY
+    fi
     OMP_NUM_THREADS=$2 OPENBLAS_NUM_THREADS=$2 "$PYTHON" "$TMP/torch_steps.py" \
         "$SRCDIR/tests/ref" "$TMP/$1.json" "$TMP/shard.bin" "$B" "$M" "$T" "$NSTEPS" "$2" \
         > "$TMP/t.txt" || die "torch driver failed ($1, $2 threads)"
     tail -n +"$((WARMUP + 1))" "$TMP/t.txt" | median
 }
 
-echo "# bench_train: B=$B M=$M T=$T ($TOK tokens/step), $WARMUP warm-up + $STEPS timed steps, $REPS reps, $(nproc) cpus"
+echo "# bench_train: B=$B M=$M T=$T ($TOK tokens/step), $WARMUP warm-up + $STEPS timed steps, $REPS reps, $(nproc) cpus, torch OMP_WAIT_POLICY=${TORCH_OMP_WAIT_POLICY:-unset}, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in $MODELS; do
     [ -f "$TMP/$model.json" ] || die "unknown model '$model' (demo-gpt2, demo-llama, tiny-gpt2)"
     for th in $THREADS; do
@@ -132,7 +144,7 @@ for model in $MODELS; do
             tm=$(torch_run "$model" "$th")
             echo "$mm" >> "$TMP/mer.txt"
             echo "$tm" >> "$TMP/tor.txt"
-            echo "# model=$model threads=$th rep=$r merak_step_ms=$mm torch_step_ms=$tm"
+            echo "# model=$model threads=$th rep=$r merak_step_ms=$mm torch_step_ms=$tm loadavg=$(cut -d' ' -f1 /proc/loadavg)"
             r=$((r + 1))
         done
         mm=$(median < "$TMP/mer.txt")
