@@ -27,6 +27,8 @@ typedef struct args {
     int micro_batch, micro_batches, seq_len, steps, warmup, threads, log_every;
     float lr, min_lr, weight_decay, beta1, beta2, eps, clip;
     merak_schedule_kind schedule;
+    int dp, tp, pp;
+    const char *pipe_schedule, *partition;
     uint64_t seed;
 } args;
 
@@ -57,6 +59,12 @@ static void usage(FILE *out)
         "  --eps EPS               AdamW epsilon (default 1e-8)\n"
         "  --clip C                clip the global gradient norm to C, 0 = off (default 1.0)\n"
         "  --seed S                initialisation and dropout seed (default 1337)\n"
+        "Parallelism (under mpirun -np N or srun --mpi=pmix):\n"
+        "  --dp N                  data-parallel replicas (default MERAK_DP, else ranks/(tp*pp))\n"
+        "  --tp N                  tensor-parallel degree, only 1 in this release (default MERAK_TP, else 1)\n"
+        "  --pp N                  pipeline stages (default MERAK_PP, else 1)\n"
+        "  --schedule S            gpipe or 1f1b (default MERAK_SCHEDULE, else 1f1b)\n"
+        "  --partition P           uniform or parameters (default parameters)\n"
         "Running and output:\n"
         "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
@@ -118,6 +126,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART,
 };
 
 static void parse_args(int argc, char **argv, args *a)
@@ -144,6 +153,11 @@ static void parse_args(int argc, char **argv, args *a)
         {"metrics", required_argument, 0, OPT_METRICS},
         {"log-every", required_argument, 0, OPT_LOGEVERY},
         {"save-weights", required_argument, 0, OPT_SAVE},
+        {"dp", required_argument, 0, OPT_DP},
+        {"tp", required_argument, 0, OPT_TP},
+        {"pp", required_argument, 0, OPT_PP},
+        {"schedule", required_argument, 0, OPT_PSCHED},
+        {"partition", required_argument, 0, OPT_PART},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -187,6 +201,19 @@ static void parse_args(int argc, char **argv, args *a)
         case OPT_METRICS: a->metrics = optarg; break;
         case OPT_LOGEVERY: a->log_every = (int)parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
+        case OPT_DP: a->dp = (int)parse_int("--dp", optarg, 1, 1 << 20); break;
+        case OPT_TP: a->tp = (int)parse_int("--tp", optarg, 1, 1 << 20); break;
+        case OPT_PP: a->pp = (int)parse_int("--pp", optarg, 1, 1 << 20); break;
+        case OPT_PSCHED:
+            if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))
+                die_usage("--schedule: '%s' is not gpipe or 1f1b", optarg);
+            a->pipe_schedule = optarg;
+            break;
+        case OPT_PART:
+            if (strcmp(optarg, "uniform") && strcmp(optarg, "parameters"))
+                die_usage("--partition: '%s' is not uniform or parameters", optarg);
+            a->partition = optarg;
+            break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
         case ':': die_usage("%s needs a value", argv[optind - 1]);
@@ -195,6 +222,12 @@ static void parse_args(int argc, char **argv, args *a)
     }
     if (optind < argc)
         die_usage("unexpected argument '%s'", argv[optind]);
+    const char *env_sched = getenv("MERAK_SCHEDULE");
+    if (!a->pipe_schedule && env_sched && *env_sched) {
+        if (strcmp(env_sched, "gpipe") && strcmp(env_sched, "1f1b"))
+            die_usage("MERAK_SCHEDULE='%s' is not gpipe or 1f1b", env_sched);
+        a->pipe_schedule = env_sched;
+    }
     if (!a->data)
         die_usage("--data is required");
     if (a->min_lr > a->lr)
@@ -214,10 +247,34 @@ static void fmt_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%.0fh%02.0fm", floor(s / 3600), fmod(s / 60, 60));
 }
 
+typedef struct banner_ctx {
+    const args *a;
+    const merak_model_config *cfg;
+    const merak_graph *g;
+    int printed;   /* this process is the one that reports (rank 0) */
+} banner_ctx;
+
+/* What is about to run, printed once by rank 0. */
+static void print_banner(const merak_run_info *ri, void *user)
+{
+    banner_ctx *c = user;
+    c->printed = 1;
+    printf("merak-train %s | model %s: %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM params\n",
+           MERAK_VERSION_STRING, c->cfg->name, c->cfg->n_layer, c->cfg->hidden, c->cfg->n_head,
+           c->cfg->n_kv_head, c->cfg->vocab_size, (double)merak_graph_param_elems(c->g) / 1e6);
+    printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step per replica | "
+           "dp %d tp %d pp %d on %d rank(s)%s%s | %d thread(s) | arenas %.1f MiB\n",
+           c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
+           ri->world, ri->pp > 1 ? ", schedule " : "",
+           ri->pp > 1 ? (c->a->pipe_schedule ? c->a->pipe_schedule : "1f1b") : "", c->a->threads,
+           (double)ri->arena_bytes / (1 << 20));
+    fflush(stdout);
+}
+
 /* The screen line of a step, every --log-every steps and at the last. */
 static void print_step(const merak_step_info *i, void *user)
 {
-    int every = *(const int *)user;
+    int every = ((const banner_ctx *)user)->a->log_every;
     if (i->step % every && i->step != i->steps - 1)
         return;
     char eta[32];
@@ -247,13 +304,6 @@ int main(int argc, char **argv)
     if (!g)
         die("%s", err);
 
-    printf("merak-train %s | model %s: %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM params\n",
-           MERAK_VERSION_STRING, cfg.name, cfg.n_layer, cfg.hidden, cfg.n_head, cfg.n_kv_head,
-           cfg.vocab_size, (double)merak_graph_param_elems(g) / 1e6);
-    printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step | %d thread(s) | %d steps\n",
-           a.data, a.micro_batch, a.seq_len, a.micro_batches, a.threads, a.steps);
-    fflush(stdout);
-
     merak_args ta;
     merak_args_default(&ta);
     ta.data = a.data;
@@ -267,7 +317,7 @@ int main(int argc, char **argv)
     ta.lr = a.lr;
     ta.min_lr = a.min_lr;
     ta.warmup = a.warmup;
-    ta.schedule = a.schedule;
+    ta.lr_schedule = a.schedule;
     ta.weight_decay = a.weight_decay;
     ta.beta1 = a.beta1;
     ta.beta2 = a.beta2;
@@ -275,8 +325,15 @@ int main(int argc, char **argv)
     ta.clip = a.clip;
     ta.seed = a.seed;
     ta.threads = a.threads;
+    ta.dp = a.dp;
+    ta.tp = a.tp;
+    ta.pp = a.pp;
+    ta.pipe_schedule = a.pipe_schedule;
+    ta.partition = a.partition;
+    banner_ctx ctx = {&a, &cfg, g, 0};
+    ta.on_start = print_banner;
     ta.on_step = print_step;
-    ta.user = &a.log_every;
+    ta.user = &ctx;
     ta.stop = &stop_requested;
 
     struct sigaction sa;
@@ -287,9 +344,16 @@ int main(int argc, char **argv)
 
     int steps = merak_train(g, &ta, err, sizeof err);
     merak_graph_destroy(g);
-    if (steps < 0)
-        die("%s", err);
-    if (a.save_weights)
+    if (steps == -2) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        merak_abort(EXIT_FAILURE);
+    }
+    if (steps < 0) {
+        if (err[0])
+            fprintf(stderr, "%s: %s\n", prog, err);
+        return EXIT_FAILURE;
+    }
+    if (a.save_weights && ctx.printed)
         printf("saved weights to %s\n", a.save_weights);
     if (stop_requested) {
         fprintf(stderr, "%s: stopped by signal %d after %d steps\n", prog, (int)stop_requested, steps);

@@ -177,6 +177,12 @@ typedef struct merak_step_info {
     double eta_s;           /* estimated seconds left */
 } merak_step_info;
 
+/* What the trainer reports once, before the first step. */
+typedef struct merak_run_info {
+    int dp, tp, pp, world;
+    size_t arena_bytes;     /* rank 0's activation and gradient arenas */
+} merak_run_info;
+
 /* Training arguments (the MerakArguments of the paper).  Start from
  * merak_args_default() and change what you need. */
 typedef struct merak_args {
@@ -190,12 +196,21 @@ typedef struct merak_args {
     int steps;
     float lr, min_lr;
     int warmup;                /* linear warmup steps; 0 = none */
-    merak_schedule_kind schedule;
+    merak_schedule_kind lr_schedule;
     float weight_decay, beta1, beta2, eps;
     float clip;                /* global-norm clipping; 0 = off */
     uint64_t seed;             /* initialisation and dropout */
     int threads;               /* CPU threads for kernels and BLAS */
-    /* Called after every step (may be NULL). */
+    /* Parallel layout: degrees (0 = from MERAK_DP/TP/PP, dp from the rank
+     * count), the pipeline schedule ("gpipe", "1f1b"; NULL = 1f1b) and the
+     * partition method ("uniform", "parameters"; NULL = parameters).  Runs
+     * over MPI when launched by mpirun/srun or when a degree is above 1. */
+    int dp, tp, pp;
+    const char *pipe_schedule;
+    const char *partition;
+    /* Called once on rank 0 before the first step (may be NULL). */
+    void (*on_start)(const struct merak_run_info *info, void *user);
+    /* Called after every step on rank 0 (may be NULL). */
     void (*on_step)(const merak_step_info *info, void *user);
     void *user;
     /* If non-NULL, training stops after the step during which it becomes
@@ -206,9 +221,15 @@ typedef struct merak_args {
 void merak_args_default(merak_args *a);
 
 /* Trains graph g (its inputs named "input_ids" and "targets", its loss a
- * cross-entropy) on a.data.  Returns the number of steps run (>= 0), or -1
- * with one line in err. */
+ * cross-entropy) on a.data.  Returns the number of steps run (>= 0); or -1
+ * when every rank failed alike (rank 0 gets the one-line message in err,
+ * other ranks an empty err); or -2 when this rank failed alone mid-step
+ * (err says why): the caller reports it and calls merak_abort(), since the
+ * other ranks may be waiting on this one. */
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
+
+/* Ends the whole job (every rank) with status. */
+void merak_abort(int status) __attribute__((noreturn));
 
 #ifdef __cplusplus
 }

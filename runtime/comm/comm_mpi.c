@@ -132,6 +132,8 @@ int merak_group_size(const merak_group *g) { return g->size; }
 int merak_group_rank(const merak_group *g) { return g->rank; }
 uint64_t merak_group_bytes(const merak_group *g) { return g->bytes; }
 
+/* Records a started request (r must already be written: pass it only
+ * after the MPI call returned). */
 static int finish(int rc, merak_req *req, MPI_Request r)
 {
     if (rc != MPI_SUCCESS)
@@ -153,7 +155,8 @@ int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
     if (!req)
         return MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm) == MPI_SUCCESS ? 0 : -1;
     MPI_Request r;
-    return finish(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm, &r), req, r);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm, &r);
+    return finish(rc, req, r);
 }
 
 int merak_allreduce_f64(merak_group *g, double *buf, size_t n)
@@ -176,7 +179,8 @@ int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag,
     g->bytes += bytes;
     if (!req)
         return MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm) == MPI_SUCCESS ? 0 : -1;
-    return finish(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, &r), req, r);
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, &r);
+    return finish(rc, req, r);
 }
 
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
@@ -184,7 +188,8 @@ int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak
     MPI_Request r;
     if (!req)
         return MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : -1;
-    return finish(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, &r), req, r);
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, &r);
+    return finish(rc, req, r);
 }
 
 int merak_wait(merak_req *req)

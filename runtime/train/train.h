@@ -32,6 +32,11 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
 int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
                        const char *model_name, char *err, size_t errlen);
 
+/* The same from arrays: data[i] holds parameter tensors[i] in graph layout. */
+int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
+                              const float *const *data, const char *path, const char *model_name,
+                              char *err, size_t errlen);
+
 /* ---- AdamW */
 typedef struct merak_adamw_opts {
     float beta1, beta2, eps, weight_decay;

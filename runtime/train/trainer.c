@@ -9,12 +9,15 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm.h"
 #include "data.h"
-#include "train.h"
 #include "errf.h"
+#include "pipe/pipeline.h"
+#include "train.h"
 
 void merak_args_default(merak_args *a)
 {
@@ -24,7 +27,7 @@ void merak_args_default(merak_args *a)
     a->micro_batches = 1;
     a->steps = 10;
     a->lr = 6e-4f;
-    a->schedule = MERAK_SCHEDULE_COSINE;
+    a->lr_schedule = MERAK_SCHEDULE_COSINE;
     a->weight_decay = 0.1f;
     a->beta1 = 0.9f;
     a->beta2 = 0.95f;
@@ -85,7 +88,46 @@ static int check_args(const merak_args *a, char *err, size_t errlen)
     return 0;
 }
 
+/* Started by mpirun or srun (Open MPI, PMIx or PMI environment)? */
+static int launched_by_mpi(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+static int train_parallel(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
+{
+    merak_comm *comm;
+    if (merak_comm_init(&comm, a->dp, a->tp, a->pp, err, errlen) < 0)
+        return -1;
+    int rank = merak_comm_grid(comm)->rank;
+    int steps = merak_train_pipeline(comm, g, a, err, errlen);
+    if (steps == -2) {
+        /* This rank failed mid-step while others may wait on it: end the job. */
+        return -2;
+    }
+    merak_comm_finalize(comm);
+    if (steps < 0 && rank != 0)
+        err[0] = 0; /* rank 0 reports */
+    return steps;
+}
+
+void merak_abort(int status)
+{
+    merak_comm_abort(NULL, status);
+}
+
+static int train_single(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
+
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (launched_by_mpi() || a->dp > 1 || a->tp > 1 || a->pp > 1)
+        return train_parallel(g, a, err, errlen);
+    return train_single(g, a, err, errlen);
+}
+
+static int train_single(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
     int ids_t, tgt_t;
     if (check_args(a, err, errlen) < 0)
@@ -130,7 +172,11 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         goto out;
     }
 
-    merak_lr_sched sched = {a->schedule, a->lr, a->min_lr, a->warmup, a->steps};
+    if (a->on_start) {
+        merak_run_info ri = {1, 1, 1, 1, merak_exec_arena_bytes(e)};
+        a->on_start(&ri, a->user);
+    }
+    merak_lr_sched sched = {a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     int32_t *ids = merak_exec_tensor(e, 0, ids_t), *tgt = merak_exec_tensor(e, 0, tgt_t);
     merak_exec_set_loss_scale(e, 1.0f / (float)M);
     double t_start = now();

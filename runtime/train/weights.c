@@ -101,10 +101,10 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
     return rc;
 }
 
-int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
-                       const char *model_name, char *err, size_t errlen)
+int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
+                              const float *const *data, const char *path, const char *model_name,
+                              char *err, size_t errlen)
 {
-    int n = merak_exec_num_params(e);
     merak_st_entry *entries = calloc((size_t)n, sizeof *entries);
     float **copies = calloc((size_t)n, sizeof *copies);
     if (!entries || !copies) {
@@ -114,14 +114,14 @@ int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *pa
     }
     int rc = 0;
     for (int i = 0; i < n; i++) {
-        const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
+        const merak_tensor *t = &g->tensors[tensors[i]];
         merak_st_entry *en = &entries[i];
         en->name = t->name;
         en->ndim = t->ndim;
         hf_shape(t, en->shape);
-        en->data = merak_exec_param_data(e, i);
+        en->data = data[i];
         if (t->layout == MERAK_HF_TRANSPOSED) {
-            copies[i] = malloc(merak_exec_param_elems(e, i) * sizeof(float));
+            copies[i] = malloc((size_t)merak_tensor_elems(t) * sizeof(float));
             if (!copies[i]) {
                 rc = merak_errf(err, errlen, "%s: out of memory", path);
                 break;
@@ -139,5 +139,26 @@ int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *pa
         free(copies[i]);
     free(copies);
     free(entries);
+    return rc;
+}
+
+int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
+                       const char *model_name, char *err, size_t errlen)
+{
+    int n = merak_exec_num_params(e);
+    int *tensors = malloc((size_t)(n ? n : 1) * sizeof *tensors);
+    const float **data = malloc((size_t)(n ? n : 1) * sizeof *data);
+    int rc = -1;
+    if (!tensors || !data) {
+        merak_errf(err, errlen, "%s: out of memory", path);
+    } else {
+        for (int i = 0; i < n; i++) {
+            tensors[i] = merak_exec_param_tensor(e, i);
+            data[i] = merak_exec_param_data(e, i);
+        }
+        rc = merak_weights_save_arrays(g, n, tensors, data, path, model_name, err, errlen);
+    }
+    free(tensors);
+    free(data);
     return rc;
 }

@@ -1,0 +1,431 @@
+/*
+ * pipeline.c - training on a dp x pp grid of MPI ranks: each rank runs its
+ * pipeline stage's slice of the graph by executing its schedule's
+ * instruction list, then reduces gradients and steps the optimizer.
+ *
+ * Equivalence with one process: with dp replicas of M micro-batches each,
+ * step i's global micro-batch k (k < M*dp) reads window (i*M*dp + k) mod W,
+ * replica r taking k in [r*M, (r+1)*M); every micro-batch's loss is scaled by
+ * 1/(M*dp) and the dp all-reduce sums, so the gradients are those of one
+ * process running M*dp micro-batches.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "data.h"
+#include "errf.h"
+#include "pipeline.h"
+#include "plan/partition.h"
+#include "schedule.h"
+#include "train.h"
+
+typedef struct stage {
+    merak_comm *comm;
+    const merak_grid *grid;
+    merak_group *pp_g, *dp_g, *tied_g, *world_g;
+    const merak_graph *g;
+    const merak_kernels *k;
+    merak_exec *e;
+    merak_schedule sched;
+    int first, last;              /* this rank is the first / last stage */
+    int in_t, out_t;              /* activation received / sent, or -1 */
+    size_t in_bytes, out_bytes;
+    int ids_t, tgt_t;             /* inputs this stage loads, or -1 */
+    int32_t *ids_tmp, *tgt_tmp;   /* window buffers for inputs the stage does not hold */
+    merak_req *act_req, *grad_req;/* per slot */
+    merak_req *sends;             /* posted sends, waited by WAIT_SENDS */
+    int nsends, cap_sends;
+    unsigned char *tied;          /* [nparams] 1 if the param is shared with the other end stage */
+    merak_data *data;
+    uint64_t windows;
+    double loss_sum;              /* this step's micro-batch losses (last stage) */
+} stage;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t mb_seed(uint64_t seed, uint64_t n)
+{
+    uint64_t z = seed ^ (n * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+    return z ^ (z >> 29);
+}
+
+/* Is parameter tensor t read by any op in [begin, end)? */
+static int range_reads(const merak_graph *g, int begin, int end, int t)
+{
+    for (int i = begin; i < end; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0 && merak_graph_param_root(g, g->ops[i].in[j]) == t)
+                return 1;
+    return 0;
+}
+
+/* Every rank agrees whether a phase failed: the first failing rank's
+ * message becomes everyone's.  Returns 0 if all ranks succeeded. */
+static int agree(stage *s, int failed, char *err, size_t errlen)
+{
+    int world = s->grid->world, first = -1;
+    double *hot = calloc((size_t)world, sizeof *hot);  /* one-hot of failing ranks */
+    if (!hot)
+        return merak_errf(err, errlen, "out of memory");
+    if (failed)
+        hot[s->grid->rank] = 1;
+    merak_allreduce_f64(s->world_g, hot, (size_t)world);
+    for (int r = 0; r < world && first < 0; r++)
+        if (hot[r] > 0)
+            first = r;
+    free(hot);
+    if (first < 0)
+        return 0;
+    char msg[512] = "";
+    if (s->grid->rank == first)
+        snprintf(msg, sizeof msg, "%s", err);
+    merak_broadcast(s->world_g, msg, sizeof msg, first);
+    if (s->grid->rank != first)
+        snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+static int post_send(stage *s, const void *buf, size_t bytes, int peer, int tag)
+{
+    if (s->nsends == s->cap_sends) {
+        int cap = s->cap_sends ? 2 * s->cap_sends : 16;
+        merak_req *r = realloc(s->sends, (size_t)cap * sizeof *r);
+        if (!r)
+            return -1;
+        s->sends = r;
+        s->cap_sends = cap;
+    }
+    memset(&s->sends[s->nsends], 0, sizeof *s->sends);
+    return merak_send(s->pp_g, buf, bytes, peer, tag, &s->sends[s->nsends++]);
+}
+
+/* Runs one instruction; returns 0 or -1 with err. */
+static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int step,
+                     char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    int slot = in->slot, mb = in->mb, M = a->micro_batches;
+    /* global micro-batch number of (step, this replica, mb) */
+    uint64_t n = ((uint64_t)step * (uint64_t)gr->dp + (uint64_t)gr->dp_rank) * (uint64_t)M + (uint64_t)mb;
+    switch (in->kind) {
+    case MERAK_I_LOAD: {
+        int32_t *ids = s->ids_t >= 0 ? merak_exec_tensor(s->e, slot, s->ids_t) : s->ids_tmp;
+        int32_t *tgt = s->tgt_t >= 0 ? merak_exec_tensor(s->e, slot, s->tgt_t) : s->tgt_tmp;
+        if (s->data && merak_data_window(s->data, n % s->windows, a->micro_batch, a->seq_len, ids,
+                                         tgt, err, errlen) < 0)
+            return -1;
+        return 0;
+    }
+    case MERAK_I_RECV_ACT:
+        return merak_recv(s->pp_g, merak_exec_tensor(s->e, slot, s->in_t), s->in_bytes,
+                          gr->pp_rank - 1, mb, &s->act_req[slot]);
+    case MERAK_I_WAIT_ACT: return merak_wait(&s->act_req[slot]);
+    case MERAK_I_FWD:
+        merak_exec_forward(s->e, slot, mb_seed(a->seed, n));
+        if (s->last)
+            s->loss_sum += merak_exec_loss(s->e, slot);
+        return 0;
+    case MERAK_I_SEND_ACT:
+        return post_send(s, merak_exec_tensor(s->e, slot, s->out_t), s->out_bytes, gr->pp_rank + 1, mb);
+    case MERAK_I_RECV_GRAD:
+        return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t), s->out_bytes,
+                          gr->pp_rank + 1, mb, &s->grad_req[slot]);
+    case MERAK_I_WAIT_GRAD: return merak_wait(&s->grad_req[slot]);
+    case MERAK_I_BWD: merak_exec_backward(s->e, slot); return 0;
+    case MERAK_I_BWD_INPUT: merak_exec_backward_input(s->e, slot); return 0;
+    case MERAK_I_BWD_WEIGHT: merak_exec_backward_weight(s->e, slot); return 0;
+    case MERAK_I_SEND_GRAD:
+        return post_send(s, merak_exec_grad(s->e, slot, s->in_t), s->in_bytes, gr->pp_rank - 1, mb);
+    case MERAK_I_WAIT_SENDS:
+        for (int i = 0; i < s->nsends; i++)
+            if (merak_wait(&s->sends[i]) < 0)
+                return -1;
+        s->nsends = 0;
+        return 0;
+    case MERAK_I_REDUCE_TIED:
+        if (!s->tied_g)
+            return 0;
+        for (int i = 0; i < merak_exec_num_params(s->e); i++)
+            if (s->tied[i] && merak_allreduce(s->tied_g, merak_exec_param_grad(s->e, i),
+                                               merak_exec_param_elems(s->e, i), NULL) < 0)
+                return -1;
+        return 0;
+    case MERAK_I_REDUCE_DP: {
+        if (gr->dp == 1)
+            return 0;
+        size_t len;
+        float *grads = merak_exec_grads_flat(s->e, &len);
+        return merak_allreduce(s->dp_g, grads, len, NULL);
+    }
+    case MERAK_I_OPTIMIZER_STEP: return 0; /* done by the caller, which needs the norm */
+    default: return merak_errf(err, errlen, "unknown instruction %d", (int)in->kind);
+    }
+}
+
+static void stage_free(stage *s)
+{
+    merak_schedule_free(&s->sched);
+    merak_exec_destroy(s->e);
+    merak_data_close(s->data);
+    free(s->ids_tmp), free(s->tgt_tmp);
+    free(s->act_req), free(s->grad_req), free(s->sends), free(s->tied);
+}
+
+/* Builds this rank's stage; returns 0 or -1 with err (this rank only). */
+static int stage_setup(stage *s, const merak_graph *g, const merak_args *a, const int *bounds,
+                       merak_sched_kind kind, char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    int p = gr->pp_rank, B = a->micro_batch, T = a->seq_len;
+    s->first = p == 0;
+    s->last = p == gr->pp - 1;
+    if (merak_schedule_build(kind, gr->pp, p, a->micro_batches, &s->sched, err, errlen) < 0)
+        return -1;
+    merak_exec_opts eo = {bounds[p], bounds[p + 1], s->sched.nslots, s->k};
+    if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
+        return -1;
+    s->in_t = s->first ? -1 : merak_cut_tensor(g, bounds[p]);
+    s->out_t = s->last ? -1 : merak_cut_tensor(g, bounds[p + 1]);
+    if (s->in_t >= 0)
+        s->in_bytes = (size_t)merak_tensor_elems(&g->tensors[s->in_t]) * sizeof(float);
+    if (s->out_t >= 0)
+        s->out_bytes = (size_t)merak_tensor_elems(&g->tensors[s->out_t]) * sizeof(float);
+    int ids = merak_graph_find(g, "input_ids"), tgt = merak_graph_find(g, "targets");
+    s->ids_t = merak_exec_tensor(s->e, 0, ids) ? ids : -1;
+    s->tgt_t = merak_exec_tensor(s->e, 0, tgt) ? tgt : -1;
+    s->ids_tmp = malloc((size_t)B * T * sizeof *s->ids_tmp);
+    s->tgt_tmp = malloc((size_t)B * T * sizeof *s->tgt_tmp);
+    s->act_req = calloc((size_t)s->sched.nslots, sizeof *s->act_req);
+    s->grad_req = calloc((size_t)s->sched.nslots, sizeof *s->grad_req);
+    s->tied = calloc((size_t)merak_exec_num_params(s->e) + 1, 1);
+    if (!s->ids_tmp || !s->tgt_tmp || !s->act_req || !s->grad_req || !s->tied)
+        return merak_errf(err, errlen, "out of memory");
+    /* Parameters both end stages read (the tied embedding) are reduced over
+     * the tied group; the last stage's copy is left out of the norm. */
+    if (gr->pp > 1 && (s->first || s->last)) {
+        int ob = s->first ? bounds[gr->pp - 1] : 0, oe = s->first ? bounds[gr->pp] : bounds[1];
+        for (int i = 0; i < merak_exec_num_params(s->e); i++)
+            s->tied[i] = range_reads(g, ob, oe, merak_exec_param_tensor(s->e, i));
+    }
+    /* Only stages that read token ids or targets open the data. */
+    if (s->ids_t >= 0 || s->tgt_t >= 0) {
+        const merak_op *ce = &g->ops[g->tensors[g->loss].producer];
+        int vocab = (int)g->tensors[ce->in[0]].shape[g->tensors[ce->in[0]].ndim - 1];
+        if (merak_data_open(a->data, vocab, &s->data, err, errlen) < 0)
+            return -1;
+        s->windows = merak_data_num_windows(s->data, B, T);
+        if (s->windows == 0)
+            return merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1",
+                              a->data, (unsigned long long)merak_data_num_tokens(s->data), B, T);
+    }
+    if (a->init)
+        return merak_weights_load(g, s->e, a->init, err, errlen);
+    merak_init_params(g, s->e, a->seed);
+    return 0;
+}
+
+/* The parameters ops [begin, end) read, in first-use order: the order
+ * merak_exec_create gives them.  Returns the count. */
+static int stage_params(const merak_graph *g, int begin, int end, int *roots)
+{
+    int n = 0;
+    for (int i = begin; i < end; i++)
+        for (int j = 0; j < g->ops[i].nin; j++) {
+            int t = g->ops[i].in[j], seen = 0;
+            if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM)
+                continue;
+            t = merak_graph_param_root(g, t);
+            for (int q = 0; q < n; q++)
+                seen |= roots[q] == t;
+            if (!seen)
+                roots[n++] = t;
+        }
+    return n;
+}
+
+/* Gathers every stage's parameters on world rank 0 (replica 0 holds the same
+ * values as every other) and writes them. */
+static int save_gathered(stage *s, const merak_graph *g, const int *bounds, const char *path,
+                         char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    if (gr->dp_rank != 0 || gr->tp_rank != 0)
+        return 0;
+    if (gr->pp_rank != 0) {
+        for (int i = 0; i < merak_exec_num_params(s->e); i++)
+            if (merak_send(s->pp_g, merak_exec_param_data(s->e, i),
+                           merak_exec_param_elems(s->e, i) * sizeof(float), 0, i, NULL) < 0)
+                return merak_errf(err, errlen, "sending stage %d's parameters failed", gr->pp_rank);
+        return 0;
+    }
+    int np = g->nparams, n = 0, rc = 0;
+    int *roots = calloc((size_t)np, sizeof *roots), *tensors = calloc((size_t)np, sizeof *tensors);
+    float **data = calloc((size_t)np, sizeof *data);
+    if (!roots || !tensors || !data)
+        rc = merak_errf(err, errlen, "out of memory gathering parameters");
+    for (int p = 0; p < gr->pp && rc == 0; p++) {
+        int count = stage_params(g, bounds[p], bounds[p + 1], roots);
+        for (int i = 0; i < count && rc == 0; i++) {
+            size_t bytes = (size_t)merak_tensor_elems(&g->tensors[roots[i]]) * sizeof(float);
+            float *buf = malloc(bytes);
+            if (!buf) {
+                rc = merak_errf(err, errlen, "out of memory gathering parameters");
+                break;
+            }
+            if (p == 0)
+                memcpy(buf, merak_exec_param_data(s->e, i), bytes);
+            else if (merak_recv(s->pp_g, buf, bytes, p, i, NULL) < 0)
+                rc = merak_errf(err, errlen, "receiving stage %d's parameters failed", p);
+            int seen = 0;  /* a tied parameter arrives twice, with equal values */
+            for (int q = 0; q < n; q++)
+                seen |= tensors[q] == roots[i];
+            if (seen) {
+                free(buf);
+                continue;
+            }
+            tensors[n] = roots[i];
+            data[n++] = buf;
+        }
+    }
+    if (rc == 0)
+        rc = merak_weights_save_arrays(g, n, tensors, (const float *const *)data, path, NULL, err,
+                                       errlen);
+    for (int i = 0; i < n; i++)
+        free(data[i]);
+    free(roots), free(tensors), free(data);
+    return rc;
+}
+
+int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_args *a,
+                         char *err, size_t errlen)
+{
+    stage s;
+    memset(&s, 0, sizeof s);
+    s.comm = comm;
+    s.grid = merak_comm_grid(comm);
+    s.pp_g = merak_comm_group(comm, MERAK_GROUP_PP);
+    s.dp_g = merak_comm_group(comm, MERAK_GROUP_DP);
+    s.tied_g = merak_comm_group(comm, MERAK_GROUP_TIED);
+    s.world_g = merak_comm_group(comm, MERAK_GROUP_WORLD);
+    s.g = g;
+    s.k = merak_kernels_cpu();
+    merak_kernels_cpu_set_threads(a->threads);
+    const merak_grid *gr = s.grid;
+    int M = a->micro_batches, failed = 0;
+
+    merak_sched_kind kind;
+    merak_partition_kind pkind;
+    int *bounds = malloc((size_t)(gr->pp + 1) * sizeof *bounds);
+    if (!bounds)
+        failed = merak_errf(err, errlen, "out of memory");
+    else if (gr->tp != 1)
+        failed = merak_errf(err, errlen, "tensor parallelism (tp=%d) is not available in this release; use --tp 1", gr->tp);
+    else if (merak_sched_parse(a->pipe_schedule ? a->pipe_schedule : "1f1b", &kind) < 0)
+        failed = merak_errf(err, errlen, "unknown schedule '%s' (gpipe, 1f1b)", a->pipe_schedule);
+    else if (merak_partition_parse(a->partition ? a->partition : "parameters", &pkind) < 0)
+        failed = merak_errf(err, errlen, "unknown partition method '%s' (uniform, parameters)", a->partition);
+    else if (merak_partition(g, gr->pp, pkind, bounds, err, errlen) < 0)
+        failed = -1;
+    else if (stage_setup(&s, g, a, bounds, kind, err, errlen) < 0)
+        failed = -1;
+    if (agree(&s, failed, err, errlen) < 0) {
+        stage_free(&s);
+        free(bounds);
+        return -1;
+    }
+
+    merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
+    merak_optim *opt = merak_optim_create(g, s.e, &ao);
+    FILE *metrics = NULL;
+    int rank0 = gr->rank == 0, step = 0, rc = 0;
+    if (!opt)
+        failed = merak_errf(err, errlen, "out of memory for the optimizer state");
+    else if (rank0 && a->metrics && !(metrics = fopen(a->metrics, "a")))
+        failed = merak_errf(err, errlen, "%s: cannot open for appending", a->metrics);
+    if (agree(&s, failed, err, errlen) < 0) {
+        merak_optim_destroy(opt);
+        stage_free(&s);
+        free(bounds);
+        return -1;
+    }
+    if (rank0 && a->on_start) {
+        merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(s.e)};
+        a->on_start(&ri, a->user);
+    }
+
+    merak_exec_set_loss_scale(s.e, 1.0f / (float)(M * gr->dp));
+    merak_lr_sched sched = {a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
+    double t_start = now();
+    for (step = 0; step < a->steps; step++) {
+        /* Stop together: rank 0's flag decides for everyone. */
+        double stop = rank0 && a->stop && *a->stop;
+        merak_allreduce_f64(s.world_g, &stop, 1);
+        if (stop > 0)
+            break;
+        double t0 = now();
+        merak_exec_zero_grads(s.e);
+        s.loss_sum = 0;
+        for (int i = 0; i < s.sched.n && rc == 0; i++)
+            rc = run_instr(&s, a, &s.sched.instr[i], step, err, errlen);
+        if (rc < 0) {
+            /* Only this rank knows; its peers may be blocked on it. */
+            merak_optim_destroy(opt);
+            stage_free(&s);
+            free(bounds);
+            return -2;
+        }
+        /* Loss: the last stages' sums over all replicas.  Norm: every
+         * parameter once (the tied copy on the last stage left out). */
+        double red[2] = {s.last && gr->tp_rank == 0 ? s.loss_sum : 0, 0};
+        for (int i = 0; i < merak_exec_num_params(s.e); i++)
+            if (!(s.last && s.tied[i]) && gr->dp_rank == 0)
+                red[1] += s.k->sumsq(merak_exec_param_grad(s.e, i), merak_exec_param_elems(s.e, i));
+        merak_allreduce_f64(s.world_g, red, 2);
+        double loss = red[0] / (M * gr->dp), norm = sqrt(red[1]);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            rc = merak_errf(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
+            break;
+        }
+        merak_clip_grads(s.e, s.k, norm, a->clip);
+        float lr = merak_lr_at(&sched, step);
+        merak_optim_step(opt, s.e, s.k, lr);
+        double t1 = now();
+        if (rank0) {
+            merak_step_info info = {
+                .step = step, .steps = a->steps, .loss = loss, .grad_norm = norm, .lr = lr,
+                .tokens_per_s = (double)a->micro_batch * a->seq_len * M * gr->dp / (t1 - t0),
+                .step_ms = (t1 - t0) * 1e3,
+                .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
+            };
+            if (metrics) {
+                fprintf(metrics,
+                        "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                        "\"tokens_per_s\": %.6g, \"step_ms\": %.6g}\n",
+                        step, loss, norm, lr, info.tokens_per_s, info.step_ms);
+                fflush(metrics);
+            }
+            if (a->on_step)
+                a->on_step(&info, a->user);
+        }
+    }
+    if (metrics)
+        fclose(metrics);
+    failed = rc;
+    if (failed == 0 && a->save_weights)
+        failed = save_gathered(&s, g, bounds, a->save_weights, err, errlen);
+    int ok = agree(&s, failed, err, errlen) == 0;
+    merak_optim_destroy(opt);
+    stage_free(&s);
+    free(bounds);
+    return ok ? step : -1;
+}

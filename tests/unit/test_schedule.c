@@ -1,0 +1,370 @@
+/*
+ * test_schedule.c - pipeline schedule generators and the simulator: every
+ * gpipe and 1f1b shape up to 8 stages and 16 micro-batches is deadlock-free
+ * under eager and rendezvous sends, takes (M + S - 1) * 3 ticks and needs
+ * exactly its slot count; refusals; and lists broken on purpose are caught,
+ * which shows the simulator can fail.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipe/schedule.h"
+#include "tap.h"
+
+#define MAX_S 8
+#define MAX_M 16
+
+static char err[1024];
+
+static int build_all(merak_sched_kind kind, int S, int M, merak_schedule *sch)
+{
+    for (int i = 0; i < S; i++)
+        if (merak_schedule_build(kind, S, i, M, &sch[i], err, sizeof err)) {
+            for (int j = 0; j < i; j++)
+                merak_schedule_free(&sch[j]);
+            return -1;
+        }
+    return 0;
+}
+
+static void free_all(merak_schedule *sch, int S)
+{
+    for (int i = 0; i < S; i++)
+        merak_schedule_free(&sch[i]);
+}
+
+/* Index of the first (kind, mb) in the list, or -1. */
+static int find(const merak_schedule *s, merak_instr_kind kind, int mb)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->instr[i].kind == kind && s->instr[i].mb == mb)
+            return i;
+    return -1;
+}
+
+static void drop(merak_schedule *s, int at)
+{
+    memmove(&s->instr[at], &s->instr[at + 1], (size_t)(s->n - at - 1) * sizeof *s->instr);
+    s->n--;
+}
+
+/* Moves instruction `from` to just after the instruction now at `after`. */
+static void move_after(merak_schedule *s, int from, int after)
+{
+    merak_instr x = s->instr[from];
+    drop(s, from);
+    if (after > from)
+        after--;
+    memmove(&s->instr[after + 2], &s->instr[after + 1], (size_t)(s->n - after - 1) * sizeof *s->instr);
+    s->instr[after + 1] = x;
+    s->n++;
+}
+
+static void swap(merak_schedule *s, int a, int b)
+{
+    merak_instr x = s->instr[a];
+    s->instr[a] = s->instr[b];
+    s->instr[b] = x;
+}
+
+static int one_line(const char *s) { return s[0] && !strchr(s, '\n'); }
+
+static void test_names(void)
+{
+    int ok = 1;
+    for (int k = 0; k < MERAK_I_COUNT_; k++) {
+        const char *a = merak_instr_name((merak_instr_kind)k);
+        if (!a || !strcmp(a, "?"))
+            ok = 0;
+        for (int j = 0; j < k; j++)
+            if (!strcmp(a, merak_instr_name((merak_instr_kind)j)))
+                ok = 0;
+    }
+    tap_ok(ok, "every instruction has its own name");
+    tap_ok(!strcmp(merak_instr_name(MERAK_I_WAIT_SENDS), "WAIT_SENDS") &&
+               !strcmp(merak_instr_name(MERAK_I_COUNT_), "?"),
+           "instruction names: WAIT_SENDS, out of range is ?");
+
+    merak_sched_kind k = MERAK_SCHED_1F1B;
+    tap_ok(merak_sched_parse("gpipe", &k) == 0 && k == MERAK_SCHED_GPIPE, "parse gpipe");
+    tap_ok(merak_sched_parse("1f1b", &k) == 0 && k == MERAK_SCHED_1F1B, "parse 1f1b");
+    tap_ok(merak_sched_parse("pipedream", &k) == -1 && merak_sched_parse("", &k) == -1 &&
+               merak_sched_parse(NULL, &k) == -1 && k == MERAK_SCHED_1F1B,
+           "unknown schedule names are refused and leave the kind alone");
+}
+
+/* Shape of one list beyond what the simulator checks: compute order. */
+static int order_ok(merak_sched_kind kind, const merak_schedule *s)
+{
+    const int S = s->stages, M = s->micro_batches;
+    int nf = 0, nb = 0, first_bwd_after = -1;
+    for (int i = 0; i < s->n; i++) {
+        const merak_instr *in = &s->instr[i];
+        if (in->mb >= 0 && in->slot != in->mb % s->nslots)
+            return 0;
+        if (in->kind == MERAK_I_FWD && in->mb != nf++)
+            return 0;
+        if (in->kind == MERAK_I_BWD) {
+            if (in->mb != nb++)  /* backwards in order 0..M-1 */
+                return 0;
+            if (first_bwd_after < 0)
+                first_bwd_after = nf;
+        }
+        if (in->kind == MERAK_I_LOAD && s->stage != 0 && s->stage != S - 1)
+            return 0;
+    }
+    int want = kind == MERAK_SCHED_GPIPE ? M : S - s->stage;  /* forwards before the first backward */
+    return nf == M && nb == M && first_bwd_after == want;
+}
+
+static void test_sweep(merak_sched_kind kind, const char *name)
+{
+    for (int S = 1; S <= MAX_S; S++)
+        for (int M = kind == MERAK_SCHED_1F1B ? S : 1; M <= MAX_M; M++) {
+            merak_schedule sch[MAX_S];
+            int peak[MAX_S], ticks = -1, ok = 1;
+            err[0] = 0;
+            if (build_all(kind, S, M, sch)) {
+                tap_ok(0, "%s S=%d M=%d builds: %s", name, S, M, err);
+                continue;
+            }
+            int rc = merak_schedule_simulate(sch, S, peak, &ticks, err, sizeof err);
+            for (int i = 0; i < S && rc == 0; i++) {
+                int want = kind == MERAK_SCHED_GPIPE ? M : (M < S - i ? M : S - i);
+                if (peak[i] != want || sch[i].nslots != want || !order_ok(kind, &sch[i]))
+                    ok = 0;
+            }
+            tap_ok(rc == 0 && ok && ticks == (M + S - 1) * 3,
+                   "%s S=%d M=%d: deadlock-free (eager and rendezvous), %d ticks, peak == nslots%s%s",
+                   name, S, M, ticks, rc ? ": " : "", rc ? err : "");
+            free_all(sch, S);
+        }
+}
+
+static void test_refusals(void)
+{
+    merak_schedule s;
+    err[0] = 0;
+    int rc = merak_schedule_build(MERAK_SCHED_1F1B, 4, 0, 3, &s, err, sizeof err);
+    tap_ok(rc == -1 && one_line(err) &&
+               strstr(err, "1f1b needs at least as many micro-batches (M) as stages (S)") &&
+               strstr(err, "M = 3") && strstr(err, "S = 4"),
+           "1f1b with M=3 < S=4 refused: %s", err);
+    tap_ok(s.instr == NULL && s.n == 0, "a refused build leaves an empty schedule");
+    merak_schedule_free(&s);
+
+    struct { int S, stage, M; const char *what; } bad[] = {
+        {0, 0, 4, "stages"}, {-1, 0, 4, "stages"}, {4, -1, 4, "stage"}, {4, 4, 4, "stage"},
+        {4, 0, 0, "micro-batches"}, {1, 0, -2, "micro-batches"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            err[0] = 0;
+            rc = merak_schedule_build((merak_sched_kind)kind, bad[i].S, bad[i].stage, bad[i].M, &s,
+                                      err, sizeof err);
+            tap_ok(rc == -1 && one_line(err) && strstr(err, bad[i].what),
+                   "%s S=%d stage=%d M=%d refused: %s", kind ? "1f1b" : "gpipe", bad[i].S,
+                   bad[i].stage, bad[i].M, err);
+            merak_schedule_free(&s);
+        }
+    err[0] = 0;
+    rc = merak_schedule_simulate(NULL, 0, NULL, NULL, err, sizeof err);
+    tap_ok(rc == -1 && one_line(err), "simulating nothing is refused: %s", err);
+
+    /* Lists that do not belong together. */
+    merak_schedule a[2], b[2];
+    build_all(MERAK_SCHED_GPIPE, 2, 4, a);
+    build_all(MERAK_SCHED_GPIPE, 2, 5, b);
+    merak_schedule mixed[2] = {a[0], b[1]};
+    err[0] = 0;
+    rc = merak_schedule_simulate(mixed, 2, NULL, NULL, err, sizeof err);
+    tap_ok(rc == -1 && one_line(err), "lists with different M are refused: %s", err);
+    free_all(a, 2);
+    free_all(b, 2);
+}
+
+/* Builds S stages of `kind`, lets `mutate` break them, simulates, and
+ * expects failure with every needle in the message. */
+typedef void (*mutator)(merak_schedule *sch);
+
+static void expect_fail(merak_sched_kind kind, int S, int M, mutator mutate, const char *what,
+                        const char *needle1, const char *needle2)
+{
+    merak_schedule sch[MAX_S];
+    if (build_all(kind, S, M, sch)) {
+        tap_ok(0, "%s: build failed: %s", what, err);
+        return;
+    }
+    mutate(sch);
+    err[0] = 0;
+    int rc = merak_schedule_simulate(sch, S, NULL, NULL, err, sizeof err);
+    tap_ok(rc == -1 && one_line(err) && strstr(err, needle1) && (!needle2 || strstr(err, needle2)),
+           "%s is caught: %s", what, err);
+    free_all(sch, S);
+}
+
+/* Stage 0 sends mb 0's activation only after waiting for its gradient. */
+static void m_send_after_wait(merak_schedule *sch)
+{
+    move_after(&sch[0], find(&sch[0], MERAK_I_SEND_ACT, 0), find(&sch[0], MERAK_I_WAIT_GRAD, 0));
+}
+static void m_drop_send(merak_schedule *sch) { drop(&sch[1], find(&sch[1], MERAK_I_SEND_ACT, 3)); }
+static void m_drop_send_grad(merak_schedule *sch) { drop(&sch[2], find(&sch[2], MERAK_I_SEND_GRAD, 5)); }
+static void m_send_before_fwd(merak_schedule *sch)
+{
+    swap(&sch[1], find(&sch[1], MERAK_I_FWD, 2), find(&sch[1], MERAK_I_SEND_ACT, 2));
+}
+static void m_fwd_before_wait(merak_schedule *sch)
+{
+    swap(&sch[2], find(&sch[2], MERAK_I_WAIT_ACT, 1), find(&sch[2], MERAK_I_FWD, 1));
+}
+static void m_bwd_before_wait(merak_schedule *sch)
+{
+    swap(&sch[1], find(&sch[1], MERAK_I_WAIT_GRAD, 4), find(&sch[1], MERAK_I_BWD, 4));
+}
+/* The first WAIT_SENDS of stage 1 (1f1b steady state) removed. */
+static void m_drop_wait_sends(merak_schedule *sch) { drop(&sch[1], find(&sch[1], MERAK_I_WAIT_SENDS, -1)); }
+/* Stage 0 claims one slot fewer than it holds micro-batches. */
+static void m_too_few_slots(merak_schedule *sch)
+{
+    sch[0].nslots--;
+    for (int i = 0; i < sch[0].n; i++)
+        if (sch[0].instr[i].mb >= 0)
+            sch[0].instr[i].slot = sch[0].instr[i].mb % sch[0].nslots;
+}
+static void m_tail_order(merak_schedule *sch) { swap(&sch[1], sch[1].n - 3, sch[1].n - 2); }
+static void m_double_fwd(merak_schedule *sch)
+{
+    int f = find(&sch[0], MERAK_I_FWD, 1);
+    sch[0].instr[find(&sch[0], MERAK_I_FWD, 2)] = sch[0].instr[f];
+}
+static void m_slot_change(merak_schedule *sch) { sch[1].instr[find(&sch[1], MERAK_I_BWD, 0)].slot = 1; }
+static void m_load_middle(merak_schedule *sch)
+{
+    sch[1].instr[find(&sch[1], MERAK_I_RECV_ACT, 0)].kind = MERAK_I_LOAD;
+}
+
+static void test_broken(void)
+{
+    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_send_after_wait, "SEND_ACT moved after WAIT_GRAD", "deadlock",
+                "stage 0 stuck at #");
+    expect_fail(MERAK_SCHED_GPIPE, 3, 6, m_drop_send, "a dropped SEND_ACT", "deadlock", "WAIT_ACT mb 3");
+    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_drop_send_grad, "a dropped SEND_GRAD", "deadlock",
+                "WAIT_GRAD mb 5");
+    expect_fail(MERAK_SCHED_1F1B, 3, 5, m_send_before_fwd, "SEND_ACT before FWD", "SEND_ACT before its FWD",
+                NULL);
+    expect_fail(MERAK_SCHED_GPIPE, 4, 4, m_fwd_before_wait, "FWD before WAIT_ACT", "before its activation",
+                NULL);
+    expect_fail(MERAK_SCHED_1F1B, 3, 6, m_bwd_before_wait, "BWD before WAIT_GRAD", "before its gradient",
+                NULL);
+    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_drop_wait_sends, "a missing WAIT_SENDS before slot reuse",
+                "missing WAIT_SENDS", NULL);
+    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_too_few_slots, "two live micro-batches in one slot",
+                "still holds live mb", NULL);
+    expect_fail(MERAK_SCHED_GPIPE, 2, 3, m_tail_order, "REDUCE_TIED after REDUCE_DP", "must end with",
+                NULL);
+    expect_fail(MERAK_SCHED_GPIPE, 2, 4, m_double_fwd, "a micro-batch forwarded twice", "forwarded twice",
+                NULL);
+    expect_fail(MERAK_SCHED_GPIPE, 2, 4, m_slot_change, "a micro-batch changing slot", "changes slot", NULL);
+    expect_fail(MERAK_SCHED_GPIPE, 3, 2, m_load_middle, "LOAD on a middle stage", "middle stage", NULL);
+}
+
+/* Fine when sends are buffered, deadlocked when a send completes only
+ * against a posted receive: each stage waits for its sends before posting
+ * the receive the other stage's send needs. */
+static void test_rendezvous_only(void)
+{
+#define I(k, mb, slot) {MERAK_I_##k, mb, slot}
+#define TAIL I(WAIT_SENDS, -1, -1), I(REDUCE_TIED, -1, -1), I(REDUCE_DP, -1, -1), I(OPTIMIZER_STEP, -1, -1)
+    merak_instr s0[] = {
+        I(LOAD, 0, 0), I(FWD, 0, 0), I(SEND_ACT, 0, 0),
+        I(LOAD, 1, 1), I(FWD, 1, 1), I(SEND_ACT, 1, 1),
+        I(WAIT_SENDS, -1, -1), I(RECV_GRAD, 0, 0), I(RECV_GRAD, 1, 1),
+        I(WAIT_GRAD, 0, 0), I(BWD, 0, 0), I(WAIT_GRAD, 1, 1), I(BWD, 1, 1), TAIL,
+    };
+    merak_instr s1[] = {
+        I(RECV_ACT, 0, 0), I(LOAD, 0, 0), I(WAIT_ACT, 0, 0), I(FWD, 0, 0), I(BWD, 0, 0),
+        I(SEND_GRAD, 0, 0), I(WAIT_SENDS, -1, -1),
+        I(RECV_ACT, 1, 0), I(LOAD, 1, 0), I(WAIT_ACT, 1, 0), I(FWD, 1, 0), I(BWD, 1, 0),
+        I(SEND_GRAD, 1, 0), TAIL,
+    };
+#undef I
+#undef TAIL
+    merak_schedule sch[2] = {
+        {.stages = 2, .stage = 0, .micro_batches = 2, .instr = s0, .n = (int)(sizeof s0 / sizeof *s0), .nslots = 2},
+        {.stages = 2, .stage = 1, .micro_batches = 2, .instr = s1, .n = (int)(sizeof s1 / sizeof *s1), .nslots = 1},
+    };
+    err[0] = 0;
+    int rc = merak_schedule_simulate(sch, 2, NULL, NULL, err, sizeof err);
+    /* eager runs first, so a rendezvous message means eager passed */
+    tap_ok(rc == -1 && strstr(err, "rendezvous") && strstr(err, "deadlock") &&
+               strstr(err, "stage 0 stuck at #6 WAIT_SENDS") && strstr(err, "; stage 1 stuck at #6 WAIT_SENDS"),
+           "a send-send cycle deadlocks only with rendezvous sends: %s", err);
+
+    /* The same lists with the receives posted first run fine. */
+    s0[6] = (merak_instr){MERAK_I_RECV_GRAD, 0, 0};
+    s0[7] = (merak_instr){MERAK_I_RECV_GRAD, 1, 1};
+    s0[8] = (merak_instr){MERAK_I_WAIT_SENDS, -1, -1};
+    int ticks = 0, peak[2];
+    rc = merak_schedule_simulate(sch, 2, peak, &ticks, err, sizeof err);
+    tap_ok(rc == 0 && peak[0] == 2 && peak[1] == 1, "posting the receive before waiting fixes it (%d ticks)%s%s",
+           ticks, rc ? ": " : "", rc ? err : "");
+}
+
+/* Every BWD split into BWD_INPUT, then (after the gradient is sent, as a
+ * zero-bubble schedule would) BWD_WEIGHT: the simulator's split-backward
+ * rules.  The schedule owns the new list. */
+static void split_backward(merak_schedule *s, int weight_first)
+{
+    merak_instr *out = malloc((size_t)(s->n + s->micro_batches) * sizeof *out);
+    int n = 0;
+    for (int i = 0; i < s->n; i++) {
+        merak_instr in = s->instr[i];
+        if (in.kind != MERAK_I_BWD) {
+            out[n++] = in;
+            continue;
+        }
+        merak_instr bi = {MERAK_I_BWD_INPUT, in.mb, in.slot}, bw = {MERAK_I_BWD_WEIGHT, in.mb, in.slot};
+        out[n++] = weight_first ? bw : bi;
+        if (i + 1 < s->n && s->instr[i + 1].kind == MERAK_I_SEND_GRAD)
+            out[n++] = s->instr[++i];
+        out[n++] = weight_first ? bi : bw;
+    }
+    free(s->instr);
+    s->instr = out;
+    s->n = n;
+}
+
+static void test_split_backward(void)
+{
+    const int S = 3, M = 4;
+    merak_schedule sch[3];
+    int peak[3], ticks = 0;
+    build_all(MERAK_SCHED_GPIPE, S, M, sch);
+    for (int i = 0; i < S; i++)
+        split_backward(&sch[i], 0);
+    int rc = merak_schedule_simulate(sch, S, peak, &ticks, err, sizeof err);
+    tap_ok(rc == 0 && peak[0] == M && ticks <= (M + S - 1) * 3,
+           "gpipe with split backward (BWD_INPUT, SEND_GRAD, BWD_WEIGHT) runs: %d ticks%s%s", ticks,
+           rc ? ": " : "", rc ? err : "");
+    free_all(sch, S);
+
+    build_all(MERAK_SCHED_GPIPE, S, M, sch);
+    split_backward(&sch[1], 1);
+    err[0] = 0;
+    rc = merak_schedule_simulate(sch, S, NULL, NULL, err, sizeof err);
+    tap_ok(rc == -1 && strstr(err, "BWD_WEIGHT without"), "BWD_WEIGHT before BWD_INPUT is caught: %s", err);
+    free_all(sch, S);
+}
+
+int main(void)
+{
+    test_names();
+    test_sweep(MERAK_SCHED_GPIPE, "gpipe");
+    test_sweep(MERAK_SCHED_1F1B, "1f1b");
+    test_refusals();
+    test_broken();
+    test_rendezvous_only();
+    test_split_backward();
+    return tap_done();
+}
