@@ -47,9 +47,9 @@ typedef struct merak_req {
 
 typedef struct merak_comm merak_comm;
 
-/* Initialises MPI (if needed), the grid and every group.  With MPI not
- * launched by mpirun/srun, runs as a single process.  Returns 0, or -1 with
- * err (every rank gets the same message for a bad layout). */
+/* Initialises MPI (if needed), the grid and every group.  Returns 0, or -1
+ * for a bad layout, with the message in err on MPI rank 0 and an empty err
+ * elsewhere (every rank finds the same problem; one reports it). */
 int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t errlen);
 /* Ends MPI if merak_comm_init started it. */
 void merak_comm_finalize(merak_comm *c);

@@ -77,6 +77,8 @@ int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t 
      * flags and environment, and reports the same error. */
     if (merak_grid_degrees(&dp, &tp, &pp, world, err, errlen) < 0 ||
         merak_grid_init(&c->grid, dp, tp, pp, world, merak_rank_of(mpi_rank), err, errlen) < 0) {
+        if (mpi_rank != 0 && err && errlen)
+            err[0] = 0; /* one report per job */
         merak_comm_finalize(c);
         return -1;
     }

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Bad parallel layouts under mpirun: rank 0 prints one clear line, every
+# rank exits non-zero, nothing hangs (each case has 60 s).
+. "$(dirname "$0")/lib.sh"
+WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
+[ -x "$WRAP" ] || skip "no mpirun wrapper"
+make_shard "$WORK/data.bin"
+D="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 2 --threads 1"
+export MERAK_MPI_TIMEOUT=60
+
+# expect NP PATTERN ARGS...
+expect() {
+    np=$1 pattern=$2; shift 2
+    set +e
+    "$WRAP" "$np" "$TRAIN" $D "$@" > "$WORK/out" 2> "$WORK/err"
+    rc=$?
+    set -e
+    lines=$(grep -c '^merak-train:' "$WORK/err" || true)
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
+        cat "$WORK/err" >&2
+        fail "np=$np $*: expected a non-zero exit and one line matching '$pattern' (exit $rc, $lines line(s))"
+    fi
+    echo "ok (np=$np $*): $(grep '^merak-train:' "$WORK/err")"
+}
+
+expect 4 "dp\*tp\*pp = 3\*1\*2 = 6, but the job has 4 ranks" --dp 3 --pp 2
+expect 3 "not divisible by tp\*pp" --pp 2
+expect 2 "1f1b needs at least as many micro-batches" --pp 2 --micro-batches 1 --schedule 1f1b
+expect 2 "tensor parallelism" --tp 2
+expect 2 "no file matches" --pp 2 --micro-batches 2 --data "$WORK/none-*.bin"
+MERAK_PP=x expect 2 "MERAK_PP='x' is not a positive integer"
+echo "mpi_errors: ok"
