@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/comm.h"
 #include "data.h"
@@ -44,20 +43,6 @@ typedef struct stage {
     uint64_t windows;
     double loss_sum;              /* this step's micro-batch losses (last stage) */
 } stage;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t mb_seed(uint64_t seed, uint64_t n)
-{
-    uint64_t z = seed ^ (n * 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    return z ^ (z >> 29);
-}
 
 /* Is parameter tensor t read by any op in [begin, end)? */
 static int range_reads(const merak_graph *g, int begin, int end, int t)
@@ -131,7 +116,7 @@ static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int s
                           gr->pp_rank - 1, mb, &s->act_req[slot]);
     case MERAK_I_WAIT_ACT: return merak_wait(&s->act_req[slot]);
     case MERAK_I_FWD:
-        merak_exec_forward(s->e, slot, mb_seed(a->seed, n));
+        merak_exec_forward(s->e, slot, merak_mb_seed(a->seed, n));
         if (s->last)
             s->loss_sum += merak_exec_loss(s->e, slot);
         return 0;
@@ -365,14 +350,14 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
 
     merak_exec_set_loss_scale(s.e, 1.0f / (float)(M * gr->dp));
     merak_lr_sched sched = {a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
-    double t_start = now();
+    double t_start = merak_now();
     for (step = 0; step < a->steps; step++) {
         /* Stop together: rank 0's flag decides for everyone. */
         double stop = rank0 && a->stop && *a->stop;
         merak_allreduce_f64(s.world_g, &stop, 1);
         if (stop > 0)
             break;
-        double t0 = now();
+        double t0 = merak_now();
         merak_exec_zero_grads(s.e);
         s.loss_sum = 0;
         for (int i = 0; i < s.sched.n && rc == 0; i++)
@@ -399,7 +384,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         merak_clip_grads(s.e, s.k, norm, a->clip);
         float lr = merak_lr_at(&sched, step);
         merak_optim_step(opt, s.e, s.k, lr);
-        double t1 = now();
+        double t1 = merak_now();
         if (rank0) {
             merak_step_info info = {
                 .step = step, .steps = a->steps, .loss = loss, .grad_norm = norm, .lr = lr,
@@ -407,13 +392,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
                 .step_ms = (t1 - t0) * 1e3,
                 .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
             };
-            if (metrics) {
-                fprintf(metrics,
-                        "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                        "\"tokens_per_s\": %.6g, \"step_ms\": %.6g}\n",
-                        step, loss, norm, lr, info.tokens_per_s, info.step_ms);
-                fflush(metrics);
-            }
+            if (metrics)
+                merak_metrics_write(metrics, &info);
             if (a->on_step)
                 a->on_step(&info, a->user);
         }

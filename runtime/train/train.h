@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "graph/graph.h"
 #include "pipe/exec.h"
@@ -56,6 +57,12 @@ double merak_grad_norm(const merak_exec *e, const merak_kernels *k);
 float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float clip);
 /* One AdamW step at learning rate lr (the step counter advances). */
 void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, float lr);
+
+/* ---- shared by the trainers */
+double merak_now(void);                              /* monotonic seconds */
+uint64_t merak_mb_seed(uint64_t seed, uint64_t n);   /* dropout seed of micro-batch n */
+/* One JSON line per step, flushed; 0 or -1 (errno set). */
+int merak_metrics_write(FILE *f, const merak_step_info *info);
 
 /* ---- learning-rate schedules */
 typedef struct merak_lr_sched {

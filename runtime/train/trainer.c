@@ -37,19 +37,28 @@ void merak_args_default(merak_args *a)
     a->threads = 1;
 }
 
-static double now(void)
+double merak_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A dropout seed per (step, micro-batch). */
-static uint64_t mb_seed(uint64_t seed, uint64_t n)
+uint64_t merak_mb_seed(uint64_t seed, uint64_t n)
 {
     uint64_t z = seed ^ (n * 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
     return z ^ (z >> 29);
+}
+
+int merak_metrics_write(FILE *f, const merak_step_info *i)
+{
+    fprintf(f,
+            "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+            "\"tokens_per_s\": %.6g, \"step_ms\": %.6g}\n",
+            i->step, i->loss, i->grad_norm, i->lr, i->tokens_per_s, i->step_ms);
+    /* Flushed every step: a crash loses nothing already reported. */
+    return fflush(f) == 0 ? 0 : -1;
 }
 
 /* Checks the graph has what the trainer feeds and reads; returns the
@@ -179,15 +188,15 @@ static int train_single(const merak_graph *g, const merak_args *a, char *err, si
     merak_lr_sched sched = {a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     int32_t *ids = merak_exec_tensor(e, 0, ids_t), *tgt = merak_exec_tensor(e, 0, tgt_t);
     merak_exec_set_loss_scale(e, 1.0f / (float)M);
-    double t_start = now();
+    double t_start = merak_now();
     for (step = 0; step < a->steps && !(a->stop && *a->stop); step++) {
-        double t0 = now(), loss = 0;
+        double t0 = merak_now(), loss = 0;
         merak_exec_zero_grads(e);
         for (int j = 0; j < M; j++) {
             uint64_t n = (uint64_t)step * (uint64_t)M + (uint64_t)j;
             if (merak_data_window(data, n % W, B, T, ids, tgt, err, errlen) < 0)
                 goto out;
-            merak_exec_forward(e, 0, mb_seed(a->seed, n));
+            merak_exec_forward(e, 0, merak_mb_seed(a->seed, n));
             merak_exec_backward(e, 0);
             loss += merak_exec_loss(e, 0);
         }
@@ -201,22 +210,15 @@ static int train_single(const merak_graph *g, const merak_args *a, char *err, si
         float lr = merak_lr_at(&sched, step);
         merak_optim_step(opt, e, k, lr);
 
-        double t1 = now();
+        double t1 = merak_now();
         merak_step_info info = {
             .step = step, .steps = a->steps, .loss = loss, .grad_norm = norm, .lr = lr,
             .tokens_per_s = (double)B * T * M / (t1 - t0), .step_ms = (t1 - t0) * 1e3,
             .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
         };
-        if (metrics) {
-            fprintf(metrics,
-                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                    "\"tokens_per_s\": %.6g, \"step_ms\": %.6g}\n",
-                    step, loss, norm, lr, info.tokens_per_s, info.step_ms);
-            /* Flushed every step: a crash loses nothing already reported. */
-            if (fflush(metrics) != 0) {
-                merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
-                goto out;
-            }
+        if (metrics && merak_metrics_write(metrics, &info) < 0) {
+            merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
+            goto out;
         }
         if (a->on_step)
             a->on_step(&info, a->user);
