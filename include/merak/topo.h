@@ -149,7 +149,11 @@ int merak_topo_node_select_nics(merak_topo_node *node, const char *spec, char *e
  * list (the order CUDA numbers them), and returns how many the list holds; an
  * empty list means no GPU.  Returns -1 for an index out of range, an unknown
  * or ambiguous UUID, a MIG device, or a GPU listed twice.
- * Indices are bus-id positions: run CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+ * Indices are positions in bus-id order among all the node's GPUs (hwloc sees
+ * every GPU, cgroups or not): give Slurm's global ids (SLURM_STEP_GPUS or
+ * SLURM_JOB_GPUS, which follow gres.conf's /dev/nvidiaN order, normally bus
+ * order), not a CUDA_VISIBLE_DEVICES that Slurm renumbered from 0 under
+ * ConstrainDevices; and run CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID.
  */
 int merak_topo_node_parse_visible(const merak_topo_node *node, const char *list, int *gpus, int max,
                                   char *err, size_t errlen);
@@ -299,7 +303,7 @@ typedef struct merak_topo_task {
     int numa;              /**< OS index of the NUMA node of its cores, -1 if unknown */
     const char *cpus;      /**< its cores as a list ("0-13,112-125"), NULL if unknown */
     const char *nic;       /**< its NIC ("mlx5_0"), NULL if none */
-    int nic_path;          /**< enum merak_topo_path from its GPU (or cores) to the NIC, -1 if none */
+    int nic_path;          /**< enum merak_topo_path to the NIC from its GPU or cores; -1 */
 } merak_topo_task;
 
 /** How good a placement is (DESIGN.md section 5). */

@@ -1,0 +1,358 @@
+/*
+ * discover.c - load a topology with hwloc (live, XML or synthetic) and turn
+ * it into a node summary: NUMA nodes and cores, GPUs by PCI class and vendor
+ * (Debian's hwloc has no CUDA/NVML backend), NICs, PCIe bridge chains, and
+ * the NVLink matrix when the topology carries one.  The topology is destroyed
+ * before returning; see ../shared/notes/hwloc-placement.md for the hwloc facts
+ * this relies on.
+ */
+#include "topo_internal.h"
+
+#include <errno.h>  /* errno, EINVAL, ENOMEM */
+#include <stdio.h>  /* fopen, snprintf */
+#include <stdlib.h> /* calloc, free, getenv, qsort */
+#include <string.h> /* strcmp, strdup, strerror */
+
+#define VENDOR_NVIDIA 0x10de
+#define VENDOR_AMD 0x1002
+
+static int is_gpu(const struct hwloc_pcidev_attr_s *pci)
+{
+    if (pci->vendor_id != VENDOR_NVIDIA && pci->vendor_id != VENDOR_AMD)
+        return 0;
+    /* display class (0x0300 VGA, 0x0302 3D, 0x0380 other; NVSwitch is
+     * 0x0680), or an AMD Instinct that calls itself a processing accelerator */
+    return (pci->class_id >> 8) == 0x03 ||
+           (pci->vendor_id == VENDOR_AMD && pci->class_id == 0x1200);
+}
+
+static void pci_busid(hwloc_obj_t o, char out[TOPO_BUSID_LEN])
+{
+    snprintf(out, TOPO_BUSID_LEN, "%04x:%02x:%02x.%x", o->attr->pcidev.domain & 0xffffu,
+             o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func);
+}
+
+/* The first OS device child of pci with the given type, or NULL. */
+static hwloc_obj_t osdev_child(hwloc_obj_t pci, hwloc_obj_osdev_type_t type)
+{
+    for (hwloc_obj_t c = pci->io_first_child; c; c = c->next_sibling)
+        if (c->type == HWLOC_OBJ_OS_DEVICE && c->attr->osdev.type == type)
+            return c;
+    return NULL;
+}
+
+/* The first value of info name among pci's OS devices, or NULL. */
+static const char *osdev_info(hwloc_obj_t pci, const char *name)
+{
+    for (hwloc_obj_t c = pci->io_first_child; c; c = c->next_sibling) {
+        const char *v = c->type == HWLOC_OBJ_OS_DEVICE ? hwloc_obj_get_info_by_name(c, name) : NULL;
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
+/* Bridges above an I/O object, nearest first.  Walked by hand:
+ * hwloc_get_common_ancestor_obj() crashes on I/O objects in hwloc 2.9. */
+static void pci_path(hwloc_obj_t o, topo_pcipath *p)
+{
+    memset(p, 0, sizeof(*p));
+    for (hwloc_obj_t b = o->parent; b && b->type == HWLOC_OBJ_BRIDGE && p->n < TOPO_MAX_BRIDGES;
+         b = b->parent) {
+        p->id[p->n] = b->gp_index;
+        p->host[p->n] = b->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+        p->n++;
+    }
+}
+
+/* Fills a new domain's package, cores and list string from the topology;
+ * obj is an object with that locality (for the package). */
+static int fill_domain(hwloc_topology_t t, topo_domain *d, hwloc_obj_t obj)
+{
+    for (hwloc_obj_t p = obj; p; p = p->parent)
+        if (p->type == HWLOC_OBJ_PACKAGE) {
+            d->package = (int)p->os_index;
+            break;
+        }
+    /* above the packages (the machine, on a one-socket node): the package
+     * that holds all its cores, if one does */
+    for (hwloc_obj_t p = NULL; d->package < 0 && !hwloc_bitmap_iszero(d->cpuset) &&
+                               (p = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_PACKAGE, p));)
+        if (hwloc_bitmap_isincluded(d->cpuset, p->cpuset))
+            d->package = (int)p->os_index;
+    hwloc_obj_type_t ctype =
+        hwloc_get_type_depth(t, HWLOC_OBJ_CORE) >= 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+    int n = 0;
+    for (hwloc_obj_t c = NULL;
+         (c = hwloc_get_next_obj_inside_cpuset_by_type(t, d->cpuset, ctype, c));)
+        n++;
+    if (n) {
+        d->cores = calloc((size_t)n, sizeof(hwloc_bitmap_t));
+        if (!d->cores)
+            return -1;
+        for (hwloc_obj_t c = NULL; d->ncores < n && (c = hwloc_get_next_obj_inside_cpuset_by_type(
+                                                         t, d->cpuset, ctype, c));) {
+            d->cores[d->ncores] = hwloc_bitmap_dup(c->cpuset);
+            if (!d->cores[d->ncores])
+                return -1;
+            d->ncores++;
+        }
+    }
+    if (hwloc_bitmap_list_asprintf(&d->cpus, d->cpuset) < 0)
+        return -1;
+    return 0;
+}
+
+/* Domain index for the CPU-side locality of obj (an I/O object, a NUMA node,
+ * or the root), creating and filling it if new.  -1 on ENOMEM. */
+static int domain_of(hwloc_topology_t t, merak_topo_node *node, hwloc_obj_t obj)
+{
+    hwloc_obj_t anc = obj->type == HWLOC_OBJ_NUMANODE || obj->cpuset
+                          ? obj
+                          : hwloc_get_non_io_ancestor_obj(t, obj);
+    if (!anc || !anc->cpuset || !anc->nodeset)
+        return 0; /* the whole machine */
+    int created;
+    int i = topo_node_domain(node, anc->cpuset, anc->nodeset, &created);
+    if (i >= 0 && created && fill_domain(t, &node->domains[i], anc))
+        return -1;
+    return i;
+}
+
+static int busid_cmp(const void *a, const void *b)
+{
+    char x[TOPO_BUSID_LEN], y[TOPO_BUSID_LEN];
+    pci_busid(*(hwloc_obj_t const *)a, x);
+    pci_busid(*(hwloc_obj_t const *)b, y);
+    return strcmp(x, y);
+}
+
+/* Copies the NVLinkBandwidth (or XGMIBandwidth) matrix between node's GPUs
+ * (whose PCI objects are gpu_objs) into node->nvlink. */
+static int read_nvlink(hwloc_topology_t t, merak_topo_node *node, hwloc_obj_t *gpu_objs)
+{
+    static const char *const names[] = {"NVLinkBandwidth", "XGMIBandwidth"};
+    int G = node->ngpus;
+    if (G < 2)
+        return 0;
+    for (size_t nm = 0; nm < sizeof(names) / sizeof(names[0]); nm++) {
+        struct hwloc_distances_s *d = NULL;
+        unsigned nr = 1;
+        if (hwloc_distances_get_by_name(t, names[nm], &nr, &d, 0) != 0 || nr == 0 || !d)
+            continue;
+        /* Through NVSwitches: merge the switch ports, then connect GPU pairs
+         * across them.  Without a switch the closure zeroes every value
+         * (hwloc 2.9), so apply it only after a successful merge. */
+        if (hwloc_distances_transform(t, d, HWLOC_DISTANCES_TRANSFORM_MERGE_SWITCH_PORTS, NULL,
+                                      0) == 0)
+            (void)hwloc_distances_transform(t, d, HWLOC_DISTANCES_TRANSFORM_TRANSITIVE_CLOSURE,
+                                            NULL, 0);
+        int *map = malloc((d->nbobjs + 1) * sizeof(int));
+        if (!map) {
+            hwloc_distances_release(t, d);
+            return -1;
+        }
+        int found = 0;
+        for (unsigned i = 0; i < d->nbobjs; i++) {
+            hwloc_obj_t o = d->objs[i];
+            map[i] = -1;
+            if (o && o->type == HWLOC_OBJ_OS_DEVICE)
+                o = o->parent;
+            for (int g = 0; o && g < G; g++)
+                if (gpu_objs[g] == o) {
+                    map[i] = g;
+                    found++;
+                    break;
+                }
+        }
+        if (found) {
+            node->nvlink = calloc((size_t)G * G, sizeof(uint64_t));
+            if (!node->nvlink) {
+                free(map);
+                hwloc_distances_release(t, d);
+                return -1;
+            }
+            for (unsigned i = 0; i < d->nbobjs; i++)
+                for (unsigned j = 0; j < d->nbobjs; j++)
+                    if (map[i] >= 0 && map[j] >= 0 && map[i] != map[j])
+                        node->nvlink[(size_t)map[i] * G + map[j]] = d->values[i * d->nbobjs + j];
+            node->nvlink_known = 1;
+        }
+        free(map);
+        hwloc_distances_release(t, d);
+        if (found)
+            return 0;
+    }
+    return 0;
+}
+
+static int nic_cmp(const void *a, const void *b)
+{
+    const topo_nic *x = a, *y = b;
+    int c = strcmp(x->busid, y->busid);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+/* Adds the NICs, in bus-id order: PCI devices with an OpenFabrics device,
+ * or (when there is none) network-class PCI devices with an interface. */
+static int read_nics(hwloc_topology_t t, merak_topo_node *node)
+{
+    for (int pass = 0; pass < 2 && node->nnics == 0; pass++) {
+        for (hwloc_obj_t o = NULL; (o = hwloc_get_next_pcidev(t, o));) {
+            hwloc_obj_t ofed = osdev_child(o, HWLOC_OBJ_OSDEV_OPENFABRICS);
+            hwloc_obj_t net = osdev_child(o, HWLOC_OBJ_OSDEV_NETWORK);
+            const char *name =
+                pass == 0 ? (ofed ? ofed->name : NULL)
+                          : ((o->attr->pcidev.class_id >> 8) == 0x02 && net ? net->name : NULL);
+            if (!name || !*name)
+                continue;
+            int dom = domain_of(t, node, o);
+            topo_nic *k = dom >= 0 ? topo_node_push_nic(node) : NULL;
+            if (!k)
+                return -1;
+            k->rdma = pass == 0;
+            k->domain = dom;
+            k->name = strdup(name);
+            k->netdev = net && net->name ? strdup(net->name) : NULL;
+            if (!k->name || (net && net->name && !k->netdev))
+                return -1;
+            pci_busid(o, k->busid);
+            pci_path(o, &k->path);
+        }
+    }
+    if (node->nnics > 1)
+        qsort(node->nics, (size_t)node->nnics, sizeof(topo_nic), nic_cmp);
+    return 0;
+}
+
+static int summarize(hwloc_topology_t t, const char *source, merak_topo_node **out, char *err,
+                     size_t errlen)
+{
+    merak_topo_node *node = topo_node_new(source);
+    hwloc_obj_t *gpu_objs = NULL;
+    if (!node)
+        goto nomem;
+    if (domain_of(t, node, hwloc_get_root_obj(t)) != 0) /* domain 0: the machine */
+        goto nomem;
+    int nnuma = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+    node->numa_domain = calloc((size_t)(nnuma > 0 ? nnuma : 1), sizeof(int));
+    if (!node->numa_domain)
+        goto nomem;
+    for (hwloc_obj_t o = NULL;
+         node->nnumas < nnuma && (o = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, o));) {
+        int dom = domain_of(t, node, o);
+        if (dom < 0)
+            goto nomem;
+        node->numa_domain[node->nnumas++] = dom;
+    }
+
+    int G = 0;
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_pcidev(t, o));)
+        G += is_gpu(&o->attr->pcidev);
+    gpu_objs = calloc((size_t)G + 1, sizeof(hwloc_obj_t));
+    if (!gpu_objs)
+        goto nomem;
+    G = 0;
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_pcidev(t, o));)
+        if (is_gpu(&o->attr->pcidev))
+            gpu_objs[G++] = o;
+    if (G > 1)
+        qsort(gpu_objs, (size_t)G, sizeof(hwloc_obj_t), busid_cmp);
+    for (int i = 0; i < G; i++) {
+        hwloc_obj_t o = gpu_objs[i];
+        int dom = domain_of(t, node, o);
+        topo_gpu *g = dom >= 0 ? topo_node_push_gpu(node) : NULL;
+        if (!g)
+            goto nomem;
+        pci_busid(o, g->busid);
+        g->vendor = o->attr->pcidev.vendor_id;
+        g->device = o->attr->pcidev.device_id;
+        g->class_id = o->attr->pcidev.class_id;
+        g->domain = dom;
+        pci_path(o, &g->path);
+        const char *model = osdev_info(o, "GPUModel");
+        char id[16];
+        snprintf(id, sizeof(id), "%04x:%04x", g->vendor & 0xffffu, g->device & 0xffffu);
+        g->model = strdup(model ? model : id);
+        const char *uuid = osdev_info(o, "NVIDIAUUID");
+        if (!uuid)
+            uuid = osdev_info(o, "AMDUUID");
+        g->uuid = uuid ? strdup(uuid) : NULL;
+        if (!g->model || (uuid && !g->uuid))
+            goto nomem;
+    }
+    if (read_nics(t, node) || read_nvlink(t, node, gpu_objs))
+        goto nomem;
+    free(gpu_objs);
+    *out = node;
+    return 0;
+nomem:
+    free(gpu_objs);
+    merak_topo_node_destroy(node);
+    return topo_errf(err, errlen, ENOMEM, "%s: out of memory reading the topology", source);
+}
+
+int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err, size_t errlen)
+{
+    if (!node)
+        return topo_errf(err, errlen, EINVAL, "node_load: no result pointer");
+    *node = NULL;
+    if (xml_path) { /* a clear message for the common mistake, before hwloc */
+        FILE *fp = fopen(xml_path, "r");
+        if (!fp)
+            return topo_errf(err, errlen, errno, "%s: cannot read: %s", xml_path, strerror(errno));
+        fclose(fp);
+    }
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0)
+        return topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc_topology_init failed");
+    /* I/O objects are dropped by default, also from XML: keep GPUs, NICs and
+     * the bridges above them. */
+    if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0) {
+        int e = errno;
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, e, "hwloc cannot keep I/O devices: %s", strerror(e));
+    }
+    if (xml_path && hwloc_topology_set_xml(t, xml_path) != 0) {
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, EINVAL, "%s: not an hwloc XML topology", xml_path);
+    }
+    if (hwloc_topology_load(t) != 0) {
+        int e = errno;
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, e ? e : EINVAL, "%s: hwloc cannot load the topology: %s",
+                         xml_path ? xml_path : "this system", strerror(e));
+    }
+    char source[512];
+    const char *env = getenv("HWLOC_XMLFILE");
+    if (xml_path)
+        snprintf(source, sizeof(source), "%s", xml_path);
+    else if (env && *env)
+        snprintf(source, sizeof(source), "HWLOC_XMLFILE=%s", env);
+    else
+        snprintf(source, sizeof(source), "this system");
+    int rc = summarize(t, source, node, err, errlen);
+    hwloc_topology_destroy(t);
+    return rc;
+}
+
+int merak_topo_node_load_synthetic(merak_topo_node **node, const char *description, char *err,
+                                   size_t errlen)
+{
+    if (!node || !description)
+        return topo_errf(err, errlen, EINVAL, "node_load_synthetic: bad arguments");
+    *node = NULL;
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0)
+        return topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc_topology_init failed");
+    if (hwloc_topology_set_synthetic(t, description) != 0 || hwloc_topology_load(t) != 0) {
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, EINVAL, "invalid hwloc synthetic description '%s'",
+                         description);
+    }
+    char source[512];
+    snprintf(source, sizeof(source), "synthetic: %s", description);
+    int rc = summarize(t, source, node, err, errlen);
+    hwloc_topology_destroy(t);
+    return rc;
+}
