@@ -26,7 +26,8 @@
 # so it is the default here (TORCH_OMP_WAIT_POLICY= gives the plain default).
 # merak-train gets --threads K (OpenMP threads; its BLAS calls are
 # single-threaded by design) and the default OpenMP wait policy, which was a
-# few percent faster for it than passive.
+# few percent faster for it than passive on an idle machine (but much slower
+# when other processes compete for the cores: see bench/RESULTS.md).
 #
 # Environment knobs (defaults in brackets):
 #   MODELS [demo-gpt2 demo-llama]  THREADS [1 2]  B [8]  M [1]  T [128]
