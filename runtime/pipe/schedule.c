@@ -41,23 +41,12 @@
  * Messages are matched by micro-batch id, so any order would match; the
  * simulator checks that each receive is for the micro-batch it expects.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
 #include "schedule.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static const char *const instr_names[MERAK_I_COUNT_] = {
     [MERAK_I_LOAD] = "LOAD",
@@ -191,15 +180,15 @@ int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro
     const int S = stages, M = micro_batches;
     memset(out, 0, sizeof *out);
     if (S < 1)
-        return fail(err, errlen, "schedule: %d pipeline stages (need at least 1)", S);
+        return merak_errf(err, errlen, "schedule: %d pipeline stages (need at least 1)", S);
     if (stage < 0 || stage >= S)
-        return fail(err, errlen, "schedule: stage %d out of range 0..%d", stage, S - 1);
+        return merak_errf(err, errlen, "schedule: stage %d out of range 0..%d", stage, S - 1);
     if (M < 1)
-        return fail(err, errlen, "schedule: %d micro-batches (need at least 1)", M);
+        return merak_errf(err, errlen, "schedule: %d micro-batches (need at least 1)", M);
     if (kind != MERAK_SCHED_GPIPE && kind != MERAK_SCHED_1F1B)
-        return fail(err, errlen, "schedule: unknown schedule kind %d", (int)kind);
+        return merak_errf(err, errlen, "schedule: unknown schedule kind %d", (int)kind);
     if (kind == MERAK_SCHED_1F1B && M < S)
-        return fail(err, errlen,
+        return merak_errf(err, errlen,
                     "schedule: 1f1b needs at least as many micro-batches (M) as stages (S): "
                     "M = %d, S = %d", M, S);
 
@@ -221,7 +210,7 @@ int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro
         free(g.owner);
         free(g.done);
         merak_schedule_free(out);
-        return fail(err, errlen, "schedule: out of memory");
+        return merak_errf(err, errlen, "schedule: out of memory");
     }
     g.posted = g.done + M;
     g.unwaited = g.done + 2 * M;
@@ -328,7 +317,7 @@ static int sfail(sim *m, int i, const char *what)
 {
     const simstage *p = &m->st[i];
     const merak_instr *in = &p->s->instr[p->pc];
-    return fail(m->err, m->errlen, "schedule (%s sends): stage %d, instruction %d (%s mb %d): %s",
+    return merak_errf(m->err, m->errlen, "schedule (%s sends): stage %d, instruction %d (%s mb %d): %s",
                 mode_name(m), i, p->pc, merak_instr_name(in->kind), in->mb, what);
 }
 
@@ -500,15 +489,15 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int *slot_of
                                              MERAK_I_REDUCE_DP, MERAK_I_OPTIMIZER_STEP};
     const int first = i == 0, last = i == S - 1;
     if (s->stages != S || s->stage != i || s->micro_batches != M)
-        return fail(err, errlen,
+        return merak_errf(err, errlen,
                     "schedule: list %d is for stage %d of %d with %d micro-batches "
                     "(expected stage %d of %d with %d)",
                     i, s->stage, s->stages, s->micro_batches, i, S, M);
     if (s->nslots < 1 || !s->instr || s->n < 4)
-        return fail(err, errlen, "schedule: stage %d: empty list or no slots", i);
+        return merak_errf(err, errlen, "schedule: stage %d: empty list or no slots", i);
     for (int j = 0; j < 4; j++)
         if (s->instr[s->n - 4 + j].kind != tail[j])
-            return fail(err, errlen,
+            return merak_errf(err, errlen,
                         "schedule: stage %d must end with WAIT_SENDS REDUCE_TIED REDUCE_DP "
                         "OPTIMIZER_STEP (instruction %d is %s)",
                         i, s->n - 4 + j, merak_instr_name(s->instr[s->n - 4 + j].kind));
@@ -537,7 +526,7 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int *slot_of
         else if (has_mb(k) && slot_of[in->mb] >= 0 && slot_of[in->mb] != in->slot)
             bad = "micro-batch changes slot";
         if (bad)
-            return fail(err, errlen, "schedule: stage %d, instruction %d (%s mb %d slot %d): %s", i,
+            return merak_errf(err, errlen, "schedule: stage %d, instruction %d (%s mb %d slot %d): %s", i,
                         pc, merak_instr_name(k), in->mb, in->slot, bad);
         if (has_mb(k))
             slot_of[in->mb] = in->slot;
@@ -549,10 +538,10 @@ static int check_static(const merak_schedule *stages, int S, char *err, size_t e
 {
     const int M = stages[0].micro_batches;
     if (M < 1)
-        return fail(err, errlen, "schedule: %d micro-batches", M);
+        return merak_errf(err, errlen, "schedule: %d micro-batches", M);
     int *slot_of = malloc((size_t)M * sizeof *slot_of);
     if (!slot_of)
-        return fail(err, errlen, "schedule: out of memory");
+        return merak_errf(err, errlen, "schedule: out of memory");
     int rc = 0;
     for (int i = 0; i < S && rc == 0; i++)
         rc = check_list(&stages[i], i, S, M, slot_of, err, errlen);
@@ -583,7 +572,7 @@ static int check_end(sim *m)
             else if (!last && !(m->st[i + 1].st[k] & F_RECV_ACT))
                 miss = "activation sent but never received";
             if (miss)
-                return fail(m->err, m->errlen, "schedule (%s sends): stage %d, mb %d: %s",
+                return merak_errf(m->err, m->errlen, "schedule (%s sends): stage %d, mb %d: %s",
                             mode_name(m), i, k, miss);
         }
     }
@@ -598,14 +587,14 @@ static int run(const merak_schedule *stages, int S, int rendezvous, int *peak, i
     int rc = -1;
     m.st = calloc((size_t)S, sizeof *m.st);
     if (!m.st)
-        return fail(err, errlen, "schedule: out of memory");
+        return merak_errf(err, errlen, "schedule: out of memory");
     for (int i = 0; i < S; i++) {
         simstage *p = &m.st[i];
         p->s = &stages[i];
         p->st = calloc((size_t)M, sizeof *p->st);
         p->owner = malloc((size_t)p->s->nslots * sizeof *p->owner);
         if (!p->st || !p->owner) {
-            fail(err, errlen, "schedule: out of memory");
+            merak_errf(err, errlen, "schedule: out of memory");
             goto out;
         }
         for (int j = 0; j < p->s->nslots; j++)
@@ -682,7 +671,7 @@ int merak_schedule_simulate(const merak_schedule *stages, int nstages, int *peak
                             char *err, size_t errlen)
 {
     if (!stages || nstages < 1)
-        return fail(err, errlen, "schedule: %d stages to simulate", nstages);
+        return merak_errf(err, errlen, "schedule: %d stages to simulate", nstages);
     if (check_static(stages, nstages, err, errlen))
         return -1;
     /* A schedule must work whether the transport buffers sends (eager) or
