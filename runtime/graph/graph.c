@@ -96,6 +96,14 @@ int merak_graph_find(const merak_graph *g, const char *name)
     return -1;
 }
 
+int merak_graph_loss_vocab(const merak_graph *g)
+{
+    if (g->loss < 0)
+        return -1;
+    const merak_tensor *logits = &g->tensors[g->ops[g->tensors[g->loss].producer].in[0]];
+    return (int)logits->shape[logits->ndim - 1];
+}
+
 int merak_graph_param_root(const merak_graph *g, int t)
 {
     while (g->tensors[t].tied_to >= 0)

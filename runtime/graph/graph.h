@@ -85,6 +85,10 @@ int64_t merak_tensor_elems(const merak_tensor *t);
 /* The tensor whose storage a parameter uses (follows ties). */
 int merak_graph_param_root(const merak_graph *g, int tensor);
 
+/* The vocabulary of the graph's loss: its logits' last dimension, or -1
+ * without a loss.  Token ids and targets must lie below it. */
+int merak_graph_loss_vocab(const merak_graph *g);
+
 /* Is tensor t an input of op o? */
 int merak_op_reads(const merak_op *o, int t);
 

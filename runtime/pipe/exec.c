@@ -310,8 +310,8 @@ static uint64_t op_seed(uint64_t seed, int op)
 }
 
 /* q, k, v pointers of an attention op (fused: three column blocks of one row). */
-static void attn_qkv(const merak_exec *e, const merak_op *o, float *base_q, float *base_k,
-                     float *base_v, float **q, float **k, float **v)
+static void attn_qkv(const merak_op *o, float *base_q, float *base_k, float *base_v, float **q,
+                     float **k, float **v)
 {
     if (o->fused_qkv) {
         *q = base_q;
@@ -320,7 +320,19 @@ static void attn_qkv(const merak_exec *e, const merak_op *o, float *base_q, floa
     } else {
         *q = base_q, *k = base_k, *v = base_v;
     }
-    (void)e;
+}
+
+/* An attention op's saved values, laid out as saved_floats() counts them:
+ * probs (B,nh,T,T), then with RoPE the rotated qr (B,T,nh*hd) and kr. */
+static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_shape *s,
+                       float **probs, float **qr, float **kr)
+{
+    *probs = saved(e, slot, op);
+    *qr = *kr = NULL;
+    if (s->rope_theta > 0) {
+        *qr = *probs + round_up((size_t)s->B * s->n_head * s->T * s->T);
+        *kr = *qr + round_up((size_t)s->B * s->T * s->n_head * s->head_dim);
+    }
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -360,13 +372,9 @@ void merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
             break;
         case MERAK_OP_ATTENTION: {
             merak_attn_shape s = attn_shape(g, o);
-            float *q, *kk, *v, *probs = saved(e, slot, i);
-            float *qr = NULL, *kr = NULL;
-            attn_qkv(e, o, in0, in1, in2, &q, &kk, &v);
-            if (s.rope_theta > 0) {
-                qr = probs + round_up((size_t)s.B * s.n_head * s.T * s.T);
-                kr = qr + round_up((size_t)s.B * s.T * s.n_head * s.head_dim);
-            }
+            float *q, *kk, *v, *probs, *qr, *kr;
+            attn_qkv(o, in0, in1, in2, &q, &kk, &v);
+            attn_saved(e, slot, i, &s, &probs, &qr, &kr);
             k->attention_fwd(&s, out, probs, qr, kr, q, kk, v);
             break;
         }
@@ -421,14 +429,10 @@ static void op_backward_input(merak_exec *e, int slot, int i)
         break;
     case MERAK_OP_ATTENTION: {
         merak_attn_shape s = attn_shape(g, o);
-        float *q, *kk, *v, *dq, *dk, *dv, *probs = saved(e, slot, i);
-        float *qr = NULL, *kr = NULL;
-        attn_qkv(e, o, in0, in1, in2, &q, &kk, &v);
-        attn_qkv(e, o, d0, d1, o->nin > 2 ? grad(e, slot, o->in[2]) : NULL, &dq, &dk, &dv);
-        if (s.rope_theta > 0) {
-            qr = probs + round_up((size_t)s.B * s.n_head * s.T * s.T);
-            kr = qr + round_up((size_t)s.B * s.T * s.n_head * s.head_dim);
-        }
+        float *q, *kk, *v, *dq, *dk, *dv, *probs, *qr, *kr;
+        attn_qkv(o, in0, in1, in2, &q, &kk, &v);
+        attn_qkv(o, d0, d1, o->nin > 2 ? grad(e, slot, o->in[2]) : NULL, &dq, &dk, &dv);
+        attn_saved(e, slot, i, &s, &probs, &qr, &kr);
         if (dq)
             k->attention_bwd(&s, dq, dk, dv, dout, probs, qr, kr, q, kk, v, e->scratch);
         break;

@@ -204,9 +204,7 @@ static int stage_setup(stage *s, const merak_graph *g, const merak_args *a, cons
     }
     /* Only stages that read token ids or targets open the data. */
     if (s->ids_t >= 0 || s->tgt_t >= 0) {
-        const merak_op *ce = &g->ops[g->tensors[g->loss].producer];
-        int vocab = (int)g->tensors[ce->in[0]].shape[g->tensors[ce->in[0]].ndim - 1];
-        if (merak_data_open(a->data, vocab, &s->data, err, errlen) < 0)
+        if (merak_data_open(a->data, merak_graph_loss_vocab(g), &s->data, err, errlen) < 0)
             return -1;
         s->windows = merak_data_num_windows(s->data, B, T);
         if (s->windows == 0)

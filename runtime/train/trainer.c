@@ -77,9 +77,7 @@ static int check_graph(const merak_graph *g, const merak_args *a, int *ids, int 
     if (x->ndim != 2 || x->shape[0] != a->micro_batch || x->shape[1] != a->seq_len)
         return merak_errf(err, errlen, "the graph's input_ids are not (%d,%d), the micro-batch and sequence length",
                     a->micro_batch, a->seq_len);
-    const merak_op *ce = &g->ops[g->tensors[g->loss].producer];
-    const merak_tensor *logits = &g->tensors[ce->in[0]];
-    return (int)logits->shape[logits->ndim - 1];
+    return merak_graph_loss_vocab(g);
 }
 
 static int check_args(const merak_args *a, char *err, size_t errlen)
