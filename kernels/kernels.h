@@ -46,12 +46,13 @@ typedef struct merak_attn_shape {
  * gradient checks (see cpu/cpu_kernels.h).
  */
 #define MERAK_KERNEL_TABLE(REAL)                                                   \
-    /* out (N,C) = wte[ids] ; ids (N), wte (V,C) */                                \
+    /* out (N,C) = wte[ids - v0] ; ids (N), wte (V,C) rows v0.. of the          \
+     * vocabulary (a tensor-parallel shard); ids outside give zero rows */        \
     void (*embedding_fwd)(REAL *out, const int32_t *ids, const REAL *wte,          \
-                          int N, int C);                                           \
-    /* dwte (V,C) += scatter of dout (N,C) by ids */                               \
+                          int N, int C, int v0, int V);                            \
+    /* dwte (V,C) += scatter of dout (N,C) by ids - v0, in-shard ids only */      \
     void (*embedding_bwd_w)(REAL *dwte, const REAL *dout, const int32_t *ids,      \
-                            int N, int C);                                         \
+                            int N, int C, int v0, int V);                          \
     /* out (B,T,C) = inp + wpe[t] ; wpe (P>=T, C).  bwd_x is accumulate(). */      \
     void (*posemb_fwd)(REAL *out, const REAL *inp, const REAL *wpe,                \
                        int B, int T, int C);                                       \
@@ -114,12 +115,18 @@ typedef struct merak_attn_shape {
                         uint64_t seed);                                            \
     void (*dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,           \
                         uint64_t seed);                                            \
-    /* losses (N) = logsumexp(logits[i]) - logits[i][targets[i]] ; logits (N,V) */ \
-    void (*crossentropy_fwd)(REAL *losses, const REAL *logits,                     \
-                             const int32_t *targets, int N, int V);                \
-    /* dlogits (N,V) += (softmax(logits) - onehot(targets)) * scale */            \
-    void (*crossentropy_bwd)(REAL *dlogits, const REAL *logits,                    \
-                             const int32_t *targets, int N, int V, float scale);   \
+    /* Cross-entropy over logits (N,V), columns v0.. of the vocabulary (a     \
+     * tensor-parallel shard).  lse (N) = logsumexp over the shard; tlogit (N) \
+     * = logits[n][targets[n]-v0] if in the shard, else 0; target < 0 is      \
+     * ignored (both 0).  The loss of a row is lse - tlogit when one shard     \
+     * holds the whole vocabulary. */                                          \
+    void (*crossentropy_stats)(REAL *lse, REAL *tlogit, const REAL *logits,        \
+                               const int32_t *targets, int N, int V, int v0);      \
+    /* dlogits += (exp(logits - lse[n]) - onehot(targets[n]-v0)) * scale, lse  \
+     * the logsumexp over the whole vocabulary; target < 0 rows untouched */    \
+    void (*crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *lse,   \
+                             const int32_t *targets, int N, int V, int v0,         \
+                             float scale);                                         \
     /* torch.optim.AdamW, one step (t >= 1) on n elements */                      \
     void (*adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, size_t n, float lr,    \
                   float beta1, float beta2, float eps, float weight_decay, int t); \

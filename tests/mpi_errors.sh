@@ -26,7 +26,16 @@ expect() {
 expect 4 "dp\*tp\*pp = 3\*1\*2 = 6, but the job has 4 ranks" --dp 3 --pp 2
 expect 3 "not divisible by tp\*pp" --pp 2
 expect 2 "1f1b needs at least as many micro-batches" --pp 2 --micro-batches 1 --schedule 1f1b
-expect 2 "tensor parallelism" --tp 2
+expect 3 "tp=3 does not divide the 4 attention heads (op 3); use tp in {1, 2, 4}" --tp 3
+printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 1, "n_head": 2}\n' > "$WORK/one.json"
+expect 8 "cut points, so at most" --pp 8 --micro-batches 8 --model "$WORK/one.json"
+printf '*.mlp.c_fc.weight column\n*.mlp.c_fc.weight sideways\n' > "$WORK/rules.bad"
+expect 2 "rules.bad:2: unknown kind 'sideways'" --tp 2 --tp-rules "$WORK/rules.bad"
+expect 2 "none.rules: cannot open the tensor-parallel rules file" --tp 2 --tp-rules "$WORK/none.rules"
+printf 'h.*.nothing column\n' > "$WORK/rules.miss"
+expect 2 "rules.miss:1: pattern 'h.\*.nothing' matches no parameter" --tp 2 --tp-rules "$WORK/rules.miss"
+printf '*.attn.c_proj.weight column\n' > "$WORK/rules.conflict"
+expect 2 "needs attention.4 whole" --tp 2 --tp-rules "$WORK/rules.conflict"
 expect 2 "no file matches" --pp 2 --micro-batches 2 --data "$WORK/none-*.bin"
 MERAK_PP=x expect 2 "MERAK_PP='x' is not a positive integer"
 echo "mpi_errors: ok"

@@ -28,7 +28,7 @@ typedef struct args {
     float lr, min_lr, weight_decay, beta1, beta2, eps, clip;
     merak_schedule_kind schedule;
     int dp, tp, pp;
-    const char *pipe_schedule, *partition;
+    const char *pipe_schedule, *partition, *tp_rules;
     uint64_t seed;
 } args;
 
@@ -61,7 +61,8 @@ static void usage(FILE *out)
         "  --seed S                initialisation and dropout seed (default 1337)\n"
         "Parallelism (under mpirun -np N or srun --mpi=pmix):\n"
         "  --dp N                  data-parallel replicas (default MERAK_DP, else ranks/(tp*pp))\n"
-        "  --tp N                  tensor-parallel degree, only 1 in this release (default MERAK_TP, else 1)\n"
+        "  --tp N                  tensor-parallel degree (default MERAK_TP, else 1)\n"
+        "  --tp-rules FILE         tensor-parallel rules: 'PATTERN column|row|vocab|replicated' lines\n"
         "  --pp N                  pipeline stages (default MERAK_PP, else 1)\n"
         "  --schedule S            gpipe or 1f1b (default MERAK_SCHEDULE, else 1f1b)\n"
         "  --partition P           uniform or parameters (default parameters)\n"
@@ -126,7 +127,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
-    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES,
 };
 
 static void parse_args(int argc, char **argv, args *a)
@@ -158,6 +159,7 @@ static void parse_args(int argc, char **argv, args *a)
         {"pp", required_argument, 0, OPT_PP},
         {"schedule", required_argument, 0, OPT_PSCHED},
         {"partition", required_argument, 0, OPT_PART},
+        {"tp-rules", required_argument, 0, OPT_TPRULES},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -214,6 +216,7 @@ static void parse_args(int argc, char **argv, args *a)
                 die_usage("--partition: '%s' is not uniform or parameters", optarg);
             a->partition = optarg;
             break;
+        case OPT_TPRULES: a->tp_rules = optarg; break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
         case ':': die_usage("%s needs a value", argv[optind - 1]);
@@ -330,6 +333,7 @@ int main(int argc, char **argv)
     ta.pp = a.pp;
     ta.pipe_schedule = a.pipe_schedule;
     ta.partition = a.partition;
+    ta.tp_rules = a.tp_rules;
     banner_ctx ctx = {&a, &cfg, g, 0};
     ta.on_start = print_banner;
     ta.on_step = print_step;

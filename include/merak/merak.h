@@ -81,10 +81,10 @@ typedef enum merak_init_kind {
     MERAK_INIT_ONES = 2,
 } merak_init_kind;
 
-typedef struct merak_init {
+typedef struct merak_param_init {
     merak_init_kind kind;
     float std;
-} merak_init;
+} merak_param_init;
 
 /* Tensor-parallel attribute of a parameter. */
 typedef enum merak_tp_attr {
@@ -115,7 +115,7 @@ const char *merak_graph_error(const merak_graph *g);
 int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype,
                       int ndim, const int64_t *shape);
 int merak_graph_param(merak_graph *g, const char *name, int ndim,
-                      const int64_t *shape, merak_init init, merak_tp_attr tp,
+                      const int64_t *shape, merak_param_init init, merak_tp_attr tp,
                       merak_hf_layout layout);
 
 /* Ops.  Each takes tensor ids, infers the output's shape, and returns the
@@ -142,6 +142,17 @@ int merak_op_cross_entropy(merak_graph *g, int logits, int targets);
 /* Makes parameter `alias` share storage with `param` (tied weights).
  * Shapes must match.  Returns 0 or -1. */
 int merak_graph_tie(merak_graph *g, int alias, int param);
+
+/* Tensor-parallel rules: sets the attribute of every parameter whose name
+ * matches the shell pattern (fnmatch(3)).  Only linear weights (column, row)
+ * and embedding tables (vocab) can be split; a linear's bias follows its
+ * weight.  Returns the number of parameters matched, or -1. */
+int merak_graph_set_tp(merak_graph *g, const char *pattern, merak_tp_attr attr);
+/* Applies a rules file: one "PATTERN column|row|vocab|replicated" per line,
+ * '#' starts a comment.  Returns 0, or -1 with err naming file and line. */
+int merak_graph_load_tp_rules(merak_graph *g, const char *path, char *err, size_t errlen);
+/* "column" -> MERAK_TP_COLUMN, ...; 0 or -1. */
+int merak_tp_attr_parse(const char *s, merak_tp_attr *attr);
 
 /* Introspection. */
 int merak_graph_num_ops(const merak_graph *g);
@@ -208,6 +219,9 @@ typedef struct merak_args {
     int dp, tp, pp;
     const char *pipe_schedule;
     const char *partition;
+    /* A tensor-parallel rules file applied over the graph's own attributes
+     * (see merak_graph_load_tp_rules), or NULL. */
+    const char *tp_rules;
     /* Called once on rank 0 before the first step (may be NULL). */
     void (*on_start)(const struct merak_run_info *info, void *user);
     /* Called after every step on rank 0 (may be NULL). */
@@ -220,6 +234,20 @@ typedef struct merak_args {
 
 void merak_args_default(merak_args *a);
 
+/* Starts the runtime on a dp x tp x pp grid of ranks (Merak's
+ * merak.init(dp, tp, pp)); 0 for a degree takes it from MERAK_DP/TP/PP, dp
+ * from the rank count.  Under mpirun or srun every rank calls it and MPI is
+ * started; otherwise (all degrees <= 1) the run is one process.  Returns 0,
+ * or -1 with the message on rank 0 (err is empty on the others).  merak_train
+ * calls it with the arguments' degrees if nobody did. */
+int merak_init(int dp, int tp, int pp, char *err, size_t errlen);
+/* This process's rank (0 without MPI) and the number of ranks. */
+int merak_rank(void);
+int merak_world_size(void);
+/* Ends the runtime (and MPI, if merak_init started it).  Optional: it also
+ * happens at exit, after the program has printed its messages. */
+void merak_finalize(void);
+
 /* Trains graph g (its inputs named "input_ids" and "targets", its loss a
  * cross-entropy) on a.data.  Returns the number of steps run (>= 0); or -1
  * when every rank failed alike (rank 0 gets the one-line message in err,
@@ -227,6 +255,15 @@ void merak_args_default(merak_args *a);
  * (err says why): the caller reports it and calls merak_abort(), since the
  * other ranks may be waiting on this one. */
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
+
+/* The same as an object (Merak's MerakTrainer): checks the arguments and
+ * the graph at creation (NULL with err), trains on merak_trainer_train (the
+ * return values of merak_train).  The graph must outlive the trainer. */
+typedef struct merak_trainer merak_trainer;
+merak_trainer *merak_trainer_create(const merak_graph *g, const merak_args *a, char *err,
+                                    size_t errlen);
+int merak_trainer_train(merak_trainer *t, char *err, size_t errlen);
+void merak_trainer_destroy(merak_trainer *t);
 
 /* Ends the whole job (every rank) with status. */
 void merak_abort(int status) __attribute__((noreturn));

@@ -18,26 +18,36 @@
  */
 
 /* ============================================================== embedding
- * fwd: out (N,C) = wte (V,C) [ids (N)]
- * bwd: dwte (V,C) += scatter-add of dout (N,C) by ids.  Threads own column
- *      blocks, so rows sharing an id are added by one thread, in row order. */
+ * fwd: out (N,C) = wte (V,C) [ids (N) - v0]; ids outside [v0, v0+V) (rows of
+ *      another tensor-parallel shard) give zero rows
+ * bwd: dwte (V,C) += scatter-add of dout (N,C) by ids - v0 (in-shard rows only).
+ *      Threads own column blocks, so rows sharing an id are added by one
+ *      thread, in row order. */
 static void FN(embedding_fwd)(REAL *out, const int32_t *ids, const REAL *wte,
-                              int N, int C)
+                              int N, int C, int v0, int V)
 {
     OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
-    for (int n = 0; n < N; n++)
-        memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, (size_t)C * sizeof(REAL));
+    for (int n = 0; n < N; n++) {
+        const int64_t r = (int64_t)ids[n] - v0;
+        if (r >= 0 && r < V)
+            memcpy(out + (size_t)n * C, wte + (size_t)r * C, (size_t)C * sizeof(REAL));
+        else
+            memset(out + (size_t)n * C, 0, (size_t)C * sizeof(REAL));
+    }
 }
 
 static void FN(embedding_bwd_w)(REAL *dwte, const REAL *dout, const int32_t *ids,
-                                int N, int C)
+                                int N, int C, int v0, int V)
 {
     const int nblk = (C + COLBLK - 1) / COLBLK;
     OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
     for (int cb = 0; cb < nblk; cb++) {
         const int c0 = cb * COLBLK, c1 = imin(C, c0 + COLBLK);
         for (int n = 0; n < N; n++) {
-            REAL *d = dwte + (size_t)ids[n] * C;
+            const int64_t r = (int64_t)ids[n] - v0;
+            if (r < 0 || r >= V)
+                continue;
+            REAL *d = dwte + (size_t)r * C;
             const REAL *g = dout + (size_t)n * C;
             for (int c = c0; c < c1; c++)
                 d[c] += g[c];
@@ -650,19 +660,24 @@ static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
 }
 
 /* ============================================================== cross-entropy
- * fwd: losses (N) = logsumexp(logits[n]) - logits[n][targets[n]] ; logits (N,V)
- * bwd: dlogits (N,V) += (softmax(logits[n]) - onehot(targets[n])) * scale
- * Max subtracted, sum of exponentials in double.  A target outside [0,V)
- * (e.g. torch's ignore_index -100) gives loss 0 and no gradient. */
-static void FN(crossentropy_fwd)(REAL *losses, const REAL *logits,
-                                 const int32_t *targets, int N, int V)
+ * The logits may be one tensor-parallel shard (columns [v0, v0+V) of the
+ * vocabulary); the runtime combines the shards' statistics.
+ * stats: lse[n] = logsumexp(logits[n]) over the shard (max subtracted, sum of
+ *        exponentials in double); tlogit[n] = logits[n][targets[n] - v0] when
+ *        the target lies in the shard, else 0.  A negative target (torch's
+ *        ignore_index -100) gives lse = tlogit = 0.
+ * bwd:   dlogits[n][j] += (exp(logits[n][j] - lse[n]) - [j == targets[n] - v0])
+ *        * scale, with lse the row's logsumexp over the whole vocabulary;
+ *        rows with a negative target get no gradient. */
+static void FN(crossentropy_stats)(REAL *lse, REAL *tlogit, const REAL *logits,
+                                   const int32_t *targets, int N, int V, int v0)
 {
     OMP(parallel for if ((size_t)N * V >= PAR_MIN / 4) schedule(static))
     for (int n = 0; n < N; n++) {
         const REAL *x = logits + (size_t)n * V;
-        const int32_t tg = targets[n];
-        if (tg < 0 || tg >= V) {
-            losses[n] = 0;
+        const int64_t tg = targets[n], t = tg - v0;
+        if (tg < 0) {
+            lse[n] = tlogit[n] = 0;
             continue;
         }
         REAL mx = -INFINITY;
@@ -672,30 +687,24 @@ static void FN(crossentropy_fwd)(REAL *losses, const REAL *logits,
         double sum = 0.0;
         for (int j = 0; j < V; j++)
             sum += R_EXP(x[j] - mx);
-        losses[n] = (REAL)((double)mx + log(sum) - (double)x[tg]);
+        lse[n] = (REAL)((double)mx + log(sum));
+        tlogit[n] = (t >= 0 && t < V) ? x[t] : 0;
     }
 }
 
-static void FN(crossentropy_bwd)(REAL *dlogits, const REAL *logits,
-                                 const int32_t *targets, int N, int V, float scale)
+static void FN(crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *lse,
+                                 const int32_t *targets, int N, int V, int v0, float scale)
 {
     OMP(parallel for if ((size_t)N * V >= PAR_MIN / 4) schedule(static))
     for (int n = 0; n < N; n++) {
         const REAL *x = logits + (size_t)n * V;
         REAL *d = dlogits + (size_t)n * V;
-        const int32_t tg = targets[n];
-        if (tg < 0 || tg >= V)
+        const int64_t tg = targets[n], t = tg - v0;
+        if (tg < 0)
             continue;
-        REAL mx = -INFINITY;
+        const REAL l = lse[n], sc = (REAL)scale;
         for (int j = 0; j < V; j++)
-            if (x[j] > mx)
-                mx = x[j];
-        double sum = 0.0;
-        for (int j = 0; j < V; j++)
-            sum += R_EXP(x[j] - mx);
-        const REAL inv = (REAL)(1.0 / sum), sc = (REAL)scale;
-        for (int j = 0; j < V; j++)
-            d[j] += (R_EXP(x[j] - mx) * inv - (j == tg ? 1 : 0)) * sc;
+            d[j] += (R_EXP(x[j] - l) - (j == t ? 1 : 0)) * sc;
     }
 }
 
@@ -788,7 +797,7 @@ static const TABLE_T FN(cpu_table) = {
     .accumulate = FN(accumulate),
     .dropout_fwd = FN(dropout_fwd),
     .dropout_bwd = FN(dropout_bwd),
-    .crossentropy_fwd = FN(crossentropy_fwd),
+    .crossentropy_stats = FN(crossentropy_stats),
     .crossentropy_bwd = FN(crossentropy_bwd),
     .adamw = FN(adamw),
     .sumsq = FN(sumsq),

@@ -355,16 +355,18 @@ out:
             cuda_ok((cudaError_t)(call), name);                               \
     } while (0)
 
-static void k_embedding_fwd(float *out, const int32_t *ids, const float *wte, int N, int C)
+static void k_embedding_fwd(float *out, const int32_t *ids, const float *wte, int N, int C,
+                            int v0, int V)
 {
-    LAUNCH("embedding_fwd", merak_cuda_launch_embedding_fwd(STREAM, out, ids, wte, N, C));
+    LAUNCH("embedding_fwd",
+           merak_cuda_launch_embedding_fwd(STREAM, out, ids, wte, N, C, v0, V));
 }
 
 static void k_embedding_bwd_w(float *dwte, const float *dout, const int32_t *ids, int N,
-                              int C)
+                              int C, int v0, int V)
 {
     LAUNCH("embedding_bwd_w",
-           merak_cuda_launch_embedding_bwd_w(STREAM, dwte, dout, ids, N, C));
+           merak_cuda_launch_embedding_bwd_w(STREAM, dwte, dout, ids, N, C, v0, V));
 }
 
 static void k_posemb_fwd(float *out, const float *inp, const float *wpe, int B, int T, int C)
@@ -520,18 +522,18 @@ static void k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uin
     LAUNCH("dropout_bwd", merak_cuda_launch_dropout_bwd(STREAM, dinp, dout, n, p, seed));
 }
 
-static void k_crossentropy_fwd(float *losses, const float *logits, const int32_t *targets,
-                               int N, int V)
+static void k_crossentropy_stats(float *lse, float *tlogit, const float *logits,
+                                 const int32_t *targets, int N, int V, int v0)
 {
-    LAUNCH("crossentropy_fwd",
-           merak_cuda_launch_crossentropy_fwd(STREAM, losses, logits, targets, N, V));
+    LAUNCH("crossentropy_stats",
+           merak_cuda_launch_crossentropy_stats(STREAM, lse, tlogit, logits, targets, N, V, v0));
 }
 
-static void k_crossentropy_bwd(float *dlogits, const float *logits, const int32_t *targets,
-                               int N, int V, float scale)
+static void k_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
+                               const int32_t *targets, int N, int V, int v0, float scale)
 {
-    LAUNCH("crossentropy_bwd",
-           merak_cuda_launch_crossentropy_bwd(STREAM, dlogits, logits, targets, N, V, scale));
+    LAUNCH("crossentropy_bwd", merak_cuda_launch_crossentropy_bwd(STREAM, dlogits, logits, lse,
+                                                                  targets, N, V, v0, scale));
 }
 
 /* torch.optim.AdamW: the scalars in double on the host, as torch's
@@ -590,7 +592,7 @@ static const merak_kernels cuda_table = {
     .accumulate = k_accumulate,
     .dropout_fwd = k_dropout_fwd,
     .dropout_bwd = k_dropout_bwd,
-    .crossentropy_fwd = k_crossentropy_fwd,
+    .crossentropy_stats = k_crossentropy_stats,
     .crossentropy_bwd = k_crossentropy_bwd,
     .adamw = k_adamw,
     .sumsq = k_sumsq,

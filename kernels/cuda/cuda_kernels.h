@@ -79,9 +79,9 @@ int merak_cuda_synchronize(void);
 void *merak_cuda_scratch(size_t bytes);
 
 int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
-                                    const float *wte, int N, int C);
+                                    const float *wte, int N, int C, int v0, int V);
 int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
-                                      const int32_t *ids, int N, int C);
+                                      const int32_t *ids, int N, int C, int v0, int V);
 int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
                                  const float *wpe, int B, int T, int C);
 int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout,
@@ -129,10 +129,12 @@ int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, si
                                   float p, uint64_t seed);
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
                                   float p, uint64_t seed);
-int merak_cuda_launch_crossentropy_fwd(void *stream, float *losses, const float *logits,
-                                       const int32_t *targets, int N, int V);
+int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit,
+                                         const float *logits, const int32_t *targets, int N,
+                                         int V, int v0);
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
-                                       const int32_t *targets, int N, int V, float scale);
+                                       const float *lse, const int32_t *targets, int N, int V,
+                                       int v0, float scale);
 /* One AdamW step; the scalars are computed on the host as torch does:
  * decay = 1-lr*wd, w1 = 1-beta1, c2 = 1-beta2, nstep = -lr/(1-beta1^t),
  * bc2_sqrt = sqrt(1-beta2^t). */

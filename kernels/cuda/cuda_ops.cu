@@ -98,15 +98,17 @@ __device__ float block_max(float v, float *sh)
 
 /* ------------------------------------------------------------------ embedding */
 
-/* out (N,C) = wte[ids] ; wte (V,C) */
+/* out (N,C) = wte[ids - v0] ; wte (V,C), a shard of the vocabulary: ids
+ * outside [v0, v0+V) give zero rows */
 __global__ void embedding_fwd_k(float *out, const int32_t *ids, const float *wte, int N,
-                                int C)
+                                int C, int v0, int V)
 {
     const size_t n = (size_t)N * C;
     GRID_STRIDE(i, n)
     {
         size_t row = i / C, c = i % C;
-        out[i] = wte[(size_t)ids[row] * C + c];
+        const long long r = (long long)ids[row] - v0;
+        out[i] = (r >= 0 && r < V) ? wte[(size_t)r * C + c] : 0.0f;
     }
 }
 
@@ -119,16 +121,16 @@ __global__ void iota_k(int32_t *x, int N)
  * of a run of equal ids adds the rows of that run, in increasing row order
  * (the order a sequential loop over rows would use), into dwte[id]. */
 __global__ void embedding_bwd_runs_k(float *dwte, const float *dout, const int32_t *keys,
-                                     const int32_t *rows, int N, int C)
+                                     const int32_t *rows, int N, int C, int v0, int V)
 {
     const int p = blockIdx.x;
     const int32_t id = keys[p];
-    if (p > 0 && keys[p - 1] == id)
+    if ((p > 0 && keys[p - 1] == id) || (long long)id - v0 < 0 || (long long)id - v0 >= V)
         return;
     int q = p + 1;
     while (q < N && keys[q] == id)
         q++;
-    float *dst = dwte + (size_t)id * C;
+    float *dst = dwte + (size_t)(id - v0) * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = dst[c];
         for (int r = p; r < q; r++)
@@ -755,14 +757,21 @@ static uint64_t host_mix64(uint64_t z)
 
 /* ------------------------------------------------------------------ cross-entropy */
 
-/* One block per row: losses[n] = logsumexp(x) - x[target] (max-subtracted).
- * A target outside [0,V) gives loss 0 (and no gradient below). */
-__global__ void crossentropy_fwd_k(float *losses, const float *logits,
-                                   const int32_t *targets, int V)
+/* One block per row: lse[n] = logsumexp(x) over the shard (max subtracted),
+ * tlogit[n] = x[target - v0] if the target is in the shard, else 0; a
+ * negative target gives 0 for both. */
+__global__ void crossentropy_stats_k(float *lse, float *tlogit, const float *logits,
+                                     const int32_t *targets, int V, int v0)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
+    const long long tg = targets[n], t = tg - v0;
     const float *x = logits + n * V;
+    if (tg < 0) {
+        if (threadIdx.x == 0)
+            lse[n] = tlogit[n] = 0.0f;
+        return;
+    }
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         mx = fmaxf(mx, x[j]);
@@ -772,34 +781,24 @@ __global__ void crossentropy_fwd_k(float *losses, const float *logits,
         s += expf(x[j] - mx);
     s = block_sum(s, sh);
     if (threadIdx.x == 0) {
-        const int t = targets[n];
-        losses[n] = (t >= 0 && t < V) ? logf(s) + mx - x[t] : 0.0f;
+        lse[n] = logf(s) + mx;
+        tlogit[n] = (t >= 0 && t < V) ? x[t] : 0.0f;
     }
 }
 
-/* dlogits += (softmax(x) - onehot(target)) * scale */
-__global__ void crossentropy_bwd_k(float *dlogits, const float *logits,
-                                   const int32_t *targets, int V, float scale)
+/* dlogits += (exp(x - lse) - onehot(target - v0)) * scale */
+__global__ void crossentropy_bwd_k(float *dlogits, const float *logits, const float *lse,
+                                   const int32_t *targets, int V, int v0, float scale)
 {
-    __shared__ float sh[33];
     const size_t n = blockIdx.x;
-    const int t = targets[n];
-    if (t < 0 || t >= V)
+    const long long tg = targets[n], t = tg - v0;
+    if (tg < 0)
         return;
     const float *x = logits + n * V;
     float *dx = dlogits + n * V;
-    float mx = -INFINITY;
+    const float l = lse[n];
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, x[j]);
-    mx = block_max(mx, sh);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        s += expf(x[j] - mx);
-    const float inv = 1.0f / block_sum(s, sh);
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float pj = expf(x[j] - mx) * inv;
-        dx[j] += (pj - (j == t ? 1.0f : 0.0f)) * scale;
-    }
+        dx[j] += (expf(x[j] - l) - (j == t ? 1.0f : 0.0f)) * scale;
 }
 
 /* ------------------------------------------------------------------ optimizer, norms */
@@ -860,19 +859,19 @@ __global__ void sumsq_final_k(double *result, const double *part)
 extern "C" {
 
 int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
-                                    const float *wte, int N, int C)
+                                    const float *wte, int N, int C, int v0, int V)
 {
     const size_t n = (size_t)N * C;
     if (n == 0)
         return cudaSuccess;
-    embedding_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, ids, wte, N, C);
+    embedding_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, ids, wte, N, C, v0, V);
     return cudaGetLastError();
 }
 
 /* dwte (V,C) += dout (N,C) scattered by ids: a stable radix sort of the ids
  * (rows keep their order within an id), then one block per run of equal ids. */
 int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
-                                      const int32_t *ids, int N, int C)
+                                      const int32_t *ids, int N, int C, int v0, int V)
 {
     cudaStream_t st = STREAM(stream);
     if (N <= 0 || C <= 0)
@@ -894,7 +893,7 @@ int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *do
     e = cub::DeviceRadixSort::SortPairs(tmp, temp, ids, keys, rows_in, rows, N, 0, 32, st);
     if (e != cudaSuccess)
         return e;
-    embedding_bwd_runs_k<<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C);
+    embedding_bwd_runs_k<<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
     return cudaGetLastError();
 }
 
@@ -1119,21 +1118,24 @@ int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, 
     return cudaGetLastError();
 }
 
-int merak_cuda_launch_crossentropy_fwd(void *stream, float *losses, const float *logits,
-                                       const int32_t *targets, int N, int V)
+int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit,
+                                         const float *logits, const int32_t *targets, int N,
+                                         int V, int v0)
 {
     if (N <= 0 || V <= 0)
         return cudaSuccess;
-    crossentropy_fwd_k<<<N, NT, 0, STREAM(stream)>>>(losses, logits, targets, V);
+    crossentropy_stats_k<<<N, NT, 0, STREAM(stream)>>>(lse, tlogit, logits, targets, V, v0);
     return cudaGetLastError();
 }
 
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
-                                       const int32_t *targets, int N, int V, float scale)
+                                       const float *lse, const int32_t *targets, int N, int V,
+                                       int v0, float scale)
 {
     if (N <= 0 || V <= 0)
         return cudaSuccess;
-    crossentropy_bwd_k<<<N, NT, 0, STREAM(stream)>>>(dlogits, logits, targets, V, scale);
+    crossentropy_bwd_k<<<N, NT, 0, STREAM(stream)>>>(dlogits, logits, lse, targets, V, v0,
+                                                     scale);
     return cudaGetLastError();
 }
 

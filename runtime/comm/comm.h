@@ -49,7 +49,9 @@ typedef struct merak_comm merak_comm;
 
 /* Initialises MPI (if needed), the grid and every group.  Returns 0, or -1
  * for a bad layout, with the message in err on MPI rank 0 and an empty err
- * elsewhere (every rank finds the same problem; one reports it). */
+ * elsewhere (every rank finds the same problem; one reports it).  MPI
+ * started here is finalised at exit unless merak_comm_finalize ends it
+ * first, so a failing job's ranks stay up until rank 0 has reported. */
 int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t errlen);
 /* Ends MPI if merak_comm_init started it. */
 void merak_comm_finalize(merak_comm *c);

@@ -59,13 +59,37 @@ static int make_group(merak_comm *c, merak_group_kind k, int color, int key)
     return 0;
 }
 
+/* MPI started here ends at exit, after the caller has printed whatever it
+ * had to say: a rank that ends MPI first waits in MPI_Finalize for the
+ * others, so no rank is torn down before rank 0 reports an error. */
+static void end_mpi(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized)
+        MPI_Finalize();
+}
+
+static void free_groups(merak_comm *c)
+{
+    for (int k = MERAK_GROUP_TP; k < MERAK_GROUP_COUNT_; k++)
+        if (c->have[k])
+            MPI_Comm_free(&c->groups[k].comm);
+    if (c->have[MERAK_GROUP_WORLD])
+        MPI_Comm_free(&c->world);
+}
+
 int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t errlen)
 {
     *out = NULL;
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited && MPI_Init(NULL, NULL) != MPI_SUCCESS)
-        return merak_errf(err, errlen, "MPI_Init failed");
+    if (!inited) {
+        if (MPI_Init(NULL, NULL) != MPI_SUCCESS)
+            return merak_errf(err, errlen, "MPI_Init failed");
+        atexit(end_mpi);
+    }
     merak_comm *c = calloc(1, sizeof *c);
     if (!c)
         return merak_errf(err, errlen, "out of memory");
@@ -79,7 +103,7 @@ int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t 
         merak_grid_init(&c->grid, dp, tp, pp, world, merak_rank_of(mpi_rank), err, errlen) < 0) {
         if (mpi_rank != 0 && err && errlen)
             err[0] = 0; /* one report per job */
-        merak_comm_finalize(c);
+        free(c);    /* MPI itself ends at exit */
         return -1;
     }
     const merak_grid *g = &c->grid;
@@ -94,7 +118,8 @@ int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t 
     ok = ok && make_group(c, MERAK_GROUP_TIED, end_stage ? g->tp_rank + g->tp * g->dp_rank : MPI_UNDEFINED,
                           g->pp_rank) == 0;
     if (!ok) {
-        merak_comm_finalize(c);
+        free_groups(c);
+        free(c);
         return merak_errf(err, errlen, "cannot create the process groups");
     }
     *out = c;
@@ -105,11 +130,7 @@ void merak_comm_finalize(merak_comm *c)
 {
     if (!c)
         return;
-    for (int k = MERAK_GROUP_TP; k < MERAK_GROUP_COUNT_; k++)
-        if (c->have[k])
-            MPI_Comm_free(&c->groups[k].comm);
-    if (c->have[MERAK_GROUP_WORLD])
-        MPI_Comm_free(&c->world);
+    free_groups(c);
     int started = c->started_mpi;
     free(c);
     if (started)

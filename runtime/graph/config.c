@@ -39,7 +39,7 @@ static const merak_model_config presets[] = {
     /* small models for tests and demos (byte-level vocabulary) */
     GPT2("tiny-gpt2", 256, 256, 64, 2, 4, 256),
     GPT2("demo-gpt2", 256, 512, 192, 4, 6, 768),
-    LLAMA("tiny-llama", 256, 256, 64, 2, 4, 2, 176, 10000.0f),
+    LLAMA("tiny-llama", 256, 256, 64, 2, 8, 4, 176, 10000.0f), /* GQA, splits up to tp=4 */
     LLAMA("demo-llama", 256, 512, 192, 4, 6, 2, 512, 10000.0f),
     /* published sizes */
     GPT2("gpt2", 50257, 1024, 768, 12, 12, 3072),

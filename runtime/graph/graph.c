@@ -5,6 +5,7 @@
  * Every builder call validates its arguments and either appends exactly one
  * tensor (and op) or changes nothing and leaves a message in g->err.
  */
+#include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,8 @@ static const char *const op_names[MERAK_OP_COUNT_] = {
     [MERAK_OP_ADD] = "add",
     [MERAK_OP_DROPOUT] = "dropout",
     [MERAK_OP_CROSS_ENTROPY] = "cross_entropy",
+    [MERAK_OP_TP_COPY] = "tp_copy",
+    [MERAK_OP_TP_REDUCE] = "tp_reduce",
 };
 
 const char *merak_op_name(merak_op_type t)
@@ -44,8 +47,10 @@ static int fail(merak_graph *g, const char *fmt, ...)
 merak_graph *merak_graph_create(void)
 {
     merak_graph *g = calloc(1, sizeof *g);
-    if (g)
+    if (g) {
         g->loss = -1;
+        g->tp = 1;
+    }
     return g;
 }
 
@@ -168,6 +173,8 @@ static int add_tensor(merak_graph *g, const char *name, merak_tensor_kind kind,
     t->dtype = dtype;
     t->ndim = ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    memcpy(t->full, shape, (size_t)ndim * sizeof *shape);
+    t->shard_dim = -1;
     t->producer = -1;
     t->tied_to = -1;
     t->param_index = -1;
@@ -183,7 +190,7 @@ int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype, int n
 }
 
 int merak_graph_param(merak_graph *g, const char *name, int ndim, const int64_t *shape,
-                      merak_init init, merak_tp_attr tp, merak_hf_layout layout)
+                      merak_param_init init, merak_tp_attr tp, merak_hf_layout layout)
 {
     if (check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
         return -1;
@@ -295,6 +302,7 @@ static int add_op(merak_graph *g, merak_op *o, merak_dtype dtype, int ndim,
         if (o->in[i] >= 0)
             bytes += 4.0 * (double)merak_tensor_elems(&g->tensors[o->in[i]]);
     o->bytes = bytes;
+    o->src = g->nops;
     g->ops[g->nops++] = *o;
     return t;
 }
@@ -496,6 +504,157 @@ int merak_op_cross_entropy(merak_graph *g, int logits, int targets)
     if (t >= 0)
         g->loss = t;
     return t;
+}
+
+int merak_op_tp_copy(merak_graph *g, int x)
+{
+    return unary_op(g, MERAK_OP_TP_COPY, x, 0);
+}
+
+int merak_op_tp_reduce(merak_graph *g, int x, int bias)
+{
+    if (want(g, "tp_reduce", x, MERAK_F32, 0) < 0)
+        return -1;
+    if (bias >= 0 && (want_param(g, "tp_reduce", bias, 1) < 0 ||
+                      g->tensors[bias].shape[0] != last_dim(g, x)))
+        return fail(g, "tp_reduce: bias does not match %s", g->tensors[x].name);
+    merak_op o = new_op(MERAK_OP_TP_REDUCE, bias >= 0 ? 2 : 1, (int[]){x, bias});
+    o.flops = bias >= 0 ? (double)merak_tensor_elems(&g->tensors[x]) : 0;
+    return add_op(g, &o, MERAK_F32, g->tensors[x].ndim, g->tensors[x].shape);
+}
+
+/* ------------------------------------------------------------------ tensor-parallel rules */
+
+int merak_graph_set_tp(merak_graph *g, const char *pattern, merak_tp_attr attr)
+{
+    if (attr < MERAK_TP_REPLICATED || attr > MERAK_TP_VOCAB)
+        return fail(g, "tensor-parallel rule '%s': unknown attribute %d", pattern, (int)attr);
+    int n = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].kind == MERAK_T_PARAM && fnmatch(pattern, g->tensors[i].name, 0) == 0) {
+            g->tensors[i].tp = attr;
+            n++;
+        }
+    return n;
+}
+
+int merak_tp_attr_parse(const char *s, merak_tp_attr *attr)
+{
+    static const char *const names[] = {"replicated", "column", "row", "vocab"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *attr = (merak_tp_attr)i;
+            return 0;
+        }
+    return -1;
+}
+
+int merak_tp_rules_read(const char *path, merak_tp_rule **out, int *nout, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    *nout = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open the tensor-parallel rules file", path);
+        return -1;
+    }
+    char line[512];
+    int lineno = 0, n = 0, cap = 0, rc = 0;
+    merak_tp_rule *rules = NULL;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        char pat[MERAK_NAME_MAX], kind[32], extra[2];
+        int k = sscanf(line, "%127s %31s %1s", pat, kind, extra);
+        if (k <= 0)
+            continue;
+        merak_tp_attr attr;
+        if (k != 2 || strlen(pat) >= sizeof pat - 1) {
+            snprintf(err, errlen, "%s:%d: expected 'PATTERN column|row|vocab|replicated'", path, lineno);
+            rc = -1;
+        } else if (merak_tp_attr_parse(kind, &attr) < 0) {
+            snprintf(err, errlen, "%s:%d: unknown kind '%s' (column, row, vocab, replicated)", path,
+                     lineno, kind);
+            rc = -1;
+        } else {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                merak_tp_rule *r = realloc(rules, (size_t)cap * sizeof *r);
+                if (!r) {
+                    snprintf(err, errlen, "%s: out of memory", path);
+                    rc = -1;
+                    break;
+                }
+                rules = r;
+            }
+            snprintf(rules[n].pattern, sizeof rules[n].pattern, "%s", pat);
+            rules[n].attr = attr;
+            rules[n].line = lineno;
+            n++;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "%s: read error", path);
+        rc = -1;
+    }
+    if (rc == 0 && n == 0) {
+        snprintf(err, errlen, "%s: no rules", path);
+        rc = -1;
+    }
+    fclose(f);
+    if (rc < 0) {
+        free(rules);
+        return -1;
+    }
+    *out = rules;
+    *nout = n;
+    return 0;
+}
+
+int merak_tp_rules_check(const merak_graph *g, const merak_tp_rule *rules, int n,
+                         const char *path, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        int hit = 0;
+        for (int t = 0; t < g->ntensors && !hit; t++)
+            hit = g->tensors[t].kind == MERAK_T_PARAM && fnmatch(rules[i].pattern, g->tensors[t].name, 0) == 0;
+        if (!hit) {
+            snprintf(err, errlen, "%s:%d: pattern '%s' matches no parameter", path, rules[i].line,
+                     rules[i].pattern);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+merak_tp_attr merak_tp_rules_attr(const merak_tensor *t, const merak_tp_rule *rules, int n)
+{
+    merak_tp_attr a = t->tp;
+    for (int i = 0; i < n; i++)
+        if (fnmatch(rules[i].pattern, t->name, 0) == 0)
+            a = rules[i].attr;
+    return a;
+}
+
+int merak_graph_load_tp_rules(merak_graph *g, const char *path, char *err, size_t errlen)
+{
+    merak_tp_rule *rules;
+    int n;
+    if (merak_tp_rules_read(path, &rules, &n, err, errlen) < 0)
+        return -1;
+    int rc = merak_tp_rules_check(g, rules, n, path, err, errlen);
+    for (int i = 0; rc == 0 && i < n; i++)
+        merak_graph_set_tp(g, rules[i].pattern, rules[i].attr);
+    free(rules);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ printing */

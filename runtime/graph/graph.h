@@ -13,6 +13,8 @@
 
 #include "merak/merak.h"
 
+#define MERAK_TP_MAX_SEGS 3   /* q, k and v of a fused projection */
+
 typedef enum merak_tensor_kind {
     MERAK_T_INPUT = 0,   /* graph input: token ids, targets */
     MERAK_T_PARAM = 1,   /* trainable parameter */
@@ -27,11 +29,19 @@ typedef struct merak_tensor {
     int64_t shape[MERAK_MAX_DIMS];
     int producer;            /* op index for MERAK_T_ACT, else -1 */
     /* parameters only */
-    merak_init init;
+    merak_param_init init;
     merak_tp_attr tp;
     merak_hf_layout layout;
     int tied_to;             /* tensor id whose storage this shares, or -1 */
     int param_index;         /* index among distinct parameters, or -1 */
+    /* A tensor-parallel shard (graphs made by merak_graph_shard): the whole
+     * parameter has shape `full`; along dimension shard_dim this rank holds
+     * the concatenation of nseg ranges [seg_start, seg_start + seg_len) of
+     * the whole.  shard_dim is -1 for a tensor held whole. */
+    int64_t full[MERAK_MAX_DIMS];
+    int shard_dim;
+    int nseg;
+    int64_t seg_start[MERAK_TP_MAX_SEGS], seg_len[MERAK_TP_MAX_SEGS];
 } merak_tensor;
 
 typedef enum merak_op_type {
@@ -46,6 +56,12 @@ typedef enum merak_op_type {
     MERAK_OP_ADD,
     MERAK_OP_DROPOUT,
     MERAK_OP_CROSS_ENTROPY,
+    /* Tensor-parallel communication (inserted by merak_graph_shard):
+     * TP_COPY is identity forward and sums the gradient over the tp group
+     * (Megatron's f); TP_REDUCE sums over the tp group forward, adds an
+     * optional bias, and passes the gradient through (Megatron's g). */
+    MERAK_OP_TP_COPY,
+    MERAK_OP_TP_REDUCE,
     MERAK_OP_COUNT_
 } merak_op_type;
 
@@ -62,12 +78,18 @@ typedef struct merak_op {
     int n_head, n_kv_head, head_dim;
     float rope_theta;
     int fused_qkv;             /* attention with one [q|k|v] input */
+    int v0;                    /* embedding, cross-entropy: first vocabulary row held */
+    int vocab_parallel;        /* cross-entropy over logits split by vocabulary */
+    int src;                   /* the op of the unsharded graph this op comes from
+                                * (its own index there): seeds dropout, maps
+                                * pipeline cuts */
     /* cost model, per micro-batch */
     double flops;              /* forward */
     double bytes;              /* bytes read and written by the forward */
 } merak_op;
 
 struct merak_graph {
+    int tp, tp_rank;           /* 1, 0 unless made by merak_graph_shard */
     merak_tensor *tensors;
     int ntensors, cap_tensors;
     merak_op *ops;
@@ -88,6 +110,44 @@ int merak_graph_param_root(const merak_graph *g, int tensor);
 /* The vocabulary of the graph's loss: its logits' last dimension, or -1
  * without a loss.  Token ids and targets must lie below it. */
 int merak_graph_loss_vocab(const merak_graph *g);
+
+/* A tensor-parallel rules file, read into memory (see
+ * merak_graph_load_tp_rules): rules apply in order, the last match wins. */
+typedef struct merak_tp_rule {
+    char pattern[MERAK_NAME_MAX];
+    merak_tp_attr attr;
+    int line;
+} merak_tp_rule;
+/* 0, or -1 with err naming file and line; *rules is malloc'ed. */
+int merak_tp_rules_read(const char *path, merak_tp_rule **rules, int *n, char *err,
+                        size_t errlen);
+/* A rule matching no parameter of g is an error (0 or -1 with err). */
+int merak_tp_rules_check(const merak_graph *g, const merak_tp_rule *rules, int n,
+                         const char *path, char *err, size_t errlen);
+/* Parameter t's attribute with the rules applied over its own. */
+merak_tp_attr merak_tp_rules_attr(const merak_tensor *t, const merak_tp_rule *rules, int n);
+
+/* Tensor-parallel communication ops (see merak_op_type); bias may be -1. */
+int merak_op_tp_copy(merak_graph *g, int x);
+int merak_op_tp_reduce(merak_graph *g, int x, int bias);
+
+/* The graph one rank of a tp-way tensor-parallel group runs: parameters
+ * split by their tp attribute (column: output features, with a fused q|k|v
+ * projection split so each rank holds whole heads of q, k and v; row: input
+ * features; vocab: rows of an embedding table, which need not divide
+ * evenly), head counts divided by tp, and TP_COPY/TP_REDUCE ops where
+ * activations change between whole and split.  Every op keeps `src`, its
+ * index in g.  Returns NULL with one line in err (naming the number to
+ * change) when g cannot be split that way.  rules (may be NULL) override
+ * the parameters' own attributes. */
+merak_graph *merak_graph_shard(const merak_graph *g, int tp, int rank,
+                               const merak_tp_rule *rules, int nrules, char *err, size_t errlen);
+
+/* Calls fn for each contiguous run of a shard's elements: n elements at
+ * `local` in the shard are at `global` in the whole tensor. */
+void merak_shard_runs(const merak_tensor *t,
+                      void (*fn)(void *ctx, int64_t local, int64_t global, int64_t n),
+                      void *ctx);
 
 /* Is tensor t an input of op o? */
 int merak_op_reads(const merak_op *o, int t);

@@ -18,7 +18,7 @@ typedef struct builder {
 } builder;
 
 /* A parameter named by printf-style format; std 0 means the rule's default. */
-static int param(builder *b, merak_init init, merak_tp_attr tp, merak_hf_layout layout,
+static int param(builder *b, merak_param_init init, merak_tp_attr tp, merak_hf_layout layout,
                  int ndim, const int64_t *shape, const char *fmt, ...)
 {
     char name[MERAK_NAME_MAX];
@@ -35,9 +35,9 @@ static int param(builder *b, merak_init init, merak_tp_attr tp, merak_hf_layout 
 #define P1(n) 1, (int64_t[]){(n)}
 #define P2(a, c) 2, (int64_t[]){(a), (c)}
 
-static const merak_init ZEROS = {MERAK_INIT_ZEROS, 0};
-static const merak_init ONES = {MERAK_INIT_ONES, 0};
-static merak_init normal(float std) { return (merak_init){MERAK_INIT_NORMAL, std}; }
+static const merak_param_init ZEROS = {MERAK_INIT_ZEROS, 0};
+static const merak_param_init ONES = {MERAK_INIT_ONES, 0};
+static merak_param_init normal(float std) { return (merak_param_init){MERAK_INIT_NORMAL, std}; }
 
 /* Wraps an op call: stops building at the first error. */
 static int op(builder *b, int t)
@@ -60,7 +60,7 @@ static void build_gpt2(builder *b, const merak_model_config *c, int ids, int tar
     /* GPT-2 scales the residual projections by 1/sqrt(2 * n_layer). */
     float proj_std = std / sqrtf(2.0f * (float)c->n_layer);
 
-    int wte = param(b, normal(std), MERAK_TP_VOCAB, MERAK_HF_AS_IS, P2(V, C), "transformer.wte.weight");
+    int wte = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "transformer.wte.weight");
     int wpe = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(P, C), "transformer.wpe.weight");
     if (!b->ok)
         return;
@@ -73,15 +73,15 @@ static void build_gpt2(builder *b, const merak_model_config *c, int ids, int tar
         const char *h = "transformer.h";
         int ln1w = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_1.weight", h, l);
         int ln1b = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_1.bias", h, l);
-        int qkvw = param(b, normal(std), MERAK_TP_COLUMN, MERAK_HF_TRANSPOSED, P2(3 * C, C), "%s.%d.attn.c_attn.weight", h, l);
-        int qkvb = param(b, ZEROS, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P1(3 * C), "%s.%d.attn.c_attn.bias", h, l);
-        int prw = param(b, normal(proj_std), MERAK_TP_ROW, MERAK_HF_TRANSPOSED, P2(C, C), "%s.%d.attn.c_proj.weight", h, l);
+        int qkvw = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(3 * C, C), "%s.%d.attn.c_attn.weight", h, l);
+        int qkvb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(3 * C), "%s.%d.attn.c_attn.bias", h, l);
+        int prw = param(b, normal(proj_std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(C, C), "%s.%d.attn.c_proj.weight", h, l);
         int prb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.attn.c_proj.bias", h, l);
         int ln2w = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_2.weight", h, l);
         int ln2b = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_2.bias", h, l);
-        int fcw = param(b, normal(std), MERAK_TP_COLUMN, MERAK_HF_TRANSPOSED, P2(F, C), "%s.%d.mlp.c_fc.weight", h, l);
-        int fcb = param(b, ZEROS, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P1(F), "%s.%d.mlp.c_fc.bias", h, l);
-        int mpw = param(b, normal(proj_std), MERAK_TP_ROW, MERAK_HF_TRANSPOSED, P2(C, F), "%s.%d.mlp.c_proj.weight", h, l);
+        int fcw = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(F, C), "%s.%d.mlp.c_fc.weight", h, l);
+        int fcb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(F), "%s.%d.mlp.c_fc.bias", h, l);
+        int mpw = param(b, normal(proj_std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(C, F), "%s.%d.mlp.c_proj.weight", h, l);
         int mpb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.mlp.c_proj.bias", h, l);
         if (!b->ok)
             return;
@@ -106,7 +106,7 @@ static void build_gpt2(builder *b, const merak_model_config *c, int ids, int tar
     int lnfb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.bias");
     /* The LM head is the token embedding unless the config unties it. */
     int head = c->tie_embeddings ? wte
-                                 : param(b, normal(std), MERAK_TP_VOCAB, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
+                                 : param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
     if (b->ok) x = op(b, merak_op_layernorm(g, x, lnfw, lnfb, c->norm_eps));
     if (b->ok) x = op(b, merak_op_linear(g, x, head, -1));              /* logits (B,T,V) */
     if (b->ok) op(b, merak_op_cross_entropy(g, x, targets));
@@ -117,9 +117,9 @@ static void build_llama(builder *b, const merak_model_config *c, int ids, int ta
     merak_graph *g = b->g;
     int64_t V = c->vocab_size, C = c->hidden, F = c->ffn_hidden;
     int64_t hd = C / c->n_head, QD = hd * c->n_head, KVD = hd * c->n_kv_head;
-    merak_init w = normal(c->init_std);
+    merak_param_init w = normal(c->init_std);
 
-    int wte = param(b, w, MERAK_TP_VOCAB, MERAK_HF_AS_IS, P2(V, C), "model.embed_tokens.weight");
+    int wte = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "model.embed_tokens.weight");
     if (!b->ok)
         return;
     int x = op(b, merak_op_embedding(g, ids, wte));          /* (B,T,C) */
@@ -128,14 +128,14 @@ static void build_llama(builder *b, const merak_model_config *c, int ids, int ta
     for (int l = 0; l < c->n_layer && b->ok; l++) {
         const char *L = "model.layers";
         int n1 = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.input_layernorm.weight", L, l);
-        int wq = param(b, w, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P2(QD, C), "%s.%d.self_attn.q_proj.weight", L, l);
-        int wk = param(b, w, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.k_proj.weight", L, l);
-        int wv = param(b, w, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.v_proj.weight", L, l);
-        int wo = param(b, w, MERAK_TP_ROW, MERAK_HF_AS_IS, P2(C, QD), "%s.%d.self_attn.o_proj.weight", L, l);
+        int wq = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(QD, C), "%s.%d.self_attn.q_proj.weight", L, l);
+        int wk = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.k_proj.weight", L, l);
+        int wv = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.v_proj.weight", L, l);
+        int wo = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, QD), "%s.%d.self_attn.o_proj.weight", L, l);
         int n2 = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.post_attention_layernorm.weight", L, l);
-        int wg = param(b, w, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.gate_proj.weight", L, l);
-        int wu = param(b, w, MERAK_TP_COLUMN, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.up_proj.weight", L, l);
-        int wd = param(b, w, MERAK_TP_ROW, MERAK_HF_AS_IS, P2(C, F), "%s.%d.mlp.down_proj.weight", L, l);
+        int wg = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.gate_proj.weight", L, l);
+        int wu = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.up_proj.weight", L, l);
+        int wd = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, F), "%s.%d.mlp.down_proj.weight", L, l);
         if (!b->ok)
             return;
         /* attention block: x + o(attn(q(h), k(h), v(h))), h = rmsnorm(x) */
@@ -160,11 +160,40 @@ static void build_llama(builder *b, const merak_model_config *c, int ids, int ta
         return;
     int nf = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "model.norm.weight");
     int head = c->tie_embeddings ? wte
-                                 : param(b, w, MERAK_TP_VOCAB, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
+                                 : param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
     if (b->ok) x = op(b, merak_op_rmsnorm(g, x, nf, c->norm_eps));
     if (b->ok) x = op(b, merak_op_linear(g, x, head, -1));              /* (B,T,V) */
     if (b->ok) op(b, merak_op_cross_entropy(g, x, targets));
 }
+
+/* Tensor-parallel rules (Merak's feature dict): parameter-name patterns and
+ * how each is split.  Biases follow their weight; everything else stays
+ * whole.  The graph pass (merak_graph_shard) does the rest from the graph. */
+typedef struct tp_rule {
+    const char *pattern;
+    merak_tp_attr attr;
+} tp_rule;
+
+static const tp_rule gpt2_rules[] = {
+    {"*wte.weight", MERAK_TP_VOCAB},
+    {"lm_head.weight", MERAK_TP_VOCAB},
+    {"*.attn.c_attn.weight", MERAK_TP_COLUMN},  /* fused q|k|v: split head-aligned */
+    {"*.attn.c_proj.weight", MERAK_TP_ROW},
+    {"*.mlp.c_fc.weight", MERAK_TP_COLUMN},
+    {"*.mlp.c_proj.weight", MERAK_TP_ROW},
+    {NULL, 0},
+};
+
+static const tp_rule llama_rules[] = {
+    {"model.embed_tokens.weight", MERAK_TP_VOCAB},
+    {"lm_head.weight", MERAK_TP_VOCAB},
+    {"*.self_attn.[qkv]_proj.weight", MERAK_TP_COLUMN},
+    {"*.self_attn.o_proj.weight", MERAK_TP_ROW},
+    {"*.mlp.gate_proj.weight", MERAK_TP_COLUMN},
+    {"*.mlp.up_proj.weight", MERAK_TP_COLUMN},
+    {"*.mlp.down_proj.weight", MERAK_TP_ROW},
+    {NULL, 0},
+};
 
 merak_graph *merak_model_build(const merak_model_config *cfg, int B, int T, char *err,
                                size_t errlen)
@@ -195,6 +224,10 @@ merak_graph *merak_model_build(const merak_model_config *cfg, int B, int T, char
         else
             build_llama(&b, cfg, ids, targets);
     }
+    const tp_rule *rules = cfg->arch == MERAK_ARCH_GPT2 ? gpt2_rules : llama_rules;
+    for (int i = 0; b.ok && rules[i].pattern; i++)
+        if (merak_graph_set_tp(g, rules[i].pattern, rules[i].attr) < 0)
+            b.ok = 0;
     if (!b.ok) {
         snprintf(err, errlen, "building %s: %s", cfg->name, g->err);
         merak_graph_destroy(g);

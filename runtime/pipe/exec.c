@@ -3,6 +3,7 @@
  * slice of the graph's ops, dispatching each op to the backend's kernels.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,16 @@ struct merak_exec {
     float loss_scale;
     uint64_t *seed;        /* [nslots] dropout seed of the slot's forward */
     double *loss;          /* [nslots] */
+
+    /* tensor parallelism */
+    const merak_exec_comm *tp;
+    float *tpbuf;          /* the vocabulary-parallel cross-entropy's shard statistics */
+
+    /* gradient readiness: ready[i - op_begin] = first float of the flat
+     * gradients that no op before i touches */
+    size_t *ready;
+    void (*hook)(void *ctx, size_t from);
+    void *hook_ctx;
 };
 
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
@@ -83,7 +94,7 @@ static size_t saved_floats(const merak_graph *g, const merak_op *o)
     switch (o->type) {
     case MERAK_OP_LAYERNORM: return 2 * (size_t)rows_of(x);      /* mean, rstd */
     case MERAK_OP_RMSNORM: return (size_t)rows_of(x);            /* rstd */
-    case MERAK_OP_CROSS_ENTROPY: return (size_t)rows_of(x);      /* per-row losses */
+    case MERAK_OP_CROSS_ENTROPY: return 2 * (size_t)rows_of(x);  /* lse, per-row losses */
     case MERAK_OP_ATTENTION: {
         merak_attn_shape s = attn_shape(g, o);
         size_t n = round_up((size_t)s.B * s.n_head * s.T * s.T);  /* probs */
@@ -108,6 +119,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         return merak_errf(err, errlen, "executor: %d slots (need at least 1)", opts->nslots);
     if (!opts->kernels)
         return merak_errf(err, errlen, "executor: no kernels");
+    if (g->tp > 1 && (!opts->tp || !opts->tp->allreduce))
+        return merak_errf(err, errlen, "executor: a graph sharded %d ways needs its tp group", g->tp);
 
     merak_exec *e = calloc(1, sizeof *e);
     if (!e)
@@ -128,8 +141,12 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
     e->loss = calloc((size_t)e->nslots, sizeof *e->loss);
+    e->ready = calloc((size_t)(end - begin), sizeof *e->ready);
+    e->tp = opts->tp;
+    int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->t_off ||
-        !e->g_off || !e->save_off || !e->seed || !e->loss) {
+        !e->g_off || !e->save_off || !e->seed || !e->loss || !e->ready || !first_use) {
+        free(first_use);
         merak_exec_destroy(e);
         return merak_errf(err, errlen, "executor: out of memory");
     }
@@ -140,7 +157,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
 
     /* Parameters in first-use order; tensors and saved values carved from
      * the slot arena, gradients of float tensors from the gradient arena. */
-    size_t scratch_n = 0;
+    size_t scratch_n = 0, tpbuf_n = 0;
     for (int i = begin; i < end; i++) {
         const merak_op *o = &g->ops[i];
         int uses[MERAK_OP_MAX_IN + 1];
@@ -162,6 +179,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
                     e->param_off[p] = e->flat_n;
                     e->flat_n += round_up(n);
                     e->param_of[root] = p;
+                    first_use[p] = i;
                 }
                 e->param_of[t] = e->param_of[root];
             } else if (e->t_off[t] < 0) {
@@ -184,13 +202,24 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
             if (sn > scratch_n)
                 scratch_n = sn;
         }
+        if (o->type == MERAK_OP_CROSS_ENTROPY && o->vocab_parallel)
+            tpbuf_n = 2 * (size_t)g->tp * (size_t)rows_of(&g->tensors[o->in[0]]);
     }
+    /* Parameters first used at or after op i complete once i's weight
+     * gradient is done: a suffix of the flat buffer. */
+    for (int i = begin, p = 0; i < end; i++) {
+        while (p < e->nparams && first_use[p] < i)
+            p++;
+        e->ready[i - begin] = p < e->nparams ? e->param_off[p] : e->flat_n;
+    }
+    free(first_use);
     e->params = alloc_floats(e->flat_n);
     e->grads = alloc_floats(e->flat_n);
     e->act = alloc_floats(e->act_floats * (size_t)e->nslots);
     e->gradarena = alloc_floats(e->grad_floats * (size_t)e->nslots);
     e->scratch = alloc_floats(scratch_n);
-    if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch) {
+    e->tpbuf = alloc_floats(tpbuf_n);
+    if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf) {
         size_t mb = (e->flat_n * 2 + (e->act_floats + e->grad_floats) * (size_t)e->nslots +
                      scratch_n) * sizeof(float) >> 20;
         merak_exec_destroy(e);
@@ -218,6 +247,8 @@ void merak_exec_destroy(merak_exec *e)
     free(e->scratch);
     free(e->seed);
     free(e->loss);
+    free(e->ready);
+    free(e->tpbuf);
     free(e);
 }
 
@@ -267,6 +298,12 @@ size_t merak_exec_arena_bytes(const merak_exec *e)
 
 void merak_exec_set_loss_scale(merak_exec *e, float scale) { e->loss_scale = scale; }
 double merak_exec_loss(const merak_exec *e, int slot) { return e->loss[slot]; }
+
+void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from), void *ctx)
+{
+    e->hook = fn;
+    e->hook_ctx = ctx;
+}
 
 void merak_exec_zero_grads(merak_exec *e)
 {
@@ -335,9 +372,44 @@ static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_s
     }
 }
 
+/* ------------------------------------------------------------------ tensor parallelism */
+
+static int tp_sum(merak_exec *e, float *buf, size_t n)
+{
+    return e->tp->allreduce(e->tp->ctx, buf, n);
+}
+
+/* The vocabulary-parallel cross-entropy: every rank's shard statistics
+ * (lse, tlogit per row) are gathered by one sum over a [tp][2][N] buffer
+ * where each rank fills its own block, then combined in rank order, so every
+ * rank computes the same whole-vocabulary lse and target logit. */
+static int vocab_combine(merak_exec *e, float *lse, float *tlogit, int N)
+{
+    int tp = e->g->tp, r = e->g->tp_rank;
+    size_t n = 2 * (size_t)tp * (size_t)N;
+    memset(e->tpbuf, 0, n * sizeof(float));
+    memcpy(e->tpbuf + (size_t)(2 * r) * N, lse, (size_t)N * sizeof(float));
+    memcpy(e->tpbuf + (size_t)(2 * r + 1) * N, tlogit, (size_t)N * sizeof(float));
+    if (tp_sum(e, e->tpbuf, n) < 0)
+        return -1;
+    for (int i = 0; i < N; i++) {
+        double mx = -INFINITY, sum = 0, tl = 0;
+        for (int s = 0; s < tp; s++)
+            if (e->tpbuf[(size_t)(2 * s) * N + i] > mx)
+                mx = e->tpbuf[(size_t)(2 * s) * N + i];
+        for (int s = 0; s < tp; s++) {
+            sum += exp(e->tpbuf[(size_t)(2 * s) * N + i] - mx);
+            tl += e->tpbuf[(size_t)(2 * s + 1) * N + i];
+        }
+        lse[i] = (float)(mx + log(sum));
+        tlogit[i] = (float)tl;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ forward */
 
-void merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
+int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
 {
     const merak_graph *g = e->g;
     const merak_kernels *k = e->k;
@@ -354,7 +426,8 @@ void merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
         size_t n = (size_t)merak_tensor_elems(x);
         switch (o->type) {
         case MERAK_OP_EMBEDDING: /* ids (B,T): every element is a row */
-            k->embedding_fwd(out, (const int32_t *)in0, in1, (int)n, (int)cols_of(&g->tensors[o->out]));
+            k->embedding_fwd(out, (const int32_t *)in0, in1, (int)n, (int)cols_of(&g->tensors[o->out]),
+                             o->v0, (int)g->tensors[o->in[1]].shape[0]);
             break;
         case MERAK_OP_POS_EMBEDDING:
             k->posemb_fwd(out, in0, in1, (int)x->shape[0], (int)x->shape[1], C);
@@ -381,25 +454,43 @@ void merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
         case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
         case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
         case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
-        case MERAK_OP_DROPOUT: k->dropout_fwd(out, in0, n, o->p, op_seed(seed, i)); break;
+        case MERAK_OP_DROPOUT: k->dropout_fwd(out, in0, n, o->p, op_seed(seed, o->src)); break;
         case MERAK_OP_CROSS_ENTROPY: {
-            float *losses = saved(e, slot, i);
-            k->crossentropy_fwd(losses, in0, (const int32_t *)in1, N, C);
+            /* saved: lse (N), then the rows' losses (the target logits first) */
+            const int32_t *tg = (const int32_t *)in1;
+            float *lse = saved(e, slot, i), *losses = lse + N;
+            k->crossentropy_stats(lse, losses, in0, tg, N, C, o->v0);
+            if (o->vocab_parallel && vocab_combine(e, lse, losses, N) < 0)
+                return -1;
             double sum = 0;
-            for (int r = 0; r < N; r++)
-                sum += losses[r];
+            for (int r = 0; r < N; r++) {
+                double l = tg[r] < 0 ? 0 : (double)lse[r] - (double)losses[r];
+                losses[r] = (float)l;
+                sum += l;
+            }
             e->loss[slot] = sum / N;
             out[0] = (float)e->loss[slot];
             break;
         }
+        case MERAK_OP_TP_COPY:
+            memcpy(out, in0, n * sizeof(float));
+            break;
+        case MERAK_OP_TP_REDUCE:
+            memcpy(out, in0, n * sizeof(float));
+            if (tp_sum(e, out, n) < 0)
+                return -1;
+            if (in1) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
+                k->posemb_fwd(out, out, in1, N, 1, C);
+            break;
         default: break;
         }
     }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ backward */
 
-static void op_backward_input(merak_exec *e, int slot, int i)
+static int op_backward_input(merak_exec *e, int slot, int i)
 {
     const merak_graph *g = e->g;
     const merak_kernels *k = e->k;
@@ -444,14 +535,23 @@ static void op_backward_input(merak_exec *e, int slot, int i)
         if (d1) k->accumulate(d1, dout, n);
         break;
     case MERAK_OP_DROPOUT:
-        if (d0) k->dropout_bwd(d0, dout, n, o->p, op_seed(e->seed[slot], i));
+        if (d0) k->dropout_bwd(d0, dout, n, o->p, op_seed(e->seed[slot], o->src));
         break;
     case MERAK_OP_CROSS_ENTROPY:
         /* The graph's loss is the mean over rows: scale by 1/N. */
-        if (d0) k->crossentropy_bwd(d0, in0, (const int32_t *)in1, N, C, e->loss_scale / (float)N);
+        if (d0)
+            k->crossentropy_bwd(d0, in0, saved(e, slot, i), (const int32_t *)in1, N, C, o->v0,
+                                e->loss_scale / (float)N);
         break;
+    case MERAK_OP_TP_COPY: /* the input's gradient is the group's sum */
+        if (tp_sum(e, (float *)dout, n) < 0)
+            return -1;
+        if (d0) k->accumulate(d0, dout, n);
+        break;
+    case MERAK_OP_TP_REDUCE: if (d0) k->accumulate(d0, dout, n); break;
     default: break;
     }
+    return 0;
 }
 
 static void op_backward_weight(merak_exec *e, int slot, int i)
@@ -468,7 +568,11 @@ static void op_backward_weight(merak_exec *e, int slot, int i)
     switch (o->type) {
     case MERAK_OP_EMBEDDING:
         k->embedding_bwd_w(dw, dout, (const int32_t *)in0, (int)merak_tensor_elems(x),
-                           (int)cols_of(&g->tensors[o->out]));
+                           (int)cols_of(&g->tensors[o->out]), o->v0,
+                           (int)g->tensors[o->in[1]].shape[0]);
+        break;
+    case MERAK_OP_TP_REDUCE: /* the bias: column sums of the gradient */
+        if (dw) k->posemb_bwd_w(dw, dout, N, 1, C);
         break;
     case MERAK_OP_POS_EMBEDDING:
         k->posemb_bwd_w(dw, dout, (int)x->shape[0], (int)x->shape[1], C);
@@ -488,22 +592,34 @@ static void op_backward_weight(merak_exec *e, int slot, int i)
     }
 }
 
-void merak_exec_backward_input(merak_exec *e, int slot)
+int merak_exec_backward_input(merak_exec *e, int slot)
 {
     for (int i = e->op_end - 1; i >= e->op_begin; i--)
-        op_backward_input(e, slot, i);
+        if (op_backward_input(e, slot, i) < 0)
+            return -1;
+    return 0;
 }
 
-void merak_exec_backward_weight(merak_exec *e, int slot)
+static void weight_step(merak_exec *e, int slot, int i)
+{
+    op_backward_weight(e, slot, i);
+    if (e->hook)
+        e->hook(e->hook_ctx, e->ready[i - e->op_begin]);
+}
+
+int merak_exec_backward_weight(merak_exec *e, int slot)
 {
     for (int i = e->op_end - 1; i >= e->op_begin; i--)
-        op_backward_weight(e, slot, i);
+        weight_step(e, slot, i);
+    return 0;
 }
 
-void merak_exec_backward(merak_exec *e, int slot)
+int merak_exec_backward(merak_exec *e, int slot)
 {
     for (int i = e->op_end - 1; i >= e->op_begin; i--) {
-        op_backward_input(e, slot, i);
-        op_backward_weight(e, slot, i);
+        if (op_backward_input(e, slot, i) < 0)
+            return -1;
+        weight_step(e, slot, i);
     }
+    return 0;
 }

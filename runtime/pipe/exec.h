@@ -23,10 +23,20 @@
 
 typedef struct merak_exec merak_exec;
 
+/* The tensor-parallel group, for graphs made by merak_graph_shard: the
+ * executor sums over it in TP_COPY/TP_REDUCE ops and the vocabulary-parallel
+ * cross-entropy.  allreduce sums n floats in place on every rank of the
+ * group and returns 0 or -1. */
+typedef struct merak_exec_comm {
+    void *ctx;
+    int (*allreduce)(void *ctx, float *buf, size_t n);
+} merak_exec_comm;
+
 typedef struct merak_exec_opts {
     int op_begin, op_end;    /* the slice [op_begin, op_end); 0, -1 = whole graph */
     int nslots;              /* micro-batches in flight (>= 1) */
     const merak_kernels *kernels;
+    const merak_exec_comm *tp;  /* required when the graph has tp > 1 */
 } merak_exec_opts;
 
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
@@ -59,13 +69,21 @@ size_t merak_exec_arena_bytes(const merak_exec *e);  /* all slots, activations +
  * micro-batches per step. */
 void merak_exec_set_loss_scale(merak_exec *e, float scale);
 /* Forward of one micro-batch.  `seed` drives dropout; pass a value unique to
- * the (step, micro-batch).  Also zeroes the slot's activation gradients. */
-void merak_exec_forward(merak_exec *e, int slot, uint64_t seed);
+ * the (step, micro-batch).  Also zeroes the slot's activation gradients.
+ * Forward and backward return 0, or -1 when a tensor-parallel sum failed. */
+int merak_exec_forward(merak_exec *e, int slot, uint64_t seed);
 /* Mean loss of the slot's last forward (only if the slice holds the loss). */
 double merak_exec_loss(const merak_exec *e, int slot);
-void merak_exec_backward_input(merak_exec *e, int slot);
-void merak_exec_backward_weight(merak_exec *e, int slot);
-void merak_exec_backward(merak_exec *e, int slot);
+int merak_exec_backward_input(merak_exec *e, int slot);
+int merak_exec_backward_weight(merak_exec *e, int slot);
+int merak_exec_backward(merak_exec *e, int slot);
 void merak_exec_zero_grads(merak_exec *e);
+
+/* Gradient readiness, for reducing gradients while backward still runs:
+ * while a hook is set, every weight-gradient step of the backward calls
+ * fn(ctx, from) once op by op, where the flat gradient buffer's floats
+ * [from, n) will not change again in this backward (parameters are laid out
+ * in first-use order, so they complete from the end).  fn NULL removes it. */
+void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from), void *ctx);
 
 #endif /* MERAK_EXEC_H */

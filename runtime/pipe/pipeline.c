@@ -1,7 +1,8 @@
 /*
- * pipeline.c - training on a dp x pp grid of MPI ranks: each rank runs its
- * pipeline stage's slice of the graph by executing its schedule's
- * instruction list, then reduces gradients and steps the optimizer.
+ * pipeline.c - training on a dp x tp x pp grid of MPI ranks: each rank runs
+ * its pipeline stage's slice of its tensor-parallel shard of the graph by
+ * executing its schedule's instruction list, then reduces gradients and
+ * steps the optimizer.
  *
  * Equivalence with one process: with dp replicas of M micro-batches each,
  * step i's global micro-batch k (k < M*dp) reads window (i*M*dp + k) mod W,
@@ -25,8 +26,11 @@
 typedef struct stage {
     merak_comm *comm;
     const merak_grid *grid;
-    merak_group *pp_g, *dp_g, *tied_g, *world_g;
-    const merak_graph *g;
+    merak_group *pp_g, *dp_g, *tied_g, *world_g, *tp_g;
+    const merak_graph *g;         /* this rank's graph: its tp shard of the model */
+    merak_exec_comm tpc;
+    merak_tp_rule *rules;         /* --tp-rules, if given */
+    int nrules;
     const merak_kernels *k;
     merak_exec *e;
     merak_schedule sched;
@@ -116,7 +120,8 @@ static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int s
                           gr->pp_rank - 1, mb, &s->act_req[slot]);
     case MERAK_I_WAIT_ACT: return merak_wait(&s->act_req[slot]);
     case MERAK_I_FWD:
-        merak_exec_forward(s->e, slot, merak_mb_seed(a->seed, n));
+        if (merak_exec_forward(s->e, slot, merak_mb_seed(a->seed, n)) < 0)
+            return merak_errf(err, errlen, "step %d: a tensor-parallel sum failed", step);
         if (s->last)
             s->loss_sum += merak_exec_loss(s->e, slot);
         return 0;
@@ -126,9 +131,14 @@ static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int s
         return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t), s->out_bytes,
                           gr->pp_rank + 1, mb, &s->grad_req[slot]);
     case MERAK_I_WAIT_GRAD: return merak_wait(&s->grad_req[slot]);
-    case MERAK_I_BWD: merak_exec_backward(s->e, slot); return 0;
-    case MERAK_I_BWD_INPUT: merak_exec_backward_input(s->e, slot); return 0;
-    case MERAK_I_BWD_WEIGHT: merak_exec_backward_weight(s->e, slot); return 0;
+    case MERAK_I_BWD:
+    case MERAK_I_BWD_INPUT:
+    case MERAK_I_BWD_WEIGHT: {
+        int rc = in->kind == MERAK_I_BWD         ? merak_exec_backward(s->e, slot)
+                 : in->kind == MERAK_I_BWD_INPUT ? merak_exec_backward_input(s->e, slot)
+                                                 : merak_exec_backward_weight(s->e, slot);
+        return rc < 0 ? merak_errf(err, errlen, "step %d: a tensor-parallel sum failed", step) : 0;
+    }
     case MERAK_I_SEND_GRAD:
         return post_send(s, merak_exec_grad(s->e, slot, s->in_t), s->in_bytes, gr->pp_rank - 1, mb);
     case MERAK_I_WAIT_SENDS:
@@ -164,11 +174,20 @@ static void stage_free(stage *s)
     merak_data_close(s->data);
     free(s->ids_tmp), free(s->tgt_tmp);
     free(s->act_req), free(s->grad_req), free(s->sends), free(s->tied);
+    free(s->rules);
 }
 
 /* Builds this rank's stage; returns 0 or -1 with err (this rank only). */
-static int stage_setup(stage *s, const merak_graph *g, const merak_args *a, const int *bounds,
-                       merak_sched_kind kind, char *err, size_t errlen)
+static int tp_allreduce(void *ctx, float *buf, size_t n)
+{
+    return merak_allreduce(ctx, buf, n, NULL);
+}
+
+/* The stage of this rank: ops [bounds[p], bounds[p+1]) of its shard g;
+ * `model` is the whole graph (for the vocabulary). */
+static int stage_setup(stage *s, const merak_graph *model, const merak_graph *g,
+                       const merak_args *a, const int *bounds, merak_sched_kind kind, char *err,
+                       size_t errlen)
 {
     const merak_grid *gr = s->grid;
     int p = gr->pp_rank, B = a->micro_batch, T = a->seq_len;
@@ -176,11 +195,15 @@ static int stage_setup(stage *s, const merak_graph *g, const merak_args *a, cons
     s->last = p == gr->pp - 1;
     if (merak_schedule_build(kind, gr->pp, p, a->micro_batches, &s->sched, err, errlen) < 0)
         return -1;
-    merak_exec_opts eo = {bounds[p], bounds[p + 1], s->sched.nslots, s->k};
+    s->tpc.ctx = s->tp_g;
+    s->tpc.allreduce = tp_allreduce;
+    merak_exec_opts eo = {bounds[p], bounds[p + 1], s->sched.nslots, s->k, &s->tpc};
     if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
         return -1;
     s->in_t = s->first ? -1 : merak_cut_tensor(g, bounds[p]);
     s->out_t = s->last ? -1 : merak_cut_tensor(g, bounds[p + 1]);
+    if ((!s->first && s->in_t < 0) || (!s->last && s->out_t < 0))
+        return merak_errf(err, errlen, "stage %d: more than one activation crosses its bounds", p);
     if (s->in_t >= 0)
         s->in_bytes = (size_t)merak_tensor_elems(&g->tensors[s->in_t]) * sizeof(float);
     if (s->out_t >= 0)
@@ -204,7 +227,7 @@ static int stage_setup(stage *s, const merak_graph *g, const merak_args *a, cons
     }
     /* Only stages that read token ids or targets open the data. */
     if (s->ids_t >= 0 || s->tgt_t >= 0) {
-        if (merak_data_open(a->data, merak_graph_loss_vocab(g), &s->data, err, errlen) < 0)
+        if (merak_data_open(a->data, merak_graph_loss_vocab(model), &s->data, err, errlen) < 0)
             return -1;
         s->windows = merak_data_num_windows(s->data, B, T);
         if (s->windows == 0)
@@ -236,56 +259,78 @@ static int stage_params(const merak_graph *g, int begin, int end, int *roots)
     return n;
 }
 
-/* Gathers every stage's parameters on world rank 0 (replica 0 holds the same
- * values as every other) and writes them. */
-static int save_gathered(stage *s, const merak_graph *g, const int *bounds, const char *path,
+/* Gathers every parameter whole on world rank 0, from replica 0's stages and
+ * tensor-parallel shards (every replica holds the same values), and writes
+ * them.  Rank 0 works out each rank's shard and stage from the whole graph
+ * `model` and the stage bounds in it. */
+static int save_gathered(stage *s, const merak_graph *model, const int *bounds, const char *path,
                          char *err, size_t errlen)
 {
     const merak_grid *gr = s->grid;
-    if (gr->dp_rank != 0 || gr->tp_rank != 0)
+    if (gr->dp_rank != 0)
         return 0;
-    if (gr->pp_rank != 0) {
+    if (gr->rank != 0) {
         for (int i = 0; i < merak_exec_num_params(s->e); i++)
-            if (merak_send(s->pp_g, merak_exec_param_data(s->e, i),
+            if (merak_send(s->world_g, merak_exec_param_data(s->e, i),
                            merak_exec_param_elems(s->e, i) * sizeof(float), 0, i, NULL) < 0)
-                return merak_errf(err, errlen, "sending stage %d's parameters failed", gr->pp_rank);
+                return merak_errf(err, errlen, "sending rank %d's parameters failed", gr->rank);
         return 0;
     }
-    int np = g->nparams, n = 0, rc = 0;
-    int *roots = calloc((size_t)np, sizeof *roots), *tensors = calloc((size_t)np, sizeof *tensors);
-    float **data = calloc((size_t)np, sizeof *data);
-    if (!roots || !tensors || !data)
+    int nt = model->ntensors, n = 0, rc = 0;
+    int *roots = calloc((size_t)nt, sizeof *roots), *tensors = calloc((size_t)nt, sizeof *tensors);
+    float **whole = calloc((size_t)nt, sizeof *whole);   /* by tensor id of model */
+    float *buf = NULL;
+    if (!roots || !tensors || !whole)
         rc = merak_errf(err, errlen, "out of memory gathering parameters");
-    for (int p = 0; p < gr->pp && rc == 0; p++) {
-        int count = stage_params(g, bounds[p], bounds[p + 1], roots);
-        for (int i = 0; i < count && rc == 0; i++) {
-            size_t bytes = (size_t)merak_tensor_elems(&g->tensors[roots[i]]) * sizeof(float);
-            float *buf = malloc(bytes);
-            if (!buf) {
-                rc = merak_errf(err, errlen, "out of memory gathering parameters");
+    for (int p = 0; p < gr->pp && rc == 0; p++)
+        for (int r = 0; r < gr->tp && rc == 0; r++) {
+            merak_graph *shard = gr->tp > 1 ? merak_graph_shard(model, gr->tp, r, s->rules, s->nrules,
+                                                                err, errlen) : NULL;
+            const merak_graph *gl = shard ? shard : model;
+            if (gr->tp > 1 && !shard) {
+                rc = -1;
                 break;
             }
-            if (p == 0)
-                memcpy(buf, merak_exec_param_data(s->e, i), bytes);
-            else if (merak_recv(s->pp_g, buf, bytes, p, i, NULL) < 0)
-                rc = merak_errf(err, errlen, "receiving stage %d's parameters failed", p);
-            int seen = 0;  /* a tied parameter arrives twice, with equal values */
-            for (int q = 0; q < n; q++)
-                seen |= tensors[q] == roots[i];
-            if (seen) {
-                free(buf);
-                continue;
+            int count = stage_params(gl, merak_partition_map(gl, bounds[p]),
+                                     merak_partition_map(gl, bounds[p + 1]), roots);
+            int src = merak_grid_rank(gr, 0, r, p);
+            for (int i = 0; i < count && rc == 0; i++) {
+                const merak_tensor *lt = &gl->tensors[roots[i]];
+                int gt = merak_graph_find(model, lt->name);
+                size_t bytes = (size_t)merak_tensor_elems(lt) * sizeof(float);
+                float *b = realloc(buf, bytes);
+                if (!b || gt < 0) {
+                    rc = merak_errf(err, errlen, "out of memory gathering parameters");
+                    break;
+                }
+                buf = b;
+                if (src == 0)
+                    memcpy(buf, merak_exec_param_data(s->e, i), bytes);
+                else if (merak_recv(s->world_g, buf, bytes, src, i, NULL) < 0)
+                    rc = merak_errf(err, errlen, "receiving rank %d's parameters failed", src);
+                if (!whole[gt]) {  /* a tied parameter arrives twice, with equal values */
+                    whole[gt] = malloc((size_t)merak_tensor_elems(&model->tensors[gt]) * sizeof(float));
+                    if (!whole[gt]) {
+                        rc = merak_errf(err, errlen, "out of memory gathering parameters");
+                        break;
+                    }
+                    tensors[n++] = gt;
+                }
+                merak_shard_place(lt, buf, whole[gt]);
             }
-            tensors[n] = roots[i];
-            data[n++] = buf;
+            merak_graph_destroy(shard);
         }
+    if (rc == 0) {
+        const float **data = calloc((size_t)(n ? n : 1), sizeof *data);
+        for (int i = 0; data && i < n; i++)
+            data[i] = whole[tensors[i]];
+        rc = data ? merak_weights_save_arrays(model, n, tensors, data, path, NULL, err, errlen)
+                  : merak_errf(err, errlen, "out of memory gathering parameters");
+        free(data);
     }
-    if (rc == 0)
-        rc = merak_weights_save_arrays(g, n, tensors, (const float *const *)data, path, NULL, err,
-                                       errlen);
-    for (int i = 0; i < n; i++)
-        free(data[i]);
-    free(roots), free(tensors), free(data);
+    for (int i = 0; whole && i < nt; i++)
+        free(whole[i]);
+    free(roots), free(tensors), free(whole), free(buf);
     return rc;
 }
 
@@ -300,6 +345,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     s.dp_g = merak_comm_group(comm, MERAK_GROUP_DP);
     s.tied_g = merak_comm_group(comm, MERAK_GROUP_TIED);
     s.world_g = merak_comm_group(comm, MERAK_GROUP_WORLD);
+    s.tp_g = merak_comm_group(comm, MERAK_GROUP_TP);
     s.g = g;
     s.k = merak_kernels_cpu();
     merak_kernels_cpu_set_threads(a->threads);
@@ -308,27 +354,40 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
 
     merak_sched_kind kind;
     merak_partition_kind pkind;
+    /* Stage bounds in the whole graph (the same on every rank) and in this
+     * rank's tensor-parallel shard of it. */
     int *bounds = malloc((size_t)(gr->pp + 1) * sizeof *bounds);
-    if (!bounds)
+    int *lbounds = malloc((size_t)(gr->pp + 1) * sizeof *lbounds);
+    merak_graph *shard = NULL;
+    if (!bounds || !lbounds)
         failed = merak_errf(err, errlen, "out of memory");
-    else if (gr->tp != 1)
-        failed = merak_errf(err, errlen, "tensor parallelism (tp=%d) is not available in this release; use --tp 1", gr->tp);
     else if (merak_sched_parse(a->pipe_schedule ? a->pipe_schedule : "1f1b", &kind) < 0)
         failed = merak_errf(err, errlen, "unknown schedule '%s' (gpipe, 1f1b)", a->pipe_schedule);
     else if (merak_partition_parse(a->partition ? a->partition : "parameters", &pkind) < 0)
         failed = merak_errf(err, errlen, "unknown partition method '%s' (uniform, parameters)", a->partition);
     else if (merak_partition(g, gr->pp, pkind, bounds, err, errlen) < 0)
         failed = -1;
-    else if (stage_setup(&s, g, a, bounds, kind, err, errlen) < 0)
+    else if (a->tp_rules && (merak_tp_rules_read(a->tp_rules, &s.rules, &s.nrules, err, errlen) < 0 ||
+                             merak_tp_rules_check(g, s.rules, s.nrules, a->tp_rules, err, errlen) < 0))
         failed = -1;
+    else if (gr->tp > 1 &&
+             !(shard = merak_graph_shard(g, gr->tp, gr->tp_rank, s.rules, s.nrules, err, errlen)))
+        failed = -1;
+    if (!failed) {
+        s.g = shard ? shard : g;
+        for (int p = 0; p <= gr->pp; p++)
+            lbounds[p] = merak_partition_map(s.g, bounds[p]);
+        failed = stage_setup(&s, g, s.g, a, lbounds, kind, err, errlen);
+    }
     if (agree(&s, failed, err, errlen) < 0) {
         stage_free(&s);
-        free(bounds);
+        free(bounds), free(lbounds);
+        merak_graph_destroy(shard);
         return -1;
     }
 
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
-    merak_optim *opt = merak_optim_create(g, s.e, &ao);
+    merak_optim *opt = merak_optim_create(s.g, s.e, &ao);
     FILE *metrics = NULL;
     int rank0 = gr->rank == 0, step = 0, rc = 0;
     if (!opt)
@@ -338,7 +397,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     if (agree(&s, failed, err, errlen) < 0) {
         merak_optim_destroy(opt);
         stage_free(&s);
-        free(bounds);
+        free(bounds), free(lbounds);
+        merak_graph_destroy(shard);
         return -1;
     }
     if (rank0 && a->on_start) {
@@ -364,15 +424,19 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
             /* Only this rank knows; its peers may be blocked on it. */
             merak_optim_destroy(opt);
             stage_free(&s);
-            free(bounds);
+            free(bounds), free(lbounds);
+            merak_graph_destroy(shard);
             return -2;
         }
         /* Loss: the last stages' sums over all replicas.  Norm: every
-         * parameter once (the tied copy on the last stage left out). */
+         * parameter once (the tied copy on the last stage left out, a
+         * parameter tensor parallelism keeps whole counted on tp rank 0). */
         double red[2] = {s.last && gr->tp_rank == 0 ? s.loss_sum : 0, 0};
-        for (int i = 0; i < merak_exec_num_params(s.e); i++)
-            if (!(s.last && s.tied[i]) && gr->dp_rank == 0)
+        for (int i = 0; i < merak_exec_num_params(s.e); i++) {
+            const merak_tensor *t = &s.g->tensors[merak_exec_param_tensor(s.e, i)];
+            if (!(s.last && s.tied[i]) && gr->dp_rank == 0 && (t->shard_dim >= 0 || gr->tp_rank == 0))
                 red[1] += s.k->sumsq(merak_exec_param_grad(s.e, i), merak_exec_param_elems(s.e, i));
+        }
         merak_allreduce_f64(s.world_g, red, 2);
         double loss = red[0] / (M * gr->dp), norm = sqrt(red[1]);
         if (!isfinite(loss) || !isfinite(norm)) {
@@ -404,6 +468,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     int ok = agree(&s, failed, err, errlen) == 0;
     merak_optim_destroy(opt);
     stage_free(&s);
-    free(bounds);
+    free(bounds), free(lbounds);
+    merak_graph_destroy(shard);
     return ok ? step : -1;
 }

@@ -141,3 +141,11 @@ int merak_partition(const merak_graph *g, int pp, merak_partition_kind kind, int
     free(cand), free(prefix), free(best), free(from);
     return 0;
 }
+
+int merak_partition_map(const merak_graph *local, int k)
+{
+    int i = 0;
+    while (i < local->nops && local->ops[i].src < k)
+        i++;
+    return i;
+}

@@ -29,4 +29,10 @@ int merak_cut_tensor(const merak_graph *g, int k);
 int merak_partition(const merak_graph *g, int pp, merak_partition_kind kind, int *bounds,
                     char *err, size_t errlen);
 
+/* Where a cut before op k of a graph falls in its tensor-parallel shard
+ * (merak_graph_shard): the first op of `local` that comes from op k or
+ * later, so the ops inserted for tensor parallelism stay with the op they
+ * serve. */
+int merak_partition_map(const merak_graph *local, int k);
+
 #endif /* MERAK_PARTITION_H */

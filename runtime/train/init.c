@@ -58,11 +58,22 @@ void merak_init_fill(const merak_tensor *t, uint64_t seed, int64_t first, int64_
     }
 }
 
+typedef struct fill_ctx {
+    const merak_tensor *t;
+    uint64_t seed;
+    float *dst;
+} fill_ctx;
+
+static void fill_run(void *ctx, int64_t local, int64_t global, int64_t n)
+{
+    fill_ctx *c = ctx;
+    merak_init_fill(c->t, c->seed, global, n, c->dst + local);
+}
+
 void merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed)
 {
     for (int i = 0; i < merak_exec_num_params(e); i++) {
-        const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
-        merak_init_fill(t, seed, 0, (int64_t)merak_exec_param_elems(e, i),
-                        merak_exec_param_data(e, i));
+        fill_ctx c = {&g->tensors[merak_exec_param_tensor(e, i)], seed, merak_exec_param_data(e, i)};
+        merak_shard_runs(c.t, fill_run, &c);  /* a shard: its elements of the whole tensor */
     }
 }

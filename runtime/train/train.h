@@ -29,11 +29,17 @@ void merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed);
  * tensor. */
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
                        size_t errlen);
+/* A tensor-parallel shard's elements taken from / put into the whole
+ * tensor (both in graph layout); for a tensor held whole, a copy. */
+void merak_shard_slice(const merak_tensor *t, const float *whole, float *shard);
+void merak_shard_place(const merak_tensor *t, const float *shard, float *whole);
+
 /* Export with Hugging Face names and layouts; a tied head is not written. */
 int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
                        const char *model_name, char *err, size_t errlen);
 
-/* The same from arrays: data[i] holds parameter tensors[i] in graph layout. */
+/* The same from arrays: data[i] holds the whole parameter tensors[i] in
+ * graph layout. */
 int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
                               const float *const *data, const char *path, const char *model_name,
                               char *err, size_t errlen);

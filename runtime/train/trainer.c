@@ -101,21 +101,51 @@ static int launched_by_mpi(void)
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
 
+/* The runtime's process grid, from merak_init (or the first merak_train). */
+static merak_comm *g_comm;
+static int g_inited;   /* merak_init succeeded: g_comm, or one process */
+
+int merak_init(int dp, int tp, int pp, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (g_inited)
+        return merak_errf(err, errlen, "merak_init was already called");
+    if (dp < 0 || tp < 0 || pp < 0)
+        return merak_errf(err, errlen, "degrees dp=%d tp=%d pp=%d must not be negative", dp, tp, pp);
+    if (launched_by_mpi() || dp > 1 || tp > 1 || pp > 1) {
+        if (merak_comm_init(&g_comm, dp, tp, pp, err, errlen) < 0)
+            return -1;
+    }
+    g_inited = 1;
+    return 0;
+}
+
+int merak_rank(void) { return g_comm ? merak_comm_grid(g_comm)->rank : 0; }
+int merak_world_size(void) { return g_comm ? merak_comm_grid(g_comm)->world : 1; }
+
+void merak_finalize(void)
+{
+    merak_comm_finalize(g_comm);
+    g_comm = NULL;
+    g_inited = 0;
+}
+
 static int train_parallel(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
-    merak_comm *comm;
-    if (merak_comm_init(&comm, a->dp, a->tp, a->pp, err, errlen) < 0)
+    const merak_grid *gr = merak_comm_grid(g_comm);
+    /* Degrees asked for here must be the ones the grid was made with. */
+    if ((a->dp && a->dp != gr->dp) || (a->tp && a->tp != gr->tp) || (a->pp && a->pp != gr->pp)) {
+        merak_errf(err, errlen, "the arguments ask for dp=%d tp=%d pp=%d but merak_init made dp=%d tp=%d pp=%d",
+                   a->dp, a->tp, a->pp, gr->dp, gr->tp, gr->pp);
+        if (gr->rank != 0)
+            err[0] = 0;
         return -1;
-    int rank = merak_comm_grid(comm)->rank;
-    int steps = merak_train_pipeline(comm, g, a, err, errlen);
-    if (steps == -2) {
-        /* This rank failed mid-step while others may wait on it: end the job. */
-        return -2;
     }
-    merak_comm_finalize(comm);
-    if (steps < 0 && rank != 0)
+    int steps = merak_train_pipeline(g_comm, g, a, err, errlen);
+    if (steps == -1 && gr->rank != 0)
         err[0] = 0; /* rank 0 reports */
-    return steps;
+    return steps;  /* -2: this rank failed mid-step; the caller ends the job */
 }
 
 void merak_abort(int status)
@@ -129,10 +159,47 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
 {
     if (err && errlen)
         err[0] = 0;
-    if (launched_by_mpi() || a->dp > 1 || a->tp > 1 || a->pp > 1)
+    if (!g_inited && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
+        return -1;
+    if (err && errlen)
+        err[0] = 0;
+    if (g_comm)
         return train_parallel(g, a, err, errlen);
+    if (a->dp > 1 || a->tp > 1 || a->pp > 1)
+        return merak_errf(err, errlen, "dp=%d tp=%d pp=%d need MPI, but merak_init started one process",
+                          a->dp, a->tp, a->pp);
     return train_single(g, a, err, errlen);
 }
+
+/* ------------------------------------------------------------------ trainer object */
+
+struct merak_trainer {
+    const merak_graph *g;
+    merak_args args;
+};
+
+merak_trainer *merak_trainer_create(const merak_graph *g, const merak_args *a, char *err,
+                                    size_t errlen)
+{
+    int ids, tgt;
+    if (check_args(a, err, errlen) < 0 || check_graph(g, a, &ids, &tgt, err, errlen) < 0)
+        return NULL;
+    merak_trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        merak_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    t->g = g;
+    t->args = *a;
+    return t;
+}
+
+int merak_trainer_train(merak_trainer *t, char *err, size_t errlen)
+{
+    return merak_train(t->g, &t->args, err, errlen);
+}
+
+void merak_trainer_destroy(merak_trainer *t) { free(t); }
 
 static int train_single(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {

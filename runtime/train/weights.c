@@ -13,14 +13,51 @@
 #include "train.h"
 #include "errf.h"
 
-/* The file's shape of parameter t. */
+/* The file's shape of parameter t (the whole tensor for a shard). */
 static void hf_shape(const merak_tensor *t, int64_t *shape)
 {
-    memcpy(shape, t->shape, (size_t)t->ndim * sizeof *shape);
+    memcpy(shape, t->full, (size_t)t->ndim * sizeof *shape);
     if (t->layout == MERAK_HF_TRANSPOSED) {
-        shape[0] = t->shape[1];
-        shape[1] = t->shape[0];
+        shape[0] = t->full[1];
+        shape[1] = t->full[0];
     }
+}
+
+typedef struct slice_ctx {
+    float *dst;
+    const float *src;
+} slice_ctx;
+
+static void slice_run(void *ctx, int64_t local, int64_t global, int64_t n)
+{
+    slice_ctx *c = ctx;
+    memcpy(c->dst + local, c->src + global, (size_t)n * sizeof(float));
+}
+
+static void place_run(void *ctx, int64_t local, int64_t global, int64_t n)
+{
+    slice_ctx *c = ctx;
+    memcpy(c->dst + global, c->src + local, (size_t)n * sizeof(float));
+}
+
+void merak_shard_slice(const merak_tensor *t, const float *whole, float *shard)
+{
+    slice_ctx c = {shard, whole};
+    merak_shard_runs(t, slice_run, &c);
+}
+
+void merak_shard_place(const merak_tensor *t, const float *shard, float *whole)
+{
+    slice_ctx c = {whole, shard};
+    merak_shard_runs(t, place_run, &c);
+}
+
+static int64_t full_elems(const merak_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->full[i];
+    return n;
 }
 
 static void shape_str(const int64_t *s, int n, char *buf, size_t len)
@@ -57,7 +94,7 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
     if (merak_st_open(path, &f, err, errlen) < 0)
         return -1;
     int rc = 0;
-    float *tmp = NULL;
+    float *tmp = NULL, *whole = NULL;   /* as stored; in graph layout */
     size_t tmp_n = 0;
     for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
         const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
@@ -78,25 +115,32 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             break;
         }
         float *dst = merak_exec_param_data(e, i);
-        size_t n = merak_exec_param_elems(e, i);
-        if (t->layout != MERAK_HF_TRANSPOSED) {
+        int transposed = t->layout == MERAK_HF_TRANSPOSED, sharded = t->shard_dim >= 0;
+        if (!transposed && !sharded) {
             rc = merak_st_to_f32(info, dst, err, errlen);
             continue;
         }
+        size_t n = (size_t)full_elems(t);
         if (n > tmp_n) {
-            float *p = realloc(tmp, n * sizeof *p);
-            if (!p) {
+            float *p = realloc(tmp, n * sizeof *p), *q = p ? realloc(whole, n * sizeof *q) : NULL;
+            if (p)
+                tmp = p;
+            if (q)
+                whole = q;
+            if (!p || !q) {
                 rc = merak_errf(err, errlen, "%s: out of memory reading '%s'", path, t->name);
                 break;
             }
-            tmp = p;
             tmp_n = n;
         }
-        rc = merak_st_to_f32(info, tmp, err, errlen);
+        rc = merak_st_to_f32(info, transposed ? tmp : whole, err, errlen);
+        if (rc == 0 && transposed)
+            transpose(whole, tmp, want[0], want[1]);
         if (rc == 0)
-            transpose(dst, tmp, want[0], want[1]);
+            merak_shard_slice(t, whole, dst);   /* the whole tensor when not sharded */
     }
     free(tmp);
+    free(whole);
     merak_st_close(f);
     return rc;
 }
@@ -121,12 +165,12 @@ int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
         hf_shape(t, en->shape);
         en->data = data[i];
         if (t->layout == MERAK_HF_TRANSPOSED) {
-            copies[i] = malloc((size_t)merak_tensor_elems(t) * sizeof(float));
+            copies[i] = malloc((size_t)full_elems(t) * sizeof(float));
             if (!copies[i]) {
                 rc = merak_errf(err, errlen, "%s: out of memory", path);
                 break;
             }
-            transpose(copies[i], en->data, t->shape[0], t->shape[1]);
+            transpose(copies[i], en->data, t->full[0], t->full[1]);
             en->data = copies[i];
         }
     }

@@ -262,7 +262,7 @@ static void run_case(const char *name, buf *bufs, int nb, op_fn fn, const void *
 /* ------------------------------------------------------------------ embedding, posemb */
 
 typedef struct {
-    int N, C, V;
+    int N, C, V, v0; /* wte holds rows v0..v0+V-1 of the vocabulary */
 } emb_arg;
 
 static void op_embedding_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -270,7 +270,7 @@ static void op_embedding_fwd(const merak_kernels *K, int on_gpu, void **p, const
 {
     const emb_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->embedding_fwd(F(p[0]), I(p[1]), F(p[2]), a->N, a->C);
+    K->embedding_fwd(F(p[0]), I(p[1]), F(p[2]), a->N, a->C, a->v0, a->V);
 }
 
 static void op_embedding_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -278,26 +278,28 @@ static void op_embedding_bwd_w(const merak_kernels *K, int on_gpu, void **p, con
 {
     const emb_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->embedding_bwd_w(F(p[0]), F(p[1]), I(p[2]), a->N, a->C);
+    K->embedding_bwd_w(F(p[0]), F(p[1]), I(p[2]), a->N, a->C, a->v0, a->V);
 }
 
-static void test_embedding(int N, int C, int V)
+/* A shard of the vocabulary starting at v0: ids are drawn from [0, V + 2*v0)
+ * so some fall before and some after the shard. */
+static void test_embedding(int N, int C, int V, int v0)
 {
-    const emb_arg a = {N, C, V};
+    const emb_arg a = {N, C, V, v0};
     char name[96];
     buf fwd[] = {
         {.name = "out", .kind = OUT_FWD, .n = (size_t)N * C},
-        {.name = "ids", .kind = IN_I, .n = (size_t)N, .lo = 0, .hi = (float)V},
+        {.name = "ids", .kind = IN_I, .n = (size_t)N, .lo = 0, .hi = (float)(V + 2 * v0)},
         {.name = "wte", .kind = IN_F, .n = (size_t)V * C, .lo = -1, .hi = 1},
     };
-    snprintf(name, sizeof name, "embedding_fwd N=%d C=%d V=%d", N, C, V);
+    snprintf(name, sizeof name, "embedding_fwd N=%d C=%d V=%d v0=%d", N, C, V, v0);
     run_case(name, fwd, NB(fwd), op_embedding_fwd, &a, EXACT);
     buf bwd[] = {
         {.name = "dwte", .kind = OUT_ACC, .n = (size_t)V * C, .lo = -1, .hi = 1},
         {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
-        {.name = "ids", .kind = IN_I, .n = (size_t)N, .lo = 0, .hi = (float)V},
+        {.name = "ids", .kind = IN_I, .n = (size_t)N, .lo = 0, .hi = (float)(V + 2 * v0)},
     };
-    snprintf(name, sizeof name, "embedding_bwd_w N=%d C=%d V=%d", N, C, V);
+    snprintf(name, sizeof name, "embedding_bwd_w N=%d C=%d V=%d v0=%d", N, C, V, v0);
     run_case(name, bwd, NB(bwd), op_embedding_bwd_w, &a, 0);
 }
 
@@ -825,7 +827,7 @@ static void test_pointwise(size_t n)
 /* ------------------------------------------------------------------ cross-entropy */
 
 typedef struct {
-    int N, V;
+    int N, V, v0;
     float scale;
 } ce_arg;
 
@@ -834,7 +836,7 @@ static void op_ce_fwd(const merak_kernels *K, int on_gpu, void **p, const void *
 {
     const ce_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->crossentropy_fwd(F(p[0]), F(p[1]), I(p[2]), a->N, a->V);
+    K->crossentropy_stats(F(p[0]), F(p[1]), F(p[2]), I(p[3]), a->N, a->V, a->v0);
 }
 
 static void op_ce_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -842,30 +844,34 @@ static void op_ce_bwd(const merak_kernels *K, int on_gpu, void **p, const void *
 {
     const ce_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->crossentropy_bwd(F(p[0]), F(p[1]), I(p[2]), a->N, a->V, a->scale);
+    K->crossentropy_bwd(F(p[0]), F(p[1]), F(p[2]), I(p[3]), a->N, a->V, a->v0, a->scale);
 }
 
-static void test_crossentropy(int N, int V)
+/* Logits of a vocabulary shard starting at v0; targets from [0, V + v0), so
+ * some rows' targets lie outside the shard. */
+static void test_crossentropy(int N, int V, int v0)
 {
-    const ce_arg a = {N, V, 1.0f / (float)N};
+    const ce_arg a = {N, V, v0, 1.0f / (float)N};
     char name[96];
     int32_t *tg = xmalloc((size_t)N * sizeof(int32_t));
     for (int i = 0; i < N; i++)
-        tg[i] = (int32_t)(rng_u64() % (uint64_t)V);
+        tg[i] = (int32_t)(rng_u64() % (uint64_t)(V + v0));
     tg[N / 2] = -100; /* ignore_index: loss 0, no gradient */
     buf fwd[] = {
-        {.name = "losses", .kind = OUT_FWD, .n = (size_t)N},
+        {.name = "lse", .kind = OUT_FWD, .n = (size_t)N},
+        {.name = "tlogit", .kind = OUT_FWD, .n = (size_t)N},
         {.name = "logits", .kind = IN_F, .n = (size_t)N * V, .lo = -8, .hi = 8},
         {.name = "targets", .kind = IN_I, .n = (size_t)N, .preset = tg},
     };
-    snprintf(name, sizeof name, "crossentropy_fwd N=%d V=%d", N, V);
+    snprintf(name, sizeof name, "crossentropy_stats N=%d V=%d v0=%d", N, V, v0);
     run_case(name, fwd, NB(fwd), op_ce_fwd, &a, 0);
     buf bwd[] = {
         {.name = "dlogits", .kind = OUT_ACC, .n = (size_t)N * V, .lo = -1, .hi = 1},
         {.name = "logits", .kind = IN_F, .n = (size_t)N * V, .lo = -8, .hi = 8},
+        {.name = "lse", .kind = IN_F, .n = (size_t)N, .lo = 8, .hi = 12},
         {.name = "targets", .kind = IN_I, .n = (size_t)N, .preset = tg},
     };
-    snprintf(name, sizeof name, "crossentropy_bwd N=%d V=%d", N, V);
+    snprintf(name, sizeof name, "crossentropy_bwd N=%d V=%d v0=%d", N, V, v0);
     run_case(name, bwd, NB(bwd), op_ce_bwd, &a, 0);
     free(tg);
 }
@@ -926,8 +932,9 @@ int main(void)
     diag("seed %llu", (unsigned long long)g_rng);
     tap(g_gpu->name && !strcmp(g_gpu->name, "cuda"), "table name is \"cuda\"");
 
-    test_embedding(37, 50, 11);
-    test_embedding(700, 33, 40); /* long runs of equal ids */
+    test_embedding(37, 50, 11, 0);
+    test_embedding(60, 20, 7, 5); /* a shard: ids before and after it */
+    test_embedding(700, 33, 40, 0); /* long runs of equal ids */
     test_posemb(3, 5, 40, 7);
 
     test_layernorm(300, 70, 1); /* two column chunks */
@@ -948,8 +955,9 @@ int main(void)
     test_attention("wide-head", 1, 5, 2, 1, 320, 10000.0f, 1);
 
     test_pointwise(100003);
-    test_crossentropy(9, 1000);
-    test_crossentropy(3, 50257);
+    test_crossentropy(9, 1000, 0);
+    test_crossentropy(3, 50257, 0);
+    test_crossentropy(7, 300, 100);
     test_adamw(1000);
 
     char err[256] = "";

@@ -62,7 +62,7 @@ static void test_shape_errors(void)
 {
     merak_graph *g = merak_graph_create();
     int64_t bt[2] = {2, 8}, xs[3] = {2, 8, 16}, ws[2] = {32, 24};
-    merak_init in = {MERAK_INIT_NORMAL, 0.02f};
+    merak_param_init in = {MERAK_INIT_NORMAL, 0.02f};
     int ids = merak_graph_input(g, "ids", MERAK_I32, 2, bt);
     int wte = merak_graph_param(g, "wte", 2, (int64_t[]){50, 16}, in, MERAK_TP_VOCAB, MERAK_HF_AS_IS);
     int x = merak_op_embedding(g, ids, wte);
@@ -113,7 +113,7 @@ static void test_model_gradients(const char *preset)
     merak_model_preset(preset, &c);
     merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
     merak_exec *e;
-    merak_exec_opts o = {0, -1, 2, merak_kernels_cpu()};
+    merak_exec_opts o = {0, -1, 2, merak_kernels_cpu(), NULL};
     if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
         tap_ok(0, "%s: %s", preset, err);
         return;
@@ -215,7 +215,7 @@ static void test_two_stages(const char *preset)
     }
     merak_exec *whole, *s0, *s1;
     const merak_kernels *k = merak_kernels_cpu();
-    merak_exec_opts ow = {0, -1, 1, k}, o0 = {0, cut, 1, k}, o1 = {cut, n, 1, k};
+    merak_exec_opts ow = {0, -1, 1, k, NULL}, o0 = {0, cut, 1, k, NULL}, o1 = {cut, n, 1, k, NULL};
     if (cut < 0 || merak_exec_create(g, &ow, &whole, err, sizeof err) < 0 ||
         merak_exec_create(g, &o0, &s0, err, sizeof err) < 0 ||
         merak_exec_create(g, &o1, &s1, err, sizeof err) < 0) {
@@ -332,6 +332,119 @@ static void test_lr(void)
     tap_ok(merak_lr_at(&s, 0) == 1e-3f && merak_lr_at(&s, 100) == 1e-3f, "constant stays at the peak");
 }
 
+/* ------------------------------------------------------------------ tensor parallelism */
+
+static int count_ops(const merak_graph *g, merak_op_type t)
+{
+    int n = 0;
+    for (int i = 0; i < g->nops; i++)
+        n += g->ops[i].type == t;
+    return n;
+}
+
+static void cover(void *ctx, int64_t local, int64_t global, int64_t n)
+{
+    (void)local;
+    unsigned char *hits = ctx;
+    for (int64_t i = 0; i < n; i++)
+        hits[global + i]++;
+}
+
+/* Every element of every parameter is held by exactly one rank (split
+ * parameters) or by all (whole ones); shard shapes add up. */
+static int shards_cover(const merak_graph *g, merak_graph **sh, int tp)
+{
+    int ok = 1;
+    for (int t = 0; t < g->ntensors && ok; t++) {
+        const merak_tensor *w = &g->tensors[t];
+        if (w->kind != MERAK_T_PARAM || w->tied_to >= 0)
+            continue;
+        int64_t n = merak_tensor_elems(w);
+        unsigned char *hits = calloc((size_t)n, 1);
+        int split = 0;
+        for (int r = 0; r < tp; r++) {
+            int lt = merak_graph_find(sh[r], w->name);
+            if (lt < 0) {
+                ok = 0;
+                break;
+            }
+            split |= sh[r]->tensors[lt].shard_dim >= 0;
+            merak_shard_runs(&sh[r]->tensors[lt], cover, hits);
+        }
+        for (int64_t i = 0; i < n && ok; i++)
+            ok = hits[i] == (split ? 1 : tp);
+        free(hits);
+    }
+    return ok;
+}
+
+static void test_tp_shard(void)
+{
+    merak_model_config c;
+    merak_graph *sh[4] = {0};
+    merak_model_preset("tiny-gpt2", &c);   /* C 64, 4 heads of 16 */
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    for (int r = 0; r < 2; r++)
+        sh[r] = merak_graph_shard(g, 2, r, NULL, 0, err, sizeof err);
+    tap_ok(sh[0] && sh[1], "tiny-gpt2 shards two ways: %s", sh[0] && sh[1] ? "ok" : err);
+    if (sh[0] && sh[1]) {
+        const merak_tensor *qkv = &sh[1]->tensors[merak_graph_find(sh[1], "transformer.h.0.attn.c_attn.weight")];
+        tap_ok(qkv->shape[0] == 96 && qkv->full[0] == 192 && qkv->shard_dim == 0 && qkv->nseg == 3 &&
+               qkv->seg_start[0] == 32 && qkv->seg_start[1] == 96 && qkv->seg_start[2] == 160 &&
+               qkv->seg_len[0] == 32 && qkv->seg_len[2] == 32,
+               "fused q|k|v split head-aligned: rank 1 holds rows 32-63, 96-127, 160-191");
+        const merak_tensor *pr = &sh[1]->tensors[merak_graph_find(sh[1], "transformer.h.0.attn.c_proj.weight")];
+        const merak_tensor *wte = &sh[1]->tensors[merak_graph_find(sh[1], "transformer.wte.weight")];
+        tap_ok(pr->shard_dim == 1 && pr->shape[1] == 32 && wte->shard_dim == 0 && wte->shape[0] == 128,
+               "row-parallel projection splits its input features, the embedding its vocabulary");
+        tap_ok(count_ops(sh[0], MERAK_OP_TP_COPY) == 5 && count_ops(sh[0], MERAK_OP_TP_REDUCE) == 5,
+               "Megatron's f and g: 2 copies and 2 reductions per layer, 1 each for embedding and head");
+        tap_ok(shards_cover(g, sh, 2), "the two shards hold every parameter element once");
+        int mono = 1;
+        for (int i = 1; i < sh[0]->nops; i++)
+            mono &= sh[0]->ops[i].src >= sh[0]->ops[i - 1].src;
+        tap_ok(mono, "shard ops keep the order of the ops they come from");
+    }
+    for (int r = 0; r < 4; r++)
+        merak_graph_destroy(sh[r]), sh[r] = NULL;
+
+    /* A vocabulary that does not divide: 257 rows as 128 + 129. */
+    c.vocab_size = 257;
+    merak_graph *g2 = merak_model_build(&c, 2, 8, err, sizeof err);
+    for (int r = 0; r < 2; r++)
+        sh[r] = merak_graph_shard(g2, 2, r, NULL, 0, err, sizeof err);
+    tap_ok(sh[0] && sh[1] &&
+           sh[0]->tensors[merak_graph_find(sh[0], "transformer.wte.weight")].shape[0] == 128 &&
+           sh[1]->tensors[merak_graph_find(sh[1], "transformer.wte.weight")].shape[0] == 129 &&
+           shards_cover(g2, sh, 2), "an uneven vocabulary splits 128 + 129");
+    for (int r = 0; r < 2; r++)
+        merak_graph_destroy(sh[r]), sh[r] = NULL;
+    merak_graph_destroy(g2);
+
+    /* Refusals name the number to change. */
+    merak_graph *bad = merak_graph_shard(g, 3, 0, NULL, 0, err, sizeof err);
+    tap_ok(!bad && strstr(err, "tp=3 does not divide the 4 attention heads") && strstr(err, "{1, 2, 4}"),
+           "tp=3 on 4 heads is refused: %s", err);
+    merak_graph_destroy(bad);
+    merak_model_preset("tiny-llama", &c);   /* 8 heads, 4 kv heads */
+    merak_graph *gl = merak_model_build(&c, 2, 8, err, sizeof err);
+    bad = merak_graph_shard(gl, 8, 0, NULL, 0, err, sizeof err);
+    tap_ok(!bad && strstr(err, "4 key/value heads"), "tp=8 on 4 kv heads is refused: %s", err);
+    merak_graph_destroy(bad);
+    for (int r = 0; r < 4; r++)
+        sh[r] = merak_graph_shard(gl, 4, r, NULL, 0, err, sizeof err);
+    tap_ok(sh[3] && shards_cover(gl, sh, 4), "tiny-llama shards four ways, every element once");
+    for (int r = 0; r < 4; r++)
+        merak_graph_destroy(sh[r]);
+    /* Rules override the model's own: whole MLPs need no reduction there. */
+    merak_tp_rule rule = {"*.mlp.*", MERAK_TP_REPLICATED, 1};
+    merak_graph *r0 = merak_graph_shard(g, 2, 0, &rule, 1, err, sizeof err);
+    tap_ok(r0 && count_ops(r0, MERAK_OP_TP_REDUCE) == 3, "a rule keeps the MLPs whole");
+    merak_graph_destroy(r0);
+    merak_graph_destroy(gl);
+    merak_graph_destroy(g);
+}
+
 int main(void)
 {
     test_param_counts();
@@ -344,5 +457,6 @@ int main(void)
     test_partition();
     test_init();
     test_lr();
+    test_tp_shard();
     return tap_done();
 }

@@ -839,7 +839,7 @@ static void test_presets(void)
                close_to(c.init_std, 0.02);
     tap_ok(good, "presets: tiny-gpt2 numbers");
     good = merak_model_preset("tiny-llama", &c) == 0 && c.arch == MERAK_ARCH_LLAMA &&
-           c.hidden == 64 && c.n_head == 4 && c.n_kv_head == 2 && c.ffn_hidden == 176 &&
+           c.hidden == 64 && c.n_head == 8 && c.n_kv_head == 4 && c.ffn_hidden == 176 &&
            c.tie_embeddings == 0 && c.rope_theta == 10000.0f;
     tap_ok(good, "presets: tiny-llama numbers");
     good = merak_model_preset("llama3-8b", &c) == 0 && c.vocab_size == 128256 &&
@@ -867,7 +867,7 @@ static void test_presets(void)
     } bad[] = {
         {"hidden not divisible by n_head", "multiple of n_head", "tiny-gpt2", 0, 66, 0},
         {"n_kv_head not dividing n_head", "n_kv_head", "tiny-llama", 1, 3, 0},
-        {"odd LLaMA head_dim", "RoPE", "tiny-llama", 0, 60, 0},
+        {"odd LLaMA head_dim", "RoPE", "tiny-llama", 0, 40, 0},
         {"zero layers", "n_layer", "tiny-gpt2", 2, 0, 0},
         {"dropout of 1", "dropout", "tiny-gpt2", 3, 0, 1.0f},
         {"zero norm_eps", "norm_eps", "tiny-llama", 4, 0, 0.0f},

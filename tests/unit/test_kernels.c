@@ -225,17 +225,20 @@ static void zero_grads(opcase *c)
 
 static void emb_fwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->embedding_fwd(o[0], c->ids, x[0], c->N, c->C));
+    DISPATCH(c, f32, KT->embedding_fwd(o[0], c->ids, x[0], c->N, c->C, c->P, c->V));
 }
 static void emb_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->embedding_bwd_w(g[0], R, c->ids, c->N, c->C));
+    DISPATCH(c, f32, KT->embedding_bwd_w(g[0], R, c->ids, c->N, c->C, c->P, c->V));
 }
+/* wte holds vocabulary rows P..P+V-1 (a shard); other ids give zero rows */
 static void emb_ref(const opcase *c, double *out)
 {
-    for (int n = 0; n < c->N; n++)
+    for (int n = 0; n < c->N; n++) {
+        const int r = c->ids[n] - c->P;
         for (int k = 0; k < c->C; k++)
-            out[(size_t)n * c->C + k] = c->xd[0][(size_t)c->ids[n] * c->C + k];
+            out[(size_t)n * c->C + k] = (r >= 0 && r < c->V) ? c->xd[0][(size_t)r * c->C + k] : 0;
+    }
 }
 static void emb_setup(opcase *c, int big)
 {
@@ -245,9 +248,10 @@ static void emb_setup(opcase *c, int big)
     c->N = c->B * c->T;
     c->C = big ? 192 : rng_int(1, 24);
     c->V = big ? 50 : rng_int(2, 12); /* few rows: repeated ids */
+    c->P = big ? 0 : rng_int(0, 3);   /* shard offset: ids before and after it */
     c->ids = xcalloc((size_t)c->N, sizeof(int32_t));
     for (int n = 0; n < c->N; n++)
-        c->ids[n] = rng_int(0, c->V - 1);
+        c->ids[n] = rng_int(0, c->V - 1 + 2 * c->P);
     add_x(c, "wte", (size_t)c->V * c->C, 1.0);
     add_o(c, (size_t)c->N * c->C);
     c->fwd = emb_fwd, c->bwd = emb_bwd, c->ref = emb_ref;
@@ -688,13 +692,16 @@ static void drop_setup(opcase *c, int big)
 /* ------------------------------------------------------------------ cross-entropy
  * L = scale * sum_n losses[n]: R is the constant scale. */
 
+/* o[0] = lse - tlogit (the loss, the whole vocabulary in one shard),
+ * o[1] = lse, o[2] = tlogit */
 static void ce_fwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->crossentropy_fwd(o[0], x[0], c->ids, c->N, c->V));
+    DISPATCH(c, f32, KT->crossentropy_stats(o[1], o[2], x[0], c->ids, c->N, c->V, 0);
+             for (int n = 0; n < c->N; n++) o[0][n] = o[1][n] - o[2][n]);
 }
 static void ce_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->crossentropy_bwd(g[0], x[0], c->ids, c->N, c->V, c->scale));
+    DISPATCH(c, f32, KT->crossentropy_bwd(g[0], x[0], o[1], c->ids, c->N, c->V, 0, c->scale));
 }
 static void ce_ref(const opcase *c, double *out)
 {
@@ -724,6 +731,9 @@ static void ce_setup(opcase *c, int big)
         c->ids[rng_int(0, c->N - 1)] = -100; /* ignored row */
     add_x(c, "logits", (size_t)c->N * c->V, 3.0);
     add_o(c, (size_t)c->N);
+    add_o(c, (size_t)c->N);
+    add_o(c, (size_t)c->N);
+    c->ncmp = 1;
     c->fwd = ce_fwd, c->bwd = ce_bwd, c->ref = ce_ref;
     finish(c);
     for (int n = 0; n < c->N; n++)
@@ -741,7 +751,7 @@ static const setup_fn OPS[] = {
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
 #define CHECKS_PER_OP 5
-#define NEXTRA 8
+#define NEXTRA 9
 
 /* ------------------------------------------------------------------ per-op checks */
 
@@ -933,7 +943,7 @@ static void check_threads(setup_fn setup)
     X(rmsnorm_bwd_x) X(rmsnorm_bwd_w) X(linear_fwd) X(linear_bwd_x) X(linear_bwd_w)  \
     X(attention_fwd) X(attention_bwd) X(attention_scratch_elems) X(gelu_fwd)         \
     X(gelu_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add_fwd) X(accumulate) X(dropout_fwd)  \
-    X(dropout_bwd) X(crossentropy_fwd) X(crossentropy_bwd) X(adamw) X(sumsq) X(scale)
+    X(dropout_bwd) X(crossentropy_stats) X(crossentropy_bwd) X(adamw) X(sumsq) X(scale)
 
 static void check_table(void)
 {
@@ -977,6 +987,58 @@ static void check_probs(void)
     tap(ok && e64 <= 1e-12 && e32 <= 1e-6,
         "attention probs: causal zeros, rows sum to 1 (err f64 %.1e, f32 %.1e)", e64, e32);
     free_case(&c);
+}
+
+/* The vocabulary split in shards (as tensor parallelism splits it): the
+ * shards' statistics combined give the whole-vocabulary loss, and the
+ * shards' gradients are the columns of the whole gradient. */
+static void check_ce_shards(void)
+{
+    const int N = rng_int(2, 9), V = rng_int(8, 60), S = rng_int(2, 4);
+    float *x = xcalloc((size_t)N * V, sizeof(float)), *dx = xcalloc((size_t)N * V, sizeof(float));
+    float *ds = xcalloc((size_t)N * V, sizeof(float)), *lse = xcalloc((size_t)N, sizeof(float));
+    float *tl = xcalloc((size_t)N, sizeof(float)), *sl = xcalloc((size_t)N * S, sizeof(float));
+    float *st = xcalloc((size_t)N * S, sizeof(float)), *shard = xcalloc((size_t)N * V, sizeof(float));
+    int32_t *tg = xcalloc((size_t)N, sizeof(int32_t));
+    for (int i = 0; i < N * V; i++)
+        x[i] = (float)rng_sym(4.0);
+    for (int n = 0; n < N; n++)
+        tg[n] = rng_int(0, V - 1);
+    tg[0] = -100;
+    KF->crossentropy_stats(lse, tl, x, tg, N, V, 0);
+    KF->crossentropy_bwd(dx, x, lse, tg, N, V, 0, 0.5f);
+    /* shard s holds columns [s*V/S, (s+1)*V/S) */
+    for (int s = 0; s < S; s++) {
+        int v0 = s * V / S, vn = (s + 1) * V / S - v0;
+        for (int n = 0; n < N; n++)
+            memcpy(shard + (size_t)n * vn, x + (size_t)n * V + v0, (size_t)vn * sizeof(float));
+        KF->crossentropy_stats(sl + (size_t)s * N, st + (size_t)s * N, shard, tg, N, vn, v0);
+    }
+    double err = 0, gerr = 0;
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, sum = 0, t = 0;
+        for (int s = 0; s < S; s++)
+            mx = dmax(mx, sl[s * N + n]), t += st[s * N + n];
+        for (int s = 0; s < S; s++)
+            sum += exp(sl[s * N + n] - mx);
+        double l = tg[n] < 0 ? 0 : mx + log(sum);
+        err = dmax(err, fabs((l - t) - ((double)lse[n] - tl[n])));
+        lse[n] = (float)l;
+    }
+    for (int s = 0; s < S; s++) {
+        int v0 = s * V / S, vn = (s + 1) * V / S - v0;
+        for (int n = 0; n < N; n++)
+            memcpy(shard + (size_t)n * vn, x + (size_t)n * V + v0, (size_t)vn * sizeof(float));
+        memset(ds, 0, (size_t)N * vn * sizeof(float));
+        KF->crossentropy_bwd(ds, shard, lse, tg, N, vn, v0, 0.5f);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < vn; j++)
+                gerr = dmax(gerr, fabs(ds[(size_t)n * vn + j] - dx[(size_t)n * V + v0 + j]));
+    }
+    tap(err <= 2e-6 && gerr <= 1e-6,
+        "cross-entropy over %d vocabulary shards = whole vocabulary (loss err %.1e, grad err %.1e)",
+        S, err, gerr);
+    free(x), free(dx), free(ds), free(lse), free(tl), free(sl), free(st), free(shard), free(tg);
 }
 
 static void check_dropout_p0(void)
@@ -1144,6 +1206,7 @@ int main(void)
         check_threads(OPS[i]);
     }
     check_probs();
+    check_ce_shards();
     check_dropout_p0();
     check_dropout_stats();
     check_adamw();
