@@ -1,6 +1,7 @@
 #!/bin/sh
 # Equivalence under MPI: data-, tensor- and pipeline-parallel layouts of tiny
-# GPT-2 and LLaMA, with gpipe and 1f1b, train exactly like one process:
+# GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, train
+# exactly like one process:
 # per-step losses and gradient norms within 1e-5 relative, and the final
 # (gathered) parameters within 1e-5 relative over the whole model,
 # ||G - R|| / ||R||.  The largest elementwise difference is printed too: it
@@ -60,14 +61,19 @@ for model in tiny-gpt2 tiny-llama; do
                 --save-weights "$ref.safetensors" > /dev/null || fail "$model: reference run failed"
         fi
         for sched in gpipe 1f1b; do
-            out=$WORK/$model.$dp$tp$pp.$sched
-            if ! "$WRAP" $np "$TRAIN" --model $model $common --micro-batches $M --dp $dp --tp $tp --pp $pp \
-                --schedule $sched --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
-                cat "$out.log" >&2
-                fail "$model (dp,tp,pp)=($dp,$tp,$pp) $sched: run failed"
-            fi
-            compare "$model ($dp,$tp,$pp) $sched" "$ref.jsonl" "$ref.safetensors" "$out.jsonl" \
-                "$out.safetensors" || status=1
+            # Without ZeRO, small buckets (2.5k floats): many all-reduces,
+            # launched during the backward.  With ZeRO-1, reduce-scatter.
+            for zero in 0 1; do
+                out=$WORK/$model.$dp$tp$pp.$sched.z$zero
+                if ! "$WRAP" $np "$TRAIN" --model $model $common --micro-batches $M --dp $dp --tp $tp --pp $pp \
+                    --schedule $sched --zero $zero --bucket-mb 0.01 --metrics "$out.jsonl" \
+                    --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+                    cat "$out.log" >&2
+                    fail "$model (dp,tp,pp)=($dp,$tp,$pp) $sched zero $zero: run failed"
+                fi
+                compare "$model ($dp,$tp,$pp) $sched zero=$zero" "$ref.jsonl" "$ref.safetensors" \
+                    "$out.jsonl" "$out.safetensors" || status=1
+            done
         done
     done
 done

@@ -29,6 +29,8 @@ typedef struct args {
     merak_schedule_kind schedule;
     int dp, tp, pp;
     const char *pipe_schedule, *partition, *tp_rules;
+    int zero;
+    double bucket_mb;
     uint64_t seed;
 } args;
 
@@ -66,6 +68,8 @@ static void usage(FILE *out)
         "  --pp N                  pipeline stages (default MERAK_PP, else 1)\n"
         "  --schedule S            gpipe or 1f1b (default MERAK_SCHEDULE, else 1f1b)\n"
         "  --partition P           uniform or parameters (default parameters)\n"
+        "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
+        "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
         "Running and output:\n"
         "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
@@ -127,7 +131,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
-    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET,
 };
 
 static void parse_args(int argc, char **argv, args *a)
@@ -160,6 +164,8 @@ static void parse_args(int argc, char **argv, args *a)
         {"schedule", required_argument, 0, OPT_PSCHED},
         {"partition", required_argument, 0, OPT_PART},
         {"tp-rules", required_argument, 0, OPT_TPRULES},
+        {"zero", required_argument, 0, OPT_ZERO},
+        {"bucket-mb", required_argument, 0, OPT_BUCKET},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -217,6 +223,8 @@ static void parse_args(int argc, char **argv, args *a)
             a->partition = optarg;
             break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
+        case OPT_ZERO: a->zero = (int)parse_int("--zero", optarg, 0, 1); break;
+        case OPT_BUCKET: a->bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
         case ':': die_usage("%s needs a value", argv[optind - 1]);
@@ -334,6 +342,8 @@ int main(int argc, char **argv)
     ta.pipe_schedule = a.pipe_schedule;
     ta.partition = a.partition;
     ta.tp_rules = a.tp_rules;
+    ta.zero = a.zero;
+    ta.bucket_mb = a.bucket_mb;
     banner_ctx ctx = {&a, &cfg, g, 0};
     ta.on_start = print_banner;
     ta.on_step = print_step;

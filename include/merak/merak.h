@@ -186,6 +186,10 @@ typedef struct merak_step_info {
     float lr;
     double tokens_per_s, step_ms;
     double eta_s;           /* estimated seconds left */
+    /* Data parallelism (dp > 1, rank 0's view): milliseconds waited for the
+     * gradient reduction after the backward, and the fraction of gradient
+     * bytes whose all-reduce had finished while the backward still ran. */
+    double dp_wait_ms, dp_overlap;
 } merak_step_info;
 
 /* What the trainer reports once, before the first step. */
@@ -222,6 +226,13 @@ typedef struct merak_args {
     /* A tensor-parallel rules file applied over the graph's own attributes
      * (see merak_graph_load_tp_rules), or NULL. */
     const char *tp_rules;
+    /* Data parallelism: zero = 1 shards the optimizer state over dp (ZeRO
+     * stage 1: reduce-scatter the gradients, update a 1/dp share, all-gather
+     * the parameters); zero = 0 all-reduces the gradients in buckets of
+     * bucket_mb MiB (0: 25), each launched during the backward as soon as
+     * its gradients are final. */
+    int zero;
+    double bucket_mb;
     /* Called once on rank 0 before the first step (may be NULL). */
     void (*on_start)(const struct merak_run_info *info, void *user);
     /* Called after every step on rank 0 (may be NULL). */

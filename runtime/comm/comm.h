@@ -77,6 +77,15 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root);
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_wait(merak_req *req);
+/* 1 if req has finished (or was never started), 0 if still in flight, -1 on
+ * error.  Calling it also lets the backend progress the operation. */
+int merak_test(merak_req *req);
+/* Sum of every rank's send (n = sum of counts floats), rank r receiving
+ * block r (counts[r] floats, blocks in rank order) in recv.  Blocking. */
+int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts);
+/* In place: rank r's counts[r] floats, at the sum of the counts before r,
+ * are gathered into every rank's buf.  Blocking. */
+int merak_allgather(merak_group *g, float *buf, const int *counts);
 /* A barrier on the world (for tests and clean shutdown). */
 int merak_barrier(merak_comm *c);
 

@@ -225,6 +225,52 @@ int merak_wait(merak_req *req)
     return MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : -1;
 }
 
+int merak_test(merak_req *req)
+{
+    if (!req->active)
+        return 1;
+    MPI_Request r;
+    memcpy(&r, req->impl, sizeof r);
+    int done = 0;
+    if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return -1;
+    memcpy(req->impl, &r, sizeof r);
+    if (done)
+        req->active = 0;
+    return done;
+}
+
+int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
+{
+    size_t n = 0;
+    for (int r = 0; r < g->size; r++)
+        n += (size_t)counts[r];
+    g->bytes += n * sizeof *send;
+    if (g->size == 1) {
+        memcpy(recv, send, n * sizeof *send);
+        return 0;
+    }
+    return MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm) == MPI_SUCCESS ? 0 : -1;
+}
+
+int merak_allgather(merak_group *g, float *buf, const int *counts)
+{
+    int *displs = malloc((size_t)g->size * sizeof *displs);
+    if (!displs)
+        return -1;
+    size_t n = 0;
+    for (int r = 0; r < g->size; r++) {
+        displs[r] = (int)n;
+        n += (size_t)counts[r];
+    }
+    g->bytes += n * sizeof *buf;
+    int rc = g->size == 1 ? MPI_SUCCESS
+                          : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+                                           MPI_FLOAT, g->comm);
+    free(displs);
+    return rc == MPI_SUCCESS ? 0 : -1;
+}
+
 int merak_barrier(merak_comm *c)
 {
     return MPI_Barrier(c->world) == MPI_SUCCESS ? 0 : -1;

@@ -46,6 +46,25 @@ typedef struct stage {
     merak_data *data;
     uint64_t windows;
     double loss_sum;              /* this step's micro-batch losses (last stage) */
+
+    /* Data-parallel gradient reduction.  Without ZeRO: buckets of the flat
+     * gradient buffer, all-reduced from its end down as the last backward
+     * finishes them (parameters complete in reverse first-use order). */
+    size_t flat_n, bucket;        /* floats */
+    size_t launched;              /* floats [launched, flat_n) are reducing */
+    merak_req *breq;              /* one per bucket launched this step */
+    size_t *blo, *bhi;
+    unsigned char *bdone;
+    int nb;
+    int last_bwd;                 /* index of the stage's last backward instruction */
+    size_t done_early;            /* floats reduced while the backward still ran */
+    double wait_s;                /* waiting for the reduction after the backward */
+    int dp_failed;
+    /* ZeRO-1: this rank updates floats [zlo, zhi) of the flat buffers */
+    int zero;
+    int *zcounts;                 /* [dp] floats per dp rank */
+    size_t zlo, zhi;
+    float *zshard;                /* reduce-scatter target, zhi - zlo floats */
 } stage;
 
 /* Is parameter tensor t read by any op in [begin, end)? */
@@ -82,6 +101,92 @@ static int agree(stage *s, int failed, char *err, size_t errlen)
     if (s->grid->rank != first)
         snprintf(err, errlen, "%s", msg);
     return -1;
+}
+
+/* ---- data-parallel reduction */
+
+static int launch_bucket(stage *s, size_t lo, size_t hi)
+{
+    size_t n;
+    float *g = merak_exec_grads_flat(s->e, &n);
+    int i = s->nb++;
+    s->blo[i] = lo;
+    s->bhi[i] = hi;
+    s->bdone[i] = 0;
+    memset(&s->breq[i], 0, sizeof s->breq[i]);
+    return merak_allreduce(s->dp_g, g + lo, hi - lo, &s->breq[i]);
+}
+
+/* Lets MPI progress the reductions in flight; counts those finished. */
+static void dp_progress(stage *s)
+{
+    for (int i = 0; i < s->nb; i++)
+        if (!s->bdone[i]) {
+            int r = merak_test(&s->breq[i]);
+            if (r < 0)
+                s->dp_failed = 1;
+            else if (r == 1) {
+                s->bdone[i] = 1;
+                s->done_early += s->bhi[i] - s->blo[i];
+            }
+        }
+}
+
+/* Executor hook during the last backward: floats [from, flat_n) are final. */
+static void grad_ready(void *ctx, size_t from)
+{
+    stage *s = ctx;
+    while (s->launched >= from + s->bucket) {
+        size_t lo = s->launched - s->bucket;
+        if (launch_bucket(s, lo, s->launched) < 0)
+            s->dp_failed = 1;
+        s->launched = lo;
+    }
+    dp_progress(s);
+}
+
+static int reduce_tied(stage *s)
+{
+    if (!s->tied_g)
+        return 0;
+    for (int i = 0; i < merak_exec_num_params(s->e); i++)
+        if (s->tied[i] && merak_allreduce(s->tied_g, merak_exec_param_grad(s->e, i),
+                                           merak_exec_param_elems(s->e, i), NULL) < 0)
+            return -1;
+    return 0;
+}
+
+/* After the flush: the tied embedding's gradient summed over its two stages
+ * and the gradients over dp (sums commute, so the order is free): with ZeRO
+ * reduce-scattered into this rank's share, else the rest of the buckets
+ * launched and all of them awaited. */
+static int reduce_grads(stage *s)
+{
+    const merak_grid *gr = s->grid;
+    double t0 = merak_now();
+    int rc = 0;
+    if (s->zero) {
+        rc = reduce_tied(s);
+        if (rc == 0 && gr->dp > 1) {
+            size_t n;
+            float *g = merak_exec_grads_flat(s->e, &n);
+            rc = merak_reduce_scatter(s->dp_g, g, s->zshard, s->zcounts);
+            if (rc == 0)
+                memcpy(g + s->zlo, s->zshard, (s->zhi - s->zlo) * sizeof *g);
+        }
+    } else if (gr->dp > 1) {
+        if (s->launched > 0 && launch_bucket(s, 0, s->launched) < 0)
+            rc = -1;
+        s->launched = 0;
+        for (int i = 0; i < s->nb && rc == 0; i++)
+            rc = merak_wait(&s->breq[i]);
+        if (rc == 0)
+            rc = reduce_tied(s);
+    } else {
+        rc = reduce_tied(s);
+    }
+    s->wait_s = merak_now() - t0;
+    return rc < 0 || s->dp_failed ? -1 : 0;
 }
 
 static int post_send(stage *s, const void *buf, size_t bytes, int peer, int tag)
@@ -134,9 +239,17 @@ static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int s
     case MERAK_I_BWD:
     case MERAK_I_BWD_INPUT:
     case MERAK_I_BWD_WEIGHT: {
+        /* The stage's last weight gradients: reduce buckets as they finish. */
+        int hook = in == &s->sched.instr[s->last_bwd] && !s->zero && gr->dp > 1;
+        if (hook)
+            merak_exec_set_grad_hook(s->e, grad_ready, s);
         int rc = in->kind == MERAK_I_BWD         ? merak_exec_backward(s->e, slot)
                  : in->kind == MERAK_I_BWD_INPUT ? merak_exec_backward_input(s->e, slot)
                                                  : merak_exec_backward_weight(s->e, slot);
+        if (hook)
+            merak_exec_set_grad_hook(s->e, NULL, NULL);
+        if (s->dp_failed)
+            return merak_errf(err, errlen, "step %d: a data-parallel all-reduce failed", step);
         return rc < 0 ? merak_errf(err, errlen, "step %d: a tensor-parallel sum failed", step) : 0;
     }
     case MERAK_I_SEND_GRAD:
@@ -147,21 +260,11 @@ static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int s
                 return -1;
         s->nsends = 0;
         return 0;
-    case MERAK_I_REDUCE_TIED:
-        if (!s->tied_g)
-            return 0;
-        for (int i = 0; i < merak_exec_num_params(s->e); i++)
-            if (s->tied[i] && merak_allreduce(s->tied_g, merak_exec_param_grad(s->e, i),
-                                               merak_exec_param_elems(s->e, i), NULL) < 0)
-                return -1;
+    case MERAK_I_REDUCE_TIED: return 0; /* done with the dp reduction, below */
+    case MERAK_I_REDUCE_DP:
+        if (reduce_grads(s) < 0)
+            return merak_errf(err, errlen, "step %d: reducing gradients failed", step);
         return 0;
-    case MERAK_I_REDUCE_DP: {
-        if (gr->dp == 1)
-            return 0;
-        size_t len;
-        float *grads = merak_exec_grads_flat(s->e, &len);
-        return merak_allreduce(s->dp_g, grads, len, NULL);
-    }
     case MERAK_I_OPTIMIZER_STEP: return 0; /* done by the caller, which needs the norm */
     default: return merak_errf(err, errlen, "unknown instruction %d", (int)in->kind);
     }
@@ -175,6 +278,8 @@ static void stage_free(stage *s)
     free(s->ids_tmp), free(s->tgt_tmp);
     free(s->act_req), free(s->grad_req), free(s->sends), free(s->tied);
     free(s->rules);
+    free(s->breq), free(s->blo), free(s->bhi), free(s->bdone);
+    free(s->zcounts), free(s->zshard);
 }
 
 /* Builds this rank's stage; returns 0 or -1 with err (this rank only). */
@@ -225,6 +330,40 @@ static int stage_setup(stage *s, const merak_graph *model, const merak_graph *g,
         for (int i = 0; i < merak_exec_num_params(s->e); i++)
             s->tied[i] = range_reads(g, ob, oe, merak_exec_param_tensor(s->e, i));
     }
+    /* Gradient reduction: buckets, or this rank's ZeRO share. */
+    merak_exec_grads_flat(s->e, &s->flat_n);
+    if (s->flat_n > (size_t)INT32_MAX)
+        return merak_errf(err, errlen, "stage %d holds %zu parameter floats, more than MPI counts allow",
+                          p, s->flat_n);
+    double mb = a->bucket_mb > 0 ? a->bucket_mb : 25.0;
+    s->bucket = (size_t)(mb * 1048576.0 / sizeof(float));
+    if (s->bucket < 1)
+        s->bucket = 1;
+    size_t nbuckets = s->flat_n / s->bucket + 2;
+    s->breq = calloc(nbuckets, sizeof *s->breq);
+    s->blo = calloc(nbuckets, sizeof *s->blo);
+    s->bhi = calloc(nbuckets, sizeof *s->bhi);
+    s->bdone = calloc(nbuckets, 1);
+    s->last_bwd = -1;
+    for (int i = 0; i < s->sched.n; i++)
+        if (s->sched.instr[i].kind == MERAK_I_BWD || s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT)
+            s->last_bwd = i;
+    s->zero = a->zero;
+    size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
+    s->zlo = s->zero ? chunk * (size_t)gr->dp_rank : 0;
+    s->zhi = s->zero ? s->zlo + chunk : s->flat_n;
+    if (s->zlo > s->flat_n)
+        s->zlo = s->flat_n;
+    if (s->zhi > s->flat_n)
+        s->zhi = s->flat_n;
+    s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
+    s->zshard = calloc(chunk + 1, sizeof *s->zshard);
+    if (!s->breq || !s->blo || !s->bhi || !s->bdone || !s->zcounts || !s->zshard)
+        return merak_errf(err, errlen, "out of memory");
+    for (int r = 0; r < gr->dp; r++) {
+        size_t lo = chunk * (size_t)r, hi = lo + chunk;
+        s->zcounts[r] = (int)(lo >= s->flat_n ? 0 : (hi > s->flat_n ? s->flat_n : hi) - lo);
+    }
     /* Only stages that read token ids or targets open the data. */
     if (s->ids_t >= 0 || s->tgt_t >= 0) {
         if (merak_data_open(a->data, merak_graph_loss_vocab(model), &s->data, err, errlen) < 0)
@@ -238,6 +377,31 @@ static int stage_setup(stage *s, const merak_graph *model, const merak_graph *g,
         return merak_weights_load(g, s->e, a->init, err, errlen);
     merak_init_params(g, s->e, a->seed);
     return 0;
+}
+
+/* This rank's part of the squared gradient norm: every parameter once (the
+ * tied copy on the last stage left out, a parameter tensor parallelism
+ * keeps whole counted on tp rank 0), over the floats this rank holds
+ * reduced: everything on dp rank 0, or its ZeRO share. */
+static double grad_sumsq(const stage *s)
+{
+    const merak_grid *gr = s->grid;
+    if (!s->zero && gr->dp_rank != 0)
+        return 0;
+    size_t n;
+    const float *g0 = merak_exec_grads_flat(s->e, &n);
+    double ss = 0;
+    for (int i = 0; i < merak_exec_num_params(s->e); i++) {
+        const merak_tensor *t = &s->g->tensors[merak_exec_param_tensor(s->e, i)];
+        if ((s->last && s->tied[i]) || (t->shard_dim < 0 && gr->tp_rank != 0))
+            continue;
+        size_t a = (size_t)(merak_exec_param_grad(s->e, i) - g0), b = a + merak_exec_param_elems(s->e, i);
+        a = a < s->zlo ? s->zlo : a;
+        b = b > s->zhi ? s->zhi : b;
+        if (a < b)
+            ss += s->k->sumsq(g0 + a, b - a);
+    }
+    return ss;
 }
 
 /* The parameters ops [begin, end) read, in first-use order: the order
@@ -387,7 +551,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     }
 
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
-    merak_optim *opt = merak_optim_create(s.g, s.e, &ao);
+    merak_optim *opt = merak_optim_create_range(s.g, s.e, &ao, s.zlo, s.zhi);
     FILE *metrics = NULL;
     int rank0 = gr->rank == 0, step = 0, rc = 0;
     if (!opt)
@@ -418,6 +582,9 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         double t0 = merak_now();
         merak_exec_zero_grads(s.e);
         s.loss_sum = 0;
+        s.launched = s.flat_n;
+        s.nb = 0;
+        s.done_early = 0;
         for (int i = 0; i < s.sched.n && rc == 0; i++)
             rc = run_instr(&s, a, &s.sched.instr[i], step, err, errlen);
         if (rc < 0) {
@@ -432,20 +599,32 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
          * parameter once (the tied copy on the last stage left out, a
          * parameter tensor parallelism keeps whole counted on tp rank 0). */
         double red[2] = {s.last && gr->tp_rank == 0 ? s.loss_sum : 0, 0};
-        for (int i = 0; i < merak_exec_num_params(s.e); i++) {
-            const merak_tensor *t = &s.g->tensors[merak_exec_param_tensor(s.e, i)];
-            if (!(s.last && s.tied[i]) && gr->dp_rank == 0 && (t->shard_dim >= 0 || gr->tp_rank == 0))
-                red[1] += s.k->sumsq(merak_exec_param_grad(s.e, i), merak_exec_param_elems(s.e, i));
-        }
+        red[1] = grad_sumsq(&s);
         merak_allreduce_f64(s.world_g, red, 2);
         double loss = red[0] / (M * gr->dp), norm = sqrt(red[1]);
         if (!isfinite(loss) || !isfinite(norm)) {
             rc = merak_errf(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
             break;
         }
-        merak_clip_grads(s.e, s.k, norm, a->clip);
+        float coef = a->clip > 0 ? (float)(a->clip / (norm + 1e-6)) : 1.0f;
+        if (coef < 1.0f) { /* as merak_clip_grads, on this rank's share of the gradients */
+            size_t n;
+            float *gf = merak_exec_grads_flat(s.e, &n);
+            s.k->scale(gf + s.zlo, s.zhi - s.zlo, coef);
+        }
         float lr = merak_lr_at(&sched, step);
         merak_optim_step(opt, s.e, s.k, lr);
+        if (s.zero && gr->dp > 1) {
+            size_t n;
+            if (merak_allgather(s.dp_g, merak_exec_params_flat(s.e, &n), s.zcounts) < 0) {
+                merak_errf(err, errlen, "step %d: gathering the parameters failed", step);
+                merak_optim_destroy(opt);
+                stage_free(&s);
+                free(bounds), free(lbounds);
+                merak_graph_destroy(shard);
+                return -2;
+            }
+        }
         double t1 = merak_now();
         if (rank0) {
             merak_step_info info = {
@@ -453,6 +632,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
                 .tokens_per_s = (double)a->micro_batch * a->seq_len * M * gr->dp / (t1 - t0),
                 .step_ms = (t1 - t0) * 1e3,
                 .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
+                .dp_wait_ms = s.wait_s * 1e3,
+                .dp_overlap = s.flat_n ? (double)s.done_early / (double)s.flat_n : 0,
             };
             if (metrics)
                 merak_metrics_write(metrics, &info);

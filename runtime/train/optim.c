@@ -9,7 +9,8 @@
 
 struct merak_optim {
     merak_adamw_opts opts;
-    float *m, *v;        /* moments, laid out like the flat parameter buffer */
+    size_t lo, hi;       /* the floats of the flat parameter buffer this state covers */
+    float *m, *v;        /* moments of floats [lo, hi) */
     unsigned char *decay; /* [nparams] 1 if weight decay applies */
     int t;               /* steps taken */
 };
@@ -17,13 +18,22 @@ struct merak_optim {
 merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
                                 const merak_adamw_opts *opts)
 {
-    merak_optim *o = calloc(1, sizeof *o);
     size_t n;
     merak_exec_params_flat(e, &n);
+    return merak_optim_create_range(g, e, opts, 0, n);
+}
+
+merak_optim *merak_optim_create_range(const merak_graph *g, const merak_exec *e,
+                                      const merak_adamw_opts *opts, size_t lo, size_t hi)
+{
+    merak_optim *o = calloc(1, sizeof *o);
+    size_t n = hi > lo ? hi - lo : 0;
     int np = merak_exec_num_params(e);
     if (!o)
         return NULL;
     o->opts = *opts;
+    o->lo = lo;
+    o->hi = hi;
     o->m = calloc(n ? n : 1, sizeof *o->m);
     o->v = calloc(n ? n : 1, sizeof *o->v);
     o->decay = calloc(np ? (size_t)np : 1, 1);
@@ -72,12 +82,17 @@ void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, flo
 {
     o->t++;
     size_t n;
-    float *p0 = merak_exec_params_flat(e, &n);
+    float *p0 = merak_exec_params_flat(e, &n), *g0 = merak_exec_grads_flat(e, &n);
     for (int i = 0; i < merak_exec_num_params(e); i++) {
-        float *p = merak_exec_param_data(e, i);
-        size_t off = (size_t)(p - p0);
-        k->adamw(p, merak_exec_param_grad(e, i), o->m + off, o->v + off,
-                 merak_exec_param_elems(e, i), lr, o->opts.beta1, o->opts.beta2, o->opts.eps,
-                 o->decay[i] ? o->opts.weight_decay : 0.0f, o->t);
+        /* the part of parameter i inside [lo, hi) */
+        size_t a = (size_t)(merak_exec_param_data(e, i) - p0), b = a + merak_exec_param_elems(e, i);
+        if (a < o->lo)
+            a = o->lo;
+        if (b > o->hi)
+            b = o->hi;
+        if (a >= b)
+            continue;
+        k->adamw(p0 + a, g0 + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr, o->opts.beta1,
+                 o->opts.beta2, o->opts.eps, o->decay[i] ? o->opts.weight_decay : 0.0f, o->t);
     }
 }

@@ -55,6 +55,10 @@ typedef struct merak_optim merak_optim;
  * to parameters with two or more dimensions. */
 merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
                                 const merak_adamw_opts *opts);
+/* The same for floats [lo, hi) of the flat parameter buffer only (ZeRO-1:
+ * each data-parallel rank keeps the state of its share). */
+merak_optim *merak_optim_create_range(const merak_graph *g, const merak_exec *e,
+                                      const merak_adamw_opts *opts, size_t lo, size_t hi);
 void merak_optim_destroy(merak_optim *o);
 /* Global L2 norm of the gradients (a tied weight once). */
 double merak_grad_norm(const merak_exec *e, const merak_kernels *k);
