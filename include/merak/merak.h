@@ -190,6 +190,10 @@ typedef struct merak_step_info {
      * gradient reduction after the backward, and the fraction of gradient
      * bytes whose all-reduce had finished while the backward still ran. */
     double dp_wait_ms, dp_overlap;
+    /* Bytes rank 0 moved this step per group (sent, or the buffer size of a
+     * collective it took part in): tensor-parallel sums, pipeline sends,
+     * data-parallel reduction, tied-embedding reduction. */
+    double tp_bytes, pp_bytes, dp_bytes, tied_bytes;
 } merak_step_info;
 
 /* What the trainer reports once, before the first step. */

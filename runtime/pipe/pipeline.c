@@ -379,6 +379,14 @@ static int stage_setup(stage *s, const merak_graph *model, const merak_graph *g,
     return 0;
 }
 
+/* Bytes moved so far by the tp, pp, dp and tied groups. */
+static void group_bytes(const stage *s, uint64_t b[4])
+{
+    merak_group *g[4] = {s->tp_g, s->pp_g, s->dp_g, s->tied_g};
+    for (int i = 0; i < 4; i++)
+        b[i] = g[i] ? merak_group_bytes(g[i]) : 0;
+}
+
 /* This rank's part of the squared gradient norm: every parameter once (the
  * tied copy on the last stage left out, a parameter tensor parallelism
  * keeps whole counted on tp rank 0), over the floats this rank holds
@@ -580,6 +588,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         if (stop > 0)
             break;
         double t0 = merak_now();
+        uint64_t b0[4];
+        group_bytes(&s, b0);
         merak_exec_zero_grads(s.e);
         s.loss_sum = 0;
         s.launched = s.flat_n;
@@ -626,6 +636,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
             }
         }
         double t1 = merak_now();
+        uint64_t b1[4];
+        group_bytes(&s, b1);
         if (rank0) {
             merak_step_info info = {
                 .step = step, .steps = a->steps, .loss = loss, .grad_norm = norm, .lr = lr,
@@ -634,6 +646,10 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
                 .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
                 .dp_wait_ms = s.wait_s * 1e3,
                 .dp_overlap = s.flat_n ? (double)s.done_early / (double)s.flat_n : 0,
+                .tp_bytes = (double)(b1[0] - b0[0]),
+                .pp_bytes = (double)(b1[1] - b0[1]),
+                .dp_bytes = (double)(b1[2] - b0[2]),
+                .tied_bytes = (double)(b1[3] - b0[3]),
             };
             if (metrics)
                 merak_metrics_write(metrics, &info);

@@ -55,9 +55,10 @@ int merak_metrics_write(FILE *f, const merak_step_info *i)
 {
     fprintf(f,
             "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-            "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g}\n",
+            "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g, "
+            "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}}\n",
             i->step, i->loss, i->grad_norm, i->lr, i->tokens_per_s, i->step_ms, i->dp_wait_ms,
-            i->dp_overlap);
+            i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes, i->tied_bytes);
     /* Flushed every step: a crash loses nothing already reported. */
     return fflush(f) == 0 ? 0 : -1;
 }
