@@ -18,7 +18,7 @@
 #include <limits.h>  /* INT_MAX */
 #include <stdio.h>   /* printf, fprintf */
 #include <stdlib.h>  /* strtol, free */
-#include <string.h>  /* strcmp */
+#include <string.h>  /* strcmp, memset */
 
 #define VERSION "0.1.0"
 #define PROG "merak-topo"
@@ -71,6 +71,19 @@ static int parse_pos(const char *flag, const char *s, int *v)
 
 /* ------------------------------------------------------------ node view */
 
+/* GPU g of the node and its NIC (index nic, -1 for none: ni zeroed);
+ * returns the GPU-NIC path kind, or -1 without a NIC. */
+static int gpu_and_nic(const merak_topo_node *node, int g, int nic, merak_topo_gpu_info *gi,
+                       merak_topo_nic_info *ni)
+{
+    merak_topo_node_gpu(node, g, gi);
+    memset(ni, 0, sizeof *ni);
+    if (nic < 0)
+        return -1;
+    merak_topo_node_nic(node, nic, ni);
+    return merak_topo_node_gpu_nic_path(node, g, nic, NULL);
+}
+
 static int show_node_text(const merak_topo_node *node)
 {
     int G = merak_topo_node_ngpus(node), M = merak_topo_node_nnumas(node);
@@ -95,13 +108,8 @@ static int show_node_text(const merak_topo_node *node)
                "NIC", "path");
     for (int g = 0; g < G; g++) {
         merak_topo_gpu_info gi;
-        merak_topo_node_gpu(node, g, &gi);
-        merak_topo_nic_info ni = {0};
-        int path = -1;
-        if (nic[g] >= 0) {
-            merak_topo_node_nic(node, nic[g], &ni);
-            path = merak_topo_node_gpu_nic_path(node, g, nic[g], NULL);
-        }
+        merak_topo_nic_info ni;
+        int path = gpu_and_nic(node, g, nic[g], &gi, &ni);
         printf("  %-4d %-13s %-26.26s %-5d %-18s %-9s %s\n", g, gi.busid, gi.model, gi.numa,
                gi.cpus, ni.name ? ni.name : "-", path >= 0 ? merak_topo_path_name(path) : "-");
     }
@@ -174,13 +182,8 @@ static int show_node_json(const merak_topo_node *node)
     }
     for (int g = 0; g < G; g++) {
         merak_topo_gpu_info gi;
-        merak_topo_node_gpu(node, g, &gi);
-        merak_topo_nic_info ni = {0};
-        int path = -1;
-        if (nic[g] >= 0) {
-            merak_topo_node_nic(node, nic[g], &ni);
-            path = merak_topo_node_gpu_nic_path(node, g, nic[g], NULL);
-        }
+        merak_topo_nic_info ni;
+        int path = gpu_and_nic(node, g, nic[g], &gi, &ni);
         char vid[8], did[8];
         snprintf(vid, sizeof(vid), "%04x", gi.vendor_id & 0xffffu);
         snprintf(did, sizeof(did), "%04x", gi.device_id & 0xffffu);

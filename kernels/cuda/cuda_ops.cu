@@ -373,6 +373,27 @@ __device__ __forceinline__ void rope_cs(float theta, int t, int j, int hd, float
     *s = sinf(ang);
 }
 
+/* row (hd) += g, the gradient of a row at position t taken with respect to
+ * its rotated values, brought back through the rotation (with theta > 0):
+ *   row[j] += g[j] cos + g[j+hd/2] sin ; row[j+hd/2] += g[j+hd/2] cos - g[j] sin
+ * Block-wide; g may be in shared memory. */
+__device__ void rope_bwd_add(float *row, const float *g, float theta, int t, int hd)
+{
+    if (theta > 0.0f) {
+        const int half = hd / 2;
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            float c, s;
+            rope_cs(theta, t, j, hd, &c, &s);
+            const float g0 = g[j], g1 = g[j + half];
+            row[j] += g0 * c + g1 * s;
+            row[j + half] += g1 * c - g0 * s;
+        }
+    } else {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            row[d] += g[d];
+    }
+}
+
 /* qr (B,T,nh*hd), kr (B,T,nkv*hd) = rotate_half RoPE of q, k (row strides qs, ks):
  *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin */
 __global__ void rope_fwd_k(float *qr, float *kr, const float *q, const float *k, attn_p p,
@@ -547,20 +568,7 @@ __global__ void attn_bwd_q_k(float *dq, float *dS, const float *dout, const floa
         gq[d] = o * p.scale;
     }
     __syncthreads();
-    float *dqrow = dq + ((size_t)b * T + i) * dqs + (size_t)h * hd;
-    if (p.theta > 0.0f) {
-        const int half = hd / 2;
-        for (int j = threadIdx.x; j < half; j += blockDim.x) {
-            float c, s;
-            rope_cs(p.theta, i, j, hd, &c, &s);
-            const float g0 = gq[j], g1 = gq[j + half];
-            dqrow[j] += g0 * c + g1 * s;
-            dqrow[j + half] += g1 * c - g0 * s;
-        }
-    } else {
-        for (int d = threadIdx.x; d < hd; d += blockDim.x)
-            dqrow[d] += gq[d];
-    }
+    rope_bwd_add(dq + ((size_t)b * T + i) * dqs + (size_t)h * hd, gq, p.theta, i, hd);
 }
 
 /* One block per (key row j, kv head, batch b), looping over the query heads of
@@ -606,20 +614,7 @@ __global__ void attn_bwd_kv_k(float *dk, float *dv, const float *dS, const float
         dvrow[d] += ov;
     }
     __syncthreads();
-    float *dkrow = dk + ((size_t)b * T + j) * dks + (size_t)kvh * hd;
-    if (p.theta > 0.0f) {
-        const int half = hd / 2;
-        for (int jj = threadIdx.x; jj < half; jj += blockDim.x) {
-            float c, s;
-            rope_cs(p.theta, j, jj, hd, &c, &s);
-            const float g0 = gk[jj], g1 = gk[jj + half];
-            dkrow[jj] += g0 * c + g1 * s;
-            dkrow[jj + half] += g1 * c - g0 * s;
-        }
-    } else {
-        for (int d = threadIdx.x; d < hd; d += blockDim.x)
-            dkrow[d] += gk[d];
-    }
+    rope_bwd_add(dk + ((size_t)b * T + j) * dks + (size_t)kvh * hd, gk, p.theta, j, hd);
 }
 
 static attn_p attn_params(const merak_attn_shape *s)

@@ -644,17 +644,30 @@ merak_tp_attr merak_tp_rules_attr(const merak_tensor *t, const merak_tp_rule *ru
     return a;
 }
 
+int merak_tp_rules_load(const merak_graph *g, const char *path, merak_tp_rule **rules, int *n,
+                        char *err, size_t errlen)
+{
+    if (merak_tp_rules_read(path, rules, n, err, errlen) < 0)
+        return -1;
+    if (merak_tp_rules_check(g, *rules, *n, path, err, errlen) < 0) {
+        free(*rules);
+        *rules = NULL;
+        *n = 0;
+        return -1;
+    }
+    return 0;
+}
+
 int merak_graph_load_tp_rules(merak_graph *g, const char *path, char *err, size_t errlen)
 {
     merak_tp_rule *rules;
     int n;
-    if (merak_tp_rules_read(path, &rules, &n, err, errlen) < 0)
+    if (merak_tp_rules_load(g, path, &rules, &n, err, errlen) < 0)
         return -1;
-    int rc = merak_tp_rules_check(g, rules, n, path, err, errlen);
-    for (int i = 0; rc == 0 && i < n; i++)
+    for (int i = 0; i < n; i++)
         merak_graph_set_tp(g, rules[i].pattern, rules[i].attr);
     free(rules);
-    return rc;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ printing */

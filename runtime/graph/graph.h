@@ -124,6 +124,9 @@ int merak_tp_rules_read(const char *path, merak_tp_rule **rules, int *n, char *e
 /* A rule matching no parameter of g is an error (0 or -1 with err). */
 int merak_tp_rules_check(const merak_graph *g, const merak_tp_rule *rules, int n,
                          const char *path, char *err, size_t errlen);
+/* Read and check against g in one go (on failure *rules is NULL). */
+int merak_tp_rules_load(const merak_graph *g, const char *path, merak_tp_rule **rules, int *n,
+                        char *err, size_t errlen);
 /* Parameter t's attribute with the rules applied over its own. */
 merak_tp_attr merak_tp_rules_attr(const merak_tensor *t, const merak_tp_rule *rules, int n);
 

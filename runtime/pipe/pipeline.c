@@ -27,7 +27,10 @@ typedef struct stage {
     merak_comm *comm;
     const merak_grid *grid;
     merak_group *pp_g, *dp_g, *tied_g, *world_g, *tp_g;
-    const merak_graph *g;         /* this rank's graph: its tp shard of the model */
+    const merak_graph *g;         /* this rank's graph: shard, or the model when tp = 1 */
+    merak_graph *shard;           /* owned: this rank's tensor-parallel shard, or NULL */
+    int *bounds, *lbounds;        /* stage bounds in the model and in g ([pp + 1]) */
+    merak_optim *opt;
     merak_exec_comm tpc;
     merak_tp_rule *rules;         /* --tp-rules, if given */
     int nrules;
@@ -53,7 +56,7 @@ typedef struct stage {
     size_t flat_n, bucket;        /* floats */
     size_t launched;              /* floats [launched, flat_n) are reducing */
     merak_req *breq;              /* one per bucket launched this step */
-    size_t *blo, *bhi;
+    size_t *blo, *bhi;            /* (all NULL unless dp > 1 without ZeRO) */
     unsigned char *bdone;
     int nb;
     int last_bwd;                 /* index of the stage's last backward instruction */
@@ -61,9 +64,8 @@ typedef struct stage {
     double wait_s;                /* waiting for the reduction after the backward */
     int dp_failed;
     /* ZeRO-1: this rank updates floats [zlo, zhi) of the flat buffers */
-    int zero;
-    int *zcounts;                 /* [dp] floats per dp rank */
-    size_t zlo, zhi;
+    int *zcounts;                 /* [dp] floats per dp rank; NULL without ZeRO */
+    size_t zlo, zhi;              /* without ZeRO: 0, flat_n */
     float *zshard;                /* reduce-scatter target, zhi - zlo floats */
 } stage;
 
@@ -162,19 +164,17 @@ static int reduce_tied(stage *s)
  * launched and all of them awaited. */
 static int reduce_grads(stage *s)
 {
-    const merak_grid *gr = s->grid;
     double t0 = merak_now();
     int rc = 0;
-    if (s->zero) {
+    if (s->zcounts) {
+        size_t n;
+        float *g = merak_exec_grads_flat(s->e, &n);
         rc = reduce_tied(s);
-        if (rc == 0 && gr->dp > 1) {
-            size_t n;
-            float *g = merak_exec_grads_flat(s->e, &n);
+        if (rc == 0)
             rc = merak_reduce_scatter(s->dp_g, g, s->zshard, s->zcounts);
-            if (rc == 0)
-                memcpy(g + s->zlo, s->zshard, (s->zhi - s->zlo) * sizeof *g);
-        }
-    } else if (gr->dp > 1) {
+        if (rc == 0)
+            memcpy(g + s->zlo, s->zshard, (s->zhi - s->zlo) * sizeof *g);
+    } else if (s->breq) {
         if (s->launched > 0 && launch_bucket(s, 0, s->launched) < 0)
             rc = -1;
         s->launched = 0;
@@ -240,7 +240,7 @@ static int run_instr(stage *s, const merak_args *a, const merak_instr *in, int s
     case MERAK_I_BWD_INPUT:
     case MERAK_I_BWD_WEIGHT: {
         /* The stage's last weight gradients: reduce buckets as they finish. */
-        int hook = in == &s->sched.instr[s->last_bwd] && !s->zero && gr->dp > 1;
+        int hook = s->breq && in - s->sched.instr == s->last_bwd;
         if (hook)
             merak_exec_set_grad_hook(s->e, grad_ready, s);
         int rc = in->kind == MERAK_I_BWD         ? merak_exec_backward(s->e, slot)
@@ -280,6 +280,9 @@ static void stage_free(stage *s)
     free(s->rules);
     free(s->breq), free(s->blo), free(s->bhi), free(s->bdone);
     free(s->zcounts), free(s->zshard);
+    free(s->bounds), free(s->lbounds);
+    merak_optim_destroy(s->opt);
+    merak_graph_destroy(s->shard);
 }
 
 /* Builds this rank's stage; returns 0 or -1 with err (this rank only). */
@@ -335,34 +338,37 @@ static int stage_setup(stage *s, const merak_graph *model, const merak_graph *g,
     if (s->flat_n > (size_t)INT32_MAX)
         return merak_errf(err, errlen, "stage %d holds %zu parameter floats, more than MPI counts allow",
                           p, s->flat_n);
-    double mb = a->bucket_mb > 0 ? a->bucket_mb : 25.0;
-    s->bucket = (size_t)(mb * 1048576.0 / sizeof(float));
-    if (s->bucket < 1)
-        s->bucket = 1;
-    size_t nbuckets = s->flat_n / s->bucket + 2;
-    s->breq = calloc(nbuckets, sizeof *s->breq);
-    s->blo = calloc(nbuckets, sizeof *s->blo);
-    s->bhi = calloc(nbuckets, sizeof *s->bhi);
-    s->bdone = calloc(nbuckets, 1);
-    s->last_bwd = -1;
-    for (int i = 0; i < s->sched.n; i++)
-        if (s->sched.instr[i].kind == MERAK_I_BWD || s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT)
-            s->last_bwd = i;
-    s->zero = a->zero;
-    size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
-    s->zlo = s->zero ? chunk * (size_t)gr->dp_rank : 0;
-    s->zhi = s->zero ? s->zlo + chunk : s->flat_n;
-    if (s->zlo > s->flat_n)
-        s->zlo = s->flat_n;
-    if (s->zhi > s->flat_n)
-        s->zhi = s->flat_n;
-    s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
-    s->zshard = calloc(chunk + 1, sizeof *s->zshard);
-    if (!s->breq || !s->blo || !s->bhi || !s->bdone || !s->zcounts || !s->zshard)
-        return merak_errf(err, errlen, "out of memory");
-    for (int r = 0; r < gr->dp; r++) {
-        size_t lo = chunk * (size_t)r, hi = lo + chunk;
-        s->zcounts[r] = (int)(lo >= s->flat_n ? 0 : (hi > s->flat_n ? s->flat_n : hi) - lo);
+    s->zlo = 0;
+    s->zhi = s->flat_n;
+    if (a->zero && gr->dp > 1) {
+        /* dp shares of ceil(flat_n / dp) floats, the last one shorter */
+        size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
+        s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
+        s->zshard = calloc(chunk + 1, sizeof *s->zshard);
+        if (!s->zcounts || !s->zshard)
+            return merak_errf(err, errlen, "out of memory");
+        for (int r = 0; r < gr->dp; r++) {
+            size_t lo = chunk * (size_t)r < s->flat_n ? chunk * (size_t)r : s->flat_n;
+            size_t hi = lo + chunk < s->flat_n ? lo + chunk : s->flat_n;
+            s->zcounts[r] = (int)(hi - lo);
+            if (r == gr->dp_rank)
+                s->zlo = lo, s->zhi = hi;
+        }
+    } else if (gr->dp > 1) {
+        double mb = a->bucket_mb > 0 ? a->bucket_mb : 25.0;
+        s->bucket = (size_t)(mb * 1048576.0 / sizeof(float));
+        if (s->bucket < 1)
+            s->bucket = 1;
+        size_t nbuckets = s->flat_n / s->bucket + 2;
+        s->breq = calloc(nbuckets, sizeof *s->breq);
+        s->blo = calloc(nbuckets, sizeof *s->blo);
+        s->bhi = calloc(nbuckets, sizeof *s->bhi);
+        s->bdone = calloc(nbuckets, 1);
+        if (!s->breq || !s->blo || !s->bhi || !s->bdone)
+            return merak_errf(err, errlen, "out of memory");
+        for (int i = 0; i < s->sched.n; i++)
+            if (s->sched.instr[i].kind == MERAK_I_BWD || s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT)
+                s->last_bwd = i;
     }
     /* Only stages that read token ids or targets open the data. */
     if (s->ids_t >= 0 || s->tgt_t >= 0) {
@@ -394,7 +400,7 @@ static void group_bytes(const stage *s, uint64_t b[4])
 static double grad_sumsq(const stage *s)
 {
     const merak_grid *gr = s->grid;
-    if (!s->zero && gr->dp_rank != 0)
+    if (!s->zcounts && gr->dp_rank != 0)
         return 0;
     size_t n;
     const float *g0 = merak_exec_grads_flat(s->e, &n);
@@ -470,9 +476,10 @@ static int save_gathered(stage *s, const merak_graph *model, const int *bounds, 
                 const merak_tensor *lt = &gl->tensors[roots[i]];
                 int gt = merak_graph_find(model, lt->name);
                 size_t bytes = (size_t)merak_tensor_elems(lt) * sizeof(float);
-                float *b = realloc(buf, bytes);
-                if (!b || gt < 0) {
-                    rc = merak_errf(err, errlen, "out of memory gathering parameters");
+                float *b = gt < 0 ? NULL : realloc(buf, bytes);
+                if (!b) {
+                    rc = gt < 0 ? merak_errf(err, errlen, "parameter %s is not in the model", lt->name)
+                                : merak_errf(err, errlen, "out of memory gathering parameters");
                     break;
                 }
                 buf = b;
@@ -528,49 +535,43 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     merak_partition_kind pkind;
     /* Stage bounds in the whole graph (the same on every rank) and in this
      * rank's tensor-parallel shard of it. */
-    int *bounds = malloc((size_t)(gr->pp + 1) * sizeof *bounds);
-    int *lbounds = malloc((size_t)(gr->pp + 1) * sizeof *lbounds);
-    merak_graph *shard = NULL;
-    if (!bounds || !lbounds)
+    s.last_bwd = -1;
+    s.bounds = malloc((size_t)(gr->pp + 1) * sizeof *s.bounds);
+    s.lbounds = malloc((size_t)(gr->pp + 1) * sizeof *s.lbounds);
+    if (!s.bounds || !s.lbounds)
         failed = merak_errf(err, errlen, "out of memory");
     else if (merak_sched_parse(a->pipe_schedule ? a->pipe_schedule : "1f1b", &kind) < 0)
         failed = merak_errf(err, errlen, "unknown schedule '%s' (gpipe, 1f1b)", a->pipe_schedule);
     else if (merak_partition_parse(a->partition ? a->partition : "parameters", &pkind) < 0)
         failed = merak_errf(err, errlen, "unknown partition method '%s' (uniform, parameters)", a->partition);
-    else if (merak_partition(g, gr->pp, pkind, bounds, err, errlen) < 0)
+    else if (merak_partition(g, gr->pp, pkind, s.bounds, err, errlen) < 0)
         failed = -1;
-    else if (a->tp_rules && (merak_tp_rules_read(a->tp_rules, &s.rules, &s.nrules, err, errlen) < 0 ||
-                             merak_tp_rules_check(g, s.rules, s.nrules, a->tp_rules, err, errlen) < 0))
+    else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &s.rules, &s.nrules, err, errlen) < 0)
         failed = -1;
     else if (gr->tp > 1 &&
-             !(shard = merak_graph_shard(g, gr->tp, gr->tp_rank, s.rules, s.nrules, err, errlen)))
+             !(s.shard = merak_graph_shard(g, gr->tp, gr->tp_rank, s.rules, s.nrules, err, errlen)))
         failed = -1;
     if (!failed) {
-        s.g = shard ? shard : g;
+        s.g = s.shard ? s.shard : g;
         for (int p = 0; p <= gr->pp; p++)
-            lbounds[p] = merak_partition_map(s.g, bounds[p]);
-        failed = stage_setup(&s, g, s.g, a, lbounds, kind, err, errlen);
+            s.lbounds[p] = merak_partition_map(s.g, s.bounds[p]);
+        failed = stage_setup(&s, g, s.g, a, s.lbounds, kind, err, errlen);
     }
     if (agree(&s, failed, err, errlen) < 0) {
         stage_free(&s);
-        free(bounds), free(lbounds);
-        merak_graph_destroy(shard);
         return -1;
     }
 
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
-    merak_optim *opt = merak_optim_create_range(s.g, s.e, &ao, s.zlo, s.zhi);
+    s.opt = merak_optim_create_range(s.g, s.e, &ao, s.zlo, s.zhi);
     FILE *metrics = NULL;
     int rank0 = gr->rank == 0, step = 0, rc = 0;
-    if (!opt)
+    if (!s.opt)
         failed = merak_errf(err, errlen, "out of memory for the optimizer state");
     else if (rank0 && a->metrics && !(metrics = fopen(a->metrics, "a")))
         failed = merak_errf(err, errlen, "%s: cannot open for appending", a->metrics);
     if (agree(&s, failed, err, errlen) < 0) {
-        merak_optim_destroy(opt);
         stage_free(&s);
-        free(bounds), free(lbounds);
-        merak_graph_destroy(shard);
         return -1;
     }
     if (rank0 && a->on_start) {
@@ -599,10 +600,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
             rc = run_instr(&s, a, &s.sched.instr[i], step, err, errlen);
         if (rc < 0) {
             /* Only this rank knows; its peers may be blocked on it. */
-            merak_optim_destroy(opt);
             stage_free(&s);
-            free(bounds), free(lbounds);
-            merak_graph_destroy(shard);
             return -2;
         }
         /* Loss: the last stages' sums over all replicas.  Norm: every
@@ -616,24 +614,14 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
             rc = merak_errf(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
             break;
         }
-        float coef = a->clip > 0 ? (float)(a->clip / (norm + 1e-6)) : 1.0f;
-        if (coef < 1.0f) { /* as merak_clip_grads, on this rank's share of the gradients */
-            size_t n;
-            float *gf = merak_exec_grads_flat(s.e, &n);
-            s.k->scale(gf + s.zlo, s.zhi - s.zlo, coef);
-        }
+        merak_clip_grads_range(s.e, s.k, norm, a->clip, s.zlo, s.zhi);
         float lr = merak_lr_at(&sched, step);
-        merak_optim_step(opt, s.e, s.k, lr);
-        if (s.zero && gr->dp > 1) {
-            size_t n;
-            if (merak_allgather(s.dp_g, merak_exec_params_flat(s.e, &n), s.zcounts) < 0) {
-                merak_errf(err, errlen, "step %d: gathering the parameters failed", step);
-                merak_optim_destroy(opt);
-                stage_free(&s);
-                free(bounds), free(lbounds);
-                merak_graph_destroy(shard);
-                return -2;
-            }
+        merak_optim_step(s.opt, s.e, s.k, lr);
+        size_t n;
+        if (s.zcounts && merak_allgather(s.dp_g, merak_exec_params_flat(s.e, &n), s.zcounts) < 0) {
+            merak_errf(err, errlen, "step %d: gathering the parameters failed", step);
+            stage_free(&s);
+            return -2;
         }
         double t1 = merak_now();
         uint64_t b1[4];
@@ -661,11 +649,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         fclose(metrics);
     failed = rc;
     if (failed == 0 && a->save_weights)
-        failed = save_gathered(&s, g, bounds, a->save_weights, err, errlen);
+        failed = save_gathered(&s, g, s.bounds, a->save_weights, err, errlen);
     int ok = agree(&s, failed, err, errlen) == 0;
-    merak_optim_destroy(opt);
     stage_free(&s);
-    free(bounds), free(lbounds);
-    merak_graph_destroy(shard);
     return ok ? step : -1;
 }

@@ -67,6 +67,14 @@ double merak_grad_norm(const merak_exec *e, const merak_kernels *k)
 
 float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float clip)
 {
+    size_t n;
+    merak_exec_grads_flat(e, &n);
+    return merak_clip_grads_range(e, k, norm, clip, 0, n);
+}
+
+float merak_clip_grads_range(merak_exec *e, const merak_kernels *k, double norm, float clip,
+                             size_t lo, size_t hi)
+{
     if (clip <= 0)
         return 1.0f;
     float coef = (float)(clip / (norm + 1e-6));
@@ -74,7 +82,7 @@ float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float
         return 1.0f;
     size_t n;
     float *g = merak_exec_grads_flat(e, &n);
-    k->scale(g, n, coef);
+    k->scale(g + lo, hi - lo, coef);
     return coef;
 }
 

@@ -65,6 +65,10 @@ double merak_grad_norm(const merak_exec *e, const merak_kernels *k);
 /* Multiplies gradients by clip/(norm+1e-6) when that is below 1 (clip > 0).
  * Returns the factor used. */
 float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float clip);
+/* The same on floats [lo, hi) of the flat gradient buffer only (a ZeRO
+ * share; norm is still the global one). */
+float merak_clip_grads_range(merak_exec *e, const merak_kernels *k, double norm, float clip,
+                             size_t lo, size_t hi);
 /* One AdamW step at learning rate lr (the step counter advances). */
 void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, float lr);
 

@@ -163,8 +163,6 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         err[0] = 0;
     if (!g_inited && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
         return -1;
-    if (err && errlen)
-        err[0] = 0;
     if (g_comm)
         return train_parallel(g, a, err, errlen);
     if (a->dp > 1 || a->tp > 1 || a->pp > 1)

@@ -94,7 +94,7 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
     if (merak_st_open(path, &f, err, errlen) < 0)
         return -1;
     int rc = 0;
-    float *tmp = NULL, *whole = NULL;   /* as stored; in graph layout */
+    float *tmp = NULL, *whole = NULL;   /* as stored; transposed to graph layout */
     size_t tmp_n = 0;
     for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
         const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
@@ -120,6 +120,8 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             rc = merak_st_to_f32(info, dst, err, errlen);
             continue;
         }
+        /* Read into tmp; a transposed tensor turns into graph layout in
+         * whole (or straight into dst when it is not a shard). */
         size_t n = (size_t)full_elems(t);
         if (n > tmp_n) {
             float *p = realloc(tmp, n * sizeof *p), *q = p ? realloc(whole, n * sizeof *q) : NULL;
@@ -133,11 +135,14 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             }
             tmp_n = n;
         }
-        rc = merak_st_to_f32(info, transposed ? tmp : whole, err, errlen);
-        if (rc == 0 && transposed)
-            transpose(whole, tmp, want[0], want[1]);
-        if (rc == 0)
-            merak_shard_slice(t, whole, dst);   /* the whole tensor when not sharded */
+        rc = merak_st_to_f32(info, tmp, err, errlen);
+        const float *graph_layout = tmp;
+        if (rc == 0 && transposed) {
+            transpose(sharded ? whole : dst, tmp, want[0], want[1]);
+            graph_layout = whole;
+        }
+        if (rc == 0 && sharded)
+            merak_shard_slice(t, graph_layout, dst);
     }
     free(tmp);
     free(whole);
