@@ -1,6 +1,7 @@
 #!/bin/sh
 # Equivalence under MPI: data-, tensor- and pipeline-parallel layouts of tiny
-# GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, train
+# GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, with
+# pipeline point-to-point over MPI and over UCX (--p2p ucx), train
 # exactly like one process:
 # per-step losses and gradient norms within 1e-5 relative, and the final
 # (gathered) parameters within 1e-5 relative over the whole model,
@@ -74,6 +75,23 @@ for model in tiny-gpt2 tiny-llama; do
                 compare "$model ($dp,$tp,$pp) $sched zero=$zero" "$ref.jsonl" "$ref.safetensors" \
                     "$out.jsonl" "$out.safetensors" || status=1
             done
+        done
+    done
+done
+# Pipeline point-to-point over UCX's tag API instead of MPI.
+for model in tiny-gpt2 tiny-llama; do
+    for layout in "1 1 4" "2 2 2"; do
+        set -- $layout
+        dp=$1 tp=$2 pp=$3 np=$(($1 * $2 * $3))
+        for sched in gpipe 1f1b; do
+            out=$WORK/$model.$dp$tp$pp.$sched.ucx
+            if ! "$WRAP" $np "$TRAIN" --model $model $common --micro-batches $M --dp $dp --tp $tp --pp $pp \
+                --schedule $sched --p2p ucx --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+                cat "$out.log" >&2
+                fail "$model (dp,tp,pp)=($dp,$tp,$pp) $sched --p2p ucx: run failed"
+            fi
+            compare "$model ($dp,$tp,$pp) $sched p2p=ucx" "$WORK/$model.ref$dp.jsonl" "$WORK/$model.ref$dp.safetensors" \
+                "$out.jsonl" "$out.safetensors" || status=1
         done
     done
 done

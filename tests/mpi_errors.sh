@@ -37,5 +37,6 @@ expect 2 "rules.miss:1: pattern 'h.\*.nothing' matches no parameter" --tp 2 --tp
 printf '*.attn.c_proj.weight column\n' > "$WORK/rules.conflict"
 expect 2 "needs attention.4 whole" --tp 2 --tp-rules "$WORK/rules.conflict"
 expect 2 "no file matches" --pp 2 --micro-batches 2 --data "$WORK/none-*.bin"
+UCX_TLS=no_such_transport expect 4 "UCX: ucp_init failed: .*UCX_TLS=no_such_transport" --pp 2 --dp 2 --micro-batches 2 --p2p ucx
 MERAK_PP=x expect 2 "MERAK_PP='x' is not a positive integer"
 echo "mpi_errors: ok"

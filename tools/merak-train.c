@@ -28,7 +28,7 @@ typedef struct args {
     float lr, min_lr, weight_decay, beta1, beta2, eps, clip;
     merak_schedule_kind schedule;
     int dp, tp, pp;
-    const char *pipe_schedule, *partition, *tp_rules;
+    const char *pipe_schedule, *partition, *tp_rules, *p2p;
     int zero;
     double bucket_mb;
     uint64_t seed;
@@ -70,6 +70,7 @@ static void usage(FILE *out)
         "  --partition P           uniform or parameters (default parameters)\n"
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
+        "  --p2p B                 pipeline send/receive over mpi or ucx (UCX tag API) (default mpi)\n"
         "Running and output:\n"
         "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
@@ -131,7 +132,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
-    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
 };
 
 static void parse_args(int argc, char **argv, args *a)
@@ -166,6 +167,7 @@ static void parse_args(int argc, char **argv, args *a)
         {"tp-rules", required_argument, 0, OPT_TPRULES},
         {"zero", required_argument, 0, OPT_ZERO},
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
+        {"p2p", required_argument, 0, OPT_P2P},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -225,6 +227,11 @@ static void parse_args(int argc, char **argv, args *a)
         case OPT_TPRULES: a->tp_rules = optarg; break;
         case OPT_ZERO: a->zero = (int)parse_int("--zero", optarg, 0, 1); break;
         case OPT_BUCKET: a->bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
+        case OPT_P2P:
+            if (strcmp(optarg, "mpi") && strcmp(optarg, "ucx"))
+                die_usage("--p2p: '%s' is not mpi or ucx", optarg);
+            a->p2p = optarg;
+            break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
         case ':': die_usage("%s needs a value", argv[optind - 1]);
@@ -344,6 +351,7 @@ int main(int argc, char **argv)
     ta.tp_rules = a.tp_rules;
     ta.zero = a.zero;
     ta.bucket_mb = a.bucket_mb;
+    ta.p2p = a.p2p;
     banner_ctx ctx = {&a, &cfg, g, 0};
     ta.on_start = print_banner;
     ta.on_step = print_step;

@@ -237,6 +237,9 @@ typedef struct merak_args {
      * its gradients are final. */
     int zero;
     double bucket_mb;
+    /* Point-to-point between pipeline stages: "mpi" (NULL) or "ucx" (UCX's
+     * tag API, worker addresses exchanged over MPI; UCX_* variables apply). */
+    const char *p2p;
     /* Called once on rank 0 before the first step (may be NULL). */
     void (*on_start)(const struct merak_run_info *info, void *user);
     /* Called after every step on rank 0 (may be NULL). */

@@ -41,8 +41,9 @@ typedef struct merak_group merak_group;
 
 /* A non-blocking operation in flight. */
 typedef struct merak_req {
-    unsigned char impl[16];         /* the backend's request handle */
+    unsigned char impl[32];         /* the backend's request handle */
     int active;
+    int ucx;                        /* started by the UCX point-to-point path */
 } merak_req;
 
 typedef struct merak_comm merak_comm;
@@ -77,6 +78,15 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root);
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_wait(merak_req *req);
+/* Point-to-point on group g over UCX's tag API instead of MPI (--p2p ucx):
+ * collective over g (worker addresses are exchanged over MPI); 0, or -1 with
+ * err on every member.  merak_group_use_mpi goes back, also collectively,
+ * after every operation on g has finished. */
+int merak_group_use_ucx(merak_group *g, char *err, size_t errlen);
+void merak_group_use_mpi(merak_group *g);
+/* Lets g's point-to-point backend move data while the caller computes
+ * (UCX progresses only when asked; a no-op for MPI). */
+void merak_group_progress(merak_group *g);
 /* 1 if req has finished (or was never started), 0 if still in flight, -1 on
  * error.  Calling it also lets the backend progress the operation. */
 int merak_test(merak_req *req);

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "comm.h"
+#include "comm_ucx.h"
 #include "errf.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((merak_req *)0)->impl), "MPI_Request too large");
@@ -20,6 +21,7 @@ struct merak_group {
     MPI_Comm comm;
     int size, rank;
     uint64_t bytes;
+    merak_ucx *ucx;                  /* point-to-point over UCX, or NULL */
 };
 
 struct merak_comm {
@@ -74,8 +76,10 @@ static void end_mpi(void)
 static void free_groups(merak_comm *c)
 {
     for (int k = MERAK_GROUP_TP; k < MERAK_GROUP_COUNT_; k++)
-        if (c->have[k])
+        if (c->have[k]) {
+            merak_group_use_mpi(&c->groups[k]);
             MPI_Comm_free(&c->groups[k].comm);
+        }
     if (c->have[MERAK_GROUP_WORLD])
         MPI_Comm_free(&c->world);
 }
@@ -108,7 +112,7 @@ int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t 
     }
     const merak_grid *g = &c->grid;
     int ok = MPI_Comm_split(MPI_COMM_WORLD, 0, g->rank, &c->world) == MPI_SUCCESS;
-    c->groups[MERAK_GROUP_WORLD] = (merak_group){MERAK_GROUP_WORLD, c->world, world, g->rank, 0};
+    c->groups[MERAK_GROUP_WORLD] = (merak_group){MERAK_GROUP_WORLD, c->world, world, g->rank, 0, NULL};
     c->have[MERAK_GROUP_WORLD] = 1;
     /* Colours: one per set of shared coordinates; keys order members. */
     ok = ok && make_group(c, MERAK_GROUP_TP, g->dp_rank + g->dp * g->pp_rank, g->tp_rank) == 0;
@@ -164,6 +168,7 @@ static int finish(int rc, merak_req *req, MPI_Request r)
     if (req) {
         memcpy(req->impl, &r, sizeof r);
         req->active = 1;
+        req->ucx = 0;
     }
     return 0;
 }
@@ -196,10 +201,29 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
     return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, g->comm) == MPI_SUCCESS ? 0 : -1;
 }
 
+int merak_group_use_ucx(merak_group *g, char *err, size_t errlen)
+{
+    return g->ucx ? 0 : merak_ucx_open(&g->ucx, g->comm, err, errlen);
+}
+
+void merak_group_use_mpi(merak_group *g)
+{
+    merak_ucx_close(g->ucx);
+    g->ucx = NULL;
+}
+
+void merak_group_progress(merak_group *g)
+{
+    if (g->ucx)
+        merak_ucx_progress(g->ucx);
+}
+
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
     MPI_Request r;
     g->bytes += bytes;
+    if (g->ucx)
+        return merak_ucx_send(g->ucx, buf, bytes, peer, tag, req);
     if (!req)
         return MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm) == MPI_SUCCESS ? 0 : -1;
     int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, &r);
@@ -209,6 +233,8 @@ int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag,
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
     MPI_Request r;
+    if (g->ucx)
+        return merak_ucx_recv(g->ucx, buf, bytes, peer, tag, req);
     if (!req)
         return MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : -1;
     int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, g->comm, &r);
@@ -219,6 +245,8 @@ int merak_wait(merak_req *req)
 {
     if (!req->active)
         return 0;
+    if (req->ucx)
+        return merak_ucx_wait(req);
     MPI_Request r;
     memcpy(&r, req->impl, sizeof r);
     req->active = 0;
@@ -229,6 +257,8 @@ int merak_test(merak_req *req)
 {
     if (!req->active)
         return 1;
+    if (req->ucx)
+        return merak_ucx_test(req);
     MPI_Request r;
     memcpy(&r, req->impl, sizeof r);
     int done = 0;

@@ -518,6 +518,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
 {
     stage s;
     memset(&s, 0, sizeof s);
+    if (errlen)
+        err[0] = 0;
     s.comm = comm;
     s.grid = merak_comm_grid(comm);
     s.pp_g = merak_comm_group(comm, MERAK_GROUP_PP);
@@ -533,6 +535,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
 
     merak_sched_kind kind;
     merak_partition_kind pkind;
+    const char *p2p = a->p2p ? a->p2p : "mpi";
+    int ucx = strcmp(p2p, "ucx") == 0;
     /* Stage bounds in the whole graph (the same on every rank) and in this
      * rank's tensor-parallel shard of it. */
     s.last_bwd = -1;
@@ -542,6 +546,8 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         failed = merak_errf(err, errlen, "out of memory");
     else if (merak_sched_parse(a->pipe_schedule ? a->pipe_schedule : "1f1b", &kind) < 0)
         failed = merak_errf(err, errlen, "unknown schedule '%s' (gpipe, 1f1b)", a->pipe_schedule);
+    else if (!ucx && strcmp(p2p, "mpi") != 0)
+        failed = merak_errf(err, errlen, "unknown point-to-point backend '%s' (mpi, ucx)", p2p);
     else if (merak_partition_parse(a->partition ? a->partition : "parameters", &pkind) < 0)
         failed = merak_errf(err, errlen, "unknown partition method '%s' (uniform, parameters)", a->partition);
     else if (merak_partition(g, gr->pp, pkind, s.bounds, err, errlen) < 0)
@@ -561,6 +567,12 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         stage_free(&s);
         return -1;
     }
+    /* Activations and gradients over UCX: the stage's pipeline group
+     * switches backends together (and back at the end). */
+    if (ucx && gr->pp > 1 && merak_group_use_ucx(s.pp_g, err, errlen) < 0) {
+        stage_free(&s);
+        return -1;
+    }
 
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
     s.opt = merak_optim_create_range(s.g, s.e, &ao, s.zlo, s.zhi);
@@ -571,6 +583,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     else if (rank0 && a->metrics && !(metrics = fopen(a->metrics, "a")))
         failed = merak_errf(err, errlen, "%s: cannot open for appending", a->metrics);
     if (agree(&s, failed, err, errlen) < 0) {
+        merak_group_use_mpi(s.pp_g);
         stage_free(&s);
         return -1;
     }
@@ -596,9 +609,13 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
         s.launched = s.flat_n;
         s.nb = 0;
         s.done_early = 0;
-        for (int i = 0; i < s.sched.n && rc == 0; i++)
+        for (int i = 0; i < s.sched.n && rc == 0; i++) {
             rc = run_instr(&s, a, &s.sched.instr[i], step, err, errlen);
+            merak_group_progress(s.pp_g);
+        }
         if (rc < 0) {
+            if (!err[0])
+                merak_errf(err, errlen, "step %d: a pipeline send or receive (over %s) failed", step, p2p);
             /* Only this rank knows; its peers may be blocked on it. */
             stage_free(&s);
             return -2;
@@ -651,6 +668,7 @@ int merak_train_pipeline(merak_comm *comm, const merak_graph *g, const merak_arg
     if (failed == 0 && a->save_weights)
         failed = save_gathered(&s, g, s.bounds, a->save_weights, err, errlen);
     int ok = agree(&s, failed, err, errlen) == 0;
+    merak_group_use_mpi(s.pp_g);
     stage_free(&s);
     return ok ? step : -1;
 }
