@@ -10,7 +10,9 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential autoconf automake libtool pkg-config make git
       libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev hwloc
       libopenblas-dev libjansson-dev
-      python3 python3-torch python3-numpy mandoc groff-base bsdextrautils"
+      python3 python3-torch python3-numpy mandoc groff-base bsdextrautils
+      slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev
+      iproute2 util-linux procps"
 missing=
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -18,7 +20,17 @@ done
 if [ -n "$missing" ]; then
     echo "install-deps.sh: installing$missing"
     apt-get update -qq
+    # Slurm's and munge's packages would start system daemons; the tests run
+    # their own throw-away cluster, so keep Debian from starting services
+    # during this install (unless the machine already has a policy).
+    policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        policy=/usr/sbin/policy-rc.d
+    fi
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing
+    apt-get install -y -qq --no-install-recommends $missing || { rm -f $policy; exit 1; }
+    rm -f $policy
 fi
 echo "install-deps.sh: all dependencies present"

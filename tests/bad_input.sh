@@ -28,6 +28,10 @@ expect 2 "not constant or cosine" -- $D --lr-schedule linear
 expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr
 expect 2 "data is required" -- --model tiny-gpt2
+expect 2 "not mpi or ucx" -- $D --p2p tcp
+# the Slurm plugin's pass-through variables
+MERAK_MICROBATCHES=x expect 2 "MERAK_MICROBATCHES: 'x' is not an integer" -- $D
+MERAK_RECOMPUTE=full expect 2 "MERAK_RECOMPUTE='full': this merak-train keeps every activation" -- $D
 expect 2 "beyond the model's 256 positions" -- $D --seq-len 300
 expect 2 "not a number" -- $D --lr 1e-3x
 # config files

@@ -180,14 +180,17 @@ static void parse_args(int argc, char **argv, args *a)
         .eps = 1e-8f, .clip = 1.0f, .schedule = MERAK_SCHEDULE_COSINE, .seed = 1337,
     };
     opterr = 0;
-    int c;
+    int c, mbs_given = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_MODEL: a->model = optarg; break;
         case OPT_INIT: a->init = optarg; break;
         case OPT_DATA: a->data = optarg; break;
         case OPT_MB: a->micro_batch = (int)parse_int("--micro-batch", optarg, 1, 1 << 20); break;
-        case OPT_MBS: a->micro_batches = (int)parse_int("--micro-batches", optarg, 1, 1 << 20); break;
+        case OPT_MBS:
+            a->micro_batches = (int)parse_int("--micro-batches", optarg, 1, 1 << 20);
+            mbs_given = 1;
+            break;
         case OPT_SEQ: a->seq_len = (int)parse_int("--seq-len", optarg, 1, 1 << 24); break;
         case OPT_STEPS: a->steps = (int)parse_int("--steps", optarg, 0, INT_MAX); break;
         case OPT_LR: a->lr = parse_float("--lr", optarg, 0, 10); break;
@@ -246,6 +249,15 @@ static void parse_args(int argc, char **argv, args *a)
             die_usage("MERAK_SCHEDULE='%s' is not gpipe or 1f1b", env_sched);
         a->pipe_schedule = env_sched;
     }
+    /* Defaults the Slurm plugin passes on (--merak-microbatches,
+     * --merak-recompute); flags win. */
+    const char *env_mb = getenv("MERAK_MICROBATCHES");
+    if (!mbs_given && env_mb && *env_mb)
+        a->micro_batches = (int)parse_int("MERAK_MICROBATCHES", env_mb, 1, 1 << 20);
+    const char *env_rc = getenv("MERAK_RECOMPUTE");
+    if (env_rc && *env_rc && strcmp(env_rc, "none") != 0)
+        die_usage("MERAK_RECOMPUTE='%s': this merak-train keeps every activation (only 'none' is available)",
+                  env_rc);
     if (!a->data)
         die_usage("--data is required");
     if (a->min_lr > a->lr)

@@ -1,0 +1,164 @@
+#!/bin/sh
+# slurm_plugin.sh - spank_merak.so against a real Slurm: a throw-away cluster
+# of 2 "nodes" (munge, slurmctld, 2 slurmd in their own PID/UTS/mount
+# namespaces, 8 fake GPUs each) started by tests/slurm/start.sh under a
+# temporary directory and stopped by tests/slurm/stop.sh, which signals only
+# the processes and namespaces it started.
+#
+# Checks: the flags in srun/sbatch/salloc --help and in spank-merak(8); every
+# task's MERAK_* values and binding for -N2 --ntasks-per-node=4 --merak-tp=4
+# --merak-pp=2; bad values and layouts refused by srun with the plugin's
+# message; cyclic distribution renumbered so tp groups stay inside nodes; a
+# job without --merak options untouched; an sbatch job; GPU, cores and NIC
+# from a DGX H100 topology file; a site limit; and merak-train under
+# srun --mpi=pmix with dp=tp=pp=2 across both nodes matching one process.
+# Skips (77) unless root with Slurm, munge and the built plugin.
+. "$(dirname "$0")/lib.sh"
+PLUGIN=$MERAK_BUILDDIR/.libs/spank_merak.so
+[ "$(id -u)" = 0 ] || skip "the throw-away Slurm cluster needs root (namespaces, slurmd as root)"
+for b in slurmctld slurmd munged mungekey srun sbatch unshare nsenter setsid ss; do
+    command -v $b > /dev/null 2>&1 || skip "$b is not installed (scripts/install-deps.sh installs Slurm and munge)"
+done
+[ -f "$PLUGIN" ] || skip "spank_merak.so was not built (configure found no slurm/spank.h)"
+unshare --pid --fork --mount-proc --uts true 2> /dev/null || skip "this machine does not allow PID/UTS namespaces"
+
+chmod 755 "$WORK"    # munged wants every directory above its socket searchable
+export SBX_DIR=$WORK/cluster SBX_NODES=2 SBX_GPUS=8 SBX_CPUS=16
+export SBX_PORT=$((20000 + ($$ % 150) * 200)) SBX_NAME=merak$$
+mkdir -p "$SBX_DIR/plugins"
+cp "$PLUGIN" "$SBX_DIR/plugins/spank_merak.so"
+P=$SBX_DIR/plugins/spank_merak.so
+# A plugin built with AddressSanitizer needs its runtime loaded first in
+# srun, sbatch and slurmstepd (their leaks are not ours to check).
+if grep -q __asan_init "$P"; then
+    SBX_PRELOAD=$(gcc -print-file-name=libasan.so)
+    export SBX_PRELOAD ASAN_OPTIONS=detect_leaks=0
+fi
+export SBX_PLUGSTACK="required $P"
+cleanup() {
+    bash "$MERAK_SRCDIR/tests/slurm/stop.sh" > "$WORK/stop.log" 2>&1 || cat "$WORK/stop.log" >&2
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+bash "$MERAK_SRCDIR/tests/slurm/start.sh" > "$WORK/start.log" 2>&1 || {
+    cat "$WORK/start.log" >&2
+    fail "the throw-away cluster did not start"
+}
+sbx() { env ${SBX_PRELOAD:+LD_PRELOAD=$SBX_PRELOAD} "$SBX_DIR/bin/sbx" "$@"; }
+plugstack() { echo "required $P $*" > "$SBX_DIR/etc/plugstack.conf.new" && mv "$SBX_DIR/etc/plugstack.conf.new" "$SBX_DIR/etc/plugstack.conf"; }
+
+# refused EXPECTED ARGS...: srun fails and says EXPECTED.
+refused() {
+    want=$1; shift
+    if sbx srun "$@" true > "$WORK/out" 2>&1; then
+        cat "$WORK/out" >&2
+        fail "srun $* was accepted"
+    fi
+    grep -q -- "$want" "$WORK/out" || { cat "$WORK/out" >&2; fail "srun $*: no '$want' in its error"; }
+    echo "ok: srun $* refused: $(grep 'merak:' "$WORK/out" | head -n 1)"
+}
+
+# 1. the flags: srun, sbatch and salloc --help, and the man page, agree.
+flags='--merak-bind --merak-dp --merak-microbatches --merak-pp --merak-recompute --merak-schedule --merak-tp --merak-verbose'
+for cmd in srun sbatch salloc; do
+    got=$(sbx $cmd --help | grep -o -- '--merak-[a-z]*' | sort -u | tr '\n' ' ')
+    [ "$got" = "$flags " ] || fail "$cmd --help lists '$got', expected '$flags'"
+done
+man=$(sed 's/\\-/-/g' "$MERAK_SRCDIR/man/spank-merak.8" | grep -o -- '--merak-[a-z]*' | sort -u | tr '\n' ' ')
+[ "$man" = "$flags " ] || fail "spank-merak(8) documents '$man', the plugin has '$flags'"
+echo "ok: srun, sbatch and salloc --help and spank-merak(8) list the same 8 flags"
+
+# 2. MERAK_* and binding on 2 nodes x 4 tasks, tp=4, pp=2.
+show='echo "$(hostname) $SLURM_PROCID $MERAK_RANK $MERAK_WORLD_SIZE $MERAK_DP $MERAK_TP $MERAK_PP $MERAK_DP_RANK $MERAK_TP_RANK $MERAK_PP_RANK ${MERAK_CPUS:-none} $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"'
+check_layout() {   # FILE DP TP PP: ranks are a permutation, coordinates and groups right
+    awk -v DP=$2 -v TP=$3 -v PP=$4 '
+        { host=$1; r=$3; n++
+          if ($4 != DP*TP*PP || $5 != DP || $6 != TP || $7 != PP) { print "degrees wrong: " $0; bad=1 }
+          if (r != $9 + TP * ($8 + DP * $10)) { print "coordinates do not give the rank: " $0; bad=1 }
+          if (seen[r]++) { print "rank twice: " r; bad=1 }
+          g = $8 "," $10; if (g in node && node[g] != host) { print "tp group " g " spans nodes"; bad=1 }
+          node[g] = host
+          if ($11 != "none" && $11 != $12) { print "bound to " $12 ", not MERAK_CPUS " $11; bad=1 } }
+        END { if (n != DP*TP*PP) { print n " tasks"; bad=1 } exit bad }' "$1"
+}
+sbx srun -N2 --ntasks-per-node=4 --merak-tp=4 --merak-pp=2 sh -c "$show" > "$WORK/block" 2>&1 ||
+    { cat "$WORK/block" >&2; fail "srun --merak-tp=4 --merak-pp=2 failed"; }
+check_layout "$WORK/block" 1 4 2 || { cat "$WORK/block" >&2; fail "block layout"; }
+awk '$11 == "none" { exit 1 }' "$WORK/block" || fail "tasks were not bound (no MERAK_CPUS)"
+echo "ok: -N2 --ntasks-per-node=4 --merak-tp=4 --merak-pp=2: ranks, coordinates, one tp group per node, bound to MERAK_CPUS"
+
+# 3. bad values and impossible layouts: srun fails with the plugin's line.
+refused "invalid --merak-tp value 'abc'" -n 4 --merak-tp=abc
+refused "invalid --merak-pp value '0'" -n 4 --merak-pp=0
+refused "invalid --merak-dp value '-2'" -n 4 --merak-dp=-2
+refused "invalid --merak-schedule value 'zb'" -n 4 --merak-schedule=zb
+refused "invalid --merak-bind value 'near'" -n 4 --merak-bind=near
+refused "dp\*tp\*pp = 3\*2\*1 = 6, but the step has 8 tasks" -N2 --ntasks-per-node=4 --merak-dp=3 --merak-tp=2
+refused "not divisible by tp\*pp" -N2 -n 6 --merak-tp=4
+refused "needs 8 tasks on one node" -N2 --ntasks-per-node=4 --merak-tp=8
+
+# 4. cyclic distribution: tasks are dealt over the nodes, ranks renumbered.
+sbx srun -N2 --ntasks-per-node=4 -m cyclic --merak-tp=4 --merak-pp=2 sh -c "$show" > "$WORK/cyclic" 2>&1 ||
+    { cat "$WORK/cyclic" >&2; fail "cyclic srun failed"; }
+check_layout "$WORK/cyclic" 1 4 2 || { cat "$WORK/cyclic" >&2; fail "cyclic layout"; }
+awk '$2 != $3 { r = 1 } END { exit !r }' "$WORK/cyclic" || fail "cyclic: no task was renumbered"
+echo "ok: -m cyclic: ranks renumbered ($(awk '{ printf "%s->%s ", $2, $3 }' "$WORK/cyclic")), tp groups inside nodes"
+
+# 5. a step without --merak options is not touched.
+[ -z "$(sbx srun -N2 -n 4 sh -c 'env | grep -E "^MERAK_(DP|TP|PP|RANK|WORLD_SIZE|[DTP]P_RANK|CPUS|GPU|NIC)=" || true')" ] || fail "MERAK_* set without --merak options"
+echo "ok: no --merak option, no MERAK_* variable"
+
+# 6. sbatch: the options reach the inner srun's tasks.
+cat > "$WORK/job.sh" <<'EOF'
+#!/bin/sh
+srun sh -c 'echo "$(hostname) $SLURM_PROCID $MERAK_RANK $MERAK_WORLD_SIZE $MERAK_DP $MERAK_TP $MERAK_PP $MERAK_DP_RANK $MERAK_TP_RANK $MERAK_PP_RANK none none $MERAK_SCHEDULE"'
+EOF
+sbx sbatch --wait -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-schedule=gpipe \
+    -o "$WORK/job.out" "$WORK/job.sh" > /dev/null || { cat "$WORK/job.out" >&2; fail "sbatch job failed"; }
+check_layout "$WORK/job.out" 2 2 2 || { cat "$WORK/job.out" >&2; fail "sbatch layout"; }
+[ "$(awk '{ print $13 }' "$WORK/job.out" | sort -u)" = gpipe ] || fail "sbatch: MERAK_SCHEDULE not passed on"
+echo "ok: sbatch --merak-tp=2 --merak-pp=2 --merak-schedule=gpipe: 8 tasks placed, MERAK_SCHEDULE=gpipe"
+
+# 7. GPUs, cores and NICs from a DGX H100 topology (plugstack topology=):
+# tp=8 is one node each, GPU i gets the NIC of the vendor's table and cores
+# on its own socket (binding off: the file describes another machine).
+plugstack "topology=$FIX/topologies/authored-dgx-h100-8xH100-8xCX7.xml"
+sbx srun -N2 --ntasks-per-node=8 --gpus-per-node=8 --merak-tp=8 --merak-bind=none sh -c \
+    'echo "$(hostname) $MERAK_RANK $MERAK_TP_RANK $MERAK_GPU $MERAK_GPU_BUSID $MERAK_NIC $UCX_NET_DEVICES $NCCL_IB_HCA $MERAK_CPUS"' \
+    > "$WORK/dgx" 2>&1 || { cat "$WORK/dgx" >&2; fail "DGX H100 placement failed"; }
+awk 'BEGIN { split("mlx5_0 mlx5_3 mlx5_4 mlx5_5 mlx5_6 mlx5_9 mlx5_10 mlx5_11", nic, " ") }
+     { n++; if (host[int($2 / 8)] != "" && host[int($2 / 8)] != $1) bad = bad "tp group spans nodes; "
+       host[int($2 / 8)] = $1
+       if ($4 != $3) bad = bad "rank " $2 " has GPU " $4 "; "
+       if ($6 != nic[$4 + 1] || $7 != nic[$4 + 1] ":1" || $8 != nic[$4 + 1]) bad = bad "GPU " $4 " got NIC " $6 "; "
+       split($9, c, "[-,]"); if (($4 < 4) != (c[1] < 56)) bad = bad "GPU " $4 " has cores " $9 "; " }
+     END { if (n != 16) bad = bad n " tasks"; if (bad != "") { print bad; exit 1 } }' "$WORK/dgx" ||
+    { cat "$WORK/dgx" >&2; fail "DGX H100 placement is wrong"; }
+echo "ok: DGX H100 file: tp=8 groups one per node, NICs mlx5_0,3,4,5,6,9,10,11 for GPUs 0-7, cores on the GPU's socket"
+refused "cannot bind to cores" -N1 --ntasks-per-node=2 --gpus-per-node=2 --merak-tp=2
+
+# 8. site arguments: a tp limit; an unknown argument fails every srun.
+plugstack "max_tp=2"
+refused "above this site's limit of 2" -N1 -n 4 --merak-tp=4
+plugstack "bogus=1"
+refused "unknown plugstack.conf argument 'bogus'" -n 1 --merak-tp=1
+plugstack ""
+
+# 9. merak-train under srun --mpi=pmix, dp=tp=pp=2 on 2 nodes, against one process.
+make_shard "$WORK/data.bin"
+args="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 6 --threads 1"
+"$TRAIN" $args --micro-batches 8 --metrics "$WORK/one.jsonl" > /dev/null || fail "one-process reference failed"
+sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=4 \
+    "$TRAIN" $args --metrics "$WORK/srun.jsonl" > "$WORK/train.log" 2>&1 ||
+    { tail -20 "$WORK/train.log" >&2; fail "srun --mpi=pmix merak-train failed"; }
+grep -q 'dp 2 tp 2 pp 2 on 8 rank' "$WORK/train.log" || { head -3 "$WORK/train.log" >&2; fail "not dp=tp=pp=2"; }
+paste -d ' ' "$WORK/one.jsonl" "$WORK/srun.jsonl" | sed 's/[{}",:]/ /g' |
+    awk '{ for (i = 1; i <= NF; i++) if ($i == "loss") v[++k] = $(i + 1)
+           d = (v[1] - v[2]) / v[1]; if (d < 0) d = -d; if (d > w) w = d; k = 0; n++ }
+         END { printf "ok: srun --mpi=pmix merak-train dp=tp=pp=2 on 2 nodes: %d steps, worst loss difference to one process %.1e\n", n, w
+               exit !(n == 6 && w <= 1e-5) }' || fail "srun-launched training differs from one process"
+
+# 10. every node is still idle (a remote failure can drain a node).
+st=$(sbx sinfo -h -N -o '%t' | sort -u | tr '\n' ' ')
+[ "$st" = "idle " ] || fail "nodes are '$st' after the tests"
+echo "slurm_plugin: ok"
