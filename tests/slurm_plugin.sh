@@ -21,6 +21,9 @@ for b in slurmctld slurmd munged mungekey srun sbatch unshare nsenter setsid ss;
 done
 [ -f "$PLUGIN" ] || skip "spank_merak.so was not built (configure found no slurm/spank.h)"
 unshare --pid --fork --mount-proc --uts true 2> /dev/null || skip "this machine does not allow PID/UTS namespaces"
+mknod "$WORK/dev-probe" c 1 3 2> /dev/null || skip "this machine does not allow device nodes (the fake GPUs need them)"
+rm -f "$WORK/dev-probe"
+mountpoint -q /sys/fs/cgroup 2> /dev/null || skip "no /sys/fs/cgroup (slurmd 22.05 needs it mounted)"
 
 chmod 755 "$WORK"    # munged wants every directory above its socket searchable
 export SBX_DIR=$WORK/cluster SBX_NODES=2 SBX_GPUS=8 SBX_CPUS=16
