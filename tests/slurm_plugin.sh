@@ -1,7 +1,8 @@
 #!/bin/sh
 # slurm_plugin.sh - spank_merak.so against a real Slurm: a throw-away cluster
-# of 2 "nodes" (munge, slurmctld, 2 slurmd in their own PID/UTS/mount
-# namespaces, 8 fake GPUs each) started by tests/slurm/start.sh under a
+# of 2 "nodes" (munge, slurmctld, 2 slurmd in their own PID/UTS/mount and,
+# where allowed, network namespaces, 8 fake GPUs each) started by
+# tests/slurm/start.sh under a
 # temporary directory and stopped by tests/slurm/stop.sh, which signals only
 # the processes and namespaces it started.
 #
@@ -28,6 +29,17 @@ mountpoint -q /sys/fs/cgroup 2> /dev/null || skip "no /sys/fs/cgroup (slurmd 22.
 chmod 755 "$WORK"    # munged wants every directory above its socket searchable
 export SBX_DIR=$WORK/cluster SBX_NODES=2 SBX_GPUS=8 SBX_CPUS=16
 export SBX_PORT=$((20000 + ($$ % 150) * 200)) SBX_NAME=merak$$
+# Each node in its own network namespace when this machine allows it (MPI
+# then crosses a bridge, as between real nodes); else all on 127.0.0.1.
+if [ -z "${SBX_MODE:-}" ]; then
+    SBX_MODE=loopback
+    if command -v ip > /dev/null 2>&1 && ip netns add "$SBX_NAME-probe" 2> /dev/null; then
+        ip netns del "$SBX_NAME-probe"
+        SBX_MODE=netns
+    fi
+fi
+export SBX_MODE
+echo "cluster: 2 nodes, $SBX_MODE mode"
 mkdir -p "$SBX_DIR/plugins"
 cp "$PLUGIN" "$SBX_DIR/plugins/spank_merak.so"
 P=$SBX_DIR/plugins/spank_merak.so
