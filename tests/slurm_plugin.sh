@@ -163,6 +163,9 @@ plugstack ""
 make_shard "$WORK/data.bin"
 args="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 6 --threads 1"
 "$TRAIN" $args --micro-batches 8 --metrics "$WORK/one.jsonl" > /dev/null || fail "one-process reference failed"
+# Open MPI's own transports as under mpirun in the other tests: its pml ucx
+# component initialises UCX's memory hooks, which crash under AddressSanitizer.
+OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0 \
 sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=4 \
     "$TRAIN" $args --metrics "$WORK/srun.jsonl" > "$WORK/train.log" 2>&1 ||
     { tail -20 "$WORK/train.log" >&2; fail "srun --mpi=pmix merak-train failed"; }

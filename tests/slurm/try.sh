@@ -29,7 +29,7 @@ find "$src/runtime" -name '*.c' | sort | xargs cat > "$SBX_DIR/corpus.txt"
 "$build/merak-shard" -o "$SBX_DIR/data.bin" "$SBX_DIR/corpus.txt" > /dev/null
 set -x
 sbx srun -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-verbose true
-sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=4 \
+OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=4 \
     "$build/merak-train" --model demo-gpt2 --data "$SBX_DIR/data.bin" --micro-batch 4 --seq-len 64 \
     --steps 10 --threads 1
 set +x
