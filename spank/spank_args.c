@@ -3,24 +3,12 @@
  * plugstack.conf arguments (no Slurm here; see spank_args.h).
  */
 #include <errno.h>
-#include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
 #include "spank_args.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* A whole decimal number in [1, max]; -1 otherwise. */
 static long positive(const char *s, long max)
@@ -64,10 +52,10 @@ static int set_int(int *slot, const char *name, const char *value, long max, cha
 {
     long v = positive(value, max);
     if (v < 0)
-        return fail(err, errlen, "invalid --%s value '%s' (expected a whole number from 1 to %ld)", name,
+        return merak_errf(err, errlen, "invalid --%s value '%s' (expected a whole number from 1 to %ld)", name,
                     value ? value : "", max);
     if (*slot && *slot != v)
-        return fail(err, errlen, "--%s given twice with different values (%d and %ld)", name, *slot, v);
+        return merak_errf(err, errlen, "--%s given twice with different values (%d and %ld)", name, *slot, v);
     *slot = (int)v;
     return 0;
 }
@@ -76,9 +64,9 @@ static int set_word(char *slot, size_t cap, const char *name, const char *value,
                     const char *accepted, char *err, size_t errlen)
 {
     if (one_of(value, words) < 0)
-        return fail(err, errlen, "invalid --%s value '%s' (expected %s)", name, value ? value : "", accepted);
+        return merak_errf(err, errlen, "invalid --%s value '%s' (expected %s)", name, value ? value : "", accepted);
     if (*slot && strcmp(slot, value) != 0)
-        return fail(err, errlen, "--%s given twice with different values (%s and %s)", name, slot, value);
+        return merak_errf(err, errlen, "--%s given twice with different values (%s and %s)", name, slot, value);
     snprintf(slot, cap, "%s", value);
     return 0;
 }
@@ -104,16 +92,16 @@ int merak_spank_set_option(merak_spank_opts *o, int which, const char *value, ch
     case MERAK_OPT_BIND: {
         int b = one_of(value, binds);
         if (b < 0)
-            return fail(err, errlen, "invalid --merak-bind value '%s' (expected closest or none)",
+            return merak_errf(err, errlen, "invalid --merak-bind value '%s' (expected closest or none)",
                         value ? value : "");
         if (o->bind != MERAK_BIND_UNSET && o->bind != b)
-            return fail(err, errlen, "--merak-bind given twice with different values");
+            return merak_errf(err, errlen, "--merak-bind given twice with different values");
         o->bind = b;
         rc = 0;
         break;
     }
     case MERAK_OPT_VERBOSE: o->verbose = 1; rc = 0; break;
-    default: return fail(err, errlen, "unknown option number %d", which);
+    default: return merak_errf(err, errlen, "unknown option number %d", which);
     }
     if (rc == 0)
         o->given = 1;
@@ -124,31 +112,31 @@ int merak_spank_site_arg(merak_spank_site *s, const char *arg, char *err, size_t
 {
     const char *eq = arg ? strchr(arg, '=') : NULL;
     if (!eq)
-        return fail(err, errlen, "plugstack.conf argument '%s' is not KEY=VALUE (bind, max_tp, topology, nics)",
+        return merak_errf(err, errlen, "plugstack.conf argument '%s' is not KEY=VALUE (bind, max_tp, topology, nics)",
                     arg ? arg : "");
     size_t klen = (size_t)(eq - arg);
     const char *v = eq + 1;
     if (klen == 4 && strncmp(arg, "bind", 4) == 0) {
         int b = one_of(v, binds);
         if (b < 0)
-            return fail(err, errlen, "plugstack.conf: bind=%s (expected closest or none)", v);
+            return merak_errf(err, errlen, "plugstack.conf: bind=%s (expected closest or none)", v);
         s->bind = b;
     } else if (klen == 6 && strncmp(arg, "max_tp", 6) == 0) {
         long m = positive(v, 1 << 16);
         if (m < 0)
-            return fail(err, errlen, "plugstack.conf: max_tp=%s (expected a whole number >= 1)", v);
+            return merak_errf(err, errlen, "plugstack.conf: max_tp=%s (expected a whole number >= 1)", v);
         s->max_tp = (int)m;
     } else if (klen == 8 && strncmp(arg, "topology", 8) == 0) {
         if (!*v || strlen(v) >= sizeof s->topology)
-            return fail(err, errlen, "plugstack.conf: topology= needs an hwloc XML path (under %zu bytes)",
+            return merak_errf(err, errlen, "plugstack.conf: topology= needs an hwloc XML path (under %zu bytes)",
                         sizeof s->topology);
         snprintf(s->topology, sizeof s->topology, "%s", v);
     } else if (klen == 4 && strncmp(arg, "nics", 4) == 0) {
         if (!*v || strlen(v) >= sizeof s->nics)
-            return fail(err, errlen, "plugstack.conf: nics= needs a NIC list such as mlx5_0,mlx5_1 or ^mlx5_4");
+            return merak_errf(err, errlen, "plugstack.conf: nics= needs a NIC list such as mlx5_0,mlx5_1 or ^mlx5_4");
         snprintf(s->nics, sizeof s->nics, "%s", v);
     } else {
-        return fail(err, errlen, "unknown plugstack.conf argument '%.*s' (bind, max_tp, topology, nics)",
+        return merak_errf(err, errlen, "unknown plugstack.conf argument '%.*s' (bind, max_tp, topology, nics)",
                     (int)klen, arg);
     }
     return 0;
@@ -159,20 +147,20 @@ int merak_spank_resolve(const merak_spank_opts *o, const merak_spank_site *s, in
 {
     int t = o->tp ? o->tp : 1, p = o->pp ? o->pp : 1;
     if (ntasks < 1)
-        return fail(err, errlen, "the step has no tasks");
+        return merak_errf(err, errlen, "the step has no tasks");
     if (s->max_tp && t > s->max_tp)
-        return fail(err, errlen, "--merak-tp=%d is above this site's limit of %d (max_tp in plugstack.conf)", t,
+        return merak_errf(err, errlen, "--merak-tp=%d is above this site's limit of %d (max_tp in plugstack.conf)", t,
                     s->max_tp);
     long tpp = (long)t * p;
     if (o->dp) {
         if ((long)o->dp * tpp != ntasks)
-            return fail(err, errlen,
+            return merak_errf(err, errlen,
                         "dp*tp*pp = %d*%d*%d = %ld, but the step has %d tasks; use srun -n %ld or change --merak-dp",
                         o->dp, t, p, (long)o->dp * tpp, ntasks, (long)o->dp * tpp);
         *dp = o->dp;
     } else {
         if (ntasks % tpp)
-            return fail(err, errlen, "the step's %d tasks are not divisible by tp*pp = %d*%d = %ld; use srun -n %ld",
+            return merak_errf(err, errlen, "the step's %d tasks are not divisible by tp*pp = %d*%d = %ld; use srun -n %ld",
                         ntasks, t, p, tpp, tpp * (ntasks / tpp + 1));
         *dp = (int)(ntasks / tpp);
     }

@@ -290,16 +290,10 @@ static int set_int(spank_t sp, const char *name, int v)
     return set(sp, name, buf, 1);
 }
 
-/* The pass-through defaults and the degrees the user gave. */
-static int set_requested(spank_t sp)
+/* The defaults merak-train takes from the environment, when given. */
+static int set_passthrough(spank_t sp)
 {
     int rc = 0;
-    if (opts.dp)
-        rc |= set_int(sp, "MERAK_DP", opts.dp);
-    if (opts.tp)
-        rc |= set_int(sp, "MERAK_TP", opts.tp);
-    if (opts.pp)
-        rc |= set_int(sp, "MERAK_PP", opts.pp);
     if (opts.microbatches)
         rc |= set_int(sp, "MERAK_MICROBATCHES", opts.microbatches);
     if (opts.schedule[0])
@@ -309,11 +303,25 @@ static int set_requested(spank_t sp)
     return rc ? -1 : 0;
 }
 
+/* Batch, interactive and extern steps: the degrees the user gave, for an
+ * srun inside them, and the pass-through defaults. */
+static int set_requested(spank_t sp)
+{
+    int rc = set_passthrough(sp);
+    if (opts.dp)
+        rc |= set_int(sp, "MERAK_DP", opts.dp);
+    if (opts.tp)
+        rc |= set_int(sp, "MERAK_TP", opts.tp);
+    if (opts.pp)
+        rc |= set_int(sp, "MERAK_PP", opts.pp);
+    return rc ? -1 : 0;
+}
+
 /* Binds the calling task to the cores in list (hwloc list syntax). */
 static int bind_cpus(const char *list, char *err, size_t errlen)
 {
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    int rc = -1, n = 0;
+    int rc = -1;
     if (!set || hwloc_bitmap_list_sscanf(set, list) < 0 || hwloc_bitmap_weight(set) < 1) {
         snprintf(err, errlen, "bad core list '%s'", list);
         goto out;
@@ -329,7 +337,6 @@ static int bind_cpus(const char *list, char *err, size_t errlen)
     unsigned cpu;
     hwloc_bitmap_foreach_begin(cpu, set) {
         CPU_SET_S(cpu, size, mask);
-        n++;
     }
     hwloc_bitmap_foreach_end();
     if (sched_setaffinity(0, size, mask) == 0)
@@ -369,7 +376,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         slurm_error("merak: no place for task %d of node %d", local, here.node_id);
         return -1;
     }
-    int rc = set_requested(sp);
+    int rc = set_passthrough(sp);
     rc |= set_int(sp, "MERAK_DP", here.dp) | set_int(sp, "MERAK_TP", here.tp) | set_int(sp, "MERAK_PP", here.pp);
     rc |= set_int(sp, "MERAK_RANK", t->rank) | set_int(sp, "MERAK_WORLD_SIZE", here.dp * here.tp * here.pp);
     rc |= set_int(sp, "MERAK_DP_RANK", t->dp) | set_int(sp, "MERAK_TP_RANK", t->tp) |

@@ -236,8 +236,11 @@ static int started(merak_ucx *u, ucs_status_ptr_t r, size_t expect, merak_req *r
 {
     if (UCS_PTR_IS_ERR(r))
         return -1;
-    if (!r)   /* a send finished at once (receives always return a request) */
+    if (!r) { /* a send finished at once (receives always return a request) */
+        if (req)
+            req->active = 0;
         return expect == SIZE_MAX ? 0 : -1;
+    }
     pending p = {r, u, expect};
     merak_req tmp, *q = req ? req : &tmp;
     memset(q, 0, sizeof *q);
