@@ -7,10 +7,11 @@
  * otherwise surface hours later as an out-of-bounds embedding lookup.
  */
 #ifndef _DEFAULT_SOURCE
-#define _DEFAULT_SOURCE /* glob, mmap, fsync */
+#define _DEFAULT_SOURCE /* glob, mmap */
 #endif
 
 #include "data.h"
+#include "atomic.h"
 #include "errf.h"
 
 #include <errno.h>
@@ -305,31 +306,19 @@ int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char
     }
     int tok_bytes = version == 1 ? 2 : 4;
 
-    size_t tlen = strlen(path) + 5;
-    char *tmp = malloc(tlen);
-    if (!tmp) {
-        merak_errf(err, errlen, "%s: out of memory", path);
+    merak_atomic *a;
+    if (merak_atomic_open(path, &a, err, errlen) < 0)
         return -1;
-    }
-    snprintf(tmp, tlen, "%s.tmp", path);
-
-    int rc = -1;
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        merak_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
     uint8_t header[HEADER_BYTES] = {0};
     store_u32(header, MERAK_SHARD_MAGIC);
     store_u32(header + 4, (uint32_t)version);
     store_u32(header + 8, (uint32_t)n);
-    int ok = fwrite(header, 1, sizeof(header), fp) == sizeof(header);
+    merak_atomic_write(a, header, sizeof(header));
 
     /* Encode little-endian through a buffer, a chunk at a time. */
     enum { CHUNK = 4096 };
     uint8_t buf[CHUNK * 4];
-    for (uint64_t i = 0; ok && i < n; i += CHUNK) {
+    for (uint64_t i = 0; i < n; i += CHUNK) {
         size_t m = n - i < CHUNK ? (size_t)(n - i) : CHUNK;
         for (size_t j = 0; j < m; j++) {
             uint32_t t = tokens[i + j];
@@ -340,24 +329,8 @@ int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n, char
                 store_u32(buf + 4 * j, t);
             }
         }
-        ok = fwrite(buf, (size_t)tok_bytes, m, fp) == m;
+        if (merak_atomic_write(a, buf, m * (size_t)tok_bytes) < 0)
+            break; /* commit reports it */
     }
-    /* fsync before rename, so the new name never points at unwritten data. */
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int saved = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok) {
-        merak_errf(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
-        unlink(tmp);
-    } else if (rename(tmp, path) != 0) {
-        merak_errf(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-    } else {
-        rc = 0;
-    }
-    free(tmp);
-    return rc;
+    return merak_atomic_commit(a, err, errlen);
 }

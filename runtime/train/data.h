@@ -40,7 +40,7 @@ int merak_data_window(const merak_data *d, uint64_t w, int B, int T,
                       int32_t *inputs, int32_t *targets, char *err, size_t errlen);
 
 /* Writes tokens as a shard at PATH (version 1 if every token < 65536, else 2),
- * atomically (PATH.tmp, fsync, rename).  Returns 0 or -1 with err set. */
+ * atomically (atomic.h).  Returns 0 or -1 with err set. */
 int merak_shard_write(const char *path, const uint32_t *tokens, uint64_t n,
                       char *err, size_t errlen);
 

@@ -15,6 +15,7 @@
 #endif
 
 #include "safetensors.h"
+#include "atomic.h"
 #include "errf.h"
 
 #include <errno.h>
@@ -634,52 +635,23 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
     if (!hdr)
         return -1;
 
-    size_t tlen = strlen(path) + 5;
-    char *tmp = malloc(tlen);
-    if (!tmp) {
+    merak_atomic *a;
+    if (merak_atomic_open(path, &a, err, errlen) < 0) {
         free(hdr);
-        merak_errf(err, errlen, "%s: out of memory", path);
         return -1;
-    }
-    snprintf(tmp, tlen, "%s.tmp", path);
-
-    int rc = -1;
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        merak_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        goto out;
     }
     uint8_t lenbuf[8];
     for (int i = 0; i < 8; i++)
         lenbuf[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(lenbuf, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
-    for (int i = 0; ok && i < n; i++) {
+    merak_atomic_write(a, lenbuf, 8);
+    merak_atomic_write(a, hdr, hlen);
+    free(hdr);
+    for (int i = 0; i < n; i++) {
         size_t nelem = 1;
         for (int d = 0; d < entries[i].ndim; d++)
             nelem *= (size_t)entries[i].shape[d]; /* checked in build_header */
-        ok = nelem == 0 || fwrite(entries[i].data, sizeof(float), nelem, fp) == nelem;
+        if (nelem > 0)
+            merak_atomic_write(a, entries[i].data, nelem * sizeof(float));
     }
-    /* fsync before rename: otherwise a crash can leave the new name pointing
-     * at a file whose data never reached the disk. */
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int saved = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok) {
-        merak_errf(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
-        unlink(tmp);
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        merak_errf(err, errlen, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    rc = 0;
-out:
-    free(tmp);
-    free(hdr);
-    return rc;
+    return merak_atomic_commit(a, err, errlen);
 }

@@ -4,8 +4,8 @@
  *
  * Reading maps the file and validates the whole header up front: JSON syntax,
  * known dtypes, shapes, and data offsets that lie inside the file, match the
- * shape's byte size and do not overlap.  Writing goes to PATH.tmp, is flushed
- * and fsync'ed, then renamed over PATH, so a crash never leaves half a file.
+ * shape's byte size and do not overlap.  Writing goes through atomic.h, so a
+ * crash never leaves half a file.
  */
 #ifndef MERAK_SAFETENSORS_H
 #define MERAK_SAFETENSORS_H

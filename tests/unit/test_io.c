@@ -1,6 +1,7 @@
 /*
  * test_io.c - TAP tests for the file formats: safetensors, token shards and
- * model configurations (presets and Hugging Face config.json).
+ * model configurations (presets and Hugging Face config.json), and the one
+ * file writer under them all (atomic.h).
  *
  * Besides round trips and one test per refusal, both binary readers get a
  * seeded mutation fuzz loop: every mutated file must either be refused with
@@ -12,21 +13,26 @@
  * the end.
  */
 #ifndef _XOPEN_SOURCE
-#define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
+#define _XOPEN_SOURCE 700 /* mkdtemp, nftw, setrlimit */
 #endif
 
+#include "atomic.h"
 #include "data.h"
 #include "merak/merak.h"
 #include "safetensors.h"
 #include "tap.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <ftw.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +108,60 @@ static int exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+/* True if DIR holds exactly N entries (besides . and ..); lists them when not,
+ * so a temporary left behind shows in the log. */
+static int listing_is(const char *dir, int n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int count = 0;
+    for (int pass = 0; pass < 2; pass++) { /* count, then list if the count is wrong */
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            if (pass == 0)
+                count++;
+            else
+                diag("in %s: %s", dir, e->d_name);
+        }
+        if (count == n)
+            break;
+        rewinddir(d);
+    }
+    closedir(d);
+    return count == n;
+}
+
+/* True if DIR holds no hidden entry (no temporary left behind). */
+static int no_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int none = 1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            diag("left behind in %s: %s", dir, e->d_name);
+            none = 0;
+        }
+    }
+    closedir(d);
+    return none;
+}
+
+/* True if PATH holds exactly the string TEXT. */
+static int holds(const char *path, const char *text)
+{
+    size_t len = 0;
+    uint8_t *b = read_bytes(path, &len);
+    int same = b && len == strlen(text) && memcmp(b, text, len) == 0;
+    free(b);
+    return same;
+}
+
 /* Writes a safetensors file from a header string and a data area.  HLEN
  * overrides the header-length field when not (uint64_t)-1. */
 static int write_st_raw(const char *path, const char *hdr, uint64_t hlen, const void *data,
@@ -165,7 +225,7 @@ static void test_st_roundtrip(void)
     const char *path = tmp_path("round.safetensors");
     int rc = merak_st_write(path, e, 4, keys, vals, 2, err, sizeof(err));
     tap_ok(rc == 0, "safetensors: write 4 tensors + metadata%s%s", rc ? ": " : "", rc ? err : "");
-    tap_ok(!exists(tmp_path("round.safetensors.tmp")), "safetensors: no .tmp file left behind");
+    tap_ok(no_temporaries(tmpdir), "safetensors: no temporary file left behind");
 
     size_t len = 0;
     uint8_t *raw = read_bytes(path, &len);
@@ -218,7 +278,7 @@ static void test_st_roundtrip(void)
     const char *dpath = tmp_path("dup.safetensors");
     rc = merak_st_write(dpath, dup, 2, NULL, NULL, 0, err, sizeof(err));
     tap_ok(rc != 0 && err_mentions(err, dpath, "duplicate") && !exists(dpath) &&
-           !exists(tmp_path("dup.safetensors.tmp")),
+           no_temporaries(tmpdir),
        "safetensors: write refuses duplicate names");
     merak_st_entry meta_name = {.name = "__metadata__", .ndim = 1, .shape = {2}, .data = h0};
     rc = merak_st_write(dpath, &meta_name, 1, NULL, NULL, 0, err, sizeof(err));
@@ -566,7 +626,7 @@ static void test_shards(void)
        "shards: small tokens are written as version 1");
     tap_ok(read_i32(p1, 4) == 2 && read_i32(p1, 8) == 10 && file_size(p1) == 1024 + 10 * 4,
        "shards: a token >= 65536 makes version 2");
-    tap_ok(!exists(tmp_path("shards/train_000.bin.tmp")), "shards: no .tmp file left behind");
+    tap_ok(no_temporaries(tmp_path("shards")), "shards: no temporary file left behind");
 
     merak_data *d = NULL;
     rc = merak_data_open(tmp_path("shards/train_*.bin"), 100000, &d, err, sizeof(err));
@@ -940,6 +1000,128 @@ static void test_config_files(void)
     }
 }
 
+/* ------------------------------------------------------------------ atomic writer */
+
+/* Writes TEXT to PATH through the atomic writer; returns commit's status. */
+static int atomic_put(const char *path, const char *text, char *err, size_t errlen)
+{
+    merak_atomic *a;
+    if (merak_atomic_open(path, &a, err, errlen) < 0)
+        return -1;
+    merak_atomic_write(a, text, strlen(text));
+    return merak_atomic_commit(a, err, errlen);
+}
+
+static void test_atomic(void)
+{
+    char err[512] = "";
+    const char *dir = tmp_path("atomic");
+    if (mkdir(dir, 0700) != 0)
+        diag("mkdir %s failed", dir);
+    const char *path = tmp_path("atomic/out.txt");
+
+    int rc = atomic_put(path, "first\n", err, sizeof(err));
+    tap_ok(rc == 0 && holds(path, "first\n") && listing_is(dir, 1),
+           "atomic: commit makes the file, nothing else in its directory%s%s", rc ? ": " : "",
+           rc ? err : "");
+
+    /* Streaming through the FILE*, over an existing file. */
+    merak_atomic *a = NULL;
+    rc = merak_atomic_open(path, &a, err, sizeof(err));
+    if (rc == 0) {
+        fprintf(merak_atomic_file(a), "second %d\n", 2);
+        merak_atomic_write(a, "more\n", 5);
+        tap_ok(holds(path, "first\n") && listing_is(dir, 2),
+               "atomic: before commit, the target is untouched and the temporary sits beside it");
+        rc = merak_atomic_commit(a, err, sizeof(err));
+    } else {
+        tap_ok(0, "atomic: open over an existing file: %s", err);
+    }
+    tap_ok(rc == 0 && holds(path, "second 2\nmore\n") && listing_is(dir, 1),
+           "atomic: commit replaces an existing file%s%s", rc ? ": " : "", rc ? err : "");
+
+    rc = merak_atomic_open(path, &a, err, sizeof(err));
+    if (rc == 0) {
+        merak_atomic_write(a, "never\n", 6);
+        merak_atomic_abort(a);
+    }
+    tap_ok(rc == 0 && holds(path, "second 2\nmore\n") && listing_is(dir, 1),
+           "atomic: abort keeps the old content and removes the temporary");
+    merak_atomic_abort(NULL);
+
+    /* A relative name: the temporary goes to the current directory. */
+    char cwd[4096];
+    rc = -1;
+    if (getcwd(cwd, sizeof(cwd)) && chdir(dir) == 0) {
+        rc = atomic_put("rel.txt", "relative\n", err, sizeof(err));
+        if (chdir(cwd) != 0)
+            diag("cannot go back to %s", cwd);
+    }
+    tap_ok(rc == 0 && holds(tmp_path("atomic/rel.txt"), "relative\n") && listing_is(dir, 2),
+           "atomic: a name without a directory is written in the current one");
+    remove(tmp_path("atomic/rel.txt"));
+
+    /* Failures: one line naming the target and the reason; old file kept. */
+    const char *missing = tmp_path("atomic/no/such/dir/out.txt");
+    err[0] = '\0';
+    rc = atomic_put(missing, "x", err, sizeof(err));
+    tap_ok(rc != 0 && err_mentions(err, missing, strerror(ENOENT)) && !strchr(err, '\n') &&
+               listing_is(dir, 1),
+           "atomic: a missing directory fails, naming the path and the reason");
+
+    /* A write that fails (the file size limit stands in for a full disk). */
+    struct rlimit old;
+    if (getrlimit(RLIMIT_FSIZE, &old) == 0) {
+        struct rlimit small = old;
+        small.rlim_cur = 1 << 20;
+        static uint8_t chunk[1 << 16];
+        memset(chunk, 'y', sizeof(chunk));
+        err[0] = '\0';
+        fflush(stdout); /* nothing is printed while the limit holds */
+        void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+        rc = merak_atomic_open(path, &a, err, sizeof(err));
+        if (rc == 0 && setrlimit(RLIMIT_FSIZE, &small) == 0) {
+            for (int i = 0; i < 32; i++) /* 2 MiB */
+                merak_atomic_write(a, chunk, sizeof(chunk));
+            rc = merak_atomic_commit(a, err, sizeof(err));
+            setrlimit(RLIMIT_FSIZE, &old);
+        } else if (rc == 0) {
+            merak_atomic_abort(a);
+            rc = 0;
+        }
+        signal(SIGXFSZ, prev);
+        tap_ok(rc != 0 && err_mentions(err, path, strerror(EFBIG)) &&
+                   holds(path, "second 2\nmore\n") && listing_is(dir, 1),
+               "atomic: a failed write keeps the old file, removes the temporary, names the path");
+    } else {
+        tap_ok(0, "atomic: getrlimit: %s", strerror(errno));
+    }
+
+    /* A rename that fails: the target is a directory. */
+    const char *sub = tmp_path("atomic/sub");
+    if (mkdir(sub, 0700) != 0)
+        diag("mkdir %s failed", sub);
+    err[0] = '\0';
+    rc = atomic_put(sub, "x", err, sizeof(err));
+    struct stat st;
+    tap_ok(rc != 0 && err_mentions(err, sub, "rename") && stat(sub, &st) == 0 &&
+               S_ISDIR(st.st_mode) && listing_is(dir, 2),
+           "atomic: a failed rename leaves the target and no temporary");
+
+    /* A directory without write permission (root writes anyway). */
+    if (geteuid() == 0) {
+        tap_ok(1, "atomic: a read-only directory fails cleanly # SKIP running as root");
+    } else {
+        err[0] = '\0';
+        const char *ro = tmp_path("atomic/sub/out.txt");
+        rc = chmod(sub, 0500) == 0 ? atomic_put(ro, "x", err, sizeof(err)) : 0;
+        tap_ok(rc != 0 && err_mentions(err, ro, strerror(EACCES)) && listing_is(sub, 0),
+               "atomic: a read-only directory fails, naming the path and the reason");
+        if (chmod(sub, 0700) != 0)
+            diag("chmod %s failed", sub);
+    }
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(void)
@@ -952,6 +1134,7 @@ int main(void)
         return 1;
     }
 
+    test_atomic();
     test_st_roundtrip();
     test_st_convert();
     test_st_refusals();
