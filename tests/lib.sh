@@ -1,7 +1,11 @@
 # lib.sh - shared helpers for the shell tests (sourced, not run).
-# The automake harness exports MERAK_SRCDIR and MERAK_BUILDDIR.
+# The automake harness exports MERAK_SRCDIR and MERAK_BUILDDIR; run by hand
+# from the source tree, the tree is the first folder above the test that
+# holds tests/lib.sh (tests/ or tests/mpi/ alike).
 set -eu
-: "${MERAK_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+if [ -z "${MERAK_SRCDIR:-}" ]; then
+    MERAK_SRCDIR=$(cd "$(dirname "$0")" && while [ ! -f tests/lib.sh ] && [ "$PWD" != / ]; do cd ..; done && pwd)
+fi
 : "${MERAK_BUILDDIR:=$MERAK_SRCDIR}"
 TRAIN=$MERAK_BUILDDIR/merak-train
 SHARD=$MERAK_BUILDDIR/merak-shard

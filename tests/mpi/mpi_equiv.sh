@@ -10,7 +10,7 @@
 # turns the last bits of a reordered sum (tensor-parallel partial sums,
 # dp and tied reductions) into a visible step, and is not a gate.
 # One process with dp*M micro-batches is the reference.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
 make_shard "$WORK/data.bin"

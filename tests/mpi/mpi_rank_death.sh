@@ -2,7 +2,7 @@
 # A rank that dies mid-step ends the job: 4 ranks (dp 2 x pp 2) train, one
 # non-zero rank is killed with SIGKILL once steps are being reported, and
 # mpirun must exit non-zero within 60 s with no merak-train left running.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
 command -v pgrep >/dev/null 2>&1 || skip "no pgrep"

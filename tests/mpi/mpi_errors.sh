@@ -1,7 +1,7 @@
 #!/bin/sh
 # Bad parallel layouts under mpirun: rank 0 prints one clear line, every
 # rank exits non-zero, nothing hangs (each case has 60 s).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
 make_shard "$WORK/data.bin"
