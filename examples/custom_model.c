@@ -31,6 +31,10 @@ static int param(merak_graph *g, const char *name, int ndim, int64_t d0, int64_t
 static merak_graph *build(void)
 {
     merak_graph *g = merak_graph_create();
+    if (!g) {
+        fprintf(stderr, "custom_model: out of memory\n");
+        return NULL;
+    }
     int64_t bt[2] = {B, T};
     int hd = C / H;
     char name[64];
@@ -38,7 +42,7 @@ static merak_graph *build(void)
     int targets = merak_graph_input(g, "targets", MERAK_I32, 2, bt);
     int wte = param(g, "embed.weight", 2, V, C, MERAK_INIT_NORMAL);
     int x = merak_op_embedding(g, ids, wte);                         /* (B,T,C) */
-    for (int l = 0; l < LAYERS && x >= 0; l++) {
+    for (int l = 0; l < LAYERS; l++) {
         snprintf(name, sizeof name, "layer%d.norm1.weight", l);
         int n1 = param(g, name, 1, C, 0, MERAK_INIT_ONES);
         snprintf(name, sizeof name, "layer%d.q.weight", l);
@@ -72,7 +76,8 @@ static merak_graph *build(void)
     x = merak_op_layernorm(g, x, nf, -1, 1e-5f);
     int logits = merak_op_linear(g, x, wte, -1);                     /* tied head (B,T,V) */
     if (merak_op_cross_entropy(g, logits, targets) < 0) {
-        /* Every op returns -1 after the first error; the message says which. */
+        /* After the first error every call returns -1 and changes nothing,
+         * so one check here is enough; the message names the failed call. */
         fprintf(stderr, "custom_model: %s\n", merak_graph_error(g));
         merak_graph_destroy(g);
         return NULL;

@@ -9,6 +9,8 @@
  * Errors: functions that can fail return a negative value (or NULL) and write
  * one line into the caller's error buffer, or, for graph-building calls, into
  * the graph's error string (merak_graph_error).  Nothing here prints.
+ * Graph building stops at its first error (see merak_graph_error), so a model
+ * is written as a plain sequence of calls and checked once at the end.
  */
 #ifndef MERAK_MERAK_H
 #define MERAK_MERAK_H
@@ -108,10 +110,20 @@ typedef enum merak_hf_layout {
 merak_graph *merak_graph_create(void);
 void merak_graph_destroy(merak_graph *g);
 
-/* The last graph-building error (an empty string if none). */
+/* The first graph-building error (an empty string if none); owned by g.
+ *
+ * The building calls are merak_graph_input, merak_graph_param, the
+ * merak_op_* calls, merak_graph_tie, merak_graph_set_tp and
+ * merak_graph_load_tp_rules.  The first one that fails leaves its message
+ * here and the graph as it was; from then on every building call changes
+ * nothing, returns -1 and keeps that message.  So the -1 that a failed op
+ * returns can be passed on to the next op without a check: the error still
+ * names the op that went wrong, not the one that got -1 as its input.
+ * Check once at the end (the last call's result, or this string). */
 const char *merak_graph_error(const merak_graph *g);
 
-/* Graph inputs and parameters.  Return a tensor id (>= 0), or -1. */
+/* Graph inputs and parameters.  Return a tensor id (>= 0), or -1
+ * (merak_graph_error says why). */
 int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype,
                       int ndim, const int64_t *shape);
 int merak_graph_param(merak_graph *g, const char *name, int ndim,
@@ -119,8 +131,8 @@ int merak_graph_param(merak_graph *g, const char *name, int ndim,
                       merak_hf_layout layout);
 
 /* Ops.  Each takes tensor ids, infers the output's shape, and returns the
- * output's id (>= 0), or -1 with merak_graph_error() set.  Pass -1 for an
- * absent optional parameter (bias). */
+ * output's id (>= 0), or -1 with merak_graph_error() set (or already set by
+ * an earlier failure).  Pass -1 for an absent optional parameter (bias). */
 int merak_op_embedding(merak_graph *g, int ids, int wte);          /* (B,T) -> (B,T,C) */
 int merak_op_pos_embedding(merak_graph *g, int x, int wpe);        /* x + wpe[t] */
 int merak_op_layernorm(merak_graph *g, int x, int w, int b, float eps);
@@ -140,16 +152,19 @@ int merak_op_dropout(merak_graph *g, int x, float p);
 int merak_op_cross_entropy(merak_graph *g, int logits, int targets);
 
 /* Makes parameter `alias` share storage with `param` (tied weights).
- * Shapes must match.  Returns 0 or -1. */
+ * Shapes must match.  Returns 0 or -1 (merak_graph_error says why). */
 int merak_graph_tie(merak_graph *g, int alias, int param);
 
 /* Tensor-parallel rules: sets the attribute of every parameter whose name
  * matches the shell pattern (fnmatch(3)).  Only linear weights (column, row)
  * and embedding tables (vocab) can be split; a linear's bias follows its
- * weight.  Returns the number of parameters matched, or -1. */
+ * weight.  Returns the number of parameters matched, or -1 (an unknown
+ * attribute, or an earlier building error; merak_graph_error says which). */
 int merak_graph_set_tp(merak_graph *g, const char *pattern, merak_tp_attr attr);
 /* Applies a rules file: one "PATTERN column|row|vocab|replicated" per line,
- * '#' starts a comment.  Returns 0, or -1 with err naming file and line. */
+ * '#' starts a comment.  Returns 0, or -1 with err naming file and line (the
+ * graph is unchanged), or -1 with the graph's first error copied to err when
+ * its building had already failed. */
 int merak_graph_load_tp_rules(merak_graph *g, const char *path, char *err, size_t errlen);
 /* "column" -> MERAK_TP_COLUMN, ...; 0 or -1. */
 int merak_tp_attr_parse(const char *s, merak_tp_attr *attr);

@@ -3,7 +3,11 @@
  * inference and the per-op cost model (FLOPs and bytes).
  *
  * Every builder call validates its arguments and either appends exactly one
- * tensor (and op) or changes nothing and leaves a message in g->err.
+ * tensor (and op) or changes nothing and leaves a message in g->err.  The
+ * first message stays: once a call has failed, every later building call
+ * changes nothing and returns -1, so a builder can chain its calls without
+ * checking each one and still learn which call went wrong (not the next one,
+ * tripping over a -1 tensor id).
  */
 #include <fnmatch.h>
 #include <math.h>
@@ -35,12 +39,18 @@ const char *merak_op_name(merak_op_type t)
     return (t >= 0 && t < MERAK_OP_COUNT_) ? op_names[t] : "?";
 }
 
+/* Has a building call on g failed?  Then the graph is final. */
+static int failed(const merak_graph *g) { return g->err[0] != 0; }
+
+/* Records why a building call failed; an earlier failure's message wins. */
 static int fail(merak_graph *g, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
+    if (!failed(g)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g->err, sizeof g->err, fmt, ap);
+        va_end(ap);
+    }
     return -1;
 }
 
@@ -184,7 +194,7 @@ static int add_tensor(merak_graph *g, const char *name, merak_tensor_kind kind,
 int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype, int ndim,
                       const int64_t *shape)
 {
-    if (check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
+    if (failed(g) || check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
         return -1;
     return add_tensor(g, name, MERAK_T_INPUT, dtype, ndim, shape);
 }
@@ -192,7 +202,7 @@ int merak_graph_input(merak_graph *g, const char *name, merak_dtype dtype, int n
 int merak_graph_param(merak_graph *g, const char *name, int ndim, const int64_t *shape,
                       merak_param_init init, merak_tp_attr tp, merak_hf_layout layout)
 {
-    if (check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
+    if (failed(g) || check_name(g, name) < 0 || check_shape(g, name, ndim, shape) < 0)
         return -1;
     if (init.kind == MERAK_INIT_NORMAL && !(init.std > 0 && isfinite(init.std)))
         return fail(g, "%s: init std %g is not positive", name, init.std);
@@ -210,6 +220,8 @@ int merak_graph_param(merak_graph *g, const char *name, int ndim, const int64_t 
 
 int merak_graph_tie(merak_graph *g, int alias, int param)
 {
+    if (failed(g))
+        return -1;
     if (!valid_tensor(g, alias) || !valid_tensor(g, param) || alias == param)
         return fail(g, "tie: bad tensor ids %d, %d", alias, param);
     merak_tensor *a = &g->tensors[alias], *p = &g->tensors[param];
@@ -320,7 +332,8 @@ static merak_op new_op(merak_op_type type, int nin, const int *in)
 
 int merak_op_embedding(merak_graph *g, int ids, int wte)
 {
-    if (want(g, "embedding", ids, MERAK_I32, 0) < 0 || want_param(g, "embedding", wte, 2) < 0)
+    if (failed(g) || want(g, "embedding", ids, MERAK_I32, 0) < 0 ||
+        want_param(g, "embedding", wte, 2) < 0)
         return -1;
     const merak_tensor *x = &g->tensors[ids];
     if (x->ndim != 2)
@@ -332,7 +345,7 @@ int merak_op_embedding(merak_graph *g, int ids, int wte)
 
 int merak_op_pos_embedding(merak_graph *g, int x, int wpe)
 {
-    if (want(g, "pos_embedding", x, MERAK_F32, 0) < 0 ||
+    if (failed(g) || want(g, "pos_embedding", x, MERAK_F32, 0) < 0 ||
         want_param(g, "pos_embedding", wpe, 2) < 0)
         return -1;
     const merak_tensor *t = &g->tensors[x], *p = &g->tensors[wpe];
@@ -349,7 +362,7 @@ int merak_op_pos_embedding(merak_graph *g, int x, int wpe)
 static int norm_op(merak_graph *g, merak_op_type type, int x, int w, int b, float eps)
 {
     const char *name = merak_op_name(type);
-    if (want(g, name, x, MERAK_F32, 0) < 0 || want_param(g, name, w, 1) < 0)
+    if (failed(g) || want(g, name, x, MERAK_F32, 0) < 0 || want_param(g, name, w, 1) < 0)
         return -1;
     if (b >= 0 && want_param(g, name, b, 1) < 0)
         return -1;
@@ -377,7 +390,7 @@ int merak_op_rmsnorm(merak_graph *g, int x, int w, float eps)
 
 int merak_op_linear(merak_graph *g, int x, int w, int b)
 {
-    if (want(g, "linear", x, MERAK_F32, 0) < 0 || want_param(g, "linear", w, 2) < 0)
+    if (failed(g) || want(g, "linear", x, MERAK_F32, 0) < 0 || want_param(g, "linear", w, 2) < 0)
         return -1;
     if (b >= 0 && want_param(g, "linear", b, 1) < 0)
         return -1;
@@ -401,7 +414,7 @@ int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head, int n_kv
                        float rope_theta)
 {
     int fused = (k < 0 && v < 0);
-    if (want(g, "attention", q, MERAK_F32, 0) < 0)
+    if (failed(g) || want(g, "attention", q, MERAK_F32, 0) < 0)
         return -1;
     if (!fused && (want(g, "attention", k, MERAK_F32, 0) < 0 ||
                    want(g, "attention", v, MERAK_F32, 0) < 0))
@@ -450,7 +463,7 @@ int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head, int n_kv
 
 static int unary_op(merak_graph *g, merak_op_type type, int x, double flops_per_elem)
 {
-    if (want(g, merak_op_name(type), x, MERAK_F32, 0) < 0)
+    if (failed(g) || want(g, merak_op_name(type), x, MERAK_F32, 0) < 0)
         return -1;
     merak_op o = new_op(type, 1, (int[]){x});
     o.flops = flops_per_elem * (double)merak_tensor_elems(&g->tensors[x]);
@@ -460,7 +473,7 @@ static int unary_op(merak_graph *g, merak_op_type type, int x, double flops_per_
 static int binary_op(merak_graph *g, merak_op_type type, int a, int b, double flops_per_elem)
 {
     const char *name = merak_op_name(type);
-    if (want(g, name, a, MERAK_F32, 0) < 0 || want(g, name, b, MERAK_F32, 0) < 0)
+    if (failed(g) || want(g, name, a, MERAK_F32, 0) < 0 || want(g, name, b, MERAK_F32, 0) < 0)
         return -1;
     if (!same_shape(g, a, b))
         return fail(g, "%s: %s and %s have different shapes", name, g->tensors[a].name,
@@ -479,6 +492,8 @@ int merak_op_add(merak_graph *g, int a, int b) { return binary_op(g, MERAK_OP_AD
 
 int merak_op_dropout(merak_graph *g, int x, float p)
 {
+    if (failed(g))
+        return -1;
     if (!(p >= 0 && p < 1))
         return fail(g, "dropout: probability %g is not in [0,1)", p);
     int t = unary_op(g, MERAK_OP_DROPOUT, x, 2);
@@ -489,7 +504,7 @@ int merak_op_dropout(merak_graph *g, int x, float p)
 
 int merak_op_cross_entropy(merak_graph *g, int logits, int targets)
 {
-    if (want(g, "cross_entropy", logits, MERAK_F32, 0) < 0 ||
+    if (failed(g) || want(g, "cross_entropy", logits, MERAK_F32, 0) < 0 ||
         want(g, "cross_entropy", targets, MERAK_I32, 0) < 0)
         return -1;
     const merak_tensor *L = &g->tensors[logits], *Y = &g->tensors[targets];
@@ -513,7 +528,7 @@ int merak_op_tp_copy(merak_graph *g, int x)
 
 int merak_op_tp_reduce(merak_graph *g, int x, int bias)
 {
-    if (want(g, "tp_reduce", x, MERAK_F32, 0) < 0)
+    if (failed(g) || want(g, "tp_reduce", x, MERAK_F32, 0) < 0)
         return -1;
     if (bias >= 0 && (want_param(g, "tp_reduce", bias, 1) < 0 ||
                       g->tensors[bias].shape[0] != last_dim(g, x)))
@@ -527,6 +542,8 @@ int merak_op_tp_reduce(merak_graph *g, int x, int bias)
 
 int merak_graph_set_tp(merak_graph *g, const char *pattern, merak_tp_attr attr)
 {
+    if (failed(g))
+        return -1;
     if (attr < MERAK_TP_REPLICATED || attr > MERAK_TP_VOCAB)
         return fail(g, "tensor-parallel rule '%s': unknown attribute %d", pattern, (int)attr);
     int n = 0;
@@ -660,6 +677,10 @@ int merak_tp_rules_load(const merak_graph *g, const char *path, merak_tp_rule **
 
 int merak_graph_load_tp_rules(merak_graph *g, const char *path, char *err, size_t errlen)
 {
+    if (failed(g)) {
+        snprintf(err, errlen, "%s", g->err);
+        return -1;
+    }
     merak_tp_rule *rules;
     int n;
     if (merak_tp_rules_load(g, path, &rules, &n, err, errlen) < 0)

@@ -96,7 +96,8 @@ struct merak_graph {
     int nops, cap_ops;
     int nparams;               /* distinct (untied) parameters */
     int loss;                  /* tensor id of the loss, or -1 */
-    char err[256];
+    char err[256];             /* the first building error; once set, building
+                                * calls change nothing and return -1 */
 };
 
 const char *merak_op_name(merak_op_type t);

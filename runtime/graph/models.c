@@ -12,13 +12,8 @@
 
 #include "graph.h"
 
-typedef struct builder {
-    merak_graph *g;
-    int ok;
-} builder;
-
 /* A parameter named by printf-style format; std 0 means the rule's default. */
-static int param(builder *b, merak_param_init init, merak_tp_attr tp, merak_hf_layout layout,
+static int param(merak_graph *g, merak_param_init init, merak_tp_attr tp, merak_hf_layout layout,
                  int ndim, const int64_t *shape, const char *fmt, ...)
 {
     char name[MERAK_NAME_MAX];
@@ -26,10 +21,7 @@ static int param(builder *b, merak_param_init init, merak_tp_attr tp, merak_hf_l
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    int t = merak_graph_param(b->g, name, ndim, shape, init, tp, layout);
-    if (t < 0)
-        b->ok = 0;
-    return t;
+    return merak_graph_param(g, name, ndim, shape, init, tp, layout);
 }
 
 #define P1(n) 1, (int64_t[]){(n)}
@@ -39,131 +31,110 @@ static const merak_param_init ZEROS = {MERAK_INIT_ZEROS, 0};
 static const merak_param_init ONES = {MERAK_INIT_ONES, 0};
 static merak_param_init normal(float std) { return (merak_param_init){MERAK_INIT_NORMAL, std}; }
 
-/* Wraps an op call: stops building at the first error. */
-static int op(builder *b, int t)
+static int maybe_dropout(merak_graph *g, int x, float p)
 {
-    if (t < 0)
-        b->ok = 0;
-    return t;
+    return p > 0 ? merak_op_dropout(g, x, p) : x;
 }
 
-static int maybe_dropout(builder *b, int x, float p)
-{
-    return p > 0 ? op(b, merak_op_dropout(b->g, x, p)) : x;
-}
+/* The builders below check nothing call by call: the graph keeps its first
+ * error and ignores every later call (graph.c), and merak_model_build looks
+ * at it once at the end. */
 
-static void build_gpt2(builder *b, const merak_model_config *c, int ids, int targets)
+static void build_gpt2(merak_graph *g, const merak_model_config *c, int ids, int targets)
 {
-    merak_graph *g = b->g;
     int64_t V = c->vocab_size, P = c->max_positions, C = c->hidden, F = c->ffn_hidden;
     float std = c->init_std;
     /* GPT-2 scales the residual projections by 1/sqrt(2 * n_layer). */
     float proj_std = std / sqrtf(2.0f * (float)c->n_layer);
 
-    int wte = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "transformer.wte.weight");
-    int wpe = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(P, C), "transformer.wpe.weight");
-    if (!b->ok)
-        return;
-    int x = op(b, merak_op_embedding(g, ids, wte));          /* (B,T,C) */
-    if (b->ok)
-        x = op(b, merak_op_pos_embedding(g, x, wpe));
-    if (b->ok)
-        x = maybe_dropout(b, x, c->dropout);
-    for (int l = 0; l < c->n_layer && b->ok; l++) {
+    int wte = param(g, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "transformer.wte.weight");
+    int wpe = param(g, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(P, C), "transformer.wpe.weight");
+    int x = merak_op_embedding(g, ids, wte);                  /* (B,T,C) */
+    x = merak_op_pos_embedding(g, x, wpe);
+    x = maybe_dropout(g, x, c->dropout);
+    for (int l = 0; l < c->n_layer; l++) {
         const char *h = "transformer.h";
-        int ln1w = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_1.weight", h, l);
-        int ln1b = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_1.bias", h, l);
-        int qkvw = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(3 * C, C), "%s.%d.attn.c_attn.weight", h, l);
-        int qkvb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(3 * C), "%s.%d.attn.c_attn.bias", h, l);
-        int prw = param(b, normal(proj_std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(C, C), "%s.%d.attn.c_proj.weight", h, l);
-        int prb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.attn.c_proj.bias", h, l);
-        int ln2w = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_2.weight", h, l);
-        int ln2b = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_2.bias", h, l);
-        int fcw = param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(F, C), "%s.%d.mlp.c_fc.weight", h, l);
-        int fcb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(F), "%s.%d.mlp.c_fc.bias", h, l);
-        int mpw = param(b, normal(proj_std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(C, F), "%s.%d.mlp.c_proj.weight", h, l);
-        int mpb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.mlp.c_proj.bias", h, l);
-        if (!b->ok)
-            return;
+        int ln1w = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_1.weight", h, l);
+        int ln1b = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_1.bias", h, l);
+        int qkvw = param(g, normal(std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(3 * C, C), "%s.%d.attn.c_attn.weight", h, l);
+        int qkvb = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(3 * C), "%s.%d.attn.c_attn.bias", h, l);
+        int prw = param(g, normal(proj_std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(C, C), "%s.%d.attn.c_proj.weight", h, l);
+        int prb = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.attn.c_proj.bias", h, l);
+        int ln2w = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_2.weight", h, l);
+        int ln2b = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.ln_2.bias", h, l);
+        int fcw = param(g, normal(std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(F, C), "%s.%d.mlp.c_fc.weight", h, l);
+        int fcb = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(F), "%s.%d.mlp.c_fc.bias", h, l);
+        int mpw = param(g, normal(proj_std), MERAK_TP_REPLICATED, MERAK_HF_TRANSPOSED, P2(C, F), "%s.%d.mlp.c_proj.weight", h, l);
+        int mpb = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.mlp.c_proj.bias", h, l);
         /* attention block: x + proj(attn(qkv(ln_1(x)))) */
-        int a = op(b, merak_op_layernorm(g, x, ln1w, ln1b, c->norm_eps));
-        if (b->ok) a = op(b, merak_op_linear(g, a, qkvw, qkvb));          /* (B,T,3C) */
-        if (b->ok) a = op(b, merak_op_attention(g, a, -1, -1, c->n_head, c->n_head, 0));
-        if (b->ok) a = op(b, merak_op_linear(g, a, prw, prb));
-        if (b->ok) a = maybe_dropout(b, a, c->dropout);
-        if (b->ok) x = op(b, merak_op_add(g, x, a));
+        int a = merak_op_layernorm(g, x, ln1w, ln1b, c->norm_eps);
+        a = merak_op_linear(g, a, qkvw, qkvb);                  /* (B,T,3C) */
+        a = merak_op_attention(g, a, -1, -1, c->n_head, c->n_head, 0);
+        a = merak_op_linear(g, a, prw, prb);
+        a = maybe_dropout(g, a, c->dropout);
+        x = merak_op_add(g, x, a);
         /* MLP block: x + proj(gelu(fc(ln_2(x)))) */
-        int m = b->ok ? op(b, merak_op_layernorm(g, x, ln2w, ln2b, c->norm_eps)) : -1;
-        if (b->ok) m = op(b, merak_op_linear(g, m, fcw, fcb));            /* (B,T,F) */
-        if (b->ok) m = op(b, merak_op_gelu(g, m));
-        if (b->ok) m = op(b, merak_op_linear(g, m, mpw, mpb));
-        if (b->ok) m = maybe_dropout(b, m, c->dropout);
-        if (b->ok) x = op(b, merak_op_add(g, x, m));
+        int m = merak_op_layernorm(g, x, ln2w, ln2b, c->norm_eps);
+        m = merak_op_linear(g, m, fcw, fcb);                    /* (B,T,F) */
+        m = merak_op_gelu(g, m);
+        m = merak_op_linear(g, m, mpw, mpb);
+        m = maybe_dropout(g, m, c->dropout);
+        x = merak_op_add(g, x, m);
     }
-    if (!b->ok)
-        return;
-    int lnfw = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.weight");
-    int lnfb = param(b, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.bias");
+    int lnfw = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.weight");
+    int lnfb = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "transformer.ln_f.bias");
     /* The LM head is the token embedding unless the config unties it. */
     int head = c->tie_embeddings ? wte
-                                 : param(b, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
-    if (b->ok) x = op(b, merak_op_layernorm(g, x, lnfw, lnfb, c->norm_eps));
-    if (b->ok) x = op(b, merak_op_linear(g, x, head, -1));              /* logits (B,T,V) */
-    if (b->ok) op(b, merak_op_cross_entropy(g, x, targets));
+                                 : param(g, normal(std), MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
+    x = merak_op_layernorm(g, x, lnfw, lnfb, c->norm_eps);
+    x = merak_op_linear(g, x, head, -1);                        /* logits (B,T,V) */
+    merak_op_cross_entropy(g, x, targets);
 }
 
-static void build_llama(builder *b, const merak_model_config *c, int ids, int targets)
+static void build_llama(merak_graph *g, const merak_model_config *c, int ids, int targets)
 {
-    merak_graph *g = b->g;
     int64_t V = c->vocab_size, C = c->hidden, F = c->ffn_hidden;
     int64_t hd = C / c->n_head, QD = hd * c->n_head, KVD = hd * c->n_kv_head;
     merak_param_init w = normal(c->init_std);
 
-    int wte = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "model.embed_tokens.weight");
-    if (!b->ok)
-        return;
-    int x = op(b, merak_op_embedding(g, ids, wte));          /* (B,T,C) */
-    if (b->ok)
-        x = maybe_dropout(b, x, c->dropout);
-    for (int l = 0; l < c->n_layer && b->ok; l++) {
+    int wte = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "model.embed_tokens.weight");
+    int x = merak_op_embedding(g, ids, wte);                  /* (B,T,C) */
+    x = maybe_dropout(g, x, c->dropout);
+    for (int l = 0; l < c->n_layer; l++) {
         const char *L = "model.layers";
-        int n1 = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.input_layernorm.weight", L, l);
-        int wq = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(QD, C), "%s.%d.self_attn.q_proj.weight", L, l);
-        int wk = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.k_proj.weight", L, l);
-        int wv = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.v_proj.weight", L, l);
-        int wo = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, QD), "%s.%d.self_attn.o_proj.weight", L, l);
-        int n2 = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.post_attention_layernorm.weight", L, l);
-        int wg = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.gate_proj.weight", L, l);
-        int wu = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.up_proj.weight", L, l);
-        int wd = param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, F), "%s.%d.mlp.down_proj.weight", L, l);
-        if (!b->ok)
-            return;
+        int n1 = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.input_layernorm.weight", L, l);
+        int wq = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(QD, C), "%s.%d.self_attn.q_proj.weight", L, l);
+        int wk = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.k_proj.weight", L, l);
+        int wv = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.v_proj.weight", L, l);
+        int wo = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, QD), "%s.%d.self_attn.o_proj.weight", L, l);
+        int n2 = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.post_attention_layernorm.weight", L, l);
+        int wg = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.gate_proj.weight", L, l);
+        int wu = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.up_proj.weight", L, l);
+        int wd = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, F), "%s.%d.mlp.down_proj.weight", L, l);
         /* attention block: x + o(attn(q(h), k(h), v(h))), h = rmsnorm(x) */
-        int h = op(b, merak_op_rmsnorm(g, x, n1, c->norm_eps));
-        int q = b->ok ? op(b, merak_op_linear(g, h, wq, -1)) : -1;      /* (B,T,nh*hd) */
-        int k = b->ok ? op(b, merak_op_linear(g, h, wk, -1)) : -1;      /* (B,T,nkv*hd) */
-        int v = b->ok ? op(b, merak_op_linear(g, h, wv, -1)) : -1;
-        int a = b->ok ? op(b, merak_op_attention(g, q, k, v, c->n_head, c->n_kv_head, c->rope_theta)) : -1;
-        if (b->ok) a = op(b, merak_op_linear(g, a, wo, -1));
-        if (b->ok) a = maybe_dropout(b, a, c->dropout);
-        if (b->ok) x = op(b, merak_op_add(g, x, a));
+        int h = merak_op_rmsnorm(g, x, n1, c->norm_eps);
+        int q = merak_op_linear(g, h, wq, -1);                  /* (B,T,nh*hd) */
+        int k = merak_op_linear(g, h, wk, -1);                  /* (B,T,nkv*hd) */
+        int v = merak_op_linear(g, h, wv, -1);
+        int a = merak_op_attention(g, q, k, v, c->n_head, c->n_kv_head, c->rope_theta);
+        a = merak_op_linear(g, a, wo, -1);
+        a = maybe_dropout(g, a, c->dropout);
+        x = merak_op_add(g, x, a);
         /* MLP block: x + down(silu(gate(h)) * up(h)), h = rmsnorm(x) */
-        h = b->ok ? op(b, merak_op_rmsnorm(g, x, n2, c->norm_eps)) : -1;
-        int gt = b->ok ? op(b, merak_op_linear(g, h, wg, -1)) : -1;     /* (B,T,F) */
-        int up = b->ok ? op(b, merak_op_linear(g, h, wu, -1)) : -1;
-        int m = b->ok ? op(b, merak_op_swiglu(g, gt, up)) : -1;
-        if (b->ok) m = op(b, merak_op_linear(g, m, wd, -1));
-        if (b->ok) m = maybe_dropout(b, m, c->dropout);
-        if (b->ok) x = op(b, merak_op_add(g, x, m));
+        h = merak_op_rmsnorm(g, x, n2, c->norm_eps);
+        int gt = merak_op_linear(g, h, wg, -1);                 /* (B,T,F) */
+        int up = merak_op_linear(g, h, wu, -1);
+        int m = merak_op_swiglu(g, gt, up);
+        m = merak_op_linear(g, m, wd, -1);
+        m = maybe_dropout(g, m, c->dropout);
+        x = merak_op_add(g, x, m);
     }
-    if (!b->ok)
-        return;
-    int nf = param(b, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "model.norm.weight");
+    int nf = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "model.norm.weight");
     int head = c->tie_embeddings ? wte
-                                 : param(b, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
-    if (b->ok) x = op(b, merak_op_rmsnorm(g, x, nf, c->norm_eps));
-    if (b->ok) x = op(b, merak_op_linear(g, x, head, -1));              /* (B,T,V) */
-    if (b->ok) op(b, merak_op_cross_entropy(g, x, targets));
+                                 : param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "lm_head.weight");
+    x = merak_op_rmsnorm(g, x, nf, c->norm_eps);
+    x = merak_op_linear(g, x, head, -1);                        /* (B,T,V) */
+    merak_op_cross_entropy(g, x, targets);
 }
 
 /* Tensor-parallel rules (Merak's feature dict): parameter-name patterns and
@@ -214,21 +185,17 @@ merak_graph *merak_model_build(const merak_model_config *cfg, int B, int T, char
         snprintf(err, errlen, "out of memory building the graph");
         return NULL;
     }
-    builder b = {g, 1};
     int64_t bt[2] = {B, T};
-    int ids = op(&b, merak_graph_input(g, "input_ids", MERAK_I32, 2, bt));
-    int targets = op(&b, merak_graph_input(g, "targets", MERAK_I32, 2, bt));
-    if (b.ok) {
-        if (cfg->arch == MERAK_ARCH_GPT2)
-            build_gpt2(&b, cfg, ids, targets);
-        else
-            build_llama(&b, cfg, ids, targets);
-    }
+    int ids = merak_graph_input(g, "input_ids", MERAK_I32, 2, bt);
+    int targets = merak_graph_input(g, "targets", MERAK_I32, 2, bt);
+    if (cfg->arch == MERAK_ARCH_GPT2)
+        build_gpt2(g, cfg, ids, targets);
+    else
+        build_llama(g, cfg, ids, targets);
     const tp_rule *rules = cfg->arch == MERAK_ARCH_GPT2 ? gpt2_rules : llama_rules;
-    for (int i = 0; b.ok && rules[i].pattern; i++)
-        if (merak_graph_set_tp(g, rules[i].pattern, rules[i].attr) < 0)
-            b.ok = 0;
-    if (!b.ok) {
+    for (int i = 0; rules[i].pattern; i++)
+        merak_graph_set_tp(g, rules[i].pattern, rules[i].attr);
+    if (g->err[0]) {
         snprintf(err, errlen, "building %s: %s", cfg->name, g->err);
         merak_graph_destroy(g);
         return NULL;

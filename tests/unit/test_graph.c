@@ -58,38 +58,123 @@ static void test_no_parameter_memory(void)
     merak_graph_destroy(g);
 }
 
+/* ids (2,8), wte (50,16), x = embedding(ids, wte) (2,8,16), w (32,24) and
+ * pos (4,16): five tensors and one op, the material for refused calls.  A
+ * graph stops at its first error, so every refusal gets a fresh one. */
+typedef struct small_graph {
+    merak_graph *g;
+    int ids, wte, x, w, pos;
+} small_graph;
+
+static small_graph small(void)
+{
+    small_graph s = {merak_graph_create(), -1, -1, -1, -1, -1};
+    merak_param_init in = {MERAK_INIT_NORMAL, 0.02f};
+    s.ids = merak_graph_input(s.g, "ids", MERAK_I32, 2, (int64_t[]){2, 8});
+    s.wte = merak_graph_param(s.g, "wte", 2, (int64_t[]){50, 16}, in, MERAK_TP_VOCAB, MERAK_HF_AS_IS);
+    s.x = merak_op_embedding(s.g, s.ids, s.wte);
+    s.w = merak_graph_param(s.g, "w", 2, (int64_t[]){32, 24}, in, MERAK_TP_COLUMN, MERAK_HF_AS_IS);
+    s.pos = merak_graph_param(s.g, "pos", 2, (int64_t[]){4, 16}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    return s;
+}
+
+/* rc is the result of one call on the fresh graph s: it must be refused
+ * with a message containing `why`, and leave the graph as it was. */
+static void refused(small_graph *s, int rc, const char *why, const char *what)
+{
+    const char *e = merak_graph_error(s->g);
+    tap_ok(rc < 0 && strstr(e, why) && merak_graph_num_ops(s->g) == 1 &&
+               merak_graph_num_tensors(s->g) == 5,
+           "%s is refused, the graph unchanged: %s", what, e);
+    merak_graph_destroy(s->g);
+}
+
 static void test_shape_errors(void)
 {
-    merak_graph *g = merak_graph_create();
-    int64_t bt[2] = {2, 8}, xs[3] = {2, 8, 16}, ws[2] = {32, 24};
-    merak_param_init in = {MERAK_INIT_NORMAL, 0.02f};
-    int ids = merak_graph_input(g, "ids", MERAK_I32, 2, bt);
-    int wte = merak_graph_param(g, "wte", 2, (int64_t[]){50, 16}, in, MERAK_TP_VOCAB, MERAK_HF_AS_IS);
-    int x = merak_op_embedding(g, ids, wte);
-    tap_ok(x >= 0 && merak_graph_num_ops(g) == 1, "embedding infers (2,8,16)");
-    int w = merak_graph_param(g, "w", 2, ws, in, MERAK_TP_COLUMN, MERAK_HF_AS_IS);
-    tap_ok(merak_op_linear(g, x, w, -1) < 0 && strstr(merak_graph_error(g), "16 features"),
-           "linear with a mismatched weight is refused: %s", merak_graph_error(g));
-    tap_ok(merak_graph_input(g, "ids", MERAK_I32, 2, bt) < 0, "a duplicate name is refused: %s",
-           merak_graph_error(g));
-    tap_ok(merak_op_attention(g, x, -1, -1, 3, 3, 0) < 0, "16 fused features do not split into 9 heads: %s",
-           merak_graph_error(g));
-    tap_ok(merak_op_attention(g, x, -1, -1, 4, 3, 0) < 0, "4 heads over 3 kv heads are refused: %s",
-           merak_graph_error(g));
-    tap_ok(merak_op_gelu(g, w) < 0, "an op on a parameter is refused: %s", merak_graph_error(g));
-    int p = merak_graph_param(g, "pos", 2, (int64_t[]){4, 16}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
-    tap_ok(merak_op_pos_embedding(g, x, p) < 0 && strstr(merak_graph_error(g), "positions"),
-           "8 tokens beyond 4 positions are refused: %s", merak_graph_error(g));
-    int n0 = merak_graph_num_ops(g);
-    tap_ok(merak_graph_num_ops(g) == n0 && merak_graph_num_tensors(g) == 5,
-           "failed calls leave the graph unchanged");
-    (void)xs;
-    merak_graph_destroy(g);
+    small_graph s = small();
+    tap_ok(s.x >= 0 && s.pos >= 0 && merak_graph_num_ops(s.g) == 1 && !*merak_graph_error(s.g),
+           "embedding infers (2,8,16)");
+    merak_graph_destroy(s.g);
+    s = small();
+    refused(&s, merak_op_linear(s.g, s.x, s.w, -1), "16 features", "linear with a mismatched weight");
+    s = small();
+    refused(&s, merak_graph_input(s.g, "ids", MERAK_I32, 2, (int64_t[]){2, 8}), "used twice",
+            "a duplicate name");
+    s = small();
+    refused(&s, merak_op_attention(s.g, s.x, -1, -1, 3, 3, 0), "not divisible by 9 heads",
+            "16 fused features in 9 heads");
+    s = small();
+    refused(&s, merak_op_attention(s.g, s.x, -1, -1, 4, 3, 0), "not a multiple of 3 kv heads",
+            "4 heads over 3 kv heads");
+    s = small();
+    refused(&s, merak_op_gelu(s.g, s.w), "is a parameter", "an op on a parameter");
+    s = small();
+    refused(&s, merak_op_pos_embedding(s.g, s.x, s.pos), "positions", "8 tokens beyond 4 positions");
 
     merak_model_config c;
     merak_model_preset("tiny-gpt2", &c);
     merak_graph *bad = merak_model_build(&c, 2, c.max_positions + 1, err, sizeof err);
     tap_ok(!bad && strstr(err, "positions"), "a sequence beyond the model's positions: %s", err);
+}
+
+/* The first failed building call decides the graph's error: later calls,
+ * whether they trip over its -1 or are valid on their own, change nothing,
+ * return -1 and leave the message alone. */
+static void test_first_error_kept(void)
+{
+    small_graph s = small();
+    merak_graph *g = s.g;
+    int a = merak_op_attention(g, s.x, -1, -1, 4, 3, 0);  /* 4 heads over 3 kv heads */
+    char first[256];
+    snprintf(first, sizeof first, "%s", merak_graph_error(g));
+    tap_ok(a < 0 && strstr(first, "attention:"), "a bad attention fails: %s", first);
+
+    /* The rest of a block, written without checks, on the attention's -1. */
+    int h = merak_op_gelu(g, a);
+    tap_ok(h < 0 && strcmp(merak_graph_error(g), first) == 0,
+           "a gelu on its -1 reports the attention, not itself: %s", merak_graph_error(g));
+    h = merak_op_add(g, s.x, h);
+    int y = merak_op_linear(g, h, s.w, -1);
+    tap_ok(y < 0 && strcmp(merak_graph_error(g), first) == 0,
+           "an add and a linear after it keep the attention's message");
+
+    /* Calls that would succeed on a healthy graph are no-ops now. */
+    merak_param_init in = {MERAK_INIT_NORMAL, 0.02f};
+    int ok_ops = merak_op_gelu(g, s.x) < 0 && merak_op_add(g, s.x, s.x) < 0 &&
+                 merak_op_dropout(g, s.x, 0.1f) < 0 &&
+                 merak_op_layernorm(g, s.x, s.pos, -1, 1e-5f) < 0;
+    tap_ok(ok_ops, "valid ops on a failed graph return -1");
+    int ok_tensors = merak_graph_input(g, "more_ids", MERAK_I32, 2, (int64_t[]){2, 8}) < 0 &&
+                     merak_graph_param(g, "more_w", 1, (int64_t[]){16}, in, MERAK_TP_REPLICATED,
+                                       MERAK_HF_AS_IS) < 0 &&
+                     merak_graph_tie(g, s.pos, s.wte) < 0 &&
+                     merak_graph_set_tp(g, "w", MERAK_TP_ROW) < 0;
+    tap_ok(ok_tensors, "valid inputs, parameters, ties and tp rules on a failed graph return -1");
+    tap_ok(merak_op_cross_entropy(g, s.x, s.ids) < 0 && merak_graph_num_ops(g) == 1 &&
+               merak_graph_num_tensors(g) == 5 && merak_graph_num_params(g) == 3,
+           "the graph is as it was before the attention");
+    /* A second bad call of its own does not replace the first message. */
+    tap_ok(merak_op_linear(g, s.x, s.w, -1) < 0 && strcmp(merak_graph_error(g), first) == 0,
+           "a second error keeps the first message: %s", merak_graph_error(g));
+    char rerr[256] = "";
+    tap_ok(merak_graph_load_tp_rules(g, "/nonexistent/rules.txt", rerr, sizeof rerr) < 0 &&
+               strcmp(rerr, first) == 0,
+           "a rules file on a failed graph reports the first error: %s", rerr);
+    merak_graph_destroy(g);
+
+    /* The model builders call on unchecked, so their first error must win
+     * too: a zero init std fails the first parameter, not the loss. */
+    merak_model_config c;
+    merak_model_preset("tiny-llama", &c);
+    c.init_std = 0;
+    merak_graph *bad = merak_model_build(&c, 2, 8, err, sizeof err);
+    tap_ok(!bad && strstr(err, "model.embed_tokens.weight: init std 0"),
+           "a LLaMA whose first parameter fails says so: %s", err);
+    merak_model_preset("tiny-gpt2", &c);
+    c.init_std = 0;
+    bad = merak_model_build(&c, 2, 8, err, sizeof err);
+    tap_ok(!bad && strstr(err, "transformer.wte.weight: init std 0"),
+           "a GPT-2 whose first parameter fails says so: %s", err);
 }
 
 /* Loads random tokens into slot s. */
@@ -450,6 +535,7 @@ int main(void)
     test_param_counts();
     test_no_parameter_memory();
     test_shape_errors();
+    test_first_error_kept();
     test_model_gradients("tiny-gpt2");
     test_model_gradients("tiny-llama");
     test_two_stages("tiny-gpt2");
