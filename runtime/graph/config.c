@@ -35,32 +35,34 @@
      .n_layer = L, .n_head = H, .n_kv_head = KV, .ffn_hidden = F, .norm_eps = 1e-5f,        \
      .rope_theta = THETA, .tie_embeddings = 0, .init_std = 0.02f, .dropout = 0.0f}
 
-static const merak_model_config presets[] = {
-    /* small models for tests and demos (byte-level vocabulary) */
-    GPT2("tiny-gpt2", 256, 256, 64, 2, 4, 256),
-    GPT2("demo-gpt2", 256, 512, 192, 4, 6, 768),
-    LLAMA("tiny-llama", 256, 256, 64, 2, 8, 4, 176, 10000.0f), /* GQA, splits up to tp=4 */
-    LLAMA("demo-llama", 256, 512, 192, 4, 6, 2, 512, 10000.0f),
-    /* published sizes */
-    GPT2("gpt2", 50257, 1024, 768, 12, 12, 3072),
-    GPT2("gpt2-medium", 50257, 1024, 1024, 24, 16, 4096),
-    GPT2("gpt2-large", 50257, 1024, 1280, 36, 20, 5120),
-    GPT2("gpt2-xl", 50257, 1024, 1600, 48, 25, 6400),
-    GPT2("gpt3-13b", 50257, 2048, 5120, 40, 40, 20480),
-    LLAMA("llama2-7b", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f),
-    LLAMA("llama2-13b", 32000, 4096, 5120, 40, 40, 40, 13824, 10000.0f),
-    LLAMA("llama2-70b", 32000, 4096, 8192, 80, 64, 8, 28672, 10000.0f),
-    LLAMA("llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f),
-};
+/* The one list of presets: X(ARCH, name, sizes...) per preset, with ARCH's
+ * arguments above.  The configurations and the NULL-terminated list of names
+ * (merak_model_preset_names, the "unknown model" message) both expand it, so
+ * a preset is named in one place. */
+#define PRESETS(X)                                                                              \
+    /* small models for tests and demos (byte-level vocabulary) */                              \
+    X(GPT2, "tiny-gpt2", 256, 256, 64, 2, 4, 256)                                               \
+    X(GPT2, "demo-gpt2", 256, 512, 192, 4, 6, 768)                                              \
+    X(LLAMA, "tiny-llama", 256, 256, 64, 2, 8, 4, 176, 10000.0f) /* GQA, splits up to tp=4 */   \
+    X(LLAMA, "demo-llama", 256, 512, 192, 4, 6, 2, 512, 10000.0f)                               \
+    /* published sizes */                                                                       \
+    X(GPT2, "gpt2", 50257, 1024, 768, 12, 12, 3072)                                             \
+    X(GPT2, "gpt2-medium", 50257, 1024, 1024, 24, 16, 4096)                                     \
+    X(GPT2, "gpt2-large", 50257, 1024, 1280, 36, 20, 5120)                                      \
+    X(GPT2, "gpt2-xl", 50257, 1024, 1600, 48, 25, 6400)                                         \
+    X(GPT2, "gpt3-13b", 50257, 2048, 5120, 40, 40, 20480)                                       \
+    X(LLAMA, "llama2-7b", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f)                       \
+    X(LLAMA, "llama2-13b", 32000, 4096, 5120, 40, 40, 40, 13824, 10000.0f)                      \
+    X(LLAMA, "llama2-70b", 32000, 4096, 8192, 80, 64, 8, 28672, 10000.0f)                       \
+    X(LLAMA, "llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f)
+
+#define PRESET_CONFIG(ARCH, ...) ARCH(__VA_ARGS__),
+#define PRESET_NAME(ARCH, nm, ...) nm,
+
+static const merak_model_config presets[] = {PRESETS(PRESET_CONFIG)};
 #define NPRESETS ((int)(sizeof(presets) / sizeof(presets[0])))
 
-static const char *const preset_names[] = {
-    "tiny-gpt2", "demo-gpt2", "tiny-llama", "demo-llama", "gpt2", "gpt2-medium", "gpt2-large",
-    "gpt2-xl", "gpt3-13b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", NULL,
-};
-
-_Static_assert(sizeof(preset_names) / sizeof(preset_names[0]) == NPRESETS + 1,
-               "preset_names must list every preset");
+static const char *const preset_names[] = {PRESETS(PRESET_NAME) NULL};
 
 int merak_model_preset(const char *name, merak_model_config *cfg)
 {
