@@ -1,12 +1,9 @@
-/* errf.h - the runtime's one way to report an error: one line into the
- * caller's buffer.  Nothing in the library prints. */
-#ifndef MERAK_ERRF_H
-#define MERAK_ERRF_H
+/* errf.h - the runtime's one way to report an error: merak_errf, one line
+ * into the caller's buffer.  Nothing in the library prints.  The formatter
+ * is topo's (runtime -> topo), shared with libmerak-topo and the plugin. */
+#ifndef MERAK_RUNTIME_ERRF_H
+#define MERAK_RUNTIME_ERRF_H
 
-#include <stddef.h>
-
-/* Formats into err (if err and errlen are non-zero) and returns -1. */
-int merak_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "../topo/errf.h" /* merak_errf */
 
 #endif

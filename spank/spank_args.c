@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errf.h"
+#include "../topo/errf.h" /* merak_errf, from libmerak-topo-core */
 #include "spank_args.h"
 
 /* A whole decimal number in [1, max]; -1 otherwise. */

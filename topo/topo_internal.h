@@ -8,6 +8,9 @@
 
 #include "merak/topo.h" /* public types */
 
+#include "errf.h" /* merak_errf */
+
+#include <errno.h>  /* errno, for topo_errf */
 #include <hwloc.h>  /* hwloc_bitmap_t */
 #include <stddef.h> /* size_t */
 #include <stdint.h> /* uint64_t */
@@ -71,10 +74,16 @@ struct merak_topo_node {
     uint64_t next_id;     /* next made-up bridge id for synthetic devices */
 };
 
-/* err.c: formats one line into err (when err && errlen), sets errno to
- * errnum and returns -1. */
-TOPO_INTERNAL int topo_errf(char *err, size_t errlen, int errnum, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* Formats one line into err (when err && errlen), sets errno to errnum and
+ * returns -1: merak_errf plus the errno that topo.h promises.  merak_errf
+ * leaves errno alone, so errnum may be errno itself. */
+static inline int topo_set_errno(int errnum)
+{
+    errno = errnum;
+    return -1;
+}
+#define topo_errf(err, errlen, errnum, ...) \
+    (merak_errf((err), (errlen), __VA_ARGS__), topo_set_errno(errnum))
 
 /* node.c */
 TOPO_INTERNAL merak_topo_node *topo_node_new(const char *source);
