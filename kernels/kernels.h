@@ -17,6 +17,9 @@
  *   - Results are deterministic: the same inputs give bitwise-identical
  *     outputs whatever the thread count.
  *   - Pointers are host pointers for the CPU backend, device pointers for CUDA.
+ *   - Memory the kernels work on comes from the table's own memory hooks
+ *     (alloc, zero, copy, ...), so code above this layer never touches it
+ *     with libc and runs unchanged on any backend.
  *
  * Nothing here knows about MPI, graphs or files.
  */
@@ -135,8 +138,22 @@ typedef struct merak_attn_shape {
     /* x *= s */                                                                   \
     void (*scale)(REAL *x, size_t n, float s);
 
+/* Direction of a copy through a backend's memory hooks: "host" is ordinary
+ * process memory, "device" is memory from the backend's alloc. */
+typedef enum merak_copy_kind {
+    MERAK_COPY_H2D, MERAK_COPY_D2H, MERAK_COPY_D2D
+} merak_copy_kind;
+
 typedef struct merak_kernels {
     const char *name; /* "cpu", "cuda" */
+    /* ---- memory.  Every buffer a kernel reads or writes comes from alloc.
+     * The backend orders these calls after the kernels already launched
+     * (one stream); a copy to the host returns when the data is there. */
+    void *(*alloc)(size_t bytes);       /* zeroed, 64-byte aligned; NULL when out of memory */
+    void (*free)(void *p);              /* NULL is a no-op */
+    int (*zero)(void *p, size_t bytes);
+    int (*copy)(void *dst, const void *src, size_t bytes, merak_copy_kind kind);
+    int (*synchronize)(void);           /* waits for every launched kernel; 0 or -1 */
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

@@ -29,6 +29,22 @@ expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr
 expect 2 "data is required" -- --model tiny-gpt2
 expect 2 "not mpi or ucx" -- $D --p2p tcp
+expect 2 "schedule 'zb' is not gpipe or 1f1b" -- $D --schedule zb
+expect 2 "partition 'even' is not uniform or parameters" -- $D --partition even
+MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe or 1f1b" -- $D
+expect 2 "device 'tpu' is not cpu or cuda" -- $D --device tpu
+# --device cuda: a build without CUDA refuses the flag (2); a CUDA build on a
+# machine without a usable GPU says so (1); with a GPU it trains.
+if grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h"; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+        "$TRAIN" $D --device cuda > "$WORK/out" 2>&1 || { cat "$WORK/out" >&2; fail "--device cuda on a GPU machine"; }
+        echo "ok (0): --device cuda trained on the GPU"
+    else
+        expect 1 "device cuda: no usable GPU" -- $D --device cuda
+    fi
+else
+    expect 2 "device cuda: this merak was built without CUDA" -- $D --device cuda
+fi
 # the Slurm plugin's pass-through variables
 MERAK_MICROBATCHES=x expect 2 "MERAK_MICROBATCHES: 'x' is not an integer" -- $D
 MERAK_RECOMPUTE=full expect 2 "MERAK_RECOMPUTE='full': this merak-train keeps every activation" -- $D

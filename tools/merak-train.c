@@ -22,17 +22,11 @@
 
 #define EXIT_USAGE 2
 
-typedef struct args {
-    const char *model, *init, *data, *metrics, *save_weights;
-    int micro_batch, micro_batches, seq_len, steps, warmup, threads, log_every;
-    float lr, min_lr, weight_decay, beta1, beta2, eps, clip;
-    merak_schedule_kind schedule;
-    int dp, tp, pp;
-    const char *pipe_schedule, *partition, *tp_rules, *p2p;
-    int zero;
-    double bucket_mb;
-    uint64_t seed;
-} args;
+/* merak-train's own options; everything else goes into merak_args. */
+typedef struct tool_opts {
+    const char *model;
+    int log_every;
+} tool_opts;
 
 static const char *prog = "merak-train";
 
@@ -72,6 +66,7 @@ static void usage(FILE *out)
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
         "  --p2p B                 pipeline send/receive over mpi or ucx (UCX tag API) (default mpi)\n"
         "Running and output:\n"
+        "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
         "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
         "  --log-every N           print every N-th step (default 1)\n"
@@ -133,9 +128,10 @@ enum {
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
+    OPT_DEVICE,
 };
 
-static void parse_args(int argc, char **argv, args *a)
+static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
 {
     static const struct option opts[] = {
         {"model", required_argument, 0, OPT_MODEL},
@@ -168,22 +164,20 @@ static void parse_args(int argc, char **argv, args *a)
         {"zero", required_argument, 0, OPT_ZERO},
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
         {"p2p", required_argument, 0, OPT_P2P},
+        {"device", required_argument, 0, OPT_DEVICE},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *a = (args){
-        .model = "tiny-gpt2", .micro_batch = 4, .micro_batches = 1, .seq_len = 64,
-        .steps = 10, .warmup = 0, .threads = ncpu > 0 ? (int)ncpu : 1, .log_every = 1,
-        .lr = 6e-4f, .min_lr = 0, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
-        .eps = 1e-8f, .clip = 1.0f, .schedule = MERAK_SCHEDULE_COSINE, .seed = 1337,
-    };
+    merak_args_default(a);
+    a->threads = ncpu > 0 ? (int)ncpu : 1;
+    *t = (tool_opts){.model = "tiny-gpt2", .log_every = 1};
     opterr = 0;
     int c, mbs_given = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_MODEL: a->model = optarg; break;
+        case OPT_MODEL: t->model = optarg; break;
         case OPT_INIT: a->init = optarg; break;
         case OPT_DATA: a->data = optarg; break;
         case OPT_MB: a->micro_batch = (int)parse_int("--micro-batch", optarg, 1, 1 << 20); break;
@@ -196,12 +190,8 @@ static void parse_args(int argc, char **argv, args *a)
         case OPT_LR: a->lr = parse_float("--lr", optarg, 0, 10); break;
         case OPT_WARMUP: a->warmup = (int)parse_int("--warmup", optarg, 0, INT_MAX); break;
         case OPT_SCHED:
-            if (strcmp(optarg, "constant") == 0)
-                a->schedule = MERAK_SCHEDULE_CONSTANT;
-            else if (strcmp(optarg, "cosine") == 0)
-                a->schedule = MERAK_SCHEDULE_COSINE;
-            else
-                die_usage("--lr-schedule: '%s' is not constant or cosine", optarg);
+            if (merak_lr_parse(optarg, &a->lr_schedule) < 0)
+                die_usage("--lr-schedule: '%s' is not %s", optarg, merak_lr_names());
             break;
         case OPT_MINLR: a->min_lr = parse_float("--min-lr", optarg, 0, 10); break;
         case OPT_WD: a->weight_decay = parse_float("--weight-decay", optarg, 0, 10); break;
@@ -212,29 +202,18 @@ static void parse_args(int argc, char **argv, args *a)
         case OPT_SEED: a->seed = (uint64_t)parse_int("--seed", optarg, 0, LONG_MAX); break;
         case OPT_THREADS: a->threads = (int)parse_int("--threads", optarg, 1, 4096); break;
         case OPT_METRICS: a->metrics = optarg; break;
-        case OPT_LOGEVERY: a->log_every = (int)parse_int("--log-every", optarg, 1, INT_MAX); break;
+        case OPT_LOGEVERY: t->log_every = (int)parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
         case OPT_DP: a->dp = (int)parse_int("--dp", optarg, 1, 1 << 20); break;
         case OPT_TP: a->tp = (int)parse_int("--tp", optarg, 1, 1 << 20); break;
         case OPT_PP: a->pp = (int)parse_int("--pp", optarg, 1, 1 << 20); break;
-        case OPT_PSCHED:
-            if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))
-                die_usage("--schedule: '%s' is not gpipe or 1f1b", optarg);
-            a->pipe_schedule = optarg;
-            break;
-        case OPT_PART:
-            if (strcmp(optarg, "uniform") && strcmp(optarg, "parameters"))
-                die_usage("--partition: '%s' is not uniform or parameters", optarg);
-            a->partition = optarg;
-            break;
+        case OPT_PSCHED: a->schedule = optarg; break;
+        case OPT_PART: a->partition = optarg; break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
         case OPT_ZERO: a->zero = (int)parse_int("--zero", optarg, 0, 1); break;
         case OPT_BUCKET: a->bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
-        case OPT_P2P:
-            if (strcmp(optarg, "mpi") && strcmp(optarg, "ucx"))
-                die_usage("--p2p: '%s' is not mpi or ucx", optarg);
-            a->p2p = optarg;
-            break;
+        case OPT_P2P: a->p2p = optarg; break;
+        case OPT_DEVICE: a->device = optarg; break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
         case ':': die_usage("%s needs a value", argv[optind - 1]);
@@ -244,10 +223,15 @@ static void parse_args(int argc, char **argv, args *a)
     if (optind < argc)
         die_usage("unexpected argument '%s'", argv[optind]);
     const char *env_sched = getenv("MERAK_SCHEDULE");
-    if (!a->pipe_schedule && env_sched && *env_sched) {
-        if (strcmp(env_sched, "gpipe") && strcmp(env_sched, "1f1b"))
-            die_usage("MERAK_SCHEDULE='%s' is not gpipe or 1f1b", env_sched);
-        a->pipe_schedule = env_sched;
+    char err[512];
+    if (!a->schedule && env_sched && *env_sched) {
+        merak_args probe;   /* valid defaults: only the schedule can fail */
+        merak_args_default(&probe);
+        probe.data = "-";
+        probe.schedule = env_sched;
+        if (merak_args_check(&probe, err, sizeof err) < 0)
+            die_usage("MERAK_SCHEDULE: %s", err);
+        a->schedule = env_sched;
     }
     /* Defaults the Slurm plugin passes on (--merak-microbatches,
      * --merak-recompute); flags win. */
@@ -262,6 +246,10 @@ static void parse_args(int argc, char **argv, args *a)
         die_usage("--data is required");
     if (a->min_lr > a->lr)
         die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
+    /* Names (schedule, partition, p2p, device) checked against the
+     * library's tables; a value given by flag is a usage error. */
+    if (merak_args_check(a, err, sizeof err) < 0)
+        die_usage("%s", err);
 }
 
 static volatile int stop_requested;
@@ -278,7 +266,8 @@ static void fmt_duration(double s, char *buf, size_t len)
 }
 
 typedef struct banner_ctx {
-    const args *a;
+    const merak_args *a;
+    const tool_opts *t;
     const merak_model_config *cfg;
     const merak_graph *g;
     int printed;   /* this process is the one that reports (rank 0) */
@@ -296,7 +285,7 @@ static void print_banner(const merak_run_info *ri, void *user)
            "dp %d tp %d pp %d on %d rank(s)%s%s | %d thread(s) | arenas %.1f MiB\n",
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
            ri->world, ri->pp > 1 ? ", schedule " : "",
-           ri->pp > 1 ? (c->a->pipe_schedule ? c->a->pipe_schedule : "1f1b") : "", c->a->threads,
+           ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", c->a->threads,
            (double)ri->arena_bytes / (1 << 20));
     fflush(stdout);
 }
@@ -304,7 +293,7 @@ static void print_banner(const merak_run_info *ri, void *user)
 /* The screen line of a step, every --log-every steps and at the last. */
 static void print_step(const merak_step_info *i, void *user)
 {
-    int every = ((const banner_ctx *)user)->a->log_every;
+    int every = ((const banner_ctx *)user)->t->log_every;
     if (i->step % every && i->step != i->steps - 1)
         return;
     char eta[32];
@@ -316,55 +305,26 @@ static void print_step(const merak_step_info *i, void *user)
 
 int main(int argc, char **argv)
 {
-    args a;
+    merak_args ta;
+    tool_opts t;
     char err[512];
-    parse_args(argc, argv, &a);
+    parse_args(argc, argv, &ta, &t);
 
     merak_model_config cfg;
-    if (merak_model_config_resolve(a.model, &cfg, err, sizeof err) < 0) {
+    if (merak_model_config_resolve(t.model, &cfg, err, sizeof err) < 0) {
         /* An unknown preset is a bad flag value; a bad file is not. */
         fprintf(stderr, "%s: %s\n", prog, err);
-        return strchr(a.model, '/') || strstr(a.model, ".json") ? EXIT_FAILURE : EXIT_USAGE;
+        return strchr(t.model, '/') || strstr(t.model, ".json") ? EXIT_FAILURE : EXIT_USAGE;
     }
     if (merak_model_config_check(&cfg, err, sizeof err) < 0)
-        die("%s: %s", a.model, err);
-    if (a.seq_len > cfg.max_positions)
-        die_usage("--seq-len %d is beyond the model's %d positions", a.seq_len, cfg.max_positions);
-    merak_graph *g = merak_model_build(&cfg, a.micro_batch, a.seq_len, err, sizeof err);
+        die("%s: %s", t.model, err);
+    if (ta.seq_len > cfg.max_positions)
+        die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
+    merak_graph *g = merak_model_build(&cfg, ta.micro_batch, ta.seq_len, err, sizeof err);
     if (!g)
         die("%s", err);
 
-    merak_args ta;
-    merak_args_default(&ta);
-    ta.data = a.data;
-    ta.init = a.init;
-    ta.save_weights = a.save_weights;
-    ta.metrics = a.metrics;
-    ta.micro_batch = a.micro_batch;
-    ta.seq_len = a.seq_len;
-    ta.micro_batches = a.micro_batches;
-    ta.steps = a.steps;
-    ta.lr = a.lr;
-    ta.min_lr = a.min_lr;
-    ta.warmup = a.warmup;
-    ta.lr_schedule = a.schedule;
-    ta.weight_decay = a.weight_decay;
-    ta.beta1 = a.beta1;
-    ta.beta2 = a.beta2;
-    ta.eps = a.eps;
-    ta.clip = a.clip;
-    ta.seed = a.seed;
-    ta.threads = a.threads;
-    ta.dp = a.dp;
-    ta.tp = a.tp;
-    ta.pp = a.pp;
-    ta.pipe_schedule = a.pipe_schedule;
-    ta.partition = a.partition;
-    ta.tp_rules = a.tp_rules;
-    ta.zero = a.zero;
-    ta.bucket_mb = a.bucket_mb;
-    ta.p2p = a.p2p;
-    banner_ctx ctx = {&a, &cfg, g, 0};
+    banner_ctx ctx = {&ta, &t, &cfg, g, 0};
     ta.on_start = print_banner;
     ta.on_step = print_step;
     ta.user = &ctx;
@@ -387,8 +347,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: %s\n", prog, err);
         return EXIT_FAILURE;
     }
-    if (a.save_weights && ctx.printed)
-        printf("saved weights to %s\n", a.save_weights);
+    if (ta.save_weights && ctx.printed)
+        printf("saved weights to %s\n", ta.save_weights);
     if (stop_requested) {
         fprintf(stderr, "%s: stopped by signal %d after %d steps\n", prog, (int)stop_requested, steps);
         return 128 + (int)stop_requested;

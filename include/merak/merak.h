@@ -188,10 +188,16 @@ merak_graph *merak_model_build(const merak_model_config *cfg, int B, int T,
 
 /* ------------------------------------------------------------------ training */
 
-typedef enum merak_schedule_kind {
-    MERAK_SCHEDULE_CONSTANT = 0,
-    MERAK_SCHEDULE_COSINE = 1,
-} merak_schedule_kind;
+/* The learning-rate curve after warmup ("schedule" alone means the
+ * pipeline schedule). */
+typedef enum merak_lr_kind {
+    MERAK_LR_CONSTANT = 0,
+    MERAK_LR_COSINE = 1,
+} merak_lr_kind;
+/* "constant" / "cosine" -> kind; 0, or -1 for another name.  The names
+ * for messages ("constant or cosine"): merak_lr_names(). */
+int merak_lr_parse(const char *name, merak_lr_kind *kind);
+const char *merak_lr_names(void);
 
 /* What the trainer reports after every optimizer step. */
 typedef struct merak_step_info {
@@ -230,7 +236,7 @@ typedef struct merak_args {
     int steps;
     float lr, min_lr;
     int warmup;                /* linear warmup steps; 0 = none */
-    merak_schedule_kind lr_schedule;
+    merak_lr_kind lr_schedule;
     float weight_decay, beta1, beta2, eps;
     float clip;                /* global-norm clipping; 0 = off */
     uint64_t seed;             /* initialisation and dropout */
@@ -238,9 +244,10 @@ typedef struct merak_args {
     /* Parallel layout: degrees (0 = from MERAK_DP/TP/PP, dp from the rank
      * count), the pipeline schedule ("gpipe", "1f1b"; NULL = 1f1b) and the
      * partition method ("uniform", "parameters"; NULL = parameters).  Runs
-     * over MPI when launched by mpirun/srun or when a degree is above 1. */
+     * over MPI when launched by mpirun/srun or when a degree is above 1;
+     * one process is the 1x1x1 grid of the same step loop. */
     int dp, tp, pp;
-    const char *pipe_schedule;
+    const char *schedule;
     const char *partition;
     /* A tensor-parallel rules file applied over the graph's own attributes
      * (see merak_graph_load_tp_rules), or NULL. */
@@ -255,6 +262,9 @@ typedef struct merak_args {
     /* Point-to-point between pipeline stages: "mpi" (NULL) or "ucx" (UCX's
      * tag API, worker addresses exchanged over MPI; UCX_* variables apply). */
     const char *p2p;
+    /* Where tensors live and kernels run: "cpu" (NULL) or "cuda" (one
+     * process, on the GPU MERAK_GPU names, else the first). */
+    const char *device;
     /* Called once on rank 0 before the first step (may be NULL). */
     void (*on_start)(const struct merak_run_info *info, void *user);
     /* Called after every step on rank 0 (may be NULL). */
@@ -266,6 +276,17 @@ typedef struct merak_args {
 } merak_args;
 
 void merak_args_default(merak_args *a);
+/* Checks every argument that does not need the graph or the files: ranges,
+ * and the names of the schedule, partition method, point-to-point backend
+ * and device.  0, or -1 with one line in err naming the argument; -2 for
+ * "cuda" in a build without CUDA.  merak_train runs the same check. */
+int merak_args_check(const merak_args *a, char *err, size_t errlen);
+/* The names of the pipeline schedules and partition methods, for
+ * messages ("gpipe or 1f1b"). */
+const char *merak_schedule_names(void);
+const char *merak_partition_names(void);
+/* 1 if this build has the CUDA backend. */
+int merak_have_cuda(void);
 
 /* Starts the runtime on a dp x tp x pp grid of ranks (Merak's
  * merak.init(dp, tp, pp)); 0 for a degree takes it from MERAK_DP/TP/PP, dp

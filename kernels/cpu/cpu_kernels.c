@@ -9,13 +9,17 @@
  * is kept at one thread (its own threading changes the bits with the thread
  * count, and would oversubscribe inside OpenMP loops).
  */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include "cpu_kernels.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "mix64.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -51,22 +55,45 @@ void openblas_set_num_threads(int num_threads);
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-#define GOLDEN 0x9E3779B97F4A7C15ULL
-
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 static inline float dropout_u(uint64_t key, uint64_t i)
 {
-    uint64_t z = mix64(key + (i + 1) * GOLDEN);
+    uint64_t z = merak_mix64(key + (i + 1) * MERAK_GOLDEN);
     return (float)(z >> 40) * 0x1.0p-24f;
 }
 
-uint64_t merak_dropout_key(uint64_t seed) { return mix64(seed + GOLDEN); }
+uint64_t merak_dropout_key(uint64_t seed) { return merak_mix64(seed + MERAK_GOLDEN); }
+
+/* ------------------------------------------------------------------ memory
+ * Host memory: "device" and "host" are the same address space. */
+
+static void *cpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64))
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+
+static int cpu_zero(void *p, size_t bytes)
+{
+    if (bytes)
+        memset(p, 0, bytes);
+    return 0;
+}
+
+static int cpu_copy(void *dst, const void *src, size_t bytes, merak_copy_kind kind)
+{
+    (void)kind;
+    if (bytes && dst != src)
+        memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_synchronize(void) { return 0; }
+
 float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i); }
 
 /* ------------------------------------------------------------------ float */
@@ -82,7 +109,10 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define R_SIN sinf
 #define TABLE_T merak_kernels
 #define TABLE_NAME "cpu"
+#define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
+                     .synchronize = cpu_synchronize,
 #include "cpu_ops_impl.h"
+#undef TABLE_MEMORY
 #undef REAL
 #undef SFX
 #undef GEMM

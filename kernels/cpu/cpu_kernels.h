@@ -28,11 +28,8 @@ const merak_kernels_f64 *merak_kernels_cpu_f64(void);
  *     u   = (float)(z >> 40) * 2^-24               (uniform in [0, 1))
  *     keep = u >= p
  *
- * where GOLDEN = 0x9E3779B97F4A7C15 and mix64 is splitmix64's finalizer:
- *     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
- *     z = (z ^ (z >> 27)) * 0x94D049BB133111EB
- *     z =  z ^ (z >> 31)
- * Kept elements are scaled by 1/(1-p).
+ * where GOLDEN and mix64 are MERAK_GOLDEN and merak_mix64 (kernels/mix64.h,
+ * splitmix64's increment and finalizer).  Kept elements are scaled by 1/(1-p).
  */
 uint64_t merak_dropout_key(uint64_t seed);
 float merak_dropout_uniform(uint64_t key, uint64_t i);

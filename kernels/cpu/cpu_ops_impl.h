@@ -637,7 +637,7 @@ static void FN(dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,
             memcpy(out, inp, n * sizeof(REAL));
         return;
     }
-    const uint64_t key = mix64(seed + GOLDEN);
+    const uint64_t key = merak_dropout_key(seed);
     const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
     OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
     for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
@@ -651,7 +651,7 @@ static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
         FN(accumulate)(dinp, dout, n);
         return;
     }
-    const uint64_t key = mix64(seed + GOLDEN);
+    const uint64_t key = merak_dropout_key(seed);
     const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
     OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
     for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
@@ -773,6 +773,9 @@ static void FN(scale)(REAL *x, size_t n, float s)
 /* ============================================================== the table */
 static const TABLE_T FN(cpu_table) = {
     .name = TABLE_NAME,
+#ifdef TABLE_MEMORY
+    TABLE_MEMORY
+#endif
     .embedding_fwd = FN(embedding_fwd),
     .embedding_bwd_w = FN(embedding_bwd_w),
     .posemb_fwd = FN(posemb_fwd),

@@ -566,8 +566,38 @@ static void k_scale(float *x, size_t n, float s)
     LAUNCH("scale", merak_cuda_launch_scale(STREAM, x, n, s));
 }
 
+/* ------------------------------------------------------------------ memory hooks */
+
+/* cudaMalloc memory is not zeroed; the table's contract is. */
+static void *m_alloc(size_t bytes)
+{
+    void *p = merak_cuda_malloc(bytes);
+    if (p && merak_cuda_memset(p, 0, bytes) < 0) {
+        merak_cuda_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static int m_zero(void *p, size_t bytes) { return merak_cuda_memset(p, 0, bytes); }
+
+static int m_copy(void *dst, const void *src, size_t bytes, merak_copy_kind kind)
+{
+    switch (kind) {
+    case MERAK_COPY_H2D: return merak_cuda_memcpy_h2d(dst, src, bytes);
+    case MERAK_COPY_D2H: return merak_cuda_memcpy_d2h(dst, src, bytes);
+    case MERAK_COPY_D2D: return merak_cuda_memcpy_d2d(dst, src, bytes);
+    }
+    return -1;
+}
+
 static const merak_kernels cuda_table = {
     .name = "cuda",
+    .alloc = m_alloc,
+    .free = merak_cuda_free,
+    .zero = m_zero,
+    .copy = m_copy,
+    .synchronize = merak_cuda_synchronize,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

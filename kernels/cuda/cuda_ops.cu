@@ -18,6 +18,7 @@
 
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h"
+#include "mix64.h"
 
 /* Threads of every 1-D block (a multiple of 32; the reductions rely on it). */
 #define NT 256
@@ -708,22 +709,13 @@ __global__ void scale_k(float *x, size_t n, float s)
  *     z   = mix64(key + (i + 1) * GOLDEN)          (uint64 arithmetic)
  *     u   = (float)(z >> 40) * 2^-24               (uniform in [0, 1), exact)
  *
- * GOLDEN = 0x9E3779B97F4A7C15 and mix64 is splitmix64's finalizer.  Kept
+ * GOLDEN and mix64 are those of kernels/mix64.h (splitmix64).  Kept
  * elements are scaled by 1/(1-p) (computed in float).  Only integer
  * arithmetic decides the mask, so CPU and GPU masks agree exactly.
  */
-#define GOLDEN 0x9E3779B97F4A7C15ULL
-
-__device__ __forceinline__ uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 __device__ __forceinline__ bool dropout_keep(uint64_t key, uint64_t i, float p)
 {
-    const uint64_t z = mix64(key + (i + 1) * GOLDEN);
+    const uint64_t z = merak_mix64(key + (i + 1) * MERAK_GOLDEN);
     return (float)(z >> 40) * 0x1.0p-24f >= p;
 }
 
@@ -743,12 +735,6 @@ __global__ void dropout_bwd_k(float *dinp, const float *dout, size_t n, float p,
     }
 }
 
-static uint64_t host_mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
 
 /* ------------------------------------------------------------------ cross-entropy */
 
@@ -1098,7 +1084,7 @@ int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, si
         return cudaSuccess;
     const float sc = 1.0f / (1.0f - p);
     dropout_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, n, p, sc,
-                                                         host_mix64(seed + GOLDEN));
+                                                         merak_mix64(seed + MERAK_GOLDEN));
     return cudaGetLastError();
 }
 
@@ -1109,7 +1095,7 @@ int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, 
         return cudaSuccess;
     const float sc = 1.0f / (1.0f - p);
     dropout_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, n, p, sc,
-                                                         host_mix64(seed + GOLDEN));
+                                                         merak_mix64(seed + MERAK_GOLDEN));
     return cudaGetLastError();
 }
 

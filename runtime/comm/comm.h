@@ -1,6 +1,12 @@
 /*
  * comm.h - the process grid (dp x tp x pp), its groups, and the operations
- * the runtime needs from a communication backend (MPI here).
+ * the runtime needs from communication.
+ *
+ * Each group carries a table of collectives and one of point-to-point
+ * operations (comm_impl.h), filled by a backend: MPI for both, UCX's tag
+ * API for point-to-point, and none at all for a group of one rank (a
+ * single process runs without MPI: every collective is trivial there).
+ * Calls below only count bytes and dispatch.
  *
  * Rank order is tensor-parallel fastest, then data, then pipeline:
  *     rank = tp + TP * (dp + DP * pp)
@@ -41,18 +47,24 @@ typedef struct merak_group merak_group;
 
 /* A non-blocking operation in flight. */
 typedef struct merak_req {
-    unsigned char impl[32];         /* the backend's request handle */
+    const struct merak_req_ops *ops;/* the backend that started it: wait, test */
+    merak_group *group;
+    int peer;                       /* group rank of the other side, or -1 (collective) */
     int active;
-    int ucx;                        /* started by the UCX point-to-point path */
+    unsigned char impl[32];         /* the backend's request handle */
 } merak_req;
 
 typedef struct merak_comm merak_comm;
 
-/* Initialises MPI (if needed), the grid and every group.  Returns 0, or -1
- * for a bad layout, with the message in err on MPI rank 0 and an empty err
- * elsewhere (every rank finds the same problem; one reports it).  MPI
- * started here is finalised at exit unless merak_comm_finalize ends it
- * first, so a failing job's ranks stay up until rank 0 has reported. */
+/* The grid and every group.  Launched by mpirun or srun (or asked for more
+ * than one rank), over MPI: MPI is initialised if needed, its communicators
+ * return errors instead of aborting, and every failed call becomes -1 with
+ * merak_comm_error saying which call, group and peer.  Otherwise one
+ * process, without MPI: the 1x1x1 grid.  Returns 0, or -1 for a bad layout,
+ * with the message in err on MPI rank 0 and an empty err elsewhere (every
+ * rank finds the same problem; one reports it).  MPI started here is
+ * finalised at exit unless merak_comm_finalize ends it first, so a failing
+ * job's ranks stay up until rank 0 has reported. */
 int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t errlen);
 /* Ends MPI if merak_comm_init started it. */
 void merak_comm_finalize(merak_comm *c);
@@ -60,6 +72,11 @@ void merak_comm_finalize(merak_comm *c);
 _Noreturn void merak_comm_abort(merak_comm *c, int status);
 
 const merak_grid *merak_comm_grid(const merak_comm *c);
+/* Why the last failed operation failed: one line naming the call, the group
+ * and, for point-to-point, the peer's rank and host. */
+const char *merak_comm_error(const merak_comm *c);
+/* "rank R on HOST" for world rank r, into buf; returns buf. */
+const char *merak_comm_where(const merak_comm *c, int rank, char *buf, size_t len);
 /* The group of kind k this rank belongs to; NULL for TIED on ranks that are
  * neither the first nor the last stage, or when pp == 1. */
 merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k);
@@ -78,12 +95,15 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root);
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_wait(merak_req *req);
-/* Point-to-point on group g over UCX's tag API instead of MPI (--p2p ucx):
- * collective over g (worker addresses are exchanged over MPI); 0, or -1 with
- * err on every member.  merak_group_use_mpi goes back, also collectively,
- * after every operation on g has finished. */
-int merak_group_use_ucx(merak_group *g, char *err, size_t errlen);
-void merak_group_use_mpi(merak_group *g);
+/* Point-to-point backends by name, in one table: "mpi", "ucx".  0 if
+ * name is one of them; merak_p2p_names lists them ("mpi, ucx"). */
+int merak_p2p_check(const char *name);
+const char *merak_p2p_names(void);
+/* Point-to-point on group g over the named backend (collective over g).
+ * "ucx": UCX's tag API, worker addresses exchanged over MPI.  0, or -1 with
+ * err on every member.  "mpi" goes back, also collectively, after every
+ * operation on g has finished. */
+int merak_group_set_p2p(merak_group *g, const char *name, char *err, size_t errlen);
 /* Lets g's point-to-point backend move data while the caller computes
  * (UCX progresses only when asked; a no-op for MPI). */
 void merak_group_progress(merak_group *g);
@@ -98,5 +118,8 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
 int merak_allgather(merak_group *g, float *buf, const int *counts);
 /* A barrier on the world (for tests and clean shutdown). */
 int merak_barrier(merak_comm *c);
+/* Every rank agrees whether a phase failed: the first failing rank's err
+ * becomes everyone's.  Returns 0 if no rank failed, else -1. */
+int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen);
 
 #endif /* MERAK_COMM_H */

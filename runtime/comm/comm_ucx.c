@@ -11,13 +11,14 @@
  * they are waiting for.
  */
 #include <sched.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <ucp/api/ucp.h>
 
-#include "comm_ucx.h"
+#include "comm_impl.h"
 #include "errf.h"
 
 struct merak_ucx {
@@ -34,7 +35,6 @@ struct merak_ucx {
 /* What a request in flight keeps in merak_req.impl. */
 typedef struct pending {
     void *request;                   /* UCX's request */
-    merak_ucx *u;
     size_t expect;                   /* receive: its size; send: SIZE_MAX */
 } pending;
 _Static_assert(sizeof(pending) <= sizeof(((merak_req *)0)->impl), "merak_req.impl too small");
@@ -47,7 +47,7 @@ static ucp_tag_t make_tag(int src, int tag)
     return ((ucp_tag_t)(uint32_t)src << 32) | (uint32_t)tag;
 }
 
-void merak_ucx_progress(merak_ucx *u)
+static void progress(merak_ucx *u)
 {
     if (ucp_worker_progress(u->worker))
         u->idle = 0;
@@ -167,14 +167,16 @@ static void drain(merak_ucx *u, void **reqs, int n)
         if (!reqs[i])
             continue;
         while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS)
-            merak_ucx_progress(u);
+            progress(u);
         ucp_request_free(reqs[i]);
     }
 }
 
-int merak_ucx_open(merak_ucx **out, MPI_Comm comm, char *err, size_t errlen)
+static void close_ucx(merak_ucx *u);
+
+int merak_ucx_open(merak_group *g, char *err, size_t errlen)
 {
-    *out = NULL;
+    MPI_Comm comm = g->mpi;
     merak_ucx *u = calloc(1, sizeof *u);
     if (!u)
         return merak_errf(err, errlen, "out of memory");
@@ -192,14 +194,20 @@ int merak_ucx_open(merak_ucx **out, MPI_Comm comm, char *err, size_t errlen)
     }
     ok = connect_peers(u, why, sizeof why) == 0;
     if (all_ok(u, ok, why, err, errlen) < 0) {
-        merak_ucx_close(u);
+        close_ucx(u);
         return -1;
     }
-    *out = u;
+    g->ucx = u;
     return 0;
 }
 
-void merak_ucx_close(merak_ucx *u)
+void merak_ucx_close(merak_group *g)
+{
+    close_ucx(g->ucx);
+    g->ucx = NULL;
+}
+
+static void close_ucx(merak_ucx *u)
 {
     if (!u)
         return;
@@ -225,86 +233,102 @@ void merak_ucx_close(merak_ucx *u)
     if (MPI_Ibarrier(u->comm, &b) == MPI_SUCCESS) {
         int done = 0;
         while (MPI_Test(&b, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
-            merak_ucx_progress(u);
+            progress(u);
     }
     free_ucx(u);
 }
 
-/* Records UCX's answer to a send or receive in req, or waits for it when
- * the caller asked for a blocking operation. */
-static int started(merak_ucx *u, ucs_status_ptr_t r, size_t expect, merak_req *req)
+/* "UCX send to pipeline rank 1 (rank 5 on host) failed: why"; -1 */
+static int fail(merak_group *g, int send, int peer, const char *why)
 {
-    if (UCS_PTR_IS_ERR(r))
-        return -1;
-    if (!r) { /* a send finished at once (receives always return a request) */
-        if (req)
-            req->active = 0;
-        return expect == SIZE_MAX ? 0 : -1;
-    }
-    pending p = {r, u, expect};
-    merak_req tmp, *q = req ? req : &tmp;
-    memset(q, 0, sizeof *q);
-    memcpy(q->impl, &p, sizeof p);
-    q->active = 1;
-    q->ucx = 1;
-    return req ? 0 : merak_ucx_wait(q);
+    char who[128];
+    return merak_comm_fail(g, "UCX %s %s failed: %s", send ? "send to" : "receive from",
+                           merak_group_peer(g, peer, who, sizeof who), why);
 }
 
-int merak_ucx_send(merak_ucx *u, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
-{
-    if (peer < 0 || peer >= u->size || !u->eps[peer])
-        return -1;
-    ucp_request_param_t p = {.op_attr_mask = 0};
-    ucs_status_ptr_t r = ucp_tag_send_nbx(u->eps[peer], buf, bytes, make_tag(u->rank, tag), &p);
-    return started(u, r, SIZE_MAX, req);
-}
-
-int merak_ucx_recv(merak_ucx *u, void *buf, size_t bytes, int peer, int tag, merak_req *req)
-{
-    if (peer < 0 || peer >= u->size || bytes == SIZE_MAX)
-        return -1;
-    /* Always a request (UCX 1.13 leaves recv_info unfilled when a receive
-     * completes at once), so the received length can be checked. */
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(u->worker, buf, bytes, make_tag(peer, tag), (ucp_tag_t)-1, &p);
-    return started(u, r, bytes, req);
-}
-
-/* 1 finished (freed, req inactive), 0 in flight, -1 failed (freed). */
+/* 1 finished (freed, req inactive), 0 in flight, -1 failed (freed, recorded). */
 static int check(merak_req *req)
 {
     pending p;
     memcpy(&p, req->impl, sizeof p);
     ucp_tag_recv_info_t info = {0};
-    ucs_status_t st = p.expect == SIZE_MAX ? ucp_request_check_status(p.request)
-                                           : ucp_tag_recv_request_test(p.request, &info);
+    int send = p.expect == SIZE_MAX;
+    ucs_status_t st = send ? ucp_request_check_status(p.request)
+                           : ucp_tag_recv_request_test(p.request, &info);
     if (st == UCS_INPROGRESS)
         return 0;
     ucp_request_free(p.request);
     req->active = 0;
-    if (st != UCS_OK || (p.expect != SIZE_MAX && info.length != p.expect))
-        return -1;
+    if (st != UCS_OK)
+        return fail(req->group, send, req->peer, ucs_status_string(st));
+    if (!send && info.length != p.expect) {
+        char why[96];
+        snprintf(why, sizeof why, "%zu bytes arrived, %zu expected", info.length, p.expect);
+        return fail(req->group, 0, req->peer, why);
+    }
     return 1;
 }
 
-int merak_ucx_wait(merak_req *req)
+static int req_wait(merak_req *req)
 {
-    if (!req->active)
-        return 0;
-    pending p;
-    memcpy(&p, req->impl, sizeof p);
     int rc;
     while ((rc = check(req)) == 0)
-        merak_ucx_progress(p.u);
+        progress(req->group->ucx);
     return rc < 0 ? -1 : 0;
 }
 
-int merak_ucx_test(merak_req *req)
+static int req_test(merak_req *req)
 {
-    if (!req->active)
-        return 1;
-    pending p;
-    memcpy(&p, req->impl, sizeof p);
-    merak_ucx_progress(p.u);
+    progress(req->group->ucx);
     return check(req);
 }
+
+static const struct merak_req_ops ucx_req = {req_wait, req_test};
+
+/* Records UCX's answer to a send or receive in req, or waits for it when
+ * the caller asked for a blocking operation. */
+static int started(merak_group *g, ucs_status_ptr_t r, int peer, size_t expect, merak_req *req)
+{
+    if (UCS_PTR_IS_ERR(r))
+        return fail(g, expect == SIZE_MAX, peer, ucs_status_string(UCS_PTR_STATUS(r)));
+    if (!r) { /* a send finished at once (receives always return a request) */
+        if (req)
+            req->active = 0;
+        return expect == SIZE_MAX ? 0 : fail(g, 0, peer, "no request for a receive");
+    }
+    pending p = {r, expect};
+    merak_req tmp, *q = req ? req : &tmp;
+    memset(q, 0, sizeof *q);
+    q->ops = &ucx_req;
+    q->group = g;
+    q->peer = peer;
+    memcpy(q->impl, &p, sizeof p);
+    q->active = 1;
+    return req ? 0 : req_wait(q);
+}
+
+static int ucx_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    merak_ucx *u = g->ucx;
+    if (!u->eps[peer])
+        return fail(g, 1, peer, "no endpoint");
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    ucs_status_ptr_t r = ucp_tag_send_nbx(u->eps[peer], buf, bytes, make_tag(u->rank, tag), &p);
+    return started(g, r, peer, SIZE_MAX, req);
+}
+
+static int ucx_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    if (bytes == SIZE_MAX)
+        return fail(g, 0, peer, "message too large");
+    /* Always a request (UCX 1.13 leaves recv_info unfilled when a receive
+     * completes at once), so the received length can be checked. */
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(g->ucx->worker, buf, bytes, make_tag(peer, tag),
+                                          (ucp_tag_t)-1, &p);
+    return started(g, r, peer, bytes, req);
+}
+
+static void ucx_progress(merak_group *g) { progress(g->ucx); }
+
+const merak_p2p_ops merak_ucx_p2p = {ucx_send, ucx_recv, ucx_progress};

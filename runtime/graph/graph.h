@@ -152,6 +152,10 @@ merak_graph *merak_graph_shard(const merak_graph *g, int tp, int rank,
 void merak_shard_runs(const merak_tensor *t,
                       void (*fn)(void *ctx, int64_t local, int64_t global, int64_t n),
                       void *ctx);
+/* A shard's elements taken from / put into the whole tensor (both in graph
+ * layout, host memory); for a tensor held whole, a copy. */
+void merak_shard_slice(const merak_tensor *t, const float *whole, float *shard);
+void merak_shard_place(const merak_tensor *t, const float *shard, float *whole);
 
 /* Is tensor t an input of op o? */
 int merak_op_reads(const merak_op *o, int t);

@@ -475,3 +475,32 @@ void merak_shard_runs(const merak_tensor *t,
             local += t->seg_len[s] * inner;
         }
 }
+
+typedef struct slice_ctx {
+    float *dst;
+    const float *src;
+} slice_ctx;
+
+static void slice_run(void *ctx, int64_t local, int64_t global, int64_t n)
+{
+    slice_ctx *c = ctx;
+    memcpy(c->dst + local, c->src + global, (size_t)n * sizeof(float));
+}
+
+static void place_run(void *ctx, int64_t local, int64_t global, int64_t n)
+{
+    slice_ctx *c = ctx;
+    memcpy(c->dst + global, c->src + local, (size_t)n * sizeof(float));
+}
+
+void merak_shard_slice(const merak_tensor *t, const float *whole, float *shard)
+{
+    slice_ctx c = {shard, whole};
+    merak_shard_runs(t, slice_run, &c);
+}
+
+void merak_shard_place(const merak_tensor *t, const float *shard, float *whole)
+{
+    slice_ctx c = {whole, shard};
+    merak_shard_runs(t, place_run, &c);
+}

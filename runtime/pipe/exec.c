@@ -1,16 +1,21 @@
 /*
  * exec.c - the executor: memory plan, then forward and split backward over a
  * slice of the graph's ops, dispatching each op to the backend's kernels.
+ *
+ * Tensor memory is the backend's (its alloc, zero and copy hooks), so the
+ * same executor runs on host or device memory.  Only small per-row values
+ * come to the host: the cross-entropy statistics, to sum the loss and to
+ * combine vocabulary shards.
  */
-#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include "errf.h"
 #include "exec.h"
 #include "graph/graph.h"
-#include "errf.h"
+#include "mix64.h"
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment of every buffer carved from an arena */
 
@@ -43,6 +48,9 @@ struct merak_exec {
     /* tensor parallelism */
     const merak_exec_comm *tp;
     float *tpbuf;          /* the vocabulary-parallel cross-entropy's shard statistics */
+    float *host;           /* host copies of the cross-entropy's per-row values */
+
+    char err[256];         /* why the last forward or backward failed */
 
     /* gradient readiness: ready[i - op_begin] = first float of the flat
      * gradients that no op before i touches */
@@ -53,15 +61,21 @@ struct merak_exec {
 
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
-static float *alloc_floats(size_t n)
+/* n zeroed floats of the backend's memory (never a zero-size request) */
+static float *alloc_floats(const merak_kernels *k, size_t n)
 {
-    void *p = NULL;
-    if (n == 0)
-        n = ALIGN_FLOATS;
-    if (posix_memalign(&p, 64, n * sizeof(float)))
-        return NULL;
-    memset(p, 0, n * sizeof(float));
-    return p;
+    return k->alloc((n ? n : ALIGN_FLOATS) * sizeof(float));
+}
+
+/* Records why a forward or backward failed; returns -1. */
+static int fail(merak_exec *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(merak_exec *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    return -1;
 }
 
 /* Rows N, feature width C of a (.., C) tensor. */
@@ -117,7 +131,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
                     begin, end, g->nops);
     if (opts->nslots < 1)
         return merak_errf(err, errlen, "executor: %d slots (need at least 1)", opts->nslots);
-    if (!opts->kernels)
+    if (!opts->kernels || !opts->kernels->alloc)
         return merak_errf(err, errlen, "executor: no kernels");
     if (g->tp > 1 && (!opts->tp || !opts->tp->allreduce))
         return merak_errf(err, errlen, "executor: a graph sharded %d ways needs its tp group", g->tp);
@@ -157,7 +171,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
 
     /* Parameters in first-use order; tensors and saved values carved from
      * the slot arena, gradients of float tensors from the gradient arena. */
-    size_t scratch_n = 0, tpbuf_n = 0;
+    size_t scratch_n = 0, tpbuf_n = 0, host_n = 0;
     for (int i = begin; i < end; i++) {
         const merak_op *o = &g->ops[i];
         int uses[MERAK_OP_MAX_IN + 1];
@@ -202,8 +216,14 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
             if (sn > scratch_n)
                 scratch_n = sn;
         }
-        if (o->type == MERAK_OP_CROSS_ENTROPY && o->vocab_parallel)
-            tpbuf_n = 2 * (size_t)g->tp * (size_t)rows_of(&g->tensors[o->in[0]]);
+        if (o->type == MERAK_OP_CROSS_ENTROPY) {
+            /* host: lse, target logits and targets per row, then the
+             * vocabulary shards' statistics */
+            size_t rows = (size_t)rows_of(&g->tensors[o->in[0]]);
+            if (o->vocab_parallel)
+                tpbuf_n = 2 * (size_t)g->tp * rows;
+            host_n = 3 * rows + tpbuf_n;
+        }
     }
     /* Parameters first used at or after op i complete once i's weight
      * gradient is done: a suffix of the flat buffer. */
@@ -213,13 +233,16 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         e->ready[i - begin] = p < e->nparams ? e->param_off[p] : e->flat_n;
     }
     free(first_use);
-    e->params = alloc_floats(e->flat_n);
-    e->grads = alloc_floats(e->flat_n);
-    e->act = alloc_floats(e->act_floats * (size_t)e->nslots);
-    e->gradarena = alloc_floats(e->grad_floats * (size_t)e->nslots);
-    e->scratch = alloc_floats(scratch_n);
-    e->tpbuf = alloc_floats(tpbuf_n);
-    if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf) {
+    const merak_kernels *k = e->k;
+    e->params = alloc_floats(k, e->flat_n);
+    e->grads = alloc_floats(k, e->flat_n);
+    e->act = alloc_floats(k, e->act_floats * (size_t)e->nslots);
+    e->gradarena = alloc_floats(k, e->grad_floats * (size_t)e->nslots);
+    e->scratch = alloc_floats(k, scratch_n);
+    e->tpbuf = alloc_floats(k, tpbuf_n);
+    e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
+    if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf ||
+        !e->host) {
         size_t mb = (e->flat_n * 2 + (e->act_floats + e->grad_floats) * (size_t)e->nslots +
                      scratch_n) * sizeof(float) >> 20;
         merak_exec_destroy(e);
@@ -240,15 +263,18 @@ void merak_exec_destroy(merak_exec *e)
     free(e->t_off);
     free(e->g_off);
     free(e->save_off);
-    free(e->params);
-    free(e->grads);
-    free(e->act);
-    free(e->gradarena);
-    free(e->scratch);
+    if (e->k) {
+        e->k->free(e->params);
+        e->k->free(e->grads);
+        e->k->free(e->act);
+        e->k->free(e->gradarena);
+        e->k->free(e->scratch);
+        e->k->free(e->tpbuf);
+    }
+    free(e->host);
     free(e->seed);
     free(e->loss);
     free(e->ready);
-    free(e->tpbuf);
     free(e);
 }
 
@@ -275,6 +301,30 @@ float *merak_exec_grads_flat(const merak_exec *e, size_t *n)
 int merak_exec_param_find(const merak_exec *e, int t)
 {
     return (t >= 0 && t < e->g->ntensors) ? e->param_of[t] : -1;
+}
+
+const merak_kernels *merak_exec_kernels(const merak_exec *e) { return e->k; }
+const char *merak_exec_error(const merak_exec *e) { return e->err; }
+
+int merak_exec_param_read(const merak_exec *e, int i, float *host)
+{
+    return e->k->copy(host, merak_exec_param_data(e, i), e->param_n[i] * sizeof(float),
+                      MERAK_COPY_D2H);
+}
+
+int merak_exec_param_write(merak_exec *e, int i, const float *host)
+{
+    return e->k->copy(merak_exec_param_data(e, i), host, e->param_n[i] * sizeof(float),
+                      MERAK_COPY_H2D);
+}
+
+int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host)
+{
+    void *dst = merak_exec_tensor(e, slot, t);
+    if (!dst)
+        return -1;
+    /* int32 ids and floats are both 4 bytes an element */
+    return e->k->copy(dst, host, (size_t)merak_tensor_elems(&e->g->tensors[t]) * 4, MERAK_COPY_H2D);
 }
 
 void *merak_exec_tensor(const merak_exec *e, int slot, int t)
@@ -305,9 +355,9 @@ void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from),
     e->hook_ctx = ctx;
 }
 
-void merak_exec_zero_grads(merak_exec *e)
+int merak_exec_zero_grads(merak_exec *e)
 {
-    memset(e->grads, 0, e->flat_n * sizeof(float));
+    return e->k->zero(e->grads, e->flat_n * sizeof(float));
 }
 
 /* Value of tensor t in the slot: a parameter's data or the arena buffer. */
@@ -337,13 +387,10 @@ static float *saved(const merak_exec *e, int slot, int op)
     return e->act + (size_t)slot * e->act_floats + e->save_off[op];
 }
 
-/* Per-op dropout seed derived from the slot's seed (splitmix64 finaliser). */
+/* Per-op dropout seed derived from the slot's seed. */
 static uint64_t op_seed(uint64_t seed, int op)
 {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(op + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return merak_mix64(seed + MERAK_GOLDEN * (uint64_t)(op + 1));
 }
 
 /* q, k, v pointers of an attention op (fused: three column blocks of one row). */
@@ -374,37 +421,77 @@ static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_s
 
 /* ------------------------------------------------------------------ tensor parallelism */
 
-static int tp_sum(merak_exec *e, float *buf, size_t n)
+static int tp_sum(merak_exec *e, float *buf, size_t n, int op)
 {
-    return e->tp->allreduce(e->tp->ctx, buf, n);
+    if (e->tp->allreduce(e->tp->ctx, buf, n) < 0)
+        return fail(e, "op %d: the tensor-parallel sum failed", op);
+    return 0;
+}
+
+static int copy(merak_exec *e, void *dst, const void *src, size_t bytes, merak_copy_kind kind,
+                int op)
+{
+    if (e->k->copy(dst, src, bytes, kind) < 0)
+        return fail(e, "op %d: a %s memory copy failed", op, e->k->name);
+    return 0;
 }
 
 /* The vocabulary-parallel cross-entropy: every rank's shard statistics
- * (lse, tlogit per row) are gathered by one sum over a [tp][2][N] buffer
- * where each rank fills its own block, then combined in rank order, so every
- * rank computes the same whole-vocabulary lse and target logit. */
-static int vocab_combine(merak_exec *e, float *lse, float *tlogit, int N)
+ * (lse, tlogit per row, in the backend's memory) are gathered by one sum
+ * over a [tp][2][N] buffer where each rank fills its own block, then
+ * combined on the host in rank order into lse_h and tl_h, so every rank
+ * computes the same whole-vocabulary lse and target logit; the combined lse
+ * goes back for the backward. */
+static int vocab_combine(merak_exec *e, int op, float *lse, const float *tlogit, float *lse_h,
+                         float *tl_h, int N)
 {
     int tp = e->g->tp, r = e->g->tp_rank;
-    size_t n = 2 * (size_t)tp * (size_t)N;
-    memset(e->tpbuf, 0, n * sizeof(float));
-    memcpy(e->tpbuf + (size_t)(2 * r) * N, lse, (size_t)N * sizeof(float));
-    memcpy(e->tpbuf + (size_t)(2 * r + 1) * N, tlogit, (size_t)N * sizeof(float));
-    if (tp_sum(e, e->tpbuf, n) < 0)
+    size_t n = 2 * (size_t)tp * (size_t)N, row = (size_t)N * sizeof(float);
+    float *hb = e->host + 3 * (size_t)N;   /* host copy of the [tp][2][N] buffer */
+    if (e->k->zero(e->tpbuf, n * sizeof(float)) < 0 ||
+        copy(e, e->tpbuf + (size_t)(2 * r) * N, lse, row, MERAK_COPY_D2D, op) < 0 ||
+        copy(e, e->tpbuf + (size_t)(2 * r + 1) * N, tlogit, row, MERAK_COPY_D2D, op) < 0 ||
+        tp_sum(e, e->tpbuf, n, op) < 0 ||
+        copy(e, hb, e->tpbuf, n * sizeof(float), MERAK_COPY_D2H, op) < 0)
         return -1;
     for (int i = 0; i < N; i++) {
         double mx = -INFINITY, sum = 0, tl = 0;
         for (int s = 0; s < tp; s++)
-            if (e->tpbuf[(size_t)(2 * s) * N + i] > mx)
-                mx = e->tpbuf[(size_t)(2 * s) * N + i];
+            if (hb[(size_t)(2 * s) * N + i] > mx)
+                mx = hb[(size_t)(2 * s) * N + i];
         for (int s = 0; s < tp; s++) {
-            sum += exp(e->tpbuf[(size_t)(2 * s) * N + i] - mx);
-            tl += e->tpbuf[(size_t)(2 * s + 1) * N + i];
+            sum += exp(hb[(size_t)(2 * s) * N + i] - mx);
+            tl += hb[(size_t)(2 * s + 1) * N + i];
         }
-        lse[i] = (float)(mx + log(sum));
-        tlogit[i] = (float)tl;
+        lse_h[i] = (float)(mx + log(sum));
+        tl_h[i] = (float)tl;
     }
-    return 0;
+    return copy(e, lse, lse_h, row, MERAK_COPY_H2D, op);
+}
+
+/* The cross-entropy op's forward: shard statistics on the backend, the
+ * mean loss over rows (ignored targets count as 0) on the host. */
+static int crossentropy_forward(merak_exec *e, int slot, int op, float *out, const float *logits,
+                                const int32_t *targets, int N, int C)
+{
+    const merak_op *o = &e->g->ops[op];
+    size_t row = (size_t)N * sizeof(float);
+    float *lse = saved(e, slot, op), *tlogit = lse + N;   /* saved: lse (N), tlogit (N) */
+    float *lse_h = e->host, *tl_h = lse_h + N;
+    int32_t *tg_h = (int32_t *)(tl_h + N);
+    e->k->crossentropy_stats(lse, tlogit, logits, targets, N, C, o->v0);
+    if (o->vocab_parallel ? vocab_combine(e, op, lse, tlogit, lse_h, tl_h, N) < 0
+                          : copy(e, lse_h, lse, row, MERAK_COPY_D2H, op) < 0 ||
+                                copy(e, tl_h, tlogit, row, MERAK_COPY_D2H, op) < 0)
+        return -1;
+    if (copy(e, tg_h, targets, (size_t)N * sizeof *targets, MERAK_COPY_D2H, op) < 0)
+        return -1;
+    double sum = 0;
+    for (int r = 0; r < N; r++)
+        sum += tg_h[r] < 0 ? 0 : (double)lse_h[r] - (double)tl_h[r];
+    e->loss[slot] = sum / N;
+    float loss = (float)e->loss[slot];
+    return copy(e, out, &loss, sizeof loss, MERAK_COPY_H2D, op);
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -414,7 +501,9 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
     const merak_graph *g = e->g;
     const merak_kernels *k = e->k;
     e->seed[slot] = seed;
-    memset(e->gradarena + (size_t)slot * e->grad_floats, 0, e->grad_floats * sizeof(float));
+    e->err[0] = 0;
+    if (k->zero(e->gradarena + (size_t)slot * e->grad_floats, e->grad_floats * sizeof(float)) < 0)
+        return fail(e, "zeroing the %s gradient arena failed", k->name);
     for (int i = e->op_begin; i < e->op_end; i++) {
         const merak_op *o = &g->ops[i];
         const merak_tensor *x = &g->tensors[o->in[0]];
@@ -455,29 +544,17 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
         case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
         case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
         case MERAK_OP_DROPOUT: k->dropout_fwd(out, in0, n, o->p, op_seed(seed, o->src)); break;
-        case MERAK_OP_CROSS_ENTROPY: {
-            /* saved: lse (N), then the rows' losses (the target logits first) */
-            const int32_t *tg = (const int32_t *)in1;
-            float *lse = saved(e, slot, i), *losses = lse + N;
-            k->crossentropy_stats(lse, losses, in0, tg, N, C, o->v0);
-            if (o->vocab_parallel && vocab_combine(e, lse, losses, N) < 0)
+        case MERAK_OP_CROSS_ENTROPY:
+            if (crossentropy_forward(e, slot, i, out, in0, (const int32_t *)in1, N, C) < 0)
                 return -1;
-            double sum = 0;
-            for (int r = 0; r < N; r++) {
-                double l = tg[r] < 0 ? 0 : (double)lse[r] - (double)losses[r];
-                losses[r] = (float)l;
-                sum += l;
-            }
-            e->loss[slot] = sum / N;
-            out[0] = (float)e->loss[slot];
             break;
-        }
         case MERAK_OP_TP_COPY:
-            memcpy(out, in0, n * sizeof(float));
+            if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0)
+                return -1;
             break;
         case MERAK_OP_TP_REDUCE:
-            memcpy(out, in0, n * sizeof(float));
-            if (tp_sum(e, out, n) < 0)
+            if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0 ||
+                tp_sum(e, out, n, i) < 0)
                 return -1;
             if (in1) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
                 k->posemb_fwd(out, out, in1, N, 1, C);
@@ -544,7 +621,7 @@ static int op_backward_input(merak_exec *e, int slot, int i)
                                 e->loss_scale / (float)N);
         break;
     case MERAK_OP_TP_COPY: /* the input's gradient is the group's sum */
-        if (tp_sum(e, (float *)dout, n) < 0)
+        if (tp_sum(e, (float *)dout, n, i) < 0)
             return -1;
         if (d0) k->accumulate(d0, dout, n);
         break;
@@ -594,6 +671,7 @@ static void op_backward_weight(merak_exec *e, int slot, int i)
 
 int merak_exec_backward_input(merak_exec *e, int slot)
 {
+    e->err[0] = 0;
     for (int i = e->op_end - 1; i >= e->op_begin; i--)
         if (op_backward_input(e, slot, i) < 0)
             return -1;
@@ -616,6 +694,7 @@ int merak_exec_backward_weight(merak_exec *e, int slot)
 
 int merak_exec_backward(merak_exec *e, int slot)
 {
+    e->err[0] = 0;
     for (int i = e->op_end - 1; i >= e->op_begin; i--) {
         if (op_backward_input(e, slot, i) < 0)
             return -1;

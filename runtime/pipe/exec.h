@@ -6,7 +6,9 @@
  * flat buffer, and one for their gradients) and, per slot, one arena for the
  * slice's tensors and the ops' saved values and one for their gradients.  A
  * slot holds one micro-batch in flight; gpipe needs M slots, 1f1b at most pp.
- * Nothing is allocated in forward or backward.
+ * Nothing is allocated in forward or backward.  All of it is the backend's
+ * memory (merak_kernels' alloc): host memory for the CPU, device memory for
+ * CUDA; the *_read/_write functions below move values from and to the host.
  *
  * The backward of every op is split into an input-gradient part and a
  * weight-gradient part, which can run at different times (zero-bubble
@@ -43,6 +45,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
                       char *err, size_t errlen);
 void merak_exec_destroy(merak_exec *e);
 
+const merak_kernels *merak_exec_kernels(const merak_exec *e);
+
 /* ---- parameters the slice reads (distinct storage, ties followed) */
 int merak_exec_num_params(const merak_exec *e);
 int merak_exec_param_tensor(const merak_exec *e, int i);   /* graph tensor id */
@@ -55,6 +59,9 @@ float *merak_exec_params_flat(const merak_exec *e, size_t *n);
 float *merak_exec_grads_flat(const merak_exec *e, size_t *n);
 /* Index of graph tensor t among the params, or -1. */
 int merak_exec_param_find(const merak_exec *e, int t);
+/* Parameter i's values to / from host memory (param_elems floats); 0 or -1. */
+int merak_exec_param_read(const merak_exec *e, int i, float *host);
+int merak_exec_param_write(merak_exec *e, int i, const float *host);
 
 /* ---- tensors of one slot.  Graph inputs (ids, targets) and activations
  * produced before the slice are written here by the caller before forward;
@@ -62,6 +69,9 @@ int merak_exec_param_find(const merak_exec *e, int t);
  * merak_exec_grad before backward. */
 void *merak_exec_tensor(const merak_exec *e, int slot, int t);
 float *merak_exec_grad(const merak_exec *e, int slot, int t);
+/* Writes host values (the tensor's elements, 4 bytes each: float or int32)
+ * into the slot's tensor t; -1 if the slice holds no t or the copy failed. */
+int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host);
 size_t merak_exec_arena_bytes(const merak_exec *e);  /* all slots, activations + grads */
 
 /* ---- running */
@@ -70,14 +80,17 @@ size_t merak_exec_arena_bytes(const merak_exec *e);  /* all slots, activations +
 void merak_exec_set_loss_scale(merak_exec *e, float scale);
 /* Forward of one micro-batch.  `seed` drives dropout; pass a value unique to
  * the (step, micro-batch).  Also zeroes the slot's activation gradients.
- * Forward and backward return 0, or -1 when a tensor-parallel sum failed. */
+ * Forward and backward return 0, or -1 when a tensor-parallel sum or a
+ * memory copy failed (merak_exec_error says which). */
 int merak_exec_forward(merak_exec *e, int slot, uint64_t seed);
 /* Mean loss of the slot's last forward (only if the slice holds the loss). */
 double merak_exec_loss(const merak_exec *e, int slot);
 int merak_exec_backward_input(merak_exec *e, int slot);
 int merak_exec_backward_weight(merak_exec *e, int slot);
 int merak_exec_backward(merak_exec *e, int slot);
-void merak_exec_zero_grads(merak_exec *e);
+/* Why the last forward or backward failed (empty if it did not). */
+const char *merak_exec_error(const merak_exec *e);
+int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
 
 /* Gradient readiness, for reducing gradients while backward still runs:
  * while a hook is set, every weight-gradient step of the backward calls

@@ -46,6 +46,8 @@
 #include <string.h>
 
 #include "errf.h"
+#include "merak/merak.h"
+#include "names.h"
 #include "schedule.h"
 
 static const char *const instr_names[MERAK_I_COUNT_] = {
@@ -73,17 +75,23 @@ const char *merak_instr_name(merak_instr_kind k)
     return instr_names[k];
 }
 
-int merak_sched_parse(const char *name, merak_sched_kind *kind)
+/* The schedules' names, in one table (indexed by merak_schedule_kind). */
+static const char *const schedule_names[] = {[MERAK_SCHEDULE_GPIPE] = "gpipe",
+                                             [MERAK_SCHEDULE_1F1B] = "1f1b"};
+enum { NSCHED = sizeof schedule_names / sizeof schedule_names[0] };
+
+int merak_schedule_parse(const char *name, merak_schedule_kind *kind)
 {
-    if (!name)
-        return -1;
-    if (strcmp(name, "gpipe") == 0)
-        *kind = MERAK_SCHED_GPIPE;
-    else if (strcmp(name, "1f1b") == 0)
-        *kind = MERAK_SCHED_1F1B;
-    else
-        return -1;
-    return 0;
+    int i = merak_name_find(schedule_names, NSCHED, name);
+    if (i >= 0)
+        *kind = (merak_schedule_kind)i;
+    return i < 0 ? -1 : 0;
+}
+
+const char *merak_schedule_names(void)
+{
+    static char names[64];
+    return merak_names_join(schedule_names, NSCHED, names, sizeof names);
 }
 
 /* Instructions that carry a micro-batch (and its slot). */
@@ -174,7 +182,7 @@ static void emit_bwd(gen *g, int mb)
     post_recv_act(g, g->next_fwd);  /* the slot this backward freed */
 }
 
-int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro_batches,
+int merak_schedule_build(merak_schedule_kind kind, int stages, int stage, int micro_batches,
                          merak_schedule *out, char *err, size_t errlen)
 {
     const int S = stages, M = micro_batches;
@@ -185,9 +193,9 @@ int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro
         return merak_errf(err, errlen, "schedule: stage %d out of range 0..%d", stage, S - 1);
     if (M < 1)
         return merak_errf(err, errlen, "schedule: %d micro-batches (need at least 1)", M);
-    if (kind != MERAK_SCHED_GPIPE && kind != MERAK_SCHED_1F1B)
+    if (kind != MERAK_SCHEDULE_GPIPE && kind != MERAK_SCHEDULE_1F1B)
         return merak_errf(err, errlen, "schedule: unknown schedule kind %d", (int)kind);
-    if (kind == MERAK_SCHED_1F1B && M < S)
+    if (kind == MERAK_SCHEDULE_1F1B && M < S)
         return merak_errf(err, errlen,
                     "schedule: 1f1b needs at least as many micro-batches (M) as stages (S): "
                     "M = %d, S = %d", M, S);
@@ -195,7 +203,7 @@ int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro
     out->stages = S;
     out->stage = stage;
     out->micro_batches = M;
-    out->nslots = kind == MERAK_SCHED_GPIPE ? M : S - stage;  /* min(M, S - stage), M >= S */
+    out->nslots = kind == MERAK_SCHEDULE_GPIPE ? M : S - stage;  /* min(M, S - stage), M >= S */
 
     gen g = {.s = out, .first = stage == 0, .last = stage == S - 1};
     g.loads = g.first || g.last;
@@ -217,7 +225,7 @@ int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro
     for (int i = 0; i < out->nslots; i++)
         g.owner[i] = -1;
 
-    if (kind == MERAK_SCHED_GPIPE) {
+    if (kind == MERAK_SCHEDULE_GPIPE) {
         for (int k = 0; k < M; k++)
             emit_fwd(&g, k);
         for (int k = 0; k < M; k++)

@@ -38,7 +38,7 @@ typedef struct merak_instr {
     int slot;              /* activation slot the micro-batch occupies on this stage, or -1 */
 } merak_instr;
 
-typedef enum merak_sched_kind { MERAK_SCHED_GPIPE, MERAK_SCHED_1F1B } merak_sched_kind;
+typedef enum merak_schedule_kind { MERAK_SCHEDULE_GPIPE, MERAK_SCHEDULE_1F1B } merak_schedule_kind;
 
 typedef struct merak_schedule {
     int stages, stage, micro_batches;
@@ -48,12 +48,13 @@ typedef struct merak_schedule {
 } merak_schedule;
 
 const char *merak_instr_name(merak_instr_kind k);
-/* "gpipe" / "1f1b" -> kind; returns 0 or -1 for an unknown name. */
-int merak_sched_parse(const char *name, merak_sched_kind *kind);
+/* "gpipe" / "1f1b" -> kind; returns 0 or -1 for an unknown name.  The
+ * names for messages: merak_schedule_names() (merak.h). */
+int merak_schedule_parse(const char *name, merak_schedule_kind *kind);
 
 /* Builds stage `stage`'s list.  1F1B needs micro_batches >= stages.
  * Returns 0, or -1 with one line in err. */
-int merak_schedule_build(merak_sched_kind kind, int stages, int stage, int micro_batches,
+int merak_schedule_build(merak_schedule_kind kind, int stages, int stage, int micro_batches,
                          merak_schedule *out, char *err, size_t errlen);
 void merak_schedule_free(merak_schedule *s);
 

@@ -7,17 +7,27 @@
 #include <string.h>
 
 #include "errf.h"
+#include "merak/merak.h"
+#include "names.h"
 #include "partition.h"
+
+/* The methods' names, in one table (indexed by merak_partition_kind). */
+static const char *const partition_names[] = {[MERAK_PARTITION_UNIFORM] = "uniform",
+                                              [MERAK_PARTITION_PARAMETERS] = "parameters"};
+enum { NPART = sizeof partition_names / sizeof partition_names[0] };
 
 int merak_partition_parse(const char *name, merak_partition_kind *kind)
 {
-    if (strcmp(name, "uniform") == 0)
-        *kind = MERAK_PARTITION_UNIFORM;
-    else if (strcmp(name, "parameters") == 0)
-        *kind = MERAK_PARTITION_PARAMETERS;
-    else
-        return -1;
-    return 0;
+    int i = merak_name_find(partition_names, NPART, name);
+    if (i >= 0)
+        *kind = (merak_partition_kind)i;
+    return i < 0 ? -1 : 0;
+}
+
+const char *merak_partition_names(void)
+{
+    static char names[64];
+    return merak_names_join(partition_names, NPART, names, sizeof names);
 }
 
 /* last_use[t]: the last op reading activation t (or -1). */

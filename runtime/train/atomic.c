@@ -11,6 +11,7 @@
 
 #include "atomic.h"
 #include "errf.h"
+#include "mix64.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,13 +38,7 @@ static void atomic_free(merak_atomic *a)
 }
 
 /* splitmix64: spreads a seed over all 64 bits. */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+static uint64_t mix64(uint64_t x) { return merak_mix64(x + MERAK_GOLDEN); }
 
 /* Creates a->tmp (whose last 6 characters are replaced) exclusively; returns
  * the descriptor, or -1 with errno set. */

@@ -8,17 +8,15 @@
  * stage generates exactly the elements a single process would.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
+#include "mix64.h"
 #include "train.h"
 
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+/* splitmix64: the finalizer of the next counter value */
+static uint64_t mix64(uint64_t z) { return merak_mix64(z + MERAK_GOLDEN); }
 
 static uint64_t name_key(uint64_t seed, const char *name)
 {
@@ -70,10 +68,24 @@ static void fill_run(void *ctx, int64_t local, int64_t global, int64_t n)
     merak_init_fill(c->t, c->seed, global, n, c->dst + local);
 }
 
-void merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed)
+int merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed, char *err,
+                      size_t errlen)
 {
-    for (int i = 0; i < merak_exec_num_params(e); i++) {
-        fill_ctx c = {&g->tensors[merak_exec_param_tensor(e, i)], seed, merak_exec_param_data(e, i)};
+    size_t most = 0;
+    for (int i = 0; i < merak_exec_num_params(e); i++)
+        if (merak_exec_param_elems(e, i) > most)
+            most = merak_exec_param_elems(e, i);
+    float *host = malloc((most ? most : 1) * sizeof *host);
+    if (!host)
+        return merak_errf(err, errlen, "out of memory initialising the parameters");
+    int rc = 0;
+    for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
+        fill_ctx c = {&g->tensors[merak_exec_param_tensor(e, i)], seed, host};
         merak_shard_runs(c.t, fill_run, &c);  /* a shard: its elements of the whole tensor */
+        if (merak_exec_param_write(e, i, host) < 0)
+            rc = merak_errf(err, errlen, "copying parameter '%s' to the %s backend failed",
+                            c.t->name, merak_exec_kernels(e)->name);
     }
+    free(host);
+    return rc;
 }

@@ -1,14 +1,16 @@
 /*
- * optim.c - AdamW (torch.optim.AdamW semantics) over the executor's flat
- * parameter buffer, global-norm gradient clipping.
+ * optim.c - AdamW (torch.optim.AdamW semantics) over a range of the
+ * executor's flat parameter buffer, and global-norm gradient clipping.
+ * The moments live in the executor's backend memory, next to the
+ * parameters they update.
  */
-#include <math.h>
 #include <stdlib.h>
 
 #include "train.h"
 
 struct merak_optim {
     merak_adamw_opts opts;
+    const merak_kernels *k;
     size_t lo, hi;       /* the floats of the flat parameter buffer this state covers */
     float *m, *v;        /* moments of floats [lo, hi) */
     unsigned char *decay; /* [nparams] 1 if weight decay applies */
@@ -16,15 +18,7 @@ struct merak_optim {
 };
 
 merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
-                                const merak_adamw_opts *opts)
-{
-    size_t n;
-    merak_exec_params_flat(e, &n);
-    return merak_optim_create_range(g, e, opts, 0, n);
-}
-
-merak_optim *merak_optim_create_range(const merak_graph *g, const merak_exec *e,
-                                      const merak_adamw_opts *opts, size_t lo, size_t hi)
+                                const merak_adamw_opts *opts, size_t lo, size_t hi)
 {
     merak_optim *o = calloc(1, sizeof *o);
     size_t n = hi > lo ? hi - lo : 0;
@@ -32,10 +26,11 @@ merak_optim *merak_optim_create_range(const merak_graph *g, const merak_exec *e,
     if (!o)
         return NULL;
     o->opts = *opts;
+    o->k = merak_exec_kernels(e);
     o->lo = lo;
     o->hi = hi;
-    o->m = calloc(n ? n : 1, sizeof *o->m);
-    o->v = calloc(n ? n : 1, sizeof *o->v);
+    o->m = o->k->alloc((n ? n : 1) * sizeof *o->m);
+    o->v = o->k->alloc((n ? n : 1) * sizeof *o->v);
     o->decay = calloc(np ? (size_t)np : 1, 1);
     if (!o->m || !o->v || !o->decay) {
         merak_optim_destroy(o);
@@ -51,29 +46,13 @@ void merak_optim_destroy(merak_optim *o)
 {
     if (!o)
         return;
-    free(o->m);
-    free(o->v);
+    o->k->free(o->m);
+    o->k->free(o->v);
     free(o->decay);
     free(o);
 }
 
-double merak_grad_norm(const merak_exec *e, const merak_kernels *k)
-{
-    double ss = 0;
-    for (int i = 0; i < merak_exec_num_params(e); i++)
-        ss += k->sumsq(merak_exec_param_grad(e, i), merak_exec_param_elems(e, i));
-    return sqrt(ss);
-}
-
-float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float clip)
-{
-    size_t n;
-    merak_exec_grads_flat(e, &n);
-    return merak_clip_grads_range(e, k, norm, clip, 0, n);
-}
-
-float merak_clip_grads_range(merak_exec *e, const merak_kernels *k, double norm, float clip,
-                             size_t lo, size_t hi)
+float merak_clip_grads(merak_exec *e, double norm, float clip, size_t lo, size_t hi)
 {
     if (clip <= 0)
         return 1.0f;
@@ -82,11 +61,11 @@ float merak_clip_grads_range(merak_exec *e, const merak_kernels *k, double norm,
         return 1.0f;
     size_t n;
     float *g = merak_exec_grads_flat(e, &n);
-    k->scale(g + lo, hi - lo, coef);
+    merak_exec_kernels(e)->scale(g + lo, hi - lo, coef);
     return coef;
 }
 
-void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, float lr)
+void merak_optim_step(merak_optim *o, merak_exec *e, float lr)
 {
     o->t++;
     size_t n;
@@ -100,7 +79,7 @@ void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, flo
             b = o->hi;
         if (a >= b)
             continue;
-        k->adamw(p0 + a, g0 + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr, o->opts.beta1,
-                 o->opts.beta2, o->opts.eps, o->decay[i] ? o->opts.weight_decay : 0.0f, o->t);
+        o->k->adamw(p0 + a, g0 + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr, o->opts.beta1,
+                    o->opts.beta2, o->opts.eps, o->decay[i] ? o->opts.weight_decay : 0.0f, o->t);
     }
 }

@@ -19,8 +19,9 @@
  * every layout starts from the same weights. */
 void merak_init_fill(const merak_tensor *t, uint64_t seed, int64_t first, int64_t count,
                      float *dst);
-/* Initialises every parameter of the executor. */
-void merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed);
+/* Initialises every parameter of the executor; 0 or -1 with err. */
+int merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed, char *err,
+                      size_t errlen);
 
 /* ---- Hugging Face weights (safetensors)
  * Import: every parameter of the executor must be in the file with its shape
@@ -29,17 +30,10 @@ void merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed);
  * tensor. */
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
                        size_t errlen);
-/* A tensor-parallel shard's elements taken from / put into the whole
- * tensor (both in graph layout); for a tensor held whole, a copy. */
-void merak_shard_slice(const merak_tensor *t, const float *whole, float *shard);
-void merak_shard_place(const merak_tensor *t, const float *shard, float *whole);
 
-/* Export with Hugging Face names and layouts; a tied head is not written. */
-int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
-                       const char *model_name, char *err, size_t errlen);
-
-/* The same from arrays: data[i] holds the whole parameter tensors[i] in
- * graph layout. */
+/* Export with Hugging Face names and layouts, from host arrays: data[i]
+ * holds the whole parameter tensors[i] in graph layout; a tied head is not
+ * written. */
 int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
                               const float *const *data, const char *path, const char *model_name,
                               char *err, size_t errlen);
@@ -51,42 +45,39 @@ typedef struct merak_adamw_opts {
 
 typedef struct merak_optim merak_optim;
 
-/* Optimizer state for the executor's parameters; weight decay applies only
- * to parameters with two or more dimensions. */
+/* Optimizer state for floats [lo, hi) of the executor's flat parameter
+ * buffer (all of it, or a ZeRO-1 share), in the executor's backend memory.
+ * Weight decay applies only to parameters with two or more dimensions.
+ * NULL when out of memory. */
 merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
-                                const merak_adamw_opts *opts);
-/* The same for floats [lo, hi) of the flat parameter buffer only (ZeRO-1:
- * each data-parallel rank keeps the state of its share). */
-merak_optim *merak_optim_create_range(const merak_graph *g, const merak_exec *e,
-                                      const merak_adamw_opts *opts, size_t lo, size_t hi);
+                                const merak_adamw_opts *opts, size_t lo, size_t hi);
 void merak_optim_destroy(merak_optim *o);
-/* Global L2 norm of the gradients (a tied weight once). */
-double merak_grad_norm(const merak_exec *e, const merak_kernels *k);
-/* Multiplies gradients by clip/(norm+1e-6) when that is below 1 (clip > 0).
+/* Multiplies floats [lo, hi) of the flat gradient buffer by
+ * clip/(norm+1e-6) when that is below 1 (clip > 0; norm is the global one).
  * Returns the factor used. */
-float merak_clip_grads(merak_exec *e, const merak_kernels *k, double norm, float clip);
-/* The same on floats [lo, hi) of the flat gradient buffer only (a ZeRO
- * share; norm is still the global one). */
-float merak_clip_grads_range(merak_exec *e, const merak_kernels *k, double norm, float clip,
-                             size_t lo, size_t hi);
+float merak_clip_grads(merak_exec *e, double norm, float clip, size_t lo, size_t hi);
 /* One AdamW step at learning rate lr (the step counter advances). */
-void merak_optim_step(merak_optim *o, merak_exec *e, const merak_kernels *k, float lr);
+void merak_optim_step(merak_optim *o, merak_exec *e, float lr);
 
-/* ---- shared by the trainers */
+/* ---- the step loop's clock and metrics */
 double merak_now(void);                              /* monotonic seconds */
-uint64_t merak_mb_seed(uint64_t seed, uint64_t n);   /* dropout seed of micro-batch n */
-/* One JSON line per step, flushed; 0 or -1 (errno set). */
-int merak_metrics_write(FILE *f, const merak_step_info *info);
+typedef struct merak_metrics merak_metrics;
+/* Opens PATH for appending one JSON object per step; NULL with err. */
+merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen);
+/* Writes and flushes one line; 0 or -1 with err naming the file. */
+int merak_metrics_write(merak_metrics *m, const merak_step_info *info, char *err, size_t errlen);
+/* Closes (NULL is a no-op); 0 or -1 with err if the last writes failed. */
+int merak_metrics_close(merak_metrics *m, char *err, size_t errlen);
 
 /* ---- learning-rate schedules */
-typedef struct merak_lr_sched {
-    merak_schedule_kind kind;
+typedef struct merak_lr {
+    merak_lr_kind kind;
     float lr, min_lr;
     int warmup, steps;
-} merak_lr_sched;
+} merak_lr;
 /* lr*(i+1)/warmup for step i < warmup; then constant, or cosine:
  * min_lr + (lr - min_lr) * (1 + cos(pi * (i - warmup) / max(1, steps - warmup))) / 2,
  * which reaches min_lr at step `steps` (one past the last step run). */
-float merak_lr_at(const merak_lr_sched *s, int step);
+float merak_lr_at(const merak_lr *s, int step);
 
 #endif /* MERAK_TRAIN_H */

@@ -1,23 +1,37 @@
 /*
- * trainer.c - the training loop: data windows, forward and backward over
- * micro-batches, gradient norm and clipping, learning-rate schedule, AdamW,
- * metrics, and weights in and out.
+ * trainer.c - the one step loop, for every layout: arguments and graph
+ * checked once, the stage built on the process grid (one process is the
+ * 1x1x1 grid), data, weights, optimizer and metrics around it, then every
+ * step runs the stage's instruction list, whose LOAD and OPTIMIZER_STEP
+ * call back here.
  *
- * Step i uses windows (i*M + j) mod W for micro-batch j; the reported loss is
- * the mean over the step's positions, before the update.
+ * Data: with dp replicas of M micro-batches each, step i's global
+ * micro-batch k (k < M*dp) reads window (i*M*dp + k) mod W, replica r
+ * taking k in [r*M, (r+1)*M), so every layout sees the batches one process
+ * running M*dp micro-batches sees.  The reported loss is the mean over the
+ * step's micro-batches, before the update.
+ *
+ * Failures: a problem every rank finds alike (bad arguments, divergence)
+ * ends every rank with -1 and rank 0's message; a rank failing alone
+ * (a peer died, a write failed) returns -2 with the rank and host named,
+ * and the caller ends the job.
  */
-#include <errno.h>
+#include "config.h" /* HAVE_CUDA */
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/comm.h"
 #include "data.h"
 #include "errf.h"
-#include "pipe/pipeline.h"
+#include "mix64.h"
+#include "pipe/stage.h"
 #include "train.h"
+#ifdef HAVE_CUDA
+#include "cuda/cuda_kernels.h"
+#endif
 
 void merak_args_default(merak_args *a)
 {
@@ -27,7 +41,7 @@ void merak_args_default(merak_args *a)
     a->micro_batches = 1;
     a->steps = 10;
     a->lr = 6e-4f;
-    a->lr_schedule = MERAK_SCHEDULE_COSINE;
+    a->lr_schedule = MERAK_LR_COSINE;
     a->weight_decay = 0.1f;
     a->beta1 = 0.9f;
     a->beta2 = 0.95f;
@@ -37,53 +51,19 @@ void merak_args_default(merak_args *a)
     a->threads = 1;
 }
 
-double merak_now(void)
+int merak_have_cuda(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#ifdef HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
 }
 
-uint64_t merak_mb_seed(uint64_t seed, uint64_t n)
+int merak_args_check(const merak_args *a, char *err, size_t errlen)
 {
-    uint64_t z = seed ^ (n * 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    return z ^ (z >> 29);
-}
-
-int merak_metrics_write(FILE *f, const merak_step_info *i)
-{
-    fprintf(f,
-            "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-            "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g, "
-            "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}}\n",
-            i->step, i->loss, i->grad_norm, i->lr, i->tokens_per_s, i->step_ms, i->dp_wait_ms,
-            i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes, i->tied_bytes);
-    /* Flushed every step: a crash loses nothing already reported. */
-    return fflush(f) == 0 ? 0 : -1;
-}
-
-/* Checks the graph has what the trainer feeds and reads; returns the
- * vocabulary size (the loss's logits width) or -1. */
-static int check_graph(const merak_graph *g, const merak_args *a, int *ids, int *targets,
-                       char *err, size_t errlen)
-{
-    *ids = merak_graph_find(g, "input_ids");
-    *targets = merak_graph_find(g, "targets");
-    if (*ids < 0 || *targets < 0 || g->tensors[*ids].kind != MERAK_T_INPUT ||
-        g->tensors[*targets].kind != MERAK_T_INPUT)
-        return merak_errf(err, errlen, "the graph needs inputs named 'input_ids' and 'targets'");
-    if (g->loss < 0)
-        return merak_errf(err, errlen, "the graph has no loss (add merak_op_cross_entropy)");
-    const merak_tensor *x = &g->tensors[*ids];
-    if (x->ndim != 2 || x->shape[0] != a->micro_batch || x->shape[1] != a->seq_len)
-        return merak_errf(err, errlen, "the graph's input_ids are not (%d,%d), the micro-batch and sequence length",
-                    a->micro_batch, a->seq_len);
-    return merak_graph_loss_vocab(g);
-}
-
-static int check_args(const merak_args *a, char *err, size_t errlen)
-{
+    merak_schedule_kind sk;
+    merak_partition_kind pk;
     if (!a->data)
         return merak_errf(err, errlen, "no data given");
     if (a->micro_batch < 1 || a->seq_len < 1 || a->micro_batches < 1 || a->steps < 0 ||
@@ -94,33 +74,97 @@ static int check_args(const merak_args *a, char *err, size_t errlen)
     if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1) || !(a->eps >= 0) ||
         !(a->weight_decay >= 0) || !(a->clip >= 0))
         return merak_errf(err, errlen, "AdamW settings out of range");
+    if (a->dp < 0 || a->tp < 0 || a->pp < 0 || a->zero < 0 || a->zero > 1 || !(a->bucket_mb >= 0))
+        return merak_errf(err, errlen, "parallel settings out of range (dp=%d tp=%d pp=%d zero=%d bucket %g MiB)",
+                          a->dp, a->tp, a->pp, a->zero, a->bucket_mb);
+    if (a->schedule && merak_schedule_parse(a->schedule, &sk) < 0)
+        return merak_errf(err, errlen, "schedule '%s' is not %s", a->schedule, merak_schedule_names());
+    if (a->partition && merak_partition_parse(a->partition, &pk) < 0)
+        return merak_errf(err, errlen, "partition '%s' is not %s", a->partition, merak_partition_names());
+    if (a->p2p && merak_p2p_check(a->p2p) < 0)
+        return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
+    if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
+        return merak_errf(err, errlen, "device '%s' is not cpu or cuda", a->device);
+    if (a->device && strcmp(a->device, "cuda") == 0 && !merak_have_cuda()) {
+        merak_errf(err, errlen, "device cuda: this merak was built without CUDA "
+                                "(configure found no CUDA toolkit, or --without-cuda)");
+        return -2;
+    }
     return 0;
 }
 
-/* Started by mpirun or srun (Open MPI, PMIx or PMI environment)? */
-static int launched_by_mpi(void)
+/* Checks the graph has what the step loop feeds and reads; returns the
+ * vocabulary size (the loss's logits width) or -1. */
+static int check_graph(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+    if (merak_graph_error(g)[0])
+        return merak_errf(err, errlen, "the graph was not built: %s", merak_graph_error(g));
+    int ids = merak_graph_find(g, "input_ids"), targets = merak_graph_find(g, "targets");
+    if (ids < 0 || targets < 0 || g->tensors[ids].kind != MERAK_T_INPUT ||
+        g->tensors[targets].kind != MERAK_T_INPUT)
+        return merak_errf(err, errlen, "the graph needs inputs named 'input_ids' and 'targets'");
+    if (g->loss < 0)
+        return merak_errf(err, errlen, "the graph has no loss (add merak_op_cross_entropy)");
+    const merak_tensor *x = &g->tensors[ids], *y = &g->tensors[targets];
+    if (x->ndim != 2 || x->shape[0] != a->micro_batch || x->shape[1] != a->seq_len ||
+        y->ndim != 2 || y->shape[0] != a->micro_batch || y->shape[1] != a->seq_len)
+        return merak_errf(err, errlen,
+                          "the graph's input_ids and targets are not (%d,%d), the micro-batch and sequence length",
+                          a->micro_batch, a->seq_len);
+    return merak_graph_loss_vocab(g);
 }
+
+/* The backend's kernels for a.device on this grid, or NULL with err. */
+static const merak_kernels *pick_kernels(const merak_args *a, int world, char *err, size_t errlen)
+{
+    if (!a->device || strcmp(a->device, "cpu") == 0) {
+        merak_kernels_cpu_set_threads(a->threads);
+        return merak_kernels_cpu();
+    }
+#ifdef HAVE_CUDA
+    if (world > 1) {
+        merak_errf(err, errlen, "device cuda trains in one process for now (%d ranks asked): "
+                                "collectives on GPU memory (NCCL) are not built yet", world);
+        return NULL;
+    }
+    if (!merak_cuda_available()) {
+        merak_errf(err, errlen, "device cuda: no usable GPU (the CUDA runtime finds no device or no driver)");
+        return NULL;
+    }
+    const char *gpu = getenv("MERAK_GPU");
+    char why[256] = "";
+    if (gpu && *gpu && merak_cuda_set_device(atoi(gpu)) < 0) {
+        merak_cuda_status(why, sizeof why);
+        merak_errf(err, errlen, "device cuda: MERAK_GPU=%s: %s", gpu, why);
+        return NULL;
+    }
+    const merak_kernels *k = merak_kernels_cuda();
+    if (!k) {
+        merak_cuda_status(why, sizeof why);
+        merak_errf(err, errlen, "device cuda: the backend did not start: %s", why);
+    }
+    return k;
+#else
+    (void)world;
+    merak_errf(err, errlen, "device cuda: this merak was built without CUDA");
+    return NULL;
+#endif
+}
+
+/* ------------------------------------------------------------------ the runtime */
 
 /* The runtime's process grid, from merak_init (or the first merak_train). */
 static merak_comm *g_comm;
-static int g_inited;   /* merak_init succeeded: g_comm, or one process */
 
 int merak_init(int dp, int tp, int pp, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
-    if (g_inited)
+    if (g_comm)
         return merak_errf(err, errlen, "merak_init was already called");
     if (dp < 0 || tp < 0 || pp < 0)
         return merak_errf(err, errlen, "degrees dp=%d tp=%d pp=%d must not be negative", dp, tp, pp);
-    if (launched_by_mpi() || dp > 1 || tp > 1 || pp > 1) {
-        if (merak_comm_init(&g_comm, dp, tp, pp, err, errlen) < 0)
-            return -1;
-    }
-    g_inited = 1;
-    return 0;
+    return merak_comm_init(&g_comm, dp, tp, pp, err, errlen);
 }
 
 int merak_rank(void) { return g_comm ? merak_comm_grid(g_comm)->rank : 0; }
@@ -130,45 +174,244 @@ void merak_finalize(void)
 {
     merak_comm_finalize(g_comm);
     g_comm = NULL;
-    g_inited = 0;
-}
-
-static int train_parallel(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
-{
-    const merak_grid *gr = merak_comm_grid(g_comm);
-    /* Degrees asked for here must be the ones the grid was made with. */
-    if ((a->dp && a->dp != gr->dp) || (a->tp && a->tp != gr->tp) || (a->pp && a->pp != gr->pp)) {
-        merak_errf(err, errlen, "the arguments ask for dp=%d tp=%d pp=%d but merak_init made dp=%d tp=%d pp=%d",
-                   a->dp, a->tp, a->pp, gr->dp, gr->tp, gr->pp);
-        if (gr->rank != 0)
-            err[0] = 0;
-        return -1;
-    }
-    int steps = merak_train_pipeline(g_comm, g, a, err, errlen);
-    if (steps == -1 && gr->rank != 0)
-        err[0] = 0; /* rank 0 reports */
-    return steps;  /* -2: this rank failed mid-step; the caller ends the job */
 }
 
 void merak_abort(int status)
 {
-    merak_comm_abort(NULL, status);
+    merak_comm_abort(g_comm, status);
 }
 
-static int train_single(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
+/* ------------------------------------------------------------------ the step loop */
+
+typedef struct run {
+    const merak_args *a;
+    merak_comm *comm;
+    const merak_grid *grid;
+    merak_group *world;
+    merak_stage *stage;
+    merak_exec *e;
+    merak_data *data;
+    uint64_t windows;
+    merak_optim *opt;
+    merak_lr lr;
+    int step;
+    int diverged;                 /* every rank found the same bad loss or norm */
+    double loss, norm;            /* of the step, after the optimizer step's reduction */
+    float step_lr;
+} run;
+
+/* Global number of micro-batch mb of this step on this replica. */
+static uint64_t mb_number(const run *r, int mb)
+{
+    const merak_grid *g = r->grid;
+    return ((uint64_t)r->step * (uint64_t)g->dp + (uint64_t)g->dp_rank) *
+               (uint64_t)r->a->micro_batches + (uint64_t)mb;
+}
+
+static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
+{
+    run *r = ctx;
+    return merak_data_window(r->data, mb_number(r, mb) % r->windows, r->a->micro_batch,
+                             r->a->seq_len, ids, targets, err, errlen);
+}
+
+/* Dropout seed of the micro-batch: the same in every layout. */
+static uint64_t hook_seed(void *ctx, int mb)
+{
+    run *r = ctx;
+    return merak_mix64(r->a->seed ^ (mb_number(r, mb) * MERAK_GOLDEN));
+}
+
+/* OPTIMIZER_STEP: loss and gradient norm over the grid, clipping, AdamW on
+ * this rank's share. */
+static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
+{
+    run *r = ctx;
+    const merak_args *a = r->a;
+    double red[2] = {merak_stage_loss_sum(r->stage), merak_stage_grad_sumsq(r->stage)};
+    if (merak_allreduce_f64(r->world, red, 2) < 0)
+        return merak_errf(err, errlen, "summing the loss and gradient norm: %s", merak_comm_error(r->comm));
+    r->loss = red[0] / (a->micro_batches * r->grid->dp);
+    r->norm = sqrt(red[1]);
+    if (!isfinite(r->loss) || !isfinite(r->norm)) {
+        r->diverged = 1;
+        return merak_errf(err, errlen, "loss %g, gradient norm %g: training diverged", r->loss, r->norm);
+    }
+    size_t lo, hi;
+    merak_stage_share(r->stage, &lo, &hi);
+    merak_clip_grads(r->e, r->norm, a->clip, lo, hi);
+    r->step_lr = merak_lr_at(&r->lr, r->step);
+    merak_optim_step(r->opt, r->e, r->step_lr);
+    return 0;
+}
+
+/* This rank's setup after the stage: data, weights, optimizer. */
+static int setup(run *r, int vocab, char *err, size_t errlen)
+{
+    const merak_args *a = r->a;
+    const merak_graph *lg = merak_stage_graph(r->stage);
+    int B = a->micro_batch, T = a->seq_len;
+    /* Only stages that read token ids or targets open the data. */
+    if (merak_stage_loads(r->stage)) {
+        if (merak_data_open(a->data, vocab, &r->data, err, errlen) < 0)
+            return -1;
+        r->windows = merak_data_num_windows(r->data, B, T);
+        if (r->windows == 0)
+            return merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1",
+                              a->data, (unsigned long long)merak_data_num_tokens(r->data), B, T);
+    }
+    if (a->init ? merak_weights_load(lg, r->e, a->init, err, errlen) < 0
+                : merak_init_params(lg, r->e, a->seed, err, errlen) < 0)
+        return -1;
+    merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
+    size_t lo, hi;
+    merak_stage_share(r->stage, &lo, &hi);
+    if (!(r->opt = merak_optim_create(lg, r->e, &ao, lo, hi)))
+        return merak_errf(err, errlen, "out of memory for the optimizer state");
+    return 0;
+}
+
+/* "rank R on HOST: step S: why" for a failure of this rank alone; -2. */
+static int alone(run *r, char *err, size_t errlen)
+{
+    char where[128], why[400];
+    snprintf(why, sizeof why, "%s", err);
+    merak_comm_where(r->comm, r->grid->rank, where, sizeof where);
+    merak_errf(err, errlen, "%s: step %d: %s", where, r->step, why);
+    return -2;
+}
+
+static void run_free(run *r)
+{
+    merak_optim_destroy(r->opt);
+    merak_data_close(r->data);
+    merak_stage_destroy(r->stage);
+}
+
+/* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
+static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
+{
+    const merak_args *a = r->a;
+    int rank0 = r->grid->rank == 0, M = a->micro_batches;
+    merak_stage_hooks hooks = {r, hook_load, hook_seed, hook_optimizer_step};
+    double t_start = merak_now();
+    int metrics_failed = 0;
+    for (r->step = 0; r->step < a->steps; r->step++) {
+        /* Stop together: rank 0's signal flag and metrics decide for everyone. */
+        double flags[2] = {rank0 && a->stop && *a->stop, metrics_failed};
+        if (merak_allreduce_f64(r->world, flags, 2) < 0) {
+            merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
+            return alone(r, err, errlen);
+        }
+        if (flags[1] > 0)
+            return -1;   /* rank 0 has the message */
+        if (flags[0] > 0)
+            break;
+        double t0 = merak_now();
+        if (merak_stage_run(r->stage, &hooks, err, errlen) < 0) {
+            if (!r->diverged)
+                return alone(r, err, errlen);
+            char why[400];
+            snprintf(why, sizeof why, "%s", err);
+            return merak_errf(err, errlen, "step %d: %s", r->step, why);
+        }
+        double t1 = merak_now();
+        if (!rank0)
+            continue;
+        merak_step_info info = {
+            .step = r->step, .steps = a->steps, .loss = r->loss, .grad_norm = r->norm,
+            .lr = r->step_lr,
+            .tokens_per_s = (double)a->micro_batch * a->seq_len * M * r->grid->dp / (t1 - t0),
+            .step_ms = (t1 - t0) * 1e3,
+            .eta_s = (t1 - t_start) / (r->step + 1) * (a->steps - r->step - 1),
+        };
+        merak_stage_step_stats(r->stage, &info);
+        if (metrics && merak_metrics_write(metrics, &info, err, errlen) < 0) {
+            metrics_failed = 1;   /* everyone stops at the next step's agreement */
+            if (r->step == a->steps - 1)
+                return -1;
+            continue;
+        }
+        if (a->on_step)
+            a->on_step(&info, a->user);
+    }
+    return metrics_failed ? -1 : r->step;
+}
 
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
-    if (!g_inited && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
+    if (!g_comm && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
         return -1;
-    if (g_comm)
-        return train_parallel(g, a, err, errlen);
-    if (a->dp > 1 || a->tp > 1 || a->pp > 1)
-        return merak_errf(err, errlen, "dp=%d tp=%d pp=%d need MPI, but merak_init started one process",
-                          a->dp, a->tp, a->pp);
-    return train_single(g, a, err, errlen);
+    const merak_grid *gr = merak_comm_grid(g_comm);
+    int rank0 = gr->rank == 0, vocab = -1, failed = 0;
+    /* The same checks on every rank, so every rank fails alike. */
+    if (merak_args_check(a, err, errlen) < 0 || (vocab = check_graph(g, a, err, errlen)) < 0)
+        failed = 1;
+    else if ((a->dp && a->dp != gr->dp) || (a->tp && a->tp != gr->tp) || (a->pp && a->pp != gr->pp))
+        failed = merak_errf(err, errlen, "the arguments ask for dp=%d tp=%d pp=%d but merak_init made dp=%d tp=%d pp=%d",
+                            a->dp, a->tp, a->pp, gr->dp, gr->tp, gr->pp);
+    if (failed) {
+        if (!rank0)
+            err[0] = 0;
+        return -1;
+    }
+
+    run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD)};
+    r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
+    merak_stage_opts so = {.micro_batches = a->micro_batches, .zero = a->zero, .bucket_mb = a->bucket_mb};
+    merak_tp_rule *rules = NULL;
+    merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
+    merak_partition_parse(a->partition ? a->partition : "parameters", &so.partition);
+    if (!(so.kernels = pick_kernels(a, gr->world, err, errlen)))
+        failed = 1;
+    else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
+        failed = 1;
+    else if ((so.rules = rules, merak_stage_create(g_comm, g, &so, &r.stage, err, errlen) < 0))
+        failed = 1;
+    else
+        r.e = merak_stage_exec(r.stage);
+    if (!failed)
+        failed = setup(&r, vocab, err, errlen) < 0;
+    merak_metrics *metrics = NULL;
+    if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
+        failed = 1;
+    merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
+    /* Activations and gradients over the asked backend: the stage's
+     * pipeline group switches together (and back at the end). */
+    int n = -1;
+    if (merak_comm_agree(g_comm, failed, err, errlen) == 0 &&
+        merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) == 0) {
+        if (rank0 && a->on_start) {
+            merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e)};
+            a->on_start(&ri, a->user);
+        }
+        n = steps(&r, metrics, err, errlen);
+        if (n != -2) {
+            failed = merak_metrics_close(metrics, err, errlen) < 0 || n < 0;
+            metrics = NULL;
+            if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
+                n = -1;
+        }
+        if (n >= 0 && a->save_weights) {
+            merak_gathered w;
+            failed = merak_stage_gather(r.stage, &w, err, errlen) < 0 ||
+                     (rank0 && merak_weights_save_arrays(g, w.n, w.tensors, (const float *const *)w.data,
+                                                         a->save_weights, NULL, err, errlen) < 0);
+            merak_gathered_free(&w);
+            if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
+                n = -1;
+        }
+        if (n != -2)
+            merak_group_set_p2p(pp_g, "mpi", NULL, 0);
+    }
+    merak_metrics_close(metrics, NULL, 0);
+    run_free(&r);
+    free(rules);
+    if (n == -1 && !rank0)
+        err[0] = 0;   /* every rank failed alike: rank 0 reports */
+    return n;
 }
 
 /* ------------------------------------------------------------------ trainer object */
@@ -181,8 +424,7 @@ struct merak_trainer {
 merak_trainer *merak_trainer_create(const merak_graph *g, const merak_args *a, char *err,
                                     size_t errlen)
 {
-    int ids, tgt;
-    if (check_args(a, err, errlen) < 0 || check_graph(g, a, &ids, &tgt, err, errlen) < 0)
+    if (merak_args_check(a, err, errlen) < 0 || check_graph(g, a, err, errlen) < 0)
         return NULL;
     merak_trainer *t = calloc(1, sizeof *t);
     if (!t) {
@@ -200,113 +442,3 @@ int merak_trainer_train(merak_trainer *t, char *err, size_t errlen)
 }
 
 void merak_trainer_destroy(merak_trainer *t) { free(t); }
-
-static int train_single(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
-{
-    int ids_t, tgt_t;
-    if (check_args(a, err, errlen) < 0)
-        return -1;
-    int vocab = check_graph(g, a, &ids_t, &tgt_t, err, errlen);
-    if (vocab < 0)
-        return -1;
-
-    const merak_kernels *k = merak_kernels_cpu();
-    merak_kernels_cpu_set_threads(a->threads);
-    int B = a->micro_batch, T = a->seq_len, M = a->micro_batches;
-
-    merak_exec *e = NULL;
-    merak_data *data = NULL;
-    merak_optim *opt = NULL;
-    FILE *metrics = NULL;
-    int step = -1;
-    merak_exec_opts eo = {.op_begin = 0, .op_end = -1, .nslots = 1, .kernels = k};
-    if (merak_exec_create(g, &eo, &e, err, errlen) < 0)
-        goto out;
-    if (merak_data_open(a->data, vocab, &data, err, errlen) < 0)
-        goto out;
-    uint64_t W = merak_data_num_windows(data, B, T);
-    if (W == 0) {
-        merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1", a->data,
-             (unsigned long long)merak_data_num_tokens(data), B, T);
-        goto out;
-    }
-    if (a->init) {
-        if (merak_weights_load(g, e, a->init, err, errlen) < 0)
-            goto out;
-    } else {
-        merak_init_params(g, e, a->seed);
-    }
-    merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
-    if (!(opt = merak_optim_create(g, e, &ao))) {
-        merak_errf(err, errlen, "out of memory for the optimizer state");
-        goto out;
-    }
-    if (a->metrics && !(metrics = fopen(a->metrics, "a"))) {
-        merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
-        goto out;
-    }
-
-    if (a->on_start) {
-        merak_run_info ri = {1, 1, 1, 1, merak_exec_arena_bytes(e)};
-        a->on_start(&ri, a->user);
-    }
-    merak_lr_sched sched = {a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
-    int32_t *ids = merak_exec_tensor(e, 0, ids_t), *tgt = merak_exec_tensor(e, 0, tgt_t);
-    merak_exec_set_loss_scale(e, 1.0f / (float)M);
-    double t_start = merak_now();
-    for (step = 0; step < a->steps && !(a->stop && *a->stop); step++) {
-        double t0 = merak_now(), loss = 0;
-        merak_exec_zero_grads(e);
-        for (int j = 0; j < M; j++) {
-            uint64_t n = (uint64_t)step * (uint64_t)M + (uint64_t)j;
-            if (merak_data_window(data, n % W, B, T, ids, tgt, err, errlen) < 0)
-                goto out;
-            merak_exec_forward(e, 0, merak_mb_seed(a->seed, n));
-            merak_exec_backward(e, 0);
-            loss += merak_exec_loss(e, 0);
-        }
-        loss /= M;
-        double norm = merak_grad_norm(e, k);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            merak_errf(err, errlen, "step %d: loss %g, gradient norm %g: training diverged", step, loss, norm);
-            goto out;
-        }
-        merak_clip_grads(e, k, norm, a->clip);
-        float lr = merak_lr_at(&sched, step);
-        merak_optim_step(opt, e, k, lr);
-
-        double t1 = merak_now();
-        merak_step_info info = {
-            .step = step, .steps = a->steps, .loss = loss, .grad_norm = norm, .lr = lr,
-            .tokens_per_s = (double)B * T * M / (t1 - t0), .step_ms = (t1 - t0) * 1e3,
-            .eta_s = (t1 - t_start) / (step + 1) * (a->steps - step - 1),
-        };
-        if (metrics && merak_metrics_write(metrics, &info) < 0) {
-            merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
-            goto out;
-        }
-        if (a->on_step)
-            a->on_step(&info, a->user);
-    }
-    if (a->save_weights && merak_weights_save(g, e, a->save_weights, NULL, err, errlen) < 0)
-        goto out;
-    if (metrics) {
-        FILE *f = metrics;
-        metrics = NULL;
-        if (fclose(f) != 0) {
-            merak_errf(err, errlen, "%s: %s", a->metrics, strerror(errno));
-            goto out;
-        }
-    }
-    merak_optim_destroy(opt);
-    merak_data_close(data);
-    merak_exec_destroy(e);
-    return step;
-out:
-    if (metrics)
-        fclose(metrics);
-    merak_optim_destroy(opt);
-    merak_data_close(data);
-    merak_exec_destroy(e);
-    return -1;
-}

@@ -23,35 +23,6 @@ static void hf_shape(const merak_tensor *t, int64_t *shape)
     }
 }
 
-typedef struct slice_ctx {
-    float *dst;
-    const float *src;
-} slice_ctx;
-
-static void slice_run(void *ctx, int64_t local, int64_t global, int64_t n)
-{
-    slice_ctx *c = ctx;
-    memcpy(c->dst + local, c->src + global, (size_t)n * sizeof(float));
-}
-
-static void place_run(void *ctx, int64_t local, int64_t global, int64_t n)
-{
-    slice_ctx *c = ctx;
-    memcpy(c->dst + global, c->src + local, (size_t)n * sizeof(float));
-}
-
-void merak_shard_slice(const merak_tensor *t, const float *whole, float *shard)
-{
-    slice_ctx c = {shard, whole};
-    merak_shard_runs(t, slice_run, &c);
-}
-
-void merak_shard_place(const merak_tensor *t, const float *shard, float *whole)
-{
-    slice_ctx c = {whole, shard};
-    merak_shard_runs(t, place_run, &c);
-}
-
 static int64_t full_elems(const merak_tensor *t)
 {
     int64_t n = 1;
@@ -95,7 +66,8 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
         return -1;
     int rc = 0;
     float *tmp = NULL, *whole = NULL;   /* as stored; transposed to graph layout */
-    size_t tmp_n = 0;
+    float *dst = NULL;                  /* the parameter (host), then copied to the executor */
+    size_t tmp_n = 0, dst_n = 0;
     for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
         const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
         const merak_st_info *info = find_param(f, t->name);
@@ -114,16 +86,21 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
                       a, b);
             break;
         }
-        float *dst = merak_exec_param_data(e, i);
-        int transposed = t->layout == MERAK_HF_TRANSPOSED, sharded = t->shard_dim >= 0;
-        if (!transposed && !sharded) {
-            rc = merak_st_to_f32(info, dst, err, errlen);
-            continue;
+        size_t pn = merak_exec_param_elems(e, i);
+        if (pn > dst_n) {
+            float *p = realloc(dst, pn * sizeof *p);
+            if (!p) {
+                rc = merak_errf(err, errlen, "%s: out of memory reading '%s'", path, t->name);
+                break;
+            }
+            dst = p;
+            dst_n = pn;
         }
+        int transposed = t->layout == MERAK_HF_TRANSPOSED, sharded = t->shard_dim >= 0;
         /* Read into tmp; a transposed tensor turns into graph layout in
          * whole (or straight into dst when it is not a shard). */
         size_t n = (size_t)full_elems(t);
-        if (n > tmp_n) {
+        if ((transposed || sharded) && n > tmp_n) {
             float *p = realloc(tmp, n * sizeof *p), *q = p ? realloc(whole, n * sizeof *q) : NULL;
             if (p)
                 tmp = p;
@@ -135,17 +112,25 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             }
             tmp_n = n;
         }
-        rc = merak_st_to_f32(info, tmp, err, errlen);
-        const float *graph_layout = tmp;
-        if (rc == 0 && transposed) {
-            transpose(sharded ? whole : dst, tmp, want[0], want[1]);
-            graph_layout = whole;
+        if (!transposed && !sharded) {
+            rc = merak_st_to_f32(info, dst, err, errlen);
+        } else {
+            rc = merak_st_to_f32(info, tmp, err, errlen);
+            const float *graph_layout = tmp;
+            if (rc == 0 && transposed) {
+                transpose(sharded ? whole : dst, tmp, want[0], want[1]);
+                graph_layout = whole;
+            }
+            if (rc == 0 && sharded)
+                merak_shard_slice(t, graph_layout, dst);
         }
-        if (rc == 0 && sharded)
-            merak_shard_slice(t, graph_layout, dst);
+        if (rc == 0 && merak_exec_param_write(e, i, dst) < 0)
+            rc = merak_errf(err, errlen, "%s: copying '%s' to the %s backend failed", path, t->name,
+                            merak_exec_kernels(e)->name);
     }
     free(tmp);
     free(whole);
+    free(dst);
     merak_st_close(f);
     return rc;
 }
@@ -188,26 +173,5 @@ int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
         free(copies[i]);
     free(copies);
     free(entries);
-    return rc;
-}
-
-int merak_weights_save(const merak_graph *g, const merak_exec *e, const char *path,
-                       const char *model_name, char *err, size_t errlen)
-{
-    int n = merak_exec_num_params(e);
-    int *tensors = malloc((size_t)(n ? n : 1) * sizeof *tensors);
-    const float **data = malloc((size_t)(n ? n : 1) * sizeof *data);
-    int rc = -1;
-    if (!tensors || !data) {
-        merak_errf(err, errlen, "%s: out of memory", path);
-    } else {
-        for (int i = 0; i < n; i++) {
-            tensors[i] = merak_exec_param_tensor(e, i);
-            data[i] = merak_exec_param_data(e, i);
-        }
-        rc = merak_weights_save_arrays(g, n, tensors, data, path, model_name, err, errlen);
-    }
-    free(tensors);
-    free(data);
     return rc;
 }

@@ -19,6 +19,7 @@
  */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
 #include "kernels.h"           /* merak_kernels, merak_kernels_cpu */
+#include "mix64.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -64,13 +65,7 @@ static void diag(const char *fmt, ...)
 
 static uint64_t g_rng = 0x5eed1234abcdULL;
 
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_u64(void) { return merak_mix64(g_rng += MERAK_GOLDEN); }
 
 static float rng_uniform(float lo, float hi)
 {

@@ -1,28 +1,36 @@
 #!/bin/sh
-# A rank that dies mid-step ends the job: 4 ranks (dp 2 x pp 2) train, one
-# non-zero rank is killed with SIGKILL once steps are being reported, and
-# mpirun must exit non-zero within 60 s with no merak-train left running.
+# A rank that dies mid-step ends the job: 8 ranks (dp 2 x tp 2 x pp 2)
+# train, one non-zero rank is killed with SIGKILL once steps are being
+# reported; every other rank must exit within 30 s, mpirun non-zero, with
+# no merak-train left running, and the output must name the dead rank and
+# its host.
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
 command -v pgrep >/dev/null 2>&1 || skip "no pgrep"
 make_shard "$WORK/data.bin"
 marker=$WORK/death.jsonl
-MERAK_MPI_TIMEOUT=120 "$WRAP" 4 "$TRAIN" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 \
-    --seq-len 16 --micro-batches 2 --steps 1000000 --threads 1 --dp 2 --pp 2 --metrics "$marker" \
+MERAK_MPI_TIMEOUT=120 "$WRAP" 8 "$TRAIN" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 \
+    --seq-len 16 --micro-batches 2 --steps 1000000 --threads 1 --dp 2 --tp 2 --pp 2 --metrics "$marker" \
     > "$WORK/out" 2> "$WORK/err" &
 job=$!
 i=0
 lines() { if [ -f "$marker" ]; then wc -l < "$marker"; else echo 0; fi; }
 while [ "$(lines)" -lt 5 ]; do
     i=$((i + 1))
-    [ $i -le 600 ] || { kill $job; fail "training did not start within 60 s"; }
+    [ $i -le 1200 ] || { kill $job; fail "training did not start within 120 s"; }
     sleep 0.1
 done
 pids=$(pgrep -f -- "--metrics $marker" | sort -n)
 count=$(echo "$pids" | wc -w)
-[ "$count" -ge 4 ] || { kill $job; fail "expected 4 merak-train processes, found $count"; }
-victim=$(echo "$pids" | tail -n 1)
+[ "$count" -ge 8 ] || { kill $job; fail "expected 8 merak-train processes, found $count"; }
+# The victim: a rank that is not rank 0, found by its MPI rank.
+victim= rank=
+for p in $pids; do
+    r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    if [ -n "$r" ] && [ "$r" -eq 5 ]; then victim=$p rank=$r; fi
+done
+[ -n "$victim" ] || { kill $job; fail "no process of MPI rank 5 found"; }
 start=$(date +%s)
 kill -9 "$victim"
 set +e
@@ -31,9 +39,13 @@ rc=$?
 set -e
 took=$(($(date +%s) - start))
 left=$(pgrep -f -- "--metrics $marker" | wc -l)
-echo "killed pid $victim; mpirun exited $rc after ${took}s; $left merak-train process(es) left"
+host=$(hostname)
+echo "killed rank $rank (pid $victim) on $host; mpirun exited $rc after ${took}s; $left merak-train process(es) left"
+cat "$WORK/err"
 [ "$rc" -ne 0 ] || fail "the job exited 0 after a rank died"
 [ "$rc" -ne 124 ] || fail "the job hung after a rank died (timeout)"
 [ "$left" -eq 0 ] || fail "$left merak-train processes survived"
-[ "$took" -le 60 ] || fail "the job took ${took}s to end"
+[ "$took" -le 30 ] || fail "the job took ${took}s to end"
+grep -q "rank $rank .*$host\|rank $rank on $host" "$WORK/err" ||
+    fail "the output does not name the dead rank $rank and its host $host"
 echo "mpi_rank_death: ok"

@@ -203,7 +203,7 @@ static void test_model_gradients(const char *preset)
         tap_ok(0, "%s: %s", preset, err);
         return;
     }
-    merak_init_params(g, e, 42);
+    merak_init_params(g, e, 42, NULL, 0);
     fill_tokens(g, e, 0, c.vocab_size, 1);
     merak_exec_zero_grads(e);
     merak_exec_forward(e, 0, 7);
@@ -307,9 +307,9 @@ static void test_two_stages(const char *preset)
         tap_ok(0, "%s: two stages: %s", preset, cut < 0 ? "no single-tensor cut" : err);
         return;
     }
-    merak_init_params(g, whole, 5);
-    merak_init_params(g, s0, 5);
-    merak_init_params(g, s1, 5);
+    merak_init_params(g, whole, 5, NULL, 0);
+    merak_init_params(g, s0, 5, NULL, 0);
+    merak_init_params(g, s1, 5, NULL, 0);
     fill_tokens(g, whole, 0, c.vocab_size, 3);
     fill_tokens(g, s0, 0, c.vocab_size, 3);
     int targets = merak_graph_find(g, "targets");
@@ -407,12 +407,12 @@ static void test_init(void)
 
 static void test_lr(void)
 {
-    merak_lr_sched s = {MERAK_SCHEDULE_COSINE, 1e-3f, 1e-4f, 10, 110};
+    merak_lr s = {MERAK_LR_COSINE, 1e-3f, 1e-4f, 10, 110};
     tap_ok(fabsf(merak_lr_at(&s, 0) - 1e-4f) < 1e-9f && fabsf(merak_lr_at(&s, 9) - 1e-3f) < 1e-9f,
            "warmup rises linearly to the peak");
     tap_ok(fabsf(merak_lr_at(&s, 10) - 1e-3f) < 1e-9f && fabsf(merak_lr_at(&s, 60) - 5.5e-4f) < 1e-8f &&
            fabsf(merak_lr_at(&s, 110) - 1e-4f) < 1e-9f, "cosine falls from the peak to min-lr");
-    s.kind = MERAK_SCHEDULE_CONSTANT;
+    s.kind = MERAK_LR_CONSTANT;
     s.warmup = 0;
     tap_ok(merak_lr_at(&s, 0) == 1e-3f && merak_lr_at(&s, 100) == 1e-3f, "constant stays at the peak");
 }

@@ -15,6 +15,7 @@
  * comment; MERAK_TEST_SEED=<n> reproduces a run.
  */
 #include "cpu/cpu_kernels.h"
+#include "mix64.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -58,13 +59,7 @@ static void tap(int ok, const char *fmt, ...)
 
 static uint64_t g_rng;
 
-static uint64_t rng_next(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return merak_mix64(g_rng += MERAK_GOLDEN); }
 
 static double rng_unif(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; }
 static double rng_sym(double a) { return a * (2.0 * rng_unif() - 1.0); }

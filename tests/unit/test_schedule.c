@@ -16,7 +16,7 @@
 
 static char err[1024];
 
-static int build_all(merak_sched_kind kind, int S, int M, merak_schedule *sch)
+static int build_all(merak_schedule_kind kind, int S, int M, merak_schedule *sch)
 {
     for (int i = 0; i < S; i++)
         if (merak_schedule_build(kind, S, i, M, &sch[i], err, sizeof err)) {
@@ -85,16 +85,16 @@ static void test_names(void)
                !strcmp(merak_instr_name(MERAK_I_COUNT_), "?"),
            "instruction names: WAIT_SENDS, out of range is ?");
 
-    merak_sched_kind k = MERAK_SCHED_1F1B;
-    tap_ok(merak_sched_parse("gpipe", &k) == 0 && k == MERAK_SCHED_GPIPE, "parse gpipe");
-    tap_ok(merak_sched_parse("1f1b", &k) == 0 && k == MERAK_SCHED_1F1B, "parse 1f1b");
-    tap_ok(merak_sched_parse("pipedream", &k) == -1 && merak_sched_parse("", &k) == -1 &&
-               merak_sched_parse(NULL, &k) == -1 && k == MERAK_SCHED_1F1B,
+    merak_schedule_kind k = MERAK_SCHEDULE_1F1B;
+    tap_ok(merak_schedule_parse("gpipe", &k) == 0 && k == MERAK_SCHEDULE_GPIPE, "parse gpipe");
+    tap_ok(merak_schedule_parse("1f1b", &k) == 0 && k == MERAK_SCHEDULE_1F1B, "parse 1f1b");
+    tap_ok(merak_schedule_parse("pipedream", &k) == -1 && merak_schedule_parse("", &k) == -1 &&
+               merak_schedule_parse(NULL, &k) == -1 && k == MERAK_SCHEDULE_1F1B,
            "unknown schedule names are refused and leave the kind alone");
 }
 
 /* Shape of one list beyond what the simulator checks: compute order. */
-static int order_ok(merak_sched_kind kind, const merak_schedule *s)
+static int order_ok(merak_schedule_kind kind, const merak_schedule *s)
 {
     const int S = s->stages, M = s->micro_batches;
     int nf = 0, nb = 0, first_bwd_after = -1;
@@ -113,14 +113,14 @@ static int order_ok(merak_sched_kind kind, const merak_schedule *s)
         if (in->kind == MERAK_I_LOAD && s->stage != 0 && s->stage != S - 1)
             return 0;
     }
-    int want = kind == MERAK_SCHED_GPIPE ? M : S - s->stage;  /* forwards before the first backward */
+    int want = kind == MERAK_SCHEDULE_GPIPE ? M : S - s->stage;  /* forwards before the first backward */
     return nf == M && nb == M && first_bwd_after == want;
 }
 
-static void test_sweep(merak_sched_kind kind, const char *name)
+static void test_sweep(merak_schedule_kind kind, const char *name)
 {
     for (int S = 1; S <= MAX_S; S++)
-        for (int M = kind == MERAK_SCHED_1F1B ? S : 1; M <= MAX_M; M++) {
+        for (int M = kind == MERAK_SCHEDULE_1F1B ? S : 1; M <= MAX_M; M++) {
             merak_schedule sch[MAX_S];
             int peak[MAX_S], ticks = -1, ok = 1;
             err[0] = 0;
@@ -130,7 +130,7 @@ static void test_sweep(merak_sched_kind kind, const char *name)
             }
             int rc = merak_schedule_simulate(sch, S, peak, &ticks, err, sizeof err);
             for (int i = 0; i < S && rc == 0; i++) {
-                int want = kind == MERAK_SCHED_GPIPE ? M : (M < S - i ? M : S - i);
+                int want = kind == MERAK_SCHEDULE_GPIPE ? M : (M < S - i ? M : S - i);
                 if (peak[i] != want || sch[i].nslots != want || !order_ok(kind, &sch[i]))
                     ok = 0;
             }
@@ -145,7 +145,7 @@ static void test_refusals(void)
 {
     merak_schedule s;
     err[0] = 0;
-    int rc = merak_schedule_build(MERAK_SCHED_1F1B, 4, 0, 3, &s, err, sizeof err);
+    int rc = merak_schedule_build(MERAK_SCHEDULE_1F1B, 4, 0, 3, &s, err, sizeof err);
     tap_ok(rc == -1 && one_line(err) &&
                strstr(err, "1f1b needs at least as many micro-batches (M) as stages (S)") &&
                strstr(err, "M = 3") && strstr(err, "S = 4"),
@@ -160,7 +160,7 @@ static void test_refusals(void)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         for (int kind = 0; kind < 2; kind++) {
             err[0] = 0;
-            rc = merak_schedule_build((merak_sched_kind)kind, bad[i].S, bad[i].stage, bad[i].M, &s,
+            rc = merak_schedule_build((merak_schedule_kind)kind, bad[i].S, bad[i].stage, bad[i].M, &s,
                                       err, sizeof err);
             tap_ok(rc == -1 && one_line(err) && strstr(err, bad[i].what),
                    "%s S=%d stage=%d M=%d refused: %s", kind ? "1f1b" : "gpipe", bad[i].S,
@@ -173,8 +173,8 @@ static void test_refusals(void)
 
     /* Lists that do not belong together. */
     merak_schedule a[2], b[2];
-    build_all(MERAK_SCHED_GPIPE, 2, 4, a);
-    build_all(MERAK_SCHED_GPIPE, 2, 5, b);
+    build_all(MERAK_SCHEDULE_GPIPE, 2, 4, a);
+    build_all(MERAK_SCHEDULE_GPIPE, 2, 5, b);
     merak_schedule mixed[2] = {a[0], b[1]};
     err[0] = 0;
     rc = merak_schedule_simulate(mixed, 2, NULL, NULL, err, sizeof err);
@@ -187,7 +187,7 @@ static void test_refusals(void)
  * expects failure with every needle in the message. */
 typedef void (*mutator)(merak_schedule *sch);
 
-static void expect_fail(merak_sched_kind kind, int S, int M, mutator mutate, const char *what,
+static void expect_fail(merak_schedule_kind kind, int S, int M, mutator mutate, const char *what,
                         const char *needle1, const char *needle2)
 {
     merak_schedule sch[MAX_S];
@@ -246,27 +246,27 @@ static void m_load_middle(merak_schedule *sch)
 
 static void test_broken(void)
 {
-    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_send_after_wait, "SEND_ACT moved after WAIT_GRAD", "deadlock",
+    expect_fail(MERAK_SCHEDULE_1F1B, 4, 8, m_send_after_wait, "SEND_ACT moved after WAIT_GRAD", "deadlock",
                 "stage 0 stuck at #");
-    expect_fail(MERAK_SCHED_GPIPE, 3, 6, m_drop_send, "a dropped SEND_ACT", "deadlock", "WAIT_ACT mb 3");
-    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_drop_send_grad, "a dropped SEND_GRAD", "deadlock",
+    expect_fail(MERAK_SCHEDULE_GPIPE, 3, 6, m_drop_send, "a dropped SEND_ACT", "deadlock", "WAIT_ACT mb 3");
+    expect_fail(MERAK_SCHEDULE_1F1B, 4, 8, m_drop_send_grad, "a dropped SEND_GRAD", "deadlock",
                 "WAIT_GRAD mb 5");
-    expect_fail(MERAK_SCHED_1F1B, 3, 5, m_send_before_fwd, "SEND_ACT before FWD", "SEND_ACT before its FWD",
+    expect_fail(MERAK_SCHEDULE_1F1B, 3, 5, m_send_before_fwd, "SEND_ACT before FWD", "SEND_ACT before its FWD",
                 NULL);
-    expect_fail(MERAK_SCHED_GPIPE, 4, 4, m_fwd_before_wait, "FWD before WAIT_ACT", "before its activation",
+    expect_fail(MERAK_SCHEDULE_GPIPE, 4, 4, m_fwd_before_wait, "FWD before WAIT_ACT", "before its activation",
                 NULL);
-    expect_fail(MERAK_SCHED_1F1B, 3, 6, m_bwd_before_wait, "BWD before WAIT_GRAD", "before its gradient",
+    expect_fail(MERAK_SCHEDULE_1F1B, 3, 6, m_bwd_before_wait, "BWD before WAIT_GRAD", "before its gradient",
                 NULL);
-    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_drop_wait_sends, "a missing WAIT_SENDS before slot reuse",
+    expect_fail(MERAK_SCHEDULE_1F1B, 4, 8, m_drop_wait_sends, "a missing WAIT_SENDS before slot reuse",
                 "missing WAIT_SENDS", NULL);
-    expect_fail(MERAK_SCHED_1F1B, 4, 8, m_too_few_slots, "two live micro-batches in one slot",
+    expect_fail(MERAK_SCHEDULE_1F1B, 4, 8, m_too_few_slots, "two live micro-batches in one slot",
                 "still holds live mb", NULL);
-    expect_fail(MERAK_SCHED_GPIPE, 2, 3, m_tail_order, "REDUCE_TIED after REDUCE_DP", "must end with",
+    expect_fail(MERAK_SCHEDULE_GPIPE, 2, 3, m_tail_order, "REDUCE_TIED after REDUCE_DP", "must end with",
                 NULL);
-    expect_fail(MERAK_SCHED_GPIPE, 2, 4, m_double_fwd, "a micro-batch forwarded twice", "forwarded twice",
+    expect_fail(MERAK_SCHEDULE_GPIPE, 2, 4, m_double_fwd, "a micro-batch forwarded twice", "forwarded twice",
                 NULL);
-    expect_fail(MERAK_SCHED_GPIPE, 2, 4, m_slot_change, "a micro-batch changing slot", "changes slot", NULL);
-    expect_fail(MERAK_SCHED_GPIPE, 3, 2, m_load_middle, "LOAD on a middle stage", "middle stage", NULL);
+    expect_fail(MERAK_SCHEDULE_GPIPE, 2, 4, m_slot_change, "a micro-batch changing slot", "changes slot", NULL);
+    expect_fail(MERAK_SCHEDULE_GPIPE, 3, 2, m_load_middle, "LOAD on a middle stage", "middle stage", NULL);
 }
 
 /* Fine when sends are buffered, deadlocked when a send completes only
@@ -340,7 +340,7 @@ static void test_split_backward(void)
     const int S = 3, M = 4;
     merak_schedule sch[3];
     int peak[3], ticks = 0;
-    build_all(MERAK_SCHED_GPIPE, S, M, sch);
+    build_all(MERAK_SCHEDULE_GPIPE, S, M, sch);
     for (int i = 0; i < S; i++)
         split_backward(&sch[i], 0);
     int rc = merak_schedule_simulate(sch, S, peak, &ticks, err, sizeof err);
@@ -349,7 +349,7 @@ static void test_split_backward(void)
            rc ? ": " : "", rc ? err : "");
     free_all(sch, S);
 
-    build_all(MERAK_SCHED_GPIPE, S, M, sch);
+    build_all(MERAK_SCHEDULE_GPIPE, S, M, sch);
     split_backward(&sch[1], 1);
     err[0] = 0;
     rc = merak_schedule_simulate(sch, S, NULL, NULL, err, sizeof err);
@@ -360,8 +360,8 @@ static void test_split_backward(void)
 int main(void)
 {
     test_names();
-    test_sweep(MERAK_SCHED_GPIPE, "gpipe");
-    test_sweep(MERAK_SCHED_1F1B, "1f1b");
+    test_sweep(MERAK_SCHEDULE_GPIPE, "gpipe");
+    test_sweep(MERAK_SCHEDULE_1F1B, "1f1b");
     test_refusals();
     test_broken();
     test_rendezvous_only();

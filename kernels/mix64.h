@@ -1,0 +1,31 @@
+/*
+ * mix64.h - the one 64-bit mixing function of Merak: splitmix64's finalizer
+ * and its increment.  Counter-based randomness everywhere derives from it:
+ * parameter initialisation, dropout seeds of micro-batches and ops, and the
+ * dropout mask itself (CPU and CUDA, bit for bit), so results do not depend
+ * on the layout, the thread count or the device.
+ *
+ * Header-only so host C and CUDA device code share the one definition.
+ */
+#ifndef MERAK_MIX64_H
+#define MERAK_MIX64_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MERAK_HOST_DEVICE __host__ __device__
+#else
+#define MERAK_HOST_DEVICE
+#endif
+
+/* splitmix64's increment (2^64 / golden ratio) */
+#define MERAK_GOLDEN 0x9E3779B97F4A7C15ULL
+
+static inline MERAK_HOST_DEVICE uint64_t merak_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+#endif /* MERAK_MIX64_H */

@@ -1,0 +1,262 @@
+/*
+ * comm.c - the communication calls the runtime makes: byte counting, the
+ * trivial case of a group of one rank, and dispatch to the group's
+ * backend tables (comm_impl.h).  Also the one-process grid, which needs no
+ * MPI at all, and the agreement on failures every phase of a job uses.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+#include "errf.h"
+#include "names.h"
+
+static const char *const group_names[MERAK_GROUP_COUNT_] = {"world", "tp", "dp", "pp", "tied"};
+
+const char *merak_group_name(merak_group_kind k) { return group_names[k]; }
+
+/* Point-to-point backends by name: the one table. */
+static const char *const p2p_names[] = {"mpi", "ucx"};
+static const merak_p2p_ops *const p2p_backends[] = {&merak_mpi_p2p, &merak_ucx_p2p};
+enum { NP2P = sizeof p2p_names / sizeof p2p_names[0] };
+
+static const merak_p2p_ops *p2p_find(const char *name)
+{
+    int i = merak_name_find(p2p_names, NP2P, name);
+    return i < 0 ? NULL : p2p_backends[i];
+}
+
+int merak_p2p_check(const char *name) { return p2p_find(name) ? 0 : -1; }
+
+const char *merak_p2p_names(void)
+{
+    static char names[64];
+    return merak_names_join(p2p_names, NP2P, names, sizeof names);
+}
+
+/* ------------------------------------------------------------------ the comm */
+
+/* Started by mpirun or srun (Open MPI, PMIx or PMI environment)? */
+static int launched_by_mpi(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+/* One process: every group has one member and no backend. */
+static int init_single(merak_comm *c, char *err, size_t errlen)
+{
+    static int zero;
+    if (merak_grid_init(&c->grid, 1, 1, 1, 1, 0, err, errlen) < 0)
+        return -1;
+    c->hosts = calloc(1, sizeof *c->hosts);
+    if (!c->hosts)
+        return merak_errf(err, errlen, "out of memory");
+    if (gethostname(c->hosts[0], sizeof c->hosts[0]) != 0)
+        snprintf(c->hosts[0], sizeof c->hosts[0], "%s", "localhost");
+    c->hosts[0][sizeof c->hosts[0] - 1] = 0;   /* gethostname may not terminate a cut name */
+    c->world = MPI_COMM_NULL;
+    for (int k = 0; k < MERAK_GROUP_COUNT_; k++) {
+        if (k == MERAK_GROUP_TIED)
+            continue;   /* no first and last stage to tie */
+        c->groups[k] = (merak_group){.kind = k, .comm = c, .size = 1, .rank = 0, .world = &zero,
+                                     .mpi = MPI_COMM_NULL};
+        c->have[k] = 1;
+    }
+    return 0;
+}
+
+int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t errlen)
+{
+    *out = NULL;
+    merak_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return merak_errf(err, errlen, "out of memory");
+    int over_mpi = launched_by_mpi() || dp > 1 || tp > 1 || pp > 1;
+    if ((over_mpi ? merak_comm_mpi_init(c, dp, tp, pp, err, errlen)
+                  : init_single(c, err, errlen)) < 0) {
+        c->started_mpi = 0;   /* MPI ends at exit, after rank 0 has reported */
+        merak_comm_finalize(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void merak_comm_finalize(merak_comm *c)
+{
+    if (!c)
+        return;
+    if (c->mpi)
+        merak_comm_mpi_free(c);   /* ends MPI if we started it */
+    free(c->hosts);
+    free(c);
+}
+
+const merak_grid *merak_comm_grid(const merak_comm *c) { return &c->grid; }
+const char *merak_comm_error(const merak_comm *c) { return c->err; }
+
+const char *merak_comm_where(const merak_comm *c, int rank, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d on %s", rank, c->hosts ? c->hosts[rank] : "?");
+    return buf;
+}
+
+const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len)
+{
+    char where[96];
+    if (r < 0 || r >= g->size)
+        snprintf(buf, len, "%s rank %d (not in the group)", group_names[g->kind], r);
+    else
+        snprintf(buf, len, "%s rank %d (%s)", group_names[g->kind], r,
+                 merak_comm_where(g->comm, g->world[r], where, sizeof where));
+    return buf;
+}
+
+int merak_comm_fail(merak_group *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->comm->err, sizeof g->comm->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k)
+{
+    return c->have[k] ? (merak_group *)&c->groups[k] : NULL;
+}
+
+int merak_group_size(const merak_group *g) { return g->size; }
+int merak_group_rank(const merak_group *g) { return g->rank; }
+uint64_t merak_group_bytes(const merak_group *g) { return g->bytes; }
+
+int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen)
+{
+    merak_group *w = merak_comm_group(c, MERAK_GROUP_WORLD);
+    int world = c->grid.world, first = -1;
+    double *hot = calloc((size_t)world, sizeof *hot);  /* one-hot of failing ranks */
+    if (!hot)
+        return merak_errf(err, errlen, "out of memory");
+    if (failed)
+        hot[c->grid.rank] = 1;
+    int rc = merak_allreduce_f64(w, hot, (size_t)world);
+    for (int r = 0; r < world && first < 0; r++)
+        if (hot[r] > 0)
+            first = r;
+    free(hot);
+    if (rc < 0)
+        return merak_errf(err, errlen, "%s", c->err);
+    if (first < 0)
+        return 0;
+    char msg[512] = "";
+    if (c->grid.rank == first)
+        snprintf(msg, sizeof msg, "%s", err);
+    if (merak_broadcast(w, msg, sizeof msg, first) < 0)
+        return merak_errf(err, errlen, "%s", c->err);
+    if (c->grid.rank != first)
+        snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+/* A request that finished at once (a group of one). */
+static int done(merak_req *req)
+{
+    if (req)
+        req->active = 0;
+    return 0;
+}
+
+int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
+{
+    g->bytes += n * sizeof *buf;
+    return g->size == 1 ? done(req) : g->coll->allreduce(g, buf, n, req);
+}
+
+int merak_allreduce_f64(merak_group *g, double *buf, size_t n)
+{
+    return g->size == 1 ? 0 : g->coll->allreduce_f64(g, buf, n);
+}
+
+int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
+{
+    if (g->rank == root)
+        g->bytes += bytes;
+    return g->size == 1 ? 0 : g->coll->broadcast(g, buf, bytes, root);
+}
+
+int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
+{
+    size_t n = 0;
+    for (int r = 0; r < g->size; r++)
+        n += (size_t)counts[r];
+    g->bytes += n * sizeof *send;
+    if (g->size == 1) {     /* host buffers: the sum of one is a copy */
+        memmove(recv, send, n * sizeof *send);
+        return 0;
+    }
+    return g->coll->reduce_scatter(g, send, recv, counts);
+}
+
+int merak_allgather(merak_group *g, float *buf, const int *counts)
+{
+    size_t n = 0;
+    for (int r = 0; r < g->size; r++)
+        n += (size_t)counts[r];
+    g->bytes += n * sizeof *buf;
+    return g->size == 1 ? 0 : g->coll->allgather(g, buf, counts);
+}
+
+int merak_barrier(merak_comm *c)
+{
+    merak_group *w = merak_comm_group(c, MERAK_GROUP_WORLD);
+    return w->size == 1 ? 0 : w->coll->barrier(w);
+}
+
+int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    char who[128];
+    g->bytes += bytes;
+    if (!g->p2p || peer < 0 || peer >= g->size || peer == g->rank)
+        return merak_comm_fail(g, "send to %s: no such peer", merak_group_peer(g, peer, who, sizeof who));
+    return g->p2p->send(g, buf, bytes, peer, tag, req);
+}
+
+int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    char who[128];
+    if (!g->p2p || peer < 0 || peer >= g->size || peer == g->rank)
+        return merak_comm_fail(g, "receive from %s: no such peer",
+                               merak_group_peer(g, peer, who, sizeof who));
+    return g->p2p->recv(g, buf, bytes, peer, tag, req);
+}
+
+int merak_wait(merak_req *req) { return req->active ? req->ops->wait(req) : 0; }
+int merak_test(merak_req *req) { return req->active ? req->ops->test(req) : 1; }
+
+void merak_group_progress(merak_group *g)
+{
+    if (g->p2p && g->p2p->progress)
+        g->p2p->progress(g);
+}
+
+int merak_group_set_p2p(merak_group *g, const char *name, char *err, size_t errlen)
+{
+    const merak_p2p_ops *ops = p2p_find(name);
+    if (!ops)
+        return merak_errf(err, errlen, "p2p '%s' is not %s", name, merak_p2p_names());
+    if (g->size == 1 || g->p2p == ops)
+        return 0;
+    if (g->ucx)
+        merak_ucx_close(g);
+    if (ops == &merak_ucx_p2p && merak_ucx_open(g, err, errlen) < 0) {
+        g->p2p = &merak_mpi_p2p;
+        return -1;
+    }
+    g->p2p = ops;
+    return 0;
+}

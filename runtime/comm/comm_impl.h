@@ -1,0 +1,79 @@
+/*
+ * comm_impl.h - inside runtime/comm: the group and comm objects and the
+ * operation tables each backend fills.  comm.c dispatches through them;
+ * comm_mpi.c and comm_ucx.c implement them.
+ */
+#ifndef MERAK_COMM_IMPL_H
+#define MERAK_COMM_IMPL_H
+
+#include <mpi.h>
+
+#include "comm.h"
+
+typedef struct merak_ucx merak_ucx;
+
+/* Collectives of a group of two or more ranks (a group of one needs none). */
+typedef struct merak_coll_ops {
+    int (*allreduce)(merak_group *g, float *buf, size_t n, merak_req *req);
+    int (*allreduce_f64)(merak_group *g, double *buf, size_t n);
+    int (*broadcast)(merak_group *g, void *buf, size_t bytes, int root);
+    int (*reduce_scatter)(merak_group *g, const float *send, float *recv, const int *counts);
+    int (*allgather)(merak_group *g, float *buf, const int *counts);
+    int (*barrier)(merak_group *g);
+} merak_coll_ops;
+
+/* Point-to-point; blocking when req is NULL. */
+typedef struct merak_p2p_ops {
+    int (*send)(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
+    int (*recv)(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
+    void (*progress)(merak_group *g);   /* lets transfers move; may be a no-op */
+} merak_p2p_ops;
+
+/* What a request in flight needs from the backend that started it. */
+struct merak_req_ops {
+    int (*wait)(merak_req *req);        /* 0 or -1 (error recorded); req inactive after */
+    int (*test)(merak_req *req);        /* 1 done, 0 in flight, -1 failed */
+};
+
+struct merak_group {
+    merak_group_kind kind;
+    merak_comm *comm;
+    int size, rank;
+    int *world;                      /* [size] world rank of each member */
+    uint64_t bytes;
+    const merak_coll_ops *coll;      /* NULL for a group of one */
+    const merak_p2p_ops *p2p;        /* NULL for a group of one */
+    MPI_Comm mpi;                    /* MPI_COMM_NULL without MPI */
+    merak_ucx *ucx;                  /* UCX point-to-point state, or NULL */
+};
+
+struct merak_comm {
+    merak_grid grid;
+    int mpi;                         /* the groups run over MPI */
+    int started_mpi;                 /* we called MPI_Init, so we finalize */
+    MPI_Comm world;
+    merak_group groups[MERAK_GROUP_COUNT_];
+    int have[MERAK_GROUP_COUNT_];
+    char (*hosts)[64];               /* [world size] host of each world rank */
+    char err[512];
+};
+
+extern const merak_coll_ops merak_mpi_coll;
+extern const merak_p2p_ops merak_mpi_p2p, merak_ucx_p2p;
+
+/* Records why an operation on g failed (one line) and returns -1. */
+int merak_comm_fail(merak_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "pipeline rank 1 (rank 5 on host)" for group rank r, into buf. */
+const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len);
+
+/* The MPI side (comm_mpi.c): world, groups and host names over MPI. */
+int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t errlen);
+void merak_comm_mpi_free(merak_comm *c);
+
+/* The UCX side (comm_ucx.c), for one group: collective over g's MPI
+ * communicator.  Open: 0, or -1 with err on every member.  Close flushes
+ * and waits for every peer. */
+int merak_ucx_open(merak_group *g, char *err, size_t errlen);
+void merak_ucx_close(merak_group *g);
+
+#endif /* MERAK_COMM_IMPL_H */

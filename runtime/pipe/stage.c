@@ -1,0 +1,649 @@
+/*
+ * stage.c - one rank's pipeline stage: its slice of its tensor-parallel
+ * shard of the graph, run by executing its schedule's instruction list,
+ * with the gradient reductions over the dp and tied groups (see stage.h).
+ *
+ * Equivalence with one process: with dp replicas of M micro-batches each,
+ * every micro-batch's loss is scaled by 1/(M*dp) and the dp all-reduce
+ * sums, so the gradients are those of one process running M*dp
+ * micro-batches (the step loop numbers the micro-batches to match).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "errf.h"
+#include "stage.h"
+
+struct merak_stage {
+    merak_comm *comm;
+    const merak_grid *grid;
+    merak_group *pp_g, *dp_g, *tied_g, *world_g, *tp_g;
+    const merak_graph *model;     /* the whole graph */
+    const merak_graph *g;         /* this rank's graph: shard, or the model when tp = 1 */
+    merak_graph *shard;           /* owned: this rank's tensor-parallel shard, or NULL */
+    const merak_tp_rule *rules;
+    int nrules;
+    int *bounds;                  /* stage bounds in the model ([pp + 1]) */
+    const merak_kernels *k;
+    merak_exec_comm tpc;
+    merak_exec *e;
+    merak_schedule sched;
+    int first, last;              /* this rank is the first / last stage */
+    int in_t, out_t;              /* activation received / sent, or -1 */
+    size_t in_bytes, out_bytes;
+    int ids_t, tgt_t;             /* inputs this stage holds, or -1 */
+    int loads;                    /* reads ids or targets */
+    int32_t *ids_h, *tgt_h;       /* host window buffers (B*T) */
+    merak_req *act_req, *grad_req;/* per slot */
+    merak_req *sends;             /* posted sends, waited by WAIT_SENDS */
+    int nsends, cap_sends;
+    unsigned char *tied;          /* [nparams] 1 if the param is shared with the other end stage */
+    double loss_sum;              /* this step's micro-batch losses (last stage) */
+    uint64_t b0[4];               /* group bytes when the step began */
+
+    /* Data-parallel gradient reduction.  Without ZeRO: buckets of the flat
+     * gradient buffer, all-reduced from its end down as the last backward
+     * finishes them (parameters complete in reverse first-use order). */
+    size_t flat_n, bucket;        /* floats */
+    size_t launched;              /* floats [launched, flat_n) are reducing */
+    merak_req *breq;              /* one per bucket launched this step */
+    size_t *blo, *bhi;            /* (all NULL unless dp > 1 without ZeRO) */
+    unsigned char *bdone;
+    int nb;
+    int last_bwd;                 /* index of the stage's last backward instruction */
+    size_t done_early;            /* floats reduced while the backward still ran */
+    double wait_s;                /* waiting for the reductions after the backward */
+    int dp_failed;
+    /* ZeRO-1: this rank updates floats [zlo, zhi) of the flat buffers */
+    int *zcounts;                 /* [dp] floats per dp rank; NULL without ZeRO */
+    size_t zlo, zhi;              /* without ZeRO: 0, flat_n */
+    float *zshard;                /* reduce-scatter target, zhi - zlo floats (backend memory) */
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Is parameter tensor t read by any op in [begin, end)? */
+static int range_reads(const merak_graph *g, int begin, int end, int t)
+{
+    for (int i = begin; i < end; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0 && merak_graph_param_root(g, g->ops[i].in[j]) == t)
+                return 1;
+    return 0;
+}
+
+/* -1 with err = "WHAT: the comm layer's reason". */
+static int comm_failed(merak_stage *s, const char *what, char *err, size_t errlen)
+{
+    return merak_errf(err, errlen, "%s: %s", what, merak_comm_error(s->comm));
+}
+
+/* ------------------------------------------------------------------ data-parallel reduction */
+
+static int launch_bucket(merak_stage *s, size_t lo, size_t hi)
+{
+    size_t n;
+    float *g = merak_exec_grads_flat(s->e, &n);
+    int i = s->nb++;
+    s->blo[i] = lo;
+    s->bhi[i] = hi;
+    s->bdone[i] = 0;
+    memset(&s->breq[i], 0, sizeof s->breq[i]);
+    return merak_allreduce(s->dp_g, g + lo, hi - lo, &s->breq[i]);
+}
+
+/* Lets MPI progress the reductions in flight; counts those finished. */
+static void dp_progress(merak_stage *s)
+{
+    for (int i = 0; i < s->nb; i++)
+        if (!s->bdone[i]) {
+            int r = merak_test(&s->breq[i]);
+            if (r < 0)
+                s->dp_failed = 1;
+            else if (r == 1) {
+                s->bdone[i] = 1;
+                s->done_early += s->bhi[i] - s->blo[i];
+            }
+        }
+}
+
+/* Executor hook during the last backward: floats [from, flat_n) are final. */
+static void grad_ready(void *ctx, size_t from)
+{
+    merak_stage *s = ctx;
+    while (s->launched >= from + s->bucket) {
+        size_t lo = s->launched - s->bucket;
+        if (launch_bucket(s, lo, s->launched) < 0)
+            s->dp_failed = 1;
+        s->launched = lo;
+    }
+    dp_progress(s);
+}
+
+/* Buckets: launches the rest of the flat buffer and waits for every bucket. */
+static int finish_buckets(merak_stage *s)
+{
+    if (!s->breq)
+        return 0;
+    if (s->launched > 0 && launch_bucket(s, 0, s->launched) < 0)
+        return -1;
+    s->launched = 0;
+    for (int i = 0; i < s->nb; i++)
+        if (merak_wait(&s->breq[i]) < 0)
+            return -1;
+    return s->dp_failed ? -1 : 0;
+}
+
+/* REDUCE_TIED: the tied embedding's gradient summed over its two stages.
+ * Buckets sum over dp first (they may hold it in flight); with ZeRO the
+ * tied sum comes first, while every rank still holds the whole buffer. */
+static int reduce_tied(merak_stage *s)
+{
+    if (!s->tied_g)
+        return 0;
+    if (finish_buckets(s) < 0)
+        return -1;
+    for (int i = 0; i < merak_exec_num_params(s->e); i++)
+        if (s->tied[i] && merak_allreduce(s->tied_g, merak_exec_param_grad(s->e, i),
+                                           merak_exec_param_elems(s->e, i), NULL) < 0)
+            return -1;
+    return 0;
+}
+
+/* REDUCE_DP: the gradients over dp: the rest of the buckets, or with ZeRO
+ * reduce-scattered into this rank's share. */
+static int reduce_dp(merak_stage *s)
+{
+    if (!s->zcounts)
+        return finish_buckets(s);
+    size_t n;
+    float *g = merak_exec_grads_flat(s->e, &n);
+    if (merak_reduce_scatter(s->dp_g, g, s->zshard, s->zcounts) < 0)
+        return -1;
+    return s->k->copy(g + s->zlo, s->zshard, (s->zhi - s->zlo) * sizeof *g, MERAK_COPY_D2D);
+}
+
+static int post_send(merak_stage *s, const void *buf, size_t bytes, int peer, int tag)
+{
+    if (s->nsends == s->cap_sends) {
+        int cap = s->cap_sends ? 2 * s->cap_sends : 16;
+        merak_req *r = realloc(s->sends, (size_t)cap * sizeof *r);
+        if (!r)
+            return -1;
+        s->sends = r;
+        s->cap_sends = cap;
+    }
+    memset(&s->sends[s->nsends], 0, sizeof *s->sends);
+    return merak_send(s->pp_g, buf, bytes, peer, tag, &s->sends[s->nsends++]);
+}
+
+static int load(merak_stage *s, const merak_stage_hooks *h, int mb, int slot, char *err,
+                size_t errlen)
+{
+    if (h->load(h->ctx, mb, s->ids_h, s->tgt_h, err, errlen) < 0)
+        return -1;
+    if ((s->ids_t >= 0 && merak_exec_tensor_write(s->e, slot, s->ids_t, s->ids_h) < 0) ||
+        (s->tgt_t >= 0 && merak_exec_tensor_write(s->e, slot, s->tgt_t, s->tgt_h) < 0))
+        return merak_errf(err, errlen, "copying micro-batch %d's tokens to the %s backend failed", mb,
+                          s->k->name);
+    return 0;
+}
+
+static int backward(merak_stage *s, const merak_instr *in, char *err, size_t errlen)
+{
+    /* The stage's last weight gradients: reduce buckets as they finish. */
+    int hook = s->breq && in - s->sched.instr == s->last_bwd;
+    if (hook)
+        merak_exec_set_grad_hook(s->e, grad_ready, s);
+    int rc = in->kind == MERAK_I_BWD         ? merak_exec_backward(s->e, in->slot)
+             : in->kind == MERAK_I_BWD_INPUT ? merak_exec_backward_input(s->e, in->slot)
+                                             : merak_exec_backward_weight(s->e, in->slot);
+    if (hook)
+        merak_exec_set_grad_hook(s->e, NULL, NULL);
+    if (s->dp_failed)
+        return comm_failed(s, "a data-parallel all-reduce", err, errlen);
+    if (rc < 0)
+        return merak_errf(err, errlen, "%s", merak_exec_error(s->e));
+    return 0;
+}
+
+/* OPTIMIZER_STEP: the step loop's update, then the ZeRO shares gathered. */
+static int optimizer_step(merak_stage *s, const merak_stage_hooks *h, char *err, size_t errlen)
+{
+    if (h->optimizer_step(h->ctx, err, errlen) < 0)
+        return -1;
+    size_t n;
+    if (s->zcounts && merak_allgather(s->dp_g, merak_exec_params_flat(s->e, &n), s->zcounts) < 0)
+        return comm_failed(s, "gathering the parameters", err, errlen);
+    return 0;
+}
+
+/* Runs one instruction; returns 0 or -1 with err. */
+static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_instr *in, char *err,
+                     size_t errlen)
+{
+    int slot = in->slot, mb = in->mb, p = s->grid->pp_rank;
+    switch (in->kind) {
+    case MERAK_I_LOAD: return load(s, h, mb, slot, err, errlen);
+    case MERAK_I_RECV_ACT:
+        return merak_recv(s->pp_g, merak_exec_tensor(s->e, slot, s->in_t), s->in_bytes, p - 1, mb,
+                          &s->act_req[slot]);
+    case MERAK_I_WAIT_ACT: return merak_wait(&s->act_req[slot]);
+    case MERAK_I_FWD:
+        if (merak_exec_forward(s->e, slot, h->seed(h->ctx, mb)) < 0)
+            return merak_errf(err, errlen, "%s", merak_exec_error(s->e));
+        if (s->last)
+            s->loss_sum += merak_exec_loss(s->e, slot);
+        return 0;
+    case MERAK_I_SEND_ACT:
+        return post_send(s, merak_exec_tensor(s->e, slot, s->out_t), s->out_bytes, p + 1, mb);
+    case MERAK_I_RECV_GRAD:
+        return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t), s->out_bytes, p + 1, mb,
+                          &s->grad_req[slot]);
+    case MERAK_I_WAIT_GRAD: return merak_wait(&s->grad_req[slot]);
+    case MERAK_I_BWD:
+    case MERAK_I_BWD_INPUT:
+    case MERAK_I_BWD_WEIGHT: return backward(s, in, err, errlen);
+    case MERAK_I_SEND_GRAD:
+        return post_send(s, merak_exec_grad(s->e, slot, s->in_t), s->in_bytes, p - 1, mb);
+    case MERAK_I_WAIT_SENDS:
+        for (int i = 0; i < s->nsends; i++)
+            if (merak_wait(&s->sends[i]) < 0)
+                return -1;
+        s->nsends = 0;
+        return 0;
+    case MERAK_I_REDUCE_TIED:
+    case MERAK_I_REDUCE_DP: {
+        double t0 = now();
+        int rc = in->kind == MERAK_I_REDUCE_TIED ? reduce_tied(s) : reduce_dp(s);
+        s->wait_s += now() - t0;
+        return rc;
+    }
+    case MERAK_I_OPTIMIZER_STEP: return optimizer_step(s, h, err, errlen);
+    default: return merak_errf(err, errlen, "unknown instruction %d", (int)in->kind);
+    }
+}
+
+/* Bytes moved so far by the tp, pp, dp and tied groups. */
+static void group_bytes(const merak_stage *s, uint64_t b[4])
+{
+    merak_group *g[4] = {s->tp_g, s->pp_g, s->dp_g, s->tied_g};
+    for (int i = 0; i < 4; i++)
+        b[i] = g[i] ? merak_group_bytes(g[i]) : 0;
+}
+
+int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_t errlen)
+{
+    if (errlen)
+        err[0] = 0;
+    group_bytes(s, s->b0);
+    s->loss_sum = 0;
+    s->launched = s->flat_n;
+    s->nb = 0;
+    s->done_early = 0;
+    s->wait_s = 0;
+    if (merak_exec_zero_grads(s->e) < 0)
+        return merak_errf(err, errlen, "zeroing the gradients on the %s backend failed", s->k->name);
+    for (int i = 0; i < s->sched.n; i++) {
+        const merak_instr *in = &s->sched.instr[i];
+        int rc = run_instr(s, h, in, err, errlen);
+        merak_group_progress(s->pp_g);
+        if (rc < 0) {
+            /* name the instruction; a group call's reason if nothing else said why */
+            char why[400];
+            snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
+            if (in->mb >= 0)
+                merak_errf(err, errlen, "%s of micro-batch %d: %s", merak_instr_name(in->kind), in->mb, why);
+            else
+                merak_errf(err, errlen, "%s: %s", merak_instr_name(in->kind), why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ results */
+
+double merak_stage_loss_sum(const merak_stage *s)
+{
+    return s->last && s->grid->tp_rank == 0 ? s->loss_sum : 0;
+}
+
+/* Every parameter once (the tied copy on the last stage left out, a
+ * parameter tensor parallelism keeps whole counted on tp rank 0), over the
+ * floats this rank holds reduced: everything on dp rank 0, or its ZeRO
+ * share. */
+double merak_stage_grad_sumsq(const merak_stage *s)
+{
+    const merak_grid *gr = s->grid;
+    if (!s->zcounts && gr->dp_rank != 0)
+        return 0;
+    size_t n;
+    const float *g0 = merak_exec_grads_flat(s->e, &n);
+    double ss = 0;
+    for (int i = 0; i < merak_exec_num_params(s->e); i++) {
+        const merak_tensor *t = &s->g->tensors[merak_exec_param_tensor(s->e, i)];
+        if ((s->last && s->tied[i]) || (t->shard_dim < 0 && gr->tp_rank != 0))
+            continue;
+        size_t a = (size_t)(merak_exec_param_grad(s->e, i) - g0), b = a + merak_exec_param_elems(s->e, i);
+        a = a < s->zlo ? s->zlo : a;
+        b = b > s->zhi ? s->zhi : b;
+        if (a < b)
+            ss += s->k->sumsq(g0 + a, b - a);
+    }
+    return ss;
+}
+
+void merak_stage_step_stats(const merak_stage *s, merak_step_info *info)
+{
+    uint64_t b1[4];
+    group_bytes(s, b1);
+    info->dp_wait_ms = s->wait_s * 1e3;
+    info->dp_overlap = s->breq && s->flat_n ? (double)s->done_early / (double)s->flat_n : 0;
+    info->tp_bytes = (double)(b1[0] - s->b0[0]);
+    info->pp_bytes = (double)(b1[1] - s->b0[1]);
+    info->dp_bytes = (double)(b1[2] - s->b0[2]);
+    info->tied_bytes = (double)(b1[3] - s->b0[3]);
+}
+
+merak_exec *merak_stage_exec(const merak_stage *s) { return s->e; }
+const merak_graph *merak_stage_graph(const merak_stage *s) { return s->g; }
+int merak_stage_loads(const merak_stage *s) { return s->loads; }
+
+void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi)
+{
+    *lo = s->zlo;
+    *hi = s->zhi;
+}
+
+/* ------------------------------------------------------------------ building */
+
+void merak_stage_destroy(merak_stage *s)
+{
+    if (!s)
+        return;
+    merak_schedule_free(&s->sched);
+    if (s->k)
+        s->k->free(s->zshard);
+    merak_exec_destroy(s->e);
+    free(s->ids_h), free(s->tgt_h);
+    free(s->act_req), free(s->grad_req), free(s->sends), free(s->tied);
+    free(s->breq), free(s->blo), free(s->bhi), free(s->bdone);
+    free(s->zcounts);
+    free(s->bounds);
+    merak_graph_destroy(s->shard);
+    free(s);
+}
+
+static int tp_allreduce(void *ctx, float *buf, size_t n)
+{
+    return merak_allreduce(ctx, buf, n, NULL);
+}
+
+/* Gradient reduction over dp: this rank's ZeRO share, or buckets. */
+static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    merak_exec_grads_flat(s->e, &s->flat_n);
+    if (s->flat_n > (size_t)INT32_MAX)
+        return merak_errf(err, errlen, "stage %d holds %zu parameter floats, more than MPI counts allow",
+                          gr->pp_rank, s->flat_n);
+    s->zlo = 0;
+    s->zhi = s->flat_n;
+    s->last_bwd = -1;
+    if (gr->dp == 1)
+        return 0;
+    if (o->zero) {
+        /* dp shares of ceil(flat_n / dp) floats, the last one shorter */
+        size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
+        s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
+        s->zshard = s->k->alloc((chunk + 1) * sizeof *s->zshard);
+        if (!s->zcounts || !s->zshard)
+            return merak_errf(err, errlen, "out of memory");
+        for (int r = 0; r < gr->dp; r++) {
+            size_t lo = chunk * (size_t)r < s->flat_n ? chunk * (size_t)r : s->flat_n;
+            size_t hi = lo + chunk < s->flat_n ? lo + chunk : s->flat_n;
+            s->zcounts[r] = (int)(hi - lo);
+            if (r == gr->dp_rank)
+                s->zlo = lo, s->zhi = hi;
+        }
+        return 0;
+    }
+    double mb = o->bucket_mb > 0 ? o->bucket_mb : 25.0;
+    s->bucket = (size_t)(mb * 1048576.0 / sizeof(float));
+    if (s->bucket < 1)
+        s->bucket = 1;
+    size_t nbuckets = s->flat_n / s->bucket + 2;
+    s->breq = calloc(nbuckets, sizeof *s->breq);
+    s->blo = calloc(nbuckets, sizeof *s->blo);
+    s->bhi = calloc(nbuckets, sizeof *s->bhi);
+    s->bdone = calloc(nbuckets, 1);
+    if (!s->breq || !s->blo || !s->bhi || !s->bdone)
+        return merak_errf(err, errlen, "out of memory");
+    for (int i = 0; i < s->sched.n; i++)
+        if (s->sched.instr[i].kind == MERAK_I_BWD || s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT)
+            s->last_bwd = i;
+    return 0;
+}
+
+/* Stage p of this rank's graph g: ops [lb[p], lb[p+1]). */
+static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    const merak_graph *g = s->g;
+    int p = gr->pp_rank;
+    s->first = p == 0;
+    s->last = p == gr->pp - 1;
+    if (merak_schedule_build(o->schedule, gr->pp, p, o->micro_batches, &s->sched, err, errlen) < 0)
+        return -1;
+    s->tpc.ctx = s->tp_g;
+    s->tpc.allreduce = tp_allreduce;
+    merak_exec_opts eo = {lb[p], lb[p + 1], s->sched.nslots, s->k, &s->tpc};
+    if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
+        return -1;
+    merak_exec_set_loss_scale(s->e, 1.0f / (float)(o->micro_batches * gr->dp));
+    s->in_t = s->first ? -1 : merak_cut_tensor(g, lb[p]);
+    s->out_t = s->last ? -1 : merak_cut_tensor(g, lb[p + 1]);
+    if ((!s->first && s->in_t < 0) || (!s->last && s->out_t < 0))
+        return merak_errf(err, errlen, "stage %d: more than one activation crosses its bounds", p);
+    if (s->in_t >= 0)
+        s->in_bytes = (size_t)merak_tensor_elems(&g->tensors[s->in_t]) * sizeof(float);
+    if (s->out_t >= 0)
+        s->out_bytes = (size_t)merak_tensor_elems(&g->tensors[s->out_t]) * sizeof(float);
+    int ids = merak_graph_find(g, "input_ids"), tgt = merak_graph_find(g, "targets");
+    s->ids_t = ids >= 0 && merak_exec_tensor(s->e, 0, ids) ? ids : -1;
+    s->tgt_t = tgt >= 0 && merak_exec_tensor(s->e, 0, tgt) ? tgt : -1;
+    s->loads = s->ids_t >= 0 || s->tgt_t >= 0;
+    size_t bt = ids >= 0 ? (size_t)merak_tensor_elems(&g->tensors[ids]) : 1;
+    s->ids_h = malloc(bt * sizeof *s->ids_h);
+    s->tgt_h = malloc(bt * sizeof *s->tgt_h);
+    s->act_req = calloc((size_t)s->sched.nslots, sizeof *s->act_req);
+    s->grad_req = calloc((size_t)s->sched.nslots, sizeof *s->grad_req);
+    s->tied = calloc((size_t)merak_exec_num_params(s->e) + 1, 1);
+    if (!s->ids_h || !s->tgt_h || !s->act_req || !s->grad_req || !s->tied)
+        return merak_errf(err, errlen, "out of memory");
+    /* Parameters both end stages read (the tied embedding) are reduced over
+     * the tied group; the last stage's copy is left out of the norm. */
+    if (gr->pp > 1 && (s->first || s->last)) {
+        int ob = s->first ? lb[gr->pp - 1] : 0, oe = s->first ? lb[gr->pp] : lb[1];
+        for (int i = 0; i < merak_exec_num_params(s->e); i++)
+            s->tied[i] = range_reads(g, ob, oe, merak_exec_param_tensor(s->e, i));
+    }
+    return setup_dp(s, o, err, errlen);
+}
+
+int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
+                       merak_stage **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    merak_stage *s = calloc(1, sizeof *s);
+    if (!s)
+        return merak_errf(err, errlen, "out of memory");
+    s->comm = comm;
+    s->grid = merak_comm_grid(comm);
+    s->pp_g = merak_comm_group(comm, MERAK_GROUP_PP);
+    s->dp_g = merak_comm_group(comm, MERAK_GROUP_DP);
+    s->tied_g = merak_comm_group(comm, MERAK_GROUP_TIED);
+    s->world_g = merak_comm_group(comm, MERAK_GROUP_WORLD);
+    s->tp_g = merak_comm_group(comm, MERAK_GROUP_TP);
+    s->model = s->g = model;
+    s->rules = o->rules;
+    s->nrules = o->nrules;
+    s->k = o->kernels;
+    const merak_grid *gr = s->grid;
+    /* Stage bounds in the whole graph (the same on every rank), then in
+     * this rank's tensor-parallel shard of it. */
+    int *lb = malloc((size_t)(gr->pp + 1) * sizeof *lb);
+    s->bounds = malloc((size_t)(gr->pp + 1) * sizeof *s->bounds);
+    int rc = 0;
+    if (!lb || !s->bounds)
+        rc = merak_errf(err, errlen, "out of memory");
+    else if (merak_partition(model, gr->pp, o->partition, s->bounds, err, errlen) < 0)
+        rc = -1;
+    else if (gr->tp > 1 &&
+             !(s->shard = merak_graph_shard(model, gr->tp, gr->tp_rank, o->rules, o->nrules, err, errlen)))
+        rc = -1;
+    if (rc == 0) {
+        s->g = s->shard ? s->shard : model;
+        for (int p = 0; p <= gr->pp; p++)
+            lb[p] = merak_partition_map(s->g, s->bounds[p]);
+        rc = setup(s, o, lb, err, errlen);
+    }
+    free(lb);
+    if (rc < 0) {
+        merak_stage_destroy(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ gathering */
+
+/* The parameters ops [begin, end) read, in first-use order: the order
+ * merak_exec_create gives them.  Returns the count. */
+static int stage_params(const merak_graph *g, int begin, int end, int *roots)
+{
+    int n = 0;
+    for (int i = begin; i < end; i++)
+        for (int j = 0; j < g->ops[i].nin; j++) {
+            int t = g->ops[i].in[j], seen = 0;
+            if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM)
+                continue;
+            t = merak_graph_param_root(g, t);
+            for (int q = 0; q < n; q++)
+                seen |= roots[q] == t;
+            if (!seen)
+                roots[n++] = t;
+        }
+    return n;
+}
+
+void merak_gathered_free(merak_gathered *w)
+{
+    for (int i = 0; w->data && i < w->n; i++)
+        free(w->data[i]);
+    free(w->data);
+    free(w->tensors);
+    memset(w, 0, sizeof *w);
+}
+
+/* Sends this rank's parameters to world rank 0 (host copies). */
+static int send_params(merak_stage *s, char *err, size_t errlen)
+{
+    size_t most = 0;
+    for (int i = 0; i < merak_exec_num_params(s->e); i++)
+        if (merak_exec_param_elems(s->e, i) > most)
+            most = merak_exec_param_elems(s->e, i);
+    float *buf = malloc((most ? most : 1) * sizeof *buf);
+    int rc = buf ? 0 : merak_errf(err, errlen, "out of memory gathering parameters");
+    for (int i = 0; i < merak_exec_num_params(s->e) && rc == 0; i++) {
+        if (merak_exec_param_read(s->e, i, buf) < 0)
+            rc = merak_errf(err, errlen, "copying parameters from the %s backend failed", s->k->name);
+        else if (merak_send(s->world_g, buf, merak_exec_param_elems(s->e, i) * sizeof(float), 0, i,
+                            NULL) < 0)
+            rc = comm_failed(s, "sending parameters to rank 0", err, errlen);
+    }
+    free(buf);
+    return rc;
+}
+
+/* Rank 0 works out each rank's shard and stage from the whole graph and
+ * the stage bounds in it, and receives (or copies) every parameter. */
+int merak_stage_gather(merak_stage *s, merak_gathered *w, char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    const merak_graph *model = s->model;
+    memset(w, 0, sizeof *w);
+    if (gr->dp_rank != 0)
+        return 0;
+    if (gr->rank != 0)
+        return send_params(s, err, errlen);
+    int nt = model->ntensors, rc = 0;
+    int *roots = calloc((size_t)nt, sizeof *roots);
+    float **whole = calloc((size_t)nt, sizeof *whole);   /* by tensor id of model */
+    float *buf = NULL;
+    w->tensors = calloc((size_t)nt, sizeof *w->tensors);
+    if (!roots || !w->tensors || !whole)
+        rc = merak_errf(err, errlen, "out of memory gathering parameters");
+    for (int p = 0; p < gr->pp && rc == 0; p++)
+        for (int r = 0; r < gr->tp && rc == 0; r++) {
+            merak_graph *shard = gr->tp > 1 ? merak_graph_shard(model, gr->tp, r, s->rules, s->nrules,
+                                                                err, errlen) : NULL;
+            const merak_graph *gl = shard ? shard : model;
+            if (gr->tp > 1 && !shard) {
+                rc = -1;
+                break;
+            }
+            int count = stage_params(gl, merak_partition_map(gl, s->bounds[p]),
+                                     merak_partition_map(gl, s->bounds[p + 1]), roots);
+            int src = merak_grid_rank(gr, 0, r, p);
+            for (int i = 0; i < count && rc == 0; i++) {
+                const merak_tensor *lt = &gl->tensors[roots[i]];
+                int gt = merak_graph_find(model, lt->name);
+                size_t bytes = (size_t)merak_tensor_elems(lt) * sizeof(float);
+                float *b = gt < 0 ? NULL : realloc(buf, bytes);
+                if (!b) {
+                    rc = gt < 0 ? merak_errf(err, errlen, "parameter %s is not in the model", lt->name)
+                                : merak_errf(err, errlen, "out of memory gathering parameters");
+                    break;
+                }
+                buf = b;
+                if (src == 0 && merak_exec_param_read(s->e, i, buf) < 0)
+                    rc = merak_errf(err, errlen, "copying parameters from the %s backend failed",
+                                    s->k->name);
+                else if (src != 0 && merak_recv(s->world_g, buf, bytes, src, i, NULL) < 0)
+                    rc = comm_failed(s, "receiving parameters", err, errlen);
+                if (rc == 0 && !whole[gt]) {  /* a tied parameter arrives twice, with equal values */
+                    whole[gt] = malloc((size_t)merak_tensor_elems(&model->tensors[gt]) * sizeof(float));
+                    if (!whole[gt])
+                        rc = merak_errf(err, errlen, "out of memory gathering parameters");
+                    else
+                        w->tensors[w->n++] = gt;
+                }
+                if (rc == 0)
+                    merak_shard_place(lt, buf, whole[gt]);
+            }
+            merak_graph_destroy(shard);
+        }
+    if (rc == 0 && !(w->data = calloc((size_t)(w->n ? w->n : 1), sizeof *w->data)))
+        rc = merak_errf(err, errlen, "out of memory gathering parameters");
+    for (int i = 0; rc == 0 && i < w->n; i++) {
+        w->data[i] = whole[w->tensors[i]];
+        whole[w->tensors[i]] = NULL;
+    }
+    for (int i = 0; whole && i < nt; i++)
+        free(whole[i]);
+    free(roots), free(whole), free(buf);
+    if (rc < 0)
+        merak_gathered_free(w);
+    return rc;
+}

@@ -1,0 +1,90 @@
+/*
+ * stage.h - one rank's pipeline stage and the instruction interpreter.
+ *
+ * A stage is this rank's slice of its tensor-parallel shard of the model
+ * (ops [bounds[p], bounds[p+1]) of the shard, bounds cut on the whole
+ * graph), its executor, its schedule's instruction list, and the state of
+ * the gradient reductions over its groups.  merak_stage_run executes the
+ * list of one optimizer step, every instruction as what it says: LOAD and
+ * OPTIMIZER_STEP call back into the step loop (train/), which owns data
+ * and the optimizer; everything else is the executor and the groups.
+ * A single process is the 1x1x1 grid: one stage, groups of one.
+ */
+#ifndef MERAK_STAGE_H
+#define MERAK_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "exec.h"
+#include "graph/graph.h"
+#include "plan/partition.h"
+#include "schedule.h"
+
+typedef struct merak_stage merak_stage;
+
+typedef struct merak_stage_opts {
+    merak_schedule_kind schedule;
+    merak_partition_kind partition;
+    const merak_tp_rule *rules;   /* tensor-parallel rules over the graph's own, or NULL */
+    int nrules;
+    int micro_batches;            /* M per replica */
+    int zero;                     /* 1: ZeRO-1 over dp (reduce-scatter, share, all-gather) */
+    double bucket_mb;             /* dp all-reduce buckets (0: 25 MiB) */
+    const merak_kernels *kernels;
+} merak_stage_opts;
+
+/* What the step loop provides to the interpreter. */
+typedef struct merak_stage_hooks {
+    void *ctx;
+    /* LOAD: micro-batch mb's token ids and targets (B*T each, host) */
+    int (*load)(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen);
+    /* the dropout seed of micro-batch mb */
+    uint64_t (*seed)(void *ctx, int mb);
+    /* OPTIMIZER_STEP: gradients are reduced; update floats [lo, hi) of the
+     * flat parameter buffer (merak_stage_share).  The stage all-gathers the
+     * ZeRO shares afterwards. */
+    int (*optimizer_step)(void *ctx, char *err, size_t errlen);
+} merak_stage_hooks;
+
+/* Builds this rank's stage of `model` (which must outlive it) on comm's
+ * grid: partition, shard, schedule, executor (parameters uninitialised).
+ * Not collective; 0, or -1 with err for this rank. */
+int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
+                       merak_stage **out, char *err, size_t errlen);
+void merak_stage_destroy(merak_stage *s);
+
+merak_exec *merak_stage_exec(const merak_stage *s);
+const merak_graph *merak_stage_graph(const merak_stage *s);  /* this rank's shard, or the model */
+/* 1 if the stage reads token ids or targets (and so needs data). */
+int merak_stage_loads(const merak_stage *s);
+/* Floats [lo, hi) of the flat buffers this rank updates (ZeRO share). */
+void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi);
+
+/* Runs one step's instruction list.  0, or -1 with err: this rank failed
+ * (its peers may be blocked on it).  The failing instruction, the group
+ * call and the peer are named. */
+int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_t errlen);
+
+/* After merak_stage_run: this rank's part of the step's loss sum (the
+ * last stage's tensor-parallel rank 0 holds it; 0 elsewhere) and of the
+ * squared gradient norm (every parameter once over the grid). */
+double merak_stage_loss_sum(const merak_stage *s);
+double merak_stage_grad_sumsq(const merak_stage *s);
+/* The step's data-parallel wait and overlap, and the bytes each group
+ * moved since merak_stage_run began, into info. */
+void merak_stage_step_stats(const merak_stage *s, merak_step_info *info);
+
+/* Every parameter whole on world rank 0, from replica 0's stages and
+ * shards (collective over the world).  On rank 0: n parameters, tensors[i]
+ * their ids in the model, data[i] their values (host).  0 or -1 with err. */
+typedef struct merak_gathered {
+    int n;
+    int *tensors;
+    float **data;
+} merak_gathered;
+int merak_stage_gather(merak_stage *s, merak_gathered *out, char *err, size_t errlen);
+void merak_gathered_free(merak_gathered *g);
+
+#endif /* MERAK_STAGE_H */

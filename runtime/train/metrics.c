@@ -1,0 +1,65 @@
+/*
+ * metrics.c - the step loop's clock and its JSON-lines metrics file: one
+ * object per step, flushed, every write checked.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "errf.h"
+#include "train.h"
+
+struct merak_metrics {
+    FILE *f;
+    char *path;
+};
+
+double merak_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen)
+{
+    merak_metrics *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        merak_errf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    if (!(m->f = fopen(path, "a"))) {
+        merak_errf(err, errlen, "%s: %s", path, strerror(errno));
+        free(m->path);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int merak_metrics_write(merak_metrics *m, const merak_step_info *i, char *err, size_t errlen)
+{
+    /* Flushed every step: a crash loses nothing already reported. */
+    if (fprintf(m->f,
+                "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g, "
+                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}}\n",
+                i->step, i->loss, i->grad_norm, i->lr, i->tokens_per_s, i->step_ms, i->dp_wait_ms,
+                i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes, i->tied_bytes) < 0 ||
+        fflush(m->f) != 0)
+        return merak_errf(err, errlen, "%s: %s", m->path, strerror(errno));
+    return 0;
+}
+
+int merak_metrics_close(merak_metrics *m, char *err, size_t errlen)
+{
+    if (!m)
+        return 0;
+    int rc = fclose(m->f) == 0 ? 0 : merak_errf(err, errlen, "%s: %s", m->path, strerror(errno));
+    free(m->path);
+    free(m);
+    return rc;
+}
