@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "errf.h"
 #include "stage.h"
 
@@ -62,13 +62,6 @@ struct merak_stage {
     size_t zlo, zhi;              /* without ZeRO: 0, flat_n */
     float *zshard;                /* reduce-scatter target, zhi - zlo floats (backend memory) */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Is parameter tensor t read by any op in [begin, end)? */
 static int range_reads(const merak_graph *g, int begin, int end, int t)
@@ -262,9 +255,9 @@ static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_ins
         return 0;
     case MERAK_I_REDUCE_TIED:
     case MERAK_I_REDUCE_DP: {
-        double t0 = now();
+        double t0 = merak_now();
         int rc = in->kind == MERAK_I_REDUCE_TIED ? reduce_tied(s) : reduce_dp(s);
-        s->wait_s += now() - t0;
+        s->wait_s += merak_now() - t0;
         return rc;
     }
     case MERAK_I_OPTIMIZER_STEP: return optimizer_step(s, h, err, errlen);

@@ -1,12 +1,11 @@
 /*
- * metrics.c - the step loop's clock and its JSON-lines metrics file: one
- * object per step, flushed, every write checked.
+ * metrics.c - the step loop's JSON-lines metrics file: one object per
+ * step, flushed, every write checked.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "errf.h"
 #include "train.h"
@@ -15,13 +14,6 @@ struct merak_metrics {
     FILE *f;
     char *path;
 };
-
-double merak_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen)
 {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "clock.h"
 #include "graph/graph.h"
 #include "pipe/exec.h"
 
@@ -59,8 +60,7 @@ float merak_clip_grads(merak_exec *e, double norm, float clip, size_t lo, size_t
 /* One AdamW step at learning rate lr (the step counter advances). */
 void merak_optim_step(merak_optim *o, merak_exec *e, float lr);
 
-/* ---- the step loop's clock and metrics */
-double merak_now(void);                              /* monotonic seconds */
+/* ---- the step loop's metrics */
 typedef struct merak_metrics merak_metrics;
 /* Opens PATH for appending one JSON object per step; NULL with err. */
 merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen);
