@@ -26,3 +26,19 @@ make_shard() {
 
 # Prints field $2 of every line of metrics file $1, one per line.
 metric() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }
+
+# expect_job_fails NAME PATTERN CMD...: a parallel job that every rank must
+# refuse alike: CMD exits non-zero (124 is the wrapper's timeout: a hang),
+# and stderr has exactly one line starting "NAME:", matching PATTERN.
+expect_job_fails() {
+    name=$1 pattern=$2; shift 2
+    set +e
+    "$@" > "$WORK/out" 2> "$WORK/err"
+    rc=$?
+    set -e
+    lines=$(grep -c "^$name:" "$WORK/err" || true)
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
+        cat "$WORK/err" >&2
+        fail "$*: expected a non-zero exit and one line matching '$pattern' (exit $rc, $lines line(s))"
+    fi
+}

@@ -13,15 +13,7 @@ export MERAK_MPI_TIMEOUT=60
 
 expect() {
     mode=$1 pattern=$2
-    set +e
-    "$WRAP" 2 "$PROG" "$WORK/data.bin" "$mode" > "$WORK/out" 2> "$WORK/err"
-    rc=$?
-    set -e
-    lines=$(grep -c '^bad_graph:' "$WORK/err" || true)
-    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
-        cat "$WORK/err" >&2
-        fail "$mode: expected a non-zero exit and one line matching '$pattern' (exit $rc, $lines line(s))"
-    fi
+    expect_job_fails bad_graph "$pattern" "$WRAP" 2 "$PROG" "$WORK/data.bin" "$mode"
     grep -q 'ERROR: AddressSanitizer\|runtime error:' "$WORK/err" && { cat "$WORK/err" >&2; fail "$mode: sanitizer report"; }
     echo "ok ($mode, pp=2): $(grep '^bad_graph:' "$WORK/err")"
 }

@@ -11,15 +11,7 @@ export MERAK_MPI_TIMEOUT=60
 # expect NP PATTERN ARGS...
 expect() {
     np=$1 pattern=$2; shift 2
-    set +e
-    "$WRAP" "$np" "$TRAIN" $D "$@" > "$WORK/out" 2> "$WORK/err"
-    rc=$?
-    set -e
-    lines=$(grep -c '^merak-train:' "$WORK/err" || true)
-    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
-        cat "$WORK/err" >&2
-        fail "np=$np $*: expected a non-zero exit and one line matching '$pattern' (exit $rc, $lines line(s))"
-    fi
+    expect_job_fails merak-train "$pattern" "$WRAP" "$np" "$TRAIN" $D "$@"
     echo "ok (np=$np $*): $(grep '^merak-train:' "$WORK/err")"
 }
 
