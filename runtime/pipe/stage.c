@@ -300,6 +300,9 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
             return -1;
         }
     }
+    /* The step's device work is done (its time counts) and its errors show. */
+    if (s->k->synchronize() < 0)
+        return merak_errf(err, errlen, "the %s backend failed during the step", s->k->name);
     return 0;
 }
 
