@@ -129,8 +129,6 @@ merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k)
     return c->have[k] ? (merak_group *)&c->groups[k] : NULL;
 }
 
-int merak_group_size(const merak_group *g) { return g->size; }
-int merak_group_rank(const merak_group *g) { return g->rank; }
 uint64_t merak_group_bytes(const merak_group *g) { return g->bytes; }
 
 int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen)
@@ -209,12 +207,6 @@ int merak_allgather(merak_group *g, float *buf, const int *counts)
         n += (size_t)counts[r];
     g->bytes += n * sizeof *buf;
     return g->size == 1 ? 0 : g->coll->allgather(g, buf, counts);
-}
-
-int merak_barrier(merak_comm *c)
-{
-    merak_group *w = merak_comm_group(c, MERAK_GROUP_WORLD);
-    return w->size == 1 ? 0 : w->coll->barrier(w);
 }
 
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)

@@ -82,8 +82,6 @@ const char *merak_comm_where(const merak_comm *c, int rank, char *buf, size_t le
 merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k);
 const char *merak_group_name(merak_group_kind k);
 
-int merak_group_size(const merak_group *g);
-int merak_group_rank(const merak_group *g);
 uint64_t merak_group_bytes(const merak_group *g);   /* bytes this rank sent or reduced */
 
 /* Collectives on float buffers (sum), blocking when req is NULL, else
@@ -116,8 +114,6 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
 /* In place: rank r's counts[r] floats, at the sum of the counts before r,
  * are gathered into every rank's buf.  Blocking. */
 int merak_allgather(merak_group *g, float *buf, const int *counts);
-/* A barrier on the world (for tests and clean shutdown). */
-int merak_barrier(merak_comm *c);
 /* Every rank agrees whether a phase failed: the first failing rank's err
  * becomes everyone's.  Returns 0 if no rank failed, else -1. */
 int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen);

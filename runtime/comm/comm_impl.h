@@ -19,7 +19,6 @@ typedef struct merak_coll_ops {
     int (*broadcast)(merak_group *g, void *buf, size_t bytes, int root);
     int (*reduce_scatter)(merak_group *g, const float *send, float *recv, const int *counts);
     int (*allgather)(merak_group *g, float *buf, const int *counts);
-    int (*barrier)(merak_group *g);
 } merak_coll_ops;
 
 /* Point-to-point; blocking when req is NULL. */

@@ -142,10 +142,8 @@ static int mpi_allgather(merak_group *g, float *buf, const int *counts)
     return check(g, rc, "MPI_Allgatherv");
 }
 
-static int mpi_barrier(merak_group *g) { return check(g, MPI_Barrier(g->mpi), "MPI_Barrier"); }
-
 const merak_coll_ops merak_mpi_coll = {
-    mpi_allreduce, mpi_allreduce_f64, mpi_broadcast, mpi_reduce_scatter, mpi_allgather, mpi_barrier,
+    mpi_allreduce, mpi_allreduce_f64, mpi_broadcast, mpi_reduce_scatter, mpi_allgather,
 };
 
 /* ------------------------------------------------------------------ point-to-point */
