@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../topo/errf.h" /* merak_errf, from libmerak-topo-core */
+#include "../runtime/pipe/policy.h" /* the schedule and recompute names merak-train takes */
+#include "../topo/errf.h"           /* merak_errf, from libmerak-topo-core */
 #include "spank_args.h"
 
 /* A whole decimal number in [1, max]; -1 otherwise. */
@@ -43,8 +44,6 @@ void merak_spank_site_init(merak_spank_site *s)
     s->bind = MERAK_BIND_CLOSEST;
 }
 
-static const char *const schedules[] = {"gpipe", "1f1b", NULL};
-static const char *const recomputes[] = {"none", "full", "stage-aware", NULL};
 static const char *const binds[] = {"none", "closest", NULL};
 
 /* Stores an integer option, refusing a different second value. */
@@ -60,10 +59,12 @@ static int set_int(int *slot, const char *name, const char *value, long max, cha
     return 0;
 }
 
-static int set_word(char *slot, size_t cap, const char *name, const char *value, const char *const *words,
-                    const char *accepted, char *err, size_t errlen)
+/* Stores a value merak-train's parser accepted (valid: 0 or -1), refusing
+ * a different second value and one that does not fit. */
+static int set_word(char *slot, size_t cap, const char *name, const char *value, int valid, const char *accepted,
+                    char *err, size_t errlen)
 {
-    if (one_of(value, words) < 0)
+    if (valid < 0 || strlen(value) >= cap)
         return merak_errf(err, errlen, "invalid --%s value '%s' (expected %s)", name, value ? value : "", accepted);
     if (*slot && strcmp(slot, value) != 0)
         return merak_errf(err, errlen, "--%s given twice with different values (%s and %s)", name, slot, value);
@@ -81,14 +82,20 @@ int merak_spank_set_option(merak_spank_opts *o, int which, const char *value, ch
     case MERAK_OPT_MICROBATCHES:
         rc = set_int(&o->microbatches, "merak-microbatches", value, 1 << 20, err, errlen);
         break;
-    case MERAK_OPT_SCHEDULE:
-        rc = set_word(o->schedule, sizeof o->schedule, "merak-schedule", value, schedules, "gpipe or 1f1b",
+    case MERAK_OPT_SCHEDULE: {
+        merak_schedule_kind k;
+        int valid = value ? merak_schedule_parse(value, &k) : -1;
+        rc = set_word(o->schedule, sizeof o->schedule, "merak-schedule", value, valid, merak_schedule_names(),
                       err, errlen);
         break;
-    case MERAK_OPT_RECOMPUTE:
-        rc = set_word(o->recompute, sizeof o->recompute, "merak-recompute", value, recomputes,
-                      "none, full or stage-aware", err, errlen);
+    }
+    case MERAK_OPT_RECOMPUTE: {
+        merak_recompute r;
+        int valid = value ? merak_recompute_parse(value, &r, NULL, 0) : -1;
+        rc = set_word(o->recompute, sizeof o->recompute, "merak-recompute", value, valid,
+                      merak_recompute_names(), err, errlen);
         break;
+    }
     case MERAK_OPT_BIND: {
         int b = one_of(value, binds);
         if (b < 0)

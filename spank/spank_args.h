@@ -18,8 +18,8 @@ enum merak_spank_bind { MERAK_BIND_UNSET = -1, MERAK_BIND_NONE = 0, MERAK_BIND_C
 /* What the user asked for (0, "" or MERAK_BIND_UNSET: not given). */
 typedef struct merak_spank_opts {
     int dp, tp, pp, microbatches;
-    char schedule[8];           /* gpipe | 1f1b */
-    char recompute[16];         /* none | full | stage-aware */
+    char schedule[16];          /* a schedule name (runtime/pipe/policy.h) */
+    char recompute[32];         /* a recomputation policy (runtime/pipe/policy.h) */
     int bind;                   /* enum merak_spank_bind */
     int verbose;
     int given;                  /* any --merak-* option given: the plugin is active */

@@ -8,16 +8,7 @@ D="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 1 --threads 1"
 # expect STATUS PATTERN -- ARGS...: runs merak-train, checks both.
 expect() {
     want=$1 pattern=$2; shift 3
-    set +e
-    "$TRAIN" "$@" > "$WORK/out" 2> "$WORK/err"
-    got=$?
-    set -e
-    lines=$(wc -l < "$WORK/err")
-    if [ "$got" -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
-        echo "--- merak-train $*" >&2; cat "$WORK/err" >&2
-        fail "expected exit $want and one line matching '$pattern', got exit $got and $lines line(s)"
-    fi
-    echo "ok ($got): $(cat "$WORK/err")"
+    expect_exit "$want" "$pattern" "$TRAIN" "$@"
 }
 
 # flags
@@ -29,9 +20,15 @@ expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr
 expect 2 "data is required" -- --model tiny-gpt2
 expect 2 "not mpi or ucx" -- $D --p2p tcp
-expect 2 "schedule 'zb' is not gpipe or 1f1b" -- $D --schedule zb
+expect 2 "schedule 'zb' is not gpipe, 1f1b, scp or zb-h1" -- $D --schedule zb
 expect 2 "partition 'even' is not uniform or parameters" -- $D --partition even
-MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe or 1f1b" -- $D
+MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe, 1f1b, scp or zb-h1" -- $D
+expect 2 "recompute 'some' is not none, full, stage-aware\[=R0\] or budget=GB" -- $D --recompute some
+expect 2 "recompute 'stage-aware=2': R0 must be a fraction" -- $D --recompute stage-aware=2
+MERAK_RECOMPUTE=budget=x expect 2 "MERAK_RECOMPUTE: recompute 'budget=x': the budget must be a positive" -- $D
+# a budget no number of recomputed layers meets, found once the model is built
+expect 2 "recompute budget=1e-06: stage 0 needs .* GB of activations even when it recomputes every layer" -- \
+    $D --recompute budget=0.000001
 expect 2 "device 'tpu' is not cpu or cuda" -- $D --device tpu
 # --device cuda: a build without CUDA refuses the flag (2); a CUDA build on a
 # machine without a usable GPU says so (1); with a GPU it trains.
@@ -47,7 +44,10 @@ else
 fi
 # the Slurm plugin's pass-through variables
 MERAK_MICROBATCHES=x expect 2 "MERAK_MICROBATCHES: 'x' is not an integer" -- $D
-MERAK_RECOMPUTE=full expect 2 "MERAK_RECOMPUTE='full': this merak-train keeps every activation" -- $D
+MERAK_RECOMPUTE=sometimes expect 2 "MERAK_RECOMPUTE: recompute 'sometimes' is not" -- $D
+MERAK_RECOMPUTE=full "$TRAIN" $D > "$WORK/out" 2>&1 && grep -q "recompute full): stage 0 .* 9/9 layers recomputed" "$WORK/out" ||
+    { cat "$WORK/out" >&2; fail "MERAK_RECOMPUTE=full did not make merak-train recompute"; }
+echo "ok (0): MERAK_RECOMPUTE=full recomputes: $(grep activations "$WORK/out")"
 expect 2 "beyond the model's 256 positions" -- $D --seq-len 300
 expect 2 "not a number" -- $D --lr 1e-3x
 # config files

@@ -27,15 +27,34 @@ make_shard() {
 # Prints field $2 of every line of metrics file $1, one per line.
 metric() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }
 
+# capture CMD...: runs CMD, its stdout in $WORK/out, its stderr in
+# $WORK/err, its exit status in $rc.
+capture() {
+    set +e
+    "$@" > "$WORK/out" 2> "$WORK/err"
+    rc=$?
+    set -e
+}
+
+# expect_exit STATUS PATTERN CMD...: a refusal: CMD exits with STATUS and
+# prints exactly one line on stderr, matching PATTERN.
+expect_exit() {
+    want=$1 pattern=$2; shift 2
+    capture "$@"
+    lines=$(wc -l < "$WORK/err")
+    if [ "$rc" -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
+        echo "--- $*" >&2; cat "$WORK/err" >&2
+        fail "expected exit $want and one line matching '$pattern', got exit $rc and $lines line(s)"
+    fi
+    echo "ok ($rc): $(cat "$WORK/err")"
+}
+
 # expect_job_fails NAME PATTERN CMD...: a parallel job that every rank must
 # refuse alike: CMD exits non-zero (124 is the wrapper's timeout: a hang),
 # and stderr has exactly one line starting "NAME:", matching PATTERN.
 expect_job_fails() {
     name=$1 pattern=$2; shift 2
-    set +e
-    "$@" > "$WORK/out" 2> "$WORK/err"
-    rc=$?
-    set -e
+    capture "$@"
     lines=$(grep -c "^$name:" "$WORK/err" || true)
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$WORK/err"; then
         cat "$WORK/err" >&2

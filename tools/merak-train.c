@@ -18,9 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "merak/merak.h"
 
-#define EXIT_USAGE 2
 
 /* merak-train's own options; everything else goes into merak_args. */
 typedef struct tool_opts {
@@ -28,7 +28,6 @@ typedef struct tool_opts {
     int log_every;
 } tool_opts;
 
-static const char *prog = "merak-train";
 
 static void usage(FILE *out)
 {
@@ -60,7 +59,9 @@ static void usage(FILE *out)
         "  --tp N                  tensor-parallel degree (default MERAK_TP, else 1)\n"
         "  --tp-rules FILE         tensor-parallel rules: 'PATTERN column|row|vocab|replicated' lines\n"
         "  --pp N                  pipeline stages (default MERAK_PP, else 1)\n"
-        "  --schedule S            gpipe or 1f1b (default MERAK_SCHEDULE, else 1f1b)\n"
+        "  --schedule S            gpipe, 1f1b, scp or zb-h1 (default MERAK_SCHEDULE, else 1f1b)\n"
+        "  --recompute R           none, full, stage-aware[=R0] or budget=GB: layers whose activations\n"
+        "                          are recomputed in the backward (default MERAK_RECOMPUTE, else none)\n"
         "  --partition P           uniform or parameters (default parameters)\n"
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
@@ -74,61 +75,16 @@ static void usage(FILE *out)
         "  --help                  show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
-        "See merak-train(1).\n", prog);
+        "See merak-train(1).\n", cli_prog);
 }
 
-static _Noreturn void die_usage(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", prog);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, " (see --help)\n");
-    exit(EXIT_USAGE);
-}
-
-static _Noreturn void die(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", prog);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    exit(EXIT_FAILURE);
-}
-
-static long parse_int(const char *flag, const char *s, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end)
-        die_usage("%s: '%s' is not an integer", flag, s);
-    if (v < lo || v > hi)
-        die_usage("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
-    return v;
-}
-
-static float parse_float(const char *flag, const char *s, double lo, double hi)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v))
-        die_usage("%s: '%s' is not a number", flag, s);
-    if (v < lo || v > hi)
-        die_usage("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
-    return (float)v;
-}
 
 enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
-    OPT_DEVICE,
+    OPT_DEVICE, OPT_RECOMPUTE,
 };
 
 static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
@@ -159,6 +115,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"tp", required_argument, 0, OPT_TP},
         {"pp", required_argument, 0, OPT_PP},
         {"schedule", required_argument, 0, OPT_PSCHED},
+        {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"partition", required_argument, 0, OPT_PART},
         {"tp-rules", required_argument, 0, OPT_TPRULES},
         {"zero", required_argument, 0, OPT_ZERO},
@@ -180,76 +137,81 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_MODEL: t->model = optarg; break;
         case OPT_INIT: a->init = optarg; break;
         case OPT_DATA: a->data = optarg; break;
-        case OPT_MB: a->micro_batch = (int)parse_int("--micro-batch", optarg, 1, 1 << 20); break;
+        case OPT_MB: a->micro_batch = (int)cli_parse_int("--micro-batch", optarg, 1, 1 << 20); break;
         case OPT_MBS:
-            a->micro_batches = (int)parse_int("--micro-batches", optarg, 1, 1 << 20);
+            a->micro_batches = (int)cli_parse_int("--micro-batches", optarg, 1, 1 << 20);
             mbs_given = 1;
             break;
-        case OPT_SEQ: a->seq_len = (int)parse_int("--seq-len", optarg, 1, 1 << 24); break;
-        case OPT_STEPS: a->steps = (int)parse_int("--steps", optarg, 0, INT_MAX); break;
-        case OPT_LR: a->lr = parse_float("--lr", optarg, 0, 10); break;
-        case OPT_WARMUP: a->warmup = (int)parse_int("--warmup", optarg, 0, INT_MAX); break;
+        case OPT_SEQ: a->seq_len = (int)cli_parse_int("--seq-len", optarg, 1, 1 << 24); break;
+        case OPT_STEPS: a->steps = (int)cli_parse_int("--steps", optarg, 0, INT_MAX); break;
+        case OPT_LR: a->lr = (float)cli_parse_double("--lr", optarg, 0, 10); break;
+        case OPT_WARMUP: a->warmup = (int)cli_parse_int("--warmup", optarg, 0, INT_MAX); break;
         case OPT_SCHED:
             if (merak_lr_parse(optarg, &a->lr_schedule) < 0)
-                die_usage("--lr-schedule: '%s' is not %s", optarg, merak_lr_names());
+                cli_die_usage("--lr-schedule: '%s' is not %s", optarg, merak_lr_names());
             break;
-        case OPT_MINLR: a->min_lr = parse_float("--min-lr", optarg, 0, 10); break;
-        case OPT_WD: a->weight_decay = parse_float("--weight-decay", optarg, 0, 10); break;
-        case OPT_B1: a->beta1 = parse_float("--beta1", optarg, 0, 0.999999999); break;
-        case OPT_B2: a->beta2 = parse_float("--beta2", optarg, 0, 0.999999999); break;
-        case OPT_EPS: a->eps = parse_float("--eps", optarg, 0, 1); break;
-        case OPT_CLIP: a->clip = parse_float("--clip", optarg, 0, 1e30); break;
-        case OPT_SEED: a->seed = (uint64_t)parse_int("--seed", optarg, 0, LONG_MAX); break;
-        case OPT_THREADS: a->threads = (int)parse_int("--threads", optarg, 1, 4096); break;
+        case OPT_MINLR: a->min_lr = (float)cli_parse_double("--min-lr", optarg, 0, 10); break;
+        case OPT_WD: a->weight_decay = (float)cli_parse_double("--weight-decay", optarg, 0, 10); break;
+        case OPT_B1: a->beta1 = (float)cli_parse_double("--beta1", optarg, 0, 0.999999999); break;
+        case OPT_B2: a->beta2 = (float)cli_parse_double("--beta2", optarg, 0, 0.999999999); break;
+        case OPT_EPS: a->eps = (float)cli_parse_double("--eps", optarg, 0, 1); break;
+        case OPT_CLIP: a->clip = (float)cli_parse_double("--clip", optarg, 0, 1e30); break;
+        case OPT_SEED: a->seed = (uint64_t)cli_parse_int("--seed", optarg, 0, LONG_MAX); break;
+        case OPT_THREADS: a->threads = (int)cli_parse_int("--threads", optarg, 1, 4096); break;
         case OPT_METRICS: a->metrics = optarg; break;
-        case OPT_LOGEVERY: t->log_every = (int)parse_int("--log-every", optarg, 1, INT_MAX); break;
+        case OPT_LOGEVERY: t->log_every = (int)cli_parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
-        case OPT_DP: a->dp = (int)parse_int("--dp", optarg, 1, 1 << 20); break;
-        case OPT_TP: a->tp = (int)parse_int("--tp", optarg, 1, 1 << 20); break;
-        case OPT_PP: a->pp = (int)parse_int("--pp", optarg, 1, 1 << 20); break;
+        case OPT_DP: a->dp = (int)cli_parse_int("--dp", optarg, 1, 1 << 20); break;
+        case OPT_TP: a->tp = (int)cli_parse_int("--tp", optarg, 1, 1 << 20); break;
+        case OPT_PP: a->pp = (int)cli_parse_int("--pp", optarg, 1, 1 << 20); break;
         case OPT_PSCHED: a->schedule = optarg; break;
+        case OPT_RECOMPUTE: a->recompute = optarg; break;
         case OPT_PART: a->partition = optarg; break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
-        case OPT_ZERO: a->zero = (int)parse_int("--zero", optarg, 0, 1); break;
-        case OPT_BUCKET: a->bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
+        case OPT_ZERO: a->zero = (int)cli_parse_int("--zero", optarg, 0, 1); break;
+        case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_P2P: a->p2p = optarg; break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
-        case ':': die_usage("%s needs a value", argv[optind - 1]);
-        default: die_usage("unknown option '%s'", argv[optind - 1]);
+        case ':': cli_die_usage("%s needs a value", argv[optind - 1]);
+        default: cli_die_usage("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc)
-        die_usage("unexpected argument '%s'", argv[optind]);
-    const char *env_sched = getenv("MERAK_SCHEDULE");
+        cli_die_usage("unexpected argument '%s'", argv[optind]);
+    /* Defaults the Slurm plugin passes on (--merak-schedule,
+     * --merak-microbatches, --merak-recompute); flags win.  A bad value is
+     * named with its variable. */
     char err[512];
-    if (!a->schedule && env_sched && *env_sched) {
-        merak_args probe;   /* valid defaults: only the schedule can fail */
+    const char *env_sched = getenv("MERAK_SCHEDULE"), *env_rc = getenv("MERAK_RECOMPUTE");
+    if ((!a->schedule && env_sched && *env_sched) || (!a->recompute && env_rc && *env_rc)) {
+        merak_args probe;   /* valid defaults: only the names from the environment can fail */
         merak_args_default(&probe);
         probe.data = "-";
-        probe.schedule = env_sched;
-        if (merak_args_check(&probe, err, sizeof err) < 0)
-            die_usage("MERAK_SCHEDULE: %s", err);
-        a->schedule = env_sched;
+        probe.schedule = a->schedule ? NULL : env_sched;
+        if (probe.schedule && merak_args_check(&probe, err, sizeof err) < 0)
+            cli_die_usage("MERAK_SCHEDULE: %s", err);
+        probe.schedule = NULL;
+        probe.recompute = a->recompute ? NULL : env_rc;
+        if (probe.recompute && merak_args_check(&probe, err, sizeof err) < 0)
+            cli_die_usage("MERAK_RECOMPUTE: %s", err);
+        if (!a->schedule && env_sched && *env_sched)
+            a->schedule = env_sched;
+        if (!a->recompute && env_rc && *env_rc)
+            a->recompute = env_rc;
     }
-    /* Defaults the Slurm plugin passes on (--merak-microbatches,
-     * --merak-recompute); flags win. */
     const char *env_mb = getenv("MERAK_MICROBATCHES");
     if (!mbs_given && env_mb && *env_mb)
-        a->micro_batches = (int)parse_int("MERAK_MICROBATCHES", env_mb, 1, 1 << 20);
-    const char *env_rc = getenv("MERAK_RECOMPUTE");
-    if (env_rc && *env_rc && strcmp(env_rc, "none") != 0)
-        die_usage("MERAK_RECOMPUTE='%s': this merak-train keeps every activation (only 'none' is available)",
-                  env_rc);
+        a->micro_batches = (int)cli_parse_int("MERAK_MICROBATCHES", env_mb, 1, 1 << 20);
     if (!a->data)
-        die_usage("--data is required");
+        cli_die_usage("--data is required");
     if (a->min_lr > a->lr)
-        die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
+        cli_die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
     /* Names (schedule, partition, p2p, device) checked against the
      * library's tables; a value given by flag is a usage error. */
     if (merak_args_check(a, err, sizeof err) < 0)
-        die_usage("%s", err);
+        cli_die_usage("%s", err);
 }
 
 static volatile int stop_requested;
@@ -287,6 +249,12 @@ static void print_banner(const merak_run_info *ri, void *user)
            ri->world, ri->pp > 1 ? ", schedule " : "",
            ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", c->a->threads,
            (double)ri->arena_bytes / (1 << 20));
+    /* each stage's peak activation memory: its slots and recompute buffers */
+    printf("activations (recompute %s):", c->a->recompute ? c->a->recompute : "none");
+    for (int p = 0; p < ri->pp; p++)
+        printf("%s stage %d %.2f MiB, %d/%d layers recomputed", p ? " |" : "", p,
+               ri->stage_bytes[p] / (1 << 20), ri->stage_recomputed[p], ri->stage_layers[p]);
+    printf("\n");
     fflush(stdout);
 }
 
@@ -308,21 +276,22 @@ int main(int argc, char **argv)
     merak_args ta;
     tool_opts t;
     char err[512];
+    cli_prog = "merak-train";
     parse_args(argc, argv, &ta, &t);
 
     merak_model_config cfg;
     if (merak_model_config_resolve(t.model, &cfg, err, sizeof err) < 0) {
         /* An unknown preset is a bad flag value; a bad file is not. */
-        fprintf(stderr, "%s: %s\n", prog, err);
+        fprintf(stderr, "%s: %s\n", cli_prog, err);
         return strchr(t.model, '/') || strstr(t.model, ".json") ? EXIT_FAILURE : EXIT_USAGE;
     }
     if (merak_model_config_check(&cfg, err, sizeof err) < 0)
-        die("%s: %s", t.model, err);
+        cli_die("%s: %s", t.model, err);
     if (ta.seq_len > cfg.max_positions)
-        die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
+        cli_die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
     merak_graph *g = merak_model_build(&cfg, ta.micro_batch, ta.seq_len, err, sizeof err);
     if (!g)
-        die("%s", err);
+        cli_die("%s", err);
 
     banner_ctx ctx = {&ta, &t, &cfg, g, 0};
     ta.on_start = print_banner;
@@ -339,18 +308,18 @@ int main(int argc, char **argv)
     int steps = merak_train(g, &ta, err, sizeof err);
     merak_graph_destroy(g);
     if (steps == -2) {
-        fprintf(stderr, "%s: %s\n", prog, err);
+        fprintf(stderr, "%s: %s\n", cli_prog, err);
         merak_abort(EXIT_FAILURE);
     }
     if (steps < 0) {
         if (err[0])
-            fprintf(stderr, "%s: %s\n", prog, err);
-        return EXIT_FAILURE;
+            fprintf(stderr, "%s: %s\n", cli_prog, err);
+        return steps == -3 ? EXIT_USAGE : EXIT_FAILURE;
     }
     if (ta.save_weights && ctx.printed)
         printf("saved weights to %s\n", ta.save_weights);
     if (stop_requested) {
-        fprintf(stderr, "%s: stopped by signal %d after %d steps\n", prog, (int)stop_requested, steps);
+        fprintf(stderr, "%s: stopped by signal %d after %d steps\n", cli_prog, (int)stop_requested, steps);
         return 128 + (int)stop_requested;
     }
     return 0;

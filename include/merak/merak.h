@@ -221,6 +221,11 @@ typedef struct merak_step_info {
 typedef struct merak_run_info {
     int dp, tp, pp, world;
     size_t arena_bytes;     /* rank 0's activation and gradient arenas */
+    /* [pp] per pipeline stage (its first rank's): activation memory (the
+     * slots' arenas and the recompute buffers, bytes), layers, and layers
+     * recomputed */
+    const double *stage_bytes;
+    const int *stage_layers, *stage_recomputed;
 } merak_run_info;
 
 /* Training arguments (the MerakArguments of the paper).  Start from
@@ -249,6 +254,11 @@ typedef struct merak_args {
     int dp, tp, pp;
     const char *schedule;
     const char *partition;
+    /* Activation recomputation: "none" (NULL), "full", "stage-aware[=R0]"
+     * (Merak's: stage 0 recomputes the fraction R0 of its layers, default
+     * 0.9, later stages less, the last none) or "budget=GB" (each stage the
+     * fewest layers that keep its activation memory under GB GiB). */
+    const char *recompute;
     /* A tensor-parallel rules file applied over the graph's own attributes
      * (see merak_graph_load_tp_rules), or NULL. */
     const char *tp_rules;
@@ -281,9 +291,10 @@ void merak_args_default(merak_args *a);
  * and device.  0, or -1 with one line in err naming the argument; -2 for
  * "cuda" in a build without CUDA.  merak_train runs the same check. */
 int merak_args_check(const merak_args *a, char *err, size_t errlen);
-/* The names of the pipeline schedules and partition methods, for
- * messages ("gpipe or 1f1b"). */
+/* The names of the pipeline schedules, recomputation policies and
+ * partition methods, for messages ("gpipe, 1f1b, scp or zb-h1"). */
 const char *merak_schedule_names(void);
+const char *merak_recompute_names(void);
 const char *merak_partition_names(void);
 /* 1 if this build has the CUDA backend. */
 int merak_have_cuda(void);
@@ -305,9 +316,12 @@ void merak_finalize(void);
 /* Trains graph g (its inputs named "input_ids" and "targets", its loss a
  * cross-entropy) on a.data.  Returns the number of steps run (>= 0); or -1
  * when every rank failed alike (rank 0 gets the one-line message in err,
- * other ranks an empty err); or -2 when this rank failed alone mid-step
- * (err says why): the caller reports it and calls merak_abort(), since the
- * other ranks may be waiting on this one. */
+ * other ranks an empty err); or -3 likewise, when the arguments cannot work
+ * for this model and layout (a usage error: a schedule that needs more
+ * micro-batches than given, a recompute budget no stage can meet); or -2
+ * when this rank failed alone mid-step (err says why): the caller reports
+ * it and calls merak_abort(), since the other ranks may be waiting on this
+ * one. */
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
 
 /* The same as an object (Merak's MerakTrainer): checks the arguments and

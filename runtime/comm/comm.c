@@ -139,11 +139,13 @@ int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen)
     if (!hot)
         return merak_errf(err, errlen, "out of memory");
     if (failed)
-        hot[c->grid.rank] = 1;
-    int rc = merak_allreduce_f64(w, hot, (size_t)world);
+        hot[c->grid.rank] = failed > 0 ? failed : 1;
+    int rc = merak_allreduce_f64(w, hot, (size_t)world), hot_code = -1;
     for (int r = 0; r < world && first < 0; r++)
-        if (hot[r] > 0)
+        if (hot[r] > 0) {
             first = r;
+            hot_code = -(int)hot[r];
+        }
     free(hot);
     if (rc < 0)
         return merak_errf(err, errlen, "%s", c->err);
@@ -156,7 +158,7 @@ int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen)
         return merak_errf(err, errlen, "%s", c->err);
     if (c->grid.rank != first)
         snprintf(err, errlen, "%s", msg);
-    return -1;
+    return hot_code;
 }
 
 /* ------------------------------------------------------------------ dispatch */

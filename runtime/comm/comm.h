@@ -115,7 +115,9 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
  * are gathered into every rank's buf.  Blocking. */
 int merak_allgather(merak_group *g, float *buf, const int *counts);
 /* Every rank agrees whether a phase failed: the first failing rank's err
- * becomes everyone's.  Returns 0 if no rank failed, else -1. */
+ * becomes everyone's.  failed: 0, or a positive code (1 for a plain
+ * failure).  Returns 0 if no rank failed, else minus the first failing
+ * rank's code (-1 for a plain failure, or when agreeing failed). */
 int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen);
 
 #endif /* MERAK_COMM_H */

@@ -39,6 +39,19 @@ struct merak_exec {
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
     size_t act_floats, grad_floats;
     float *act, *gradarena;
+
+    /* recomputation: ops [op_begin, rc_end) whose output no later op reads
+     * ("dropped" ops) keep their outputs, saved values and gradients in a
+     * recompute buffer instead of the slot's arenas (offsets then count
+     * from the buffer).  A forward borrows a buffer while it runs; RECOMPUTE
+     * takes one for the micro-batch until its backward is done. */
+    int rc_end, npool;
+    unsigned char *pooled;      /* [ntensors] lives in a recompute buffer */
+    unsigned char *dropped;     /* [nops] op re-run by merak_exec_recompute */
+    size_t pool_act, pool_grad; /* floats per buffer */
+    float *pact, *pgrad;        /* npool buffers each */
+    int *pool_of;               /* [nslots] buffer the slot holds, or -1 */
+    unsigned char *pool_busy;   /* [npool] */
     float *scratch;        /* attention backward, shared by all slots */
 
     float loss_scale;
@@ -157,13 +170,36 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->loss = calloc((size_t)e->nslots, sizeof *e->loss);
     e->ready = calloc((size_t)(end - begin), sizeof *e->ready);
     e->tp = opts->tp;
+    e->rc_end = opts->recompute_end > begin ? (opts->recompute_end < end ? opts->recompute_end : end) : begin;
+    e->npool = e->rc_end > begin ? opts->npool : 0;
+    e->pooled = calloc((size_t)nt, 1);
+    e->dropped = calloc((size_t)g->nops, 1);
+    e->pool_of = malloc((size_t)e->nslots * sizeof *e->pool_of);
+    e->pool_busy = calloc((size_t)e->npool + 1, 1);
     int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
+    int *last_use = malloc((size_t)nt * sizeof *last_use);    /* over the whole graph */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->t_off ||
-        !e->g_off || !e->save_off || !e->seed || !e->loss || !e->ready || !first_use) {
+        !e->g_off || !e->save_off || !e->seed || !e->loss || !e->ready || !first_use ||
+        !last_use || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy) {
         free(first_use);
+        free(last_use);
         merak_exec_destroy(e);
         return merak_errf(err, errlen, "executor: out of memory");
     }
+    if (e->rc_end > begin && e->npool < 1) {
+        free(first_use);
+        free(last_use);
+        merak_exec_destroy(e);
+        return merak_errf(err, errlen, "executor: recomputation needs at least one recompute buffer");
+    }
+    for (int i = 0; i < e->nslots; i++)
+        e->pool_of[i] = -1;
+    for (int t = 0; t < nt; t++)
+        last_use[t] = -1;
+    for (int i = 0; i < g->nops; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0)
+                last_use[g->ops[i].in[j]] = i;
     for (int t = 0; t < nt; t++)
         e->param_of[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
     for (int i = 0; i < g->nops; i++)
@@ -197,18 +233,27 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
                 }
                 e->param_of[t] = e->param_of[root];
             } else if (e->t_off[t] < 0) {
-                e->t_off[t] = (int64_t)e->act_floats;
-                e->act_floats += round_up(n);   /* int32 ids take one float each */
+                /* made by a recomputed op and read by recomputed ops only */
+                e->pooled[t] = x->producer >= begin && x->producer < e->rc_end && last_use[t] >= 0 &&
+                               last_use[t] < e->rc_end;
+                size_t *av = e->pooled[t] ? &e->pool_act : &e->act_floats;
+                size_t *gv = e->pooled[t] ? &e->pool_grad : &e->grad_floats;
+                e->t_off[t] = (int64_t)*av;
+                *av += round_up(n);   /* int32 ids take one float each */
                 if (x->dtype == MERAK_F32) {
-                    e->g_off[t] = (int64_t)e->grad_floats;
-                    e->grad_floats += round_up(n);
+                    e->g_off[t] = (int64_t)*gv;
+                    *gv += round_up(n);
                 }
             }
         }
+        /* An op whose output is kept keeps its saved values too and is not
+         * re-run: the recompute only rebuilds what was dropped. */
+        e->dropped[i] = e->pooled[o->out];
         size_t s = saved_floats(g, o);
         if (s) {
-            e->save_off[i] = (int64_t)e->act_floats;
-            e->act_floats += round_up(s);
+            size_t *av = e->dropped[i] ? &e->pool_act : &e->act_floats;
+            e->save_off[i] = (int64_t)*av;
+            *av += round_up(s);
         }
         if (o->type == MERAK_OP_ATTENTION) {
             merak_attn_shape as = attn_shape(g, o);
@@ -233,7 +278,14 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         e->ready[i - begin] = p < e->nparams ? e->param_off[p] : e->flat_n;
     }
     free(first_use);
+    free(last_use);
+    if (opts->plan_only) {
+        *out = e;
+        return 0;
+    }
     const merak_kernels *k = e->k;
+    e->pact = alloc_floats(k, e->pool_act * (size_t)e->npool);
+    e->pgrad = alloc_floats(k, e->pool_grad * (size_t)e->npool);
     e->params = alloc_floats(k, e->flat_n);
     e->grads = alloc_floats(k, e->flat_n);
     e->act = alloc_floats(k, e->act_floats * (size_t)e->nslots);
@@ -242,9 +294,9 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->tpbuf = alloc_floats(k, tpbuf_n);
     e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
     if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf ||
-        !e->host) {
-        size_t mb = (e->flat_n * 2 + (e->act_floats + e->grad_floats) * (size_t)e->nslots +
-                     scratch_n) * sizeof(float) >> 20;
+        !e->host || !e->pact || !e->pgrad) {
+        size_t mb = (e->flat_n * 2 * sizeof(float) + merak_exec_arena_bytes(e) +
+                     scratch_n * sizeof(float)) >> 20;
         merak_exec_destroy(e);
         return merak_errf(err, errlen, "executor: cannot allocate %zu MiB for parameters and activations", mb);
     }
@@ -270,7 +322,13 @@ void merak_exec_destroy(merak_exec *e)
         e->k->free(e->gradarena);
         e->k->free(e->scratch);
         e->k->free(e->tpbuf);
+        e->k->free(e->pact);
+        e->k->free(e->pgrad);
     }
+    free(e->pooled);
+    free(e->dropped);
+    free(e->pool_of);
+    free(e->pool_busy);
     free(e->host);
     free(e->seed);
     free(e->loss);
@@ -327,10 +385,17 @@ int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host)
     return e->k->copy(dst, host, (size_t)merak_tensor_elems(&e->g->tensors[t]) * 4, MERAK_COPY_H2D);
 }
 
+/* The recompute buffer slot holds, or -1. */
+static int pool_index(const merak_exec *e, int slot) { return e->pool_of ? e->pool_of[slot] : -1; }
+
 void *merak_exec_tensor(const merak_exec *e, int slot, int t)
 {
     if (e->t_off[t] < 0)
         return NULL;
+    if (e->pooled[t]) {
+        int p = pool_index(e, slot);
+        return p < 0 ? NULL : e->pact + (size_t)p * e->pool_act + e->t_off[t];
+    }
     return e->act + (size_t)slot * e->act_floats + e->t_off[t];
 }
 
@@ -338,12 +403,26 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t)
 {
     if (e->g_off[t] < 0)
         return NULL;
+    if (e->pooled[t]) {
+        int p = pool_index(e, slot);
+        return p < 0 ? NULL : e->pgrad + (size_t)p * e->pool_grad + e->g_off[t];
+    }
     return e->gradarena + (size_t)slot * e->grad_floats + e->g_off[t];
+}
+
+size_t merak_exec_slot_bytes(const merak_exec *e)
+{
+    return (e->act_floats + e->grad_floats) * sizeof(float);
+}
+
+size_t merak_exec_pool_bytes(const merak_exec *e)
+{
+    return (e->pool_act + e->pool_grad) * sizeof(float);
 }
 
 size_t merak_exec_arena_bytes(const merak_exec *e)
 {
-    return (e->act_floats + e->grad_floats) * (size_t)e->nslots * sizeof(float);
+    return merak_exec_slot_bytes(e) * (size_t)e->nslots + merak_exec_pool_bytes(e) * (size_t)e->npool;
 }
 
 void merak_exec_set_loss_scale(merak_exec *e, float scale) { e->loss_scale = scale; }
@@ -384,6 +463,8 @@ static float *grad(const merak_exec *e, int slot, int t)
 
 static float *saved(const merak_exec *e, int slot, int op)
 {
+    if (e->dropped[op])
+        return e->pact + (size_t)pool_index(e, slot) * e->pool_act + e->save_off[op];
     return e->act + (size_t)slot * e->act_floats + e->save_off[op];
 }
 
@@ -496,15 +577,38 @@ static int crossentropy_forward(merak_exec *e, int slot, int op, float *out, con
 
 /* ------------------------------------------------------------------ forward */
 
-int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
+/* Slot takes a free recompute buffer; -1 if none is free. */
+static int pool_take(merak_exec *e, int slot)
+{
+    for (int p = 0; p < e->npool; p++)
+        if (!e->pool_busy[p]) {
+            e->pool_busy[p] = 1;
+            e->pool_of[slot] = p;
+            return 0;
+        }
+    return fail(e, "no free recompute buffer for slot %d (the schedule holds more than %d)", slot,
+                e->npool);
+}
+
+static void pool_release(merak_exec *e, int slot)
+{
+    int p = pool_index(e, slot);
+    if (p >= 0) {
+        e->pool_busy[p] = 0;
+        e->pool_of[slot] = -1;
+    }
+}
+
+/* Forward of ops [begin, end) for the slot; only the dropped ones if
+ * `dropped_only` (a recompute). */
+static int run_forward(merak_exec *e, int slot, int begin, int end, int dropped_only)
 {
     const merak_graph *g = e->g;
     const merak_kernels *k = e->k;
-    e->seed[slot] = seed;
-    e->err[0] = 0;
-    if (k->zero(e->gradarena + (size_t)slot * e->grad_floats, e->grad_floats * sizeof(float)) < 0)
-        return fail(e, "zeroing the %s gradient arena failed", k->name);
-    for (int i = e->op_begin; i < e->op_end; i++) {
+    uint64_t seed = e->seed[slot];
+    for (int i = begin; i < end; i++) {
+        if (dropped_only && !e->dropped[i])
+            continue;
         const merak_op *o = &g->ops[i];
         const merak_tensor *x = &g->tensors[o->in[0]];
         float *out = val(e, slot, o->out);
@@ -564,6 +668,39 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
     }
     return 0;
 }
+
+int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
+{
+    const merak_kernels *k = e->k;
+    e->seed[slot] = seed;
+    e->err[0] = 0;
+    if (k->zero(e->gradarena + (size_t)slot * e->grad_floats, e->grad_floats * sizeof(float)) < 0)
+        return fail(e, "zeroing the %s gradient arena failed", k->name);
+    /* a recomputing slice borrows a buffer for what it drops */
+    pool_release(e, slot);
+    if (e->npool && pool_take(e, slot) < 0)
+        return -1;
+    int rc = run_forward(e, slot, e->op_begin, e->op_end, 0);
+    pool_release(e, slot);
+    return rc;
+}
+
+int merak_exec_recompute(merak_exec *e, int slot)
+{
+    e->err[0] = 0;
+    if (!e->npool)
+        return fail(e, "slot %d: this slice keeps its activations, there is nothing to recompute", slot);
+    if (pool_index(e, slot) >= 0)
+        return fail(e, "slot %d recomputed twice", slot);
+    if (pool_take(e, slot) < 0)
+        return -1;
+    int p = pool_index(e, slot);
+    if (e->k->zero(e->pgrad + (size_t)p * e->pool_grad, e->pool_grad * sizeof(float)) < 0)
+        return fail(e, "zeroing a %s recompute buffer failed", e->k->name);
+    return run_forward(e, slot, e->op_begin, e->rc_end, 1);
+}
+
+int merak_exec_recomputes(const merak_exec *e) { return e->npool > 0; }
 
 /* ------------------------------------------------------------------ backward */
 
@@ -669,9 +806,19 @@ static void op_backward_weight(merak_exec *e, int slot, int i)
     }
 }
 
-int merak_exec_backward_input(merak_exec *e, int slot)
+/* A recomputing slice's backward needs the slot's recompute. */
+static int check_recomputed(merak_exec *e, int slot)
 {
     e->err[0] = 0;
+    if (e->npool && pool_index(e, slot) < 0)
+        return fail(e, "slot %d: backward of a dropped forward that was not recomputed", slot);
+    return 0;
+}
+
+int merak_exec_backward_input(merak_exec *e, int slot)
+{
+    if (check_recomputed(e, slot) < 0)
+        return -1;
     for (int i = e->op_end - 1; i >= e->op_begin; i--)
         if (op_backward_input(e, slot, i) < 0)
             return -1;
@@ -687,18 +834,23 @@ static void weight_step(merak_exec *e, int slot, int i)
 
 int merak_exec_backward_weight(merak_exec *e, int slot)
 {
+    if (check_recomputed(e, slot) < 0)
+        return -1;
     for (int i = e->op_end - 1; i >= e->op_begin; i--)
         weight_step(e, slot, i);
+    pool_release(e, slot);
     return 0;
 }
 
 int merak_exec_backward(merak_exec *e, int slot)
 {
-    e->err[0] = 0;
+    if (check_recomputed(e, slot) < 0)
+        return -1;
     for (int i = e->op_end - 1; i >= e->op_begin; i--) {
         if (op_backward_input(e, slot, i) < 0)
             return -1;
         weight_step(e, slot, i);
     }
+    pool_release(e, slot);
     return 0;
 }

@@ -13,6 +13,14 @@
  * The backward of every op is split into an input-gradient part and a
  * weight-gradient part, which can run at different times (zero-bubble
  * schedules); merak_exec_backward runs both, op by op.
+ *
+ * Recomputation: with recompute_end > op_begin, the ops of [op_begin,
+ * recompute_end) whose outputs only ops of that range read drop their
+ * outputs, saved values and gradients after the forward (they live in one
+ * of npool recompute buffers, which the forward borrows while it runs);
+ * merak_exec_recompute re-runs them, with the forward's dropout seed, into a
+ * buffer the slot keeps until its backward is done.  What crosses the
+ * range's end (and the slice's inputs and outputs) stays in the slot.
  */
 #ifndef MERAK_EXEC_H
 #define MERAK_EXEC_H
@@ -39,6 +47,9 @@ typedef struct merak_exec_opts {
     int nslots;              /* micro-batches in flight (>= 1) */
     const merak_kernels *kernels;
     const merak_exec_comm *tp;  /* required when the graph has tp > 1 */
+    int recompute_end;       /* ops [op_begin, recompute_end) are recomputed; <= op_begin: none */
+    int npool;               /* recompute buffers (>= 1 when recomputing) */
+    int plan_only;           /* plan the memory, allocate nothing (for merak_exec_*_bytes) */
 } merak_exec_opts;
 
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
@@ -72,7 +83,11 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t);
 /* Writes host values (the tensor's elements, 4 bytes each: float or int32)
  * into the slot's tensor t; -1 if the slice holds no t or the copy failed. */
 int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host);
-size_t merak_exec_arena_bytes(const merak_exec *e);  /* all slots, activations + grads */
+/* Activation memory: one slot's arenas (kept values and their gradients),
+ * one recompute buffer, and all of it (nslots slots + npool buffers). */
+size_t merak_exec_slot_bytes(const merak_exec *e);
+size_t merak_exec_pool_bytes(const merak_exec *e);
+size_t merak_exec_arena_bytes(const merak_exec *e);
 
 /* ---- running */
 /* d(objective)/d(loss) for the loss op's backward, e.g. 1/M with M
@@ -85,6 +100,10 @@ void merak_exec_set_loss_scale(merak_exec *e, float scale);
 int merak_exec_forward(merak_exec *e, int slot, uint64_t seed);
 /* Mean loss of the slot's last forward (only if the slice holds the loss). */
 double merak_exec_loss(const merak_exec *e, int slot);
+/* Re-runs the slot's dropped ops (recomputing slices only); the backward
+ * of a recomputing slice fails without it.  0 or -1. */
+int merak_exec_recompute(merak_exec *e, int slot);
+int merak_exec_recomputes(const merak_exec *e);  /* 1 if the slice drops activations */
 int merak_exec_backward_input(merak_exec *e, int slot);
 int merak_exec_backward_weight(merak_exec *e, int slot);
 int merak_exec_backward(merak_exec *e, int slot);

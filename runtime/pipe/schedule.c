@@ -1,53 +1,60 @@
 /*
- * schedule.c - pipeline schedule generators (gpipe, 1f1b) and the simulator
- * that checks any set of per-stage instruction lists (DESIGN.md s. 7).
+ * schedule.c - pipeline schedule generators (gpipe, 1f1b, scp, zb-h1) and
+ * the simulator that checks and times any set of per-stage instruction
+ * lists (DESIGN.md s. 7).
  *
- * Generators.  Both schedules are built the same way: first the order of the
- * stage's compute (FWD/BWD per micro-batch), then the communication around
- * it by fixed rules:
+ * Generators.  Every schedule is built the same way: first the order of
+ * the stage's compute (forwards and backwards per micro-batch, see
+ * compute_order), then the communication and recomputation around it by
+ * fixed rules:
  *
  *   - LOAD on the first and the last stage, just before the forward;
  *   - RECV_ACT posted early: the receive of micro-batch k+1 is posted before
  *     waiting for k (so it overlaps FWD k), if k+1's slot is free by then;
  *     otherwise right after the backward that frees the slot;
- *   - WAIT_ACT right before FWD, WAIT_GRAD right before BWD;
+ *   - WAIT_ACT right before FWD, WAIT_GRAD right before the backward (BWD,
+ *     or BWD_INPUT when it is split; BWD_WEIGHT needs no message);
  *   - SEND_ACT right after FWD, then at once RECV_GRAD of the same
  *     micro-batch.  The gradient receive is never posted before the forward,
  *     because the executor's forward zeroes the slot's gradient buffers;
- *   - SEND_GRAD right after BWD.
+ *   - SEND_GRAD right after the backward (its input part);
+ *   - on a recomputing stage, RECOMPUTE right after WAIT_GRAD (gpipe, 1f1b,
+ *     zb-h1: the recompute is part of the backward, as in Megatron-LM), or
+ *     right before it (scp: the recompute fills the wait for the gradient,
+ *     and since it needs nothing from the wait, it never starts later).
  *
- * Slots.  Micro-batch mb uses slot mb % nslots.  gpipe needs M slots (no
- * reuse).  1f1b on stage s runs w = S - s - 1 warm-up forwards, then
- * alternates forward k / backward k - w; at any time the micro-batches
- * holding a slot are a window of at most w + 1 consecutive ids, so mb %
- * (w + 1) never collides.  The simulator re-checks this for every list.
+ * Slots.  Micro-batch mb uses slot mb % nslots, nslots being the most
+ * micro-batches forwarded and not yet fully backwarded at once.  Every
+ * compute order forwards in order and finishes backwards in order, so the
+ * micro-batches holding a slot are a window of consecutive ids and mb %
+ * nslots never collides.  The simulator re-checks this for every list.
  *
  * WAIT_SENDS rule.  A posted send reads its micro-batch's slot until it is
  * waited for.  Before the first instruction that writes into a slot for a new
  * micro-batch (its RECV_ACT, LOAD or FWD, whichever comes first) the
- * generator emits WAIT_SENDS if a send posted from that slot by the previous
- * occupant has not been waited for yet; and once at the end, before
- * REDUCE_TIED.  Nothing else waits early: a micro-batch's own later writes
- * (RECV_GRAD and BWD write gradient buffers) never touch what its SEND_ACT
- * reads.  In 1f1b this puts one WAIT_SENDS per steady-state step, right
- * after SEND_GRAD of the backward that freed the slot; it does not stall,
- * since by then stage-1 has long posted that gradient's receive and stage+1
- * has posted the receive of our last activation (it did so when it sent us
- * the gradient we just used).  gpipe never reuses a slot, so it waits only
- * at the end.
+ * generator emits WAIT_SENDS of the previous occupant (the instruction
+ * carries that micro-batch and slot, and waits for its sends only) if it
+ * has a send not waited for yet; and a WAIT_SENDS of everything at the end,
+ * before REDUCE_TIED.  Nothing else waits early: a micro-batch's own later
+ * writes (RECV_GRAD, RECOMPUTE and the backward write gradient buffers and
+ * dropped activations) never touch what its SEND_ACT reads.  The wait does
+ * not stall: by the time a slot is reused, stage-1 has long posted the
+ * receive of the old occupant's gradient and stage+1 the receive of its
+ * activation (it did so before sending back that micro-batch's gradient,
+ * which the backward that freed the slot used).  gpipe never reuses a
+ * slot, so it waits only at the end.
  *
- * gpipe backward order: 0..M-1, the order of the forwards, on every stage,
- * so gradients travel in the same order as activations (and as in 1f1b).
- * Messages are matched by micro-batch id, so any order would match; the
- * simulator checks that each receive is for the micro-batch it expects.
+ * Backwards run in the order of the forwards (0..M-1) on every stage, so
+ * gradients travel in the same order as activations.  Messages are matched
+ * by micro-batch id, so any order would match; the simulator checks that
+ * each receive is for the micro-batch it expects.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errf.h"
-#include "merak/merak.h"
-#include "names.h"
 #include "schedule.h"
 
 static const char *const instr_names[MERAK_I_COUNT_] = {
@@ -58,6 +65,7 @@ static const char *const instr_names[MERAK_I_COUNT_] = {
     [MERAK_I_SEND_ACT] = "SEND_ACT",
     [MERAK_I_RECV_GRAD] = "RECV_GRAD",
     [MERAK_I_WAIT_GRAD] = "WAIT_GRAD",
+    [MERAK_I_RECOMPUTE] = "RECOMPUTE",
     [MERAK_I_BWD] = "BWD",
     [MERAK_I_BWD_INPUT] = "BWD_INPUT",
     [MERAK_I_BWD_WEIGHT] = "BWD_WEIGHT",
@@ -75,34 +83,134 @@ const char *merak_instr_name(merak_instr_kind k)
     return instr_names[k];
 }
 
-/* The schedules' names, in one table (indexed by merak_schedule_kind). */
-static const char *const schedule_names[] = {[MERAK_SCHEDULE_GPIPE] = "gpipe",
-                                             [MERAK_SCHEDULE_1F1B] = "1f1b"};
-enum { NSCHED = sizeof schedule_names / sizeof schedule_names[0] };
-
-int merak_schedule_parse(const char *name, merak_schedule_kind *kind)
-{
-    int i = merak_name_find(schedule_names, NSCHED, name);
-    if (i >= 0)
-        *kind = (merak_schedule_kind)i;
-    return i < 0 ? -1 : 0;
-}
-
-const char *merak_schedule_names(void)
-{
-    static char names[64];
-    return merak_names_join(schedule_names, NSCHED, names, sizeof names);
-}
-
 /* Instructions that carry a micro-batch (and its slot). */
 static int has_mb(merak_instr_kind k) { return k <= MERAK_I_SEND_GRAD; }
 
-/* ------------------------------------------------------------------ generator */
+int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen)
+{
+    const int S = sp->stages, M = sp->micro_batches;
+    if ((int)sp->kind < 0 || (int)sp->kind >= MERAK_SCHEDULE_COUNT_)
+        return merak_errf(err, errlen, "schedule: unknown schedule kind %d", (int)sp->kind);
+    if (S < 1)
+        return merak_errf(err, errlen, "schedule: %d pipeline stages (need at least 1)", S);
+    if (M < 1)
+        return merak_errf(err, errlen, "schedule: %d micro-batches (need at least 1)", M);
+    if (sp->kind != MERAK_SCHEDULE_GPIPE && M < S)
+        return merak_errf(err, errlen,
+                          "schedule: %s needs at least as many micro-batches (M) as stages (S): "
+                          "M = %d, S = %d", merak_schedule_name(sp->kind), M, S);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ generator
+ *
+ * A list is made in two passes.  First the order of the stage's compute:
+ * forwards (F), whole backwards (B), or split ones (BI, the input-gradient
+ * part, and BW, the weight part), per micro-batch.  Then the communication
+ * and recomputation around it by the rules in this file's header comment.
+ */
+
+typedef enum { C_F, C_B, C_BI, C_BW } cop;
+typedef struct cstep {
+    cop op;
+    int mb;
+} cstep;
+
+/* The compute order of stage s; returns its length (2M or 3M). */
+static int compute_order(merak_schedule_kind kind, int S, int s, int M, cstep *c)
+{
+    int n = 0;
+    if (kind == MERAK_SCHEDULE_GPIPE) {
+        for (int k = 0; k < M; k++)
+            c[n++] = (cstep){C_F, k};
+        for (int k = 0; k < M; k++)
+            c[n++] = (cstep){C_B, k};
+        return n;
+    }
+    /* w warm-up forwards, then one forward and one backward per step, then
+     * the cool-down's backwards.  scp keeps 1f1b's order: Merak runs one
+     * more warm-up forward on stage S-2 (and delays its sends) so that stage
+     * does not idle while the last stage works on micro-batch 0; here that
+     * time is already filled by forward 1 and the recompute of micro-batch
+     * 0, which comes before the wait, and sends never block.  Measured in
+     * the simulator, the extra forward only lengthens the steady state
+     * (7 instead of 4 per micro-batch at unit costs): stage S-2 then needs
+     * activation k+2 before it can send gradient k, which stage S-3, being
+     * only w ahead, forwards after that gradient arrived. */
+    int w = S - s - 1;
+    if (kind != MERAK_SCHEDULE_ZB_H1) {
+        for (int k = 0; k < w; k++)
+            c[n++] = (cstep){C_F, k};
+        for (int k = w; k < M; k++) {
+            c[n++] = (cstep){C_F, k};
+            c[n++] = (cstep){C_B, k - w};
+        }
+        for (int k = M - w; k < M; k++)
+            c[n++] = (cstep){C_B, k};
+        return n;
+    }
+    /* zb-h1: weight parts run oldest first and wait while fewer than s are
+     * pending; in the cool-down each input part is followed by one weight
+     * part (they fill the time the gradients take to come back), and the
+     * rest come last.  In flight (forwarded, weight part not done): at most
+     * w + 1 + s = S. */
+    int wdone = 0, idone = 0;
+    for (int k = 0; k < w; k++)
+        c[n++] = (cstep){C_F, k};
+    for (int k = w; k < M; k++) {
+        c[n++] = (cstep){C_F, k};
+        c[n++] = (cstep){C_BI, idone++};
+        if (idone - wdone > s)
+            c[n++] = (cstep){C_BW, wdone++};
+    }
+    while (idone < M) {
+        c[n++] = (cstep){C_BI, idone++};
+        if (idone - wdone > s)
+            c[n++] = (cstep){C_BW, wdone++};
+    }
+    while (wdone < M)
+        c[n++] = (cstep){C_BW, wdone++};
+    return n;
+}
+
+/* Slots (most micro-batches forwarded and not fully backwarded at once) and
+ * recompute buffers (most micro-batches recomputed and not fully
+ * backwarded, plus one while a forward runs) of a compute order. */
+static void count_buffers(const cstep *c, int n, int recompute, int *nslots, int *npool)
+{
+    int live = 0, held = 0;
+    *nslots = 1;
+    *npool = 0;
+    for (int i = 0; i < n; i++) {
+        switch (c[i].op) {
+        case C_F:
+            if (++live > *nslots)
+                *nslots = live;
+            if (recompute && held + 1 > *npool)
+                *npool = held + 1;
+            break;
+        case C_BI:
+        case C_B:
+            if (recompute && ++held > *npool)
+                *npool = held;
+            if (c[i].op == C_B) {  /* a whole backward ends the micro-batch */
+                live--;
+                held -= recompute;
+            }
+            break;
+        case C_BW:
+            live--;
+            held -= recompute;
+            break;
+        }
+    }
+}
 
 typedef struct gen {
     merak_schedule *s;
     int cap;
     int first, last, loads;   /* stage role */
+    int pre_recompute;        /* recompute before waiting for the gradient */
     int next_fwd;             /* next micro-batch to forward */
     int *owner;               /* [nslots] micro-batch that last claimed the slot, or -1 */
     unsigned char *done;      /* [M] backward emitted: its slot may be reused */
@@ -113,16 +221,20 @@ typedef struct gen {
 static void emit(gen *g, merak_instr_kind kind, int mb)
 {
     merak_schedule *s = g->s;
-    /* cap is a proven bound (10 per micro-batch + 4); see merak_schedule_build */
+    /* cap is a proven bound (12 per micro-batch + 4); see merak_schedule_build */
     if (s->n >= g->cap)
         abort();
     s->instr[s->n++] = (merak_instr){kind, mb, mb >= 0 ? mb % s->nslots : -1};
 }
 
-static void wait_sends(gen *g)
+/* WAIT_SENDS for micro-batch mb's sends, or (mb = -1) for all of them. */
+static void wait_sends(gen *g, int mb)
 {
-    emit(g, MERAK_I_WAIT_SENDS, -1);
-    memset(g->unwaited, 0, (size_t)g->s->micro_batches);
+    emit(g, MERAK_I_WAIT_SENDS, mb);
+    if (mb >= 0)
+        g->unwaited[mb] = 0;
+    else
+        memset(g->unwaited, 0, (size_t)g->s->micro_batches);
 }
 
 static int slot_free_for(const gen *g, int mb)
@@ -136,7 +248,7 @@ static void claim(gen *g, int mb)
 {
     int slot = mb % g->s->nslots, j = g->owner[slot];
     if (j >= 0 && j != mb && g->unwaited[j])
-        wait_sends(g);
+        wait_sends(g, j);
     g->owner[slot] = mb;
 }
 
@@ -151,7 +263,7 @@ static void post_recv_act(gen *g, int mb)
 
 static void emit_fwd(gen *g, int mb)
 {
-    post_recv_act(g, mb);  /* no-op if posted early; the slot is free in both schedules */
+    post_recv_act(g, mb);  /* no-op if posted early; the slot is free by construction */
     if (g->loads) {
         claim(g, mb);
         emit(g, MERAK_I_LOAD, mb);
@@ -169,53 +281,66 @@ static void emit_fwd(gen *g, int mb)
     }
 }
 
-static void emit_bwd(gen *g, int mb)
+/* The input-gradient side of a backward (the whole of it for C_B). */
+static void emit_bwd_input(gen *g, int mb, merak_instr_kind kind)
 {
+    if (g->s->recompute && g->pre_recompute)
+        emit(g, MERAK_I_RECOMPUTE, mb);
     if (!g->last)
         emit(g, MERAK_I_WAIT_GRAD, mb);
-    emit(g, MERAK_I_BWD, mb);
-    g->done[mb] = 1;
+    if (g->s->recompute && !g->pre_recompute)
+        emit(g, MERAK_I_RECOMPUTE, mb);
+    emit(g, kind, mb);
     if (!g->first) {
         emit(g, MERAK_I_SEND_GRAD, mb);
         g->unwaited[mb] = 1;
     }
+}
+
+/* The micro-batch's backward is complete: its slot is free. */
+static void bwd_done(gen *g, int mb)
+{
+    g->done[mb] = 1;
     post_recv_act(g, g->next_fwd);  /* the slot this backward freed */
 }
 
-int merak_schedule_build(merak_schedule_kind kind, int stages, int stage, int micro_batches,
-                         merak_schedule *out, char *err, size_t errlen)
+int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedule *out, char *err,
+                         size_t errlen)
 {
-    const int S = stages, M = micro_batches;
+    const int S = sp->stages, M = sp->micro_batches;
     memset(out, 0, sizeof *out);
-    if (S < 1)
-        return merak_errf(err, errlen, "schedule: %d pipeline stages (need at least 1)", S);
+    if (merak_schedule_check(sp, err, errlen) < 0)
+        return -1;
     if (stage < 0 || stage >= S)
         return merak_errf(err, errlen, "schedule: stage %d out of range 0..%d", stage, S - 1);
-    if (M < 1)
-        return merak_errf(err, errlen, "schedule: %d micro-batches (need at least 1)", M);
-    if (kind != MERAK_SCHEDULE_GPIPE && kind != MERAK_SCHEDULE_1F1B)
-        return merak_errf(err, errlen, "schedule: unknown schedule kind %d", (int)kind);
-    if (kind == MERAK_SCHEDULE_1F1B && M < S)
-        return merak_errf(err, errlen,
-                    "schedule: 1f1b needs at least as many micro-batches (M) as stages (S): "
-                    "M = %d, S = %d", M, S);
 
     out->stages = S;
     out->stage = stage;
     out->micro_batches = M;
-    out->nslots = kind == MERAK_SCHEDULE_GPIPE ? M : S - stage;  /* min(M, S - stage), M >= S */
+    out->recompute = sp->recompute && sp->recompute[stage] &&
+                     !(sp->kind == MERAK_SCHEDULE_SCP && stage == S - 1);
 
-    gen g = {.s = out, .first = stage == 0, .last = stage == S - 1};
+    gen g = {.s = out, .first = stage == 0, .last = stage == S - 1,
+             .pre_recompute = sp->kind == MERAK_SCHEDULE_SCP};
     g.loads = g.first || g.last;
-    /* At most 10 instructions per micro-batch (RECV_ACT LOAD WAIT_ACT FWD
-     * SEND_ACT RECV_GRAD WAIT_GRAD BWD SEND_GRAD and one WAIT_SENDS before
-     * its slot is claimed) plus the final 4. */
-    g.cap = 10 * M + 4;
+    /* At most 12 instructions per micro-batch (RECV_ACT LOAD WAIT_ACT FWD
+     * SEND_ACT RECV_GRAD WAIT_GRAD RECOMPUTE BWD_INPUT BWD_WEIGHT SEND_GRAD
+     * and one WAIT_SENDS before its slot is claimed) plus the final 4. */
+    g.cap = 12 * M + 4;
+    cstep *c = malloc((size_t)(3 * M) * sizeof *c);
     out->instr = malloc((size_t)g.cap * sizeof *out->instr);
-    g.owner = malloc((size_t)out->nslots * sizeof *g.owner);
     g.done = calloc((size_t)M, 3);
-    if (!out->instr || !g.owner || !g.done) {
-        free(g.owner);
+    if (!c || !out->instr || !g.done) {
+        free(c);
+        free(g.done);
+        merak_schedule_free(out);
+        return merak_errf(err, errlen, "schedule: out of memory");
+    }
+    int nc = compute_order(sp->kind, S, stage, M, c);
+    count_buffers(c, nc, out->recompute, &out->nslots, &out->npool);
+    g.owner = malloc((size_t)out->nslots * sizeof *g.owner);
+    if (!g.owner) {
+        free(c);
         free(g.done);
         merak_schedule_free(out);
         return merak_errf(err, errlen, "schedule: out of memory");
@@ -225,29 +350,40 @@ int merak_schedule_build(merak_schedule_kind kind, int stages, int stage, int mi
     for (int i = 0; i < out->nslots; i++)
         g.owner[i] = -1;
 
-    if (kind == MERAK_SCHEDULE_GPIPE) {
-        for (int k = 0; k < M; k++)
-            emit_fwd(&g, k);
-        for (int k = 0; k < M; k++)
-            emit_bwd(&g, k);
-    } else {
-        int w = S - stage - 1;  /* warm-up forwards; < M since M >= S */
-        for (int k = 0; k < w; k++)
-            emit_fwd(&g, k);
-        for (int k = w; k < M; k++) {  /* steady state: one forward, one backward */
-            emit_fwd(&g, k);
-            emit_bwd(&g, k - w);
+    for (int i = 0; i < nc; i++) {
+        switch (c[i].op) {
+        case C_F: emit_fwd(&g, c[i].mb); break;
+        case C_B:
+            emit_bwd_input(&g, c[i].mb, MERAK_I_BWD);
+            bwd_done(&g, c[i].mb);
+            break;
+        case C_BI: emit_bwd_input(&g, c[i].mb, MERAK_I_BWD_INPUT); break;
+        case C_BW:
+            emit(&g, MERAK_I_BWD_WEIGHT, c[i].mb);
+            bwd_done(&g, c[i].mb);
+            break;
         }
-        for (int k = M - w; k < M; k++)  /* cool-down */
-            emit_bwd(&g, k);
     }
-    wait_sends(&g);
+    wait_sends(&g, -1);
     emit(&g, MERAK_I_REDUCE_TIED, -1);
     emit(&g, MERAK_I_REDUCE_DP, -1);
     emit(&g, MERAK_I_OPTIMIZER_STEP, -1);
 
+    free(c);
     free(g.owner);
     free(g.done);
+    return 0;
+}
+
+int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out, char *err,
+                             size_t errlen)
+{
+    for (int i = 0; i < sp->stages; i++)
+        if (merak_schedule_build(sp, i, &out[i], err, errlen) < 0) {
+            while (i-- > 0)
+                merak_schedule_free(&out[i]);
+            return -1;
+        }
     return 0;
 }
 
@@ -261,17 +397,20 @@ void merak_schedule_free(merak_schedule *s)
 
 /* ------------------------------------------------------------------ simulator
  *
- * All stages run their lists as concurrent processes in discrete time.  FWD
- * costs 1, BWD 2, BWD_INPUT and BWD_WEIGHT 1 each; everything else is
- * instantaneous.  Messages are matched by (direction, micro-batch) and arrive
- * at once; a WAIT blocks until the peer posted the matching send.  Sends are
- * either eager (complete at once) or rendezvous (complete once the peer has
- * posted the matching receive), which only changes when WAIT_SENDS blocks.
- * Any send is "in flight" for the slot-reuse check until a WAIT_SENDS, in
- * both modes, because the executor may only reuse a send buffer after
- * waiting on it.  A micro-batch holds its slot from its first write (LOAD,
- * RECV_ACT or FWD) until its backward is done; its activations count as live
- * (peak) from FWD to the end of its backward.
+ * All stages run their lists as concurrent processes in continuous time.
+ * FWD, BWD, BWD_INPUT, BWD_WEIGHT and RECOMPUTE take their stage's costs;
+ * everything else is instantaneous.  Messages are matched by (direction,
+ * micro-batch) and arrive `comm` after they were posted; a WAIT blocks until
+ * the matching message arrived.  Sends are either eager (complete at once)
+ * or rendezvous (complete once the peer has posted the matching receive),
+ * which only changes when WAIT_SENDS blocks.  Any send is "in flight" for
+ * the slot-reuse check until a WAIT_SENDS, in both modes, because the
+ * executor may only reuse a send buffer after waiting on it.  A
+ * micro-batch holds its slot from its first write (LOAD, RECV_ACT or FWD)
+ * until its backward is done.  Its full activations are held from FWD to
+ * the end of its backward, or on a recomputing stage from RECOMPUTE to the
+ * end of its backward and for the length of its FWD (peak, and the
+ * recompute buffers).
  */
 
 /* Per (stage, micro-batch) progress flags. */
@@ -289,13 +428,17 @@ enum {
     F_SENT_GRAD = 1 << 10,
     F_ACT_UNWAITED = 1 << 11, /* SEND_ACT posted, no WAIT_SENDS since */
     F_GRAD_UNWAITED = 1 << 12,
+    F_RECOMPUTED = 1 << 13,
 };
 
 typedef struct simstage {
     const merak_schedule *s;
-    int pc, busy_until;
-    int live, peak;
+    merak_sim_costs c;
+    int pc;
+    double busy_until, busy;
+    int live, peak;          /* micro-batches whose full activations are held */
     unsigned *st;            /* [M] flags */
+    double *sent_act, *sent_grad; /* [M] when the send was posted */
     int *owner;              /* [nslots] micro-batch holding the slot, or -1 */
 } simstage;
 
@@ -303,17 +446,20 @@ typedef struct sim {
     simstage *st;
     int S, M;
     int rendezvous;
+    double wake;             /* earliest arrival a blocked wait waits for, or -1 */
+    merak_sim_result *res;   /* where timings go (the reported run), or NULL */
     char *err;
     size_t errlen;
 } sim;
 
-static int cost(merak_instr_kind k)
+static double cost(const merak_sim_costs *c, merak_instr_kind k)
 {
     switch (k) {
-    case MERAK_I_FWD: return 1;
-    case MERAK_I_BWD: return 2;
-    case MERAK_I_BWD_INPUT: return 1;
-    case MERAK_I_BWD_WEIGHT: return 1;
+    case MERAK_I_FWD: return c->fwd;
+    case MERAK_I_BWD: return c->bwd;
+    case MERAK_I_BWD_INPUT: return c->bwd - c->bwd_weight;
+    case MERAK_I_BWD_WEIGHT: return c->bwd_weight;
+    case MERAK_I_RECOMPUTE: return c->recompute;
     default: return 0;
     }
 }
@@ -352,19 +498,41 @@ static int occupy(sim *m, int i, int mb, int slot)
     return 0;
 }
 
-/* The micro-batch's activations are freed when its weight gradient is done. */
-static void backward_done(simstage *p) { p->live--; }
+/* `now` micro-batches' full activations are held on stage i: the peak, and
+ * on a recomputing stage the recompute buffers they take. */
+static int account(sim *m, int i, int now)
+{
+    simstage *p = &m->st[i];
+    if (now > p->peak)
+        p->peak = now;
+    if (p->s->recompute && now > p->s->npool) {
+        char why[96];
+        snprintf(why, sizeof why, "needs %d recompute buffers, the list has %d", now, p->s->npool);
+        return sfail(m, i, why);
+    }
+    return 0;
+}
+
+/* Has the message sent at `at` arrived by t?  If not, the wake-up time. */
+static int arrived(sim *m, double at, double comm, double t)
+{
+    if (at + comm <= t)
+        return 1;
+    if (m->wake < 0 || at + comm < m->wake)
+        m->wake = at + comm;
+    return 0;
+}
 
 enum { STEP_ERR = -1, STEP_BLOCKED = 0, STEP_DONE = 1 };
 
 /* Tries stage i's next instruction at time t. */
-static int step(sim *m, int i, int t)
+static int step(sim *m, int i, double t)
 {
     simstage *p = &m->st[i];
     const merak_instr *in = &p->s->instr[p->pc];
     const int first = i == 0, last = i == m->S - 1;
     const int mb = in->mb, slot = in->slot;
-    unsigned *f = has_mb(in->kind) ? &p->st[mb] : NULL;
+    unsigned *f = mb >= 0 ? &p->st[mb] : NULL;
 
     switch (in->kind) {
     case MERAK_I_LOAD:
@@ -386,7 +554,8 @@ static int step(sim *m, int i, int t)
             return sfail(m, i, "waits for an activation whose receive was never posted");
         if (*f & F_ACT_IN)
             return sfail(m, i, "waits twice");
-        if (!(m->st[i - 1].st[mb] & F_SENT_ACT))
+        if (!(m->st[i - 1].st[mb] & F_SENT_ACT) ||
+            !arrived(m, m->st[i - 1].sent_act[mb], m->st[i - 1].c.comm, t))
             return STEP_BLOCKED;
         *f |= F_ACT_IN;
         break;
@@ -400,8 +569,10 @@ static int step(sim *m, int i, int t)
         if (occupy(m, i, mb, slot))
             return STEP_ERR;
         *f |= F_FWD;
-        if (++p->live > p->peak)
-            p->peak = p->live;
+        /* a recomputing stage holds the activations only while the forward runs */
+        if (account(m, i, p->live + 1))
+            return STEP_ERR;
+        p->live += !p->s->recompute;
         break;
     case MERAK_I_SEND_ACT:
         if (!(*f & F_FWD))
@@ -409,6 +580,7 @@ static int step(sim *m, int i, int t)
         if (*f & F_SENT_ACT)
             return sfail(m, i, "sent twice");
         *f |= F_SENT_ACT | F_ACT_UNWAITED;
+        p->sent_act[mb] = t;
         break;
     case MERAK_I_RECV_GRAD:
         if (!(*f & F_FWD))
@@ -424,9 +596,21 @@ static int step(sim *m, int i, int t)
             return sfail(m, i, "waits for a gradient whose receive was never posted");
         if (*f & F_GRAD_IN)
             return sfail(m, i, "waits twice");
-        if (!(m->st[i + 1].st[mb] & F_SENT_GRAD))
+        if (!(m->st[i + 1].st[mb] & F_SENT_GRAD) ||
+            !arrived(m, m->st[i + 1].sent_grad[mb], m->st[i + 1].c.comm, t))
             return STEP_BLOCKED;
         *f |= F_GRAD_IN;
+        break;
+    case MERAK_I_RECOMPUTE:
+        if (!p->s->recompute)
+            return sfail(m, i, "RECOMPUTE on a stage that keeps its activations");
+        if (!(*f & F_FWD))
+            return sfail(m, i, "RECOMPUTE before its FWD");
+        if (*f & (F_RECOMPUTED | F_BWD_IN))
+            return sfail(m, i, "RECOMPUTE twice or after the backward");
+        *f |= F_RECOMPUTED;
+        if (account(m, i, ++p->live))
+            return STEP_ERR;
         break;
     case MERAK_I_BWD:
     case MERAK_I_BWD_INPUT:
@@ -434,12 +618,14 @@ static int step(sim *m, int i, int t)
             return sfail(m, i, "backwarded twice");
         if (!(*f & F_FWD))
             return sfail(m, i, "backward before its FWD");
+        if (p->s->recompute && !(*f & F_RECOMPUTED))
+            return sfail(m, i, "backward of a dropped forward without its RECOMPUTE");
         if (!last && !(*f & F_GRAD_IN))
             return sfail(m, i, "backward before its gradient arrived (WAIT_GRAD)");
         *f |= F_BWD_IN;
         if (in->kind == MERAK_I_BWD) {
             *f |= F_BWD_W | F_BWD_FUSED;
-            backward_done(p);
+            p->live--;
         }
         break;
     case MERAK_I_BWD_WEIGHT:
@@ -448,7 +634,7 @@ static int step(sim *m, int i, int t)
         if (*f & F_BWD_W)
             return sfail(m, i, "backwarded twice");
         *f |= F_BWD_W;
-        backward_done(p);
+        p->live--;
         break;
     case MERAK_I_SEND_GRAD:
         if (!(*f & F_BWD_IN))
@@ -456,19 +642,23 @@ static int step(sim *m, int i, int t)
         if (*f & F_SENT_GRAD)
             return sfail(m, i, "sent twice");
         *f |= F_SENT_GRAD | F_GRAD_UNWAITED;
+        p->sent_grad[mb] = t;
         break;
-    case MERAK_I_WAIT_SENDS:
-        /* Rendezvous: a send completes once the peer has posted its receive. */
+    case MERAK_I_WAIT_SENDS: {
+        /* mb's sends (its slot's), or all.  Rendezvous: a send completes
+         * once the peer has posted its receive. */
+        int lo = mb >= 0 ? mb : 0, hi = mb >= 0 ? mb + 1 : m->M;
         if (m->rendezvous)
-            for (int k = 0; k < m->M; k++) {
+            for (int k = lo; k < hi; k++) {
                 if ((p->st[k] & F_ACT_UNWAITED) && !(m->st[i + 1].st[k] & F_RECV_ACT))
                     return STEP_BLOCKED;
                 if ((p->st[k] & F_GRAD_UNWAITED) && !(m->st[i - 1].st[k] & F_RECV_GRAD))
                     return STEP_BLOCKED;
             }
-        for (int k = 0; k < m->M; k++)
+        for (int k = lo; k < hi; k++)
             p->st[k] &= ~(unsigned)(F_ACT_UNWAITED | F_GRAD_UNWAITED);
         break;
+    }
     case MERAK_I_REDUCE_TIED:
     case MERAK_I_REDUCE_DP:
     case MERAK_I_OPTIMIZER_STEP:
@@ -482,7 +672,11 @@ static int step(sim *m, int i, int t)
     default:
         return sfail(m, i, "unknown instruction");
     }
-    p->busy_until = t + cost(in->kind);
+    double d = cost(&p->c, in->kind);
+    if (d > 0 && m->res && m->res->on_compute)
+        m->res->on_compute(m->res->ctx, i, in, t, t + d);
+    p->busy_until = t + d;
+    p->busy += d;
     p->pc++;
     return STEP_DONE;
 }
@@ -504,7 +698,7 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int *slot_of
     if (s->nslots < 1 || !s->instr || s->n < 4)
         return merak_errf(err, errlen, "schedule: stage %d: empty list or no slots", i);
     for (int j = 0; j < 4; j++)
-        if (s->instr[s->n - 4 + j].kind != tail[j])
+        if (s->instr[s->n - 4 + j].kind != tail[j] || s->instr[s->n - 4 + j].mb != -1)
             return merak_errf(err, errlen,
                         "schedule: stage %d must end with WAIT_SENDS REDUCE_TIED REDUCE_DP "
                         "OPTIMIZER_STEP (instruction %d is %s)",
@@ -521,8 +715,14 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int *slot_of
             bad = "micro-batch out of range";
         else if (has_mb(k) && (in->slot < 0 || in->slot >= s->nslots))
             bad = "slot out of range";
-        else if (!has_mb(k) && (in->mb != -1 || in->slot != -1))
+        else if (k == MERAK_I_WAIT_SENDS && in->mb >= M)
+            bad = "micro-batch out of range";
+        else if (k == MERAK_I_WAIT_SENDS && in->mb >= 0 && in->slot != in->mb % s->nslots)
+            bad = "waits for another slot than its micro-batch's";
+        else if (!has_mb(k) && k != MERAK_I_WAIT_SENDS && (in->mb != -1 || in->slot != -1))
             bad = "takes no micro-batch or slot";
+        else if (k == MERAK_I_WAIT_SENDS && in->mb < 0 && (in->mb != -1 || in->slot != -1))
+            bad = "takes a micro-batch and its slot, or neither";
         else if (k >= MERAK_I_REDUCE_TIED && pc < s->n - 3)
             bad = "only allowed in the final four";
         else if (k == MERAK_I_LOAD && !first && !last)
@@ -587,11 +787,11 @@ static int check_end(sim *m)
     return 0;
 }
 
-static int run(const merak_schedule *stages, int S, int rendezvous, int *peak, int *ticks,
-               char *err, size_t errlen)
+static int run(const merak_schedule *stages, int S, const merak_sim_costs *costs, int rendezvous,
+               merak_sim_result *res, char *err, size_t errlen)
 {
     const int M = stages[0].micro_batches;
-    sim m = {.S = S, .M = M, .rendezvous = rendezvous, .err = err, .errlen = errlen};
+    sim m = {.S = S, .M = M, .rendezvous = rendezvous, .res = res, .err = err, .errlen = errlen};
     int rc = -1;
     m.st = calloc((size_t)S, sizeof *m.st);
     if (!m.st)
@@ -599,22 +799,26 @@ static int run(const merak_schedule *stages, int S, int rendezvous, int *peak, i
     for (int i = 0; i < S; i++) {
         simstage *p = &m.st[i];
         p->s = &stages[i];
+        p->c = costs ? costs[i] : MERAK_SIM_UNIT_COSTS;
         p->st = calloc((size_t)M, sizeof *p->st);
+        p->sent_act = calloc((size_t)M, 2 * sizeof *p->sent_act);
         p->owner = malloc((size_t)p->s->nslots * sizeof *p->owner);
-        if (!p->st || !p->owner) {
+        if (!p->st || !p->sent_act || !p->owner) {
             merak_errf(err, errlen, "schedule: out of memory");
             goto out;
         }
+        p->sent_grad = p->sent_act + M;
         for (int j = 0; j < p->s->nslots; j++)
             p->owner[j] = -1;
     }
 
-    /* Discrete time: at each t, run every idle stage's instructions until it
-     * starts a compute, blocks or ends; repeat until nothing moves (an
-     * instantaneous send may unblock a stage already visited); then jump to
-     * the next compute completion. */
-    for (int t = 0;;) {
+    /* At each time t, run every idle stage's instructions until it starts a
+     * compute, blocks or ends; repeat until nothing moves (an instantaneous
+     * send may unblock a stage already visited); then jump to the next
+     * compute completion or message arrival. */
+    for (double t = 0;;) {
         int moved;
+        m.wake = -1;
         do {
             moved = 0;
             for (int i = 0; i < S; i++) {
@@ -630,7 +834,8 @@ static int run(const merak_schedule *stages, int S, int rendezvous, int *peak, i
             }
         } while (moved);
 
-        int finished = 1, next = -1;
+        int finished = 1;
+        double next = m.wake;
         for (int i = 0; i < S; i++) {
             const simstage *p = &m.st[i];
             if (p->pc < p->s->n)
@@ -641,17 +846,25 @@ static int run(const merak_schedule *stages, int S, int rendezvous, int *peak, i
         if (finished && next < 0) {
             if (check_end(&m))
                 goto out;
-            for (int i = 0; i < S; i++)
-                if (peak)
-                    peak[i] = m.st[i].peak;
-            if (ticks)
-                *ticks = t;
+            if (res) {
+                double busy = 0;
+                res->makespan = t;
+                for (int i = 0; i < S; i++) {
+                    busy += m.st[i].busy;
+                    if (res->peak)
+                        res->peak[i] = m.st[i].peak;
+                    if (res->busy)
+                        res->busy[i] = m.st[i].busy;
+                }
+                res->bubble = t > 0 ? 1 - busy / (t * S) : 0;
+            }
             rc = 0;
             goto out;
         }
         if (next < 0) {
-            /* Nobody computes and nobody can move: name every stuck stage. */
-            int len = snprintf(err, errlen, "schedule (%s sends): deadlock at t=%d:", mode_name(&m), t);
+            /* Nobody computes, nothing is on the wire, nobody can move:
+             * name every stuck stage. */
+            int len = snprintf(err, errlen, "schedule (%s sends): deadlock at t=%g:", mode_name(&m), t);
             const char *sep = " ";
             for (int i = 0; i < S && err && len >= 0 && (size_t)len < errlen; i++) {
                 const simstage *p = &m.st[i];
@@ -669,29 +882,34 @@ static int run(const merak_schedule *stages, int S, int rendezvous, int *peak, i
 out:
     for (int i = 0; i < S; i++) {
         free(m.st[i].st);
+        free(m.st[i].sent_act);
         free(m.st[i].owner);
     }
     free(m.st);
     return rc;
 }
 
-int merak_schedule_simulate(const merak_schedule *stages, int nstages, int *peak, int *ticks,
-                            char *err, size_t errlen)
+int merak_schedule_simulate(const merak_schedule *stages, int nstages, const merak_sim_costs *costs,
+                            merak_sim_result *res, char *err, size_t errlen)
 {
     if (!stages || nstages < 1)
         return merak_errf(err, errlen, "schedule: %d stages to simulate", nstages);
     if (check_static(stages, nstages, err, errlen))
         return -1;
+    for (int i = 0; costs && i < nstages; i++) {
+        const merak_sim_costs *c = &costs[i];
+        if (!(c->fwd >= 0 && c->bwd >= 0 && c->bwd_weight >= 0 && c->bwd_weight <= c->bwd &&
+              c->recompute >= 0 && c->comm >= 0) ||
+            !isfinite(c->fwd + c->bwd + c->recompute + c->comm))
+            return merak_errf(err, errlen,
+                              "schedule: stage %d's costs are not usable (each must be finite and >= 0, "
+                              "the weight share at most the backward)", i);
+    }
     /* A schedule must work whether the transport buffers sends (eager) or
      * completes them only against a posted receive (rendezvous, e.g. large
      * MPI messages); the latter is stricter for WAIT_SENDS, so its timing is
-     * the one reported (they agree for the generated schedules). */
-    int t_eager = 0, t_rdv = 0;
-    if (run(stages, nstages, 0, NULL, &t_eager, err, errlen))
+     * the one reported. */
+    if (run(stages, nstages, costs, 0, NULL, err, errlen))
         return -1;
-    if (run(stages, nstages, 1, peak, &t_rdv, err, errlen))
-        return -1;
-    if (ticks)
-        *ticks = t_rdv > t_eager ? t_rdv : t_eager;
-    return 0;
+    return run(stages, nstages, costs, 1, res, err, errlen);
 }

@@ -1,26 +1,31 @@
 /*
  * schedule.h - pipeline schedules as per-stage instruction lists, and the
- * simulator that checks them before any process runs one (DESIGN.md s. 7).
+ * simulator that checks and times them before any process runs one
+ * (DESIGN.md s. 7).
  *
  * A generator emits, for each stage, the list of instructions that stage
  * runs for one optimizer step of M micro-batches.  One executor runs any
  * list; the simulator runs all stages' lists together against an abstract
- * network and proves a schedule deadlock-free, in dependency order, and
- * within its activation-memory bound.
+ * network and proves a schedule deadlock-free, in dependency order and
+ * within its slots, and gives its makespan, bubble and activation peaks
+ * under per-stage costs.
  */
 #ifndef MERAK_SCHEDULE_H
 #define MERAK_SCHEDULE_H
 
 #include <stddef.h>
 
+#include "policy.h"
+
 typedef enum merak_instr_kind {
     MERAK_I_LOAD,          /* read micro-batch mb's inputs (first stage: ids; last: targets) */
     MERAK_I_RECV_ACT,      /* post the receive of mb's activation from stage-1 */
     MERAK_I_WAIT_ACT,      /* wait for that receive */
-    MERAK_I_FWD,           /* forward of mb */
+    MERAK_I_FWD,           /* forward of mb (a recomputing stage drops the activations) */
     MERAK_I_SEND_ACT,      /* post the send of mb's activation to stage+1 */
     MERAK_I_RECV_GRAD,     /* post the receive of mb's output gradient from stage+1 */
     MERAK_I_WAIT_GRAD,     /* wait for that receive */
+    MERAK_I_RECOMPUTE,     /* re-run mb's dropped forward before its backward */
     MERAK_I_BWD,           /* backward of mb (input and weight parts together) */
     MERAK_I_BWD_INPUT,     /* input-gradient part only (zero-bubble schedules) */
     MERAK_I_BWD_WEIGHT,    /* weight-gradient part only */
@@ -38,36 +43,85 @@ typedef struct merak_instr {
     int slot;              /* activation slot the micro-batch occupies on this stage, or -1 */
 } merak_instr;
 
-typedef enum merak_schedule_kind { MERAK_SCHEDULE_GPIPE, MERAK_SCHEDULE_1F1B } merak_schedule_kind;
+/* The schedules (schedule_kind.h; names in policy.h):
+ * gpipe: all forwards, then all backwards.
+ * 1f1b: PipeDream-flush; a recomputing stage recomputes after the gradient
+ *   arrived (inside the backward, as Megatron-LM and DeepSpeed do).
+ * scp: Merak's shifted critical path: the last stage never recomputes; every
+ *   recompute runs before the wait for its gradient (in the time the stage
+ *   would idle).
+ * zb-h1: zero bubble H1 (Qi et al. 2024): the backward split into its input
+ *   and weight parts, stage s delaying up to s weight parts into the
+ *   cool-down's bubbles; the most micro-batches in flight is 1f1b's (S). */
+
+/* What to generate.  recompute[s] != 0: stage s drops its (recomputed
+ * layers') activations after each forward and recomputes them before the
+ * backward (scp ignores it on the last stage).  NULL: no stage does.  A
+ * generator reads only its own stage's entry. */
+typedef struct merak_schedule_spec {
+    merak_schedule_kind kind;
+    int stages, micro_batches;
+    const unsigned char *recompute;
+} merak_schedule_spec;
 
 typedef struct merak_schedule {
     int stages, stage, micro_batches;
     merak_instr *instr;
     int n;
     int nslots;            /* activation slots this stage needs (peak in-flight micro-batches) */
+    int recompute;         /* 1: FWD drops activations, RECOMPUTE restores them */
+    int npool;             /* recompute buffers held at once (0 without recompute) */
 } merak_schedule;
 
 const char *merak_instr_name(merak_instr_kind k);
-/* "gpipe" / "1f1b" -> kind; returns 0 or -1 for an unknown name.  The
- * names for messages: merak_schedule_names() (merak.h). */
-int merak_schedule_parse(const char *name, merak_schedule_kind *kind);
 
-/* Builds stage `stage`'s list.  1F1B needs micro_batches >= stages.
- * Returns 0, or -1 with one line in err. */
-int merak_schedule_build(merak_schedule_kind kind, int stages, int stage, int micro_batches,
-                         merak_schedule *out, char *err, size_t errlen);
+/* Checks the spec (stage and micro-batch counts; 1f1b, scp and zb-h1 need
+ * M >= S).  0, or -1 with one line in err. */
+int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen);
+
+/* Builds stage `stage`'s list.  Returns 0, or -1 with one line in err. */
+int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedule *out, char *err,
+                         size_t errlen);
+/* Every stage's list into out[0..stages-1]; on failure none is left built. */
+int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out, char *err,
+                             size_t errlen);
 void merak_schedule_free(merak_schedule *s);
 
-/* Runs all stages' lists together.  Sends complete when the matching
- * receive is posted (rendezvous) or immediately (eager), both are checked;
- * waits block.  Checks: no deadlock; every mb's FWD after its LOAD/activation
- * arrives and before its SEND_ACT; BWD after its gradient arrives (or its
- * FWD on the last stage) and before SEND_GRAD; every mb forwarded and
- * backwarded exactly once per stage; slots never hold two live micro-batches;
- * REDUCE/OPTIMIZER_STEP last.  Fills peak[stage] with the most micro-batches
- * whose activations were live at once, and *ticks with the simulated length
- * (unit-time FWD and BWD, free communication).  Returns 0 or -1 with err. */
-int merak_schedule_simulate(const merak_schedule *stages, int nstages, int *peak, int *ticks,
-                            char *err, size_t errlen);
+/* Costs of one stage's instructions, per micro-batch, in any time unit.
+ * bwd is the whole backward; bwd_weight its weight-gradient share (a split
+ * backward costs bwd - bwd_weight and bwd_weight); comm is the time an
+ * activation or gradient this stage sends takes to arrive. */
+typedef struct merak_sim_costs {
+    double fwd, bwd, bwd_weight, recompute, comm;
+} merak_sim_costs;
+/* forward 1, backward 2 (weight share 1), recompute 1, free communication */
+#define MERAK_SIM_UNIT_COSTS ((merak_sim_costs){1, 2, 1, 1, 0})
+
+typedef struct merak_sim_result {
+    double makespan;       /* the step, first instruction to last */
+    double bubble;         /* idle fraction of stages x makespan */
+    int *peak;             /* [stages] if non-NULL: most micro-batches whose full
+                            * activations were held at once */
+    double *busy;          /* [stages] if non-NULL: compute time per stage */
+    /* If non-NULL, called for every instruction that takes time, in start
+     * order per stage (for timelines). */
+    void (*on_compute)(void *ctx, int stage, const merak_instr *in, double start, double end);
+    void *ctx;
+} merak_sim_result;
+
+/* Runs all stages' lists together.  costs: [nstages] (NULL: unit costs
+ * for every stage).  Sends complete when the matching receive is posted
+ * (rendezvous) or immediately (eager), both are checked; waits block.
+ * Checks: no deadlock; every mb's FWD after its LOAD/activation arrives and
+ * before its SEND_ACT; RECOMPUTE only on a recomputing stage, after its FWD
+ * and before its backward, which needs it; backward after its gradient
+ * arrives (or its FWD on the last stage) and before SEND_GRAD; every mb
+ * forwarded and backwarded exactly once per stage; slots never hold two
+ * live micro-batches; recompute buffers within npool; REDUCE/OPTIMIZER_STEP
+ * last.  The rendezvous run's timing is reported (the stricter one).
+ * Returns 0 or -1 with one line in err (a deadlock names every stuck
+ * stage's instruction). */
+int merak_schedule_simulate(const merak_schedule *stages, int nstages, const merak_sim_costs *costs,
+                            merak_sim_result *res, char *err, size_t errlen);
 
 #endif /* MERAK_SCHEDULE_H */

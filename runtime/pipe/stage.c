@@ -39,7 +39,9 @@ struct merak_stage {
     int32_t *ids_h, *tgt_h;       /* host window buffers (B*T) */
     merak_req *act_req, *grad_req;/* per slot */
     merak_req *sends;             /* posted sends, waited by WAIT_SENDS */
+    int *send_slot;               /* [cap_sends] the slot each send reads */
     int nsends, cap_sends;
+    int layers, recomputed;       /* this stage's layers, and how many it recomputes */
     unsigned char *tied;          /* [nparams] 1 if the param is shared with the other end stage */
     double loss_sum;              /* this step's micro-batch losses (last stage) */
     uint64_t b0[4];               /* group bytes when the step began */
@@ -164,18 +166,38 @@ static int reduce_dp(merak_stage *s)
     return s->k->copy(g + s->zlo, s->zshard, (s->zhi - s->zlo) * sizeof *g, MERAK_COPY_D2D);
 }
 
-static int post_send(merak_stage *s, const void *buf, size_t bytes, int peer, int tag)
+static int post_send(merak_stage *s, int slot, const void *buf, size_t bytes, int peer, int tag)
 {
     if (s->nsends == s->cap_sends) {
         int cap = s->cap_sends ? 2 * s->cap_sends : 16;
         merak_req *r = realloc(s->sends, (size_t)cap * sizeof *r);
-        if (!r)
+        if (r)
+            s->sends = r;
+        int *q = r ? realloc(s->send_slot, (size_t)cap * sizeof *q) : NULL;
+        if (!q)
             return -1;
-        s->sends = r;
+        s->send_slot = q;
         s->cap_sends = cap;
     }
     memset(&s->sends[s->nsends], 0, sizeof *s->sends);
+    s->send_slot[s->nsends] = slot;
     return merak_send(s->pp_g, buf, bytes, peer, tag, &s->sends[s->nsends++]);
+}
+
+/* WAIT_SENDS: the sends reading `slot`, or (slot -1) all of them. */
+static int wait_sends(merak_stage *s, int slot)
+{
+    int kept = 0;
+    for (int i = 0; i < s->nsends; i++) {
+        if (slot >= 0 && s->send_slot[i] != slot) {
+            s->sends[kept] = s->sends[i];
+            s->send_slot[kept++] = s->send_slot[i];
+        } else if (merak_wait(&s->sends[i]) < 0) {
+            return -1;
+        }
+    }
+    s->nsends = kept;
+    return 0;
 }
 
 static int load(merak_stage *s, const merak_stage_hooks *h, int mb, int slot, char *err,
@@ -237,22 +259,21 @@ static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_ins
             s->loss_sum += merak_exec_loss(s->e, slot);
         return 0;
     case MERAK_I_SEND_ACT:
-        return post_send(s, merak_exec_tensor(s->e, slot, s->out_t), s->out_bytes, p + 1, mb);
+        return post_send(s, slot, merak_exec_tensor(s->e, slot, s->out_t), s->out_bytes, p + 1, mb);
     case MERAK_I_RECV_GRAD:
         return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t), s->out_bytes, p + 1, mb,
                           &s->grad_req[slot]);
     case MERAK_I_WAIT_GRAD: return merak_wait(&s->grad_req[slot]);
+    case MERAK_I_RECOMPUTE:
+        if (merak_exec_recompute(s->e, slot) < 0)
+            return merak_errf(err, errlen, "%s", merak_exec_error(s->e));
+        return 0;
     case MERAK_I_BWD:
     case MERAK_I_BWD_INPUT:
     case MERAK_I_BWD_WEIGHT: return backward(s, in, err, errlen);
     case MERAK_I_SEND_GRAD:
-        return post_send(s, merak_exec_grad(s->e, slot, s->in_t), s->in_bytes, p - 1, mb);
-    case MERAK_I_WAIT_SENDS:
-        for (int i = 0; i < s->nsends; i++)
-            if (merak_wait(&s->sends[i]) < 0)
-                return -1;
-        s->nsends = 0;
-        return 0;
+        return post_send(s, slot, merak_exec_grad(s->e, slot, s->in_t), s->in_bytes, p - 1, mb);
+    case MERAK_I_WAIT_SENDS: return wait_sends(s, slot);
     case MERAK_I_REDUCE_TIED:
     case MERAK_I_REDUCE_DP: {
         double t0 = merak_now();
@@ -354,6 +375,13 @@ merak_exec *merak_stage_exec(const merak_stage *s) { return s->e; }
 const merak_graph *merak_stage_graph(const merak_stage *s) { return s->g; }
 int merak_stage_loads(const merak_stage *s) { return s->loads; }
 
+void merak_stage_memory(const merak_stage *s, size_t *bytes, int *layers, int *recomputed)
+{
+    *bytes = merak_exec_arena_bytes(s->e);
+    *layers = s->layers;
+    *recomputed = s->recomputed;
+}
+
 void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi)
 {
     *lo = s->zlo;
@@ -371,7 +399,7 @@ void merak_stage_destroy(merak_stage *s)
         s->k->free(s->zshard);
     merak_exec_destroy(s->e);
     free(s->ids_h), free(s->tgt_h);
-    free(s->act_req), free(s->grad_req), free(s->sends), free(s->tied);
+    free(s->act_req), free(s->grad_req), free(s->sends), free(s->send_slot), free(s->tied);
     free(s->breq), free(s->blo), free(s->bhi), free(s->bdone);
     free(s->zcounts);
     free(s->bounds);
@@ -430,6 +458,101 @@ static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t
     return 0;
 }
 
+/* The schedule, and the executor's options, for recomputing the first n of
+ * the stage's layers (ends[j]: local op index where layer j ends). */
+static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb, const int *ends, int n,
+                       merak_exec_opts *eo, char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    int p = gr->pp_rank;
+    merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL};
+    /* the generator reads only this stage's entry */
+    unsigned char *flags = calloc((size_t)gr->pp, 1);
+    if (!flags)
+        return merak_errf(err, errlen, "out of memory");
+    flags[p] = n > 0;
+    sp.recompute = flags;
+    merak_schedule_free(&s->sched);
+    int r = merak_schedule_build(&sp, p, &s->sched, err, errlen);
+    free(flags);
+    if (r < 0)
+        return -2;   /* the spec was checked: only M < S gets here */
+    *eo = (merak_exec_opts){.op_begin = lb[p], .op_end = lb[p + 1], .nslots = s->sched.nslots,
+                            .kernels = s->k, .tp = &s->tpc};
+    if (s->sched.recompute) {
+        eo->recompute_end = ends[n - 1];
+        eo->npool = s->sched.npool;
+    }
+    s->recomputed = s->sched.recompute ? n : 0;
+    return 0;
+}
+
+/* Which of its layers this stage recomputes (the policy), its schedule, and
+ * the executor's options for both. */
+static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *lb, merak_exec_opts *eo,
+                          char *err, size_t errlen)
+{
+    const merak_grid *gr = s->grid;
+    const int S = gr->pp, p = gr->pp_rank;
+    const merak_recompute *rp = &o->recompute;
+    int b = s->bounds[p], e = s->bounds[p + 1];
+    int *ends = malloc((size_t)(e - b + 1) * sizeof *ends);
+    if (!ends)
+        return merak_errf(err, errlen, "out of memory");
+    /* layer j ends at the j-th cut point inside the stage, the last at its end */
+    int ncut = merak_cut_points(s->model, b, e, ends);
+    if (ncut < 0) {
+        free(ends);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    s->layers = ncut + 1;
+    for (int j = 0; j < ncut; j++)
+        ends[j] = merak_partition_map(s->g, ends[j]);
+    ends[ncut] = lb[p + 1];
+
+    int n = 0, rc = 0;
+    switch (rp->kind) {
+    case MERAK_RECOMPUTE_NONE: break;
+    case MERAK_RECOMPUTE_FULL: n = s->layers; break;
+    case MERAK_RECOMPUTE_STAGE_AWARE: {
+        /* scp holds one more micro-batch on stage S-2 in Merak: it takes
+         * stage S-3's ratio there; the same rule keeps the plans alike. */
+        int q = o->schedule == MERAK_SCHEDULE_SCP && S > 2 && p == S - 2 ? S - 3 : p;
+        n = (int)floor(s->layers * merak_recompute_stage_aware(rp->value, S, q) + 1e-9);
+        break;
+    }
+    case MERAK_RECOMPUTE_BUDGET: {
+        /* the fewest recomputed layers whose activations fit */
+        double budget = rp->value * 1073741824.0, need = 0;
+        for (n = 0; n <= s->layers; n++) {
+            merak_exec *plan = NULL;
+            if ((rc = plan_layers(s, o, lb, ends, n, eo, err, errlen)) < 0)
+                break;
+            eo->plan_only = 1;
+            if ((rc = merak_exec_create(s->g, eo, &plan, err, errlen)) < 0)
+                break;
+            need = (double)merak_exec_arena_bytes(plan);
+            merak_exec_destroy(plan);
+            eo->plan_only = 0;
+            if (need <= budget)
+                break;
+        }
+        if (rc == 0 && n > s->layers) {
+            merak_errf(err, errlen,
+                       "recompute budget=%g: stage %d needs %.4f GB of activations even when it "
+                       "recomputes every layer %s lets it recompute, more than the budget",
+                       rp->value, p, need / 1073741824.0, merak_schedule_name(o->schedule));
+            rc = -2;
+        }
+        break;
+    }
+    }
+    if (rc == 0)
+        rc = plan_layers(s, o, lb, ends, n, eo, err, errlen);
+    free(ends);
+    return rc;
+}
+
 /* Stage p of this rank's graph g: ops [lb[p], lb[p+1]). */
 static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char *err, size_t errlen)
 {
@@ -438,11 +561,12 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     int p = gr->pp_rank;
     s->first = p == 0;
     s->last = p == gr->pp - 1;
-    if (merak_schedule_build(o->schedule, gr->pp, p, o->micro_batches, &s->sched, err, errlen) < 0)
-        return -1;
     s->tpc.ctx = s->tp_g;
     s->tpc.allreduce = tp_allreduce;
-    merak_exec_opts eo = {lb[p], lb[p + 1], s->sched.nslots, s->k, &s->tpc};
+    merak_exec_opts eo;
+    int rc = plan_recompute(s, o, lb, &eo, err, errlen);
+    if (rc < 0)
+        return rc;
     if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
         return -1;
     merak_exec_set_loss_scale(s->e, 1.0f / (float)(o->micro_batches * gr->dp));
@@ -516,7 +640,7 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
     free(lb);
     if (rc < 0) {
         merak_stage_destroy(s);
-        return -1;
+        return rc;
     }
     *out = s;
     return 0;

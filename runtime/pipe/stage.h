@@ -26,6 +26,7 @@ typedef struct merak_stage merak_stage;
 
 typedef struct merak_stage_opts {
     merak_schedule_kind schedule;
+    merak_recompute recompute;    /* which layers each stage recomputes */
     merak_partition_kind partition;
     const merak_tp_rule *rules;   /* tensor-parallel rules over the graph's own, or NULL */
     int nrules;
@@ -49,8 +50,11 @@ typedef struct merak_stage_hooks {
 } merak_stage_hooks;
 
 /* Builds this rank's stage of `model` (which must outlive it) on comm's
- * grid: partition, shard, schedule, executor (parameters uninitialised).
- * Not collective; 0, or -1 with err for this rank. */
+ * grid: partition, shard, recomputation, schedule, executor (parameters
+ * uninitialised).  Not collective; 0, or -1 with err for this rank, or -2
+ * when the options cannot work for this model and layout (a usage error:
+ * a schedule that needs more micro-batches, a recompute budget no number of
+ * recomputed layers reaches). */
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
                        merak_stage **out, char *err, size_t errlen);
 void merak_stage_destroy(merak_stage *s);
@@ -59,6 +63,9 @@ merak_exec *merak_stage_exec(const merak_stage *s);
 const merak_graph *merak_stage_graph(const merak_stage *s);  /* this rank's shard, or the model */
 /* 1 if the stage reads token ids or targets (and so needs data). */
 int merak_stage_loads(const merak_stage *s);
+/* This stage's activation memory (bytes of its slots and recompute
+ * buffers), its layers and how many of them it recomputes. */
+void merak_stage_memory(const merak_stage *s, size_t *bytes, int *layers, int *recomputed);
 /* Floats [lo, hi) of the flat buffers this rank updates (ZeRO share). */
 void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi);
 

@@ -72,6 +72,19 @@ int merak_cut_tensor(const merak_graph *g, int k)
     return t;
 }
 
+int merak_cut_points(const merak_graph *g, int begin, int end, int *cuts)
+{
+    int *last = last_uses(g);
+    if (!last)
+        return -1;
+    int n = 0;
+    for (int k = begin + 1; k < end; k++)
+        if (crossing(g, last, k) >= 0)
+            cuts[n++] = k;
+    free(last);
+    return n;
+}
+
 /* Cost of op i under the partition kind. */
 static double op_cost(const merak_graph *g, int i, merak_partition_kind kind)
 {
@@ -96,24 +109,20 @@ int merak_partition(const merak_graph *g, int pp, merak_partition_kind kind, int
     bounds[pp] = n;
     if (pp == 1)
         return 0;
-    int *last = last_uses(g);
     int *cand = malloc((size_t)(n + 1) * sizeof *cand);
     double *prefix = malloc((size_t)(n + 1) * sizeof *prefix);
-    if (!last || !cand || !prefix) {
-        free(last), free(cand), free(prefix);
+    /* Candidate boundaries: 0, the cut points, n. */
+    int nc = cand && prefix ? merak_cut_points(g, 0, n, cand + 1) : -1;
+    if (nc < 0) {
+        free(cand), free(prefix);
         return merak_errf(err, errlen, "out of memory partitioning the graph");
     }
-    /* Candidate boundaries: 0, the cut points, n. */
-    int nc = 0;
-    cand[nc++] = 0;
-    for (int k = 1; k < n; k++)
-        if (crossing(g, last, k) >= 0)
-            cand[nc++] = k;
+    cand[0] = 0;
+    nc++;
     cand[nc++] = n;
     prefix[0] = 0;
     for (int i = 0; i < n; i++)
         prefix[i + 1] = prefix[i] + op_cost(g, i, kind);
-    free(last);
     if (nc - 2 < pp - 1) {
         free(cand), free(prefix);
         return merak_errf(err, errlen, "the graph has %d cut points, so at most %d pipeline stages (got --pp %d)",

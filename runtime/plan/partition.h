@@ -23,6 +23,11 @@ int merak_partition_parse(const char *name, merak_partition_kind *kind);
  * point (none or several cross). */
 int merak_cut_tensor(const merak_graph *g, int k);
 
+/* The cut points k with begin < k < end into cuts (room for end - begin
+ * entries); returns their number, or -1 out of memory.  A stage's layers,
+ * for recomputation, are its segments between them. */
+int merak_cut_points(const merak_graph *g, int begin, int end, int *cuts);
+
 /* Fills bounds[0..pp] (bounds[0] = 0, bounds[pp] = number of ops) so stage s
  * runs ops [bounds[s], bounds[s+1]), minimising the largest stage's cost.
  * Returns 0, or -1 with err if the graph has fewer than pp-1 cut points. */

@@ -79,6 +79,9 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
                           a->dp, a->tp, a->pp, a->zero, a->bucket_mb);
     if (a->schedule && merak_schedule_parse(a->schedule, &sk) < 0)
         return merak_errf(err, errlen, "schedule '%s' is not %s", a->schedule, merak_schedule_names());
+    merak_recompute rp;
+    if (a->recompute && merak_recompute_parse(a->recompute, &rp, err, errlen) < 0)
+        return -1;
     if (a->partition && merak_partition_parse(a->partition, &pk) < 0)
         return merak_errf(err, errlen, "partition '%s' is not %s", a->partition, merak_partition_names());
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
@@ -338,6 +341,43 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
     return metrics_failed ? -1 : r->step;
 }
 
+/* Every stage's activation memory, layers and recomputed layers, on every
+ * rank (collective over the world). */
+typedef struct stage_table {
+    double *bytes;            /* [3 * pp]: bytes, then layers and recomputed as doubles */
+    int *layers, *recomputed; /* [pp] each, one allocation */
+} stage_table;
+
+static void stage_table_free(stage_table *t)
+{
+    free(t->bytes);
+    free(t->layers);
+}
+
+static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
+{
+    const merak_grid *gr = r->grid;
+    int pp = gr->pp;
+    t->bytes = calloc((size_t)(3 * pp), sizeof *t->bytes);
+    t->layers = calloc((size_t)(2 * pp), sizeof *t->layers);
+    if (!t->bytes || !t->layers)
+        return merak_errf(err, errlen, "out of memory");
+    t->recomputed = t->layers + pp;
+    if (gr->dp_rank == 0 && gr->tp_rank == 0) {
+        size_t bytes;
+        int layers, rc;
+        merak_stage_memory(r->stage, &bytes, &layers, &rc);
+        t->bytes[gr->pp_rank] = (double)bytes;
+        t->bytes[pp + gr->pp_rank] = layers;
+        t->bytes[2 * pp + gr->pp_rank] = rc;
+    }
+    if (merak_allreduce_f64(r->world, t->bytes, (size_t)(3 * pp)) < 0)
+        return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
+    for (int i = 0; i < 2 * pp; i++)
+        t->layers[i] = (int)t->bytes[pp + i];
+    return 0;
+}
+
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
     if (err && errlen)
@@ -363,13 +403,14 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_stage_opts so = {.micro_batches = a->micro_batches, .zero = a->zero, .bucket_mb = a->bucket_mb};
     merak_tp_rule *rules = NULL;
     merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
+    merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);
     merak_partition_parse(a->partition ? a->partition : "parameters", &so.partition);
     if (!(so.kernels = pick_kernels(a, gr->world, err, errlen)))
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         failed = 1;
-    else if ((so.rules = rules, merak_stage_create(g_comm, g, &so, &r.stage, err, errlen) < 0))
-        failed = 1;
+    else if ((so.rules = rules, (failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0))
+        failed = -failed;   /* 1, or 2 for options that cannot work here */
     else
         r.e = merak_stage_exec(r.stage);
     if (!failed)
@@ -380,11 +421,15 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
     /* Activations and gradients over the asked backend: the stage's
      * pipeline group switches together (and back at the end). */
-    int n = -1;
-    if (merak_comm_agree(g_comm, failed, err, errlen) == 0 &&
-        merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) == 0) {
+    int n = -1, agreed = merak_comm_agree(g_comm, failed, err, errlen);
+    stage_table table = {0};
+    if (agreed == -2)
+        n = -3;
+    else if (agreed == 0 && stage_table_fill(&r, &table, err, errlen) == 0 &&
+             merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) == 0) {
         if (rank0 && a->on_start) {
-            merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e)};
+            merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
+                                 table.bytes, table.layers, table.recomputed};
             a->on_start(&ri, a->user);
         }
         n = steps(&r, metrics, err, errlen);
@@ -409,7 +454,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_metrics_close(metrics, NULL, 0);
     run_free(&r);
     free(rules);
-    if (n == -1 && !rank0)
+    stage_table_free(&table);
+    if ((n == -1 || n == -3) && !rank0)
         err[0] = 0;   /* every rank failed alike: rank 0 reports */
     return n;
 }

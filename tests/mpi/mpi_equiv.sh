@@ -1,8 +1,10 @@
 #!/bin/sh
 # Equivalence under MPI: data-, tensor- and pipeline-parallel layouts of tiny
 # GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, with
-# pipeline point-to-point over MPI and over UCX (--p2p ucx), train
-# exactly like one process:
+# pipeline point-to-point over MPI and over UCX (--p2p ucx), and with the
+# scp and zb-h1 schedules and every recomputation policy (on a GPT-2 with
+# dropout, whose masks a recompute must replay), train exactly like one
+# process:
 # per-step losses and gradient norms within 1e-5 relative, and the final
 # (gathered) parameters within 1e-5 relative over the whole model,
 # ||G - R|| / ||R||.  The largest elementwise difference is printed too: it
@@ -94,6 +96,46 @@ for model in tiny-gpt2 tiny-llama; do
                 "$out.jsonl" "$out.safetensors" || status=1
         done
     done
+done
+# Merak's engine: scp and zb-h1, and each recomputation policy (a budget of
+# 0.8 MiB makes some stages recompute some of their layers), on a GPT-2
+# with dropout everywhere; LLaMA with the new schedules too.
+printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
+  "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}\n' > "$WORK/drop.json"
+for layout in "1 1 4" "2 2 2"; do
+    set -- $layout
+    dp=$1 tp=$2 pp=$3 np=$(($1 * $2 * $3))
+    ref=$WORK/drop.ref$dp
+    if [ ! -f "$ref.jsonl" ]; then
+        "$TRAIN" --model "$WORK/drop.json" $common --micro-batches $((M * dp)) --metrics "$ref.jsonl" \
+            --save-weights "$ref.safetensors" > /dev/null || fail "dropout model: reference run failed"
+    fi
+    for run in "scp none" "zb-h1 none" "1f1b full" "scp full" "zb-h1 full" "1f1b stage-aware" \
+               "scp stage-aware=0.5" "gpipe budget=0.0008"; do
+        set -- $run
+        out=$WORK/drop.$dp$tp$pp.$1.$2
+        if ! "$WRAP" $np "$TRAIN" --model "$WORK/drop.json" $common --micro-batches $M --dp $dp --tp $tp --pp $pp \
+            --schedule $1 --recompute $2 --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+            cat "$out.log" >&2
+            fail "dropout model (dp,tp,pp)=($dp,$tp,$pp) --schedule $1 --recompute $2: run failed"
+        fi
+        case $2 in budget=*)
+            grep -q "[1-9][0-9]*/[0-9]* layers recomputed" "$out.log" ||
+                fail "--recompute $2 recomputed nothing: $(grep activations "$out.log")";;
+        esac
+        compare "dropout GPT-2 ($dp,$tp,$pp) $1 recompute=$2" "$ref.jsonl" "$ref.safetensors" \
+            "$out.jsonl" "$out.safetensors" || status=1
+    done
+done
+for sched in scp zb-h1; do
+    out=$WORK/tiny-llama.124.$sched
+    if ! "$WRAP" 8 "$TRAIN" --model tiny-llama $common --micro-batches $M --tp 2 --pp 4 --schedule $sched \
+        --recompute full --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+        cat "$out.log" >&2
+        fail "tiny-llama (1,2,4) $sched --recompute full: run failed"
+    fi
+    compare "tiny-llama (1,2,4) $sched recompute=full" "$WORK/tiny-llama.ref1.jsonl" \
+        "$WORK/tiny-llama.ref1.safetensors" "$out.jsonl" "$out.safetensors" || status=1
 done
 # Hugging Face weights loaded into tensor-parallel shards (GPT-2's fused
 # q|k|v sliced head by head, Conv1D transposed): fine-tune the trained

@@ -18,6 +18,16 @@ expect() {
 expect 4 "dp\*tp\*pp = 3\*1\*2 = 6, but the job has 4 ranks" --dp 3 --pp 2
 expect 3 "not divisible by tp\*pp" --pp 2
 expect 2 "1f1b needs at least as many micro-batches" --pp 2 --micro-batches 1 --schedule 1f1b
+[ "$rc" -eq 2 ] || fail "M < P: exit status $rc, expected 2 (a usage error)"
+expect 4 "zb-h1 needs at least as many micro-batches (M) as stages (S): M = 3, S = 4" --pp 4 --micro-batches 3 \
+    --schedule zb-h1
+# A budget only the later stages of zb-h1 miss (they hold 4 micro-batches):
+# their message reaches rank 0, every rank exits 2.
+printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
+  "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}\n' > "$WORK/drop.json"
+expect 4 "recompute budget=0.0004: stage 2 needs 0.0008 GB of activations even when it recomputes every layer" \
+    --pp 4 --micro-batches 4 --schedule zb-h1 --recompute budget=0.0004 --model "$WORK/drop.json"
+[ "$rc" -eq 2 ] || fail "unreachable budget: exit status $rc, expected 2 (a usage error)"
 expect 3 "tp=3 does not divide the 4 attention heads (op 3); use tp in {1, 2, 4}" --tp 3
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 1, "n_head": 2}\n' > "$WORK/one.json"
 expect 8 "cut points, so at most" --pp 8 --micro-batches 8 --model "$WORK/one.json"

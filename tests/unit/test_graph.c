@@ -198,7 +198,7 @@ static void test_model_gradients(const char *preset)
     merak_model_preset(preset, &c);
     merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
     merak_exec *e;
-    merak_exec_opts o = {0, -1, 2, merak_kernels_cpu(), NULL};
+    merak_exec_opts o = {.op_begin = 0, .op_end = -1, .nslots = 2, .kernels = merak_kernels_cpu()};
     if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
         tap_ok(0, "%s: %s", preset, err);
         return;
@@ -300,7 +300,9 @@ static void test_two_stages(const char *preset)
     }
     merak_exec *whole, *s0, *s1;
     const merak_kernels *k = merak_kernels_cpu();
-    merak_exec_opts ow = {0, -1, 1, k, NULL}, o0 = {0, cut, 1, k, NULL}, o1 = {cut, n, 1, k, NULL};
+    merak_exec_opts ow = {.op_begin = 0, .op_end = -1, .nslots = 1, .kernels = k};
+    merak_exec_opts o0 = {.op_begin = 0, .op_end = cut, .nslots = 1, .kernels = k};
+    merak_exec_opts o1 = {.op_begin = cut, .op_end = n, .nslots = 1, .kernels = k};
     if (cut < 0 || merak_exec_create(g, &ow, &whole, err, sizeof err) < 0 ||
         merak_exec_create(g, &o0, &s0, err, sizeof err) < 0 ||
         merak_exec_create(g, &o1, &s1, err, sizeof err) < 0) {
@@ -354,6 +356,86 @@ static void test_two_stages(const char *preset)
     merak_exec_destroy(whole);
     merak_exec_destroy(s0);
     merak_exec_destroy(s1);
+    merak_graph_destroy(g);
+}
+
+/* Recomputation: a slice that drops its activations and recomputes them
+ * (with dropout, two micro-batches in flight) gives bitwise the gradients
+ * and losses of one that keeps them, in less memory; misuse is refused. */
+static void test_recompute(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    c.dropout = 0.1f;
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    const merak_kernels *k = merak_kernels_cpu();
+    int n = g ? g->nops : 0, half = 0, cuts[256];
+    int ncut = g ? merak_cut_points(g, 0, n, cuts) : 0;
+    if (ncut > 0)
+        half = cuts[ncut / 2];
+    merak_exec_opts ok = {.op_begin = 0, .op_end = -1, .nslots = 2, .kernels = k};
+    merak_exec_opts orc = ok, ohalf = ok;
+    orc.recompute_end = n;
+    orc.npool = 1;
+    ohalf.recompute_end = half;
+    ohalf.npool = 1;
+    merak_exec *keep, *rc, *part;
+    if (!g || ncut < 1 || merak_exec_create(g, &ok, &keep, err, sizeof err) < 0 ||
+        merak_exec_create(g, &orc, &rc, err, sizeof err) < 0 ||
+        merak_exec_create(g, &ohalf, &part, err, sizeof err) < 0) {
+        tap_ok(0, "%s: recompute executors: %s", preset, err);
+        return;
+    }
+    merak_exec *e[3] = {keep, rc, part};
+    for (int i = 0; i < 3; i++) {
+        merak_init_params(g, e[i], 9, NULL, 0);
+        fill_tokens(g, e[i], 0, c.vocab_size, 4);
+        fill_tokens(g, e[i], 1, c.vocab_size, 5);
+        merak_exec_zero_grads(e[i]);
+        merak_exec_forward(e[i], 0, 11);
+        merak_exec_forward(e[i], 1, 12);
+    }
+    tap_ok(merak_exec_backward(rc, 1) == -1 && strstr(merak_exec_error(rc), "not recomputed"),
+           "%s: a backward without its recompute is refused: %s", preset, merak_exec_error(rc));
+    tap_ok(merak_exec_recompute(keep, 0) == -1 && strstr(merak_exec_error(keep), "nothing to recompute"),
+           "%s: recomputing a slice that keeps everything is refused", preset);
+    int okrc = merak_exec_recompute(rc, 1) == 0;
+    tap_ok(okrc && merak_exec_recompute(rc, 0) == -1 && strstr(merak_exec_error(rc), "no free recompute buffer"),
+           "%s: a second recompute with one buffer busy is refused: %s", preset, merak_exec_error(rc));
+    merak_exec_backward(keep, 1);
+    merak_exec_backward(rc, 1);
+    merak_exec_recompute(part, 1);
+    merak_exec_backward(part, 1);
+    merak_exec_backward(keep, 0);
+    merak_exec_recompute(rc, 0);
+    merak_exec_backward(rc, 0);
+    merak_exec_recompute(part, 0);
+    merak_exec_backward(part, 0);
+    size_t nf;
+    const float *gk = merak_exec_grads_flat(keep, &nf), *gr = merak_exec_grads_flat(rc, &nf),
+                *gp = merak_exec_grads_flat(part, &nf);
+    double sum = 0;
+    for (size_t i = 0; i < nf; i++)
+        sum += fabs(gk[i]);
+    tap_ok(sum > 0 && !memcmp(gk, gr, nf * sizeof *gk) && !memcmp(gk, gp, nf * sizeof *gk) &&
+               merak_exec_loss(keep, 0) == merak_exec_loss(rc, 0) && merak_exec_loss(keep, 1) == merak_exec_loss(rc, 1),
+           "%s: recomputing all or half the layers (cut at op %d of %d) gives bitwise the same gradients "
+           "with dropout 0.1", preset, half, n);
+    size_t bk = merak_exec_arena_bytes(keep), br = merak_exec_arena_bytes(rc), bp = merak_exec_arena_bytes(part);
+    tap_ok(br < bp && bp < bk, "%s: activation memory %zu (all recomputed) < %zu (half) < %zu (none) bytes", preset,
+           br, bp, bk);
+    orc.plan_only = 1;
+    merak_exec *plan;
+    tap_ok(merak_exec_create(g, &orc, &plan, err, sizeof err) == 0 && merak_exec_arena_bytes(plan) == br &&
+               merak_exec_params_flat(plan, &nf) == NULL,
+           "%s: a plan-only executor gives the same memory and allocates nothing", preset);
+    merak_exec_destroy(plan);
+    orc.plan_only = 0;
+    orc.npool = 0;
+    tap_ok(merak_exec_create(g, &orc, &plan, err, sizeof err) == -1 && strstr(err, "recompute buffer"),
+           "%s: recomputing without a buffer is refused: %s", preset, err);
+    for (int i = 0; i < 3; i++)
+        merak_exec_destroy(e[i]);
     merak_graph_destroy(g);
 }
 
@@ -540,6 +622,8 @@ int main(void)
     test_model_gradients("tiny-llama");
     test_two_stages("tiny-gpt2");
     test_two_stages("tiny-llama");
+    test_recompute("tiny-gpt2");
+    test_recompute("tiny-llama");
     test_partition();
     test_init();
     test_lr();

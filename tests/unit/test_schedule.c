@@ -1,10 +1,14 @@
 /*
  * test_schedule.c - pipeline schedule generators and the simulator: every
  * gpipe and 1f1b shape up to 8 stages and 16 micro-batches is deadlock-free
- * under eager and rendezvous sends, takes (M + S - 1) * 3 ticks and needs
- * exactly its slot count; refusals; and lists broken on purpose are caught,
- * which shows the simulator can fail.
+ * under eager and rendezvous sends, takes (M + S - 1) * 3 time units and
+ * needs exactly its slot count; every generator, with and without
+ * recomputation, for every S in 2..16 and M in S..4S is deadlock-free and
+ * within its buffers, scp is shorter than 1f1b with recomputation and zb-h1
+ * shorter than 1f1b without, at 1f1b's peak; refusals; and lists broken on
+ * purpose are caught, which shows the simulator can fail.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,15 +20,28 @@
 
 static char err[1024];
 
+/* Every stage's list; rc: every stage recomputes. */
+static int build_rc(merak_schedule_kind kind, int S, int M, int rc, merak_schedule *sch)
+{
+    unsigned char flags[64];
+    memset(flags, rc, sizeof flags);
+    merak_schedule_spec sp = {kind, S, M, flags};
+    return merak_schedule_build_all(&sp, sch, err, sizeof err);
+}
+
 static int build_all(merak_schedule_kind kind, int S, int M, merak_schedule *sch)
 {
-    for (int i = 0; i < S; i++)
-        if (merak_schedule_build(kind, S, i, M, &sch[i], err, sizeof err)) {
-            for (int j = 0; j < i; j++)
-                merak_schedule_free(&sch[j]);
-            return -1;
-        }
-    return 0;
+    return build_rc(kind, S, M, 0, sch);
+}
+
+/* Simulates at unit costs; the makespan as a whole number. */
+static int simulate(const merak_schedule *sch, int S, int *peak, int *ticks)
+{
+    merak_sim_result r = {.peak = peak};
+    int rc = merak_schedule_simulate(sch, S, NULL, &r, err, sizeof err);
+    if (ticks)
+        *ticks = (int)r.makespan;
+    return rc;
 }
 
 static void free_all(merak_schedule *sch, int S)
@@ -88,6 +105,33 @@ static void test_names(void)
     merak_schedule_kind k = MERAK_SCHEDULE_1F1B;
     tap_ok(merak_schedule_parse("gpipe", &k) == 0 && k == MERAK_SCHEDULE_GPIPE, "parse gpipe");
     tap_ok(merak_schedule_parse("1f1b", &k) == 0 && k == MERAK_SCHEDULE_1F1B, "parse 1f1b");
+    tap_ok(merak_schedule_parse("scp", &k) == 0 && k == MERAK_SCHEDULE_SCP, "parse scp");
+    tap_ok(merak_schedule_parse("zb-h1", &k) == 0 && k == MERAK_SCHEDULE_ZB_H1, "parse zb-h1");
+    tap_ok(!strcmp(merak_schedule_names(), "gpipe, 1f1b, scp or zb-h1"), "names: %s", merak_schedule_names());
+    merak_recompute r;
+    tap_ok(merak_recompute_parse("none", &r, err, sizeof err) == 0 && r.kind == MERAK_RECOMPUTE_NONE &&
+               merak_recompute_parse("full", &r, err, sizeof err) == 0 && r.kind == MERAK_RECOMPUTE_FULL,
+           "parse none, full");
+    tap_ok(merak_recompute_parse("stage-aware", &r, err, sizeof err) == 0 &&
+               r.kind == MERAK_RECOMPUTE_STAGE_AWARE && r.value == MERAK_RECOMPUTE_R0_DEFAULT &&
+               merak_recompute_parse("stage-aware=0.5", &r, err, sizeof err) == 0 && r.value == 0.5,
+           "parse stage-aware[=R0]");
+    tap_ok(merak_recompute_parse("budget=1.5", &r, err, sizeof err) == 0 && r.kind == MERAK_RECOMPUTE_BUDGET &&
+               r.value == 1.5, "parse budget=GB");
+    const char *bad_rc[] = {"", "some", "stage-aware=", "stage-aware=1.5", "stage-aware=x", "stage-awareX",
+                            "budget=", "budget=0", "budget=-1", "budget=1e999", "budget=2GB", "full=1"};
+    for (size_t i = 0; i < sizeof bad_rc / sizeof *bad_rc; i++) {
+        err[0] = 0;
+        tap_ok(merak_recompute_parse(bad_rc[i], &r, err, sizeof err) == -1 && one_line(err) &&
+                   strstr(err, "recompute '"), "recompute '%s' refused: %s", bad_rc[i], err);
+    }
+    /* Merak's example: S = 4, r0 = 0.9 -> 0.90, 0.85, 0.70, 0 */
+    double want[4] = {0.9, 0.85, 0.7, 0};
+    int good = 1;
+    for (int s = 0; s < 4; s++)
+        good &= fabs(merak_recompute_stage_aware(0.9, 4, s) - want[s]) < 1e-12;
+    tap_ok(good && merak_recompute_stage_aware(0.2, 4, 2) == 0, "stage-aware ratios follow Merak's formula");
+    k = MERAK_SCHEDULE_1F1B;
     tap_ok(merak_schedule_parse("pipedream", &k) == -1 && merak_schedule_parse("", &k) == -1 &&
                merak_schedule_parse(NULL, &k) == -1 && k == MERAK_SCHEDULE_1F1B,
            "unknown schedule names are refused and leave the kind alone");
@@ -128,7 +172,7 @@ static void test_sweep(merak_schedule_kind kind, const char *name)
                 tap_ok(0, "%s S=%d M=%d builds: %s", name, S, M, err);
                 continue;
             }
-            int rc = merak_schedule_simulate(sch, S, peak, &ticks, err, sizeof err);
+            int rc = simulate(sch, S, peak, &ticks);
             for (int i = 0; i < S && rc == 0; i++) {
                 int want = kind == MERAK_SCHEDULE_GPIPE ? M : (M < S - i ? M : S - i);
                 if (peak[i] != want || sch[i].nslots != want || !order_ok(kind, &sch[i]))
@@ -145,7 +189,8 @@ static void test_refusals(void)
 {
     merak_schedule s;
     err[0] = 0;
-    int rc = merak_schedule_build(MERAK_SCHEDULE_1F1B, 4, 0, 3, &s, err, sizeof err);
+    merak_schedule_spec sp = {MERAK_SCHEDULE_1F1B, 4, 3, NULL};
+    int rc = merak_schedule_build(&sp, 0, &s, err, sizeof err);
     tap_ok(rc == -1 && one_line(err) &&
                strstr(err, "1f1b needs at least as many micro-batches (M) as stages (S)") &&
                strstr(err, "M = 3") && strstr(err, "S = 4"),
@@ -158,17 +203,37 @@ static void test_refusals(void)
         {4, 0, 0, "micro-batches"}, {1, 0, -2, "micro-batches"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < MERAK_SCHEDULE_COUNT_; kind++) {
             err[0] = 0;
-            rc = merak_schedule_build((merak_schedule_kind)kind, bad[i].S, bad[i].stage, bad[i].M, &s,
-                                      err, sizeof err);
+            sp = (merak_schedule_spec){(merak_schedule_kind)kind, bad[i].S, bad[i].M, NULL};
+            rc = merak_schedule_build(&sp, bad[i].stage, &s, err, sizeof err);
             tap_ok(rc == -1 && one_line(err) && strstr(err, bad[i].what),
-                   "%s S=%d stage=%d M=%d refused: %s", kind ? "1f1b" : "gpipe", bad[i].S,
-                   bad[i].stage, bad[i].M, err);
+                   "%s S=%d stage=%d M=%d refused: %s", merak_schedule_name((merak_schedule_kind)kind),
+                   bad[i].S, bad[i].stage, bad[i].M, err);
             merak_schedule_free(&s);
         }
+    for (int kind = MERAK_SCHEDULE_SCP; kind <= MERAK_SCHEDULE_ZB_H1; kind++) {
+        sp = (merak_schedule_spec){(merak_schedule_kind)kind, 5, 4, NULL};
+        rc = merak_schedule_check(&sp, err, sizeof err);
+        tap_ok(rc == -1 && one_line(err) && strstr(err, "M = 4, S = 5"), "%s with M < S refused: %s",
+               merak_schedule_name((merak_schedule_kind)kind), err);
+    }
+    sp = (merak_schedule_spec){(merak_schedule_kind)MERAK_SCHEDULE_COUNT_, 2, 2, NULL};
+    tap_ok(merak_schedule_check(&sp, err, sizeof err) == -1 && strstr(err, "unknown schedule kind"),
+           "an unknown kind is refused: %s", err);
+    merak_sim_costs bad_costs[2] = {MERAK_SIM_UNIT_COSTS, {1, 2, 3, 1, 0}};
+    merak_schedule two[2];
+    build_all(MERAK_SCHEDULE_1F1B, 2, 2, two);
     err[0] = 0;
-    rc = merak_schedule_simulate(NULL, 0, NULL, NULL, err, sizeof err);
+    rc = merak_schedule_simulate(two, 2, bad_costs, NULL, err, sizeof err);
+    tap_ok(rc == -1 && one_line(err) && strstr(err, "stage 1's costs"),
+           "a weight share above the backward is refused: %s", err);
+    bad_costs[1] = (merak_sim_costs){1, 2, 1, -1, 0};
+    rc = merak_schedule_simulate(two, 2, bad_costs, NULL, err, sizeof err);
+    tap_ok(rc == -1 && strstr(err, "stage 1's costs"), "a negative cost is refused: %s", err);
+    free_all(two, 2);
+    err[0] = 0;
+    rc = simulate(NULL, 0, NULL, NULL);
     tap_ok(rc == -1 && one_line(err), "simulating nothing is refused: %s", err);
 
     /* Lists that do not belong together. */
@@ -177,7 +242,7 @@ static void test_refusals(void)
     build_all(MERAK_SCHEDULE_GPIPE, 2, 5, b);
     merak_schedule mixed[2] = {a[0], b[1]};
     err[0] = 0;
-    rc = merak_schedule_simulate(mixed, 2, NULL, NULL, err, sizeof err);
+    rc = simulate(mixed, 2, NULL, NULL);
     tap_ok(rc == -1 && one_line(err), "lists with different M are refused: %s", err);
     free_all(a, 2);
     free_all(b, 2);
@@ -197,7 +262,7 @@ static void expect_fail(merak_schedule_kind kind, int S, int M, mutator mutate, 
     }
     mutate(sch);
     err[0] = 0;
-    int rc = merak_schedule_simulate(sch, S, NULL, NULL, err, sizeof err);
+    int rc = simulate(sch, S, NULL, NULL);
     tap_ok(rc == -1 && one_line(err) && strstr(err, needle1) && (!needle2 || strstr(err, needle2)),
            "%s is caught: %s", what, err);
     free_all(sch, S);
@@ -223,7 +288,13 @@ static void m_bwd_before_wait(merak_schedule *sch)
     swap(&sch[1], find(&sch[1], MERAK_I_WAIT_GRAD, 4), find(&sch[1], MERAK_I_BWD, 4));
 }
 /* The first WAIT_SENDS of stage 1 (1f1b steady state) removed. */
-static void m_drop_wait_sends(merak_schedule *sch) { drop(&sch[1], find(&sch[1], MERAK_I_WAIT_SENDS, -1)); }
+static void m_drop_wait_sends(merak_schedule *sch)
+{
+    int i = 0;
+    while (sch[1].instr[i].kind != MERAK_I_WAIT_SENDS)
+        i++;
+    drop(&sch[1], i);
+}
 /* Stage 0 claims one slot fewer than it holds micro-batches. */
 static void m_too_few_slots(merak_schedule *sch)
 {
@@ -295,7 +366,7 @@ static void test_rendezvous_only(void)
         {.stages = 2, .stage = 1, .micro_batches = 2, .instr = s1, .n = (int)(sizeof s1 / sizeof *s1), .nslots = 1},
     };
     err[0] = 0;
-    int rc = merak_schedule_simulate(sch, 2, NULL, NULL, err, sizeof err);
+    int rc = simulate(sch, 2, NULL, NULL);
     /* eager runs first, so a rendezvous message means eager passed */
     tap_ok(rc == -1 && strstr(err, "rendezvous") && strstr(err, "deadlock") &&
                strstr(err, "stage 0 stuck at #6 WAIT_SENDS") && strstr(err, "; stage 1 stuck at #6 WAIT_SENDS"),
@@ -306,7 +377,7 @@ static void test_rendezvous_only(void)
     s0[7] = (merak_instr){MERAK_I_RECV_GRAD, 1, 1};
     s0[8] = (merak_instr){MERAK_I_WAIT_SENDS, -1, -1};
     int ticks = 0, peak[2];
-    rc = merak_schedule_simulate(sch, 2, peak, &ticks, err, sizeof err);
+    rc = simulate(sch, 2, peak, &ticks);
     tap_ok(rc == 0 && peak[0] == 2 && peak[1] == 1, "posting the receive before waiting fixes it (%d ticks)%s%s",
            ticks, rc ? ": " : "", rc ? err : "");
 }
@@ -343,7 +414,7 @@ static void test_split_backward(void)
     build_all(MERAK_SCHEDULE_GPIPE, S, M, sch);
     for (int i = 0; i < S; i++)
         split_backward(&sch[i], 0);
-    int rc = merak_schedule_simulate(sch, S, peak, &ticks, err, sizeof err);
+    int rc = simulate(sch, S, peak, &ticks);
     tap_ok(rc == 0 && peak[0] == M && ticks <= (M + S - 1) * 3,
            "gpipe with split backward (BWD_INPUT, SEND_GRAD, BWD_WEIGHT) runs: %d ticks%s%s", ticks,
            rc ? ": " : "", rc ? err : "");
@@ -352,9 +423,118 @@ static void test_split_backward(void)
     build_all(MERAK_SCHEDULE_GPIPE, S, M, sch);
     split_backward(&sch[1], 1);
     err[0] = 0;
-    rc = merak_schedule_simulate(sch, S, NULL, NULL, err, sizeof err);
+    rc = simulate(sch, S, NULL, NULL);
     tap_ok(rc == -1 && strstr(err, "BWD_WEIGHT without"), "BWD_WEIGHT before BWD_INPUT is caught: %s", err);
     free_all(sch, S);
+}
+
+/* Every generator with and without recomputation, S in 2..16, M in S..4S:
+ * deadlock-free in both send modes, every stage within its slots and
+ * recompute buffers; scp beats 1f1b with recomputation, zb-h1 beats 1f1b
+ * without, and zb-h1 holds no more micro-batches than 1f1b (S). */
+static void test_generators(void)
+{
+    int bad = 0, cases = 0, worse_scp = 0, worse_zb = 0, zb_mem = 0, rc_peak = 0;
+    char first_bad[1200] = "";
+    for (int S = 2; S <= 16; S++)
+        for (int M = S; M <= 4 * S; M++) {
+            int t[4][2];   /* [kind][recompute] makespans */
+            for (int kind = 0; kind < MERAK_SCHEDULE_COUNT_; kind++)
+                for (int rc = 0; rc < 2; rc++) {
+                    merak_schedule sch[16];
+                    int peak[16], ticks = 0;
+                    cases++;
+                    if (build_rc((merak_schedule_kind)kind, S, M, rc, sch) ||
+                        simulate(sch, S, peak, &ticks)) {
+                        if (!bad++)
+                            snprintf(first_bad, sizeof first_bad, "%s S=%d M=%d recompute=%d: %s",
+                                     merak_schedule_name((merak_schedule_kind)kind), S, M, rc, err);
+                        continue;
+                    }
+                    t[kind][rc] = ticks;
+                    for (int i = 0; i < S; i++) {
+                        if (kind == MERAK_SCHEDULE_ZB_H1 && peak[i] > S)
+                            zb_mem++;
+                        /* a recomputing stage holds one micro-batch's activations */
+                        if (rc && sch[i].recompute && kind != MERAK_SCHEDULE_ZB_H1 &&
+                            kind != MERAK_SCHEDULE_GPIPE && peak[i] != 1)
+                            rc_peak++;
+                    }
+                    free_all(sch, S);
+                }
+            if (!bad) {
+                worse_scp += t[MERAK_SCHEDULE_SCP][1] >= t[MERAK_SCHEDULE_1F1B][1];
+                worse_zb += t[MERAK_SCHEDULE_ZB_H1][0] >= t[MERAK_SCHEDULE_1F1B][0];
+            }
+        }
+    tap_ok(bad == 0, "%d generator cases (4 schedules x recompute on/off, S 2..16, M S..4S) simulate%s%s",
+           cases, bad ? ": first failure: " : "", first_bad);
+    tap_ok(worse_scp == 0, "scp is shorter than 1f1b with recomputation in every case (%d not)", worse_scp);
+    tap_ok(worse_zb == 0, "zb-h1 is shorter than 1f1b without recomputation in every case (%d not)", worse_zb);
+    tap_ok(zb_mem == 0, "zb-h1 never holds more than S micro-batches on a stage (%d over)", zb_mem);
+    tap_ok(rc_peak == 0, "1f1b and scp recomputing stages hold one micro-batch's activations (%d not)", rc_peak);
+
+    /* Known values at unit costs: 1f1b (M + S - 1) * 3, with recompute * 4;
+     * the last stage of scp keeps its activations. */
+    merak_schedule sch[4];
+    int peak[4], ticks = 0;
+    build_rc(MERAK_SCHEDULE_1F1B, 4, 8, 1, sch);
+    int rc = simulate(sch, 4, peak, &ticks);
+    tap_ok(rc == 0 && ticks == (8 + 3) * 4 && sch[3].recompute && sch[0].npool == 1,
+           "1f1b S=4 M=8 with recompute: %d time units, one recompute buffer", ticks);
+    free_all(sch, 4);
+    build_rc(MERAK_SCHEDULE_SCP, 4, 8, 1, sch);
+    rc = simulate(sch, 4, peak, &ticks);
+    tap_ok(rc == 0 && !sch[3].recompute && sch[2].recompute && peak[3] == 1 &&
+               find(&sch[2], MERAK_I_RECOMPUTE, 0) < find(&sch[2], MERAK_I_WAIT_GRAD, 0),
+           "scp S=4 M=8: last stage keeps its activations, recompute before the wait (%d units)", ticks);
+    free_all(sch, 4);
+}
+
+/* With costs: a slow link and a slow stage lengthen the step as they
+ * should, and the bubble and busy times add up. */
+static void test_costs(void)
+{
+    merak_schedule sch[2];
+    build_all(MERAK_SCHEDULE_GPIPE, 2, 1, sch);
+    merak_sim_costs c[2] = {{1, 2, 1, 1, 0.5}, {3, 6, 3, 3, 0.25}};
+    double busy[2];
+    merak_sim_result r = {.busy = busy};
+    int rc = merak_schedule_simulate(sch, 2, c, &r, err, sizeof err);
+    /* F0 [0,1], arrives 1.5, F1 [1.5,4.5], B1 [4.5,10.5], arrives 10.75, B0 [10.75,12.75] */
+    tap_ok(rc == 0 && fabs(r.makespan - 12.75) < 1e-12 && busy[0] == 3 && busy[1] == 9 &&
+               fabs(r.bubble - (1 - 12 / 25.5)) < 1e-12,
+           "one micro-batch over two stages with link delays: makespan %g, bubble %.3f%s%s", r.makespan,
+           r.bubble, rc ? ": " : "", rc ? err : "");
+    free_all(sch, 2);
+}
+
+/* Recompute instructions broken on purpose. */
+static void m_drop_recompute(merak_schedule *sch) { drop(&sch[1], find(&sch[1], MERAK_I_RECOMPUTE, 2)); }
+static void m_keep_stage_recomputes(merak_schedule *sch) { sch[1].recompute = 0; }
+static void m_small_pool(merak_schedule *sch)
+{
+    /* two recomputes before the first backward need two buffers */
+    move_after(&sch[0], find(&sch[0], MERAK_I_RECOMPUTE, 1), find(&sch[0], MERAK_I_RECOMPUTE, 0));
+}
+
+static void test_broken_recompute(void)
+{
+    struct { mutator m; const char *what, *needle; } cases[] = {
+        {m_drop_recompute, "a dropped RECOMPUTE", "without its RECOMPUTE"},
+        {m_keep_stage_recomputes, "RECOMPUTE on a stage that keeps its activations", "keeps its activations"},
+        {m_small_pool, "more recomputed micro-batches than buffers", "recompute buffers"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        merak_schedule sch[3];
+        build_rc(MERAK_SCHEDULE_1F1B, 3, 6, 1, sch);
+        cases[i].m(sch);
+        err[0] = 0;
+        int rc = simulate(sch, 3, NULL, NULL);
+        tap_ok(rc == -1 && one_line(err) && strstr(err, cases[i].needle), "%s is caught: %s", cases[i].what,
+               err);
+        free_all(sch, 3);
+    }
 }
 
 int main(void)
@@ -366,5 +546,8 @@ int main(void)
     test_broken();
     test_rendezvous_only();
     test_split_backward();
+    test_generators();
+    test_costs();
+    test_broken_recompute();
     return tap_done();
 }

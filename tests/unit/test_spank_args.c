@@ -33,9 +33,21 @@ static void test_options(void)
     merak_spank_opts_init(&o);
     tap_ok(opt(&o, MERAK_OPT_DP, NULL, err) < 0, "a number option without value is refused");
     tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "1f1b", err) == 0 && strcmp(o.schedule, "1f1b") == 0, "--merak-schedule=1f1b");
-    tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "zb", err) < 0 && strstr(err, "gpipe or 1f1b"), "unknown schedule: %s", err);
+    tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "zb", err) < 0 && strstr(err, "gpipe, 1f1b, scp or zb-h1"),
+           "unknown schedule: %s", err);
     tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "stage-aware", err) == 0, "--merak-recompute=stage-aware");
-    tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "some", err) < 0, "unknown recompute refused: %s", err);
+    tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "some", err) < 0 && strstr(err, "none, full, stage-aware[=R0] or budget=GB"),
+           "unknown recompute refused: %s", err);
+    /* the same set as merak-train: every policy form, with its value */
+    merak_spank_opts_init(&o);
+    tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "budget=2.5", err) == 0 && strcmp(o.recompute, "budget=2.5") == 0,
+           "--merak-recompute=budget=2.5");
+    merak_spank_opts_init(&o);
+    tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "stage-aware=0.75", err) == 0, "--merak-recompute=stage-aware=0.75");
+    tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "stage-aware=1.5", err) < 0, "stage-aware=1.5 refused: %s", err);
+    merak_spank_opts_init(&o);
+    tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "zb-h1", err) == 0 && opt(&o, MERAK_OPT_SCHEDULE, "scp", err) < 0 &&
+               strstr(err, "given twice"), "--merak-schedule=zb-h1, then scp refused: %s", err);
     tap_ok(opt(&o, MERAK_OPT_BIND, "none", err) == 0 && o.bind == MERAK_BIND_NONE, "--merak-bind=none");
     tap_ok(opt(&o, MERAK_OPT_BIND, "closest", err) < 0, "--merak-bind changed: refused");
     tap_ok(opt(&o, MERAK_OPT_MICROBATCHES, "16", err) == 0 && o.microbatches == 16, "--merak-microbatches=16");

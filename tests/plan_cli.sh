@@ -1,0 +1,76 @@
+#!/bin/sh
+# merak-plan --simulate: known makespans at unit costs, the schedule
+# comparisons the engine promises (scp beats 1f1b with recomputation and
+# zb-h1 beats 1f1b without, for P in {4, 8, 16} and M in {P, 2P, 4P}), costs
+# that change the answer, a valid SVG picture, and bad input.
+. "$(dirname "$0")/lib.sh"
+PLAN=$MERAK_BUILDDIR/merak-plan
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+
+# field JSON KEY: one value of the answer
+field() { "$PY" -c 'import json,sys; v=json.loads(sys.argv[1])[sys.argv[2]]; print(v)' "$1" "$2"; }
+
+j=$("$PLAN" --simulate --schedule 1f1b --stages 4 --micro-batches 8 --json)
+[ "$(field "$j" makespan)" = 33.0 ] || fail "1f1b P=4 M=8: makespan $(field "$j" makespan), expected (M+P-1)*3 = 33"
+[ "$(field "$j" peak_activations)" = "[4, 3, 2, 1]" ] || fail "1f1b peaks: $(field "$j" peak_activations)"
+"$PY" -c 'import json,sys; b=json.loads(sys.argv[1])["bubble"]; sys.exit(abs(b - 9/33) > 1e-9)' "$j" ||
+    fail "1f1b P=4 M=8: bubble $(field "$j" bubble), expected 9/33"
+echo "ok: 1f1b P=4 M=8: $j"
+
+j=$("$PLAN" --simulate --schedule 1f1b --stages 4 --micro-batches 8 --recompute full --json)
+[ "$(field "$j" makespan)" = 44.0 ] && [ "$(field "$j" peak_activations)" = "[1, 1, 1, 1]" ] ||
+    fail "1f1b P=4 M=8 with recompute: $j, expected makespan (M+P-1)*4 = 44 and one micro-batch held"
+j=$("$PLAN" --simulate --schedule 1f1b --stages 4 --micro-batches 8 --comm 0.5 --json)
+# every message now takes 0.5: at least the fill's and the drain's 2*(P-1)
+# hops more than the 33 without delays
+"$PY" -c 'import json,sys; sys.exit(json.loads(sys.argv[1])["makespan"] < 36)' "$j" ||
+    fail "1f1b with --comm 0.5: $j, expected 33 + 2*(P-1)*0.5 = 36 or more"
+echo "ok: recomputation and link delays change the answer"
+
+for P in 4 8 16; do
+    for M in $P $((2 * P)) $((4 * P)); do
+        for run in "1f1b full" "scp full" "1f1b none" "zb-h1 none"; do
+            set -- $run
+            eval "t_$(echo "$1_$2" | tr -c 'a-z0-9\n' '_')=$(field "$("$PLAN" --simulate --schedule $1 --stages $P \
+                --micro-batches $M --recompute $2 --json)" makespan)"
+        done
+        "$PY" -c 'import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(not (b < a and d < c))' \
+            "$t_1f1b_full" "$t_scp_full" "$t_1f1b_none" "$t_zb_h1_none" ||
+            fail "P=$P M=$M: 1f1b+recompute $t_1f1b_full, scp $t_scp_full, 1f1b $t_1f1b_none, zb-h1 $t_zb_h1_none"
+        echo "ok: P=$P M=$M: scp $t_scp_full < 1f1b+recompute $t_1f1b_full; zb-h1 $t_zb_h1_none < 1f1b $t_1f1b_none"
+    done
+done
+
+"$PLAN" --simulate --schedule zb-h1 --stages 4 --micro-batches 8 --svg "$WORK/zb.svg" > "$WORK/out" ||
+    fail "--svg failed"
+"$PY" - "$WORK/zb.svg" <<'PYEOF' || fail "the SVG is not what it should be"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+titles = [t.text for t in root.iter(ns + "title")]
+kinds = {t.split()[0] for t in titles}
+# 4 stages x 8 micro-batches x (FWD, BWD_INPUT, BWD_WEIGHT)
+assert len(titles) == 96 and kinds == {"FWD", "BWD_INPUT", "BWD_WEIGHT"}, (len(titles), kinds)
+print("ok: the SVG parses as XML and draws", len(titles), "instructions of", sorted(kinds))
+PYEOF
+
+# expect STATUS PATTERN ARGS...: runs merak-plan, checks both.
+expect() {
+    want=$1 pattern=$2; shift 2
+    expect_exit "$want" "$pattern" "$PLAN" "$@"
+}
+S="--simulate --stages 4 --micro-batches 8"
+expect 2 "'pipedream' is not gpipe, 1f1b, scp or zb-h1" $S --schedule pipedream
+expect 2 "scp needs at least as many micro-batches (M) as stages (S): M = 3, S = 4" \
+    --simulate --schedule scp --stages 4 --micro-batches 3
+expect 2 "zb-h1 needs at least as many micro-batches" --simulate --schedule zb-h1 --stages 8 --micro-batches 2
+expect 2 "bwd-weight 3 is more than the backward" $S --schedule zb-h1 --bwd-weight 3
+expect 2 "is not none or full" $S --schedule 1f1b --recompute stage-aware
+expect 2 "out of range" $S --schedule 1f1b --fwd -1
+expect 2 "not a number" $S --schedule 1f1b --comm fast
+expect 2 "needs --schedule, --stages and --micro-batches" --simulate --schedule 1f1b
+expect 2 "nothing to do" --schedule 1f1b --stages 2 --micro-batches 2
+expect 2 "recompute-cost needs --recompute full" $S --schedule 1f1b --recompute-cost 2
+expect 2 "unknown option" $S --schedule 1f1b --virtual
+expect 1 "no-such-dir/p.svg" $S --schedule 1f1b --svg "$WORK/no-such-dir/p.svg"
+echo "plan_cli: ok"

@@ -1,0 +1,58 @@
+/*
+ * cli.c - the tools' shared error and number helpers (see cli.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+const char *cli_prog = "merak";
+
+static _Noreturn void vdie(int status, const char *tail, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "%s: ", cli_prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "%s\n", tail);
+    exit(status);
+}
+
+void cli_die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(EXIT_USAGE, " (see --help)", fmt, ap);
+}
+
+void cli_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(EXIT_FAILURE, "", fmt, ap);
+}
+
+long cli_parse_int(const char *flag, const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end)
+        cli_die_usage("%s: '%s' is not an integer", flag, s);
+    if (v < lo || v > hi)
+        cli_die_usage("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
+    return v;
+}
+
+double cli_parse_double(const char *flag, const char *s, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        cli_die_usage("%s: '%s' is not a number", flag, s);
+    if (v < lo || v > hi)
+        cli_die_usage("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
+    return v;
+}

@@ -1,0 +1,23 @@
+/*
+ * cli.h - what every merak command-line tool does alike: one line of error
+ * on stderr naming the tool, exit status 2 for usage errors and 1 for the
+ * rest, and numbers from flags checked whole and in range.
+ */
+#ifndef MERAK_CLI_H
+#define MERAK_CLI_H
+
+#define EXIT_USAGE 2
+
+/* The tool's name in messages; main sets it first. */
+extern const char *cli_prog;
+
+/* "PROG: message (see --help)", exit 2. */
+_Noreturn void cli_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "PROG: message", exit 1. */
+_Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A whole integer, or a finite number, in [lo, hi]; anything else is a
+ * usage error naming the flag. */
+long cli_parse_int(const char *flag, const char *s, long lo, long hi);
+double cli_parse_double(const char *flag, const char *s, double lo, double hi);
+
+#endif /* MERAK_CLI_H */

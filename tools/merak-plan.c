@@ -1,0 +1,294 @@
+/*
+ * merak-plan - answers questions about a training layout before it runs.
+ *
+ * This release has the schedule simulator: --simulate builds every stage's
+ * instruction list with the same generators merak-train runs, executes them
+ * together against per-instruction costs (the simulator in
+ * runtime/pipe/schedule.c), and reports the step's makespan, bubble
+ * fraction and the most micro-batches whose activations each stage holds at
+ * once, or the deadlock.  --svg draws the simulated pipeline.
+ *
+ * Exit status: 0 on success, 2 for usage errors, 1 otherwise.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "merak/merak.h"
+#include "pipe/schedule.h"
+
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "Usage: %s --simulate --schedule S --stages P --micro-batches M [options]\n"
+        "Simulate one optimizer step of a pipeline schedule on P equal stages.\n"
+        "\n"
+        "  --simulate              run the schedule simulator (the only mode of this release)\n"
+        "  --schedule S            gpipe, 1f1b, scp or zb-h1\n"
+        "  --stages P              pipeline stages (1 to 1024)\n"
+        "  --micro-batches M       micro-batches per step (1 to 65536)\n"
+        "  --fwd F                 forward time of one micro-batch on one stage (default 1)\n"
+        "  --bwd B                 backward time, input and weight gradients (default 2)\n"
+        "  --bwd-weight W          weight-gradient share of B for zb-h1 (default B/2)\n"
+        "  --recompute R           none or full: every stage recomputes its activations (default none)\n"
+        "  --recompute-cost C      time of a recompute (default F)\n"
+        "  --comm X                time an activation or gradient takes to arrive (default 0)\n"
+        "  --json                  print one JSON object instead of text\n"
+        "  --svg FILE              draw the pipeline: one row per stage, one box per instruction\n"
+        "  --help                  show this help and exit\n"
+        "  --version               show the version and exit\n"
+        "\n"
+        "See merak-plan(1).\n", cli_prog);
+}
+
+typedef struct plan_opts {
+    int simulate, json, stages, micro_batches, recompute;
+    merak_schedule_kind schedule;
+    const char *schedule_name, *svg;
+    merak_sim_costs costs;
+    int have_weight, have_rcost;
+} plan_opts;
+
+enum { OPT_SIM = 256, OPT_SCHED, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
+       OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION };
+
+static void parse_args(int argc, char **argv, plan_opts *o)
+{
+    static const struct option opts[] = {
+        {"simulate", no_argument, 0, OPT_SIM},
+        {"schedule", required_argument, 0, OPT_SCHED},
+        {"stages", required_argument, 0, OPT_STAGES},
+        {"micro-batches", required_argument, 0, OPT_MBS},
+        {"fwd", required_argument, 0, OPT_FWD},
+        {"bwd", required_argument, 0, OPT_BWD},
+        {"bwd-weight", required_argument, 0, OPT_BWDW},
+        {"recompute", required_argument, 0, OPT_RC},
+        {"recompute-cost", required_argument, 0, OPT_RCOST},
+        {"comm", required_argument, 0, OPT_COMM},
+        {"json", no_argument, 0, OPT_JSON},
+        {"svg", required_argument, 0, OPT_SVG},
+        {"help", no_argument, 0, OPT_HELP},
+        {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0},
+    };
+    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_SIM: o->simulate = 1; break;
+        case OPT_SCHED:
+            if (merak_schedule_parse(optarg, &o->schedule) < 0)
+                cli_die_usage("--schedule: '%s' is not %s", optarg, merak_schedule_names());
+            o->schedule_name = optarg;
+            break;
+        case OPT_STAGES: o->stages = (int)cli_parse_int("--stages", optarg, 1, 1024); break;
+        case OPT_MBS: o->micro_batches = (int)cli_parse_int("--micro-batches", optarg, 1, 65536); break;
+        case OPT_FWD: o->costs.fwd = cli_parse_double("--fwd", optarg, 0, 1e12); break;
+        case OPT_BWD: o->costs.bwd = cli_parse_double("--bwd", optarg, 0, 1e12); break;
+        case OPT_BWDW:
+            o->costs.bwd_weight = cli_parse_double("--bwd-weight", optarg, 0, 1e12);
+            o->have_weight = 1;
+            break;
+        case OPT_RC:
+            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "full") != 0)
+                cli_die_usage("--recompute: '%s' is not none or full (the simulator's stages are "
+                                "abstract: merak-train picks layers for the other policies)", optarg);
+            o->recompute = optarg[0] == 'f';
+            break;
+        case OPT_RCOST:
+            o->costs.recompute = cli_parse_double("--recompute-cost", optarg, 0, 1e12);
+            o->have_rcost = 1;
+            break;
+        case OPT_COMM: o->costs.comm = cli_parse_double("--comm", optarg, 0, 1e12); break;
+        case OPT_JSON: o->json = 1; break;
+        case OPT_SVG: o->svg = optarg; break;
+        case OPT_HELP: usage(stdout); exit(0);
+        case OPT_VERSION: printf("merak-plan %s\n", MERAK_VERSION_STRING); exit(0);
+        case ':': cli_die_usage("%s needs a value", argv[optind - 1]);
+        default: cli_die_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        cli_die_usage("unexpected argument '%s'", argv[optind]);
+    if (!o->simulate)
+        cli_die_usage("nothing to do: this release plans with --simulate only");
+    if (!o->schedule_name || !o->stages || !o->micro_batches)
+        cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
+    if (!o->have_weight)
+        o->costs.bwd_weight = o->costs.bwd / 2;
+    if (!o->have_rcost)
+        o->costs.recompute = o->costs.fwd;
+    if (o->costs.bwd_weight > o->costs.bwd)
+        cli_die_usage("--bwd-weight %g is more than the backward (--bwd %g) it is a share of",
+            o->costs.bwd_weight, o->costs.bwd);
+    if (o->have_rcost && !o->recompute)
+        cli_die_usage("--recompute-cost needs --recompute full");
+}
+
+/* ------------------------------------------------------------------ SVG */
+
+typedef struct box {
+    int stage, mb;
+    merak_instr_kind kind;
+    double start, end;
+} box;
+
+typedef struct boxes {
+    box *b;
+    size_t n, cap;
+    int failed;
+} boxes;
+
+static void on_compute(void *ctx, int stage, const merak_instr *in, double start, double end)
+{
+    boxes *bs = ctx;
+    if (bs->failed)
+        return;
+    if (bs->n == bs->cap) {
+        size_t cap = bs->cap ? 2 * bs->cap : 256;
+        box *b = realloc(bs->b, cap * sizeof *b);
+        if (!b) {
+            bs->failed = 1;
+            return;
+        }
+        bs->b = b;
+        bs->cap = cap;
+    }
+    bs->b[bs->n++] = (box){stage, in->mb, in->kind, start, end};
+}
+
+static const char *colour(merak_instr_kind k)
+{
+    switch (k) {
+    case MERAK_I_FWD: return "#4c78a8";
+    case MERAK_I_BWD: return "#59a14f";
+    case MERAK_I_BWD_INPUT: return "#8cd17d";
+    case MERAK_I_BWD_WEIGHT: return "#2f6b3a";
+    case MERAK_I_RECOMPUTE: return "#f28e2b";
+    default: return "#999999";
+    }
+}
+
+/* One row per stage, time left to right; the idle time shows as the grey
+ * background.  Returns 0 or -1 (errno). */
+static int write_svg(const char *path, const plan_opts *o, const boxes *bs, const merak_sim_result *r)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    const double left = 70, top = 40, row = 28, width = 1000;
+    const double scale = r->makespan > 0 ? width / r->makespan : 1;
+    double h = top + row * o->stages + 50;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "font-family=\"sans-serif\" font-size=\"11\">\n",
+            left + width + 20, h);
+    fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s, %d stages, %d micro-batches%s: "
+               "makespan %g, bubble %.1f%%</text>\n",
+            left, o->schedule_name, o->stages, o->micro_batches, o->recompute ? ", recompute full" : "",
+            r->makespan, 100 * r->bubble);
+    for (int s = 0; s < o->stages; s++) {
+        double y = top + row * s;
+        fprintf(f, "<text x=\"8\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, s);
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e6e6e6\"/>\n", left, y + 2,
+                width, row - 4);
+    }
+    for (size_t i = 0; i < bs->n; i++) {
+        const box *b = &bs->b[i];
+        double x = left + b->start * scale, w = (b->end - b->start) * scale, y = top + row * b->stage;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
+                   "stroke-width=\"0.5\"><title>%s mb %d [%g, %g]</title></rect>\n",
+                x, y + 2, w, row - 4, colour(b->kind), merak_instr_name(b->kind), b->mb, b->start, b->end);
+        if (w >= 14)
+            fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\">%d</text>\n",
+                    x + w / 2, y + row / 2 + 4, b->mb);
+    }
+    static const merak_instr_kind legend[] = {MERAK_I_FWD, MERAK_I_BWD, MERAK_I_BWD_INPUT, MERAK_I_BWD_WEIGHT,
+                                              MERAK_I_RECOMPUTE};
+    double x = left, y = top + row * o->stages + 20;
+    for (size_t i = 0; i < sizeof legend / sizeof *legend; i++) {
+        fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                   "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n",
+                x, y, colour(legend[i]), x + 16, y + 10, merak_instr_name(legend[i]));
+        x += 130;
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">grey: idle (bubble)</text>\n</svg>\n", x, y + 10);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    plan_opts o;
+    char err[1024];
+    cli_prog = "merak-plan";
+    parse_args(argc, argv, &o);
+
+    unsigned char *rc = malloc((size_t)o.stages);
+    merak_schedule *sch = calloc((size_t)o.stages, sizeof *sch);
+    int *peak = calloc((size_t)o.stages, sizeof *peak);
+    merak_sim_costs *costs = malloc((size_t)o.stages * sizeof *costs);
+    if (!rc || !sch || !peak || !costs)
+        cli_die("out of memory");
+    memset(rc, o.recompute, (size_t)o.stages);
+    for (int i = 0; i < o.stages; i++)
+        costs[i] = o.costs;
+    merak_schedule_spec sp = {o.schedule, o.stages, o.micro_batches, rc};
+    if (merak_schedule_check(&sp, err, sizeof err) < 0)
+        cli_die_usage("%s", err);
+    if (merak_schedule_build_all(&sp, sch, err, sizeof err) < 0)
+        cli_die("%s", err);
+
+    boxes bs = {0};
+    merak_sim_result r = {.peak = peak};
+    if (o.svg) {
+        r.on_compute = on_compute;
+        r.ctx = &bs;
+    }
+    if (merak_schedule_simulate(sch, o.stages, costs, &r, err, sizeof err) < 0)
+        cli_die("%s", err);
+    if (bs.failed)
+        cli_die("out of memory drawing the pipeline");
+    if (o.svg && write_svg(o.svg, &o, &bs, &r) < 0)
+        cli_die("%s: %s", o.svg, strerror(errno));
+
+    if (o.json) {
+        json_t *pk = json_array();
+        for (int i = 0; i < o.stages; i++)
+            json_array_append_new(pk, json_integer(peak[i]));
+        json_t *j = json_pack("{s:f, s:f, s:o}", "makespan", r.makespan, "bubble", r.bubble,
+                              "peak_activations", pk);
+        if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) < 0)
+            cli_die("cannot write the JSON answer");
+        putchar('\n');
+        json_decref(j);
+    } else {
+        printf("%s, %d stages, %d micro-batches, recompute %s: forward %g, backward %g (weight %g), "
+               "recompute %g, communication %g\n",
+               o.schedule_name, o.stages, o.micro_batches, o.recompute ? "full" : "none", o.costs.fwd,
+               o.costs.bwd, o.costs.bwd_weight, o.costs.recompute, o.costs.comm);
+        printf("makespan %g | bubble %.2f%% | peak activations (micro-batches) per stage:", r.makespan,
+               100 * r.bubble);
+        for (int i = 0; i < o.stages; i++)
+            printf(" %d", peak[i]);
+        printf("\n");
+        if (o.svg)
+            printf("drew %s\n", o.svg);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout))
+        cli_die("writing the answer: %s", strerror(errno));
+    for (int i = 0; i < o.stages; i++)
+        merak_schedule_free(&sch[i]);
+    free(bs.b), free(sch), free(peak), free(costs), free(rc);
+    return 0;
+}
