@@ -87,6 +87,28 @@ enum {
     OPT_DEVICE, OPT_RECOMPUTE,
 };
 
+static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
+static void set_recompute(merak_args *a, const char *v) { a->recompute = v; }
+
+/* The value of environment variable VAR for a name argument the flags left
+ * unset (given == NULL), checked by the library as the flag would be (set
+ * stores it into an otherwise default probe); a bad value is a usage error
+ * named with its variable. */
+static const char *env_name(const char *var, const char *given, void (*set)(merak_args *, const char *))
+{
+    const char *v = getenv(var);
+    if (given || !v || !*v)
+        return given;
+    merak_args probe;
+    merak_args_default(&probe);
+    probe.data = "-";
+    set(&probe, v);
+    char err[512];
+    if (merak_args_check(&probe, err, sizeof err) < 0)
+        cli_die_usage("%s: %s", var, err);
+    return v;
+}
+
 static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
 {
     static const struct option opts[] = {
@@ -181,26 +203,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     if (optind < argc)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
     /* Defaults the Slurm plugin passes on (--merak-schedule,
-     * --merak-microbatches, --merak-recompute); flags win.  A bad value is
-     * named with its variable. */
-    char err[512];
-    const char *env_sched = getenv("MERAK_SCHEDULE"), *env_rc = getenv("MERAK_RECOMPUTE");
-    if ((!a->schedule && env_sched && *env_sched) || (!a->recompute && env_rc && *env_rc)) {
-        merak_args probe;   /* valid defaults: only the names from the environment can fail */
-        merak_args_default(&probe);
-        probe.data = "-";
-        probe.schedule = a->schedule ? NULL : env_sched;
-        if (probe.schedule && merak_args_check(&probe, err, sizeof err) < 0)
-            cli_die_usage("MERAK_SCHEDULE: %s", err);
-        probe.schedule = NULL;
-        probe.recompute = a->recompute ? NULL : env_rc;
-        if (probe.recompute && merak_args_check(&probe, err, sizeof err) < 0)
-            cli_die_usage("MERAK_RECOMPUTE: %s", err);
-        if (!a->schedule && env_sched && *env_sched)
-            a->schedule = env_sched;
-        if (!a->recompute && env_rc && *env_rc)
-            a->recompute = env_rc;
-    }
+     * --merak-microbatches, --merak-recompute); flags win. */
+    a->schedule = env_name("MERAK_SCHEDULE", a->schedule, set_schedule);
+    a->recompute = env_name("MERAK_RECOMPUTE", a->recompute, set_recompute);
     const char *env_mb = getenv("MERAK_MICROBATCHES");
     if (!mbs_given && env_mb && *env_mb)
         a->micro_batches = (int)cli_parse_int("MERAK_MICROBATCHES", env_mb, 1, 1 << 20);
@@ -210,6 +215,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         cli_die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
     /* Names (schedule, partition, p2p, device) checked against the
      * library's tables; a value given by flag is a usage error. */
+    char err[512];
     if (merak_args_check(a, err, sizeof err) < 0)
         cli_die_usage("%s", err);
 }

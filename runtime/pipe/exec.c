@@ -386,7 +386,7 @@ int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host)
 }
 
 /* The recompute buffer slot holds, or -1. */
-static int pool_index(const merak_exec *e, int slot) { return e->pool_of ? e->pool_of[slot] : -1; }
+static int pool_index(const merak_exec *e, int slot) { return e->pool_of[slot]; }
 
 void *merak_exec_tensor(const merak_exec *e, int slot, int t)
 {
@@ -677,7 +677,6 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
     if (k->zero(e->gradarena + (size_t)slot * e->grad_floats, e->grad_floats * sizeof(float)) < 0)
         return fail(e, "zeroing the %s gradient arena failed", k->name);
     /* a recomputing slice borrows a buffer for what it drops */
-    pool_release(e, slot);
     if (e->npool && pool_take(e, slot) < 0)
         return -1;
     int rc = run_forward(e, slot, e->op_begin, e->op_end, 0);
@@ -699,8 +698,6 @@ int merak_exec_recompute(merak_exec *e, int slot)
         return fail(e, "zeroing a %s recompute buffer failed", e->k->name);
     return run_forward(e, slot, e->op_begin, e->rc_end, 1);
 }
-
-int merak_exec_recomputes(const merak_exec *e) { return e->npool > 0; }
 
 /* ------------------------------------------------------------------ backward */
 

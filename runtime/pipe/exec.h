@@ -103,7 +103,6 @@ double merak_exec_loss(const merak_exec *e, int slot);
 /* Re-runs the slot's dropped ops (recomputing slices only); the backward
  * of a recomputing slice fails without it.  0 or -1. */
 int merak_exec_recompute(merak_exec *e, int slot);
-int merak_exec_recomputes(const merak_exec *e);  /* 1 if the slice drops activations */
 int merak_exec_backward_input(merak_exec *e, int slot);
 int merak_exec_backward_weight(merak_exec *e, int slot);
 int merak_exec_backward(merak_exec *e, int slot);

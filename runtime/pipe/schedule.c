@@ -182,26 +182,18 @@ static void count_buffers(const cstep *c, int n, int recompute, int *nslots, int
     *nslots = 1;
     *npool = 0;
     for (int i = 0; i < n; i++) {
-        switch (c[i].op) {
-        case C_F:
+        if (c[i].op == C_F) {
             if (++live > *nslots)
                 *nslots = live;
             if (recompute && held + 1 > *npool)
                 *npool = held + 1;
-            break;
-        case C_BI:
-        case C_B:
-            if (recompute && ++held > *npool)
-                *npool = held;
-            if (c[i].op == C_B) {  /* a whole backward ends the micro-batch */
-                live--;
-                held -= recompute;
-            }
-            break;
-        case C_BW:
+            continue;
+        }
+        if (c[i].op != C_BW && recompute && ++held > *npool)  /* B, BI: recomputed first */
+            *npool = held;
+        if (c[i].op != C_BI) {  /* B, BW: the micro-batch is done */
             live--;
             held -= recompute;
-            break;
         }
     }
 }
