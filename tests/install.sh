@@ -9,11 +9,11 @@ make -s -C "$MERAK_BUILDDIR" install DESTDIR="$D" > "$WORK/install.log" 2>&1 ||
     { tail -20 "$WORK/install.log" >&2; fail "make install DESTDIR=$D failed"; }
 prefix=$(sed -n 's/^prefix=//p' "$MERAK_BUILDDIR/merak.pc")
 libdir=$(sed -n 's/^libdir=//p' "$MERAK_BUILDDIR/merak.pc" | sed "s|\${exec_prefix}|$prefix|; s|\${prefix}|$prefix|")
-for f in "$prefix/bin/merak-train" "$prefix/bin/merak-shard" "$prefix/bin/merak-topo" "$prefix/bin/merak-plan" \
+for f in "$prefix/bin/merak-train" "$prefix/bin/merak-shard" "$prefix/bin/merak-topo" "$prefix/bin/merak-plan" "$prefix/bin/merak-trace" \
          "$libdir/libmerak.so" "$libdir/libmerak-topo.so" "$libdir/pkgconfig/merak.pc" \
          "$prefix/include/merak/merak.h" "$prefix/include/merak/topo.h" \
          "$prefix/share/man/man7/merak.7" "$prefix/share/man/man1/merak-train.1" \
-         "$prefix/share/man/man1/merak-shard.1" "$prefix/share/man/man1/merak-topo.1" "$prefix/share/man/man1/merak-plan.1" \
+         "$prefix/share/man/man1/merak-shard.1" "$prefix/share/man/man1/merak-topo.1" "$prefix/share/man/man1/merak-plan.1" "$prefix/share/man/man1/merak-trace.1" \
          "$prefix/share/man/man8/spank-merak.8"; do
     [ -e "$D$f" ] || fail "not installed: $f"
 done

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "merak/merak.h"
 #include "pipe/schedule.h"
+#include "pipesvg.h"
 
 
 static void usage(FILE *out)
@@ -133,96 +134,9 @@ static void parse_args(int argc, char **argv, plan_opts *o)
 
 /* ------------------------------------------------------------------ SVG */
 
-typedef struct box {
-    int stage, mb;
-    merak_instr_kind kind;
-    double start, end;
-} box;
-
-typedef struct boxes {
-    box *b;
-    size_t n, cap;
-    int failed;
-} boxes;
-
 static void on_compute(void *ctx, int stage, const merak_instr *in, double start, double end)
 {
-    boxes *bs = ctx;
-    if (bs->failed)
-        return;
-    if (bs->n == bs->cap) {
-        size_t cap = bs->cap ? 2 * bs->cap : 256;
-        box *b = realloc(bs->b, cap * sizeof *b);
-        if (!b) {
-            bs->failed = 1;
-            return;
-        }
-        bs->b = b;
-        bs->cap = cap;
-    }
-    bs->b[bs->n++] = (box){stage, in->mb, in->kind, start, end};
-}
-
-static const char *colour(merak_instr_kind k)
-{
-    switch (k) {
-    case MERAK_I_FWD: return "#4c78a8";
-    case MERAK_I_BWD: return "#59a14f";
-    case MERAK_I_BWD_INPUT: return "#8cd17d";
-    case MERAK_I_BWD_WEIGHT: return "#2f6b3a";
-    case MERAK_I_RECOMPUTE: return "#f28e2b";
-    default: return "#999999";
-    }
-}
-
-/* One row per stage, time left to right; the idle time shows as the grey
- * background.  Returns 0 or -1 (errno). */
-static int write_svg(const char *path, const plan_opts *o, const boxes *bs, const merak_sim_result *r)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    const double left = 70, top = 40, row = 28, width = 1000;
-    const double scale = r->makespan > 0 ? width / r->makespan : 1;
-    double h = top + row * o->stages + 50;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-               "font-family=\"sans-serif\" font-size=\"11\">\n",
-            left + width + 20, h);
-    fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s, %d stages, %d micro-batches%s: "
-               "makespan %g, bubble %.1f%%</text>\n",
-            left, o->schedule_name, o->stages, o->micro_batches, o->recompute ? ", recompute full" : "",
-            r->makespan, 100 * r->bubble);
-    for (int s = 0; s < o->stages; s++) {
-        double y = top + row * s;
-        fprintf(f, "<text x=\"8\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, s);
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e6e6e6\"/>\n", left, y + 2,
-                width, row - 4);
-    }
-    for (size_t i = 0; i < bs->n; i++) {
-        const box *b = &bs->b[i];
-        double x = left + b->start * scale, w = (b->end - b->start) * scale, y = top + row * b->stage;
-        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
-                   "stroke-width=\"0.5\"><title>%s mb %d [%g, %g]</title></rect>\n",
-                x, y + 2, w, row - 4, colour(b->kind), merak_instr_name(b->kind), b->mb, b->start, b->end);
-        if (w >= 14)
-            fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\">%d</text>\n",
-                    x + w / 2, y + row / 2 + 4, b->mb);
-    }
-    static const merak_instr_kind legend[] = {MERAK_I_FWD, MERAK_I_BWD, MERAK_I_BWD_INPUT, MERAK_I_BWD_WEIGHT,
-                                              MERAK_I_RECOMPUTE};
-    double x = left, y = top + row * o->stages + 20;
-    for (size_t i = 0; i < sizeof legend / sizeof *legend; i++) {
-        fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                   "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n",
-                x, y, colour(legend[i]), x + 16, y + 10, merak_instr_name(legend[i]));
-        x += 130;
-    }
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">grey: idle (bubble)</text>\n</svg>\n", x, y + 10);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        return -1;
-    return 0;
+    merak_trace_add(ctx, stage, in->kind, in->mb, start, end);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -249,7 +163,7 @@ int main(int argc, char **argv)
     if (merak_schedule_build_all(&sp, sch, err, sizeof err) < 0)
         cli_die("%s", err);
 
-    boxes bs = {0};
+    merak_trace bs = {0};
     merak_sim_result r = {.peak = peak};
     if (o.svg) {
         r.on_compute = on_compute;
@@ -257,10 +171,14 @@ int main(int argc, char **argv)
     }
     if (merak_schedule_simulate(sch, o.stages, costs, &r, err, sizeof err) < 0)
         cli_die("%s", err);
-    if (bs.failed)
-        cli_die("out of memory drawing the pipeline");
-    if (o.svg && write_svg(o.svg, &o, &bs, &r) < 0)
-        cli_die("%s: %s", o.svg, strerror(errno));
+    if (o.svg) {
+        char title[256];
+        snprintf(title, sizeof title, "%s, %d stages, %d micro-batches%s: makespan %g, bubble %.1f%%",
+                 o.schedule_name, o.stages, o.micro_batches, o.recompute ? ", recompute full" : "",
+                 r.makespan, 100 * r.bubble);
+        if (pipesvg_write(&bs, o.svg, title, o.stages, NULL, 0, r.makespan, "", err, sizeof err) < 0)
+            cli_die("%s", err);
+    }
 
     if (o.json) {
         json_t *pk = json_array();
@@ -289,6 +207,7 @@ int main(int argc, char **argv)
         cli_die("writing the answer: %s", strerror(errno));
     for (int i = 0; i < o.stages; i++)
         merak_schedule_free(&sch[i]);
-    free(bs.b), free(sch), free(peak), free(costs), free(rc);
+    merak_trace_free(&bs);
+    free(sch), free(peak), free(costs), free(rc);
     return 0;
 }

@@ -72,6 +72,8 @@ static void usage(FILE *out)
         "  --metrics FILE          append one JSON object per step to FILE\n"
         "  --log-every N           print every N-th step (default 1)\n"
         "  --save-weights FILE     write the trained weights (.safetensors, Hugging Face names)\n"
+        "  --trace FILE            write every rank's instructions and collectives as one Chrome\n"
+        "                          trace JSON (opens in Perfetto; merak-trace(1) draws it)\n"
         "  --help                  show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
@@ -84,7 +86,7 @@ enum {
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
-    OPT_DEVICE, OPT_RECOMPUTE,
+    OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -138,6 +140,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"pp", required_argument, 0, OPT_PP},
         {"schedule", required_argument, 0, OPT_PSCHED},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
+        {"trace", required_argument, 0, OPT_TRACE},
         {"partition", required_argument, 0, OPT_PART},
         {"tp-rules", required_argument, 0, OPT_TPRULES},
         {"zero", required_argument, 0, OPT_ZERO},
@@ -183,6 +186,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_METRICS: a->metrics = optarg; break;
         case OPT_LOGEVERY: t->log_every = (int)cli_parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
+        case OPT_TRACE: a->trace = optarg; break;
         case OPT_DP: a->dp = (int)cli_parse_int("--dp", optarg, 1, 1 << 20); break;
         case OPT_TP: a->tp = (int)cli_parse_int("--tp", optarg, 1, 1 << 20); break;
         case OPT_PP: a->pp = (int)cli_parse_int("--pp", optarg, 1, 1 << 20); break;

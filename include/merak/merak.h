@@ -235,6 +235,8 @@ typedef struct merak_args {
     const char *init;          /* Hugging Face safetensors to start from, or NULL */
     const char *save_weights;  /* safetensors written at the end, or NULL */
     const char *metrics;       /* JSON-lines file, one object per step, or NULL */
+    const char *trace;         /* Chrome trace JSON of every rank's instructions and
+                                * collectives, merged and written by rank 0 at the end; or NULL */
     int micro_batch;           /* B: must match the graph's input_ids (B,T) */
     int seq_len;               /* T */
     int micro_batches;         /* M: gradient accumulation steps */

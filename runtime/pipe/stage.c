@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "errf.h"
 #include "stage.h"
+#include "trace.h"
 
 struct merak_stage {
     merak_comm *comm;
@@ -44,6 +45,8 @@ struct merak_stage {
     int layers, recomputed;       /* this stage's layers, and how many it recomputes */
     unsigned char *tied;          /* [nparams] 1 if the param is shared with the other end stage */
     double loss_sum;              /* this step's micro-batch losses (last stage) */
+    merak_trace *trace;           /* records the timeline, or NULL */
+    int cur_mb;                   /* micro-batch of the instruction running */
     uint64_t b0[4];               /* group bytes when the step began */
 
     /* Data-parallel gradient reduction.  Without ZeRO: buckets of the flat
@@ -308,7 +311,11 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
         return merak_errf(err, errlen, "zeroing the gradients on the %s backend failed", s->k->name);
     for (int i = 0; i < s->sched.n; i++) {
         const merak_instr *in = &s->sched.instr[i];
+        double t0 = s->trace ? merak_now() : 0;
+        s->cur_mb = in->mb;
         int rc = run_instr(s, h, in, err, errlen);
+        if (s->trace)
+            merak_trace_add(s->trace, 0, in->kind, in->mb, t0, merak_now());
         merak_group_progress(s->pp_g);
         if (rc < 0) {
             /* name the instruction; a group call's reason if nothing else said why */
@@ -371,6 +378,7 @@ void merak_stage_step_stats(const merak_stage *s, merak_step_info *info)
     info->tied_bytes = (double)(b1[3] - s->b0[3]);
 }
 
+void merak_stage_set_trace(merak_stage *s, merak_trace *t) { s->trace = t; }
 merak_exec *merak_stage_exec(const merak_stage *s) { return s->e; }
 const merak_graph *merak_stage_graph(const merak_stage *s) { return s->g; }
 int merak_stage_loads(const merak_stage *s) { return s->loads; }
@@ -409,7 +417,13 @@ void merak_stage_destroy(merak_stage *s)
 
 static int tp_allreduce(void *ctx, float *buf, size_t n)
 {
-    return merak_allreduce(ctx, buf, n, NULL);
+    merak_stage *s = ctx;
+    if (!s->trace)
+        return merak_allreduce(s->tp_g, buf, n, NULL);
+    double t0 = merak_now();
+    int rc = merak_allreduce(s->tp_g, buf, n, NULL);
+    merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, t0, merak_now());
+    return rc;
 }
 
 /* Gradient reduction over dp: this rank's ZeRO share, or buckets. */
@@ -561,7 +575,7 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     int p = gr->pp_rank;
     s->first = p == 0;
     s->last = p == gr->pp - 1;
-    s->tpc.ctx = s->tp_g;
+    s->tpc.ctx = s;
     s->tpc.allreduce = tp_allreduce;
     merak_exec_opts eo;
     int rc = plan_recompute(s, o, lb, &eo, err, errlen);

@@ -21,6 +21,7 @@
 #include "graph/graph.h"
 #include "plan/partition.h"
 #include "schedule.h"
+#include "trace.h"
 
 typedef struct merak_stage merak_stage;
 
@@ -68,6 +69,10 @@ int merak_stage_loads(const merak_stage *s);
 void merak_stage_memory(const merak_stage *s, size_t *bytes, int *layers, int *recomputed);
 /* Floats [lo, hi) of the flat buffers this rank updates (ZeRO share). */
 void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi);
+
+/* Records every instruction and tensor-parallel all-reduce of the steps
+ * run from now on into t (NULL: stop recording). */
+void merak_stage_set_trace(merak_stage *s, merak_trace *t);
 
 /* Runs one step's instruction list.  0, or -1 with err: this rank failed
  * (its peers may be blocked on it).  The failing instruction, the group

@@ -69,6 +69,16 @@ int merak_metrics_write(merak_metrics *m, const merak_step_info *info, char *err
 /* Closes (NULL is a no-op); 0 or -1 with err if the last writes failed. */
 int merak_metrics_close(merak_metrics *m, char *err, size_t errlen);
 
+/* ---- the timeline (--trace)
+ * Every rank's recorded events to rank 0, which writes them to PATH as one
+ * Chrome trace (collective over the world).  0, or -1 with err. */
+struct merak_comm;
+struct merak_trace;
+int merak_trace_write(struct merak_comm *comm, const struct merak_trace *t, const char *path,
+                      const char *schedule, int micro_batches, char *err, size_t errlen);
+/* Fails now (0 or -1 with err) if PATH could not be written at the end. */
+int merak_trace_probe(const char *path, char *err, size_t errlen);
+
 /* ---- learning-rate schedules */
 typedef struct merak_lr {
     merak_lr_kind kind;

@@ -201,6 +201,7 @@ typedef struct run {
     int diverged;                 /* every rank found the same bad loss or norm */
     double loss, norm;            /* of the step, after the optimizer step's reduction */
     float step_lr;
+    merak_trace trace;            /* the timeline, when a->trace */
 } run;
 
 /* Global number of micro-batch mb of this step on this replica. */
@@ -232,7 +233,11 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
     run *r = ctx;
     const merak_args *a = r->a;
     double red[2] = {merak_stage_loss_sum(r->stage), merak_stage_grad_sumsq(r->stage)};
-    if (merak_allreduce_f64(r->world, red, 2) < 0)
+    double t0 = merak_now();
+    int rc = merak_allreduce_f64(r->world, red, 2);
+    if (a->trace)
+        merak_trace_add(&r->trace, 0, MERAK_TRACE_STEP_ALLREDUCE, -1, t0, merak_now());
+    if (rc < 0)
         return merak_errf(err, errlen, "summing the loss and gradient norm: %s", merak_comm_error(r->comm));
     r->loss = red[0] / (a->micro_batches * r->grid->dp);
     r->norm = sqrt(red[1]);
@@ -289,6 +294,7 @@ static void run_free(run *r)
     merak_optim_destroy(r->opt);
     merak_data_close(r->data);
     merak_stage_destroy(r->stage);
+    merak_trace_free(&r->trace);
 }
 
 /* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
@@ -311,6 +317,9 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         if (flags[0] > 0)
             break;
         double t0 = merak_now();
+        if (r->step == 0)
+            r->trace.origin = t0;   /* every rank just left the same collective */
+        r->trace.step = r->step;
         if (merak_stage_run(r->stage, &hooks, err, errlen) < 0) {
             if (!r->diverged)
                 return alone(r, err, errlen);
@@ -418,6 +427,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_metrics *metrics = NULL;
     if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
         failed = 1;
+    if (!failed && rank0 && a->trace && merak_trace_probe(a->trace, err, errlen) < 0)
+        failed = 1;
     merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
     /* Activations and gradients over the asked backend: the stage's
      * pipeline group switches together (and back at the end). */
@@ -427,6 +438,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         n = -3;
     else if (agreed == 0 && stage_table_fill(&r, &table, err, errlen) == 0 &&
              merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) == 0) {
+        if (a->trace)
+            merak_stage_set_trace(r.stage, &r.trace);
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
                                  table.bytes, table.layers, table.recomputed};
@@ -445,6 +458,12 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
                      (rank0 && merak_weights_save_arrays(g, w.n, w.tensors, (const float *const *)w.data,
                                                          a->save_weights, NULL, err, errlen) < 0);
             merak_gathered_free(&w);
+            if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
+                n = -1;
+        }
+        if (n >= 0 && a->trace) {
+            failed = merak_trace_write(g_comm, &r.trace, a->trace, a->schedule ? a->schedule : "1f1b",
+                                       a->micro_batches, err, errlen) < 0;
             if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
                 n = -1;
         }
