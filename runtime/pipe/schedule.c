@@ -128,16 +128,29 @@ static int compute_order(merak_schedule_kind kind, int S, int s, int M, cstep *c
         return n;
     }
     /* w warm-up forwards, then one forward and one backward per step, then
-     * the cool-down's backwards.  scp keeps 1f1b's order: Merak runs one
-     * more warm-up forward on stage S-2 (and delays its sends) so that stage
-     * does not idle while the last stage works on micro-batch 0; here that
-     * time is already filled by forward 1 and the recompute of micro-batch
-     * 0, which comes before the wait, and sends never block.  Measured in
-     * the simulator, the extra forward only lengthens the steady state
-     * (7 instead of 4 per micro-batch at unit costs): stage S-2 then needs
-     * activation k+2 before it can send gradient k, which stage S-3, being
-     * only w ahead, forwards after that gradient arrived. */
+     * the cool-down's backwards.  scp on stage S-2 (S >= 3) runs Merak's
+     * extra warm-up forward: forward 2 before backward 0, then backwards 0
+     * and 1 together, then 1f1b's steady state.  The last stage works on
+     * micro-batch 0 while forward 2 runs, so forward 2 is off the critical
+     * path there, and stage S-1 gets activation 2 (and so every later one)
+     * one forward earlier: the step is one forward shorter than 1f1b's
+     * order for every S >= 3 and M >= S at unit costs.  (Keeping the extra
+     * micro-batch in flight through the steady state instead would make
+     * stage S-2 wait for activation k+2 before it can send gradient k.) */
     int w = S - s - 1;
+    if (kind == MERAK_SCHEDULE_SCP && S >= 3 && s == S - 2 && M >= 3) {
+        c[n++] = (cstep){C_F, 0};
+        c[n++] = (cstep){C_F, 1};
+        c[n++] = (cstep){C_F, 2};
+        c[n++] = (cstep){C_B, 0};
+        c[n++] = (cstep){C_B, 1};
+        for (int k = 3; k < M; k++) {
+            c[n++] = (cstep){C_F, k};
+            c[n++] = (cstep){C_B, k - 1};
+        }
+        c[n++] = (cstep){C_B, M - 1};
+        return n;
+    }
     if (kind != MERAK_SCHEDULE_ZB_H1) {
         for (int k = 0; k < w; k++)
             c[n++] = (cstep){C_F, k};

@@ -49,7 +49,7 @@ typedef struct merak_instr {
  *   arrived (inside the backward, as Megatron-LM and DeepSpeed do).
  * scp: Merak's shifted critical path: the last stage never recomputes; every
  *   recompute runs before the wait for its gradient (in the time the stage
- *   would idle).
+ *   would idle); stage S-2 (S >= 3) runs Merak's extra warm-up forward.
  * zb-h1: zero bubble H1 (Qi et al. 2024): the backward split into its input
  *   and weight parts, stage s delaying up to s weight parts into the
  *   cool-down's bubbles; the most micro-batches in flight is 1f1b's (S). */

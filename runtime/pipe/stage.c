@@ -529,7 +529,7 @@ static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *
     case MERAK_RECOMPUTE_NONE: break;
     case MERAK_RECOMPUTE_FULL: n = s->layers; break;
     case MERAK_RECOMPUTE_STAGE_AWARE: {
-        /* scp holds one more micro-batch on stage S-2 in Merak: it takes
+        /* scp holds one more micro-batch on stage S-2 (as Merak's does): it takes
          * stage S-3's ratio there; the same rule keeps the plans alike. */
         int q = o->schedule == MERAK_SCHEDULE_SCP && S > 2 && p == S - 2 ? S - 3 : p;
         n = (int)floor(s->layers * merak_recompute_stage_aware(rp->value, S, q) + 1e-9);

@@ -509,6 +509,178 @@ static void test_costs(void)
     free_all(sch, 2);
 }
 
+/* ------------------------------------------------------------------ Merak's scp, the reference */
+
+/* Merak's own full_critical_path_1f1b streams (v1 runtime/schedule.py, as
+ * ../shared/notes/merak-algorithms.md s. 3.3 lists them for P = 4, M = 8),
+ * written out for any P >= 3 (Merak's deadlocks at P = 2) and M >= max(P,
+ * 4), in our instruction set: Merak's p2p is blocking, so each of its send,
+ * receive or fused pair is posted and then waited at once; every stage but
+ * the last checkpoints every forward (our FWD on a recomputing stage) and
+ * recomputes inside the backward, or before the gradient's receive where
+ * Merak hoists it (R+RG).  Slots and recompute buffers are per micro-batch
+ * (Merak's buffer counts are not what is compared). */
+typedef struct mlist {
+    merak_schedule *s;
+    int cap;
+} mlist;
+
+static void m_put(mlist *l, merak_instr_kind k, int mb)
+{
+    merak_schedule *s = l->s;
+    if (s->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        merak_instr *in = realloc(s->instr, (size_t)l->cap * sizeof *s->instr);
+        if (!in)
+            abort();
+        s->instr = in;
+    }
+    s->instr[s->n++] = (merak_instr){k, mb, mb < 0 ? -1 : mb};
+}
+
+/* blocking ops */
+static void m_fwd(mlist *l, int k, int P, int s)
+{
+    if (s == 0 || s == P - 1)
+        m_put(l, MERAK_I_LOAD, k);
+    m_put(l, MERAK_I_FWD, k);
+}
+static void m_ra(mlist *l, int k) { m_put(l, MERAK_I_RECV_ACT, k), m_put(l, MERAK_I_WAIT_ACT, k); }
+static void m_rg(mlist *l, int k) { m_put(l, MERAK_I_RECV_GRAD, k), m_put(l, MERAK_I_WAIT_GRAD, k); }
+static void m_sa(mlist *l, int k) { m_put(l, MERAK_I_SEND_ACT, k), m_put(l, MERAK_I_WAIT_SENDS, k); }
+static void m_sg(mlist *l, int k) { m_put(l, MERAK_I_SEND_GRAD, k), m_put(l, MERAK_I_WAIT_SENDS, k); }
+static void m_sa_rg(mlist *l, int a, int g)
+{
+    m_put(l, MERAK_I_SEND_ACT, a), m_put(l, MERAK_I_RECV_GRAD, g);
+    m_put(l, MERAK_I_WAIT_GRAD, g), m_put(l, MERAK_I_WAIT_SENDS, a);
+}
+static void m_sg_ra(mlist *l, int g, int a)
+{
+    m_put(l, MERAK_I_SEND_GRAD, g), m_put(l, MERAK_I_RECV_ACT, a);
+    m_put(l, MERAK_I_WAIT_ACT, a), m_put(l, MERAK_I_WAIT_SENDS, g);
+}
+/* backward of k: a recompute first on recomputing stages unless hoisted */
+static void m_bwd(mlist *l, int k, int rc)
+{
+    if (rc)
+        m_put(l, MERAK_I_RECOMPUTE, k);
+    m_put(l, MERAK_I_BWD, k);
+}
+
+static void merak_scp_build(int P, int M, int s, merak_schedule *out)
+{
+    memset(out, 0, sizeof *out);
+    out->stages = P, out->stage = s, out->micro_batches = M;
+    out->nslots = M, out->npool = M, out->recompute = s < P - 1;
+    mlist l = {out, 0};
+    int last = s == P - 1, first = s == 0;
+    if (last) {
+        /* RA0 F0;B0;SG0 RA1 F1;B1;SG1 RA2 F2;B2;SG+RA2/3 F3;B3;...;SG7 */
+        for (int k = 0; k < M; k++) {
+            if (k == 0)
+                m_ra(&l, 0);
+            else if (k <= 2)
+                m_sg(&l, k - 1), m_ra(&l, k);
+            else
+                m_sg_ra(&l, k - 1, k);
+            m_fwd(&l, k, P, s);
+            m_bwd(&l, k, 0);
+        }
+        m_sg(&l, M - 1);
+    } else if (s == P - 2) {
+        /* RA0 F*0;SA0;RA1 F*1;RA2 F2;R0+RG0 SA1 B0;SG0 R1+RG1 SA2 B1; then 1F1B */
+        if (!first) m_ra(&l, 0);
+        m_fwd(&l, 0, P, s);
+        m_sa(&l, 0);
+        if (!first) m_ra(&l, 1);
+        m_fwd(&l, 1, P, s);
+        if (!first) m_ra(&l, 2);
+        m_fwd(&l, 2, P, s);
+        m_put(&l, MERAK_I_RECOMPUTE, 0), m_rg(&l, 0), m_sa(&l, 1), m_bwd(&l, 0, 0);
+        if (!first) m_sg(&l, 0);
+        m_put(&l, MERAK_I_RECOMPUTE, 1), m_rg(&l, 1), m_sa(&l, 2), m_bwd(&l, 1, 0);
+        for (int k = 3; k < M; k++) {
+            if (first) m_fwd(&l, k, P, s);
+            else m_sg_ra(&l, k - 2, k), m_fwd(&l, k, P, s);
+            m_sa_rg(&l, k, k - 1), m_bwd(&l, k - 1, 1);
+        }
+        if (!first) m_sg(&l, M - 2);
+        m_rg(&l, M - 1), m_bwd(&l, M - 1, 1);
+        if (!first) m_sg(&l, M - 1);
+    } else {
+        /* 1F1B; cool-down recomputes hoisted before their receive; on P-3
+         * the first fused send+receive split and mb 0 pre-recomputed */
+        int w = P - s;   /* forwards before the first backward */
+        int j = 0;       /* next backward */
+        for (int k = 0; k < M; k++) {
+            if (k < w) {
+                if (!first) m_ra(&l, k);
+            } else {
+                if (!first) m_sg_ra(&l, j - 1, k);
+            }
+            m_fwd(&l, k, P, s);
+            if (k < w - 1) {
+                m_sa(&l, k);
+                continue;
+            }
+            if (k == w - 1 && s == P - 3) {
+                m_sa(&l, k), m_put(&l, MERAK_I_RECOMPUTE, 0), m_rg(&l, 0), m_bwd(&l, 0, 0);
+            } else {
+                m_sa_rg(&l, k, j), m_bwd(&l, j, 1);
+            }
+            j++;
+        }
+        for (; j < M; j++) {
+            if (!first) m_sg(&l, j - 1);
+            m_put(&l, MERAK_I_RECOMPUTE, j), m_rg(&l, j), m_bwd(&l, j, 0);
+        }
+        if (!first) m_sg(&l, M - 1);
+    }
+    m_put(&l, MERAK_I_WAIT_SENDS, -1);
+    m_put(&l, MERAK_I_REDUCE_TIED, -1);
+    m_put(&l, MERAK_I_REDUCE_DP, -1);
+    m_put(&l, MERAK_I_OPTIMIZER_STEP, -1);
+}
+
+/* Our scp never takes longer than Merak's own generator under the same
+ * costs (the issue's bar): unit costs, a slower backward, slow links, and
+ * every stage different. */
+static void test_merak_scp(void)
+{
+    int cases = 0, worse = 0, failed = 0, shorter = 0;
+    char first[1200] = "";
+    for (int c = 0; c < 4; c++)
+        for (int P = 3; P <= 16; P++)
+            for (int M = P < 4 ? 4 : P; M <= 4 * P; M++) {
+                merak_schedule ours[16], theirs[16];
+                merak_sim_costs k[16];
+                for (int s = 0; s < P; s++) {
+                    static const merak_sim_costs set[3] = {{1, 2, 1, 1, 0}, {1, 3, 1.5, 1, 0}, {1, 2, 1, 1, 0.3}};
+                    k[s] = c < 3 ? set[c] : (merak_sim_costs){1 + 0.1 * (s % 3), 2 + 0.15 * (s % 4), 1, 1 + 0.05 * s, 0.1};
+                    merak_scp_build(P, M, s, &theirs[s]);
+                }
+                merak_sim_result a = {0}, b = {0};
+                cases++;
+                if (build_rc(MERAK_SCHEDULE_SCP, P, M, 1, ours) < 0 ||
+                    merak_schedule_simulate(ours, P, k, &a, err, sizeof err) < 0 ||
+                    merak_schedule_simulate(theirs, P, k, &b, err, sizeof err) < 0) {
+                    if (!failed++)
+                        snprintf(first, sizeof first, "costs %d P=%d M=%d: %s", c, P, M, err);
+                } else if (a.makespan > b.makespan + 1e-9) {
+                    if (!worse++ && !failed)
+                        snprintf(first, sizeof first, "costs %d P=%d M=%d: ours %g, Merak's %g", c, P, M,
+                                 a.makespan, b.makespan);
+                } else {
+                    shorter += a.makespan < b.makespan - 1e-9;
+                }
+                free_all(ours, P);
+                free_all(theirs, P);
+            }
+    tap_ok(failed == 0 && worse == 0,
+           "scp is never longer than Merak's own generator: %d cases (4 cost sets, P 3..16, M max(P,4)..4P), "
+           "%d shorter, %d longer, %d failed%s%s", cases, shorter, worse, failed, first[0] ? ": " : "", first);
+}
+
 /* Recompute instructions broken on purpose. */
 static void m_drop_recompute(merak_schedule *sch) { drop(&sch[1], find(&sch[1], MERAK_I_RECOMPUTE, 2)); }
 static void m_keep_stage_recomputes(merak_schedule *sch) { sch[1].recompute = 0; }
@@ -548,6 +720,7 @@ int main(void)
     test_split_backward();
     test_generators();
     test_costs();
+    test_merak_scp();
     test_broken_recompute();
     return tap_done();
 }
