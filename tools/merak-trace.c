@@ -38,14 +38,8 @@ static void usage(FILE *out)
         "See merak-trace(1).\n", cli_prog);
 }
 
-typedef struct event {
-    int row, kind, mb, step;
-    double start, end;     /* milliseconds */
-} event;
-
 typedef struct trace {
-    event *ev;
-    size_t n;
+    merak_trace ev;        /* the events; lane: the rank's row; times in milliseconds */
     int nrows;
     int *pid;              /* [nrows] sorted */
     char **label;          /* [nrows] */
@@ -92,9 +86,8 @@ static void load(const char *path, trace *t)
         cli_die("%s: not a Chrome trace (no \"traceEvents\" array)", path);
     size_t n = json_array_size(evs);
     memset(t, 0, sizeof *t);
-    t->ev = calloc(n + 1, sizeof *t->ev);
     t->pid = calloc(n + 1, sizeof *t->pid);
-    if (!t->ev || !t->pid)
+    if (!t->pid)
         cli_die("out of memory reading %s", path);
     /* the ranks: every pid an event names */
     for (size_t i = 0; i < n; i++) {
@@ -131,10 +124,10 @@ static void load(const char *path, trace *t)
         }
         if (strcmp(ph, "X") != 0)
             cli_die("%s: event %zu: phase '%s' (merak-train writes complete events, \"X\")", path, i, ph);
-        event *v = &t->ev[t->n];
         long step, mb;
         json_t *ts = json_object_get(e, "ts"), *dur = json_object_get(e, "dur");
-        if ((v->kind = merak_trace_kind_find(name)) < 0)
+        int kind = merak_trace_kind_find(name);
+        if (kind < 0)
             cli_die("%s: event %zu: '%s' is not an instruction or collective merak-train records", path, i,
                     name);
         if (!json_is_number(ts) || !json_is_number(dur) || json_number_value(dur) < 0)
@@ -142,16 +135,15 @@ static void load(const char *path, trace *t)
         if (!json_is_object(args) || int_of(json_object_get(args, "step"), 0, INT_MAX, &step) < 0 ||
             int_of(json_object_get(args, "mb"), -1, INT_MAX, &mb) < 0)
             cli_die("%s: event %zu: \"args\" must hold the step (>= 0) and micro-batch (>= -1)", path, i);
-        v->row = row;
-        v->mb = (int)mb;
-        v->step = (int)step;
-        v->start = json_number_value(ts) / 1e3;
-        v->end = v->start + json_number_value(dur) / 1e3;
-        t->first_step = v->step < t->first_step ? v->step : t->first_step;
-        t->last_step = v->step > t->last_step ? v->step : t->last_step;
-        t->n++;
+        double start = json_number_value(ts) / 1e3;
+        t->ev.step = (int)step;
+        merak_trace_add(&t->ev, row, kind, (int)mb, start, start + json_number_value(dur) / 1e3);
+        t->first_step = t->ev.step < t->first_step ? t->ev.step : t->first_step;
+        t->last_step = t->ev.step > t->last_step ? t->ev.step : t->last_step;
     }
-    if (t->n == 0)
+    if (t->ev.failed)
+        cli_die("out of memory reading %s", path);
+    if (t->ev.n == 0)
         cli_die("%s: the trace holds no instructions", path);
     json_t *o = json_object_get(root, "otherData");
     const char *sched = json_string_value(json_object_get(o, "schedule"));
@@ -166,9 +158,14 @@ static void load(const char *path, trace *t)
                  (int)json_integer_value(json_object_get(o, "dp")), (int)json_integer_value(json_object_get(o, "tp")),
                  t->pp, t->schedule, t->micro_batches);
     }
-    /* "rank R (dp D, tp T, pp P)": the stage */
+    /* "rank R (dp D, tp T, pp P)": the stage; a rank the trace does not
+     * name is "rank PID" */
     for (int r = 0; r < t->nrows; r++) {
-        const char *pp = t->label[r] ? strstr(t->label[r], "pp ") : NULL;
+        char name[32];
+        snprintf(name, sizeof name, "rank %d", t->pid[r]);
+        if (!t->label[r] && !(t->label[r] = strdup(name)))
+            cli_die("out of memory reading %s", path);
+        const char *pp = strstr(t->label[r], "pp ");
         long st;
         char *end;
         t->stage[r] = -1;
@@ -213,14 +210,14 @@ static void simulate(const trace *t, int step, double *sim, double *meas, merak_
         cli_die("out of memory");
     double lo = 0, hi = 0;
     int any = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const event *v = &t->ev[i];
-        int st = t->stage[v->row];
+    for (size_t i = 0; i < t->ev.n; i++) {
+        const merak_trace_event *v = &t->ev.ev[i];
+        int st = t->stage[v->lane];
         if (v->step != step || merak_trace_track(v->kind) != MERAK_TRACK_COMPUTE || v->kind == MERAK_I_LOAD ||
             v->kind == MERAK_I_OPTIMIZER_STEP)
             continue;
         if (st < 0)
-            cli_die("--simulate: rank %d's name does not say its pipeline stage", t->pid[v->row]);
+            cli_die("--simulate: rank %d's name does not say its pipeline stage", t->pid[v->lane]);
         c[st].sum[v->kind] += v->end - v->start;
         c[st].n[v->kind]++;
         lo = any && lo < v->start ? lo : v->start;
@@ -286,24 +283,26 @@ int main(int argc, char **argv)
     int step = want >= 0 ? (int)want : t.last_step;
     double t0 = 0, t1 = 0;
     int found = 0;
-    for (size_t i = 0; i < t.n; i++)
-        if (t.ev[i].step == step) {
-            t0 = found && t0 < t.ev[i].start ? t0 : t.ev[i].start;
-            t1 = found && t1 > t.ev[i].end ? t1 : t.ev[i].end;
+    for (size_t i = 0; i < t.ev.n; i++) {
+        const merak_trace_event *v = &t.ev.ev[i];
+        if (v->step == step) {
+            t0 = found && t0 < v->start ? t0 : v->start;
+            t1 = found && t1 > v->end ? t1 : v->end;
             found = 1;
         }
+    }
     if (!found)
         cli_die_usage("--step %d: the trace holds steps %d to %d", step, t.first_step, t.last_step);
     rank_sum *sum = calloc((size_t)t.nrows, sizeof *sum);
     merak_trace pic = {0};
     if (!sum)
         cli_die("out of memory");
-    for (size_t i = 0; i < t.n; i++) {
-        const event *v = &t.ev[i];
+    for (size_t i = 0; i < t.ev.n; i++) {
+        const merak_trace_event *v = &t.ev.ev[i];
         if (v->step != step)
             continue;
         double d = v->end - v->start;
-        rank_sum *s = &sum[v->row];
+        rank_sum *s = &sum[v->lane];
         if (merak_trace_nested(v->kind)) {
             s->compute -= d;   /* it ran inside a compute instruction */
             if (v->kind == MERAK_TRACE_TP_ALLREDUCE)
@@ -316,7 +315,7 @@ int main(int argc, char **argv)
                  v->kind == MERAK_I_REDUCE_TIED || v->kind == MERAK_I_REDUCE_DP)
             s->wait += d;
         if (svg)
-            merak_trace_add(&pic, v->row, v->kind, v->mb, v->start, v->end);
+            merak_trace_add(&pic, v->lane, v->kind, v->mb, v->start, v->end);
     }
     double span = t1 - t0, sim_ms = 0, pipe_ms = 0;
     merak_sim_costs *costs = NULL;
@@ -352,9 +351,7 @@ int main(int argc, char **argv)
                t.last_step, t.about[0] ? ", " : "", t.about, span);
         printf("%-28s %12s %16s %10s %7s\n", "rank", "compute ms", "tp all-reduce ms", "waits ms", "idle");
         for (int r = 0; r < t.nrows; r++) {
-            char lab[32];
-            snprintf(lab, sizeof lab, "%d", t.pid[r]);
-            printf("%-28s %12.2f %16.2f %10.2f %6.1f%%\n", t.label[r] ? t.label[r] : lab, sum[r].compute,
+            printf("%-28s %12.2f %16.2f %10.2f %6.1f%%\n", t.label[r], sum[r].compute,
                    sum[r].tp, sum[r].wait, span > 0 ? 100 * (1 - sum[r].compute / span) : 0.0);
         }
         if (sim) {
@@ -371,7 +368,8 @@ int main(int argc, char **argv)
         cli_die("writing the summary: %s", strerror(errno));
     for (int r = 0; r < t.nrows; r++)
         free(t.label[r]);
-    free(t.label), free(t.pid), free(t.ev), free(t.stage), free(sum), free(costs);
+    merak_trace_free(&t.ev);
+    free(t.label), free(t.pid), free(t.stage), free(sum), free(costs);
     merak_trace_free(&pic);
     return 0;
 }

@@ -29,6 +29,13 @@ static const char *colour(int kind)
     }
 }
 
+/* Text from a trace file (row names, the layout) as XML character data. */
+static void put_text(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        fputs(*s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '&' ? "&amp;" : (char[2]){*s, 0}, f);
+}
+
 int pipesvg_write(const merak_trace *p, const char *path, const char *title, int nrows,
                   const char *const *labels, double t0, double span, const char *unit, char *err,
                   size_t errlen)
@@ -48,15 +55,16 @@ int pipesvg_write(const merak_trace *p, const char *path, const char *title, int
                "font-family=\"sans-serif\" font-size=\"11\">\n",
             left + width + 20, top + row * nrows + 102);
     fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">", left);
-    for (const char *c = title; *c; c++)   /* titles are ours; escape anyway */
-        fputs(*c == '<' ? "&lt;" : *c == '&' ? "&amp;" : (char[2]){*c, 0}, f);
+    put_text(f, title);
     fputs("</text>\n", f);
     for (int r = 0; r < nrows; r++) {
         double y = top + row * r;
-        if (labels)
-            fprintf(f, "<text x=\"8\" y=\"%.1f\">%s</text>\n", y + row / 2 + 4, labels[r]);
+        fprintf(f, "<text x=\"8\" y=\"%.1f\">", y + row / 2 + 4);
+        if (labels && labels[r])
+            put_text(f, labels[r]);
         else
-            fprintf(f, "<text x=\"8\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, r);
+            fprintf(f, "stage %d", r);
+        fputs("</text>\n", f);
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e6e6e6\"/>\n", left,
                 y + 2, width, row - 4);
     }

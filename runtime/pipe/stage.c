@@ -418,11 +418,10 @@ void merak_stage_destroy(merak_stage *s)
 static int tp_allreduce(void *ctx, float *buf, size_t n)
 {
     merak_stage *s = ctx;
-    if (!s->trace)
-        return merak_allreduce(s->tp_g, buf, n, NULL);
-    double t0 = merak_now();
+    double t0 = s->trace ? merak_now() : 0;
     int rc = merak_allreduce(s->tp_g, buf, n, NULL);
-    merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, t0, merak_now());
+    if (s->trace)
+        merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, t0, merak_now());
     return rc;
 }
 

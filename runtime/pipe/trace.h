@@ -1,14 +1,14 @@
 /*
- * trace.h - a rank's timeline: every instruction it ran and every
- * tensor-parallel all-reduce, with start and end times, kept in memory
+ * trace.h - a rank's timeline: every instruction it ran and the
+ * collectives inside them, with start and end times, kept in memory
  * while the steps run (merak-train --trace).  The step loop merges the
  * ranks' timelines on rank 0 and writes them as one Chrome trace
  * (train/tracefile.c); merak-trace draws one.
  *
  * Each event belongs to a track: compute (LOAD, FWD, RECOMPUTE, the
  * backwards, OPTIMIZER_STEP) or communication (posting and waiting for
- * point-to-point transfers, the gradient reductions, the tensor-parallel
- * all-reduces, which run inside a FWD or BWD and so overlap it in time).
+ * point-to-point transfers, the gradient reductions, and the collectives
+ * that run inside a compute instruction and so overlap it in time).
  */
 #ifndef MERAK_TRACE_H
 #define MERAK_TRACE_H

@@ -9,7 +9,7 @@
  * agreement (the ranks' clocks are aligned by that collective, to within
  * its exit skew).  "otherData" names the layout and schedule.
  */
-#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -462,7 +462,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
                 n = -1;
         }
         if (n >= 0 && a->trace) {
-            failed = merak_trace_write(g_comm, &r.trace, a->trace, a->schedule ? a->schedule : "1f1b",
+            failed = merak_trace_write(g_comm, &r.trace, a->trace, merak_schedule_name(so.schedule),
                                        a->micro_batches, err, errlen) < 0;
             if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
                 n = -1;
