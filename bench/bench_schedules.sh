@@ -24,7 +24,7 @@ find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP
 "$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
 M=$((4 * PP))
 printf '%-22s %9s %13s %13s %9s\n' schedule "step ms" "pipeline ms" "simulated ms" ratio
-for run in gpipe:none 1f1b:none 1f1b:full scp:full zb-h1:none; do
+for run in gpipe:none 1f1b:none 1f1b:full scp:full zb-h1:none interleaved:none; do
     s=${run%:*} rc=${run#*:}
     mpirun -np "$PP" --bind-to none "$BUILDDIR/merak-train" --model demo-gpt2 --data "$TMP/d.bin" \
         --micro-batch 4 --seq-len 128 --micro-batches $M --steps 3 --threads 1 --pp "$PP" \

@@ -69,7 +69,7 @@ static struct spank_option options[] = {
     {"merak-pp", "N", "[merak] pipeline stages (default 1)", 1, MERAK_OPT_PP, opt_cb},
     {"merak-microbatches", "M", "[merak] micro-batches per step (sets MERAK_MICROBATCHES)", 1,
      MERAK_OPT_MICROBATCHES, opt_cb},
-    {"merak-schedule", "S", "[merak] pipeline schedule: gpipe, 1f1b, scp or zb-h1 (sets MERAK_SCHEDULE)", 1,
+    {"merak-schedule", "S", "[merak] pipeline schedule: gpipe, 1f1b, scp, zb-h1 or interleaved (sets MERAK_SCHEDULE)", 1,
      MERAK_OPT_SCHEDULE, opt_cb},
     {"merak-recompute", "R", "[merak] recomputation: none, full, stage-aware[=R0] or budget=GB (sets MERAK_RECOMPUTE)", 1,
      MERAK_OPT_RECOMPUTE, opt_cb},

@@ -20,9 +20,16 @@ expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr
 expect 2 "data is required" -- --model tiny-gpt2
 expect 2 "not mpi or ucx" -- $D --p2p tcp
-expect 2 "schedule 'zb' is not gpipe, 1f1b, scp or zb-h1" -- $D --schedule zb
+expect 2 "schedule 'zb' is not gpipe, 1f1b, scp, zb-h1 or interleaved" -- $D --schedule zb
+# virtual stages: interleaved only, 2 or more, dividing the model's layers
+expect 2 "virtual stages 2 need the interleaved schedule (not 1f1b)" -- $D --virtual-stages 2
+expect 2 "virtual stages 1: the interleaved schedule takes 2 to 64" -- $D --schedule interleaved --virtual-stages 1
+expect 2 "virtual stages 65: the interleaved schedule takes 2 to 64" -- $D --schedule interleaved --virtual-stages 65
+expect 2 "not an integer" -- $D --schedule interleaved --virtual-stages two
+expect 2 "virtual-stages 3 does not divide the model's 2 layers" -- $D --schedule interleaved --virtual-stages 3
+expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved
 expect 2 "partition 'even' is not uniform or parameters" -- $D --partition even
-MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe, 1f1b, scp or zb-h1" -- $D
+MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe, 1f1b, scp, zb-h1 or interleaved" -- $D
 expect 2 "recompute 'some' is not none, full, stage-aware\[=R0\] or budget=GB" -- $D --recompute some
 expect 2 "recompute 'stage-aware=2': R0 must be a fraction" -- $D --recompute stage-aware=2
 MERAK_RECOMPUTE=budget=x expect 2 "MERAK_RECOMPUTE: recompute 'budget=x': the budget must be a positive" -- $D

@@ -1,8 +1,9 @@
 #!/bin/sh
 # merak-plan --simulate: known makespans at unit costs, the schedule
-# comparisons the engine promises (scp beats 1f1b with recomputation and
-# zb-h1 beats 1f1b without, for P in {4, 8, 16} and M in {P, 2P, 4P}), costs
-# that change the answer, a valid SVG picture, and bad input.
+# comparisons the engine promises (scp beats 1f1b with recomputation,
+# zb-h1 and interleaved (V = 2) beat 1f1b without, for P in {4, 8, 16} and
+# M in {P, 2P, 4P}), costs that change the answer, a valid SVG picture, and
+# bad input.
 . "$(dirname "$0")/lib.sh"
 PLAN=$MERAK_BUILDDIR/merak-plan
 PY=${TORCH_PYTHON:-/usr/bin/python3}
@@ -27,17 +28,27 @@ j=$("$PLAN" --simulate --schedule 1f1b --stages 4 --micro-batches 8 --comm 0.5 -
     fail "1f1b with --comm 0.5: $j, expected 33 + 2*(P-1)*0.5 = 36 or more"
 echo "ok: recomputation and link delays change the answer"
 
+# interleaved: (M + (P-1)/V) * 3; stage 0 holds (V-1)P + 2(P-1) + 1 chunks
+j=$("$PLAN" --simulate --schedule interleaved --stages 4 --micro-batches 8 --json)
+[ "$(field "$j" makespan)" = 28.5 ] && [ "$(field "$j" peak_activations)" = "[5.5, 4.5, 3.5, 2.5]" ] ||
+    fail "interleaved P=4 M=8 V=2: $j, expected makespan (8 + 3/2) * 3 = 28.5, peaks 11/2 9/2 7/2 5/2"
+j=$("$PLAN" --simulate --schedule interleaved --virtual-stages 4 --stages 4 --micro-batches 8 --json)
+[ "$(field "$j" makespan)" = 26.25 ] || fail "interleaved P=4 M=8 V=4: $j, expected (8 + 3/4) * 3 = 26.25"
+echo "ok: interleaved V=2 and V=4: $j"
+
 for P in 4 8 16; do
     for M in $P $((2 * P)) $((4 * P)); do
-        for run in "1f1b full" "scp full" "1f1b none" "zb-h1 none"; do
+        for run in "1f1b full" "scp full" "1f1b none" "zb-h1 none" "interleaved none"; do
             set -- $run
             eval "t_$(echo "$1_$2" | tr -c 'a-z0-9\n' '_')=$(field "$("$PLAN" --simulate --schedule $1 --stages $P \
                 --micro-batches $M --recompute $2 --json)" makespan)"
         done
-        "$PY" -c 'import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(not (b < a and d < c))' \
-            "$t_1f1b_full" "$t_scp_full" "$t_1f1b_none" "$t_zb_h1_none" ||
-            fail "P=$P M=$M: 1f1b+recompute $t_1f1b_full, scp $t_scp_full, 1f1b $t_1f1b_none, zb-h1 $t_zb_h1_none"
-        echo "ok: P=$P M=$M: scp $t_scp_full < 1f1b+recompute $t_1f1b_full; zb-h1 $t_zb_h1_none < 1f1b $t_1f1b_none"
+        "$PY" -c 'import sys; a, b, c, d, e = map(float, sys.argv[1:]); sys.exit(not (b < a and d < c and e < c))' \
+            "$t_1f1b_full" "$t_scp_full" "$t_1f1b_none" "$t_zb_h1_none" "$t_interleaved_none" ||
+            fail "P=$P M=$M: 1f1b+recompute $t_1f1b_full, scp $t_scp_full, 1f1b $t_1f1b_none, zb-h1 $t_zb_h1_none," \
+                "interleaved $t_interleaved_none"
+        echo "ok: P=$P M=$M: scp $t_scp_full < 1f1b+recompute $t_1f1b_full;" \
+            "zb-h1 $t_zb_h1_none and interleaved $t_interleaved_none < 1f1b $t_1f1b_none"
     done
 done
 
@@ -60,7 +71,7 @@ expect() {
     expect_exit "$want" "$pattern" "$PLAN" "$@"
 }
 S="--simulate --stages 4 --micro-batches 8"
-expect 2 "'pipedream' is not gpipe, 1f1b, scp or zb-h1" $S --schedule pipedream
+expect 2 "'pipedream' is not gpipe, 1f1b, scp, zb-h1 or interleaved" $S --schedule pipedream
 expect 2 "scp needs at least as many micro-batches (M) as stages (S): M = 3, S = 4" \
     --simulate --schedule scp --stages 4 --micro-batches 3
 expect 2 "zb-h1 needs at least as many micro-batches" --simulate --schedule zb-h1 --stages 8 --micro-batches 2
@@ -71,6 +82,10 @@ expect 2 "not a number" $S --schedule 1f1b --comm fast
 expect 2 "needs --schedule, --stages and --micro-batches" --simulate --schedule 1f1b
 expect 2 "nothing to do" --schedule 1f1b --stages 2 --micro-batches 2
 expect 2 "recompute-cost needs --recompute full" $S --schedule 1f1b --recompute-cost 2
-expect 2 "unknown option" $S --schedule 1f1b --virtual
+expect 2 "unknown option" $S --schedule 1f1b --virtually
+expect 2 "virtual-stages needs --schedule interleaved" $S --schedule 1f1b --virtual-stages 2
+expect 2 "interleaved needs 2 to 64 virtual stages per stage (V = 1)" $S --schedule interleaved --virtual-stages 1
+expect 2 "interleaved needs at least 2 pipeline stages" --simulate --stages 1 --micro-batches 8 --schedule interleaved
+expect 2 "not an integer" $S --schedule interleaved --virtual-stages x
 expect 1 "no-such-dir/p.svg" $S --schedule 1f1b --svg "$WORK/no-such-dir/p.svg"
 echo "plan_cli: ok"

@@ -30,7 +30,8 @@ static void usage(FILE *out)
         "Simulate one optimizer step of a pipeline schedule on P equal stages.\n"
         "\n"
         "  --simulate              run the schedule simulator (the only mode of this release)\n"
-        "  --schedule S            gpipe, 1f1b, scp or zb-h1\n"
+        "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved\n"
+        "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
         "  --stages P              pipeline stages (1 to 1024)\n"
         "  --micro-batches M       micro-batches per step (1 to 65536)\n"
         "  --fwd F                 forward time of one micro-batch on one stage (default 1)\n"
@@ -48,14 +49,14 @@ static void usage(FILE *out)
 }
 
 typedef struct plan_opts {
-    int simulate, json, stages, micro_batches, recompute;
+    int simulate, json, stages, micro_batches, recompute, virtual_stages;
     merak_schedule_kind schedule;
     const char *schedule_name, *svg;
     merak_sim_costs costs;
     int have_weight, have_rcost;
 } plan_opts;
 
-enum { OPT_SIM = 256, OPT_SCHED, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
+enum { OPT_SIM = 256, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
        OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION };
 
 static void parse_args(int argc, char **argv, plan_opts *o)
@@ -63,6 +64,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     static const struct option opts[] = {
         {"simulate", no_argument, 0, OPT_SIM},
         {"schedule", required_argument, 0, OPT_SCHED},
+        {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
         {"stages", required_argument, 0, OPT_STAGES},
         {"micro-batches", required_argument, 0, OPT_MBS},
         {"fwd", required_argument, 0, OPT_FWD},
@@ -88,6 +90,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
                 cli_die_usage("--schedule: '%s' is not %s", optarg, merak_schedule_names());
             o->schedule_name = optarg;
             break;
+        case OPT_VIRTUAL: o->virtual_stages = (int)cli_parse_int("--virtual-stages", optarg, 1, 1024); break;
         case OPT_STAGES: o->stages = (int)cli_parse_int("--stages", optarg, 1, 1024); break;
         case OPT_MBS: o->micro_batches = (int)cli_parse_int("--micro-batches", optarg, 1, 65536); break;
         case OPT_FWD: o->costs.fwd = cli_parse_double("--fwd", optarg, 0, 1e12); break;
@@ -121,6 +124,10 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         cli_die_usage("nothing to do: this release plans with --simulate only");
     if (!o->schedule_name || !o->stages || !o->micro_batches)
         cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
+    if (o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
+        cli_die_usage("--virtual-stages needs --schedule interleaved");
+    if (!o->virtual_stages)
+        o->virtual_stages = o->schedule == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1;
     if (!o->have_weight)
         o->costs.bwd_weight = o->costs.bwd / 2;
     if (!o->have_rcost)
@@ -136,7 +143,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
 
 static void on_compute(void *ctx, int stage, const merak_instr *in, double start, double end)
 {
-    merak_trace_add(ctx, stage, in->kind, in->mb, start, end);
+    merak_trace_add(ctx, stage, in->kind, in->mb, in->chunk, start, end);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -151,18 +158,24 @@ int main(int argc, char **argv)
     unsigned char *rc = malloc((size_t)o.stages);
     merak_schedule *sch = calloc((size_t)o.stages, sizeof *sch);
     int *peak = calloc((size_t)o.stages, sizeof *peak);
-    merak_sim_costs *costs = malloc((size_t)o.stages * sizeof *costs);
+    const int V = o.virtual_stages, Q = o.stages * V;
+    merak_sim_costs *costs = malloc((size_t)Q * sizeof *costs);
     if (!rc || !sch || !peak || !costs)
         cli_die("out of memory");
     memset(rc, o.recompute, (size_t)o.stages);
-    for (int i = 0; i < o.stages; i++)
-        costs[i] = o.costs;
-    merak_schedule_spec sp = {o.schedule, o.stages, o.micro_batches, rc};
+    /* equal stages; a chunk of one costs 1/V of it, its transfers the same */
+    for (int q = 0; q < Q; q++)
+        costs[q] = (merak_sim_costs){o.costs.fwd / V, o.costs.bwd / V, o.costs.bwd_weight / V,
+                                     o.costs.recompute / V, o.costs.comm};
+    merak_schedule_spec sp = {o.schedule, o.stages, o.micro_batches, rc, o.virtual_stages};
     if (merak_schedule_check(&sp, err, sizeof err) < 0)
         cli_die_usage("%s", err);
     if (merak_schedule_build_all(&sp, sch, err, sizeof err) < 0)
         cli_die("%s", err);
 
+    char chunks[48] = "";   /* " (V chunks each)" for interleaved */
+    if (o.virtual_stages > 1)
+        snprintf(chunks, sizeof chunks, " (%d chunks each)", o.virtual_stages);
     merak_trace bs = {0};
     merak_sim_result r = {.peak = peak};
     if (o.svg) {
@@ -173,8 +186,8 @@ int main(int argc, char **argv)
         cli_die("%s", err);
     if (o.svg) {
         char title[256];
-        snprintf(title, sizeof title, "%s, %d stages, %d micro-batches%s: makespan %g, bubble %.1f%%",
-                 o.schedule_name, o.stages, o.micro_batches, o.recompute ? ", recompute full" : "",
+        snprintf(title, sizeof title, "%s, %d stages%s, %d micro-batches%s: makespan %g, bubble %.1f%%",
+                 o.schedule_name, o.stages, chunks, o.micro_batches, o.recompute ? ", recompute full" : "",
                  r.makespan, 100 * r.bubble);
         if (pipesvg_write(&bs, o.svg, title, o.stages, NULL, 0, r.makespan, "", err, sizeof err) < 0)
             cli_die("%s", err);
@@ -183,7 +196,8 @@ int main(int argc, char **argv)
     if (o.json) {
         json_t *pk = json_array();
         for (int i = 0; i < o.stages; i++)
-            json_array_append_new(pk, json_integer(peak[i]));
+            json_array_append_new(pk, peak[i] % o.virtual_stages ? json_real((double)peak[i] / o.virtual_stages)
+                                                                 : json_integer(peak[i] / o.virtual_stages));
         json_t *j = json_pack("{s:f, s:f, s:o}", "makespan", r.makespan, "bubble", r.bubble,
                               "peak_activations", pk);
         if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) < 0)
@@ -191,14 +205,14 @@ int main(int argc, char **argv)
         putchar('\n');
         json_decref(j);
     } else {
-        printf("%s, %d stages, %d micro-batches, recompute %s: forward %g, backward %g (weight %g), "
+        printf("%s, %d stages%s, %d micro-batches, recompute %s: forward %g, backward %g (weight %g), "
                "recompute %g, communication %g\n",
-               o.schedule_name, o.stages, o.micro_batches, o.recompute ? "full" : "none", o.costs.fwd,
+               o.schedule_name, o.stages, chunks, o.micro_batches, o.recompute ? "full" : "none", o.costs.fwd,
                o.costs.bwd, o.costs.bwd_weight, o.costs.recompute, o.costs.comm);
         printf("makespan %g | bubble %.2f%% | peak activations (micro-batches) per stage:", r.makespan,
                100 * r.bubble);
         for (int i = 0; i < o.stages; i++)
-            printf(" %d", peak[i]);
+            printf(" %g", (double)peak[i] / o.virtual_stages);
         printf("\n");
         if (o.svg)
             printf("drew %s\n", o.svg);

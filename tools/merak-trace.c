@@ -46,6 +46,7 @@ typedef struct trace {
     int first_step, last_step;
     char about[256];       /* layout and schedule, from otherData */
     int pp, micro_batches; /* from otherData (0 if absent) */
+    int virtual_stages;    /* from otherData (1 if absent) */
     char schedule[32];
     int *stage;            /* [nrows] pipeline stage of the rank, from its name, or -1 */
 } trace;
@@ -86,6 +87,7 @@ static void load(const char *path, trace *t)
         cli_die("%s: not a Chrome trace (no \"traceEvents\" array)", path);
     size_t n = json_array_size(evs);
     memset(t, 0, sizeof *t);
+    t->virtual_stages = 1;
     t->pid = calloc(n + 1, sizeof *t->pid);
     if (!t->pid)
         cli_die("out of memory reading %s", path);
@@ -124,7 +126,7 @@ static void load(const char *path, trace *t)
         }
         if (strcmp(ph, "X") != 0)
             cli_die("%s: event %zu: phase '%s' (merak-train writes complete events, \"X\")", path, i, ph);
-        long step, mb;
+        long step, mb, chunk = 0;
         json_t *ts = json_object_get(e, "ts"), *dur = json_object_get(e, "dur");
         int kind = merak_trace_kind_find(name);
         if (kind < 0)
@@ -133,11 +135,13 @@ static void load(const char *path, trace *t)
         if (!json_is_number(ts) || !json_is_number(dur) || json_number_value(dur) < 0)
             cli_die("%s: event %zu: \"ts\" and \"dur\" must be numbers (dur not negative)", path, i);
         if (!json_is_object(args) || int_of(json_object_get(args, "step"), 0, INT_MAX, &step) < 0 ||
-            int_of(json_object_get(args, "mb"), -1, INT_MAX, &mb) < 0)
-            cli_die("%s: event %zu: \"args\" must hold the step (>= 0) and micro-batch (>= -1)", path, i);
+            int_of(json_object_get(args, "mb"), -1, INT_MAX, &mb) < 0 ||
+            (json_object_get(args, "chunk") && int_of(json_object_get(args, "chunk"), 0, 1 << 20, &chunk) < 0))
+            cli_die("%s: event %zu: \"args\" must hold the step (>= 0), micro-batch (>= -1) and chunk (>= 0, "
+                    "if given)", path, i);
         double start = json_number_value(ts) / 1e3;
         t->ev.step = (int)step;
-        merak_trace_add(&t->ev, row, kind, (int)mb, start, start + json_number_value(dur) / 1e3);
+        merak_trace_add(&t->ev, row, kind, (int)mb, (int)chunk, start, start + json_number_value(dur) / 1e3);
         t->first_step = t->ev.step < t->first_step ? t->ev.step : t->first_step;
         t->last_step = t->ev.step > t->last_step ? t->ev.step : t->last_step;
     }
@@ -148,15 +152,22 @@ static void load(const char *path, trace *t)
     json_t *o = json_object_get(root, "otherData");
     const char *sched = json_string_value(json_object_get(o, "schedule"));
     if (json_is_object(o) && sched) {
-        long pp = 0, m = 0;
+        long pp = 0, m = 0, v = 1;
         int_of(json_object_get(o, "pp"), 1, 1 << 20, &pp);
         int_of(json_object_get(o, "micro_batches"), 1, 1 << 20, &m);
+        if (json_object_get(o, "virtual_stages") &&
+            int_of(json_object_get(o, "virtual_stages"), 1, MERAK_MAX_CHUNKS, &v) < 0)
+            cli_die("%s: \"otherData\": \"virtual_stages\" must be an integer from 1 to %d", path, MERAK_MAX_CHUNKS);
         t->pp = (int)pp;
         t->micro_batches = (int)m;
+        t->virtual_stages = (int)v;
         snprintf(t->schedule, sizeof t->schedule, "%s", sched);
-        snprintf(t->about, sizeof t->about, "dp %d tp %d pp %d, %s, %d micro-batches",
+        char chunks[48] = "";
+        if (t->virtual_stages > 1)
+            snprintf(chunks, sizeof chunks, " (%d chunks each)", t->virtual_stages);
+        snprintf(t->about, sizeof t->about, "dp %d tp %d pp %d%s, %s, %d micro-batches",
                  (int)json_integer_value(json_object_get(o, "dp")), (int)json_integer_value(json_object_get(o, "tp")),
-                 t->pp, t->schedule, t->micro_batches);
+                 t->pp, chunks, t->schedule, t->micro_batches);
     }
     /* "rank R (dp D, tp T, pp P)": the stage; a rank the trace does not
      * name is "rank PID" */
@@ -183,8 +194,8 @@ typedef struct rank_sum {
                          * step's loss and norm sum */
 } rank_sum;
 
-/* Mean per-micro-batch costs of each pipeline stage in the step, from
- * every rank of the stage. */
+/* Mean per-micro-batch costs of each pipeline stage (with chunks, each
+ * virtual stage) in the step, from every rank of the stage. */
 typedef struct stage_cost {
     double sum[MERAK_TRACE_KINDS_];
     int n[MERAK_TRACE_KINDS_];
@@ -193,7 +204,8 @@ typedef struct stage_cost {
 static double mean(const stage_cost *c, int kind) { return c->n[kind] ? c->sum[kind] / c->n[kind] : 0; }
 
 /* The simulator on the step's measured costs: *sim its pipeline time (first
- * instruction to last backward), *meas the measured one, costs[] per stage
+ * instruction to last backward), *meas the measured one, costs[] per
+ * virtual stage (chunk c of stage s at c*pp + s; without chunks, per stage)
  * in ms.  Any trace this cannot model ends the tool with one line. */
 static void simulate(const trace *t, int step, double *sim, double *meas, merak_sim_costs *costs)
 {
@@ -202,8 +214,8 @@ static void simulate(const trace *t, int step, double *sim, double *meas, merak_
     if (!t->pp || !t->micro_batches || merak_schedule_parse(t->schedule, &kind) < 0)
         cli_die("--simulate: the trace does not name its pipeline stages, micro-batches and schedule "
                 "(\"otherData\")");
-    const int P = t->pp;
-    stage_cost *c = calloc((size_t)P, sizeof *c);
+    const int P = t->pp, V = t->virtual_stages;
+    stage_cost *c = calloc((size_t)P * (size_t)V, sizeof *c);
     unsigned char *rc = calloc((size_t)P, 1);
     merak_schedule *sch = calloc((size_t)P, sizeof *sch);
     if (!c || !rc || !sch)
@@ -218,26 +230,29 @@ static void simulate(const trace *t, int step, double *sim, double *meas, merak_
             continue;
         if (st < 0)
             cli_die("--simulate: rank %d's name does not say its pipeline stage", t->pid[v->lane]);
-        c[st].sum[v->kind] += v->end - v->start;
-        c[st].n[v->kind]++;
+        if (v->chunk < 0 || v->chunk >= V)
+            cli_die("--simulate: an event of rank %d is on chunk %d of %d", t->pid[v->lane], v->chunk, V);
+        stage_cost *q = &c[v->chunk * P + st];
+        q->sum[v->kind] += v->end - v->start;
+        q->n[v->kind]++;
         lo = any && lo < v->start ? lo : v->start;
         hi = any && hi > v->end ? hi : v->end;
         any = 1;
     }
-    for (int s = 0; s < P; s++) {
-        merak_sim_costs *k = &costs[s];
-        k->fwd = mean(&c[s], MERAK_I_FWD);
-        k->bwd_weight = mean(&c[s], MERAK_I_BWD_WEIGHT);
-        k->bwd = c[s].n[MERAK_I_BWD] ? mean(&c[s], MERAK_I_BWD) : mean(&c[s], MERAK_I_BWD_INPUT) + k->bwd_weight;
-        if (!c[s].n[MERAK_I_BWD_WEIGHT])
+    for (int q = 0; q < P * V; q++) {
+        merak_sim_costs *k = &costs[q];
+        k->fwd = mean(&c[q], MERAK_I_FWD);
+        k->bwd_weight = mean(&c[q], MERAK_I_BWD_WEIGHT);
+        k->bwd = c[q].n[MERAK_I_BWD] ? mean(&c[q], MERAK_I_BWD) : mean(&c[q], MERAK_I_BWD_INPUT) + k->bwd_weight;
+        if (!c[q].n[MERAK_I_BWD_WEIGHT])
             k->bwd_weight = k->bwd / 2;
-        k->recompute = mean(&c[s], MERAK_I_RECOMPUTE);
+        k->recompute = mean(&c[q], MERAK_I_RECOMPUTE);
         k->comm = 0;
-        rc[s] = c[s].n[MERAK_I_RECOMPUTE] > 0;
-        if (!c[s].n[MERAK_I_FWD])
-            cli_die("--simulate: stage %d ran no forward in step %d", s, step);
+        rc[q % P] |= c[q].n[MERAK_I_RECOMPUTE] > 0;
+        if (!c[q].n[MERAK_I_FWD])
+            cli_die("--simulate: stage %d (chunk %d) ran no forward in step %d", q % P, q / P, step);
     }
-    merak_schedule_spec sp = {kind, P, t->micro_batches, rc};
+    merak_schedule_spec sp = {kind, P, t->micro_batches, rc, V};
     merak_sim_result res = {0};
     if (merak_schedule_check(&sp, err, sizeof err) < 0 || merak_schedule_build_all(&sp, sch, err, sizeof err) < 0 ||
         merak_schedule_simulate(sch, P, costs, &res, err, sizeof err) < 0)
@@ -315,12 +330,12 @@ int main(int argc, char **argv)
                  v->kind == MERAK_I_REDUCE_TIED || v->kind == MERAK_I_REDUCE_DP)
             s->wait += d;
         if (svg)
-            merak_trace_add(&pic, v->lane, v->kind, v->mb, v->start, v->end);
+            merak_trace_add(&pic, v->lane, v->kind, v->mb, v->chunk, v->start, v->end);
     }
     double span = t1 - t0, sim_ms = 0, pipe_ms = 0;
     merak_sim_costs *costs = NULL;
     if (sim) {
-        if (!(costs = calloc((size_t)t.pp + 1, sizeof *costs)))
+        if (!(costs = calloc((size_t)t.pp * (size_t)t.virtual_stages + 1, sizeof *costs)))
             cli_die("out of memory");
         simulate(&t, step, &sim_ms, &pipe_ms, costs);
     }
@@ -355,9 +370,10 @@ int main(int argc, char **argv)
                    sum[r].tp, sum[r].wait, span > 0 ? 100 * (1 - sum[r].compute / span) : 0.0);
         }
         if (sim) {
-            printf("simulated on the measured per-stage costs (forward/backward/recompute ms per micro-batch:");
-            for (int p = 0; p < t.pp; p++)
-                printf(" %.2f/%.2f/%.2f", costs[p].fwd, costs[p].bwd, costs[p].recompute);
+            printf("simulated on the measured per-%sstage costs (forward/backward/recompute ms per micro-batch:",
+                   t.virtual_stages > 1 ? "virtual " : "");
+            for (int q = 0; q < t.pp * t.virtual_stages; q++)
+                printf(" %.2f/%.2f/%.2f", costs[q].fwd, costs[q].bwd, costs[q].recompute);
             printf("; transfers free):\npipeline, first forward to last backward: measured %.2f ms, simulated "
                    "%.2f ms, measured/simulated %.3f\n", pipe_ms, sim_ms, sim_ms > 0 ? pipe_ms / sim_ms : 0.0);
         }

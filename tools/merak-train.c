@@ -59,7 +59,9 @@ static void usage(FILE *out)
         "  --tp N                  tensor-parallel degree (default MERAK_TP, else 1)\n"
         "  --tp-rules FILE         tensor-parallel rules: 'PATTERN column|row|vocab|replicated' lines\n"
         "  --pp N                  pipeline stages (default MERAK_PP, else 1)\n"
-        "  --schedule S            gpipe, 1f1b, scp or zb-h1 (default MERAK_SCHEDULE, else 1f1b)\n"
+        "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved (default MERAK_SCHEDULE,\n"
+        "                          else 1f1b)\n"
+        "  --virtual-stages V      interleaved: model chunks per pipeline stage (default 2)\n"
         "  --recompute R           none, full, stage-aware[=R0] or budget=GB: layers whose activations\n"
         "                          are recomputed in the backward (default MERAK_RECOMPUTE, else none)\n"
         "  --partition P           uniform or parameters (default parameters)\n"
@@ -85,7 +87,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
-    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE,
 };
 
@@ -139,6 +141,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"tp", required_argument, 0, OPT_TP},
         {"pp", required_argument, 0, OPT_PP},
         {"schedule", required_argument, 0, OPT_PSCHED},
+        {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"trace", required_argument, 0, OPT_TRACE},
         {"partition", required_argument, 0, OPT_PART},
@@ -191,6 +194,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_TP: a->tp = (int)cli_parse_int("--tp", optarg, 1, 1 << 20); break;
         case OPT_PP: a->pp = (int)cli_parse_int("--pp", optarg, 1, 1 << 20); break;
         case OPT_PSCHED: a->schedule = optarg; break;
+        case OPT_VIRTUAL:
+            a->virtual_stages = (int)cli_parse_int("--virtual-stages", optarg, 1, 1 << 20);
+            break;
         case OPT_RECOMPUTE: a->recompute = optarg; break;
         case OPT_PART: a->partition = optarg; break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
@@ -253,11 +259,14 @@ static void print_banner(const merak_run_info *ri, void *user)
     printf("merak-train %s | model %s: %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM params\n",
            MERAK_VERSION_STRING, c->cfg->name, c->cfg->n_layer, c->cfg->hidden, c->cfg->n_head,
            c->cfg->n_kv_head, c->cfg->vocab_size, (double)merak_graph_param_elems(c->g) / 1e6);
+    char chunks[48] = "";
+    if (c->a->schedule && strcmp(c->a->schedule, "interleaved") == 0)
+        snprintf(chunks, sizeof chunks, " (%d chunks per stage)", c->a->virtual_stages ? c->a->virtual_stages : 2);
     printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step per replica | "
-           "dp %d tp %d pp %d on %d rank(s)%s%s | %d thread(s) | arenas %.1f MiB\n",
+           "dp %d tp %d pp %d on %d rank(s)%s%s%s | %d thread(s) | arenas %.1f MiB\n",
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
            ri->world, ri->pp > 1 ? ", schedule " : "",
-           ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", c->a->threads,
+           ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", chunks, c->a->threads,
            (double)ri->arena_bytes / (1 << 20));
     /* each stage's peak activation memory: its slots and recompute buffers */
     printf("activations (recompute %s):", c->a->recompute ? c->a->recompute : "none");
@@ -299,6 +308,10 @@ int main(int argc, char **argv)
         cli_die("%s: %s", t.model, err);
     if (ta.seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
+    /* interleaved: each model chunk the same number of transformer layers */
+    int V = ta.virtual_stages ? ta.virtual_stages : 2;
+    if (ta.schedule && strcmp(ta.schedule, "interleaved") == 0 && cfg.n_layer % V)
+        cli_die_usage("--virtual-stages %d does not divide the model's %d layers", V, cfg.n_layer);
     merak_graph *g = merak_model_build(&cfg, ta.micro_batch, ta.seq_len, err, sizeof err);
     if (!g)
         cli_die("%s", err);

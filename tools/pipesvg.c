@@ -76,10 +76,12 @@ int pipesvg_write(const merak_trace *p, const char *path, const char *title, int
         double y = top + row * b->lane + (comm ? row - 2 - strip : 2), h = comm ? strip : row - 4 - strip;
         if (b->kind >= 0 && b->kind < MERAK_TRACE_KINDS_)
             seen[b->kind] = 1;
-        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s>"
-                   "<title>%s mb %d [%g, %g]</title></rect>\n",
+        /* odd model chunks (interleaved) lighter */
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s%s>"
+                   "<title>%s mb %d chunk %d [%g, %g]</title></rect>\n",
                 x, y, w > 0.05 ? w : 0.05, h, colour(b->kind), comm ? "" : " stroke=\"white\" stroke-width=\"0.5\"",
-                merak_trace_kind_name(b->kind), b->mb, b->start - t0, b->end - t0);
+                b->chunk % 2 ? " fill-opacity=\"0.55\"" : "", merak_trace_kind_name(b->kind), b->mb, b->chunk,
+                b->start - t0, b->end - t0);
         if (!comm && w >= 14 && b->mb >= 0)
             fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\">%d</text>\n",
                     x + w / 2, y + h / 2 + 4, b->mb);

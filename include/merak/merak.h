@@ -249,13 +249,18 @@ typedef struct merak_args {
     uint64_t seed;             /* initialisation and dropout */
     int threads;               /* CPU threads for kernels and BLAS */
     /* Parallel layout: degrees (0 = from MERAK_DP/TP/PP, dp from the rank
-     * count), the pipeline schedule ("gpipe", "1f1b"; NULL = 1f1b) and the
+     * count), the pipeline schedule ("gpipe", "1f1b", "scp", "zb-h1",
+     * "interleaved"; NULL = 1f1b) and the
      * partition method ("uniform", "parameters"; NULL = parameters).  Runs
      * over MPI when launched by mpirun/srun or when a degree is above 1;
      * one process is the 1x1x1 grid of the same step loop. */
     int dp, tp, pp;
     const char *schedule;
     const char *partition;
+    /* Interleaved schedule: model chunks per pipeline stage (virtual
+     * stages, V >= 2 dividing the model's layers; 0 = 2).  Other schedules
+     * take 0 or 1. */
+    int virtual_stages;
     /* Activation recomputation: "none" (NULL), "full", "stage-aware[=R0]"
      * (Merak's: stage 0 recomputes the fraction R0 of its layers, default
      * 0.9, later stages less, the last none) or "budget=GB" (each stage the
@@ -294,7 +299,8 @@ void merak_args_default(merak_args *a);
  * "cuda" in a build without CUDA.  merak_train runs the same check. */
 int merak_args_check(const merak_args *a, char *err, size_t errlen);
 /* The names of the pipeline schedules, recomputation policies and
- * partition methods, for messages ("gpipe, 1f1b, scp or zb-h1"). */
+ * partition methods, for messages ("gpipe, 1f1b, scp, zb-h1 or
+ * interleaved"). */
 const char *merak_schedule_names(void);
 const char *merak_recompute_names(void);
 const char *merak_partition_names(void);

@@ -19,10 +19,22 @@
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment of every buffer carved from an arena */
 
+/* One op range of the slice, with its slots' arenas: slot slot0 + j's
+ * values are act_floats floats at act + act_base + j * act_floats (and its
+ * gradients likewise). */
+typedef struct chunk {
+    int begin, end, rc_end;   /* ops; [begin, rc_end) recomputed */
+    int slot0, nslots;
+    size_t act_floats, grad_floats, act_base, grad_base;
+} chunk;
+
 struct merak_exec {
     const merak_graph *g;
     const merak_kernels *k;
-    int op_begin, op_end, nslots;
+    int nchunks, nslots;
+    chunk *ch;
+    int *slot_chunk;       /* [nslots] */
+    int *tensor_chunk;     /* [ntensors] chunk holding a tensor that is not a parameter, or -1 */
 
     /* parameters: distinct roots read by the slice, carved from two flat buffers */
     int nparams;
@@ -34,21 +46,21 @@ struct merak_exec {
     size_t flat_n;
 
     /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
-    int64_t *t_off;        /* [ntensors] offset in the value arena (floats) or -1 */
+    int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (floats) or -1 */
     int64_t *g_off;        /* [ntensors] offset in the gradient arena or -1 */
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
-    size_t act_floats, grad_floats;
+    size_t act_floats, grad_floats;   /* all slots */
     float *act, *gradarena;
 
-    /* recomputation: ops [op_begin, rc_end) whose output no later op reads
-     * ("dropped" ops) keep their outputs, saved values and gradients in a
-     * recompute buffer instead of the slot's arenas (offsets then count
+    /* recomputation: a chunk's ops [begin, rc_end) whose output no later op
+     * reads ("dropped" ops) keep their outputs, saved values and gradients in
+     * a recompute buffer instead of the slot's arenas (offsets then count
      * from the buffer).  A forward borrows a buffer while it runs; RECOMPUTE
      * takes one for the micro-batch until its backward is done. */
-    int rc_end, npool;
+    int npool;
     unsigned char *pooled;      /* [ntensors] lives in a recompute buffer */
     unsigned char *dropped;     /* [nops] op re-run by merak_exec_recompute */
-    size_t pool_act, pool_grad; /* floats per buffer */
+    size_t pool_act, pool_grad; /* floats per buffer (the largest chunk's) */
     float *pact, *pgrad;        /* npool buffers each */
     int *pool_of;               /* [nslots] buffer the slot holds, or -1 */
     unsigned char *pool_busy;   /* [npool] */
@@ -65,8 +77,8 @@ struct merak_exec {
 
     char err[256];         /* why the last forward or backward failed */
 
-    /* gradient readiness: ready[i - op_begin] = first float of the flat
-     * gradients that no op before i touches */
+    /* gradient readiness: ready[i] = first float of the flat gradients
+     * that no op of the slice before op i touches */
     size_t *ready;
     void (*hook)(void *ctx, size_t from);
     void *hook_ctx;
@@ -134,81 +146,45 @@ static size_t saved_floats(const merak_graph *g, const merak_op *o)
     }
 }
 
-int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
-                      char *err, size_t errlen)
+/* Checks the chunks (op ranges in order, slots) into e->ch. */
+static int set_chunks(merak_exec *e, const merak_exec_opts *opts, char *err, size_t errlen)
 {
-    *out = NULL;
-    int begin = opts->op_begin, end = opts->op_end < 0 ? g->nops : opts->op_end;
-    if (begin < 0 || begin >= end || end > g->nops)
-        return merak_errf(err, errlen, "executor: op range [%d,%d) is not inside the graph's %d ops",
-                    begin, end, g->nops);
-    if (opts->nslots < 1)
-        return merak_errf(err, errlen, "executor: %d slots (need at least 1)", opts->nslots);
-    if (!opts->kernels || !opts->kernels->alloc)
-        return merak_errf(err, errlen, "executor: no kernels");
-    if (g->tp > 1 && (!opts->tp || !opts->tp->allreduce))
-        return merak_errf(err, errlen, "executor: a graph sharded %d ways needs its tp group", g->tp);
-
-    merak_exec *e = calloc(1, sizeof *e);
-    if (!e)
-        return merak_errf(err, errlen, "executor: out of memory");
-    e->g = g;
-    e->k = opts->kernels;
-    e->op_begin = begin;
-    e->op_end = end;
-    e->nslots = opts->nslots;
-    e->loss_scale = 1.0f;
-    int nt = g->ntensors;
-    e->param_tensor = calloc((size_t)nt, sizeof *e->param_tensor);
-    e->param_off = calloc((size_t)nt, sizeof *e->param_off);
-    e->param_n = calloc((size_t)nt, sizeof *e->param_n);
-    e->param_of = malloc((size_t)nt * sizeof *e->param_of);
-    e->t_off = malloc((size_t)nt * sizeof *e->t_off);
-    e->g_off = malloc((size_t)nt * sizeof *e->g_off);
-    e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
-    e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
-    e->loss = calloc((size_t)e->nslots, sizeof *e->loss);
-    e->ready = calloc((size_t)(end - begin), sizeof *e->ready);
-    e->tp = opts->tp;
-    e->rc_end = opts->recompute_end > begin ? (opts->recompute_end < end ? opts->recompute_end : end) : begin;
-    e->npool = e->rc_end > begin ? opts->npool : 0;
-    e->pooled = calloc((size_t)nt, 1);
-    e->dropped = calloc((size_t)g->nops, 1);
-    e->pool_of = malloc((size_t)e->nslots * sizeof *e->pool_of);
-    e->pool_busy = calloc((size_t)e->npool + 1, 1);
-    int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
-    int *last_use = malloc((size_t)nt * sizeof *last_use);    /* over the whole graph */
-    if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->t_off ||
-        !e->g_off || !e->save_off || !e->seed || !e->loss || !e->ready || !first_use ||
-        !last_use || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy) {
-        free(first_use);
-        free(last_use);
-        merak_exec_destroy(e);
-        return merak_errf(err, errlen, "executor: out of memory");
+    const merak_graph *g = e->g;
+    int prev_end = 0;
+    for (int c = 0; c < opts->nchunks; c++) {
+        const merak_exec_chunk *in = &opts->chunks[c];
+        chunk *ch = &e->ch[c];
+        int begin = in->op_begin, end = in->op_end < 0 ? g->nops : in->op_end;
+        if (begin < prev_end || begin >= end || end > g->nops)
+            return merak_errf(err, errlen,
+                              "executor: chunk %d's op range [%d,%d) is not inside the graph's %d ops after "
+                              "the chunk before it", c, begin, end, g->nops);
+        if (in->nslots < 1)
+            return merak_errf(err, errlen, "executor: chunk %d has %d slots (need at least 1)", c, in->nslots);
+        prev_end = end;
+        ch->begin = begin;
+        ch->end = end;
+        ch->rc_end = in->recompute_end > begin ? (in->recompute_end < end ? in->recompute_end : end) : begin;
+        ch->slot0 = e->nslots;
+        ch->nslots = in->nslots;
+        e->nslots += in->nslots;
+        if (ch->rc_end > begin && opts->npool < 1)
+            return merak_errf(err, errlen, "executor: recomputation needs at least one recompute buffer");
+        if (ch->rc_end > begin)
+            e->npool = opts->npool;
     }
-    if (e->rc_end > begin && e->npool < 1) {
-        free(first_use);
-        free(last_use);
-        merak_exec_destroy(e);
-        return merak_errf(err, errlen, "executor: recomputation needs at least one recompute buffer");
-    }
-    for (int i = 0; i < e->nslots; i++)
-        e->pool_of[i] = -1;
-    for (int t = 0; t < nt; t++)
-        last_use[t] = -1;
-    for (int i = 0; i < g->nops; i++)
-        for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] >= 0)
-                last_use[g->ops[i].in[j]] = i;
-    for (int t = 0; t < nt; t++)
-        e->param_of[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
-    for (int i = 0; i < g->nops; i++)
-        e->save_off[i] = -1;
+    return 0;
+}
 
-    /* Parameters in first-use order; tensors and saved values carved from
-     * the slot arena, gradients of float tensors from the gradient arena. */
-    size_t scratch_n = 0, tpbuf_n = 0, host_n = 0;
-    for (int i = begin; i < end; i++) {
+/* Plans chunk c's slot arena and recompute buffer and the parameters its
+ * ops read (in first-use order after those of the chunks before it). */
+static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use, size_t *scratch_n,
+                      size_t *tpbuf_n, size_t *host_n, char *err, size_t errlen)
+{
+    const merak_graph *g = e->g;
+    chunk *ch = &e->ch[c];
+    size_t pool_act = 0, pool_grad = 0;
+    for (int i = ch->begin; i < ch->end; i++) {
         const merak_op *o = &g->ops[i];
         int uses[MERAK_OP_MAX_IN + 1];
         int nuse = 0;
@@ -232,12 +208,17 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
                     first_use[p] = i;
                 }
                 e->param_of[t] = e->param_of[root];
+            } else if (e->tensor_chunk[t] >= 0 && e->tensor_chunk[t] != c) {
+                return merak_errf(err, errlen,
+                                  "executor: tensor %s is used by chunks %d and %d (chunks exchange "
+                                  "activations through the pipeline only)", x->name, e->tensor_chunk[t], c);
             } else if (e->t_off[t] < 0) {
                 /* made by a recomputed op and read by recomputed ops only */
-                e->pooled[t] = x->producer >= begin && x->producer < e->rc_end && last_use[t] >= 0 &&
-                               last_use[t] < e->rc_end;
-                size_t *av = e->pooled[t] ? &e->pool_act : &e->act_floats;
-                size_t *gv = e->pooled[t] ? &e->pool_grad : &e->grad_floats;
+                e->tensor_chunk[t] = c;
+                e->pooled[t] = x->producer >= ch->begin && x->producer < ch->rc_end && last_use[t] >= 0 &&
+                               last_use[t] < ch->rc_end;
+                size_t *av = e->pooled[t] ? &pool_act : &ch->act_floats;
+                size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_floats;
                 e->t_off[t] = (int64_t)*av;
                 *av += round_up(n);   /* int32 ids take one float each */
                 if (x->dtype == MERAK_F32) {
@@ -249,36 +230,128 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         /* An op whose output is kept keeps its saved values too and is not
          * re-run: the recompute only rebuilds what was dropped. */
         e->dropped[i] = e->pooled[o->out];
-        size_t s = saved_floats(g, o);
-        if (s) {
-            size_t *av = e->dropped[i] ? &e->pool_act : &e->act_floats;
+        size_t sv = saved_floats(g, o);
+        if (sv) {
+            size_t *av = e->dropped[i] ? &pool_act : &ch->act_floats;
             e->save_off[i] = (int64_t)*av;
-            *av += round_up(s);
+            *av += round_up(sv);
         }
         if (o->type == MERAK_OP_ATTENTION) {
             merak_attn_shape as = attn_shape(g, o);
             size_t sn = e->k->attention_scratch_elems(&as);
-            if (sn > scratch_n)
-                scratch_n = sn;
+            if (sn > *scratch_n)
+                *scratch_n = sn;
         }
         if (o->type == MERAK_OP_CROSS_ENTROPY) {
             /* host: lse, target logits and targets per row, then the
              * vocabulary shards' statistics */
             size_t rows = (size_t)rows_of(&g->tensors[o->in[0]]);
             if (o->vocab_parallel)
-                tpbuf_n = 2 * (size_t)g->tp * rows;
-            host_n = 3 * rows + tpbuf_n;
+                *tpbuf_n = 2 * (size_t)g->tp * rows;
+            *host_n = 3 * rows + *tpbuf_n;
         }
     }
+    ch->act_base = e->act_floats;
+    ch->grad_base = e->grad_floats;
+    e->act_floats += ch->act_floats * (size_t)ch->nslots;
+    e->grad_floats += ch->grad_floats * (size_t)ch->nslots;
+    e->pool_act = pool_act > e->pool_act ? pool_act : e->pool_act;
+    e->pool_grad = pool_grad > e->pool_grad ? pool_grad : e->pool_grad;
+    return 0;
+}
+
+int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
+                      char *err, size_t errlen)
+{
+    *out = NULL;
+    if (opts->nchunks < 1 || !opts->chunks)
+        return merak_errf(err, errlen, "executor: %d op ranges (need at least 1)", opts->nchunks);
+    if (!opts->kernels || !opts->kernels->alloc)
+        return merak_errf(err, errlen, "executor: no kernels");
+    if (g->tp > 1 && (!opts->tp || !opts->tp->allreduce))
+        return merak_errf(err, errlen, "executor: a graph sharded %d ways needs its tp group", g->tp);
+
+    merak_exec *e = calloc(1, sizeof *e);
+    if (!e)
+        return merak_errf(err, errlen, "executor: out of memory");
+    e->g = g;
+    e->k = opts->kernels;
+    e->nchunks = opts->nchunks;
+    e->loss_scale = 1.0f;
+    e->tp = opts->tp;
+    int nt = g->ntensors;
+    e->ch = calloc((size_t)e->nchunks, sizeof *e->ch);
+    if (!e->ch) {
+        merak_exec_destroy(e);
+        return merak_errf(err, errlen, "executor: out of memory");
+    }
+    if (set_chunks(e, opts, err, errlen) < 0) {
+        merak_exec_destroy(e);
+        return -1;
+    }
+    e->param_tensor = calloc((size_t)nt, sizeof *e->param_tensor);
+    e->param_off = calloc((size_t)nt, sizeof *e->param_off);
+    e->param_n = calloc((size_t)nt, sizeof *e->param_n);
+    e->param_of = malloc((size_t)nt * sizeof *e->param_of);
+    e->tensor_chunk = malloc((size_t)nt * sizeof *e->tensor_chunk);
+    e->t_off = malloc((size_t)nt * sizeof *e->t_off);
+    e->g_off = malloc((size_t)nt * sizeof *e->g_off);
+    e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
+    e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
+    e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
+    e->loss = calloc((size_t)e->nslots, sizeof *e->loss);
+    e->ready = calloc((size_t)g->nops, sizeof *e->ready);
+    e->pooled = calloc((size_t)nt, 1);
+    e->dropped = calloc((size_t)g->nops, 1);
+    e->pool_of = malloc((size_t)e->nslots * sizeof *e->pool_of);
+    e->pool_busy = calloc((size_t)e->npool + 1, 1);
+    int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
+    int *last_use = malloc((size_t)nt * sizeof *last_use);    /* over the whole graph */
+    if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
+        !e->g_off || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready || !first_use ||
+        !last_use || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy) {
+        free(first_use);
+        free(last_use);
+        merak_exec_destroy(e);
+        return merak_errf(err, errlen, "executor: out of memory");
+    }
+    for (int c = 0; c < e->nchunks; c++)
+        for (int j = 0; j < e->ch[c].nslots; j++)
+            e->slot_chunk[e->ch[c].slot0 + j] = c;
+    for (int i = 0; i < e->nslots; i++)
+        e->pool_of[i] = -1;
+    for (int t = 0; t < nt; t++)
+        last_use[t] = -1;
+    for (int i = 0; i < g->nops; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0)
+                last_use[g->ops[i].in[j]] = i;
+    for (int t = 0; t < nt; t++)
+        e->param_of[t] = -1, e->tensor_chunk[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
+    for (int i = 0; i < g->nops; i++)
+        e->save_off[i] = -1;
+
+    /* Parameters in first-use order; tensors and saved values carved from
+     * their chunk's slot arena, gradients of float tensors from its
+     * gradient arena. */
+    size_t scratch_n = 0, tpbuf_n = 0, host_n = 0;
+    int rc = 0;
+    for (int c = 0; c < e->nchunks && rc == 0; c++)
+        rc = plan_chunk(e, c, last_use, first_use, &scratch_n, &tpbuf_n, &host_n, err, errlen);
     /* Parameters first used at or after op i complete once i's weight
      * gradient is done: a suffix of the flat buffer. */
-    for (int i = begin, p = 0; i < end; i++) {
-        while (p < e->nparams && first_use[p] < i)
-            p++;
-        e->ready[i - begin] = p < e->nparams ? e->param_off[p] : e->flat_n;
-    }
+    for (int c = 0, p = 0; c < e->nchunks && rc == 0; c++)
+        for (int i = e->ch[c].begin; i < e->ch[c].end; i++) {
+            while (p < e->nparams && first_use[p] < i)
+                p++;
+            e->ready[i] = p < e->nparams ? e->param_off[p] : e->flat_n;
+        }
     free(first_use);
     free(last_use);
+    if (rc < 0) {
+        merak_exec_destroy(e);
+        return -1;
+    }
     if (opts->plan_only) {
         *out = e;
         return 0;
@@ -288,8 +361,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->pgrad = alloc_floats(k, e->pool_grad * (size_t)e->npool);
     e->params = alloc_floats(k, e->flat_n);
     e->grads = alloc_floats(k, e->flat_n);
-    e->act = alloc_floats(k, e->act_floats * (size_t)e->nslots);
-    e->gradarena = alloc_floats(k, e->grad_floats * (size_t)e->nslots);
+    e->act = alloc_floats(k, e->act_floats);
+    e->gradarena = alloc_floats(k, e->grad_floats);
     e->scratch = alloc_floats(k, scratch_n);
     e->tpbuf = alloc_floats(k, tpbuf_n);
     e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
@@ -308,6 +381,9 @@ void merak_exec_destroy(merak_exec *e)
 {
     if (!e)
         return;
+    free(e->ch);
+    free(e->slot_chunk);
+    free(e->tensor_chunk);
     free(e->param_tensor);
     free(e->param_off);
     free(e->param_n);
@@ -388,41 +464,51 @@ int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host)
 /* The recompute buffer slot holds, or -1. */
 static int pool_index(const merak_exec *e, int slot) { return e->pool_of[slot]; }
 
+int merak_exec_tensor_chunk(const merak_exec *e, int t)
+{
+    return t >= 0 && t < e->g->ntensors ? e->tensor_chunk[t] : -1;
+}
+
+int merak_exec_chunk_slot(const merak_exec *e, int c) { return e->ch[c].slot0; }
+
+/* The slot's chunk, and the start of its value and gradient arenas. */
+static const chunk *chunk_of(const merak_exec *e, int slot) { return &e->ch[e->slot_chunk[slot]]; }
+static float *slot_act(const merak_exec *e, int slot)
+{
+    const chunk *c = chunk_of(e, slot);
+    return e->act + c->act_base + (size_t)(slot - c->slot0) * c->act_floats;
+}
+static float *slot_grad(const merak_exec *e, int slot)
+{
+    const chunk *c = chunk_of(e, slot);
+    return e->gradarena + c->grad_base + (size_t)(slot - c->slot0) * c->grad_floats;
+}
+
 void *merak_exec_tensor(const merak_exec *e, int slot, int t)
 {
-    if (e->t_off[t] < 0)
+    if (e->t_off[t] < 0 || e->tensor_chunk[t] != e->slot_chunk[slot])
         return NULL;
     if (e->pooled[t]) {
         int p = pool_index(e, slot);
         return p < 0 ? NULL : e->pact + (size_t)p * e->pool_act + e->t_off[t];
     }
-    return e->act + (size_t)slot * e->act_floats + e->t_off[t];
+    return slot_act(e, slot) + e->t_off[t];
 }
 
 float *merak_exec_grad(const merak_exec *e, int slot, int t)
 {
-    if (e->g_off[t] < 0)
+    if (e->g_off[t] < 0 || e->tensor_chunk[t] != e->slot_chunk[slot])
         return NULL;
     if (e->pooled[t]) {
         int p = pool_index(e, slot);
         return p < 0 ? NULL : e->pgrad + (size_t)p * e->pool_grad + e->g_off[t];
     }
-    return e->gradarena + (size_t)slot * e->grad_floats + e->g_off[t];
-}
-
-size_t merak_exec_slot_bytes(const merak_exec *e)
-{
-    return (e->act_floats + e->grad_floats) * sizeof(float);
-}
-
-size_t merak_exec_pool_bytes(const merak_exec *e)
-{
-    return (e->pool_act + e->pool_grad) * sizeof(float);
+    return slot_grad(e, slot) + e->g_off[t];
 }
 
 size_t merak_exec_arena_bytes(const merak_exec *e)
 {
-    return merak_exec_slot_bytes(e) * (size_t)e->nslots + merak_exec_pool_bytes(e) * (size_t)e->npool;
+    return (e->act_floats + e->grad_floats + (e->pool_act + e->pool_grad) * (size_t)e->npool) * sizeof(float);
 }
 
 void merak_exec_set_loss_scale(merak_exec *e, float scale) { e->loss_scale = scale; }
@@ -465,7 +551,7 @@ static float *saved(const merak_exec *e, int slot, int op)
 {
     if (e->dropped[op])
         return e->pact + (size_t)pool_index(e, slot) * e->pool_act + e->save_off[op];
-    return e->act + (size_t)slot * e->act_floats + e->save_off[op];
+    return slot_act(e, slot) + e->save_off[op];
 }
 
 /* Per-op dropout seed derived from the slot's seed. */
@@ -669,17 +755,25 @@ static int run_forward(merak_exec *e, int slot, int begin, int end, int dropped_
     return 0;
 }
 
+/* Does the slot's chunk drop (and recompute) activations? */
+static int drops(const merak_exec *e, int slot)
+{
+    const chunk *c = chunk_of(e, slot);
+    return c->rc_end > c->begin;
+}
+
 int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
 {
     const merak_kernels *k = e->k;
+    const chunk *c = chunk_of(e, slot);
     e->seed[slot] = seed;
     e->err[0] = 0;
-    if (k->zero(e->gradarena + (size_t)slot * e->grad_floats, e->grad_floats * sizeof(float)) < 0)
+    if (k->zero(slot_grad(e, slot), c->grad_floats * sizeof(float)) < 0)
         return fail(e, "zeroing the %s gradient arena failed", k->name);
-    /* a recomputing slice borrows a buffer for what it drops */
-    if (e->npool && pool_take(e, slot) < 0)
+    /* a recomputing chunk borrows a buffer for what it drops */
+    if (drops(e, slot) && pool_take(e, slot) < 0)
         return -1;
-    int rc = run_forward(e, slot, e->op_begin, e->op_end, 0);
+    int rc = run_forward(e, slot, c->begin, c->end, 0);
     pool_release(e, slot);
     return rc;
 }
@@ -689,6 +783,8 @@ int merak_exec_recompute(merak_exec *e, int slot)
     e->err[0] = 0;
     if (!e->npool)
         return fail(e, "slot %d: this slice keeps its activations, there is nothing to recompute", slot);
+    if (!drops(e, slot))
+        return 0;   /* this chunk keeps its activations */
     if (pool_index(e, slot) >= 0)
         return fail(e, "slot %d recomputed twice", slot);
     if (pool_take(e, slot) < 0)
@@ -696,7 +792,7 @@ int merak_exec_recompute(merak_exec *e, int slot)
     int p = pool_index(e, slot);
     if (e->k->zero(e->pgrad + (size_t)p * e->pool_grad, e->pool_grad * sizeof(float)) < 0)
         return fail(e, "zeroing a %s recompute buffer failed", e->k->name);
-    return run_forward(e, slot, e->op_begin, e->rc_end, 1);
+    return run_forward(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->rc_end, 1);
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -803,11 +899,11 @@ static void op_backward_weight(merak_exec *e, int slot, int i)
     }
 }
 
-/* A recomputing slice's backward needs the slot's recompute. */
+/* A recomputing chunk's backward needs the slot's recompute. */
 static int check_recomputed(merak_exec *e, int slot)
 {
     e->err[0] = 0;
-    if (e->npool && pool_index(e, slot) < 0)
+    if (drops(e, slot) && pool_index(e, slot) < 0)
         return fail(e, "slot %d: backward of a dropped forward that was not recomputed", slot);
     return 0;
 }
@@ -816,7 +912,8 @@ int merak_exec_backward_input(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
-    for (int i = e->op_end - 1; i >= e->op_begin; i--)
+    const chunk *c = chunk_of(e, slot);
+    for (int i = c->end - 1; i >= c->begin; i--)
         if (op_backward_input(e, slot, i) < 0)
             return -1;
     return 0;
@@ -826,14 +923,15 @@ static void weight_step(merak_exec *e, int slot, int i)
 {
     op_backward_weight(e, slot, i);
     if (e->hook)
-        e->hook(e->hook_ctx, e->ready[i - e->op_begin]);
+        e->hook(e->hook_ctx, e->ready[i]);
 }
 
 int merak_exec_backward_weight(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
-    for (int i = e->op_end - 1; i >= e->op_begin; i--)
+    const chunk *c = chunk_of(e, slot);
+    for (int i = c->end - 1; i >= c->begin; i--)
         weight_step(e, slot, i);
     pool_release(e, slot);
     return 0;
@@ -843,7 +941,8 @@ int merak_exec_backward(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
-    for (int i = e->op_end - 1; i >= e->op_begin; i--) {
+    const chunk *c = chunk_of(e, slot);
+    for (int i = c->end - 1; i >= c->begin; i--) {
         if (op_backward_input(e, slot, i) < 0)
             return -1;
         weight_step(e, slot, i);

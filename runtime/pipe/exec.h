@@ -6,7 +6,15 @@
  * flat buffer, and one for their gradients) and, per slot, one arena for the
  * slice's tensors and the ops' saved values and one for their gradients.  A
  * slot holds one micro-batch in flight; gpipe needs M slots, 1f1b at most pp.
- * Nothing is allocated in forward or backward.  All of it is the backend's
+ * Nothing is allocated in forward or backward.
+ *
+ * Chunks: a slice may be several disjoint op ranges (the model chunks an
+ * interleaved pipeline stage runs), each with its own slots; the
+ * parameters of all of them share the flat buffers, in first-use order
+ * chunk by chunk.  A slot belongs to one chunk (chunk c's slots follow
+ * chunk c-1's), and forward, recompute and backward of a slot run its
+ * chunk's ops.  Chunks exchange activations only through the pipeline:
+ * a tensor other than a parameter belongs to one chunk.  All of it is the backend's
  * memory (merak_kernels' alloc): host memory for the CPU, device memory for
  * CUDA; the *_read/_write functions below move values from and to the host.
  *
@@ -21,6 +29,7 @@
  * merak_exec_recompute re-runs them, with the forward's dropout seed, into a
  * buffer the slot keeps until its backward is done.  What crosses the
  * range's end (and the slice's inputs and outputs) stays in the slot.
+ * Each chunk has its own recompute_end; the buffers are shared.
  */
 #ifndef MERAK_EXEC_H
 #define MERAK_EXEC_H
@@ -42,14 +51,19 @@ typedef struct merak_exec_comm {
     int (*allreduce)(void *ctx, float *buf, size_t n);
 } merak_exec_comm;
 
+typedef struct merak_exec_chunk {
+    int op_begin, op_end;    /* ops [op_begin, op_end); 0, -1 = the whole graph */
+    int nslots;              /* its micro-batches in flight (>= 1) */
+    int recompute_end;       /* ops [op_begin, recompute_end) are recomputed; <= op_begin: none */
+} merak_exec_chunk;
+
 typedef struct merak_exec_opts {
-    int op_begin, op_end;    /* the slice [op_begin, op_end); 0, -1 = whole graph */
-    int nslots;              /* micro-batches in flight (>= 1) */
+    const merak_exec_chunk *chunks; /* [nchunks], in op order, not overlapping */
+    int nchunks;             /* >= 1 */
     const merak_kernels *kernels;
     const merak_exec_comm *tp;  /* required when the graph has tp > 1 */
-    int recompute_end;       /* ops [op_begin, recompute_end) are recomputed; <= op_begin: none */
-    int npool;               /* recompute buffers (>= 1 when recomputing) */
-    int plan_only;           /* plan the memory, allocate nothing (for merak_exec_*_bytes) */
+    int npool;               /* recompute buffers (>= 1 when a chunk recomputes) */
+    int plan_only;           /* plan the memory, allocate nothing (for merak_exec_arena_bytes) */
 } merak_exec_opts;
 
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
@@ -80,13 +94,15 @@ int merak_exec_param_write(merak_exec *e, int i, const float *host);
  * merak_exec_grad before backward. */
 void *merak_exec_tensor(const merak_exec *e, int slot, int t);
 float *merak_exec_grad(const merak_exec *e, int slot, int t);
+/* The chunk holding tensor t (not a parameter), or -1; the first slot of
+ * chunk c. */
+int merak_exec_tensor_chunk(const merak_exec *e, int t);
+int merak_exec_chunk_slot(const merak_exec *e, int c);
 /* Writes host values (the tensor's elements, 4 bytes each: float or int32)
  * into the slot's tensor t; -1 if the slice holds no t or the copy failed. */
 int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host);
-/* Activation memory: one slot's arenas (kept values and their gradients),
- * one recompute buffer, and all of it (nslots slots + npool buffers). */
-size_t merak_exec_slot_bytes(const merak_exec *e);
-size_t merak_exec_pool_bytes(const merak_exec *e);
+/* Activation memory: every slot's arenas (kept values and their
+ * gradients) and the recompute buffers. */
 size_t merak_exec_arena_bytes(const merak_exec *e);
 
 /* ---- running */
@@ -100,8 +116,9 @@ void merak_exec_set_loss_scale(merak_exec *e, float scale);
 int merak_exec_forward(merak_exec *e, int slot, uint64_t seed);
 /* Mean loss of the slot's last forward (only if the slice holds the loss). */
 double merak_exec_loss(const merak_exec *e, int slot);
-/* Re-runs the slot's dropped ops (recomputing slices only); the backward
- * of a recomputing slice fails without it.  0 or -1. */
+/* Re-runs the slot's dropped ops (recomputing executors only; nothing to
+ * do for a chunk that recomputes no op); the backward of a recomputing
+ * chunk fails without it.  0 or -1. */
 int merak_exec_recompute(merak_exec *e, int slot);
 int merak_exec_backward_input(merak_exec *e, int slot);
 int merak_exec_backward_weight(merak_exec *e, int slot);
@@ -114,7 +131,9 @@ int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
  * while a hook is set, every weight-gradient step of the backward calls
  * fn(ctx, from) once op by op, where the flat gradient buffer's floats
  * [from, n) will not change again in this backward (parameters are laid out
- * in first-use order, so they complete from the end).  fn NULL removes it. */
+ * in first-use order, so they complete from the end; with chunks, this holds
+ * for a backward of the first chunk once the later chunks' are done, as in
+ * the last backward of an interleaved step).  fn NULL removes it. */
 void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from), void *ctx);
 
 #endif /* MERAK_EXEC_H */

@@ -15,6 +15,7 @@ static const char *const schedule_names[MERAK_SCHEDULE_COUNT_] = {
     [MERAK_SCHEDULE_1F1B] = "1f1b",
     [MERAK_SCHEDULE_SCP] = "scp",
     [MERAK_SCHEDULE_ZB_H1] = "zb-h1",
+    [MERAK_SCHEDULE_INTERLEAVED] = "interleaved",
 };
 
 int merak_schedule_parse(const char *name, merak_schedule_kind *kind)

@@ -12,8 +12,9 @@
 
 #include "schedule_kind.h"
 
-/* "gpipe", "1f1b", "scp", "zb-h1" -> kind; 0, or -1 for another name.  The
- * names for messages: merak_schedule_names() ("gpipe, 1f1b, scp or zb-h1"). */
+/* "gpipe", "1f1b", "scp", "zb-h1", "interleaved" -> kind; 0, or -1 for
+ * another name.  The names for messages: merak_schedule_names() ("gpipe,
+ * 1f1b, scp, zb-h1 or interleaved"). */
 int merak_schedule_parse(const char *name, merak_schedule_kind *kind);
 const char *merak_schedule_name(merak_schedule_kind kind);
 const char *merak_schedule_names(void);

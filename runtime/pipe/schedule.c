@@ -1,7 +1,7 @@
 /*
- * schedule.c - pipeline schedule generators (gpipe, 1f1b, scp, zb-h1) and
- * the simulator that checks and times any set of per-stage instruction
- * lists (DESIGN.md s. 7).
+ * schedule.c - pipeline schedule generators (gpipe, 1f1b, scp, zb-h1,
+ * interleaved) and the simulator that checks and times any set of
+ * per-stage instruction lists (DESIGN.md s. 7).
  *
  * Generators.  Every schedule is built the same way: first the order of
  * the stage's compute (forwards and backwards per micro-batch, see
@@ -23,11 +23,18 @@
  *     right before it (scp: the recompute fills the wait for the gradient,
  *     and since it needs nothing from the wait, it never starts later).
  *
- * Slots.  Micro-batch mb uses slot mb % nslots, nslots being the most
- * micro-batches forwarded and not yet fully backwarded at once.  Every
- * compute order forwards in order and finishes backwards in order, so the
- * micro-batches holding a slot are a window of consecutive ids and mb %
- * nslots never collides.  The simulator re-checks this for every list.
+ * Slots.  Micro-batch mb on chunk c uses slot base(c) + mb % n(c), n(c)
+ * being the most of the chunk's micro-batches forwarded and not yet fully
+ * backwarded at once (without chunks: slot mb % nslots).  Every compute
+ * order forwards each chunk's micro-batches in order and finishes their
+ * backwards in order, so the micro-batches holding a chunk's slots are a
+ * window of consecutive ids and mb % n(c) never collides.  The simulator
+ * re-checks this for every list.
+ *
+ * Units.  The generator and the simulator track micro-batch mb on chunk c
+ * as unit c*M + mb; a message goes from a unit to the same unit on the
+ * next stage, or from the last stage's chunk c to the first stage's chunk
+ * c+1 (and gradients back the same way).
  *
  * WAIT_SENDS rule.  A posted send reads its micro-batch's slot until it is
  * waited for.  Before the first instruction that writes into a slot for a new
@@ -89,6 +96,7 @@ static int has_mb(merak_instr_kind k) { return k <= MERAK_I_SEND_GRAD; }
 int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen)
 {
     const int S = sp->stages, M = sp->micro_batches;
+    const int V = sp->virtual_stages > 0 ? sp->virtual_stages : 1;
     if ((int)sp->kind < 0 || (int)sp->kind >= MERAK_SCHEDULE_COUNT_)
         return merak_errf(err, errlen, "schedule: unknown schedule kind %d", (int)sp->kind);
     if (S < 1)
@@ -99,6 +107,18 @@ int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen
         return merak_errf(err, errlen,
                           "schedule: %s needs at least as many micro-batches (M) as stages (S): "
                           "M = %d, S = %d", merak_schedule_name(sp->kind), M, S);
+    if (sp->kind == MERAK_SCHEDULE_INTERLEAVED) {
+        if (S < 2)
+            return merak_errf(err, errlen, "schedule: interleaved needs at least 2 pipeline stages (S = %d)", S);
+        if (V < 2 || V > MERAK_MAX_CHUNKS)
+            return merak_errf(err, errlen, "schedule: interleaved needs 2 to %d virtual stages per stage (V = %d)",
+                              MERAK_MAX_CHUNKS, V);
+    } else if (V != 1) {
+        return merak_errf(err, errlen, "schedule: %d virtual stages need the interleaved schedule (not %s)", V,
+                          merak_schedule_name(sp->kind));
+    }
+    if ((size_t)M * (size_t)V > 1u << 24)
+        return merak_errf(err, errlen, "schedule: %d micro-batches x %d virtual stages is too many", M, V);
     return 0;
 }
 
@@ -106,18 +126,39 @@ int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen
  *
  * A list is made in two passes.  First the order of the stage's compute:
  * forwards (F), whole backwards (B), or split ones (BI, the input-gradient
- * part, and BW, the weight part), per micro-batch.  Then the communication
+ * part, and BW, the weight part), per unit (micro-batch mb on chunk c is
+ * unit c*M + mb; without chunks, the micro-batch).  Then the communication
  * and recomputation around it by the rules in this file's header comment.
  */
 
 typedef enum { C_F, C_B, C_BI, C_BW } cop;
 typedef struct cstep {
     cop op;
-    int mb;
+    int u;
 } cstep;
 
-/* The compute order of stage s; returns its length (2M or 3M). */
-static int compute_order(merak_schedule_kind kind, int S, int s, int M, cstep *c)
+/* The k-th (chunk, micro-batch) of the interleaved order (forward, or
+ * backward: chunks from the last) for a multiple of S micro-batches:
+ * groups of S micro-batches through chunk 0, then chunk 1, ...  Returns
+ * the micro-batch, *c the chunk. */
+static int interleaved_unit(int k, int S, int V, int backward, int *c)
+{
+    int g = k / (S * V), r = k % (S * V);
+    *c = backward ? V - 1 - r / S : r / S;
+    return g * S + r % S;
+}
+
+/* Appends the k-th op of the interleaved order to c, unless its
+ * micro-batch does not exist. */
+static void interleaved_push(cstep *c, int *n, cop op, int k, int S, int V, int M)
+{
+    int chunk, mb = interleaved_unit(k, S, V, op != C_F, &chunk);
+    if (mb < M)
+        c[(*n)++] = (cstep){op, chunk * M + mb};
+}
+
+/* The compute order of stage s; returns its length (2MV or 3M). */
+static int compute_order(merak_schedule_kind kind, int S, int s, int M, int V, cstep *c)
 {
     int n = 0;
     if (kind == MERAK_SCHEDULE_GPIPE) {
@@ -125,6 +166,29 @@ static int compute_order(merak_schedule_kind kind, int S, int s, int M, cstep *c
             c[n++] = (cstep){C_F, k};
         for (int k = 0; k < M; k++)
             c[n++] = (cstep){C_B, k};
+        return n;
+    }
+    if (kind == MERAK_SCHEDULE_INTERLEAVED) {
+        /* Megatron-LM's order for Mp, M rounded up to a multiple of S,
+         * with the micro-batches past M left out: a subsequence of a
+         * deadlock-free order on every stage, so itself deadlock-free (what
+         * waited for what is unchanged).  Groups of S keep the last stage's
+         * output in time for the first stage's next chunk; a smaller group
+         * in the steady state would stall stage 0 on a forward while its
+         * peers wait for its backward.  Warm-up of stage s: the chunk
+         * forwards before its first backward's gradient can be back. */
+        const int Mp = (M + S - 1) / S * S, total = Mp * V;
+        int w = 2 * (S - s - 1) + (V - 1) * S;
+        if (w > total)
+            w = total;
+        for (int k = 0; k < w; k++)
+            interleaved_push(c, &n, C_F, k, S, V, M);
+        for (int k = w; k < total; k++) {
+            interleaved_push(c, &n, C_F, k, S, V, M);
+            interleaved_push(c, &n, C_B, k - w, S, V, M);
+        }
+        for (int k = total - w; k < total; k++)
+            interleaved_push(c, &n, C_B, k, S, V, M);
         return n;
     }
     /* w warm-up forwards, then one forward and one backward per step, then
@@ -186,26 +250,28 @@ static int compute_order(merak_schedule_kind kind, int S, int s, int M, cstep *c
     return n;
 }
 
-/* Slots (most micro-batches forwarded and not fully backwarded at once) and
- * recompute buffers (most micro-batches recomputed and not fully
- * backwarded, plus one while a forward runs) of a compute order. */
-static void count_buffers(const cstep *c, int n, int recompute, int *nslots, int *npool)
+/* Slots per chunk (most units of the chunk forwarded and not fully
+ * backwarded at once) and recompute buffers (most units recomputed and not
+ * fully backwarded, plus one while a forward runs) of a compute order. */
+static void count_buffers(const cstep *c, int n, int M, int V, int recompute, int *slots, int *npool)
 {
-    int live = 0, held = 0;
-    *nslots = 1;
+    int live[MERAK_MAX_CHUNKS] = {0}, held = 0;
+    for (int v = 0; v < V; v++)
+        slots[v] = 1;
     *npool = 0;
     for (int i = 0; i < n; i++) {
+        int v = c[i].u / M;
         if (c[i].op == C_F) {
-            if (++live > *nslots)
-                *nslots = live;
+            if (++live[v] > slots[v])
+                slots[v] = live[v];
             if (recompute && held + 1 > *npool)
                 *npool = held + 1;
             continue;
         }
         if (c[i].op != C_BW && recompute && ++held > *npool)  /* B, BI: recomputed first */
             *npool = held;
-        if (c[i].op != C_BI) {  /* B, BW: the micro-batch is done */
-            live--;
+        if (c[i].op != C_BI) {  /* B, BW: the unit is done */
+            live[v]--;
             held -= recompute;
         }
     }
@@ -214,98 +280,121 @@ static void count_buffers(const cstep *c, int n, int recompute, int *nslots, int
 typedef struct gen {
     merak_schedule *s;
     int cap;
-    int first, last, loads;   /* stage role */
+    int first, last;          /* stage role */
     int pre_recompute;        /* recompute before waiting for the gradient */
-    int next_fwd;             /* next micro-batch to forward */
-    int *owner;               /* [nslots] micro-batch that last claimed the slot, or -1 */
-    unsigned char *done;      /* [M] backward emitted: its slot may be reused */
-    unsigned char *posted;    /* [M] RECV_ACT emitted */
-    unsigned char *unwaited;  /* [M] has a send not yet covered by a WAIT_SENDS */
+    const int *fwd;           /* the units in forward order */
+    int next_fwd;             /* index into fwd of the next forward */
+    int base[MERAK_MAX_CHUNKS]; /* first slot of each chunk */
+    int *owner;               /* [nslots] unit that last claimed the slot, or -1 */
+    unsigned char *done;      /* [units] backward emitted: its slot may be reused */
+    unsigned char *posted;    /* [units] RECV_ACT emitted */
+    unsigned char *unwaited;  /* [units] has a send not yet covered by a WAIT_SENDS */
 } gen;
 
-static void emit(gen *g, merak_instr_kind kind, int mb)
+static int unit_slot(const gen *g, int u)
+{
+    int M = g->s->micro_batches, c = u / M;
+    return g->base[c] + u % M % g->s->chunk_slots[c];
+}
+
+/* The unit enters the pipeline here (the first stage's first chunk) or
+ * leaves it (the last stage's last chunk). */
+static int unit_first(const gen *g, int u) { return g->first && u < g->s->micro_batches; }
+static int unit_last(const gen *g, int u)
+{
+    return g->last && u >= (g->s->chunks - 1) * g->s->micro_batches;
+}
+
+static void emit(gen *g, merak_instr_kind kind, int u)
 {
     merak_schedule *s = g->s;
-    /* cap is a proven bound (12 per micro-batch + 4); see merak_schedule_build */
+    /* cap is a proven bound (12 per unit + 4); see merak_schedule_build */
     if (s->n >= g->cap)
         abort();
-    s->instr[s->n++] = (merak_instr){kind, mb, mb >= 0 ? mb % s->nslots : -1};
+    s->instr[s->n++] = u >= 0 ? (merak_instr){kind, u % s->micro_batches, unit_slot(g, u), u / s->micro_batches}
+                              : (merak_instr){kind, -1, -1, 0};
 }
 
-/* WAIT_SENDS for micro-batch mb's sends, or (mb = -1) for all of them. */
-static void wait_sends(gen *g, int mb)
+/* WAIT_SENDS for unit u's sends, or (u = -1) for all of them. */
+static void wait_sends(gen *g, int u)
 {
-    emit(g, MERAK_I_WAIT_SENDS, mb);
-    if (mb >= 0)
-        g->unwaited[mb] = 0;
+    emit(g, MERAK_I_WAIT_SENDS, u);
+    if (u >= 0)
+        g->unwaited[u] = 0;
     else
-        memset(g->unwaited, 0, (size_t)g->s->micro_batches);
+        memset(g->unwaited, 0, (size_t)g->s->micro_batches * (size_t)g->s->chunks);
 }
 
-static int slot_free_for(const gen *g, int mb)
+static int slot_free_for(const gen *g, int u)
 {
-    int j = g->owner[mb % g->s->nslots];
-    return j < 0 || j == mb || g->done[j];
+    int j = g->owner[unit_slot(g, u)];
+    return j < 0 || j == u || g->done[j];
 }
 
-/* First write of mb into its slot: retire the previous occupant's sends. */
-static void claim(gen *g, int mb)
+/* First write of u into its slot: retire the previous occupant's sends. */
+static void claim(gen *g, int u)
 {
-    int slot = mb % g->s->nslots, j = g->owner[slot];
-    if (j >= 0 && j != mb && g->unwaited[j])
+    int slot = unit_slot(g, u), j = g->owner[slot];
+    if (j >= 0 && j != u && g->unwaited[j])
         wait_sends(g, j);
-    g->owner[slot] = mb;
+    g->owner[slot] = u;
 }
 
-static void post_recv_act(gen *g, int mb)
+/* Posts the receive of the k-th forward's activation if it is due and can. */
+static void post_recv_act(gen *g, int k)
 {
-    if (g->first || mb >= g->s->micro_batches || g->posted[mb] || !slot_free_for(g, mb))
+    if (k >= g->s->micro_batches * g->s->chunks)
         return;
-    claim(g, mb);
-    emit(g, MERAK_I_RECV_ACT, mb);
-    g->posted[mb] = 1;
+    int u = g->fwd[k];
+    if (unit_first(g, u) || g->posted[u] || !slot_free_for(g, u))
+        return;
+    claim(g, u);
+    emit(g, MERAK_I_RECV_ACT, u);
+    g->posted[u] = 1;
 }
 
-static void emit_fwd(gen *g, int mb)
+/* The k-th forward. */
+static void emit_fwd(gen *g, int k)
 {
-    post_recv_act(g, mb);  /* no-op if posted early; the slot is free by construction */
-    if (g->loads) {
-        claim(g, mb);
-        emit(g, MERAK_I_LOAD, mb);
+    int u = g->fwd[k];
+    post_recv_act(g, k);  /* no-op if posted early; the slot is free by construction */
+    if (unit_first(g, u) || unit_last(g, u)) {
+        claim(g, u);
+        emit(g, MERAK_I_LOAD, u);
     }
-    g->next_fwd = mb + 1;
-    post_recv_act(g, mb + 1);  /* overlaps our wait and FWD mb */
-    if (!g->first)
-        emit(g, MERAK_I_WAIT_ACT, mb);
-    claim(g, mb);
-    emit(g, MERAK_I_FWD, mb);
-    if (!g->last) {
-        emit(g, MERAK_I_SEND_ACT, mb);
-        g->unwaited[mb] = 1;
-        emit(g, MERAK_I_RECV_GRAD, mb);
+    g->next_fwd = k + 1;
+    post_recv_act(g, k + 1);  /* overlaps our wait and this forward */
+    if (!unit_first(g, u))
+        emit(g, MERAK_I_WAIT_ACT, u);
+    claim(g, u);
+    emit(g, MERAK_I_FWD, u);
+    if (!unit_last(g, u)) {
+        emit(g, MERAK_I_SEND_ACT, u);
+        g->unwaited[u] = 1;
+        emit(g, MERAK_I_RECV_GRAD, u);
     }
 }
 
 /* The input-gradient side of a backward (the whole of it for C_B). */
-static void emit_bwd_input(gen *g, int mb, merak_instr_kind kind)
+static void emit_bwd_input(gen *g, int u, merak_instr_kind kind)
 {
     if (g->s->recompute && g->pre_recompute)
-        emit(g, MERAK_I_RECOMPUTE, mb);
-    if (!g->last)
-        emit(g, MERAK_I_WAIT_GRAD, mb);
+        emit(g, MERAK_I_RECOMPUTE, u);
+    if (!unit_last(g, u))
+        emit(g, MERAK_I_WAIT_GRAD, u);
     if (g->s->recompute && !g->pre_recompute)
-        emit(g, MERAK_I_RECOMPUTE, mb);
-    emit(g, kind, mb);
-    if (!g->first) {
-        emit(g, MERAK_I_SEND_GRAD, mb);
-        g->unwaited[mb] = 1;
+        emit(g, MERAK_I_RECOMPUTE, u);
+    emit(g, kind, u);
+    if (!unit_first(g, u)) {
+        emit(g, MERAK_I_SEND_GRAD, u);
+        g->unwaited[u] = 1;
     }
 }
 
-/* The micro-batch's backward is complete: its slot is free. */
-static void bwd_done(gen *g, int mb)
+/* The unit's backward is complete: its slot is free. */
+static void bwd_done(gen *g, int u)
 {
-    g->done[mb] = 1;
+    g->done[u] = 1;
     post_recv_act(g, g->next_fwd);  /* the slot this backward freed */
 }
 
@@ -318,54 +407,60 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
         return -1;
     if (stage < 0 || stage >= S)
         return merak_errf(err, errlen, "schedule: stage %d out of range 0..%d", stage, S - 1);
+    const int V = sp->virtual_stages > 0 ? sp->virtual_stages : 1, U = M * V;
 
     out->stages = S;
     out->stage = stage;
     out->micro_batches = M;
+    out->chunks = V;
     out->recompute = sp->recompute && sp->recompute[stage] &&
                      !(sp->kind == MERAK_SCHEDULE_SCP && stage == S - 1);
 
     gen g = {.s = out, .first = stage == 0, .last = stage == S - 1,
              .pre_recompute = sp->kind == MERAK_SCHEDULE_SCP};
-    g.loads = g.first || g.last;
-    /* At most 12 instructions per micro-batch (RECV_ACT LOAD WAIT_ACT FWD
-     * SEND_ACT RECV_GRAD WAIT_GRAD RECOMPUTE BWD_INPUT BWD_WEIGHT SEND_GRAD
-     * and one WAIT_SENDS before its slot is claimed) plus the final 4. */
-    g.cap = 12 * M + 4;
-    cstep *c = malloc((size_t)(3 * M) * sizeof *c);
+    /* At most 12 instructions per unit (RECV_ACT LOAD WAIT_ACT FWD SEND_ACT
+     * RECV_GRAD WAIT_GRAD RECOMPUTE BWD_INPUT BWD_WEIGHT SEND_GRAD and one
+     * WAIT_SENDS before its slot is claimed) plus the final 4. */
+    g.cap = 12 * U + 4;
+    cstep *c = malloc((size_t)(3 * U) * sizeof *c);
+    int *fwd = malloc((size_t)U * sizeof *fwd);
     out->instr = malloc((size_t)g.cap * sizeof *out->instr);
-    g.done = calloc((size_t)M, 3);
-    if (!c || !out->instr || !g.done) {
-        free(c);
-        free(g.done);
-        merak_schedule_free(out);
-        return merak_errf(err, errlen, "schedule: out of memory");
+    g.done = calloc((size_t)U, 3);
+    int nc = 0;
+    if (c && fwd && out->instr && g.done) {
+        nc = compute_order(sp->kind, S, stage, M, V, c);
+        count_buffers(c, nc, M, V, out->recompute, out->chunk_slots, &out->npool);
+        for (int v = 0; v < V; v++) {
+            g.base[v] = out->nslots;
+            out->nslots += out->chunk_slots[v];
+        }
+        g.owner = malloc((size_t)out->nslots * sizeof *g.owner);
     }
-    int nc = compute_order(sp->kind, S, stage, M, c);
-    count_buffers(c, nc, out->recompute, &out->nslots, &out->npool);
-    g.owner = malloc((size_t)out->nslots * sizeof *g.owner);
     if (!g.owner) {
-        free(c);
-        free(g.done);
+        free(c), free(fwd), free(g.done);
         merak_schedule_free(out);
         return merak_errf(err, errlen, "schedule: out of memory");
     }
-    g.posted = g.done + M;
-    g.unwaited = g.done + 2 * M;
+    g.posted = g.done + U;
+    g.unwaited = g.done + 2 * U;
     for (int i = 0; i < out->nslots; i++)
         g.owner[i] = -1;
+    for (int i = 0, k = 0; i < nc; i++)
+        if (c[i].op == C_F)
+            fwd[k++] = c[i].u;
+    g.fwd = fwd;
 
-    for (int i = 0; i < nc; i++) {
+    for (int i = 0, k = 0; i < nc; i++) {
         switch (c[i].op) {
-        case C_F: emit_fwd(&g, c[i].mb); break;
+        case C_F: emit_fwd(&g, k++); break;
         case C_B:
-            emit_bwd_input(&g, c[i].mb, MERAK_I_BWD);
-            bwd_done(&g, c[i].mb);
+            emit_bwd_input(&g, c[i].u, MERAK_I_BWD);
+            bwd_done(&g, c[i].u);
             break;
-        case C_BI: emit_bwd_input(&g, c[i].mb, MERAK_I_BWD_INPUT); break;
+        case C_BI: emit_bwd_input(&g, c[i].u, MERAK_I_BWD_INPUT); break;
         case C_BW:
-            emit(&g, MERAK_I_BWD_WEIGHT, c[i].mb);
-            bwd_done(&g, c[i].mb);
+            emit(&g, MERAK_I_BWD_WEIGHT, c[i].u);
+            bwd_done(&g, c[i].u);
             break;
         }
     }
@@ -375,6 +470,7 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
     emit(&g, MERAK_I_OPTIMIZER_STEP, -1);
 
     free(c);
+    free(fwd);
     free(g.owner);
     free(g.done);
     return 0;
@@ -418,7 +514,7 @@ void merak_schedule_free(merak_schedule *s)
  * recompute buffers).
  */
 
-/* Per (stage, micro-batch) progress flags. */
+/* Per (stage, unit) progress flags. */
 enum {
     F_LOADED = 1 << 0,
     F_RECV_ACT = 1 << 1,     /* activation receive posted */
@@ -438,18 +534,18 @@ enum {
 
 typedef struct simstage {
     const merak_schedule *s;
-    merak_sim_costs c;
+    merak_sim_costs c[MERAK_MAX_CHUNKS]; /* per chunk */
     int pc;
     double busy_until, busy;
     int live, peak;          /* micro-batches whose full activations are held */
-    unsigned *st;            /* [M] flags */
-    double *sent_act, *sent_grad; /* [M] when the send was posted */
-    int *owner;              /* [nslots] micro-batch holding the slot, or -1 */
+    unsigned *st;            /* [U] flags per unit (micro-batch mb on chunk c: c*M + mb) */
+    double *sent_act, *sent_grad; /* [U] when the send was posted */
+    int *owner;              /* [nslots] unit holding the slot, or -1 */
 } simstage;
 
 typedef struct sim {
     simstage *st;
-    int S, M;
+    int S, M, V, U;          /* stages, micro-batches, chunks per stage, M*V */
     int rendezvous;
     double wake;             /* earliest arrival a blocked wait waits for, or -1 */
     merak_sim_result *res;   /* where timings go (the reported run), or NULL */
@@ -457,6 +553,7 @@ typedef struct sim {
     size_t errlen;
 } sim;
 
+/* An instruction's time. */
 static double cost(const merak_sim_costs *c, merak_instr_kind k)
 {
     switch (k) {
@@ -469,6 +566,22 @@ static double cost(const merak_sim_costs *c, merak_instr_kind k)
     }
 }
 
+/* Where unit u of stage i sends its activation (*j, return value: the
+ * unit there) and its input gradient: the next and previous virtual
+ * stage (the chunk after the last stage's is the first stage's next). */
+static int unit_next(const sim *m, int i, int u, int *j)
+{
+    *j = i + 1 < m->S ? i + 1 : 0;
+    return i + 1 < m->S ? u : u + m->M;
+}
+static int unit_prev(const sim *m, int i, int u, int *j)
+{
+    *j = i > 0 ? i - 1 : m->S - 1;
+    return i > 0 ? u : u - m->M;
+}
+static int sim_first(const sim *m, int i, int u) { return i == 0 && u < m->M; }
+static int sim_last(const sim *m, int i, int u) { return i == m->S - 1 && u >= m->U - m->M; }
+
 static const char *mode_name(const sim *m) { return m->rendezvous ? "rendezvous" : "eager"; }
 
 /* Error at stage i's current instruction. */
@@ -476,30 +589,33 @@ static int sfail(sim *m, int i, const char *what)
 {
     const simstage *p = &m->st[i];
     const merak_instr *in = &p->s->instr[p->pc];
+    if (m->V > 1)
+        return merak_errf(m->err, m->errlen, "schedule (%s sends): stage %d, instruction %d (%s mb %d chunk %d): %s",
+                          mode_name(m), i, p->pc, merak_instr_name(in->kind), in->mb, in->chunk, what);
     return merak_errf(m->err, m->errlen, "schedule (%s sends): stage %d, instruction %d (%s mb %d): %s",
                 mode_name(m), i, p->pc, merak_instr_name(in->kind), in->mb, what);
 }
 
-/* mb writes into its slot: the slot must be free or already mb's, and no
- * send of the previous occupant may still be reading it. */
-static int occupy(sim *m, int i, int mb, int slot)
+/* Unit u writes into its slot: the slot must be free or already u's, and
+ * no send of the previous occupant may still be reading it. */
+static int occupy(sim *m, int i, int u, int slot)
 {
     simstage *p = &m->st[i];
     int j = p->owner[slot];
     char why[128];
-    if (j >= 0 && j != mb) {
+    if (j >= 0 && j != u) {
         if (!(p->st[j] & F_BWD_W)) {
-            snprintf(why, sizeof why, "slot %d still holds live mb %d", slot, j);
+            snprintf(why, sizeof why, "slot %d still holds live mb %d (chunk %d)", slot, j % m->M, j / m->M);
             return sfail(m, i, why);
         }
         if (p->st[j] & (F_ACT_UNWAITED | F_GRAD_UNWAITED)) {
             snprintf(why, sizeof why,
-                     "slot %d reused while a send of mb %d is in flight (missing WAIT_SENDS)",
-                     slot, j);
+                     "slot %d reused while a send of mb %d (chunk %d) is in flight (missing WAIT_SENDS)",
+                     slot, j % m->M, j / m->M);
             return sfail(m, i, why);
         }
     }
-    p->owner[slot] = mb;
+    p->owner[slot] = u;
     return 0;
 }
 
@@ -535,22 +651,23 @@ static int step(sim *m, int i, double t)
 {
     simstage *p = &m->st[i];
     const merak_instr *in = &p->s->instr[p->pc];
-    const int first = i == 0, last = i == m->S - 1;
-    const int mb = in->mb, slot = in->slot;
-    unsigned *f = mb >= 0 ? &p->st[mb] : NULL;
+    const int mb = in->mb, slot = in->slot, u = mb >= 0 ? in->chunk * m->M + mb : -1;
+    const int first = u >= 0 && sim_first(m, i, u), last = u >= 0 && sim_last(m, i, u);
+    unsigned *f = u >= 0 ? &p->st[u] : NULL;
+    int j, v;   /* the peer stage and its unit */
 
     switch (in->kind) {
     case MERAK_I_LOAD:
         if (*f & F_LOADED)
             return sfail(m, i, "loaded twice");
-        if (occupy(m, i, mb, slot))
+        if (occupy(m, i, u, slot))
             return STEP_ERR;
         *f |= F_LOADED;
         break;
     case MERAK_I_RECV_ACT:
         if (*f & F_RECV_ACT)
             return sfail(m, i, "receive posted twice");
-        if (occupy(m, i, mb, slot))
+        if (occupy(m, i, u, slot))
             return STEP_ERR;
         *f |= F_RECV_ACT;
         break;
@@ -559,8 +676,8 @@ static int step(sim *m, int i, double t)
             return sfail(m, i, "waits for an activation whose receive was never posted");
         if (*f & F_ACT_IN)
             return sfail(m, i, "waits twice");
-        if (!(m->st[i - 1].st[mb] & F_SENT_ACT) ||
-            !arrived(m, m->st[i - 1].sent_act[mb], m->st[i - 1].c.comm, t))
+        v = unit_prev(m, i, u, &j);
+        if (!(m->st[j].st[v] & F_SENT_ACT) || !arrived(m, m->st[j].sent_act[v], m->st[j].c[v / m->M].comm, t))
             return STEP_BLOCKED;
         *f |= F_ACT_IN;
         break;
@@ -571,7 +688,7 @@ static int step(sim *m, int i, double t)
             return sfail(m, i, "FWD before its LOAD");
         if (!first && !(*f & F_ACT_IN))
             return sfail(m, i, "FWD before its activation arrived (WAIT_ACT)");
-        if (occupy(m, i, mb, slot))
+        if (occupy(m, i, u, slot))
             return STEP_ERR;
         *f |= F_FWD;
         /* a recomputing stage holds the activations only while the forward runs */
@@ -585,14 +702,14 @@ static int step(sim *m, int i, double t)
         if (*f & F_SENT_ACT)
             return sfail(m, i, "sent twice");
         *f |= F_SENT_ACT | F_ACT_UNWAITED;
-        p->sent_act[mb] = t;
+        p->sent_act[u] = t;
         break;
     case MERAK_I_RECV_GRAD:
         if (!(*f & F_FWD))
             return sfail(m, i, "gradient receive posted before the FWD (which clears the slot's gradients)");
         if (*f & F_RECV_GRAD)
             return sfail(m, i, "receive posted twice");
-        if (p->owner[slot] != mb)
+        if (p->owner[slot] != u)
             return sfail(m, i, "receive lands in a slot held by another micro-batch");
         *f |= F_RECV_GRAD;
         break;
@@ -601,8 +718,8 @@ static int step(sim *m, int i, double t)
             return sfail(m, i, "waits for a gradient whose receive was never posted");
         if (*f & F_GRAD_IN)
             return sfail(m, i, "waits twice");
-        if (!(m->st[i + 1].st[mb] & F_SENT_GRAD) ||
-            !arrived(m, m->st[i + 1].sent_grad[mb], m->st[i + 1].c.comm, t))
+        v = unit_next(m, i, u, &j);
+        if (!(m->st[j].st[v] & F_SENT_GRAD) || !arrived(m, m->st[j].sent_grad[v], m->st[j].c[v / m->M].comm, t))
             return STEP_BLOCKED;
         *f |= F_GRAD_IN;
         break;
@@ -647,17 +764,17 @@ static int step(sim *m, int i, double t)
         if (*f & F_SENT_GRAD)
             return sfail(m, i, "sent twice");
         *f |= F_SENT_GRAD | F_GRAD_UNWAITED;
-        p->sent_grad[mb] = t;
+        p->sent_grad[u] = t;
         break;
     case MERAK_I_WAIT_SENDS: {
-        /* mb's sends (its slot's), or all.  Rendezvous: a send completes
+        /* u's sends (its slot's), or all.  Rendezvous: a send completes
          * once the peer has posted its receive. */
-        int lo = mb >= 0 ? mb : 0, hi = mb >= 0 ? mb + 1 : m->M;
+        int lo = u >= 0 ? u : 0, hi = u >= 0 ? u + 1 : m->U;
         if (m->rendezvous)
             for (int k = lo; k < hi; k++) {
-                if ((p->st[k] & F_ACT_UNWAITED) && !(m->st[i + 1].st[k] & F_RECV_ACT))
+                if ((p->st[k] & F_ACT_UNWAITED) && (v = unit_next(m, i, k, &j), !(m->st[j].st[v] & F_RECV_ACT)))
                     return STEP_BLOCKED;
-                if ((p->st[k] & F_GRAD_UNWAITED) && !(m->st[i - 1].st[k] & F_RECV_GRAD))
+                if ((p->st[k] & F_GRAD_UNWAITED) && (v = unit_prev(m, i, k, &j), !(m->st[j].st[v] & F_RECV_GRAD)))
                     return STEP_BLOCKED;
             }
         for (int k = lo; k < hi; k++)
@@ -667,17 +784,17 @@ static int step(sim *m, int i, double t)
     case MERAK_I_REDUCE_TIED:
     case MERAK_I_REDUCE_DP:
     case MERAK_I_OPTIMIZER_STEP:
-        for (int k = 0; k < m->M; k++)
+        for (int k = 0; k < m->U; k++)
             if (!(p->st[k] & F_BWD_W)) {
                 char why[96];
-                snprintf(why, sizeof why, "mb %d has not finished its backward", k);
+                snprintf(why, sizeof why, "mb %d (chunk %d) has not finished its backward", k % m->M, k / m->M);
                 return sfail(m, i, why);
             }
         break;
     default:
         return sfail(m, i, "unknown instruction");
     }
-    double d = cost(&p->c, in->kind);
+    double d = u >= 0 ? cost(&p->c[in->chunk], in->kind) : 0;
     if (d > 0 && m->res && m->res->on_compute)
         m->res->on_compute(m->res->ctx, i, in, t, t + d);
     p->busy_until = t + d;
@@ -687,42 +804,57 @@ static int step(sim *m, int i, double t)
 }
 
 /* Checks that need no execution, for stage i's list: it belongs here, ids in
- * range, one slot per micro-batch (slot_of: [M] scratch), instructions that
- * make sense on this stage, the final four. */
-static int check_list(const merak_schedule *s, int i, int S, int M, int *slot_of, char *err,
+ * range, one slot per unit, inside its chunk's slots (slot_of: [M*V]
+ * scratch), instructions that make sense on this stage, the final four. */
+static int check_list(const merak_schedule *s, int i, int S, int M, int V, int *slot_of, char *err,
                       size_t errlen)
 {
     static const merak_instr_kind tail[4] = {MERAK_I_WAIT_SENDS, MERAK_I_REDUCE_TIED,
                                              MERAK_I_REDUCE_DP, MERAK_I_OPTIMIZER_STEP};
-    const int first = i == 0, last = i == S - 1;
-    if (s->stages != S || s->stage != i || s->micro_batches != M)
+    if (s->stages != S || s->stage != i || s->micro_batches != M || s->chunks != V)
         return merak_errf(err, errlen,
-                    "schedule: list %d is for stage %d of %d with %d micro-batches "
-                    "(expected stage %d of %d with %d)",
-                    i, s->stage, s->stages, s->micro_batches, i, S, M);
+                    "schedule: list %d is for stage %d of %d with %d micro-batches and %d chunks "
+                    "(expected stage %d of %d with %d and %d)",
+                    i, s->stage, s->stages, s->micro_batches, s->chunks, i, S, M, V);
     if (s->nslots < 1 || !s->instr || s->n < 4)
         return merak_errf(err, errlen, "schedule: stage %d: empty list or no slots", i);
+    int lo[MERAK_MAX_CHUNKS], hi[MERAK_MAX_CHUNKS], nslots = 0;   /* chunk c's slots [lo, hi) */
+    for (int c = 0; c < V; c++) {
+        if (s->chunk_slots[c] < 1 || s->chunk_slots[c] > s->nslots)
+            return merak_errf(err, errlen, "schedule: stage %d: chunk %d has %d slots", i, c, s->chunk_slots[c]);
+        lo[c] = nslots;
+        nslots += s->chunk_slots[c];
+        hi[c] = nslots;
+    }
+    if (nslots != s->nslots)
+        return merak_errf(err, errlen, "schedule: stage %d: %d slots, but its chunks have %d", i, s->nslots,
+                          nslots);
     for (int j = 0; j < 4; j++)
         if (s->instr[s->n - 4 + j].kind != tail[j] || s->instr[s->n - 4 + j].mb != -1)
             return merak_errf(err, errlen,
                         "schedule: stage %d must end with WAIT_SENDS REDUCE_TIED REDUCE_DP "
                         "OPTIMIZER_STEP (instruction %d is %s)",
                         i, s->n - 4 + j, merak_instr_name(s->instr[s->n - 4 + j].kind));
-    for (int k = 0; k < M; k++)
+    for (int k = 0; k < M * V; k++)
         slot_of[k] = -1;
     for (int pc = 0; pc < s->n; pc++) {
         const merak_instr *in = &s->instr[pc];
         const merak_instr_kind k = in->kind;
+        const int unit = has_mb(k) || in->mb >= 0, c = in->chunk;
+        const int first = i == 0 && c == 0, last = i == S - 1 && c == V - 1;
         const char *bad = NULL;
         if ((int)k < 0 || k >= MERAK_I_COUNT_)
             bad = "unknown instruction";
         else if (has_mb(k) && (in->mb < 0 || in->mb >= M))
             bad = "micro-batch out of range";
-        else if (has_mb(k) && (in->slot < 0 || in->slot >= s->nslots))
-            bad = "slot out of range";
+        else if (unit && (c < 0 || c >= V))
+            bad = "chunk out of range";
+        else if (has_mb(k) && (in->slot < lo[c] || in->slot >= hi[c]))
+            bad = "slot out of range of its chunk's";
         else if (k == MERAK_I_WAIT_SENDS && in->mb >= M)
             bad = "micro-batch out of range";
-        else if (k == MERAK_I_WAIT_SENDS && in->mb >= 0 && in->slot != in->mb % s->nslots)
+        else if (k == MERAK_I_WAIT_SENDS && in->mb >= 0 &&
+                 in->slot != lo[c] + in->mb % (hi[c] - lo[c]))
             bad = "waits for another slot than its micro-batch's";
         else if (!has_mb(k) && k != MERAK_I_WAIT_SENDS && (in->mb != -1 || in->slot != -1))
             bad = "takes no micro-batch or slot";
@@ -731,45 +863,46 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int *slot_of
         else if (k >= MERAK_I_REDUCE_TIED && pc < s->n - 3)
             bad = "only allowed in the final four";
         else if (k == MERAK_I_LOAD && !first && !last)
-            bad = "LOAD on a middle stage";
+            bad = V > 1 ? "LOAD on a chunk that neither starts nor ends the model" : "LOAD on a middle stage";
         else if (first && (k == MERAK_I_RECV_ACT || k == MERAK_I_WAIT_ACT || k == MERAK_I_SEND_GRAD))
             bad = "the first stage has no previous stage";
         else if (last && (k == MERAK_I_SEND_ACT || k == MERAK_I_RECV_GRAD || k == MERAK_I_WAIT_GRAD))
             bad = "the last stage has no next stage";
-        else if (has_mb(k) && slot_of[in->mb] >= 0 && slot_of[in->mb] != in->slot)
+        else if (has_mb(k) && slot_of[c * M + in->mb] >= 0 && slot_of[c * M + in->mb] != in->slot)
             bad = "micro-batch changes slot";
         if (bad)
             return merak_errf(err, errlen, "schedule: stage %d, instruction %d (%s mb %d slot %d): %s", i,
                         pc, merak_instr_name(k), in->mb, in->slot, bad);
         if (has_mb(k))
-            slot_of[in->mb] = in->slot;
+            slot_of[c * M + in->mb] = in->slot;
     }
     return 0;
 }
 
 static int check_static(const merak_schedule *stages, int S, char *err, size_t errlen)
 {
-    const int M = stages[0].micro_batches;
-    if (M < 1)
-        return merak_errf(err, errlen, "schedule: %d micro-batches", M);
-    int *slot_of = malloc((size_t)M * sizeof *slot_of);
+    const int M = stages[0].micro_batches, V = stages[0].chunks;
+    if (M < 1 || V < 1 || V > MERAK_MAX_CHUNKS || (size_t)M * (size_t)V > 1u << 24)
+        return merak_errf(err, errlen, "schedule: %d micro-batches, %d chunks", M, V);
+    int *slot_of = malloc((size_t)M * (size_t)V * sizeof *slot_of);
     if (!slot_of)
         return merak_errf(err, errlen, "schedule: out of memory");
     int rc = 0;
     for (int i = 0; i < S && rc == 0; i++)
-        rc = check_list(&stages[i], i, S, M, slot_of, err, errlen);
+        rc = check_list(&stages[i], i, S, M, V, slot_of, err, errlen);
     free(slot_of);
     return rc;
 }
 
-/* Every micro-batch went through everything its stage owes it. */
+/* Every unit went through everything its stage owes it. */
 static int check_end(sim *m)
 {
     for (int i = 0; i < m->S; i++) {
-        const int first = i == 0, last = i == m->S - 1;
-        for (int k = 0; k < m->M; k++) {
+        for (int k = 0; k < m->U; k++) {
+            const int first = sim_first(m, i, k), last = sim_last(m, i, k);
             unsigned f = m->st[i].st[k];
             const char *miss = NULL;
+            int j = 0, v = last ? 0 : unit_next(m, i, k, &j);
             if (!(f & F_FWD))
                 miss = "never forwarded";
             else if (!(f & F_BWD_W))
@@ -782,8 +915,11 @@ static int check_end(sim *m)
                 miss = "activation receive never waited for";
             else if ((f & F_RECV_GRAD) && !(f & F_GRAD_IN))
                 miss = "gradient receive never waited for";
-            else if (!last && !(m->st[i + 1].st[k] & F_RECV_ACT))
+            else if (!last && !(m->st[j].st[v] & F_RECV_ACT))
                 miss = "activation sent but never received";
+            if (miss && m->V > 1)
+                return merak_errf(m->err, m->errlen, "schedule (%s sends): stage %d, mb %d chunk %d: %s",
+                                  mode_name(m), i, k % m->M, k / m->M, miss);
             if (miss)
                 return merak_errf(m->err, m->errlen, "schedule (%s sends): stage %d, mb %d: %s",
                             mode_name(m), i, k, miss);
@@ -795,8 +931,9 @@ static int check_end(sim *m)
 static int run(const merak_schedule *stages, int S, const merak_sim_costs *costs, int rendezvous,
                merak_sim_result *res, char *err, size_t errlen)
 {
-    const int M = stages[0].micro_batches;
-    sim m = {.S = S, .M = M, .rendezvous = rendezvous, .res = res, .err = err, .errlen = errlen};
+    const int M = stages[0].micro_batches, V = stages[0].chunks;
+    sim m = {.S = S, .M = M, .V = V, .U = M * V, .rendezvous = rendezvous, .res = res, .err = err,
+             .errlen = errlen};
     int rc = -1;
     m.st = calloc((size_t)S, sizeof *m.st);
     if (!m.st)
@@ -804,15 +941,20 @@ static int run(const merak_schedule *stages, int S, const merak_sim_costs *costs
     for (int i = 0; i < S; i++) {
         simstage *p = &m.st[i];
         p->s = &stages[i];
-        p->c = costs ? costs[i] : MERAK_SIM_UNIT_COSTS;
-        p->st = calloc((size_t)M, sizeof *p->st);
-        p->sent_act = calloc((size_t)M, 2 * sizeof *p->sent_act);
+        for (int c = 0; c < V; c++) {
+            /* without costs: unit costs per stage, shared by its chunks */
+            merak_sim_costs u = MERAK_SIM_UNIT_COSTS;
+            p->c[c] = costs ? costs[c * S + i]
+                            : (merak_sim_costs){u.fwd / V, u.bwd / V, u.bwd_weight / V, u.recompute / V, u.comm};
+        }
+        p->st = calloc((size_t)m.U, sizeof *p->st);
+        p->sent_act = calloc((size_t)m.U, 2 * sizeof *p->sent_act);
         p->owner = malloc((size_t)p->s->nslots * sizeof *p->owner);
         if (!p->st || !p->sent_act || !p->owner) {
             merak_errf(err, errlen, "schedule: out of memory");
             goto out;
         }
-        p->sent_grad = p->sent_act + M;
+        p->sent_grad = p->sent_act + m.U;
         for (int j = 0; j < p->s->nslots; j++)
             p->owner[j] = -1;
     }
@@ -901,7 +1043,7 @@ int merak_schedule_simulate(const merak_schedule *stages, int nstages, const mer
         return merak_errf(err, errlen, "schedule: %d stages to simulate", nstages);
     if (check_static(stages, nstages, err, errlen))
         return -1;
-    for (int i = 0; costs && i < nstages; i++) {
+    for (int i = 0; costs && i < nstages * stages[0].chunks; i++) {
         const merak_sim_costs *c = &costs[i];
         if (!(c->fwd >= 0 && c->bwd >= 0 && c->bwd_weight >= 0 && c->bwd_weight <= c->bwd &&
               c->recompute >= 0 && c->comm >= 0) ||

@@ -41,6 +41,7 @@ typedef struct merak_instr {
     merak_instr_kind kind;
     int mb;                /* micro-batch, or -1 */
     int slot;              /* activation slot the micro-batch occupies on this stage, or -1 */
+    int chunk;             /* model chunk of this stage it runs on (interleaved), else 0 */
 } merak_instr;
 
 /* The schedules (schedule_kind.h; names in policy.h):
@@ -52,7 +53,20 @@ typedef struct merak_instr {
  *   would idle); stage S-2 (S >= 3) runs Merak's extra warm-up forward.
  * zb-h1: zero bubble H1 (Qi et al. 2024): the backward split into its input
  *   and weight parts, stage s delaying up to s weight parts into the
- *   cool-down's bubbles; the most micro-batches in flight is 1f1b's (S). */
+ *   cool-down's bubbles; the most micro-batches in flight is 1f1b's (S).
+ * interleaved: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021): the
+ *   model cut into S*V virtual stages, stage s holding chunks s, s+S, ...,
+ *   s+(V-1)S (chunk c of stage s is virtual stage c*S+s; the last stage's
+ *   chunk c sends to the first stage's chunk c+1).  Micro-batches go
+ *   through in groups of S: the group's forwards on chunk 0, then chunk 1,
+ *   ...; backwards the same from the last chunk (M not a multiple of S:
+ *   the order for M rounded up, without the micro-batches past M).
+ *   Warm-up of stage s: 2(S-s-1) + (V-1)S chunk forwards.  The bubble shrinks by V at the price
+ *   of V times the messages and (1 + 1/V)S micro-batches' activations on
+ *   the first stage.
+ *
+ * Micro-batch mb on chunk c is the list's unit c*M + mb; one chunk's units
+ * run in micro-batch order, forwards and backwards. */
 
 /* What to generate.  recompute[s] != 0: stage s drops its (recomputed
  * layers') activations after each forward and recomputes them before the
@@ -62,21 +76,30 @@ typedef struct merak_schedule_spec {
     merak_schedule_kind kind;
     int stages, micro_batches;
     const unsigned char *recompute;
+    int virtual_stages;    /* chunks per stage: interleaved >= 2; others 1 (0 counts as 1) */
 } merak_schedule_spec;
+
+/* Activation slots come chunk by chunk: chunk c's are chunk_slots[c] slots
+ * from slot_base(c) = chunk_slots[0] + ... + chunk_slots[c-1], and
+ * micro-batch mb on chunk c uses slot slot_base(c) + mb % chunk_slots[c]. */
+#define MERAK_MAX_CHUNKS 64
 
 typedef struct merak_schedule {
     int stages, stage, micro_batches;
+    int chunks;            /* model chunks on this stage (V) */
     merak_instr *instr;
     int n;
     int nslots;            /* activation slots this stage needs (peak in-flight micro-batches) */
+    int chunk_slots[MERAK_MAX_CHUNKS]; /* [chunks] of them per chunk */
     int recompute;         /* 1: FWD drops activations, RECOMPUTE restores them */
     int npool;             /* recompute buffers held at once (0 without recompute) */
 } merak_schedule;
 
 const char *merak_instr_name(merak_instr_kind k);
 
-/* Checks the spec (stage and micro-batch counts; 1f1b, scp and zb-h1 need
- * M >= S).  0, or -1 with one line in err. */
+/* Checks the spec (stage and micro-batch counts; every schedule but gpipe
+ * needs M >= S; interleaved needs S >= 2 and 2 <= V <= MERAK_MAX_CHUNKS, the
+ * others V = 1).  0, or -1 with one line in err. */
 int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen);
 
 /* Builds stage `stage`'s list.  Returns 0, or -1 with one line in err. */
@@ -87,10 +110,11 @@ int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out,
                              size_t errlen);
 void merak_schedule_free(merak_schedule *s);
 
-/* Costs of one stage's instructions, per micro-batch, in any time unit.
- * bwd is the whole backward; bwd_weight its weight-gradient share (a split
- * backward costs bwd - bwd_weight and bwd_weight); comm is the time an
- * activation or gradient this stage sends takes to arrive. */
+/* Costs of one stage's (with chunks: one chunk's) instructions, per
+ * micro-batch, in any time unit.  bwd is the whole backward; bwd_weight
+ * its weight-gradient share (a split backward costs bwd - bwd_weight and
+ * bwd_weight); comm is the time an activation or gradient it sends takes
+ * to arrive. */
 typedef struct merak_sim_costs {
     double fwd, bwd, bwd_weight, recompute, comm;
 } merak_sim_costs;
@@ -101,7 +125,8 @@ typedef struct merak_sim_result {
     double makespan;       /* the step, first instruction to last */
     double bubble;         /* idle fraction of stages x makespan */
     int *peak;             /* [stages] if non-NULL: most micro-batches whose full
-                            * activations were held at once */
+                            * activations were held at once (with V chunks, most
+                            * chunk units: V of them make one micro-batch) */
     double *busy;          /* [stages] if non-NULL: compute time per stage */
     /* If non-NULL, called for every instruction that takes time, in start
      * order per stage (for timelines). */
@@ -109,8 +134,10 @@ typedef struct merak_sim_result {
     void *ctx;
 } merak_sim_result;
 
-/* Runs all stages' lists together.  costs: [nstages] (NULL: unit costs
- * for every stage).  Sends complete when the matching receive is posted
+/* Runs all stages' lists together.  costs: one per virtual stage,
+ * [nstages * V], chunk c of stage i at c * nstages + i (without chunks:
+ * [nstages]); NULL: unit costs for every stage, split evenly over its
+ * chunks.  Sends complete when the matching receive is posted
  * (rendezvous) or immediately (eager), both are checked; waits block.
  * Checks: no deadlock; every mb's FWD after its LOAD/activation arrives and
  * before its SEND_ACT; RECOMPUTE only on a recomputing stage, after its FWD

@@ -10,6 +10,7 @@ typedef enum merak_schedule_kind {
     MERAK_SCHEDULE_1F1B,
     MERAK_SCHEDULE_SCP,
     MERAK_SCHEDULE_ZB_H1,
+    MERAK_SCHEDULE_INTERLEAVED,
     MERAK_SCHEDULE_COUNT_
 } merak_schedule_kind;
 

@@ -27,14 +27,18 @@ struct merak_stage {
     merak_graph *shard;           /* owned: this rank's tensor-parallel shard, or NULL */
     const merak_tp_rule *rules;
     int nrules;
-    int *bounds;                  /* stage bounds in the model ([pp + 1]) */
+    int V;                        /* model chunks on this rank (interleaved), else 1 */
+    int M;                        /* micro-batches per step */
+    int *bounds;                  /* virtual stage bounds in the model ([pp*V + 1]); chunk c
+                                   * of pp rank p is virtual stage c*pp + p */
     const merak_kernels *k;
     merak_exec_comm tpc;
     merak_exec *e;
+    merak_exec_chunk xc[MERAK_MAX_CHUNKS]; /* the executor's op ranges */
     merak_schedule sched;
     int first, last;              /* this rank is the first / last stage */
-    int in_t, out_t;              /* activation received / sent, or -1 */
-    size_t in_bytes, out_bytes;
+    int in_t[MERAK_MAX_CHUNKS], out_t[MERAK_MAX_CHUNKS]; /* per chunk: activation received / sent, or -1 */
+    size_t in_bytes[MERAK_MAX_CHUNKS], out_bytes[MERAK_MAX_CHUNKS];
     int ids_t, tgt_t;             /* inputs this stage holds, or -1 */
     int loads;                    /* reads ids or targets */
     int32_t *ids_h, *tgt_h;       /* host window buffers (B*T) */
@@ -46,7 +50,7 @@ struct merak_stage {
     unsigned char *tied;          /* [nparams] 1 if the param is shared with the other end stage */
     double loss_sum;              /* this step's micro-batch losses (last stage) */
     merak_trace *trace;           /* records the timeline, or NULL */
-    int cur_mb;                   /* micro-batch of the instruction running */
+    int cur_mb, cur_chunk;        /* micro-batch and chunk of the instruction running */
     uint64_t b0[4];               /* group bytes when the step began */
 
     /* Data-parallel gradient reduction.  Without ZeRO: buckets of the flat
@@ -203,13 +207,17 @@ static int wait_sends(merak_stage *s, int slot)
     return 0;
 }
 
+/* The inputs the slot's chunk reads (ids on the first chunk of the first
+ * stage, targets on the last chunk of the last). */
 static int load(merak_stage *s, const merak_stage_hooks *h, int mb, int slot, char *err,
                 size_t errlen)
 {
     if (h->load(h->ctx, mb, s->ids_h, s->tgt_h, err, errlen) < 0)
         return -1;
-    if ((s->ids_t >= 0 && merak_exec_tensor_write(s->e, slot, s->ids_t, s->ids_h) < 0) ||
-        (s->tgt_t >= 0 && merak_exec_tensor_write(s->e, slot, s->tgt_t, s->tgt_h) < 0))
+    int ids = s->ids_t >= 0 && merak_exec_tensor(s->e, slot, s->ids_t);
+    int tgt = s->tgt_t >= 0 && merak_exec_tensor(s->e, slot, s->tgt_t);
+    if ((ids && merak_exec_tensor_write(s->e, slot, s->ids_t, s->ids_h) < 0) ||
+        (tgt && merak_exec_tensor_write(s->e, slot, s->tgt_t, s->tgt_h) < 0))
         return merak_errf(err, errlen, "copying micro-batch %d's tokens to the %s backend failed", mb,
                           s->k->name);
     return 0;
@@ -244,28 +252,37 @@ static int optimizer_step(merak_stage *s, const merak_stage_hooks *h, char *err,
     return 0;
 }
 
-/* Runs one instruction; returns 0 or -1 with err. */
+/* Message tags: an activation or (grad 1) a gradient of micro-batch mb
+ * for the receiver's chunk c. */
+static int tag(const merak_stage *s, int c, int mb, int grad) { return (c * s->M + mb) * 2 + grad; }
+
+/* Runs one instruction; returns 0 or -1 with err.  Chunk c's activation
+ * goes to the next stage's chunk c, or from the last stage to the first
+ * stage's chunk c+1; gradients come back the same way. */
 static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_instr *in, char *err,
                      size_t errlen)
 {
-    int slot = in->slot, mb = in->mb, p = s->grid->pp_rank;
+    const int slot = in->slot, mb = in->mb, c = in->chunk, p = s->grid->pp_rank, pp = s->grid->pp;
+    const int prev = p > 0 ? p - 1 : pp - 1, next = p + 1 < pp ? p + 1 : 0;
+    const int next_c = p + 1 < pp ? c : c + 1, prev_c = p > 0 ? c : c - 1;
     switch (in->kind) {
     case MERAK_I_LOAD: return load(s, h, mb, slot, err, errlen);
     case MERAK_I_RECV_ACT:
-        return merak_recv(s->pp_g, merak_exec_tensor(s->e, slot, s->in_t), s->in_bytes, p - 1, mb,
-                          &s->act_req[slot]);
+        return merak_recv(s->pp_g, merak_exec_tensor(s->e, slot, s->in_t[c]), s->in_bytes[c], prev,
+                          tag(s, c, mb, 0), &s->act_req[slot]);
     case MERAK_I_WAIT_ACT: return merak_wait(&s->act_req[slot]);
     case MERAK_I_FWD:
         if (merak_exec_forward(s->e, slot, h->seed(h->ctx, mb)) < 0)
             return merak_errf(err, errlen, "%s", merak_exec_error(s->e));
-        if (s->last)
+        if (s->last && c == s->V - 1)
             s->loss_sum += merak_exec_loss(s->e, slot);
         return 0;
     case MERAK_I_SEND_ACT:
-        return post_send(s, slot, merak_exec_tensor(s->e, slot, s->out_t), s->out_bytes, p + 1, mb);
+        return post_send(s, slot, merak_exec_tensor(s->e, slot, s->out_t[c]), s->out_bytes[c], next,
+                         tag(s, next_c, mb, 0));
     case MERAK_I_RECV_GRAD:
-        return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t), s->out_bytes, p + 1, mb,
-                          &s->grad_req[slot]);
+        return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t[c]), s->out_bytes[c], next,
+                          tag(s, c, mb, 1), &s->grad_req[slot]);
     case MERAK_I_WAIT_GRAD: return merak_wait(&s->grad_req[slot]);
     case MERAK_I_RECOMPUTE:
         if (merak_exec_recompute(s->e, slot) < 0)
@@ -275,7 +292,8 @@ static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_ins
     case MERAK_I_BWD_INPUT:
     case MERAK_I_BWD_WEIGHT: return backward(s, in, err, errlen);
     case MERAK_I_SEND_GRAD:
-        return post_send(s, slot, merak_exec_grad(s->e, slot, s->in_t), s->in_bytes, p - 1, mb);
+        return post_send(s, slot, merak_exec_grad(s->e, slot, s->in_t[c]), s->in_bytes[c], prev,
+                         tag(s, prev_c, mb, 1));
     case MERAK_I_WAIT_SENDS: return wait_sends(s, slot);
     case MERAK_I_REDUCE_TIED:
     case MERAK_I_REDUCE_DP: {
@@ -313,15 +331,19 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
         const merak_instr *in = &s->sched.instr[i];
         double t0 = s->trace ? merak_now() : 0;
         s->cur_mb = in->mb;
+        s->cur_chunk = in->chunk;
         int rc = run_instr(s, h, in, err, errlen);
         if (s->trace)
-            merak_trace_add(s->trace, 0, in->kind, in->mb, t0, merak_now());
+            merak_trace_add(s->trace, 0, in->kind, in->mb, in->chunk, t0, merak_now());
         merak_group_progress(s->pp_g);
         if (rc < 0) {
             /* name the instruction; a group call's reason if nothing else said why */
             char why[400];
             snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
-            if (in->mb >= 0)
+            if (in->mb >= 0 && s->V > 1)
+                merak_errf(err, errlen, "%s of micro-batch %d (chunk %d): %s", merak_instr_name(in->kind), in->mb,
+                           in->chunk, why);
+            else if (in->mb >= 0)
                 merak_errf(err, errlen, "%s of micro-batch %d: %s", merak_instr_name(in->kind), in->mb, why);
             else
                 merak_errf(err, errlen, "%s: %s", merak_instr_name(in->kind), why);
@@ -380,6 +402,7 @@ void merak_stage_step_stats(const merak_stage *s, merak_step_info *info)
 
 void merak_stage_set_trace(merak_stage *s, merak_trace *t) { s->trace = t; }
 merak_exec *merak_stage_exec(const merak_stage *s) { return s->e; }
+int merak_stage_chunks(const merak_stage *s) { return s->V; }
 const merak_graph *merak_stage_graph(const merak_stage *s) { return s->g; }
 int merak_stage_loads(const merak_stage *s) { return s->loads; }
 
@@ -421,7 +444,7 @@ static int tp_allreduce(void *ctx, float *buf, size_t n)
     double t0 = s->trace ? merak_now() : 0;
     int rc = merak_allreduce(s->tp_g, buf, n, NULL);
     if (s->trace)
-        merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, t0, merak_now());
+        merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, s->cur_chunk, t0, merak_now());
     return rc;
 }
 
@@ -468,17 +491,38 @@ static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t
     for (int i = 0; i < s->sched.n; i++)
         if (s->sched.instr[i].kind == MERAK_I_BWD || s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT)
             s->last_bwd = i;
+    /* the executor's readiness is for a last backward on the first chunk */
+    if (s->last_bwd >= 0 && s->sched.instr[s->last_bwd].chunk != 0)
+        s->last_bwd = -1;
     return 0;
 }
 
-/* The schedule, and the executor's options, for recomputing the first n of
- * the stage's layers (ends[j]: local op index where layer j ends). */
-static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb, const int *ends, int n,
+/* The stage's layers, chunk by chunk: chunk c has nl[c] layers, layer j
+ * of the stage (counting through the chunks) ending at local op ends[j]. */
+typedef struct stage_layers {
+    int nl[MERAK_MAX_CHUNKS];
+    int *ends;
+    int total;
+} stage_layers;
+
+/* Of n recomputed layers, chunk c's share: the same fraction of every
+ * chunk (whole layers; they add up to n). */
+static int chunk_share(const stage_layers *ly, int n, int c)
+{
+    long before = 0;
+    for (int j = 0; j < c; j++)
+        before += ly->nl[j];
+    return (int)((long)n * (before + ly->nl[c]) / ly->total - (long)n * before / ly->total);
+}
+
+/* The schedule, and the executor's options, for recomputing n of the
+ * stage's layers (each chunk its first chunk_share). */
+static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb, const stage_layers *ly, int n,
                        merak_exec_opts *eo, char *err, size_t errlen)
 {
     const merak_grid *gr = s->grid;
     int p = gr->pp_rank;
-    merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL};
+    merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};
     /* the generator reads only this stage's entry */
     unsigned char *flags = calloc((size_t)gr->pp, 1);
     if (!flags)
@@ -490,12 +534,13 @@ static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb,
     free(flags);
     if (r < 0)
         return -2;   /* the spec was checked: only M < S gets here */
-    *eo = (merak_exec_opts){.op_begin = lb[p], .op_end = lb[p + 1], .nslots = s->sched.nslots,
-                            .kernels = s->k, .tp = &s->tpc};
-    if (s->sched.recompute) {
-        eo->recompute_end = ends[n - 1];
-        eo->npool = s->sched.npool;
+    *eo = (merak_exec_opts){.chunks = s->xc, .nchunks = s->V, .kernels = s->k, .tp = &s->tpc};
+    for (int c = 0, first = 0; c < s->V; first += ly->nl[c++]) {
+        int q = c * gr->pp + p, k = s->sched.recompute ? chunk_share(ly, n, c) : 0;
+        s->xc[c] = (merak_exec_chunk){lb[q], lb[q + 1], s->sched.chunk_slots[c], k ? ly->ends[first + k - 1] : 0};
     }
+    if (s->sched.recompute)
+        eo->npool = s->sched.npool;
     s->recomputed = s->sched.recompute ? n : 0;
     return 0;
 }
@@ -508,20 +553,28 @@ static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *
     const merak_grid *gr = s->grid;
     const int S = gr->pp, p = gr->pp_rank;
     const merak_recompute *rp = &o->recompute;
-    int b = s->bounds[p], e = s->bounds[p + 1];
-    int *ends = malloc((size_t)(e - b + 1) * sizeof *ends);
-    if (!ends)
+    stage_layers ly = {.total = 0};
+    int nops = 0;
+    for (int c = 0; c < s->V; c++)
+        nops += s->bounds[c * S + p + 1] - s->bounds[c * S + p];
+    ly.ends = malloc((size_t)(nops + s->V) * sizeof *ly.ends);
+    if (!ly.ends)
         return merak_errf(err, errlen, "out of memory");
-    /* layer j ends at the j-th cut point inside the stage, the last at its end */
-    int ncut = merak_cut_points(s->model, b, e, ends);
-    if (ncut < 0) {
-        free(ends);
-        return merak_errf(err, errlen, "out of memory");
+    /* layer j of a chunk ends at the j-th cut point inside it, the last at its end */
+    for (int c = 0; c < s->V; c++) {
+        int q = c * S + p, *ends = ly.ends + ly.total;
+        int ncut = merak_cut_points(s->model, s->bounds[q], s->bounds[q + 1], ends);
+        if (ncut < 0) {
+            free(ly.ends);
+            return merak_errf(err, errlen, "out of memory");
+        }
+        for (int j = 0; j < ncut; j++)
+            ends[j] = merak_partition_map(s->g, ends[j]);
+        ends[ncut] = lb[q + 1];
+        ly.nl[c] = ncut + 1;
+        ly.total += ncut + 1;
     }
-    s->layers = ncut + 1;
-    for (int j = 0; j < ncut; j++)
-        ends[j] = merak_partition_map(s->g, ends[j]);
-    ends[ncut] = lb[p + 1];
+    s->layers = ly.total;
 
     int n = 0, rc = 0;
     switch (rp->kind) {
@@ -539,7 +592,7 @@ static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *
         double budget = rp->value * 1073741824.0, need = 0;
         for (n = 0; n <= s->layers; n++) {
             merak_exec *plan = NULL;
-            if ((rc = plan_layers(s, o, lb, ends, n, eo, err, errlen)) < 0)
+            if ((rc = plan_layers(s, o, lb, &ly, n, eo, err, errlen)) < 0)
                 break;
             eo->plan_only = 1;
             if ((rc = merak_exec_create(s->g, eo, &plan, err, errlen)) < 0)
@@ -561,19 +614,20 @@ static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *
     }
     }
     if (rc == 0)
-        rc = plan_layers(s, o, lb, ends, n, eo, err, errlen);
-    free(ends);
+        rc = plan_layers(s, o, lb, &ly, n, eo, err, errlen);
+    free(ly.ends);
     return rc;
 }
 
-/* Stage p of this rank's graph g: ops [lb[p], lb[p+1]). */
+/* This rank's chunks of its graph g: chunk c runs ops [lb[q], lb[q+1]) of
+ * virtual stage q = c*pp + p. */
 static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char *err, size_t errlen)
 {
     const merak_grid *gr = s->grid;
     const merak_graph *g = s->g;
-    int p = gr->pp_rank;
+    const int p = gr->pp_rank, S = gr->pp, Q = S * s->V;
     s->first = p == 0;
-    s->last = p == gr->pp - 1;
+    s->last = p == S - 1;
     s->tpc.ctx = s;
     s->tpc.allreduce = tp_allreduce;
     merak_exec_opts eo;
@@ -583,17 +637,18 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
         return -1;
     merak_exec_set_loss_scale(s->e, 1.0f / (float)(o->micro_batches * gr->dp));
-    s->in_t = s->first ? -1 : merak_cut_tensor(g, lb[p]);
-    s->out_t = s->last ? -1 : merak_cut_tensor(g, lb[p + 1]);
-    if ((!s->first && s->in_t < 0) || (!s->last && s->out_t < 0))
-        return merak_errf(err, errlen, "stage %d: more than one activation crosses its bounds", p);
-    if (s->in_t >= 0)
-        s->in_bytes = (size_t)merak_tensor_elems(&g->tensors[s->in_t]) * sizeof(float);
-    if (s->out_t >= 0)
-        s->out_bytes = (size_t)merak_tensor_elems(&g->tensors[s->out_t]) * sizeof(float);
+    for (int c = 0; c < s->V; c++) {
+        int q = c * S + p;
+        s->in_t[c] = q == 0 ? -1 : merak_cut_tensor(g, lb[q]);
+        s->out_t[c] = q == Q - 1 ? -1 : merak_cut_tensor(g, lb[q + 1]);
+        if ((q > 0 && s->in_t[c] < 0) || (q < Q - 1 && s->out_t[c] < 0))
+            return merak_errf(err, errlen, "stage %d: more than one activation crosses its bounds", q);
+        s->in_bytes[c] = s->in_t[c] < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[s->in_t[c]]) * sizeof(float);
+        s->out_bytes[c] = s->out_t[c] < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[s->out_t[c]]) * sizeof(float);
+    }
     int ids = merak_graph_find(g, "input_ids"), tgt = merak_graph_find(g, "targets");
-    s->ids_t = ids >= 0 && merak_exec_tensor(s->e, 0, ids) ? ids : -1;
-    s->tgt_t = tgt >= 0 && merak_exec_tensor(s->e, 0, tgt) ? tgt : -1;
+    s->ids_t = merak_exec_tensor_chunk(s->e, ids) >= 0 ? ids : -1;
+    s->tgt_t = merak_exec_tensor_chunk(s->e, tgt) >= 0 ? tgt : -1;
     s->loads = s->ids_t >= 0 || s->tgt_t >= 0;
     size_t bt = ids >= 0 ? (size_t)merak_tensor_elems(&g->tensors[ids]) : 1;
     s->ids_h = malloc(bt * sizeof *s->ids_h);
@@ -605,12 +660,33 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
         return merak_errf(err, errlen, "out of memory");
     /* Parameters both end stages read (the tied embedding) are reduced over
      * the tied group; the last stage's copy is left out of the norm. */
-    if (gr->pp > 1 && (s->first || s->last)) {
-        int ob = s->first ? lb[gr->pp - 1] : 0, oe = s->first ? lb[gr->pp] : lb[1];
+    if (S > 1 && (s->first || s->last)) {
+        int ob = s->first ? lb[Q - 1] : 0, oe = s->first ? lb[Q] : lb[1];
         for (int i = 0; i < merak_exec_num_params(s->e); i++)
             s->tied[i] = range_reads(g, ob, oe, merak_exec_param_tensor(s->e, i));
     }
     return setup_dp(s, o, err, errlen);
+}
+
+/* Interleaving needs a layer (a segment between cut points) for every
+ * virtual stage: 0, or -2 with err. */
+static int check_virtual(const merak_graph *model, int pp, int V, char *err, size_t errlen)
+{
+    if (V == 1)
+        return 0;
+    int *cuts = malloc(((size_t)model->nops + 1) * sizeof *cuts);
+    if (!cuts)
+        return merak_errf(err, errlen, "out of memory");
+    int layers = merak_cut_points(model, 0, model->nops, cuts) + 1;
+    free(cuts);
+    if (layers < 1)
+        return merak_errf(err, errlen, "out of memory");
+    if (pp * V > layers) {
+        merak_errf(err, errlen, "pp %d x %d virtual stages = %d model chunks, but the graph can be cut into "
+                   "%d at most", pp, V, pp * V, layers);
+        return -2;
+    }
+    return 0;
 }
 
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
@@ -631,23 +707,34 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
     s->rules = o->rules;
     s->nrules = o->nrules;
     s->k = o->kernels;
+    s->M = o->micro_batches;
     const merak_grid *gr = s->grid;
-    /* Stage bounds in the whole graph (the same on every rank), then in
-     * this rank's tensor-parallel shard of it. */
-    int *lb = malloc((size_t)(gr->pp + 1) * sizeof *lb);
-    s->bounds = malloc((size_t)(gr->pp + 1) * sizeof *s->bounds);
+    /* 0: the schedule's own (2 for interleaved) */
+    s->V = o->virtual_stages > 0 ? o->virtual_stages : o->schedule == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1;
+    merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};
+    if (merak_schedule_check(&sp, err, errlen) < 0) {
+        free(s);
+        return -2;
+    }
+    /* Virtual stage bounds in the whole graph (the same on every rank),
+     * then in this rank's tensor-parallel shard of it. */
+    const int Q = gr->pp * s->V;
+    int *lb = malloc((size_t)(Q + 1) * sizeof *lb);
+    s->bounds = malloc((size_t)(Q + 1) * sizeof *s->bounds);
     int rc = 0;
     if (!lb || !s->bounds)
         rc = merak_errf(err, errlen, "out of memory");
-    else if (merak_partition(model, gr->pp, o->partition, s->bounds, err, errlen) < 0)
+    else if ((rc = check_virtual(model, gr->pp, s->V, err, errlen)) < 0)
+        ;
+    else if (merak_partition(model, Q, o->partition, s->bounds, err, errlen) < 0)
         rc = -1;
     else if (gr->tp > 1 &&
              !(s->shard = merak_graph_shard(model, gr->tp, gr->tp_rank, o->rules, o->nrules, err, errlen)))
         rc = -1;
     if (rc == 0) {
         s->g = s->shard ? s->shard : model;
-        for (int p = 0; p <= gr->pp; p++)
-            lb[p] = merak_partition_map(s->g, s->bounds[p]);
+        for (int q = 0; q <= Q; q++)
+            lb[q] = merak_partition_map(s->g, s->bounds[q]);
         rc = setup(s, o, lb, err, errlen);
     }
     free(lb);
@@ -661,22 +748,26 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
 
 /* ------------------------------------------------------------------ gathering */
 
-/* The parameters ops [begin, end) read, in first-use order: the order
+/* The parameters pp rank p's chunks read in g (a shard of the model
+ * whose virtual stage bounds are `bounds`), in first-use order: the order
  * merak_exec_create gives them.  Returns the count. */
-static int stage_params(const merak_graph *g, int begin, int end, int *roots)
+static int stage_params(const merak_graph *g, const int *bounds, int p, int pp, int V, int *roots)
 {
     int n = 0;
-    for (int i = begin; i < end; i++)
-        for (int j = 0; j < g->ops[i].nin; j++) {
-            int t = g->ops[i].in[j], seen = 0;
-            if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM)
-                continue;
-            t = merak_graph_param_root(g, t);
-            for (int q = 0; q < n; q++)
-                seen |= roots[q] == t;
-            if (!seen)
-                roots[n++] = t;
-        }
+    for (int c = 0; c < V; c++) {
+        int end = merak_partition_map(g, bounds[c * pp + p + 1]);
+        for (int i = merak_partition_map(g, bounds[c * pp + p]); i < end; i++)
+            for (int j = 0; j < g->ops[i].nin; j++) {
+                int t = g->ops[i].in[j], seen = 0;
+                if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM)
+                    continue;
+                t = merak_graph_param_root(g, t);
+                for (int q = 0; q < n; q++)
+                    seen |= roots[q] == t;
+                if (!seen)
+                    roots[n++] = t;
+            }
+    }
     return n;
 }
 
@@ -736,8 +827,7 @@ int merak_stage_gather(merak_stage *s, merak_gathered *w, char *err, size_t errl
                 rc = -1;
                 break;
             }
-            int count = stage_params(gl, merak_partition_map(gl, s->bounds[p]),
-                                     merak_partition_map(gl, s->bounds[p + 1]), roots);
+            int count = stage_params(gl, s->bounds, p, gr->pp, s->V, roots);
             int src = merak_grid_rank(gr, 0, r, p);
             for (int i = 0; i < count && rc == 0; i++) {
                 const merak_tensor *lt = &gl->tensors[roots[i]];

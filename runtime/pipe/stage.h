@@ -3,7 +3,8 @@
  *
  * A stage is this rank's slice of its tensor-parallel shard of the model
  * (ops [bounds[p], bounds[p+1]) of the shard, bounds cut on the whole
- * graph), its executor, its schedule's instruction list, and the state of
+ * graph; interleaved, V such chunks: virtual stages p, p+pp, ...), its
+ * executor, its schedule's instruction list, and the state of
  * the gradient reductions over its groups.  merak_stage_run executes the
  * list of one optimizer step, every instruction as what it says: LOAD and
  * OPTIMIZER_STEP call back into the step loop (train/), which owns data
@@ -32,6 +33,7 @@ typedef struct merak_stage_opts {
     const merak_tp_rule *rules;   /* tensor-parallel rules over the graph's own, or NULL */
     int nrules;
     int micro_batches;            /* M per replica */
+    int virtual_stages;           /* interleaved: model chunks per stage (0: 2); others 0 or 1 */
     int zero;                     /* 1: ZeRO-1 over dp (reduce-scatter, share, all-gather) */
     double bucket_mb;             /* dp all-reduce buckets (0: 25 MiB) */
     const merak_kernels *kernels;
@@ -55,7 +57,8 @@ typedef struct merak_stage_hooks {
  * uninitialised).  Not collective; 0, or -1 with err for this rank, or -2
  * when the options cannot work for this model and layout (a usage error:
  * a schedule that needs more micro-batches, a recompute budget no number of
- * recomputed layers reaches). */
+ * recomputed layers reaches, virtual stages that do not divide the model's
+ * layers). */
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
                        merak_stage **out, char *err, size_t errlen);
 void merak_stage_destroy(merak_stage *s);
@@ -64,6 +67,8 @@ merak_exec *merak_stage_exec(const merak_stage *s);
 const merak_graph *merak_stage_graph(const merak_stage *s);  /* this rank's shard, or the model */
 /* 1 if the stage reads token ids or targets (and so needs data). */
 int merak_stage_loads(const merak_stage *s);
+/* Model chunks on this rank (virtual stages: interleaved), else 1. */
+int merak_stage_chunks(const merak_stage *s);
 /* This stage's activation memory (bytes of its slots and recompute
  * buffers), its layers and how many of them it recomputes. */
 void merak_stage_memory(const merak_stage *s, size_t *bytes, int *layers, int *recomputed);

@@ -42,7 +42,7 @@ int merak_trace_kind_find(const char *name)
     return -1;
 }
 
-void merak_trace_add(merak_trace *t, int lane, int kind, int mb, double start, double end)
+void merak_trace_add(merak_trace *t, int lane, int kind, int mb, int chunk, double start, double end)
 {
     if (t->failed)
         return;
@@ -56,7 +56,7 @@ void merak_trace_add(merak_trace *t, int lane, int kind, int mb, double start, d
         t->ev = ev;
         t->cap = cap;
     }
-    t->ev[t->n++] = (merak_trace_event){start - t->origin, end - t->origin, kind, mb, t->step, lane};
+    t->ev[t->n++] = (merak_trace_event){start - t->origin, end - t->origin, kind, mb, chunk, t->step, lane};
 }
 
 void merak_trace_free(merak_trace *t)

@@ -34,6 +34,7 @@ typedef struct merak_trace_event {
     double start, end;    /* seconds since the trace's origin */
     int32_t kind;         /* merak_instr_kind or MERAK_TRACE_* */
     int32_t mb;           /* micro-batch, or -1 */
+    int32_t chunk;        /* model chunk of the stage (interleaved), else 0 */
     int32_t step;
     int32_t lane;         /* the row a picture draws it in (a recording rank: 0) */
 } merak_trace_event;
@@ -55,7 +56,7 @@ int merak_trace_kind_find(const char *name);
 
 /* Records an event between two merak_now() readings (or any times, with
  * origin 0). */
-void merak_trace_add(merak_trace *t, int lane, int kind, int mb, double start, double end);
+void merak_trace_add(merak_trace *t, int lane, int kind, int mb, int chunk, double start, double end);
 void merak_trace_free(merak_trace *t);
 
 #endif /* MERAK_TRACE_H */

@@ -4,7 +4,8 @@
  *
  * One process per rank (pid = world rank, named with its coordinates), two
  * threads in each: tid 0 compute, tid 1 communication.  Every event is a
- * complete event ("ph": "X") with its step and micro-batch in args; times
+ * complete event ("ph": "X") with its step, micro-batch and model chunk
+ * (interleaved; else 0) in args; times
  * in microseconds from the moment every rank left the first step's
  * agreement (the ranks' clocks are aligned by that collective, to within
  * its exit skew).  "otherData" names the layout and schedule.
@@ -38,9 +39,9 @@ static void write_rank(FILE *f, int rank, const merak_grid *gr, const merak_trac
         merak_track tr = merak_trace_track(e->kind);
         fprintf(f,
                 ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-                "\"dur\":%.3f,\"args\":{\"step\":%d,\"mb\":%d}}",
+                "\"dur\":%.3f,\"args\":{\"step\":%d,\"mb\":%d,\"chunk\":%d}}",
                 merak_trace_kind_name(e->kind), tr == MERAK_TRACK_COMPUTE ? "compute" : "comm", rank, (int)tr,
-                e->start * 1e6, (e->end - e->start) * 1e6, e->step, e->mb);
+                e->start * 1e6, (e->end - e->start) * 1e6, e->step, e->mb, e->chunk);
     }
 }
 
@@ -58,7 +59,7 @@ int merak_trace_probe(const char *path, char *err, size_t errlen)
 #define CHUNK 4096
 
 int merak_trace_write(merak_comm *comm, const merak_trace *t, const char *path, const char *schedule,
-                      int micro_batches, char *err, size_t errlen)
+                      int micro_batches, int virtual_stages, char *err, size_t errlen)
 {
     const merak_grid *gr = merak_comm_grid(comm);
     merak_group *world = merak_comm_group(comm, MERAK_GROUP_WORLD);
@@ -112,8 +113,8 @@ int merak_trace_write(merak_comm *comm, const merak_trace *t, const char *path, 
         FILE *f = merak_atomic_file(a);
         fprintf(f,
                 "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"merak_version\":\"%s\",\"dp\":%d,\"tp\":%d,"
-                "\"pp\":%d,\"schedule\":\"%s\",\"micro_batches\":%d},\n\"traceEvents\":[",
-                MERAK_VERSION_STRING, gr->dp, gr->tp, gr->pp, schedule, micro_batches);
+                "\"pp\":%d,\"schedule\":\"%s\",\"micro_batches\":%d,\"virtual_stages\":%d},\n\"traceEvents\":[",
+                MERAK_VERSION_STRING, gr->dp, gr->tp, gr->pp, schedule, micro_batches, virtual_stages);
         int first = 1;
         for (int r = 0; r < gr->world; r++)
             write_rank(f, r, gr, r ? ev[r] : t->ev, r ? n[r] : t->n, &first);

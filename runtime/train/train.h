@@ -75,7 +75,8 @@ int merak_metrics_close(merak_metrics *m, char *err, size_t errlen);
 struct merak_comm;
 struct merak_trace;
 int merak_trace_write(struct merak_comm *comm, const struct merak_trace *t, const char *path,
-                      const char *schedule, int micro_batches, char *err, size_t errlen);
+                      const char *schedule, int micro_batches, int virtual_stages, char *err,
+                      size_t errlen);
 /* Fails now (0 or -1 with err) if PATH could not be written at the end. */
 int merak_trace_probe(const char *path, char *err, size_t errlen);
 

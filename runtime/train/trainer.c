@@ -79,6 +79,14 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
                           a->dp, a->tp, a->pp, a->zero, a->bucket_mb);
     if (a->schedule && merak_schedule_parse(a->schedule, &sk) < 0)
         return merak_errf(err, errlen, "schedule '%s' is not %s", a->schedule, merak_schedule_names());
+    int interleaved = a->schedule && merak_schedule_parse(a->schedule, &sk) == 0 && sk == MERAK_SCHEDULE_INTERLEAVED;
+    if (a->virtual_stages < 0 || a->virtual_stages > MERAK_MAX_CHUNKS ||
+        (interleaved && a->virtual_stages == 1))
+        return merak_errf(err, errlen, "virtual stages %d: the interleaved schedule takes 2 to %d",
+                          a->virtual_stages, MERAK_MAX_CHUNKS);
+    if (!interleaved && a->virtual_stages > 1)
+        return merak_errf(err, errlen, "virtual stages %d need the interleaved schedule (not %s)",
+                          a->virtual_stages, a->schedule ? a->schedule : "1f1b");
     merak_recompute rp;
     if (a->recompute && merak_recompute_parse(a->recompute, &rp, err, errlen) < 0)
         return -1;
@@ -236,7 +244,7 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
     double t0 = merak_now();
     int rc = merak_allreduce_f64(r->world, red, 2);
     if (a->trace)
-        merak_trace_add(&r->trace, 0, MERAK_TRACE_STEP_ALLREDUCE, -1, t0, merak_now());
+        merak_trace_add(&r->trace, 0, MERAK_TRACE_STEP_ALLREDUCE, -1, 0, t0, merak_now());
     if (rc < 0)
         return merak_errf(err, errlen, "summing the loss and gradient norm: %s", merak_comm_error(r->comm));
     r->loss = red[0] / (a->micro_batches * r->grid->dp);
@@ -409,7 +417,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
 
     run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD)};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
-    merak_stage_opts so = {.micro_batches = a->micro_batches, .zero = a->zero, .bucket_mb = a->bucket_mb};
+    merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
+                           .zero = a->zero, .bucket_mb = a->bucket_mb};
     merak_tp_rule *rules = NULL;
     merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
     merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);
@@ -463,7 +472,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         }
         if (n >= 0 && a->trace) {
             failed = merak_trace_write(g_comm, &r.trace, a->trace, merak_schedule_name(so.schedule),
-                                       a->micro_batches, err, errlen) < 0;
+                                       a->micro_batches, merak_stage_chunks(r.stage), err, errlen) < 0;
             if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
                 n = -1;
         }

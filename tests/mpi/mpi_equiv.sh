@@ -2,9 +2,9 @@
 # Equivalence under MPI: data-, tensor- and pipeline-parallel layouts of tiny
 # GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, with
 # pipeline point-to-point over MPI and over UCX (--p2p ucx), and with the
-# scp and zb-h1 schedules and every recomputation policy (on a GPT-2 with
-# dropout, whose masks a recompute must replay), train exactly like one
-# process:
+# scp, zb-h1 and interleaved schedules and every recomputation policy (on a
+# GPT-2 with dropout, whose masks a recompute must replay), train exactly
+# like one process:
 # per-step losses and gradient norms within 1e-5 relative, and the final
 # (gathered) parameters within 1e-5 relative over the whole model,
 # ||G - R|| / ||R||.  The largest elementwise difference is printed too: it
@@ -97,9 +97,10 @@ for model in tiny-gpt2 tiny-llama; do
         done
     done
 done
-# Merak's engine: scp and zb-h1, and each recomputation policy (a budget of
-# 0.8 MiB makes some stages recompute some of their layers), on a GPT-2
-# with dropout everywhere; LLaMA with the new schedules too.
+# Merak's engine: scp, zb-h1 and interleaved (2 chunks per stage; 4 at
+# pp 2), and each recomputation policy (a budget of 0.8 MiB makes some
+# stages recompute some of their layers), on a GPT-2 with dropout
+# everywhere; LLaMA with the new schedules too.
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
   "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}\n' > "$WORK/drop.json"
 for layout in "1 1 4" "2 2 2"; do
@@ -111,11 +112,13 @@ for layout in "1 1 4" "2 2 2"; do
             --save-weights "$ref.safetensors" > /dev/null || fail "dropout model: reference run failed"
     fi
     for run in "scp none" "zb-h1 none" "1f1b full" "scp full" "zb-h1 full" "1f1b stage-aware" \
-               "scp stage-aware=0.5" "gpipe budget=0.0008"; do
+               "scp stage-aware=0.5" "gpipe budget=0.0008" "interleaved none" "interleaved stage-aware"; do
         set -- $run
         out=$WORK/drop.$dp$tp$pp.$1.$2
+        v=
+        [ $1 = interleaved ] && [ $pp = 2 ] && v="--virtual-stages 4"
         if ! "$WRAP" $np "$TRAIN" --model "$WORK/drop.json" $common --micro-batches $M --dp $dp --tp $tp --pp $pp \
-            --schedule $1 --recompute $2 --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+            --schedule $1 $v --recompute $2 --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
             cat "$out.log" >&2
             fail "dropout model (dp,tp,pp)=($dp,$tp,$pp) --schedule $1 --recompute $2: run failed"
         fi

@@ -28,6 +28,13 @@ printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 3
 expect 4 "recompute budget=0.0004: stage 2 needs 0.0008 GB of activations even when it recomputes every layer" \
     --pp 4 --micro-batches 4 --schedule zb-h1 --recompute budget=0.0004 --model "$WORK/drop.json"
 [ "$rc" -eq 2 ] || fail "unreachable budget: exit status $rc, expected 2 (a usage error)"
+# interleaved: M < S, and more model chunks than the graph has layers
+expect 4 "interleaved needs at least as many micro-batches (M) as stages (S): M = 2, S = 4" --pp 4 \
+    --micro-batches 2 --schedule interleaved
+[ "$rc" -eq 2 ] || fail "interleaved M < P: exit status $rc, expected 2 (a usage error)"
+expect 4 "pp 4 x 4 virtual stages = 16 model chunks, but the graph can be cut into 14 at most" --pp 4 \
+    --micro-batches 4 --schedule interleaved --virtual-stages 4 --model "$WORK/drop.json"
+[ "$rc" -eq 2 ] || fail "too many virtual stages: exit status $rc, expected 2 (a usage error)"
 expect 3 "tp=3 does not divide the 4 attention heads (op 3); use tp in {1, 2, 4}" --tp 3
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 1, "n_head": 2}\n' > "$WORK/one.json"
 expect 8 "cut points, so at most" --pp 8 --micro-batches 8 --model "$WORK/one.json"

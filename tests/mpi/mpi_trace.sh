@@ -63,6 +63,32 @@ trace_ok "$WORK/1f1b.json" 1f1b "$BASE,BWD"
     { cat "$WORK/out" >&2; fail "zb-h1 run"; }
 trace_ok "$WORK/zb.json" zb-h1 "$BASE,BWD_INPUT,BWD_WEIGHT,RECOMPUTE"
 
+# interleaved (pp 2, 2 chunks each): every rank forwards and backwards every
+# micro-batch once per chunk, the chunk in args; merak-trace simulates it
+# with the trace's virtual stages
+"$WRAP" 2 "$TRAIN" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 --seq-len 16 --steps 2 --threads 1 \
+    --pp 2 --micro-batches 3 --schedule interleaved --trace "$WORK/il.json" > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out" >&2; fail "interleaved run"; }
+"$PY" - "$WORK/il.json" <<'PYEOF' || fail "the interleaved trace is not what it should be"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["otherData"]["schedule"] == "interleaved" and d["otherData"]["virtual_stages"] == 2, d["otherData"]
+xs = [e for e in d["traceEvents"] if e["ph"] == "X"]
+for r in (0, 1):
+    for step in (0, 1):
+        for kind in ("FWD", "BWD"):
+            got = sorted((e["args"]["chunk"], e["args"]["mb"]) for e in xs
+                         if e["pid"] == r and e["args"]["step"] == step and e["name"] == kind)
+            assert got == [(c, m) for c in (0, 1) for m in range(3)], (r, step, kind, got)
+print("ok: interleaved trace: each rank ran FWD and BWD of 3 micro-batches on chunks 0 and 1")
+PYEOF
+"$TRACE" "$WORK/il.json" --simulate > "$WORK/sim.txt" || fail "merak-trace --simulate of interleaved failed"
+grep -q "pp 2 (2 chunks each), interleaved" "$WORK/sim.txt" || { cat "$WORK/sim.txt" >&2; fail "merak-trace --simulate: no chunks"; }
+sed 's/"virtual_stages":2/"virtual_stages":0/' "$WORK/il.json" > "$WORK/il0.json"
+expect_exit 1 '"virtual_stages" must be an integer from 1 to 64' "$TRACE" "$WORK/il0.json"
+sed 's/"chunk":1/"chunk":5/' "$WORK/il.json" > "$WORK/il5.json"
+expect_exit 1 "on chunk 5 of 2" "$TRACE" "$WORK/il5.json" --simulate
+
 # merak-trace: the summary names every rank; the SVG is XML with a box per event of the step
 "$TRACE" "$WORK/1f1b.json" --svg "$WORK/t.svg" > "$WORK/sum" || fail "merak-trace failed"
 cat "$WORK/sum"

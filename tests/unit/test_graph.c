@@ -198,7 +198,8 @@ static void test_model_gradients(const char *preset)
     merak_model_preset(preset, &c);
     merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
     merak_exec *e;
-    merak_exec_opts o = {.op_begin = 0, .op_end = -1, .nslots = 2, .kernels = merak_kernels_cpu()};
+    merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2};
+    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu()};
     if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
         tap_ok(0, "%s: %s", preset, err);
         return;
@@ -300,9 +301,10 @@ static void test_two_stages(const char *preset)
     }
     merak_exec *whole, *s0, *s1;
     const merak_kernels *k = merak_kernels_cpu();
-    merak_exec_opts ow = {.op_begin = 0, .op_end = -1, .nslots = 1, .kernels = k};
-    merak_exec_opts o0 = {.op_begin = 0, .op_end = cut, .nslots = 1, .kernels = k};
-    merak_exec_opts o1 = {.op_begin = cut, .op_end = n, .nslots = 1, .kernels = k};
+    merak_exec_chunk cw = {0, -1, 1, 0}, c0 = {0, cut, 1, 0}, c1 = {cut, n, 1, 0};
+    merak_exec_opts ow = {.chunks = &cw, .nchunks = 1, .kernels = k};
+    merak_exec_opts o0 = {.chunks = &c0, .nchunks = 1, .kernels = k};
+    merak_exec_opts o1 = {.chunks = &c1, .nchunks = 1, .kernels = k};
     if (cut < 0 || merak_exec_create(g, &ow, &whole, err, sizeof err) < 0 ||
         merak_exec_create(g, &o0, &s0, err, sizeof err) < 0 ||
         merak_exec_create(g, &o1, &s1, err, sizeof err) < 0) {
@@ -373,11 +375,12 @@ static void test_recompute(const char *preset)
     int ncut = g ? merak_cut_points(g, 0, n, cuts) : 0;
     if (ncut > 0)
         half = cuts[ncut / 2];
-    merak_exec_opts ok = {.op_begin = 0, .op_end = -1, .nslots = 2, .kernels = k};
+    merak_exec_chunk ck = {0, -1, 2, 0}, crc = {0, -1, 2, n}, chalf = {0, -1, 2, half};
+    merak_exec_opts ok = {.chunks = &ck, .nchunks = 1, .kernels = k};
     merak_exec_opts orc = ok, ohalf = ok;
-    orc.recompute_end = n;
+    orc.chunks = &crc;
     orc.npool = 1;
-    ohalf.recompute_end = half;
+    ohalf.chunks = &chalf;
     ohalf.npool = 1;
     merak_exec *keep, *rc, *part;
     if (!g || ncut < 1 || merak_exec_create(g, &ok, &keep, err, sizeof err) < 0 ||
@@ -434,6 +437,18 @@ static void test_recompute(const char *preset)
     orc.npool = 0;
     tap_ok(merak_exec_create(g, &orc, &plan, err, sizeof err) == -1 && strstr(err, "recompute buffer"),
            "%s: recomputing without a buffer is refused: %s", preset, err);
+    /* Chunks: adjacent ones would share the activation between them;
+     * ranges out of order or overlapping are refused. */
+    merak_exec_chunk two[2] = {{0, half, 1, 0}, {half, n, 1, 0}};
+    merak_exec_opts oc = {.chunks = two, .nchunks = 2, .kernels = k};
+    tap_ok(merak_exec_create(g, &oc, &plan, err, sizeof err) == -1 && strstr(err, "is used by chunks 0 and 1"),
+           "%s: chunks sharing an activation are refused: %s", preset, err);
+    two[1] = (merak_exec_chunk){half - 1, n, 1, 0};
+    tap_ok(merak_exec_create(g, &oc, &plan, err, sizeof err) == -1 && strstr(err, "after the chunk before it"),
+           "%s: overlapping chunks are refused: %s", preset, err);
+    two[1] = (merak_exec_chunk){half + 1, n, 0, 0};
+    tap_ok(merak_exec_create(g, &oc, &plan, err, sizeof err) == -1 && strstr(err, "chunk 1 has 0 slots"),
+           "%s: a chunk without slots is refused: %s", preset, err);
     for (int i = 0; i < 3; i++)
         merak_exec_destroy(e[i]);
     merak_graph_destroy(g);

@@ -25,7 +25,7 @@ static int build_rc(merak_schedule_kind kind, int S, int M, int rc, merak_schedu
 {
     unsigned char flags[64];
     memset(flags, rc, sizeof flags);
-    merak_schedule_spec sp = {kind, S, M, flags};
+    merak_schedule_spec sp = {kind, S, M, flags, kind == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1};
     return merak_schedule_build_all(&sp, sch, err, sizeof err);
 }
 
@@ -107,7 +107,9 @@ static void test_names(void)
     tap_ok(merak_schedule_parse("1f1b", &k) == 0 && k == MERAK_SCHEDULE_1F1B, "parse 1f1b");
     tap_ok(merak_schedule_parse("scp", &k) == 0 && k == MERAK_SCHEDULE_SCP, "parse scp");
     tap_ok(merak_schedule_parse("zb-h1", &k) == 0 && k == MERAK_SCHEDULE_ZB_H1, "parse zb-h1");
-    tap_ok(!strcmp(merak_schedule_names(), "gpipe, 1f1b, scp or zb-h1"), "names: %s", merak_schedule_names());
+    tap_ok(merak_schedule_parse("interleaved", &k) == 0 && k == MERAK_SCHEDULE_INTERLEAVED, "parse interleaved");
+    tap_ok(!strcmp(merak_schedule_names(), "gpipe, 1f1b, scp, zb-h1 or interleaved"), "names: %s",
+           merak_schedule_names());
     merak_recompute r;
     tap_ok(merak_recompute_parse("none", &r, err, sizeof err) == 0 && r.kind == MERAK_RECOMPUTE_NONE &&
                merak_recompute_parse("full", &r, err, sizeof err) == 0 && r.kind == MERAK_RECOMPUTE_FULL,
@@ -189,7 +191,7 @@ static void test_refusals(void)
 {
     merak_schedule s;
     err[0] = 0;
-    merak_schedule_spec sp = {MERAK_SCHEDULE_1F1B, 4, 3, NULL};
+    merak_schedule_spec sp = {MERAK_SCHEDULE_1F1B, 4, 3, NULL, 1};
     int rc = merak_schedule_build(&sp, 0, &s, err, sizeof err);
     tap_ok(rc == -1 && one_line(err) &&
                strstr(err, "1f1b needs at least as many micro-batches (M) as stages (S)") &&
@@ -205,7 +207,8 @@ static void test_refusals(void)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         for (int kind = 0; kind < MERAK_SCHEDULE_COUNT_; kind++) {
             err[0] = 0;
-            sp = (merak_schedule_spec){(merak_schedule_kind)kind, bad[i].S, bad[i].M, NULL};
+            sp = (merak_schedule_spec){(merak_schedule_kind)kind, bad[i].S, bad[i].M, NULL,
+                                       kind == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1};
             rc = merak_schedule_build(&sp, bad[i].stage, &s, err, sizeof err);
             tap_ok(rc == -1 && one_line(err) && strstr(err, bad[i].what),
                    "%s S=%d stage=%d M=%d refused: %s", merak_schedule_name((merak_schedule_kind)kind),
@@ -213,12 +216,12 @@ static void test_refusals(void)
             merak_schedule_free(&s);
         }
     for (int kind = MERAK_SCHEDULE_SCP; kind <= MERAK_SCHEDULE_ZB_H1; kind++) {
-        sp = (merak_schedule_spec){(merak_schedule_kind)kind, 5, 4, NULL};
+        sp = (merak_schedule_spec){(merak_schedule_kind)kind, 5, 4, NULL, 1};
         rc = merak_schedule_check(&sp, err, sizeof err);
         tap_ok(rc == -1 && one_line(err) && strstr(err, "M = 4, S = 5"), "%s with M < S refused: %s",
                merak_schedule_name((merak_schedule_kind)kind), err);
     }
-    sp = (merak_schedule_spec){(merak_schedule_kind)MERAK_SCHEDULE_COUNT_, 2, 2, NULL};
+    sp = (merak_schedule_spec){(merak_schedule_kind)MERAK_SCHEDULE_COUNT_, 2, 2, NULL, 1};
     tap_ok(merak_schedule_check(&sp, err, sizeof err) == -1 && strstr(err, "unknown schedule kind"),
            "an unknown kind is refused: %s", err);
     merak_sim_costs bad_costs[2] = {MERAK_SIM_UNIT_COSTS, {1, 2, 3, 1, 0}};
@@ -299,6 +302,7 @@ static void m_drop_wait_sends(merak_schedule *sch)
 static void m_too_few_slots(merak_schedule *sch)
 {
     sch[0].nslots--;
+    sch[0].chunk_slots[0]--;
     for (int i = 0; i < sch[0].n; i++)
         if (sch[0].instr[i].mb >= 0)
             sch[0].instr[i].slot = sch[0].instr[i].mb % sch[0].nslots;
@@ -345,7 +349,7 @@ static void test_broken(void)
  * the receive the other stage's send needs. */
 static void test_rendezvous_only(void)
 {
-#define I(k, mb, slot) {MERAK_I_##k, mb, slot}
+#define I(k, mb, slot) {MERAK_I_##k, mb, slot, 0}
 #define TAIL I(WAIT_SENDS, -1, -1), I(REDUCE_TIED, -1, -1), I(REDUCE_DP, -1, -1), I(OPTIMIZER_STEP, -1, -1)
     merak_instr s0[] = {
         I(LOAD, 0, 0), I(FWD, 0, 0), I(SEND_ACT, 0, 0),
@@ -362,8 +366,10 @@ static void test_rendezvous_only(void)
 #undef I
 #undef TAIL
     merak_schedule sch[2] = {
-        {.stages = 2, .stage = 0, .micro_batches = 2, .instr = s0, .n = (int)(sizeof s0 / sizeof *s0), .nslots = 2},
-        {.stages = 2, .stage = 1, .micro_batches = 2, .instr = s1, .n = (int)(sizeof s1 / sizeof *s1), .nslots = 1},
+        {.stages = 2, .stage = 0, .micro_batches = 2, .chunks = 1, .instr = s0, .n = (int)(sizeof s0 / sizeof *s0),
+         .nslots = 2, .chunk_slots = {2}},
+        {.stages = 2, .stage = 1, .micro_batches = 2, .chunks = 1, .instr = s1, .n = (int)(sizeof s1 / sizeof *s1),
+         .nslots = 1, .chunk_slots = {1}},
     };
     err[0] = 0;
     int rc = simulate(sch, 2, NULL, NULL);
@@ -373,9 +379,9 @@ static void test_rendezvous_only(void)
            "a send-send cycle deadlocks only with rendezvous sends: %s", err);
 
     /* The same lists with the receives posted first run fine. */
-    s0[6] = (merak_instr){MERAK_I_RECV_GRAD, 0, 0};
-    s0[7] = (merak_instr){MERAK_I_RECV_GRAD, 1, 1};
-    s0[8] = (merak_instr){MERAK_I_WAIT_SENDS, -1, -1};
+    s0[6] = (merak_instr){MERAK_I_RECV_GRAD, 0, 0, 0};
+    s0[7] = (merak_instr){MERAK_I_RECV_GRAD, 1, 1, 0};
+    s0[8] = (merak_instr){MERAK_I_WAIT_SENDS, -1, -1, 0};
     int ticks = 0, peak[2];
     rc = simulate(sch, 2, peak, &ticks);
     tap_ok(rc == 0 && peak[0] == 2 && peak[1] == 1, "posting the receive before waiting fixes it (%d ticks)%s%s",
@@ -395,7 +401,8 @@ static void split_backward(merak_schedule *s, int weight_first)
             out[n++] = in;
             continue;
         }
-        merak_instr bi = {MERAK_I_BWD_INPUT, in.mb, in.slot}, bw = {MERAK_I_BWD_WEIGHT, in.mb, in.slot};
+        merak_instr bi = {MERAK_I_BWD_INPUT, in.mb, in.slot, in.chunk},
+                    bw = {MERAK_I_BWD_WEIGHT, in.mb, in.slot, in.chunk};
         out[n++] = weight_first ? bw : bi;
         if (i + 1 < s->n && s->instr[i + 1].kind == MERAK_I_SEND_GRAD)
             out[n++] = s->instr[++i];
@@ -428,34 +435,37 @@ static void test_split_backward(void)
     free_all(sch, S);
 }
 
-/* Every generator with and without recomputation, S in 2..16, M in S..4S:
- * deadlock-free in both send modes, every stage within its slots and
- * recompute buffers; scp beats 1f1b with recomputation, zb-h1 beats 1f1b
- * without, and zb-h1 holds no more micro-batches than 1f1b (S). */
+/* Every generator with and without recomputation, S in 2..16, M in S..4S
+ * (interleaved with V = 2): deadlock-free in both send modes, every stage
+ * within its slots and recompute buffers; scp beats 1f1b with
+ * recomputation, zb-h1 beats 1f1b without, and zb-h1 holds no more
+ * micro-batches than 1f1b (S); interleaved beats 1f1b without
+ * recomputation whenever S divides M. */
 static void test_generators(void)
 {
-    int bad = 0, cases = 0, worse_scp = 0, worse_zb = 0, zb_mem = 0, rc_peak = 0;
+    int bad = 0, cases = 0, worse_scp = 0, worse_zb = 0, worse_il = 0, zb_mem = 0, rc_peak = 0;
     char first_bad[1200] = "";
     for (int S = 2; S <= 16; S++)
         for (int M = S; M <= 4 * S; M++) {
-            int t[4][2];   /* [kind][recompute] makespans */
+            double t[MERAK_SCHEDULE_COUNT_][2];   /* [kind][recompute] makespans */
             for (int kind = 0; kind < MERAK_SCHEDULE_COUNT_; kind++)
                 for (int rc = 0; rc < 2; rc++) {
                     merak_schedule sch[16];
-                    int peak[16], ticks = 0;
+                    int peak[16];
+                    merak_sim_result r = {.peak = peak};
                     cases++;
                     if (build_rc((merak_schedule_kind)kind, S, M, rc, sch) ||
-                        simulate(sch, S, peak, &ticks)) {
+                        merak_schedule_simulate(sch, S, NULL, &r, err, sizeof err)) {
                         if (!bad++)
                             snprintf(first_bad, sizeof first_bad, "%s S=%d M=%d recompute=%d: %s",
                                      merak_schedule_name((merak_schedule_kind)kind), S, M, rc, err);
                         continue;
                     }
-                    t[kind][rc] = ticks;
+                    t[kind][rc] = r.makespan;
                     for (int i = 0; i < S; i++) {
                         if (kind == MERAK_SCHEDULE_ZB_H1 && peak[i] > S)
                             zb_mem++;
-                        /* a recomputing stage holds one micro-batch's activations */
+                        /* a recomputing stage holds one micro-batch's (chunk's) activations */
                         if (rc && sch[i].recompute && kind != MERAK_SCHEDULE_ZB_H1 &&
                             kind != MERAK_SCHEDULE_GPIPE && peak[i] != 1)
                             rc_peak++;
@@ -465,14 +475,18 @@ static void test_generators(void)
             if (!bad) {
                 worse_scp += t[MERAK_SCHEDULE_SCP][1] >= t[MERAK_SCHEDULE_1F1B][1];
                 worse_zb += t[MERAK_SCHEDULE_ZB_H1][0] >= t[MERAK_SCHEDULE_1F1B][0];
+                worse_il += M % S == 0 && t[MERAK_SCHEDULE_INTERLEAVED][0] >= t[MERAK_SCHEDULE_1F1B][0];
             }
         }
-    tap_ok(bad == 0, "%d generator cases (4 schedules x recompute on/off, S 2..16, M S..4S) simulate%s%s",
-           cases, bad ? ": first failure: " : "", first_bad);
+    tap_ok(bad == 0, "%d generator cases (%d schedules x recompute on/off, S 2..16, M S..4S) simulate%s%s",
+           cases, MERAK_SCHEDULE_COUNT_, bad ? ": first failure: " : "", first_bad);
     tap_ok(worse_scp == 0, "scp is shorter than 1f1b with recomputation in every case (%d not)", worse_scp);
     tap_ok(worse_zb == 0, "zb-h1 is shorter than 1f1b without recomputation in every case (%d not)", worse_zb);
+    tap_ok(worse_il == 0, "interleaved (V = 2) is shorter than 1f1b without recomputation whenever S divides M "
+           "(%d not)", worse_il);
     tap_ok(zb_mem == 0, "zb-h1 never holds more than S micro-batches on a stage (%d over)", zb_mem);
-    tap_ok(rc_peak == 0, "1f1b and scp recomputing stages hold one micro-batch's activations (%d not)", rc_peak);
+    tap_ok(rc_peak == 0, "1f1b, scp and interleaved recomputing stages hold one micro-batch's (chunk's) "
+           "activations (%d not)", rc_peak);
 
     /* Known values at unit costs: 1f1b (M + S - 1) * 3, with recompute * 4;
      * the last stage of scp keeps its activations. */
@@ -489,6 +503,76 @@ static void test_generators(void)
                find(&sch[2], MERAK_I_RECOMPUTE, 0) < find(&sch[2], MERAK_I_WAIT_GRAD, 0),
            "scp S=4 M=8: last stage keeps its activations, recompute before the wait (%d units)", ticks);
     free_all(sch, 4);
+}
+
+/* Interleaved with V = 2, 3, 4 chunks, S in 2..16, M in S..4S, with and
+ * without recomputation: deadlock-free, every chunk's micro-batches
+ * forwarded and backwarded in order; whenever S divides M the step is
+ * Megatron-LM's (M + (S-1)/V) * 3 at unit costs and stage 0 holds
+ * (V-1)S + 2(S-1) + 1 chunk units at most (all M*V if fewer).  Refusals:
+ * V = 1, V with another schedule, one stage. */
+static void test_interleaved(void)
+{
+    int bad = 0, cases = 0, order = 0, timing = 0, mem = 0;
+    char first_bad[1200] = "";
+    for (int V = 2; V <= 4; V++)
+        for (int S = 2; S <= 16; S++)
+            for (int M = S; M <= 4 * S; M++)
+                for (int rc = 0; rc < 2; rc++) {
+                    unsigned char flags[16];
+                    memset(flags, rc, sizeof flags);
+                    merak_schedule_spec sp = {MERAK_SCHEDULE_INTERLEAVED, S, M, flags, V};
+                    merak_schedule sch[16];
+                    int peak[16];
+                    merak_sim_result r = {.peak = peak};
+                    cases++;
+                    if (merak_schedule_build_all(&sp, sch, err, sizeof err) ||
+                        merak_schedule_simulate(sch, S, NULL, &r, err, sizeof err)) {
+                        if (!bad++)
+                            snprintf(first_bad, sizeof first_bad, "V=%d S=%d M=%d recompute=%d: %s", V, S, M,
+                                     rc, err);
+                        continue;
+                    }
+                    for (int i = 0; i < S; i++) {
+                        int nf[16] = {0}, nb[16] = {0};
+                        for (int j = 0; j < sch[i].n; j++) {
+                            const merak_instr *in = &sch[i].instr[j];
+                            if (in->kind == MERAK_I_FWD && in->mb != nf[in->chunk]++)
+                                order++;
+                            if (in->kind == MERAK_I_BWD && in->mb != nb[in->chunk]++)
+                                order++;
+                        }
+                    }
+                    if (M % S == 0 && fabs(r.makespan - 3.0 * (M + (S - 1.0) / V) * (rc ? 4.0 / 3 : 1)) > 1e-9)
+                        timing++;
+                    int w0 = (V - 1) * S + 2 * (S - 1) + 1;
+                    if (!rc && M % S == 0 && peak[0] != (w0 < M * V ? w0 : M * V))
+                        mem++;
+                    free_all(sch, S);
+                }
+    tap_ok(bad == 0, "%d interleaved cases (V 2..4, S 2..16, M S..4S, recompute on/off) simulate%s%s", cases,
+           bad ? ": first failure: " : "", first_bad);
+    tap_ok(order == 0, "every chunk forwards and backwards its micro-batches in order (%d out of order)", order);
+    tap_ok(timing == 0, "when S divides M the step is (M + (S-1)/V) * 3 units, * 4/3 recomputing (%d not)",
+           timing);
+    tap_ok(mem == 0, "when S divides M stage 0 holds (V-1)S + 2(S-1) + 1 chunks (%d not)", mem);
+
+    merak_schedule s;
+    merak_schedule_spec bads[] = {{MERAK_SCHEDULE_INTERLEAVED, 4, 8, NULL, 1},
+                                  {MERAK_SCHEDULE_INTERLEAVED, 4, 8, NULL, MERAK_MAX_CHUNKS + 1},
+                                  {MERAK_SCHEDULE_1F1B, 4, 8, NULL, 2},
+                                  {MERAK_SCHEDULE_INTERLEAVED, 1, 8, NULL, 2},
+                                  {MERAK_SCHEDULE_INTERLEAVED, 4, 3, NULL, 2}};
+    const char *needle[] = {"2 to 64 virtual stages", "2 to 64 virtual stages", "need the interleaved schedule",
+                            "at least 2 pipeline stages", "M = 3, S = 4"};
+    for (size_t i = 0; i < sizeof bads / sizeof *bads; i++) {
+        err[0] = 0;
+        int rc = merak_schedule_build(&bads[i], 0, &s, err, sizeof err);
+        tap_ok(rc == -1 && one_line(err) && strstr(err, needle[i]), "%s S=%d M=%d V=%d refused: %s",
+               merak_schedule_name(bads[i].kind), bads[i].stages, bads[i].micro_batches, bads[i].virtual_stages,
+               err);
+        merak_schedule_free(&s);
+    }
 }
 
 /* With costs: a slow link and a slow stage lengthen the step as they
@@ -535,7 +619,7 @@ static void m_put(mlist *l, merak_instr_kind k, int mb)
             abort();
         s->instr = in;
     }
-    s->instr[s->n++] = (merak_instr){k, mb, mb < 0 ? -1 : mb};
+    s->instr[s->n++] = (merak_instr){k, mb, mb < 0 ? -1 : mb, 0};
 }
 
 /* blocking ops */
@@ -571,7 +655,7 @@ static void merak_scp_build(int P, int M, int s, merak_schedule *out)
 {
     memset(out, 0, sizeof *out);
     out->stages = P, out->stage = s, out->micro_batches = M;
-    out->nslots = M, out->npool = M, out->recompute = s < P - 1;
+    out->chunks = 1, out->nslots = out->chunk_slots[0] = M, out->npool = M, out->recompute = s < P - 1;
     mlist l = {out, 0};
     int last = s == P - 1, first = s == 0;
     if (last) {
@@ -719,6 +803,7 @@ int main(void)
     test_rendezvous_only();
     test_split_backward();
     test_generators();
+    test_interleaved();
     test_costs();
     test_merak_scp();
     test_broken_recompute();

@@ -33,7 +33,7 @@ static void test_options(void)
     merak_spank_opts_init(&o);
     tap_ok(opt(&o, MERAK_OPT_DP, NULL, err) < 0, "a number option without value is refused");
     tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "1f1b", err) == 0 && strcmp(o.schedule, "1f1b") == 0, "--merak-schedule=1f1b");
-    tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "zb", err) < 0 && strstr(err, "gpipe, 1f1b, scp or zb-h1"),
+    tap_ok(opt(&o, MERAK_OPT_SCHEDULE, "zb", err) < 0 && strstr(err, "gpipe, 1f1b, scp, zb-h1 or interleaved"),
            "unknown schedule: %s", err);
     tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "stage-aware", err) == 0, "--merak-recompute=stage-aware");
     tap_ok(opt(&o, MERAK_OPT_RECOMPUTE, "some", err) < 0 && strstr(err, "none, full, stage-aware[=R0] or budget=GB"),
