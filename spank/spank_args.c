@@ -46,13 +46,14 @@ void merak_spank_site_init(merak_spank_site *s)
 
 static const char *const binds[] = {"none", "closest", NULL};
 
-/* Stores an integer option, refusing a different second value. */
-static int set_int(int *slot, const char *name, const char *value, long max, char *err, size_t errlen)
+/* Stores an integer option in [min, max], refusing a different second
+ * value. */
+static int set_int(int *slot, const char *name, const char *value, long min, long max, char *err, size_t errlen)
 {
     long v = positive(value, max);
-    if (v < 0)
-        return merak_errf(err, errlen, "invalid --%s value '%s' (expected a whole number from 1 to %ld)", name,
-                    value ? value : "", max);
+    if (v < min)
+        return merak_errf(err, errlen, "invalid --%s value '%s' (expected a whole number from %ld to %ld)", name,
+                    value ? value : "", min, max);
     if (*slot && *slot != v)
         return merak_errf(err, errlen, "--%s given twice with different values (%d and %ld)", name, *slot, v);
     *slot = (int)v;
@@ -76,11 +77,14 @@ int merak_spank_set_option(merak_spank_opts *o, int which, const char *value, ch
 {
     int rc;
     switch (which) {
-    case MERAK_OPT_DP: rc = set_int(&o->dp, "merak-dp", value, 1 << 24, err, errlen); break;
-    case MERAK_OPT_TP: rc = set_int(&o->tp, "merak-tp", value, 1 << 16, err, errlen); break;
-    case MERAK_OPT_PP: rc = set_int(&o->pp, "merak-pp", value, 1 << 16, err, errlen); break;
+    case MERAK_OPT_DP: rc = set_int(&o->dp, "merak-dp", value, 1, 1 << 24, err, errlen); break;
+    case MERAK_OPT_TP: rc = set_int(&o->tp, "merak-tp", value, 1, 1 << 16, err, errlen); break;
+    case MERAK_OPT_PP: rc = set_int(&o->pp, "merak-pp", value, 1, 1 << 16, err, errlen); break;
     case MERAK_OPT_MICROBATCHES:
-        rc = set_int(&o->microbatches, "merak-microbatches", value, 1 << 20, err, errlen);
+        rc = set_int(&o->microbatches, "merak-microbatches", value, 1, 1 << 20, err, errlen);
+        break;
+    case MERAK_OPT_VIRTUAL_STAGES: /* the range merak-train takes with the interleaved schedule */
+        rc = set_int(&o->virtual_stages, "merak-virtual-stages", value, 2, MERAK_MAX_CHUNKS, err, errlen);
         break;
     case MERAK_OPT_SCHEDULE: {
         merak_schedule_kind k;

@@ -71,6 +71,8 @@ static struct spank_option options[] = {
      MERAK_OPT_MICROBATCHES, opt_cb},
     {"merak-schedule", "S", "[merak] pipeline schedule: gpipe, 1f1b, scp, zb-h1 or interleaved (sets MERAK_SCHEDULE)", 1,
      MERAK_OPT_SCHEDULE, opt_cb},
+    {"merak-virtual-stages", "V", "[merak] interleaved: model chunks per stage, 2 to 64 (sets MERAK_VIRTUAL_STAGES)",
+     1, MERAK_OPT_VIRTUAL_STAGES, opt_cb},
     {"merak-recompute", "R", "[merak] recomputation: none, full, stage-aware[=R0] or budget=GB (sets MERAK_RECOMPUTE)", 1,
      MERAK_OPT_RECOMPUTE, opt_cb},
     {"merak-bind", "closest|none", "[merak] bind each task to the cores next to its GPU (default closest)", 1,
@@ -300,6 +302,8 @@ static int set_passthrough(spank_t sp)
         rc |= set(sp, "MERAK_SCHEDULE", opts.schedule, 1);
     if (opts.recompute[0])
         rc |= set(sp, "MERAK_RECOMPUTE", opts.recompute, 1);
+    if (opts.virtual_stages)
+        rc |= set_int(sp, "MERAK_VIRTUAL_STAGES", opts.virtual_stages);
     return rc ? -1 : 0;
 }
 

@@ -28,6 +28,11 @@ expect 2 "virtual stages 65: the interleaved schedule takes 2 to 64" -- $D --sch
 expect 2 "not an integer" -- $D --schedule interleaved --virtual-stages two
 expect 2 "virtual-stages 3 does not divide the model's 2 layers" -- $D --schedule interleaved --virtual-stages 3
 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved
+MERAK_VIRTUAL_STAGES=x expect 2 "MERAK_VIRTUAL_STAGES: 'x' is not an integer" -- $D
+MERAK_VIRTUAL_STAGES=4 expect 2 "virtual stages 4 need the interleaved schedule" -- $D
+MERAK_VIRTUAL_STAGES=4 expect 2 "virtual-stages 4 does not divide the model's 2 layers" -- $D --schedule interleaved
+MERAK_VIRTUAL_STAGES=4 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved \
+    --virtual-stages 2
 expect 2 "partition 'even' is not uniform or parameters" -- $D --partition even
 MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe, 1f1b, scp, zb-h1 or interleaved" -- $D
 expect 2 "recompute 'some' is not none, full, stage-aware\[=R0\] or budget=GB" -- $D --recompute some

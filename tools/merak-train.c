@@ -61,7 +61,8 @@ static void usage(FILE *out)
         "  --pp N                  pipeline stages (default MERAK_PP, else 1)\n"
         "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved (default MERAK_SCHEDULE,\n"
         "                          else 1f1b)\n"
-        "  --virtual-stages V      interleaved: model chunks per pipeline stage (default 2)\n"
+        "  --virtual-stages V      interleaved: model chunks per pipeline stage (default\n"
+        "                          MERAK_VIRTUAL_STAGES, else 2)\n"
         "  --recompute R           none, full, stage-aware[=R0] or budget=GB: layers whose activations\n"
         "                          are recomputed in the backward (default MERAK_RECOMPUTE, else none)\n"
         "  --partition P           uniform or parameters (default parameters)\n"
@@ -159,7 +160,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     a->threads = ncpu > 0 ? (int)ncpu : 1;
     *t = (tool_opts){.model = "tiny-gpt2", .log_every = 1};
     opterr = 0;
-    int c, mbs_given = 0;
+    int c, mbs_given = 0, vs_given = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_MODEL: t->model = optarg; break;
@@ -196,6 +197,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_PSCHED: a->schedule = optarg; break;
         case OPT_VIRTUAL:
             a->virtual_stages = (int)cli_parse_int("--virtual-stages", optarg, 1, 1 << 20);
+            vs_given = 1;
             break;
         case OPT_RECOMPUTE: a->recompute = optarg; break;
         case OPT_PART: a->partition = optarg; break;
@@ -213,12 +215,16 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     if (optind < argc)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
     /* Defaults the Slurm plugin passes on (--merak-schedule,
-     * --merak-microbatches, --merak-recompute); flags win. */
+     * --merak-microbatches, --merak-recompute, --merak-virtual-stages);
+     * flags win. */
     a->schedule = env_name("MERAK_SCHEDULE", a->schedule, set_schedule);
     a->recompute = env_name("MERAK_RECOMPUTE", a->recompute, set_recompute);
     const char *env_mb = getenv("MERAK_MICROBATCHES");
     if (!mbs_given && env_mb && *env_mb)
         a->micro_batches = (int)cli_parse_int("MERAK_MICROBATCHES", env_mb, 1, 1 << 20);
+    const char *env_vs = getenv("MERAK_VIRTUAL_STAGES");
+    if (!vs_given && env_vs && *env_vs)
+        a->virtual_stages = (int)cli_parse_int("MERAK_VIRTUAL_STAGES", env_vs, 1, 1 << 20);
     if (!a->data)
         cli_die_usage("--data is required");
     if (a->min_lr > a->lr)

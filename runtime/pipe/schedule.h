@@ -81,8 +81,8 @@ typedef struct merak_schedule_spec {
 
 /* Activation slots come chunk by chunk: chunk c's are chunk_slots[c] slots
  * from slot_base(c) = chunk_slots[0] + ... + chunk_slots[c-1], and
- * micro-batch mb on chunk c uses slot slot_base(c) + mb % chunk_slots[c]. */
-#define MERAK_MAX_CHUNKS 64
+ * micro-batch mb on chunk c uses slot slot_base(c) + mb % chunk_slots[c]
+ * (MERAK_MAX_CHUNKS: schedule_kind.h). */
 
 typedef struct merak_schedule {
     int stages, stage, micro_batches;

@@ -14,4 +14,8 @@ typedef enum merak_schedule_kind {
     MERAK_SCHEDULE_COUNT_
 } merak_schedule_kind;
 
+/* The most model chunks (virtual stages) per pipeline stage interleaved
+ * takes. */
+#define MERAK_MAX_CHUNKS 64
+
 #endif /* MERAK_SCHEDULE_KIND_H */

@@ -52,6 +52,16 @@ static void test_options(void)
     tap_ok(opt(&o, MERAK_OPT_BIND, "closest", err) < 0, "--merak-bind changed: refused");
     tap_ok(opt(&o, MERAK_OPT_MICROBATCHES, "16", err) == 0 && o.microbatches == 16, "--merak-microbatches=16");
     tap_ok(opt(&o, MERAK_OPT_VERBOSE, NULL, err) == 0 && o.verbose, "--merak-verbose");
+    /* merak-train's range for --virtual-stages with interleaved: 2 to 64 */
+    tap_ok(opt(&o, MERAK_OPT_VIRTUAL_STAGES, "4", err) == 0 && o.virtual_stages == 4, "--merak-virtual-stages=4");
+    tap_ok(opt(&o, MERAK_OPT_VIRTUAL_STAGES, "2", err) < 0 && strstr(err, "twice"),
+           "--merak-virtual-stages changed: refused: %s", err);
+    const char *bad_v[] = {"1", "65", "0", "x", NULL};
+    for (int i = 0; bad_v[i]; i++) {
+        merak_spank_opts_init(&o);
+        tap_ok(opt(&o, MERAK_OPT_VIRTUAL_STAGES, bad_v[i], err) < 0 && strstr(err, "from 2 to 64") && !o.given,
+               "--merak-virtual-stages=%s refused: %s", bad_v[i], err);
+    }
     tap_ok(opt(&o, 99, "1", err) < 0, "unknown option number refused");
 }
 
