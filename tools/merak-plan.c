@@ -126,8 +126,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
     if (o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
         cli_die_usage("--virtual-stages needs --schedule interleaved");
-    if (!o->virtual_stages)
-        o->virtual_stages = o->schedule == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1;
+    o->virtual_stages = merak_virtual_stages(o->schedule, o->virtual_stages);
     if (!o->have_weight)
         o->costs.bwd_weight = o->costs.bwd / 2;
     if (!o->have_rcost)

@@ -266,8 +266,8 @@ static void print_banner(const merak_run_info *ri, void *user)
            MERAK_VERSION_STRING, c->cfg->name, c->cfg->n_layer, c->cfg->hidden, c->cfg->n_head,
            c->cfg->n_kv_head, c->cfg->vocab_size, (double)merak_graph_param_elems(c->g) / 1e6);
     char chunks[48] = "";
-    if (c->a->schedule && strcmp(c->a->schedule, "interleaved") == 0)
-        snprintf(chunks, sizeof chunks, " (%d chunks per stage)", c->a->virtual_stages ? c->a->virtual_stages : 2);
+    if (merak_args_virtual_stages(c->a) > 1)
+        snprintf(chunks, sizeof chunks, " (%d chunks per stage)", merak_args_virtual_stages(c->a));
     printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step per replica | "
            "dp %d tp %d pp %d on %d rank(s)%s%s%s | %d thread(s) | arenas %.1f MiB\n",
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
@@ -315,8 +315,8 @@ int main(int argc, char **argv)
     if (ta.seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
     /* interleaved: each model chunk the same number of transformer layers */
-    int V = ta.virtual_stages ? ta.virtual_stages : 2;
-    if (ta.schedule && strcmp(ta.schedule, "interleaved") == 0 && cfg.n_layer % V)
+    int V = merak_args_virtual_stages(&ta);
+    if (V > 1 && cfg.n_layer % V)
         cli_die_usage("--virtual-stages %d does not divide the model's %d layers", V, cfg.n_layer);
     merak_graph *g = merak_model_build(&cfg, ta.micro_batch, ta.seq_len, err, sizeof err);
     if (!g)

@@ -298,6 +298,9 @@ void merak_args_default(merak_args *a);
  * and device.  0, or -1 with one line in err naming the argument; -2 for
  * "cuda" in a build without CUDA.  merak_train runs the same check. */
 int merak_args_check(const merak_args *a, char *err, size_t errlen);
+/* Model chunks per pipeline stage the arguments ask for: virtual_stages,
+ * or the schedule's default (2 for interleaved, else 1). */
+int merak_args_virtual_stages(const merak_args *a);
 /* The names of the pipeline schedules, recomputation policies and
  * partition methods, for messages ("gpipe, 1f1b, scp, zb-h1 or
  * interleaved"). */

@@ -469,8 +469,6 @@ int merak_exec_tensor_chunk(const merak_exec *e, int t)
     return t >= 0 && t < e->g->ntensors ? e->tensor_chunk[t] : -1;
 }
 
-int merak_exec_chunk_slot(const merak_exec *e, int c) { return e->ch[c].slot0; }
-
 /* The slot's chunk, and the start of its value and gradient arenas. */
 static const chunk *chunk_of(const merak_exec *e, int slot) { return &e->ch[e->slot_chunk[slot]]; }
 static float *slot_act(const merak_exec *e, int slot)

@@ -94,10 +94,8 @@ int merak_exec_param_write(merak_exec *e, int i, const float *host);
  * merak_exec_grad before backward. */
 void *merak_exec_tensor(const merak_exec *e, int slot, int t);
 float *merak_exec_grad(const merak_exec *e, int slot, int t);
-/* The chunk holding tensor t (not a parameter), or -1; the first slot of
- * chunk c. */
+/* The chunk holding tensor t (not a parameter), or -1. */
 int merak_exec_tensor_chunk(const merak_exec *e, int t);
-int merak_exec_chunk_slot(const merak_exec *e, int c);
 /* Writes host values (the tensor's elements, 4 bytes each: float or int32)
  * into the slot's tensor t; -1 if the slice holds no t or the copy failed. */
 int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host);

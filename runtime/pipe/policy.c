@@ -37,6 +37,11 @@ const char *merak_schedule_names(void)
     return merak_names_join(schedule_names, MERAK_SCHEDULE_COUNT_, names, sizeof names);
 }
 
+int merak_virtual_stages(merak_schedule_kind kind, int asked)
+{
+    return asked > 0 ? asked : kind == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1;
+}
+
 /* The policies' names as a user writes them; [k] for merak_recompute_kind k. */
 static const char *const recompute_forms[] = {
     [MERAK_RECOMPUTE_NONE] = "none",

@@ -18,6 +18,9 @@
 int merak_schedule_parse(const char *name, merak_schedule_kind *kind);
 const char *merak_schedule_name(merak_schedule_kind kind);
 const char *merak_schedule_names(void);
+/* Model chunks per pipeline stage: `asked` if above 0, else the
+ * schedule's default (2 for interleaved, 1 for the others). */
+int merak_virtual_stages(merak_schedule_kind kind, int asked);
 
 /* Which layers a pipeline stage recomputes in the backward instead of
  * keeping their activations from the forward.  Layers are a stage's

@@ -709,8 +709,7 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
     s->k = o->kernels;
     s->M = o->micro_batches;
     const merak_grid *gr = s->grid;
-    /* 0: the schedule's own (2 for interleaved) */
-    s->V = o->virtual_stages > 0 ? o->virtual_stages : o->schedule == MERAK_SCHEDULE_INTERLEAVED ? 2 : 1;
+    s->V = merak_virtual_stages(o->schedule, o->virtual_stages);
     merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};
     if (merak_schedule_check(&sp, err, errlen) < 0) {
         free(s);

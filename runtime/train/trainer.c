@@ -60,6 +60,14 @@ int merak_have_cuda(void)
 #endif
 }
 
+int merak_args_virtual_stages(const merak_args *a)
+{
+    merak_schedule_kind sk;
+    if (merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &sk) < 0)
+        return 1;
+    return merak_virtual_stages(sk, a->virtual_stages);
+}
+
 int merak_args_check(const merak_args *a, char *err, size_t errlen)
 {
     merak_schedule_kind sk;
@@ -77,9 +85,9 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
     if (a->dp < 0 || a->tp < 0 || a->pp < 0 || a->zero < 0 || a->zero > 1 || !(a->bucket_mb >= 0))
         return merak_errf(err, errlen, "parallel settings out of range (dp=%d tp=%d pp=%d zero=%d bucket %g MiB)",
                           a->dp, a->tp, a->pp, a->zero, a->bucket_mb);
-    if (a->schedule && merak_schedule_parse(a->schedule, &sk) < 0)
+    if (merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &sk) < 0)
         return merak_errf(err, errlen, "schedule '%s' is not %s", a->schedule, merak_schedule_names());
-    int interleaved = a->schedule && merak_schedule_parse(a->schedule, &sk) == 0 && sk == MERAK_SCHEDULE_INTERLEAVED;
+    int interleaved = sk == MERAK_SCHEDULE_INTERLEAVED;
     if (a->virtual_stages < 0 || a->virtual_stages > MERAK_MAX_CHUNKS ||
         (interleaved && a->virtual_stages == 1))
         return merak_errf(err, errlen, "virtual stages %d: the interleaved schedule takes 2 to %d",
