@@ -113,11 +113,12 @@ typedef struct merak_attn_shape {
     /* dst += src (the input-gradient of add and of posemb) */                     \
     void (*accumulate)(REAL *dst, const REAL *src, size_t n);                      \
     /* Inverted dropout with a counter-based mask: element i is kept iff         \
-     * hash(seed, i) >= p, so backward regenerates the same mask. */              \
+     * hash(seed, i0 + i) >= p, so backward regenerates the same mask and a     \
+     * tensor's rows can be run in pieces (i0: the piece's first element). */   \
     void (*dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,             \
-                        uint64_t seed);                                            \
+                        uint64_t seed, uint64_t i0);                               \
     void (*dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,           \
-                        uint64_t seed);                                            \
+                        uint64_t seed, uint64_t i0);                               \
     /* Cross-entropy over logits (N,V), columns v0.. of the vocabulary (a     \
      * tensor-parallel shard).  lse (N) = logsumexp over the shard; tlogit (N) \
      * = logits[n][targets[n]-v0] if in the shard, else 0; target < 0 is      \

@@ -86,6 +86,9 @@ int merak_spank_set_option(merak_spank_opts *o, int which, const char *value, ch
     case MERAK_OPT_VIRTUAL_STAGES: /* the range merak-train takes with the interleaved schedule */
         rc = set_int(&o->virtual_stages, "merak-virtual-stages", value, 2, MERAK_MAX_CHUNKS, err, errlen);
         break;
+    case MERAK_OPT_TP_OVERLAP: /* merak-train's range for --tp-overlap */
+        rc = set_int(&o->tp_overlap, "merak-tp-overlap", value, 1, MERAK_MAX_SUB_BATCHES, err, errlen);
+        break;
     case MERAK_OPT_SCHEDULE: {
         merak_schedule_kind k;
         int valid = value ? merak_schedule_parse(value, &k) : -1;

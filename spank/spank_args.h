@@ -10,7 +10,7 @@
 /* The plugin's options, as the `val` of their spank_option entries. */
 enum merak_spank_opt {
     MERAK_OPT_DP = 1, MERAK_OPT_TP, MERAK_OPT_PP, MERAK_OPT_MICROBATCHES, MERAK_OPT_SCHEDULE,
-    MERAK_OPT_RECOMPUTE, MERAK_OPT_BIND, MERAK_OPT_VERBOSE, MERAK_OPT_VIRTUAL_STAGES
+    MERAK_OPT_RECOMPUTE, MERAK_OPT_BIND, MERAK_OPT_VERBOSE, MERAK_OPT_VIRTUAL_STAGES, MERAK_OPT_TP_OVERLAP
 };
 
 enum merak_spank_bind { MERAK_BIND_UNSET = -1, MERAK_BIND_NONE = 0, MERAK_BIND_CLOSEST = 1 };
@@ -20,6 +20,7 @@ typedef struct merak_spank_opts {
     int dp, tp, pp, microbatches;
     char schedule[16];          /* a schedule name (runtime/pipe/policy.h) */
     int virtual_stages;         /* interleaved: model chunks per stage (2 to MERAK_MAX_CHUNKS) */
+    int tp_overlap;             /* sub-batches per micro-batch (1 to MERAK_MAX_SUB_BATCHES) */
     char recompute[32];         /* a recomputation policy (runtime/pipe/policy.h) */
     int bind;                   /* enum merak_spank_bind */
     int verbose;

@@ -73,6 +73,8 @@ static struct spank_option options[] = {
      MERAK_OPT_SCHEDULE, opt_cb},
     {"merak-virtual-stages", "V", "[merak] interleaved: model chunks per stage, 2 to 64 (sets MERAK_VIRTUAL_STAGES)",
      1, MERAK_OPT_VIRTUAL_STAGES, opt_cb},
+    {"merak-tp-overlap", "K", "[merak] sub-batches per micro-batch whose tensor-parallel all-reduces overlap "
+     "compute, 1 to 64 (sets MERAK_TP_OVERLAP)", 1, MERAK_OPT_TP_OVERLAP, opt_cb},
     {"merak-recompute", "R", "[merak] recomputation: none, full, stage-aware[=R0] or budget=GB (sets MERAK_RECOMPUTE)", 1,
      MERAK_OPT_RECOMPUTE, opt_cb},
     {"merak-bind", "closest|none", "[merak] bind each task to the cores next to its GPU (default closest)", 1,
@@ -304,6 +306,8 @@ static int set_passthrough(spank_t sp)
         rc |= set(sp, "MERAK_RECOMPUTE", opts.recompute, 1);
     if (opts.virtual_stages)
         rc |= set_int(sp, "MERAK_VIRTUAL_STAGES", opts.virtual_stages);
+    if (opts.tp_overlap)
+        rc |= set_int(sp, "MERAK_TP_OVERLAP", opts.tp_overlap);
     return rc ? -1 : 0;
 }
 

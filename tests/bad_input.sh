@@ -34,6 +34,13 @@ MERAK_VIRTUAL_STAGES=4 expect 2 "virtual-stages 4 does not divide the model's 2 
 MERAK_VIRTUAL_STAGES=4 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved \
     --virtual-stages 2
 expect 2 "partition 'even' is not uniform or parameters" -- $D --partition even
+# sub-batches of sub-pipelined tensor parallelism: 1 to 64, dividing the micro-batch
+expect 2 "tp-overlap 3 does not divide the micro-batch of 2 sequences" -- $D --tp-overlap 3
+expect 2 "tp-overlap 128: 1 to 64 sub-batches per micro-batch" -- $D --micro-batch 128 --tp-overlap 128
+expect 2 "tp-overlap: 0 is out of range" -- $D --tp-overlap 0
+expect 2 "not an integer" -- $D --tp-overlap 2x
+MERAK_TP_OVERLAP=x expect 2 "MERAK_TP_OVERLAP: 'x' is not an integer" -- $D
+MERAK_TP_OVERLAP=4 expect 2 "tp-overlap 4 does not divide the micro-batch of 2 sequences" -- $D
 MERAK_SCHEDULE=zb expect 2 "MERAK_SCHEDULE: schedule 'zb' is not gpipe, 1f1b, scp, zb-h1 or interleaved" -- $D
 expect 2 "recompute 'some' is not none, full, stage-aware\[=R0\] or budget=GB" -- $D --recompute some
 expect 2 "recompute 'stage-aware=2': R0 must be a fraction" -- $D --recompute stage-aware=2

@@ -108,6 +108,7 @@ refused "invalid --merak-pp value '0'" -n 4 --merak-pp=0
 refused "invalid --merak-dp value '-2'" -n 4 --merak-dp=-2
 refused "invalid --merak-schedule value 'zb'" -n 4 --merak-schedule=zb
 refused "invalid --merak-virtual-stages value '1' (expected a whole number from 2 to 64)" -n 4 --merak-virtual-stages=1
+refused "invalid --merak-tp-overlap value '65' (expected a whole number from 1 to 64)" -n 4 --merak-tp-overlap=65
 refused "invalid --merak-bind value 'near'" -n 4 --merak-bind=near
 refused "dp\*tp\*pp = 3\*2\*1 = 6, but the step has 8 tasks" -N2 --ntasks-per-node=4 --merak-dp=3 --merak-tp=2
 refused "not divisible by tp\*pp" -N2 -n 6 --merak-tp=4
@@ -127,15 +128,15 @@ echo "ok: no --merak option, no MERAK_* variable"
 # 6. sbatch: the options reach the inner srun's tasks.
 cat > "$WORK/job.sh" <<'EOF'
 #!/bin/sh
-srun sh -c 'echo "$(hostname) $SLURM_PROCID $MERAK_RANK $MERAK_WORLD_SIZE $MERAK_DP $MERAK_TP $MERAK_PP $MERAK_DP_RANK $MERAK_TP_RANK $MERAK_PP_RANK none none $MERAK_SCHEDULE $MERAK_VIRTUAL_STAGES"'
+srun sh -c 'echo "$(hostname) $SLURM_PROCID $MERAK_RANK $MERAK_WORLD_SIZE $MERAK_DP $MERAK_TP $MERAK_PP $MERAK_DP_RANK $MERAK_TP_RANK $MERAK_PP_RANK none none $MERAK_SCHEDULE $MERAK_VIRTUAL_STAGES $MERAK_TP_OVERLAP"'
 EOF
 sbx sbatch --wait -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-schedule=interleaved --merak-virtual-stages=4 \
-    -o "$WORK/job.out" "$WORK/job.sh" > /dev/null || { cat "$WORK/job.out" >&2; fail "sbatch job failed"; }
+    --merak-tp-overlap=2 -o "$WORK/job.out" "$WORK/job.sh" > /dev/null || { cat "$WORK/job.out" >&2; fail "sbatch job failed"; }
 check_layout "$WORK/job.out" 2 2 2 || { cat "$WORK/job.out" >&2; fail "sbatch layout"; }
-[ "$(awk '{ print $13, $14 }' "$WORK/job.out" | sort -u)" = "interleaved 4" ] ||
-    fail "sbatch: MERAK_SCHEDULE and MERAK_VIRTUAL_STAGES not passed on"
-echo "ok: sbatch --merak-tp=2 --merak-pp=2 --merak-schedule=interleaved --merak-virtual-stages=4: 8 tasks placed," \
-    "MERAK_SCHEDULE=interleaved MERAK_VIRTUAL_STAGES=4"
+[ "$(awk '{ print $13, $14, $15 }' "$WORK/job.out" | sort -u)" = "interleaved 4 2" ] ||
+    fail "sbatch: MERAK_SCHEDULE, MERAK_VIRTUAL_STAGES and MERAK_TP_OVERLAP not passed on"
+echo "ok: sbatch --merak-tp=2 --merak-pp=2 --merak-schedule=interleaved --merak-virtual-stages=4 --merak-tp-overlap=2:" \
+    "8 tasks placed, MERAK_SCHEDULE=interleaved MERAK_VIRTUAL_STAGES=4 MERAK_TP_OVERLAP=2"
 
 # 7. GPUs, cores and NICs from a DGX H100 topology (plugstack topology=):
 # tp=8 is one node each, GPU i gets the NIC of the vendor's table and cores

@@ -63,6 +63,9 @@ static void usage(FILE *out)
         "                          else 1f1b)\n"
         "  --virtual-stages V      interleaved: model chunks per pipeline stage (default\n"
         "                          MERAK_VIRTUAL_STAGES, else 2)\n"
+        "  --tp-overlap K          split each micro-batch into K sub-batches so the tensor-parallel\n"
+        "                          all-reduce of one overlaps the compute of the next (default\n"
+        "                          MERAK_TP_OVERLAP, else 1: off)\n"
         "  --recompute R           none, full, stage-aware[=R0] or budget=GB: layers whose activations\n"
         "                          are recomputed in the backward (default MERAK_RECOMPUTE, else none)\n"
         "  --partition P           uniform or parameters (default parameters)\n"
@@ -89,7 +92,7 @@ enum {
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
-    OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE,
+    OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -143,6 +146,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"pp", required_argument, 0, OPT_PP},
         {"schedule", required_argument, 0, OPT_PSCHED},
         {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
+        {"tp-overlap", required_argument, 0, OPT_TPOVERLAP},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"trace", required_argument, 0, OPT_TRACE},
         {"partition", required_argument, 0, OPT_PART},
@@ -160,7 +164,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     a->threads = ncpu > 0 ? (int)ncpu : 1;
     *t = (tool_opts){.model = "tiny-gpt2", .log_every = 1};
     opterr = 0;
-    int c, mbs_given = 0, vs_given = 0;
+    int c, mbs_given = 0, vs_given = 0, tpo_given = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_MODEL: t->model = optarg; break;
@@ -199,6 +203,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             a->virtual_stages = (int)cli_parse_int("--virtual-stages", optarg, 1, 1 << 20);
             vs_given = 1;
             break;
+        case OPT_TPOVERLAP:
+            a->tp_overlap = (int)cli_parse_int("--tp-overlap", optarg, 1, 1 << 20);
+            tpo_given = 1;
+            break;
         case OPT_RECOMPUTE: a->recompute = optarg; break;
         case OPT_PART: a->partition = optarg; break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
@@ -215,8 +223,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     if (optind < argc)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
     /* Defaults the Slurm plugin passes on (--merak-schedule,
-     * --merak-microbatches, --merak-recompute, --merak-virtual-stages);
-     * flags win. */
+     * --merak-microbatches, --merak-recompute, --merak-virtual-stages,
+     * --merak-tp-overlap); flags win. */
     a->schedule = env_name("MERAK_SCHEDULE", a->schedule, set_schedule);
     a->recompute = env_name("MERAK_RECOMPUTE", a->recompute, set_recompute);
     const char *env_mb = getenv("MERAK_MICROBATCHES");
@@ -225,6 +233,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     const char *env_vs = getenv("MERAK_VIRTUAL_STAGES");
     if (!vs_given && env_vs && *env_vs)
         a->virtual_stages = (int)cli_parse_int("MERAK_VIRTUAL_STAGES", env_vs, 1, 1 << 20);
+    const char *env_tpo = getenv("MERAK_TP_OVERLAP");
+    if (!tpo_given && env_tpo && *env_tpo)
+        a->tp_overlap = (int)cli_parse_int("MERAK_TP_OVERLAP", env_tpo, 1, 1 << 20);
     if (!a->data)
         cli_die_usage("--data is required");
     if (a->min_lr > a->lr)
@@ -265,9 +276,12 @@ static void print_banner(const merak_run_info *ri, void *user)
     printf("merak-train %s | model %s: %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM params\n",
            MERAK_VERSION_STRING, c->cfg->name, c->cfg->n_layer, c->cfg->hidden, c->cfg->n_head,
            c->cfg->n_kv_head, c->cfg->vocab_size, (double)merak_graph_param_elems(c->g) / 1e6);
-    char chunks[48] = "";
+    char chunks[96] = "";
     if (merak_args_virtual_stages(c->a) > 1)
         snprintf(chunks, sizeof chunks, " (%d chunks per stage)", merak_args_virtual_stages(c->a));
+    if (c->a->tp_overlap > 1)
+        snprintf(chunks + strlen(chunks), sizeof chunks - strlen(chunks), ", %d sub-batches per micro-batch",
+                 c->a->tp_overlap);
     printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step per replica | "
            "dp %d tp %d pp %d on %d rank(s)%s%s%s | %d thread(s) | arenas %.1f MiB\n",
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,

@@ -261,6 +261,11 @@ typedef struct merak_args {
      * stages, V >= 2 dividing the model's layers; 0 = 2).  Other schedules
      * take 0 or 1. */
     int virtual_stages;
+    /* Sub-pipelined tensor parallelism: each micro-batch runs as tp_overlap
+     * sub-batches along the batch, so one sub-batch's tensor-parallel sum
+     * overlaps the next one's compute (0 or 1: the whole micro-batch; at
+     * most 64, dividing micro_batch). */
+    int tp_overlap;
     /* Activation recomputation: "none" (NULL), "full", "stage-aware[=R0]"
      * (Merak's: stage 0 recomputes the fraction R0 of its layers, default
      * 0.9, later stages less, the last none) or "budget=GB" (each stage the

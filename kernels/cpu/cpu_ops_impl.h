@@ -627,10 +627,10 @@ static void FN(accumulate)(REAL *dst, const REAL *src, size_t n)
 
 /* ============================================================== dropout
  * fwd: out = keep(i) ? inp/(1-p) : 0 ; bwd: dinp += keep(i) ? dout/(1-p) : 0
- * keep(i) = merak_dropout_uniform(key(seed), i) >= p (see cpu_kernels.h).
+ * keep(i) = merak_dropout_uniform(key(seed), i0 + i) >= p (see cpu_kernels.h).
  * p == 0 is the identity. */
 static void FN(dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,
-                            uint64_t seed)
+                            uint64_t seed, uint64_t i0)
 {
     if (p <= 0.0f) {
         if (out != inp)
@@ -641,11 +641,11 @@ static void FN(dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,
     const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
     OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
     for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
-        out[i] = dropout_u(key, (uint64_t)i) >= p ? inp[i] * sc : 0;
+        out[i] = dropout_u(key, i0 + (uint64_t)i) >= p ? inp[i] * sc : 0;
 }
 
 static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
-                            uint64_t seed)
+                            uint64_t seed, uint64_t i0)
 {
     if (p <= 0.0f) {
         FN(accumulate)(dinp, dout, n);
@@ -655,7 +655,7 @@ static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
     const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
     OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
     for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
-        if (dropout_u(key, (uint64_t)i) >= p)
+        if (dropout_u(key, i0 + (uint64_t)i) >= p)
             dinp[i] += dout[i] * sc;
 }
 

@@ -512,14 +512,16 @@ static void k_accumulate(float *dst, const float *src, size_t n)
     LAUNCH("accumulate", merak_cuda_launch_accumulate(STREAM, dst, src, n));
 }
 
-static void k_dropout_fwd(float *out, const float *inp, size_t n, float p, uint64_t seed)
+static void k_dropout_fwd(float *out, const float *inp, size_t n, float p, uint64_t seed,
+                          uint64_t i0)
 {
-    LAUNCH("dropout_fwd", merak_cuda_launch_dropout_fwd(STREAM, out, inp, n, p, seed));
+    LAUNCH("dropout_fwd", merak_cuda_launch_dropout_fwd(STREAM, out, inp, n, p, seed, i0));
 }
 
-static void k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64_t seed)
+static void k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                          uint64_t i0)
 {
-    LAUNCH("dropout_bwd", merak_cuda_launch_dropout_bwd(STREAM, dinp, dout, n, p, seed));
+    LAUNCH("dropout_bwd", merak_cuda_launch_dropout_bwd(STREAM, dinp, dout, n, p, seed, i0));
 }
 
 static void k_crossentropy_stats(float *lse, float *tlogit, const float *logits,

@@ -126,9 +126,9 @@ int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const fl
                               size_t n);
 int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, size_t n);
 int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
-                                  float p, uint64_t seed);
+                                  float p, uint64_t seed, uint64_t i0);
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
-                                  float p, uint64_t seed);
+                                  float p, uint64_t seed, uint64_t i0);
 int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit,
                                          const float *logits, const int32_t *targets, int N,
                                          int V, int v0);

@@ -703,10 +703,10 @@ __global__ void scale_k(float *x, size_t n, float s)
 /* ------------------------------------------------------------------ dropout
  *
  * The mask is the one of kernels/cpu/cpu_kernels.h, reproduced bit for bit:
- * element i of a call with seed s is kept iff u >= p, where
+ * element i of a call with seed s and first index i0 is kept iff u >= p, where
  *
  *     key = mix64(s + GOLDEN)
- *     z   = mix64(key + (i + 1) * GOLDEN)          (uint64 arithmetic)
+ *     z   = mix64(key + (i0 + i + 1) * GOLDEN)     (uint64 arithmetic)
  *     u   = (float)(z >> 40) * 2^-24               (uniform in [0, 1), exact)
  *
  * GOLDEN and mix64 are those of kernels/mix64.h (splitmix64).  Kept
@@ -720,17 +720,17 @@ __device__ __forceinline__ bool dropout_keep(uint64_t key, uint64_t i, float p)
 }
 
 __global__ void dropout_fwd_k(float *out, const float *inp, size_t n, float p, float sc,
-                              uint64_t key)
+                              uint64_t key, uint64_t i0)
 {
-    GRID_STRIDE(i, n) out[i] = dropout_keep(key, i, p) ? inp[i] * sc : 0.0f;
+    GRID_STRIDE(i, n) out[i] = dropout_keep(key, i0 + i, p) ? inp[i] * sc : 0.0f;
 }
 
 __global__ void dropout_bwd_k(float *dinp, const float *dout, size_t n, float p, float sc,
-                              uint64_t key)
+                              uint64_t key, uint64_t i0)
 {
     GRID_STRIDE(i, n)
     {
-        if (dropout_keep(key, i, p))
+        if (dropout_keep(key, i0 + i, p))
             dinp[i] += dout[i] * sc;
     }
 }
@@ -1078,24 +1078,24 @@ int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, siz
 }
 
 int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
-                                  float p, uint64_t seed)
+                                  float p, uint64_t seed, uint64_t i0)
 {
     if (n == 0)
         return cudaSuccess;
     const float sc = 1.0f / (1.0f - p);
     dropout_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, n, p, sc,
-                                                         merak_mix64(seed + MERAK_GOLDEN));
+                                                         merak_mix64(seed + MERAK_GOLDEN), i0);
     return cudaGetLastError();
 }
 
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
-                                  float p, uint64_t seed)
+                                  float p, uint64_t seed, uint64_t i0)
 {
     if (n == 0)
         return cudaSuccess;
     const float sc = 1.0f / (1.0f - p);
     dropout_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, n, p, sc,
-                                                         merak_mix64(seed + MERAK_GOLDEN));
+                                                         merak_mix64(seed + MERAK_GOLDEN), i0);
     return cudaGetLastError();
 }
 

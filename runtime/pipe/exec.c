@@ -72,6 +72,8 @@ struct merak_exec {
 
     /* tensor parallelism */
     const merak_exec_comm *tp;
+    int K;                 /* sub-batches per micro-batch (sub-pipelined tp), >= 1 */
+    int *pending;          /* [K] scratch of a sub-pipelined pass */
     float *tpbuf;          /* the vocabulary-parallel cross-entropy's shard statistics */
     float *host;           /* host copies of the cross-entropy's per-row values */
 
@@ -260,6 +262,26 @@ static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use,
     return 0;
 }
 
+/* Sub-batches need every tensor of the slice but the parameters and the
+ * loss to lead with one batch dimension that K divides. */
+static int check_batch(const merak_exec *e, char *err, size_t errlen)
+{
+    const merak_graph *g = e->g;
+    int64_t B = -1;
+    for (int t = 0; t < g->ntensors && e->K > 1; t++) {
+        const merak_tensor *x = &g->tensors[t];
+        if (e->t_off[t] < 0 || t == g->loss)
+            continue;   /* a parameter, the loss, or outside the slice */
+        if (B < 0)
+            B = x->shape[0];
+        if (x->ndim < 2 || x->shape[0] != B || B % e->K)
+            return merak_errf(err, errlen,
+                              "executor: %d sub-batches: tensor %s does not lead with a batch of %lld rows "
+                              "that %d divides", e->K, x->name, (long long)B, e->K);
+    }
+    return 0;
+}
+
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
                       char *err, size_t errlen)
 {
@@ -270,6 +292,10 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         return merak_errf(err, errlen, "executor: no kernels");
     if (g->tp > 1 && (!opts->tp || !opts->tp->allreduce))
         return merak_errf(err, errlen, "executor: a graph sharded %d ways needs its tp group", g->tp);
+    if (opts->tp_overlap < 0)
+        return merak_errf(err, errlen, "executor: %d sub-batches", opts->tp_overlap);
+    if (opts->tp_overlap > 1 && g->tp > 1 && (!opts->tp->start || !opts->tp->wait || !opts->tp->test))
+        return merak_errf(err, errlen, "executor: sub-pipelined tensor parallelism needs non-blocking sums");
 
     merak_exec *e = calloc(1, sizeof *e);
     if (!e)
@@ -279,6 +305,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->nchunks = opts->nchunks;
     e->loss_scale = 1.0f;
     e->tp = opts->tp;
+    e->K = opts->tp_overlap > 1 ? opts->tp_overlap : 1;
     int nt = g->ntensors;
     e->ch = calloc((size_t)e->nchunks, sizeof *e->ch);
     if (!e->ch) {
@@ -305,11 +332,12 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->dropped = calloc((size_t)g->nops, 1);
     e->pool_of = malloc((size_t)e->nslots * sizeof *e->pool_of);
     e->pool_busy = calloc((size_t)e->npool + 1, 1);
+    e->pending = calloc((size_t)e->K, sizeof *e->pending);
     int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
     int *last_use = malloc((size_t)nt * sizeof *last_use);    /* over the whole graph */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
         !e->g_off || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready || !first_use ||
-        !last_use || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy) {
+        !last_use || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy || !e->pending) {
         free(first_use);
         free(last_use);
         merak_exec_destroy(e);
@@ -348,6 +376,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         }
     free(first_use);
     free(last_use);
+    if (rc == 0)
+        rc = check_batch(e, err, errlen);
     if (rc < 0) {
         merak_exec_destroy(e);
         return -1;
@@ -405,6 +435,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->dropped);
     free(e->pool_of);
     free(e->pool_busy);
+    free(e->pending);
     free(e->host);
     free(e->seed);
     free(e->loss);
@@ -571,16 +602,45 @@ static void attn_qkv(const merak_op *o, float *base_q, float *base_k, float *bas
     }
 }
 
-/* An attention op's saved values, laid out as saved_floats() counts them:
- * probs (B,nh,T,T), then with RoPE the rotated qr (B,T,nh*hd) and kr. */
-static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_shape *s,
+/* ------------------------------------------------------------------ sub-batches
+ *
+ * With tp_overlap K > 1 a micro-batch runs as K sub-batches along the
+ * batch: sub-batch k is the k-th K-th of every tensor's rows.  Every
+ * tensor but the parameters and the loss leads with the batch (checked at
+ * creation), and so do the ops' per-row saved values, so a sub-batch's
+ * part is contiguous, k/K of the way in. */
+typedef struct sub {
+    int k, K;
+} sub;
+
+static const sub WHOLE = {0, 1};
+
+/* First element of the sub-batch's part of n elements. */
+static size_t part(size_t n, sub sb) { return n / (size_t)sb.K * (size_t)sb.k; }
+
+static float *sub_of(const merak_exec *e, float *p, int t, sub sb)
+{
+    if (!p || e->param_of[t] >= 0 || t == e->g->loss)
+        return p;
+    return p + part((size_t)merak_tensor_elems(&e->g->tensors[t]), sb);
+}
+
+static float *sval(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, val(e, slot, t), t, sb); }
+static float *sgrad(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, grad(e, slot, t), t, sb); }
+
+/* An attention op's saved values, laid out as saved_floats() counts them
+ * for the whole micro-batch s: probs (B,nh,T,T), then with RoPE the rotated
+ * qr (B,T,nh*hd) and kr; the sub-batch's parts of each. */
+static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_shape *s, sub sb,
                        float **probs, float **qr, float **kr)
 {
-    *probs = saved(e, slot, op);
+    float *base = saved(e, slot, op);
+    size_t np = (size_t)s->B * s->n_head * s->T * s->T, nq = (size_t)s->B * s->T * s->n_head * s->head_dim;
+    *probs = base + part(np, sb);
     *qr = *kr = NULL;
     if (s->rope_theta > 0) {
-        *qr = *probs + round_up((size_t)s->B * s->n_head * s->T * s->T);
-        *kr = *qr + round_up((size_t)s->B * s->T * s->n_head * s->head_dim);
+        *qr = base + round_up(np) + part(nq, sb);
+        *kr = base + round_up(np) + round_up(nq) + part((size_t)s->B * s->T * s->n_kv_head * s->head_dim, sb);
     }
 }
 
@@ -634,14 +694,16 @@ static int vocab_combine(merak_exec *e, int op, float *lse, const float *tlogit,
     return copy(e, lse, lse_h, row, MERAK_COPY_H2D, op);
 }
 
-/* The cross-entropy op's forward: shard statistics on the backend, the
- * mean loss over rows (ignored targets count as 0) on the host. */
-static int crossentropy_forward(merak_exec *e, int slot, int op, float *out, const float *logits,
-                                const int32_t *targets, int N, int C)
+/* The cross-entropy op's forward on the sub-batch's N of the micro-batch's
+ * Nall rows: shard statistics on the backend, the loss summed on the host
+ * (ignored targets count as 0); the last sub-batch writes the mean. */
+static int crossentropy_forward(merak_exec *e, int slot, int op, sub sb, float *out, const float *logits,
+                                const int32_t *targets, int N, int Nall, int C)
 {
     const merak_op *o = &e->g->ops[op];
     size_t row = (size_t)N * sizeof(float);
-    float *lse = saved(e, slot, op), *tlogit = lse + N;   /* saved: lse (N), tlogit (N) */
+    /* saved: lse (Nall), tlogit (Nall) */
+    float *lse = saved(e, slot, op) + part((size_t)Nall, sb), *tlogit = lse + Nall;
     float *lse_h = e->host, *tl_h = lse_h + N;
     int32_t *tg_h = (int32_t *)(tl_h + N);
     e->k->crossentropy_stats(lse, tlogit, logits, targets, N, C, o->v0);
@@ -651,10 +713,13 @@ static int crossentropy_forward(merak_exec *e, int slot, int op, float *out, con
         return -1;
     if (copy(e, tg_h, targets, (size_t)N * sizeof *targets, MERAK_COPY_D2H, op) < 0)
         return -1;
-    double sum = 0;
+    double sum = sb.k ? e->loss[slot] : 0;
     for (int r = 0; r < N; r++)
         sum += tg_h[r] < 0 ? 0 : (double)lse_h[r] - (double)tl_h[r];
-    e->loss[slot] = sum / N;
+    e->loss[slot] = sum;
+    if (sb.k < sb.K - 1)
+        return 0;
+    e->loss[slot] = sum / Nall;
     float loss = (float)e->loss[slot];
     return copy(e, out, &loss, sizeof loss, MERAK_COPY_H2D, op);
 }
@@ -683,74 +748,318 @@ static void pool_release(merak_exec *e, int slot)
     }
 }
 
-/* Forward of ops [begin, end) for the slot; only the dropped ones if
- * `dropped_only` (a recompute). */
-static int run_forward(merak_exec *e, int slot, int begin, int end, int dropped_only)
+/* The ops whose tensor-parallel sum a sub-pipelined pass overlaps: the
+ * forward's TP_REDUCE, the backward's TP_COPY.  Their work is split in two:
+ * coll_start (up to starting the sum) and coll_finish (what follows it). */
+static int overlapped(const merak_exec *e, int i, int backward)
+{
+    return e->K > 1 && e->g->ops[i].type == (backward ? MERAK_OP_TP_COPY : MERAK_OP_TP_REDUCE);
+}
+
+/* Forward of op i for the sub-batch (blocking sums). */
+static int op_forward(merak_exec *e, int slot, int i, sub sb)
 {
     const merak_graph *g = e->g;
     const merak_kernels *k = e->k;
-    uint64_t seed = e->seed[slot];
-    for (int i = begin; i < end; i++) {
-        if (dropped_only && !e->dropped[i])
-            continue;
-        const merak_op *o = &g->ops[i];
-        const merak_tensor *x = &g->tensors[o->in[0]];
-        float *out = val(e, slot, o->out);
-        float *in0 = val(e, slot, o->in[0]);
-        float *in1 = val(e, slot, o->in[1]);
-        float *in2 = o->nin > 2 ? val(e, slot, o->in[2]) : NULL;
-        int N = (int)rows_of(x), C = (int)cols_of(x);
-        size_t n = (size_t)merak_tensor_elems(x);
-        switch (o->type) {
-        case MERAK_OP_EMBEDDING: /* ids (B,T): every element is a row */
-            k->embedding_fwd(out, (const int32_t *)in0, in1, (int)n, (int)cols_of(&g->tensors[o->out]),
-                             o->v0, (int)g->tensors[o->in[1]].shape[0]);
-            break;
-        case MERAK_OP_POS_EMBEDDING:
-            k->posemb_fwd(out, in0, in1, (int)x->shape[0], (int)x->shape[1], C);
-            break;
-        case MERAK_OP_LAYERNORM: {
-            float *s = saved(e, slot, i);
-            k->layernorm_fwd(out, s, s + N, in0, in1, in2, N, C, o->eps);
-            break;
-        }
-        case MERAK_OP_RMSNORM:
-            k->rmsnorm_fwd(out, saved(e, slot, i), in0, in1, N, C, o->eps);
-            break;
-        case MERAK_OP_LINEAR:
-            k->linear_fwd(out, in0, in1, in2, N, C, (int)cols_of(&g->tensors[o->out]));
-            break;
-        case MERAK_OP_ATTENTION: {
-            merak_attn_shape s = attn_shape(g, o);
-            float *q, *kk, *v, *probs, *qr, *kr;
-            attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-            attn_saved(e, slot, i, &s, &probs, &qr, &kr);
-            k->attention_fwd(&s, out, probs, qr, kr, q, kk, v);
-            break;
-        }
-        case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
-        case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
-        case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
-        case MERAK_OP_DROPOUT: k->dropout_fwd(out, in0, n, o->p, op_seed(seed, o->src)); break;
-        case MERAK_OP_CROSS_ENTROPY:
-            if (crossentropy_forward(e, slot, i, out, in0, (const int32_t *)in1, N, C) < 0)
-                return -1;
-            break;
-        case MERAK_OP_TP_COPY:
-            if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0)
-                return -1;
-            break;
-        case MERAK_OP_TP_REDUCE:
-            if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0 ||
-                tp_sum(e, out, n, i) < 0)
-                return -1;
-            if (in1) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
-                k->posemb_fwd(out, out, in1, N, 1, C);
-            break;
-        default: break;
-        }
+    const merak_op *o = &g->ops[i];
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    float *out = sval(e, slot, o->out, sb);
+    float *in0 = sval(e, slot, o->in[0], sb);
+    float *in1 = sval(e, slot, o->in[1], sb);
+    float *in2 = o->nin > 2 ? sval(e, slot, o->in[2], sb) : NULL;
+    int Nall = (int)rows_of(x), N = Nall / sb.K, C = (int)cols_of(x);
+    size_t n = (size_t)merak_tensor_elems(x) / (size_t)sb.K;
+    switch (o->type) {
+    case MERAK_OP_EMBEDDING: /* ids (B,T): every element is a row */
+        k->embedding_fwd(out, (const int32_t *)in0, in1, (int)n, (int)cols_of(&g->tensors[o->out]),
+                         o->v0, (int)g->tensors[o->in[1]].shape[0]);
+        break;
+    case MERAK_OP_POS_EMBEDDING:
+        k->posemb_fwd(out, in0, in1, (int)x->shape[0] / sb.K, (int)x->shape[1], C);
+        break;
+    case MERAK_OP_LAYERNORM: {
+        float *s = saved(e, slot, i) + part((size_t)Nall, sb);   /* mean (Nall), rstd (Nall) */
+        k->layernorm_fwd(out, s, s + Nall, in0, in1, in2, N, C, o->eps);
+        break;
+    }
+    case MERAK_OP_RMSNORM:
+        k->rmsnorm_fwd(out, saved(e, slot, i) + part((size_t)Nall, sb), in0, in1, N, C, o->eps);
+        break;
+    case MERAK_OP_LINEAR:
+        k->linear_fwd(out, in0, in1, in2, N, C, (int)cols_of(&g->tensors[o->out]));
+        break;
+    case MERAK_OP_ATTENTION: {
+        merak_attn_shape s = attn_shape(g, o);
+        float *q, *kk, *v, *probs, *qr, *kr;
+        attn_qkv(o, in0, in1, in2, &q, &kk, &v);
+        attn_saved(e, slot, i, &s, sb, &probs, &qr, &kr);
+        s.B /= sb.K;
+        k->attention_fwd(&s, out, probs, qr, kr, q, kk, v);
+        break;
+    }
+    case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
+    case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
+    case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
+    case MERAK_OP_DROPOUT:
+        k->dropout_fwd(out, in0, n, o->p, op_seed(e->seed[slot], o->src), part((size_t)merak_tensor_elems(x), sb));
+        break;
+    case MERAK_OP_CROSS_ENTROPY:
+        if (crossentropy_forward(e, slot, i, sb, out, in0, (const int32_t *)in1, N, Nall, C) < 0)
+            return -1;
+        break;
+    case MERAK_OP_TP_COPY:
+        if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0)
+            return -1;
+        break;
+    case MERAK_OP_TP_REDUCE:
+        if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0 || tp_sum(e, out, n, i) < 0)
+            return -1;
+        if (in1) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
+            k->posemb_fwd(out, out, in1, N, 1, C);
+        break;
+    default: break;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/* Input-gradient part of op i's backward for the sub-batch (blocking sums). */
+static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
+{
+    const merak_graph *g = e->g;
+    const merak_kernels *k = e->k;
+    const merak_op *o = &g->ops[i];
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    const float *dout = sgrad(e, slot, o->out, sb);
+    float *in0 = sval(e, slot, o->in[0], sb), *in1 = sval(e, slot, o->in[1], sb);
+    float *in2 = o->nin > 2 ? sval(e, slot, o->in[2], sb) : NULL;
+    /* Parameters' gradients belong to the weight part. */
+    float *d0 = e->param_of[o->in[0]] < 0 ? sgrad(e, slot, o->in[0], sb) : NULL;
+    float *d1 = (o->in[1] >= 0 && e->param_of[o->in[1]] < 0) ? sgrad(e, slot, o->in[1], sb) : NULL;
+    int Nall = (int)rows_of(x), N = Nall / sb.K, C = (int)cols_of(x);
+    size_t n = (size_t)merak_tensor_elems(x) / (size_t)sb.K;
+    switch (o->type) {
+    case MERAK_OP_EMBEDDING: break; /* token ids have no gradient */
+    case MERAK_OP_POS_EMBEDDING: if (d0) k->accumulate(d0, dout, n); break;
+    case MERAK_OP_LAYERNORM: {
+        float *s = saved(e, slot, i) + part((size_t)Nall, sb);
+        if (d0) k->layernorm_bwd_x(d0, dout, in0, in1, s, s + Nall, N, C);
+        break;
+    }
+    case MERAK_OP_RMSNORM:
+        if (d0) k->rmsnorm_bwd_x(d0, dout, in0, in1, saved(e, slot, i) + part((size_t)Nall, sb), N, C);
+        break;
+    case MERAK_OP_LINEAR:
+        if (d0) k->linear_bwd_x(d0, dout, in1, N, C, (int)cols_of(&g->tensors[o->out]));
+        break;
+    case MERAK_OP_ATTENTION: {
+        merak_attn_shape s = attn_shape(g, o);
+        float *q, *kk, *v, *dq, *dk, *dv, *probs, *qr, *kr;
+        attn_qkv(o, in0, in1, in2, &q, &kk, &v);
+        attn_qkv(o, d0, d1, o->nin > 2 ? sgrad(e, slot, o->in[2], sb) : NULL, &dq, &dk, &dv);
+        attn_saved(e, slot, i, &s, sb, &probs, &qr, &kr);
+        s.B /= sb.K;
+        if (dq)
+            k->attention_bwd(&s, dq, dk, dv, dout, probs, qr, kr, q, kk, v, e->scratch);
+        break;
+    }
+    case MERAK_OP_GELU: if (d0) k->gelu_bwd(d0, dout, in0, n); break;
+    case MERAK_OP_SWIGLU: if (d0) k->swiglu_bwd(d0, d1, dout, in0, in1, n); break;
+    case MERAK_OP_ADD:
+        if (d0) k->accumulate(d0, dout, n);
+        if (d1) k->accumulate(d1, dout, n);
+        break;
+    case MERAK_OP_DROPOUT:
+        if (d0)
+            k->dropout_bwd(d0, dout, n, o->p, op_seed(e->seed[slot], o->src),
+                           part((size_t)merak_tensor_elems(x), sb));
+        break;
+    case MERAK_OP_CROSS_ENTROPY:
+        /* The graph's loss is the mean over the micro-batch's rows: scale by 1/Nall. */
+        if (d0)
+            k->crossentropy_bwd(d0, in0, saved(e, slot, i) + part((size_t)Nall, sb), (const int32_t *)in1, N,
+                                C, o->v0, e->loss_scale / (float)Nall);
+        break;
+    case MERAK_OP_TP_COPY: /* the input's gradient is the group's sum */
+        if (tp_sum(e, (float *)dout, n, i) < 0)
+            return -1;
+        if (d0) k->accumulate(d0, dout, n);
+        break;
+    case MERAK_OP_TP_REDUCE: if (d0) k->accumulate(d0, dout, n); break;
+    default: break;
+    }
+    return 0;
+}
+
+/* Weight-gradient part of op i's backward for the sub-batch: accumulates
+ * into the parameters' gradients. */
+static void op_backward_weight(merak_exec *e, int slot, int i, sub sb)
+{
+    const merak_graph *g = e->g;
+    const merak_kernels *k = e->k;
+    const merak_op *o = &g->ops[i];
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    const float *dout = sgrad(e, slot, o->out, sb);
+    float *in0 = sval(e, slot, o->in[0], sb);
+    float *dw = grad(e, slot, o->in[1]);
+    float *db = o->nin > 2 ? grad(e, slot, o->in[2]) : NULL;
+    int Nall = (int)rows_of(x), N = Nall / sb.K, C = (int)cols_of(x);
+    switch (o->type) {
+    case MERAK_OP_EMBEDDING:
+        k->embedding_bwd_w(dw, dout, (const int32_t *)in0, (int)(merak_tensor_elems(x) / sb.K),
+                           (int)cols_of(&g->tensors[o->out]), o->v0,
+                           (int)g->tensors[o->in[1]].shape[0]);
+        break;
+    case MERAK_OP_TP_REDUCE: /* the bias: column sums of the gradient */
+        if (dw) k->posemb_bwd_w(dw, dout, N, 1, C);
+        break;
+    case MERAK_OP_POS_EMBEDDING:
+        k->posemb_bwd_w(dw, dout, (int)x->shape[0] / sb.K, (int)x->shape[1], C);
+        break;
+    case MERAK_OP_LAYERNORM: {
+        float *s = saved(e, slot, i) + part((size_t)Nall, sb);
+        k->layernorm_bwd_w(dw, db, dout, in0, s, s + Nall, N, C);
+        break;
+    }
+    case MERAK_OP_RMSNORM:
+        k->rmsnorm_bwd_w(dw, dout, in0, saved(e, slot, i) + part((size_t)Nall, sb), N, C);
+        break;
+    case MERAK_OP_LINEAR:
+        k->linear_bwd_w(dw, db, dout, in0, N, C, (int)cols_of(&g->tensors[o->out]));
+        break;
+    default: break; /* ops without parameters */
+    }
+}
+
+/* The weight part of op i, then (on the micro-batch's last sub-batch, when
+ * op i's parameters have their whole gradient) the readiness hook. */
+static void weight_step(merak_exec *e, int slot, int i, sub sb)
+{
+    op_backward_weight(e, slot, i, sb);
+    if (e->hook && sb.k == sb.K - 1)
+        e->hook(e->hook_ctx, e->ready[i]);
+}
+
+/* ------------------------------------------------------------------ passes
+ *
+ * A pass runs a chunk's ops for one slot: forwards (all, or the dropped
+ * ones of a recompute), or backwards in reverse (input parts, or input and
+ * weight parts op by op).  Sub-pipelined (K > 1), the ops are cut after
+ * each overlapped op into segments, and each segment runs sub-batch by
+ * sub-batch: sub-batch k starts the sum that ends its segment and goes on
+ * to the next sub-batch while it is in flight; the next segment first
+ * finishes sub-batch k's sum, so one sub-batch's sum overlaps the others'
+ * compute, also from one layer into the next.  At most one sum per
+ * sub-batch is in flight; every rank of the tp group starts them in the
+ * same order. */
+typedef enum pass { P_FORWARD, P_RECOMPUTE, P_BACKWARD_INPUT, P_BACKWARD } pass;
+
+static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
+{
+    if (ps <= P_RECOMPUTE)
+        return op_forward(e, slot, i, sb);
+    if (op_backward_input(e, slot, i, sb) < 0)
+        return -1;
+    if (ps == P_BACKWARD)
+        weight_step(e, slot, i, sb);
+    return 0;
+}
+
+/* Overlapped op i, sub-batch sb: everything up to starting its sum. */
+static int coll_start(merak_exec *e, int slot, int i, sub sb, pass ps)
+{
+    const merak_op *o = &e->g->ops[i];
+    size_t n = (size_t)merak_tensor_elems(&e->g->tensors[o->in[0]]) / (size_t)sb.K;
+    float *buf = sgrad(e, slot, o->out, sb);   /* backward: TP_COPY sums its output's gradient */
+    if (ps <= P_RECOMPUTE) {                   /* forward: TP_REDUCE sums a copy of its input */
+        buf = sval(e, slot, o->out, sb);
+        if (copy(e, buf, sval(e, slot, o->in[0], sb), n * sizeof(float), MERAK_COPY_D2D, i) < 0)
+            return -1;
+    }
+    if (e->tp->start(e->tp->ctx, buf, n, sb.k) < 0)
+        return fail(e, "op %d: starting the tensor-parallel sum of sub-batch %d failed", i, sb.k);
+    return 0;
+}
+
+/* Overlapped op i, sub-batch sb: waits for its sum and does the rest. */
+static int coll_finish(merak_exec *e, int slot, int i, sub sb, pass ps)
+{
+    const merak_op *o = &e->g->ops[i];
+    const merak_tensor *x = &e->g->tensors[o->in[0]];
+    size_t n = (size_t)merak_tensor_elems(x) / (size_t)sb.K;
+    if (e->tp->wait(e->tp->ctx, sb.k) < 0)
+        return fail(e, "op %d: the tensor-parallel sum of sub-batch %d failed", i, sb.k);
+    if (ps <= P_RECOMPUTE) {   /* TP_REDUCE's bias, after the sum */
+        if (o->in[1] >= 0)
+            e->k->posemb_fwd(sval(e, slot, o->out, sb), sval(e, slot, o->out, sb), val(e, slot, o->in[1]),
+                             (int)(rows_of(x) / sb.K), 1, (int)cols_of(x));
+        return 0;
+    }
+    float *d0 = e->param_of[o->in[0]] < 0 ? sgrad(e, slot, o->in[0], sb) : NULL;
+    if (d0)   /* TP_COPY passes the summed gradient on */
+        e->k->accumulate(d0, sgrad(e, slot, o->out, sb), n);
+    if (ps == P_BACKWARD)
+        weight_step(e, slot, i, sb);
+    return 0;
+}
+
+/* Lets the sums in flight move while the caller computes. */
+static void progress(merak_exec *e, const int *pending)
+{
+    for (int k = 0; k < e->K; k++)
+        if (pending[k] >= 0)
+            e->tp->test(e->tp->ctx, k);
+}
+
+/* Ops [begin, end) of the slot, in the pass's direction. */
+static int run_pass(merak_exec *e, int slot, int begin, int end, pass ps)
+{
+    const int back = ps >= P_BACKWARD_INPUT, dir = back ? -1 : 1;
+    const int first = back ? end - 1 : begin, stop = back ? begin - 1 : end;
+    if (e->K == 1) {
+        for (int i = first; i != stop; i += dir)
+            if ((ps != P_RECOMPUTE || e->dropped[i]) && step_op(e, slot, i, WHOLE, ps) < 0)
+                return -1;
+        return 0;
+    }
+    int *pending = e->pending;   /* [K]: the overlapped op whose sum sub-batch k has in flight, or -1 */
+    int rc = 0;
+    for (int k = 0; k < e->K; k++)
+        pending[k] = -1;
+    for (int s0 = first; s0 != stop && rc == 0;) {
+        int s1 = s0;   /* the segment: [s0, s1] in pass order, ending at an overlapped op */
+        while (s1 + dir != stop && !overlapped(e, s1, back))
+            s1 += dir;
+        for (int k = 0; k < e->K && rc == 0; k++) {
+            sub sb = {k, e->K};
+            if (pending[k] >= 0) {
+                rc = coll_finish(e, slot, pending[k], sb, ps);
+                pending[k] = -1;
+            }
+            for (int i = s0; i != s1 + dir && rc == 0; i += dir) {
+                if (ps == P_RECOMPUTE && !e->dropped[i])
+                    continue;
+                if (overlapped(e, i, back)) {
+                    rc = coll_start(e, slot, i, sb, ps);
+                    pending[k] = rc == 0 ? i : -1;
+                } else {
+                    rc = step_op(e, slot, i, sb, ps);
+                    progress(e, pending);
+                }
+            }
+        }
+        s0 = s1 + dir;
+    }
+    /* the last sums; after a failure, still wait for every sum in flight */
+    for (int k = 0; k < e->K; k++)
+        if (pending[k] >= 0) {
+            if (rc == 0)
+                rc = coll_finish(e, slot, pending[k], (sub){k, e->K}, ps);
+            else
+                e->tp->wait(e->tp->ctx, k);
+        }
+    return rc;
 }
 
 /* Does the slot's chunk drop (and recompute) activations? */
@@ -771,7 +1080,7 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
     /* a recomputing chunk borrows a buffer for what it drops */
     if (drops(e, slot) && pool_take(e, slot) < 0)
         return -1;
-    int rc = run_forward(e, slot, c->begin, c->end, 0);
+    int rc = run_pass(e, slot, c->begin, c->end, P_FORWARD);
     pool_release(e, slot);
     return rc;
 }
@@ -790,111 +1099,7 @@ int merak_exec_recompute(merak_exec *e, int slot)
     int p = pool_index(e, slot);
     if (e->k->zero(e->pgrad + (size_t)p * e->pool_grad, e->pool_grad * sizeof(float)) < 0)
         return fail(e, "zeroing a %s recompute buffer failed", e->k->name);
-    return run_forward(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->rc_end, 1);
-}
-
-/* ------------------------------------------------------------------ backward */
-
-static int op_backward_input(merak_exec *e, int slot, int i)
-{
-    const merak_graph *g = e->g;
-    const merak_kernels *k = e->k;
-    const merak_op *o = &g->ops[i];
-    const merak_tensor *x = &g->tensors[o->in[0]];
-    const float *dout = grad(e, slot, o->out);
-    float *in0 = val(e, slot, o->in[0]), *in1 = val(e, slot, o->in[1]);
-    float *in2 = o->nin > 2 ? val(e, slot, o->in[2]) : NULL;
-    /* Parameters' gradients belong to the weight part. */
-    float *d0 = e->param_of[o->in[0]] < 0 ? grad(e, slot, o->in[0]) : NULL;
-    float *d1 = (o->in[1] >= 0 && e->param_of[o->in[1]] < 0) ? grad(e, slot, o->in[1]) : NULL;
-    int N = (int)rows_of(x), C = (int)cols_of(x);
-    size_t n = (size_t)merak_tensor_elems(x);
-    switch (o->type) {
-    case MERAK_OP_EMBEDDING: break; /* token ids have no gradient */
-    case MERAK_OP_POS_EMBEDDING: if (d0) k->accumulate(d0, dout, n); break;
-    case MERAK_OP_LAYERNORM: {
-        float *s = saved(e, slot, i);
-        if (d0) k->layernorm_bwd_x(d0, dout, in0, in1, s, s + N, N, C);
-        break;
-    }
-    case MERAK_OP_RMSNORM:
-        if (d0) k->rmsnorm_bwd_x(d0, dout, in0, in1, saved(e, slot, i), N, C);
-        break;
-    case MERAK_OP_LINEAR:
-        if (d0) k->linear_bwd_x(d0, dout, in1, N, C, (int)cols_of(&g->tensors[o->out]));
-        break;
-    case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = attn_shape(g, o);
-        float *q, *kk, *v, *dq, *dk, *dv, *probs, *qr, *kr;
-        attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-        attn_qkv(o, d0, d1, o->nin > 2 ? grad(e, slot, o->in[2]) : NULL, &dq, &dk, &dv);
-        attn_saved(e, slot, i, &s, &probs, &qr, &kr);
-        if (dq)
-            k->attention_bwd(&s, dq, dk, dv, dout, probs, qr, kr, q, kk, v, e->scratch);
-        break;
-    }
-    case MERAK_OP_GELU: if (d0) k->gelu_bwd(d0, dout, in0, n); break;
-    case MERAK_OP_SWIGLU: if (d0) k->swiglu_bwd(d0, d1, dout, in0, in1, n); break;
-    case MERAK_OP_ADD:
-        if (d0) k->accumulate(d0, dout, n);
-        if (d1) k->accumulate(d1, dout, n);
-        break;
-    case MERAK_OP_DROPOUT:
-        if (d0) k->dropout_bwd(d0, dout, n, o->p, op_seed(e->seed[slot], o->src));
-        break;
-    case MERAK_OP_CROSS_ENTROPY:
-        /* The graph's loss is the mean over rows: scale by 1/N. */
-        if (d0)
-            k->crossentropy_bwd(d0, in0, saved(e, slot, i), (const int32_t *)in1, N, C, o->v0,
-                                e->loss_scale / (float)N);
-        break;
-    case MERAK_OP_TP_COPY: /* the input's gradient is the group's sum */
-        if (tp_sum(e, (float *)dout, n, i) < 0)
-            return -1;
-        if (d0) k->accumulate(d0, dout, n);
-        break;
-    case MERAK_OP_TP_REDUCE: if (d0) k->accumulate(d0, dout, n); break;
-    default: break;
-    }
-    return 0;
-}
-
-static void op_backward_weight(merak_exec *e, int slot, int i)
-{
-    const merak_graph *g = e->g;
-    const merak_kernels *k = e->k;
-    const merak_op *o = &g->ops[i];
-    const merak_tensor *x = &g->tensors[o->in[0]];
-    const float *dout = grad(e, slot, o->out);
-    float *in0 = val(e, slot, o->in[0]);
-    float *dw = grad(e, slot, o->in[1]);
-    float *db = o->nin > 2 ? grad(e, slot, o->in[2]) : NULL;
-    int N = (int)rows_of(x), C = (int)cols_of(x);
-    switch (o->type) {
-    case MERAK_OP_EMBEDDING:
-        k->embedding_bwd_w(dw, dout, (const int32_t *)in0, (int)merak_tensor_elems(x),
-                           (int)cols_of(&g->tensors[o->out]), o->v0,
-                           (int)g->tensors[o->in[1]].shape[0]);
-        break;
-    case MERAK_OP_TP_REDUCE: /* the bias: column sums of the gradient */
-        if (dw) k->posemb_bwd_w(dw, dout, N, 1, C);
-        break;
-    case MERAK_OP_POS_EMBEDDING:
-        k->posemb_bwd_w(dw, dout, (int)x->shape[0], (int)x->shape[1], C);
-        break;
-    case MERAK_OP_LAYERNORM: {
-        float *s = saved(e, slot, i);
-        k->layernorm_bwd_w(dw, db, dout, in0, s, s + N, N, C);
-        break;
-    }
-    case MERAK_OP_RMSNORM:
-        k->rmsnorm_bwd_w(dw, dout, in0, saved(e, slot, i), N, C);
-        break;
-    case MERAK_OP_LINEAR:
-        k->linear_bwd_w(dw, db, dout, in0, N, C, (int)cols_of(&g->tensors[o->out]));
-        break;
-    default: break; /* ops without parameters */
-    }
+    return run_pass(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->rc_end, P_RECOMPUTE);
 }
 
 /* A recomputing chunk's backward needs the slot's recompute. */
@@ -910,27 +1115,17 @@ int merak_exec_backward_input(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
-    const chunk *c = chunk_of(e, slot);
-    for (int i = c->end - 1; i >= c->begin; i--)
-        if (op_backward_input(e, slot, i) < 0)
-            return -1;
-    return 0;
+    return run_pass(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->end, P_BACKWARD_INPUT);
 }
 
-static void weight_step(merak_exec *e, int slot, int i)
-{
-    op_backward_weight(e, slot, i);
-    if (e->hook)
-        e->hook(e->hook_ctx, e->ready[i]);
-}
-
+/* The weight parts sum no activation over the group: the whole micro-batch at once. */
 int merak_exec_backward_weight(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
     const chunk *c = chunk_of(e, slot);
     for (int i = c->end - 1; i >= c->begin; i--)
-        weight_step(e, slot, i);
+        weight_step(e, slot, i, WHOLE);
     pool_release(e, slot);
     return 0;
 }
@@ -939,12 +1134,8 @@ int merak_exec_backward(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
-    const chunk *c = chunk_of(e, slot);
-    for (int i = c->end - 1; i >= c->begin; i--) {
-        if (op_backward_input(e, slot, i) < 0)
-            return -1;
-        weight_step(e, slot, i);
-    }
-    pool_release(e, slot);
-    return 0;
+    int rc = run_pass(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->end, P_BACKWARD);
+    if (rc == 0)
+        pool_release(e, slot);
+    return rc;
 }

@@ -22,6 +22,17 @@
  * weight-gradient part, which can run at different times (zero-bubble
  * schedules); merak_exec_backward runs both, op by op.
  *
+ * Sub-pipelined tensor parallelism (tp_overlap K > 1): every forward,
+ * recompute and input backward runs the micro-batch as K sub-batches along
+ * its batch (rows [k B/K, (k+1) B/K)); the ops are cut after each
+ * tensor-parallel sum into segments, each run sub-batch by sub-batch, and
+ * sub-batch k's sum is left in flight while sub-batch k+1 computes and
+ * finished where the next segment needs it, also across layers.  Every
+ * tensor of the slice but the parameters and the loss must lead with the
+ * batch, which K divides.  Results equal the whole micro-batch's up to the
+ * order of float sums; dropout masks are the same.  Weight backwards run
+ * the micro-batch whole.
+ *
  * Recomputation: with recompute_end > op_begin, the ops of [op_begin,
  * recompute_end) whose outputs only ops of that range read drop their
  * outputs, saved values and gradients after the forward (they live in one
@@ -45,10 +56,16 @@ typedef struct merak_exec merak_exec;
 /* The tensor-parallel group, for graphs made by merak_graph_shard: the
  * executor sums over it in TP_COPY/TP_REDUCE ops and the vocabulary-parallel
  * cross-entropy.  allreduce sums n floats in place on every rank of the
- * group and returns 0 or -1. */
+ * group and returns 0 or -1.  Sub-pipelined (tp_overlap K > 1), the sums of
+ * TP_REDUCE forwards and TP_COPY backwards are non-blocking: start begins
+ * sub-batch k's sum (0 <= k < K; at most one in flight per k), wait ends
+ * it (0 or -1), test lets it progress (1 done, 0 in flight, -1 failed). */
 typedef struct merak_exec_comm {
     void *ctx;
     int (*allreduce)(void *ctx, float *buf, size_t n);
+    int (*start)(void *ctx, float *buf, size_t n, int k);
+    int (*wait)(void *ctx, int k);
+    int (*test)(void *ctx, int k);
 } merak_exec_comm;
 
 typedef struct merak_exec_chunk {
@@ -63,6 +80,7 @@ typedef struct merak_exec_opts {
     const merak_kernels *kernels;
     const merak_exec_comm *tp;  /* required when the graph has tp > 1 */
     int npool;               /* recompute buffers (>= 1 when a chunk recomputes) */
+    int tp_overlap;          /* sub-batches per micro-batch, 0 or 1: none (see below) */
     int plan_only;           /* plan the memory, allocate nothing (for merak_exec_arena_bytes) */
 } merak_exec_opts;
 

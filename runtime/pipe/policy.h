@@ -22,6 +22,10 @@ const char *merak_schedule_names(void);
  * schedule's default (2 for interleaved, 1 for the others). */
 int merak_virtual_stages(merak_schedule_kind kind, int asked);
 
+/* The most sub-batches per micro-batch sub-pipelined tensor parallelism
+ * (--tp-overlap) takes. */
+#define MERAK_MAX_SUB_BATCHES 64
+
 /* Which layers a pipeline stage recomputes in the backward instead of
  * keeping their activations from the forward.  Layers are a stage's
  * segments between cut points (where one activation crosses). */

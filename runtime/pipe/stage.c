@@ -33,6 +33,8 @@ struct merak_stage {
                                    * of pp rank p is virtual stage c*pp + p */
     const merak_kernels *k;
     merak_exec_comm tpc;
+    int tp_overlap;               /* sub-batches per micro-batch (1: the whole) */
+    merak_req tp_req[MERAK_MAX_SUB_BATCHES]; /* sub-batch k's tensor-parallel sum in flight */
     merak_exec *e;
     merak_exec_chunk xc[MERAK_MAX_CHUNKS]; /* the executor's op ranges */
     merak_schedule sched;
@@ -438,15 +440,44 @@ void merak_stage_destroy(merak_stage *s)
     free(s);
 }
 
+/* The executor's tensor-parallel sums.  The trace records the time the
+ * compute waits in them: a blocking sum whole; a non-blocking one (a
+ * sub-batch's) from the start call and the wait, not while it is in
+ * flight behind other sub-batches' compute. */
+static void tp_traced(merak_stage *s, double t0)
+{
+    if (s->trace)
+        merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, s->cur_chunk, t0, merak_now());
+}
+
 static int tp_allreduce(void *ctx, float *buf, size_t n)
 {
     merak_stage *s = ctx;
     double t0 = s->trace ? merak_now() : 0;
     int rc = merak_allreduce(s->tp_g, buf, n, NULL);
-    if (s->trace)
-        merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, s->cur_chunk, t0, merak_now());
+    tp_traced(s, t0);
     return rc;
 }
+
+static int tp_start(void *ctx, float *buf, size_t n, int k)
+{
+    merak_stage *s = ctx;
+    double t0 = s->trace ? merak_now() : 0;
+    int rc = merak_allreduce(s->tp_g, buf, n, &s->tp_req[k]);
+    tp_traced(s, t0);
+    return rc;
+}
+
+static int tp_wait(void *ctx, int k)
+{
+    merak_stage *s = ctx;
+    double t0 = s->trace ? merak_now() : 0;
+    int rc = merak_wait(&s->tp_req[k]);
+    tp_traced(s, t0);
+    return rc;
+}
+
+static int tp_test(void *ctx, int k) { return merak_test(&((merak_stage *)ctx)->tp_req[k]); }
 
 /* Gradient reduction over dp: this rank's ZeRO share, or buckets. */
 static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t errlen)
@@ -534,7 +565,8 @@ static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb,
     free(flags);
     if (r < 0)
         return -2;   /* the spec was checked: only M < S gets here */
-    *eo = (merak_exec_opts){.chunks = s->xc, .nchunks = s->V, .kernels = s->k, .tp = &s->tpc};
+    *eo = (merak_exec_opts){.chunks = s->xc, .nchunks = s->V, .kernels = s->k, .tp = &s->tpc,
+                            .tp_overlap = s->tp_overlap};
     for (int c = 0, first = 0; c < s->V; first += ly->nl[c++]) {
         int q = c * gr->pp + p, k = s->sched.recompute ? chunk_share(ly, n, c) : 0;
         s->xc[c] = (merak_exec_chunk){lb[q], lb[q + 1], s->sched.chunk_slots[c], k ? ly->ends[first + k - 1] : 0};
@@ -628,8 +660,7 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     const int p = gr->pp_rank, S = gr->pp, Q = S * s->V;
     s->first = p == 0;
     s->last = p == S - 1;
-    s->tpc.ctx = s;
-    s->tpc.allreduce = tp_allreduce;
+    s->tpc = (merak_exec_comm){s, tp_allreduce, tp_start, tp_wait, tp_test};
     merak_exec_opts eo;
     int rc = plan_recompute(s, o, lb, &eo, err, errlen);
     if (rc < 0)
@@ -708,6 +739,13 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
     s->nrules = o->nrules;
     s->k = o->kernels;
     s->M = o->micro_batches;
+    s->tp_overlap = o->tp_overlap > 1 ? o->tp_overlap : 1;
+    if (s->tp_overlap > MERAK_MAX_SUB_BATCHES) {
+        merak_errf(err, errlen, "stage: %d sub-batches per micro-batch, more than %d", s->tp_overlap,
+                   MERAK_MAX_SUB_BATCHES);
+        free(s);
+        return -2;
+    }
     const merak_grid *gr = s->grid;
     s->V = merak_virtual_stages(o->schedule, o->virtual_stages);
     merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};

@@ -34,6 +34,8 @@ typedef struct merak_stage_opts {
     int nrules;
     int micro_batches;            /* M per replica */
     int virtual_stages;           /* interleaved: model chunks per stage (0: 2); others 0 or 1 */
+    int tp_overlap;               /* sub-batches per micro-batch, sub-pipelining the
+                                   * tensor-parallel sums (exec.h); 0 or 1: none */
     int zero;                     /* 1: ZeRO-1 over dp (reduce-scatter, share, all-gather) */
     double bucket_mb;             /* dp all-reduce buckets (0: 25 MiB) */
     const merak_kernels *kernels;

@@ -95,6 +95,12 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
     if (!interleaved && a->virtual_stages > 1)
         return merak_errf(err, errlen, "virtual stages %d need the interleaved schedule (not %s)",
                           a->virtual_stages, a->schedule ? a->schedule : "1f1b");
+    if (a->tp_overlap < 0 || a->tp_overlap > MERAK_MAX_SUB_BATCHES)
+        return merak_errf(err, errlen, "tp-overlap %d: 1 to %d sub-batches per micro-batch", a->tp_overlap,
+                          MERAK_MAX_SUB_BATCHES);
+    if (a->tp_overlap > 1 && a->micro_batch % a->tp_overlap)
+        return merak_errf(err, errlen, "tp-overlap %d does not divide the micro-batch of %d sequences",
+                          a->tp_overlap, a->micro_batch);
     merak_recompute rp;
     if (a->recompute && merak_recompute_parse(a->recompute, &rp, err, errlen) < 0)
         return -1;
@@ -426,7 +432,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD)};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
-                           .zero = a->zero, .bucket_mb = a->bucket_mb};
+                           .tp_overlap = a->tp_overlap, .zero = a->zero, .bucket_mb = a->bucket_mb};
     merak_tp_rule *rules = NULL;
     merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
     merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);

@@ -664,7 +664,7 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
 typedef struct {
     size_t n;
     float p, s;
-    uint64_t seed;
+    uint64_t seed, i0;  /* dropout: the mask's first element */
     int null_first; /* swiglu_bwd: dgate NULL */
 } pw_arg;
 
@@ -724,7 +724,7 @@ static void op_dropout_fwd(const merak_kernels *K, int on_gpu, void **p, const v
 {
     const pw_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->dropout_fwd(F(p[0]), F(p[1]), a->n, a->p, a->seed);
+    K->dropout_fwd(F(p[0]), F(p[1]), a->n, a->p, a->seed, a->i0);
 }
 
 static void op_dropout_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -732,7 +732,7 @@ static void op_dropout_bwd(const merak_kernels *K, int on_gpu, void **p, const v
 {
     const pw_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->dropout_bwd(F(p[0]), F(p[1]), a->n, a->p, a->seed);
+    K->dropout_bwd(F(p[0]), F(p[1]), a->n, a->p, a->seed, a->i0);
 }
 
 static void op_sumsq(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -796,17 +796,18 @@ static void test_pointwise(size_t n)
     for (int i = 0; i < NB(ps); i++) {
         a.p = ps[i];
         a.seed = 0x1234567ULL * (uint64_t)(i + 1);
+        a.i0 = (uint64_t)i * 1000003;   /* a piece of a larger tensor from p = 0.1 on */
         buf df[] = {
             {.name = "out", .kind = OUT_FWD, .n = n},
             {.name = "inp", .kind = IN_F, .n = n, .lo = 0.5f, .hi = 1.5f},
         };
-        snprintf(name, sizeof name, "dropout_fwd p=%g", (double)a.p);
+        snprintf(name, sizeof name, "dropout_fwd p=%g i0=%llu", (double)a.p, (unsigned long long)a.i0);
         run_case(name, df, NB(df), op_dropout_fwd, &a, EXACT);
         buf db[] = {
             {.name = "dinp", .kind = OUT_ACC, .n = n, .lo = -1, .hi = 1},
             {.name = "dout", .kind = IN_F, .n = n, .lo = 0.5f, .hi = 1.5f},
         };
-        snprintf(name, sizeof name, "dropout_bwd p=%g", (double)a.p);
+        snprintf(name, sizeof name, "dropout_bwd p=%g i0=%llu", (double)a.p, (unsigned long long)a.i0);
         run_case(name, db, NB(db), op_dropout_bwd, &a, 0);
     }
 

@@ -140,6 +140,39 @@ for sched in scp zb-h1; do
     compare "tiny-llama (1,2,4) $sched recompute=full" "$WORK/tiny-llama.ref1.jsonl" \
         "$WORK/tiny-llama.ref1.safetensors" "$out.jsonl" "$out.safetensors" || status=1
 done
+# Sub-pipelined tensor parallelism (--tp-overlap K): each micro-batch in K
+# sub-batches whose all-reduces overlap the next one's compute, forward,
+# recompute and backward, with every schedule kind; dropout masks and the
+# loss mean over the whole micro-batch are unchanged.  K = 4 on micro-batches
+# of 4 sequences against a reference with such micro-batches.
+for run in "1 1 1 1f1b full 2 2" "1 2 1 1f1b none 2 2" "1 2 2 scp full 2 2" "1 2 2 zb-h1 none 2 2" "1 2 2 interleaved stage-aware 2 2" \
+           "2 2 2 1f1b stage-aware 2 2" "1 2 2 1f1b full 4 4"; do
+    set -- $run
+    dp=$1 tp=$2 pp=$3 np=$(($1 * $2 * $3)) B=$7
+    ref=$WORK/drop.ref$dp.b$B
+    if [ ! -f "$ref.jsonl" ]; then
+        "$TRAIN" --model "$WORK/drop.json" $common --micro-batch $B --micro-batches $((M * dp)) --metrics "$ref.jsonl" \
+            --save-weights "$ref.safetensors" > /dev/null || fail "dropout model: reference run failed"
+    fi
+    out=$WORK/drop.$dp$tp$pp.$4.$5.k$6
+    if ! "$WRAP" $np "$TRAIN" --model "$WORK/drop.json" $common --micro-batch $B --micro-batches $M --dp $dp \
+        --tp $tp --pp $pp --schedule $4 --recompute $5 --tp-overlap $6 --metrics "$out.jsonl" \
+        --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+        cat "$out.log" >&2
+        fail "dropout model (dp,tp,pp)=($dp,$tp,$pp) --schedule $4 --recompute $5 --tp-overlap $6: run failed"
+    fi
+    grep -q "$6 sub-batches per micro-batch" "$out.log" || fail "--tp-overlap $6: not in the banner"
+    compare "dropout GPT-2 ($dp,$tp,$pp) $4 recompute=$5 tp-overlap=$6 micro-batch=$B" "$ref.jsonl" \
+        "$ref.safetensors" "$out.jsonl" "$out.safetensors" || status=1
+done
+out=$WORK/tiny-llama.122.k2
+if ! "$WRAP" 4 "$TRAIN" --model tiny-llama $common --micro-batches $M --tp 2 --pp 2 --tp-overlap 2 \
+    --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+    cat "$out.log" >&2
+    fail "tiny-llama (1,2,2) --tp-overlap 2: run failed"
+fi
+compare "tiny-llama (1,2,2) tp-overlap=2" "$WORK/tiny-llama.ref1.jsonl" "$WORK/tiny-llama.ref1.safetensors" \
+    "$out.jsonl" "$out.safetensors" || status=1
 # Hugging Face weights loaded into tensor-parallel shards (GPT-2's fused
 # q|k|v sliced head by head, Conv1D transposed): fine-tune the trained
 # weights of a reference run, at a fine-tuning learning rate (training on

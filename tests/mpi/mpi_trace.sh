@@ -63,6 +63,31 @@ trace_ok "$WORK/1f1b.json" 1f1b "$BASE,BWD"
     { cat "$WORK/out" >&2; fail "zb-h1 run"; }
 trace_ok "$WORK/zb.json" zb-h1 "$BASE,BWD_INPUT,BWD_WEIGHT,RECOMPUTE"
 
+# --tp-overlap 2: each blocking all-reduce of the forward and the input
+# backward becomes, per sub-batch, a start and a wait (both inside the
+# instruction); only the vocabulary-parallel cross-entropy (last stage)
+# still sums once per sub-batch, blocking.  So stages without the loss
+# record exactly 4 times the events of the 1f1b run, the last stage fewer.
+"$WRAP" 8 "$TRAIN" $D --tp-overlap 2 --trace "$WORK/k2.json" > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out" >&2; fail "1f1b --tp-overlap 2 run"; }
+trace_ok "$WORK/k2.json" 1f1b "$BASE,BWD"
+"$PY" - "$WORK/1f1b.json" "$WORK/k2.json" <<'PYEOF' || fail "--tp-overlap 2 did not split the all-reduces"
+import json, sys
+def count(path):
+    d = json.load(open(path))
+    names = {e["pid"]: e["args"]["name"] for e in d["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    n = {}
+    for e in d["traceEvents"]:
+        if e["ph"] == "X" and e["name"] == "TP_ALLREDUCE":
+            n[names[e["pid"]]] = n.get(names[e["pid"]], 0) + 1
+    return n
+one, two = count(sys.argv[1]), count(sys.argv[2])
+for r in one:
+    last = r.endswith("pp 3)")
+    assert (3 * one[r] <= two[r] < 4 * one[r]) if last else two[r] == 4 * one[r], (r, one[r], two[r])
+print("ok: --tp-overlap 2: tensor-parallel all-reduce events per rank", {r: (one[r], two[r]) for r in sorted(one)})
+PYEOF
+
 # interleaved (pp 2, 2 chunks each): every rank forwards and backwards every
 # micro-batch once per chunk, the chunk in args; merak-trace simulates it
 # with the trace's virtual stages

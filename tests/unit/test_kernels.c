@@ -661,11 +661,11 @@ static int ref_keep(uint64_t seed, uint64_t i, float p)
 
 static void drop_fwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->dropout_fwd(o[0], x[0], c->n, c->p, c->seed));
+    DISPATCH(c, f32, KT->dropout_fwd(o[0], x[0], c->n, c->p, c->seed, 0));
 }
 static void drop_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->dropout_bwd(g[0], R, c->n, c->p, c->seed));
+    DISPATCH(c, f32, KT->dropout_bwd(g[0], R, c->n, c->p, c->seed, 0));
 }
 static void drop_ref(const opcase *c, double *out)
 {
@@ -1043,9 +1043,9 @@ static void check_dropout_p0(void)
     float *d = xcalloc(n, sizeof(float)), *d0 = xcalloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++)
         x[i] = (float)rng_sym(1.0), d[i] = d0[i] = (float)rng_sym(1.0);
-    KF->dropout_fwd(y, x, n, 0.0f, 42);
+    KF->dropout_fwd(y, x, n, 0.0f, 42, 0);
     int ok = memcmp(x, y, n * sizeof(float)) == 0;
-    KF->dropout_bwd(d, x, n, 0.0f, 42);
+    KF->dropout_bwd(d, x, n, 0.0f, 42, 0);
     for (size_t i = 0; i < n; i++)
         ok &= d[i] == d0[i] + x[i];
     tap(ok, "dropout p=0: forward is a copy, backward adds dout");
@@ -1061,9 +1061,13 @@ static void check_dropout_stats(void)
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(1.0 + rng_unif()); /* never 0 */
     const uint64_t seed = rng_next();
-    KF->dropout_fwd(y1, x, n, p, seed);
-    KF->dropout_fwd(y2, x, n, p, seed);
-    KF->dropout_fwd(y3, x, n, p, seed + 1);
+    KF->dropout_fwd(y1, x, n, p, seed, 0);
+    /* in three pieces, each told its first element: the same mask */
+    const size_t a = n / 3, b = n / 2;
+    KF->dropout_fwd(y2, x, a, p, seed, 0);
+    KF->dropout_fwd(y2 + a, x + a, b - a, p, seed, a);
+    KF->dropout_fwd(y2 + b, x + b, n - b, p, seed, b);
+    KF->dropout_fwd(y3, x, n, p, seed + 1, 0);
     size_t kept = 0, differ = 0;
     double scerr = 0;
     int maskok = 1;
@@ -1078,7 +1082,7 @@ static void check_dropout_stats(void)
     const double frac = (double)kept / n, fdiff = (double)differ / n;
     tap(memcmp(y1, y2, n * sizeof(float)) == 0 && maskok && fabs(frac - (1 - p)) < 0.006 &&
             fdiff > 0.3 && scerr < 1e-6,
-        "dropout: same seed same mask, documented hash, keep rate %.4f, %.3f differ "
+        "dropout: same seed same mask (also run in pieces), documented hash, keep rate %.4f, %.3f differ "
         "with seed+1, scale err %.1e",
         frac, fdiff, scerr);
     free(x), free(y1), free(y2), free(y3);

@@ -62,6 +62,17 @@ static void test_options(void)
         tap_ok(opt(&o, MERAK_OPT_VIRTUAL_STAGES, bad_v[i], err) < 0 && strstr(err, "from 2 to 64") && !o.given,
                "--merak-virtual-stages=%s refused: %s", bad_v[i], err);
     }
+    /* merak-train's range for --tp-overlap: 1 to 64 */
+    merak_spank_opts_init(&o);
+    tap_ok(opt(&o, MERAK_OPT_TP_OVERLAP, "4", err) == 0 && o.tp_overlap == 4 && o.given, "--merak-tp-overlap=4");
+    tap_ok(opt(&o, MERAK_OPT_TP_OVERLAP, "2", err) < 0 && strstr(err, "twice"),
+           "--merak-tp-overlap changed: refused: %s", err);
+    const char *bad_k[] = {"0", "65", "-1", "2x", "", NULL};
+    for (int i = 0; bad_k[i]; i++) {
+        merak_spank_opts_init(&o);
+        tap_ok(opt(&o, MERAK_OPT_TP_OVERLAP, bad_k[i], err) < 0 && strstr(err, "from 1 to 64") && !o.given,
+               "--merak-tp-overlap=%s refused: %s", bad_k[i], err);
+    }
     tap_ok(opt(&o, 99, "1", err) < 0, "unknown option number refused");
 }
 
