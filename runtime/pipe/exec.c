@@ -1004,12 +1004,17 @@ static int coll_finish(merak_exec *e, int slot, int i, sub sb, pass ps)
     return 0;
 }
 
-/* Lets the sums in flight move while the caller computes. */
-static void progress(merak_exec *e, const int *pending)
+/* Lets the sums in flight move while the caller computes; 0, or -1 if
+ * one failed (a failed sum is over: its wait would not see it). */
+static int progress(merak_exec *e, int *pending)
 {
     for (int k = 0; k < e->K; k++)
-        if (pending[k] >= 0)
-            e->tp->test(e->tp->ctx, k);
+        if (pending[k] >= 0 && e->tp->test(e->tp->ctx, k) < 0) {
+            fail(e, "op %d: the tensor-parallel sum of sub-batch %d failed", pending[k], k);
+            pending[k] = -1;
+            return -1;
+        }
+    return 0;
 }
 
 /* Ops [begin, end) of the slot, in the pass's direction. */
@@ -1043,9 +1048,8 @@ static int run_pass(merak_exec *e, int slot, int begin, int end, pass ps)
                 if (overlapped(e, i, back)) {
                     rc = coll_start(e, slot, i, sb, ps);
                     pending[k] = rc == 0 ? i : -1;
-                } else {
-                    rc = step_op(e, slot, i, sb, ps);
-                    progress(e, pending);
+                } else if ((rc = step_op(e, slot, i, sb, ps)) == 0) {
+                    rc = progress(e, pending);
                 }
             }
         }
