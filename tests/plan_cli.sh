@@ -65,6 +65,28 @@ assert len(titles) == 96 and kinds == {"FWD", "BWD_INPUT", "BWD_WEIGHT"}, (len(t
 print("ok: the SVG parses as XML and draws", len(titles), "instructions of", sorted(kinds))
 PYEOF
 
+# --list-models: every preset's parameters, counted on its graph, are the
+# published ones: exactly Hugging Face's num_parameters() for GPT-2 and
+# LLaMA, the papers' rounded figures for Megatron's and GPT-3's sizes
+# (gpt3-13b uses d_model 5120, 40 heads of 128, where the GPT-3 table's
+# 13.0B comes from a printed 5140).
+"$PLAN" --list-models --json > "$WORK/models.json" || fail "merak-plan --list-models --json failed"
+"$PY" - "$WORK/models.json" <<'PYEOF' || fail "a preset's parameter count is not the published one"
+import json, sys
+got = {m["name"]: m["parameters"] for m in json.load(open(sys.argv[1]))["models"]}
+exact = {"gpt2": 124439808, "gpt2-medium": 354823168, "gpt2-large": 774030080, "gpt2-xl": 1557611200,
+         "llama2-7b": 6738415616, "llama2-13b": 13015864320, "llama2-70b": 68976648192,
+         "llama3-8b": 8030261248, "llama3-70b": 70553706496}
+rounded = {"megatron-2.5b": (2.5e9, 0.01), "megatron-8.3b": (8.3e9, 0.01), "gpt3-6.7b": (6.7e9, 0.01),
+           "gpt3-13b": (13.0e9, 0.015), "gpt3-175b": (175.0e9, 0.01)}
+for name, n in exact.items():
+    assert got[name] == n, (name, got[name], n)
+for name, (n, tol) in rounded.items():
+    assert abs(got[name] - n) <= tol * n, (name, got[name], n)
+print("ok: --list-models:", len(got), "presets,", len(exact), "exact and", len(rounded), "rounded counts as published")
+PYEOF
+"$PLAN" --list-models | grep -q '^gpt3-175b .* 174604259328  174.60B$' || fail "--list-models text lacks gpt3-175b"
+
 # expect STATUS PATTERN ARGS...: runs merak-plan, checks both.
 expect() {
     want=$1 pattern=$2; shift 2
@@ -81,6 +103,8 @@ expect 2 "out of range" $S --schedule 1f1b --fwd -1
 expect 2 "not a number" $S --schedule 1f1b --comm fast
 expect 2 "needs --schedule, --stages and --micro-batches" --simulate --schedule 1f1b
 expect 2 "nothing to do" --schedule 1f1b --stages 2 --micro-batches 2
+expect 2 "list-models takes only --json" --list-models --stages 4
+expect 2 "list-models takes only --json" --list-models --simulate
 expect 2 "recompute-cost needs --recompute full" $S --schedule 1f1b --recompute-cost 2
 expect 2 "unknown option" $S --schedule 1f1b --virtually
 expect 2 "virtual-stages needs --schedule interleaved" $S --schedule 1f1b --virtual-stages 2

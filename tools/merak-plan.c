@@ -7,6 +7,8 @@
  * runtime/pipe/schedule.c), and reports the step's makespan, bubble
  * fraction and the most micro-batches whose activations each stage holds at
  * once, or the deadlock.  --svg draws the simulated pipeline.
+ * --list-models lists the model presets with their parameter counts,
+ * counted on their graphs (which hold shapes, never parameter memory).
  *
  * Exit status: 0 on success, 2 for usage errors, 1 otherwise.
  */
@@ -27,9 +29,12 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "Usage: %s --simulate --schedule S --stages P --micro-batches M [options]\n"
-        "Simulate one optimizer step of a pipeline schedule on P equal stages.\n"
+        "       %s --list-models [--json]\n"
+        "Simulate one optimizer step of a pipeline schedule on P equal stages, or list\n"
+        "the model presets.\n"
         "\n"
-        "  --simulate              run the schedule simulator (the only mode of this release)\n"
+        "  --simulate              run the schedule simulator\n"
+        "  --list-models           list the model presets: shapes and parameter counts\n"
         "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved\n"
         "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
         "  --stages P              pipeline stages (1 to 1024)\n"
@@ -45,24 +50,26 @@ static void usage(FILE *out)
         "  --help                  show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
-        "See merak-plan(1).\n", cli_prog);
+        "See merak-plan(1).\n", cli_prog, cli_prog);
 }
 
 typedef struct plan_opts {
-    int simulate, json, stages, micro_batches, recompute, virtual_stages;
+    int simulate, list_models, json, stages, micro_batches, recompute, virtual_stages;
+    int others;   /* options given that only --simulate takes */
     merak_schedule_kind schedule;
     const char *schedule_name, *svg;
     merak_sim_costs costs;
     int have_weight, have_rcost;
 } plan_opts;
 
-enum { OPT_SIM = 256, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
+enum { OPT_SIM = 256, OPT_LIST, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
        OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION };
 
 static void parse_args(int argc, char **argv, plan_opts *o)
 {
     static const struct option opts[] = {
         {"simulate", no_argument, 0, OPT_SIM},
+        {"list-models", no_argument, 0, OPT_LIST},
         {"schedule", required_argument, 0, OPT_SCHED},
         {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
         {"stages", required_argument, 0, OPT_STAGES},
@@ -83,8 +90,10 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        o->others |= (c >= OPT_SCHED && c <= OPT_COMM) || c == OPT_SVG;
         switch (c) {
         case OPT_SIM: o->simulate = 1; break;
+        case OPT_LIST: o->list_models = 1; break;
         case OPT_SCHED:
             if (merak_schedule_parse(optarg, &o->schedule) < 0)
                 cli_die_usage("--schedule: '%s' is not %s", optarg, merak_schedule_names());
@@ -120,8 +129,13 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     }
     if (optind < argc)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
+    if (o->list_models) {
+        if (o->simulate || o->others)
+            cli_die_usage("--list-models takes only --json");
+        return;
+    }
     if (!o->simulate)
-        cli_die_usage("nothing to do: this release plans with --simulate only");
+        cli_die_usage("nothing to do: give --simulate or --list-models");
     if (!o->schedule_name || !o->stages || !o->micro_batches)
         cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
     if (o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
@@ -145,6 +159,53 @@ static void on_compute(void *ctx, int stage, const merak_instr *in, double start
     merak_trace_add(ctx, stage, in->kind, in->mb, in->chunk, start, end);
 }
 
+/* ------------------------------------------------------------------ presets */
+
+/* Every preset's shape and parameter count, counted on its graph (one
+ * token: the graph holds shapes, so even gpt3-175b costs no parameter
+ * memory). */
+static void list_models(int json)
+{
+    json_t *arr = json ? json_array() : NULL;
+    if (!json)
+        printf("%-14s %-5s %6s %6s %5s %4s %6s %7s %9s %16s\n", "preset", "arch", "layers", "hidden", "heads",
+               "kv", "ffn", "vocab", "positions", "parameters");
+    for (const char *const *n = merak_model_preset_names(); *n; n++) {
+        merak_model_config c;
+        char err[512];
+        merak_model_preset(*n, &c);
+        merak_graph *g = merak_model_build(&c, 1, 1, err, sizeof err);
+        if (!g)
+            cli_die("%s: %s", *n, err);
+        long long params = (long long)merak_graph_param_elems(g);
+        merak_graph_destroy(g);
+        const char *arch = c.arch == MERAK_ARCH_GPT2 ? "gpt2" : "llama";
+        if (json) {
+            json_t *m = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:I}", "name", *n, "arch", arch,
+                                  "layers", c.n_layer, "hidden", c.hidden, "heads", c.n_head, "kv_heads", c.n_kv_head,
+                                  "ffn", c.ffn_hidden, "vocab", c.vocab_size, "positions", c.max_positions,
+                                  "tied_embeddings", c.tie_embeddings, "parameters", (json_int_t)params);
+            if (!m || json_array_append_new(arr, m) < 0)
+                cli_die("out of memory");
+        } else {
+            char size[32];
+            snprintf(size, sizeof size, params >= 1000000000 ? "%.2fB" : "%.1fM",
+                     params >= 1000000000 ? params / 1e9 : params / 1e6);
+            printf("%-14s %-5s %6d %6d %5d %4d %6d %7d %9d %16lld  %s\n", *n, arch, c.n_layer, c.hidden, c.n_head,
+                   c.n_kv_head, c.ffn_hidden, c.vocab_size, c.max_positions, params, size);
+        }
+    }
+    if (json) {
+        json_t *j = json_pack("{s:o}", "models", arr);
+        if (!j || json_dumpf(j, stdout, 0) < 0)
+            cli_die("cannot write the JSON answer");
+        putchar('\n');
+        json_decref(j);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout))
+        cli_die("writing the list: %s", strerror(errno));
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -153,6 +214,10 @@ int main(int argc, char **argv)
     char err[1024];
     cli_prog = "merak-plan";
     parse_args(argc, argv, &o);
+    if (o.list_models) {
+        list_models(o.json);
+        return 0;
+    }
 
     unsigned char *rc = malloc((size_t)o.stages);
     merak_schedule *sch = calloc((size_t)o.stages, sizeof *sch);

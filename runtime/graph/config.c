@@ -50,11 +50,20 @@
     X(GPT2, "gpt2-medium", 50257, 1024, 1024, 24, 16, 4096)                                     \
     X(GPT2, "gpt2-large", 50257, 1024, 1280, 36, 20, 5120)                                      \
     X(GPT2, "gpt2-xl", 50257, 1024, 1600, 48, 25, 6400)                                         \
+    /* Megatron-LM's 2.5B and 8.3B GPT-2 (Shoeybi et al. 2019, tables 1-2; the   \
+     * 8.3B model it trained has 24 heads), two of the Merak paper's sizes */     \
+    X(GPT2, "megatron-2.5b", 50257, 1024, 1920, 54, 20, 7680)                                   \
+    X(GPT2, "megatron-8.3b", 50257, 1024, 3072, 72, 24, 12288)                                  \
+    /* GPT-3 (Brown et al. 2020, table 2.1; 13B with 40 heads of 128, i.e.      \
+     * d_model 5120 where the table prints 5140) */                              \
+    X(GPT2, "gpt3-6.7b", 50257, 2048, 4096, 32, 32, 16384)                                      \
     X(GPT2, "gpt3-13b", 50257, 2048, 5120, 40, 40, 20480)                                       \
+    X(GPT2, "gpt3-175b", 50257, 2048, 12288, 96, 96, 49152)                                     \
     X(LLAMA, "llama2-7b", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f)                       \
     X(LLAMA, "llama2-13b", 32000, 4096, 5120, 40, 40, 40, 13824, 10000.0f)                      \
     X(LLAMA, "llama2-70b", 32000, 4096, 8192, 80, 64, 8, 28672, 10000.0f)                       \
-    X(LLAMA, "llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f)
+    X(LLAMA, "llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f)                      \
+    X(LLAMA, "llama3-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000.0f)
 
 #define PRESET_CONFIG(ARCH, ...) ARCH(__VA_ARGS__),
 #define PRESET_NAME(ARCH, nm, ...) nm,
