@@ -30,8 +30,10 @@
  * finished where the next segment needs it, also across layers.  Every
  * tensor of the slice but the parameters and the loss must lead with the
  * batch, which K divides.  Results equal the whole micro-batch's up to the
- * order of float sums; dropout masks are the same.  Weight backwards run
- * the micro-batch whole.
+ * order of float sums; dropout masks are the same.  merak_exec_backward
+ * runs each op's weight part right after its input part, sub-batch by
+ * sub-batch; merak_exec_backward_weight (no sums) runs the micro-batch
+ * whole.
  *
  * Recomputation: with recompute_end > op_begin, the ops of [op_begin,
  * recompute_end) whose outputs only ops of that range read drop their
