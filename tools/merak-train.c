@@ -117,6 +117,16 @@ static const char *env_name(const char *var, const char *given, void (*set)(mera
     return v;
 }
 
+/* The value of environment variable VAR for an integer option the flags
+ * left unset (given 0); a value that is not a positive integer is a usage
+ * error named with its variable. */
+static void env_int(const char *var, int given, int *slot)
+{
+    const char *v = getenv(var);
+    if (!given && v && *v)
+        *slot = (int)cli_parse_int(var, v, 1, 1 << 20);
+}
+
 static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
 {
     static const struct option opts[] = {
@@ -227,15 +237,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
      * --merak-tp-overlap); flags win. */
     a->schedule = env_name("MERAK_SCHEDULE", a->schedule, set_schedule);
     a->recompute = env_name("MERAK_RECOMPUTE", a->recompute, set_recompute);
-    const char *env_mb = getenv("MERAK_MICROBATCHES");
-    if (!mbs_given && env_mb && *env_mb)
-        a->micro_batches = (int)cli_parse_int("MERAK_MICROBATCHES", env_mb, 1, 1 << 20);
-    const char *env_vs = getenv("MERAK_VIRTUAL_STAGES");
-    if (!vs_given && env_vs && *env_vs)
-        a->virtual_stages = (int)cli_parse_int("MERAK_VIRTUAL_STAGES", env_vs, 1, 1 << 20);
-    const char *env_tpo = getenv("MERAK_TP_OVERLAP");
-    if (!tpo_given && env_tpo && *env_tpo)
-        a->tp_overlap = (int)cli_parse_int("MERAK_TP_OVERLAP", env_tpo, 1, 1 << 20);
+    env_int("MERAK_MICROBATCHES", mbs_given, &a->micro_batches);
+    env_int("MERAK_VIRTUAL_STAGES", vs_given, &a->virtual_stages);
+    env_int("MERAK_TP_OVERLAP", tpo_given, &a->tp_overlap);
     if (!a->data)
         cli_die_usage("--data is required");
     if (a->min_lr > a->lr)

@@ -268,7 +268,9 @@ static int check_batch(const merak_exec *e, char *err, size_t errlen)
 {
     const merak_graph *g = e->g;
     int64_t B = -1;
-    for (int t = 0; t < g->ntensors && e->K > 1; t++) {
+    if (e->K == 1)
+        return 0;
+    for (int t = 0; t < g->ntensors; t++) {
         const merak_tensor *x = &g->tensors[t];
         if (e->t_off[t] < 0 || t == g->loss)
             continue;   /* a parameter, the loss, or outside the slice */
@@ -724,6 +726,36 @@ static int crossentropy_forward(merak_exec *e, int slot, int op, sub sb, float *
     return copy(e, out, &loss, sizeof loss, MERAK_COPY_H2D, op);
 }
 
+/* The two tensor-parallel ops around their sum, one place for the
+ * blocking and the sub-pipelined paths: TP_REDUCE's forward sums a copy of
+ * its input in its output and then adds its bias; TP_COPY's backward sums
+ * its output's gradient and then passes it on to its input's.  tp_before
+ * returns the buffer to sum (NULL if the copy failed); n: its floats. */
+static float *tp_before(merak_exec *e, int slot, int i, sub sb, int backward, size_t *n)
+{
+    const merak_op *o = &e->g->ops[i];
+    *n = (size_t)merak_tensor_elems(&e->g->tensors[o->in[0]]) / (size_t)sb.K;
+    if (backward)
+        return sgrad(e, slot, o->out, sb);
+    float *out = sval(e, slot, o->out, sb);
+    return copy(e, out, sval(e, slot, o->in[0], sb), *n * sizeof(float), MERAK_COPY_D2D, i) < 0 ? NULL : out;
+}
+
+static void tp_after(merak_exec *e, int slot, int i, sub sb, int backward)
+{
+    const merak_op *o = &e->g->ops[i];
+    const merak_tensor *x = &e->g->tensors[o->in[0]];
+    if (!backward) {
+        if (o->in[1] >= 0) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
+            e->k->posemb_fwd(sval(e, slot, o->out, sb), sval(e, slot, o->out, sb), val(e, slot, o->in[1]),
+                             (int)(rows_of(x) / sb.K), 1, (int)cols_of(x));
+        return;
+    }
+    float *d0 = e->param_of[o->in[0]] < 0 ? sgrad(e, slot, o->in[0], sb) : NULL;
+    if (d0)
+        e->k->accumulate(d0, sgrad(e, slot, o->out, sb), (size_t)merak_tensor_elems(x) / (size_t)sb.K);
+}
+
 /* ------------------------------------------------------------------ forward */
 
 /* Slot takes a free recompute buffer; -1 if none is free. */
@@ -811,12 +843,13 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
         if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0)
             return -1;
         break;
-    case MERAK_OP_TP_REDUCE:
-        if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0 || tp_sum(e, out, n, i) < 0)
+    case MERAK_OP_TP_REDUCE: {
+        float *buf = tp_before(e, slot, i, sb, 0, &n);
+        if (!buf || tp_sum(e, buf, n, i) < 0)
             return -1;
-        if (in1) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
-            k->posemb_fwd(out, out, in1, N, 1, C);
+        tp_after(e, slot, i, sb, 0);
         break;
+    }
     default: break;
     }
     return 0;
@@ -882,9 +915,9 @@ static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
                                 C, o->v0, e->loss_scale / (float)Nall);
         break;
     case MERAK_OP_TP_COPY: /* the input's gradient is the group's sum */
-        if (tp_sum(e, (float *)dout, n, i) < 0)
+        if (tp_sum(e, tp_before(e, slot, i, sb, 1, &n), n, i) < 0)
             return -1;
-        if (d0) k->accumulate(d0, dout, n);
+        tp_after(e, slot, i, sb, 1);
         break;
     case MERAK_OP_TP_REDUCE: if (d0) k->accumulate(d0, dout, n); break;
     default: break;
@@ -969,14 +1002,10 @@ static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
 /* Overlapped op i, sub-batch sb: everything up to starting its sum. */
 static int coll_start(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
-    const merak_op *o = &e->g->ops[i];
-    size_t n = (size_t)merak_tensor_elems(&e->g->tensors[o->in[0]]) / (size_t)sb.K;
-    float *buf = sgrad(e, slot, o->out, sb);   /* backward: TP_COPY sums its output's gradient */
-    if (ps <= P_RECOMPUTE) {                   /* forward: TP_REDUCE sums a copy of its input */
-        buf = sval(e, slot, o->out, sb);
-        if (copy(e, buf, sval(e, slot, o->in[0], sb), n * sizeof(float), MERAK_COPY_D2D, i) < 0)
-            return -1;
-    }
+    size_t n;
+    float *buf = tp_before(e, slot, i, sb, ps >= P_BACKWARD_INPUT, &n);
+    if (!buf)
+        return -1;
     if (e->tp->start(e->tp->ctx, buf, n, sb.k) < 0)
         return fail(e, "op %d: starting the tensor-parallel sum of sub-batch %d failed", i, sb.k);
     return 0;
@@ -985,20 +1014,9 @@ static int coll_start(merak_exec *e, int slot, int i, sub sb, pass ps)
 /* Overlapped op i, sub-batch sb: waits for its sum and does the rest. */
 static int coll_finish(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
-    const merak_op *o = &e->g->ops[i];
-    const merak_tensor *x = &e->g->tensors[o->in[0]];
-    size_t n = (size_t)merak_tensor_elems(x) / (size_t)sb.K;
     if (e->tp->wait(e->tp->ctx, sb.k) < 0)
         return fail(e, "op %d: the tensor-parallel sum of sub-batch %d failed", i, sb.k);
-    if (ps <= P_RECOMPUTE) {   /* TP_REDUCE's bias, after the sum */
-        if (o->in[1] >= 0)
-            e->k->posemb_fwd(sval(e, slot, o->out, sb), sval(e, slot, o->out, sb), val(e, slot, o->in[1]),
-                             (int)(rows_of(x) / sb.K), 1, (int)cols_of(x));
-        return 0;
-    }
-    float *d0 = e->param_of[o->in[0]] < 0 ? sgrad(e, slot, o->in[0], sb) : NULL;
-    if (d0)   /* TP_COPY passes the summed gradient on */
-        e->k->accumulate(d0, sgrad(e, slot, o->out, sb), n);
+    tp_after(e, slot, i, sb, ps >= P_BACKWARD_INPUT);
     if (ps == P_BACKWARD)
         weight_step(e, slot, i, sb);
     return 0;
