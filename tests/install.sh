@@ -14,7 +14,7 @@ for f in "$prefix/bin/merak-train" "$prefix/bin/merak-shard" "$prefix/bin/merak-
          "$prefix/include/merak/merak.h" "$prefix/include/merak/topo.h" \
          "$prefix/share/man/man7/merak.7" "$prefix/share/man/man1/merak-train.1" \
          "$prefix/share/man/man1/merak-shard.1" "$prefix/share/man/man1/merak-topo.1" "$prefix/share/man/man1/merak-plan.1" "$prefix/share/man/man1/merak-trace.1" \
-         "$prefix/share/man/man8/spank-merak.8"; do
+         "$prefix/share/man/man8/spank-merak.8" "$prefix/share/merak/devices.json"; do
     [ -e "$D$f" ] || fail "not installed: $f"
 done
 plugindir=$(sed -n 's/^SPANK_PLUGINDIR = //p' "$MERAK_BUILDDIR/Makefile")

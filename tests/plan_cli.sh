@@ -103,8 +103,8 @@ expect 2 "out of range" $S --schedule 1f1b --fwd -1
 expect 2 "not a number" $S --schedule 1f1b --comm fast
 expect 2 "needs --schedule, --stages and --micro-batches" --simulate --schedule 1f1b
 expect 2 "nothing to do" --schedule 1f1b --stages 2 --micro-batches 2
-expect 2 "list-models takes only --json" --list-models --stages 4
-expect 2 "list-models takes only --json" --list-models --simulate
+expect 2 "list-models takes no simulator options" --list-models --stages 4
+expect 2 "give one of --simulate, --list-models and --partition-costs" --list-models --simulate
 expect 2 "recompute-cost needs --recompute full" $S --schedule 1f1b --recompute-cost 2
 expect 2 "unknown option" $S --schedule 1f1b --virtually
 expect 2 "virtual-stages needs --schedule interleaved" $S --schedule 1f1b --virtual-stages 2
@@ -112,4 +112,46 @@ expect 2 "interleaved needs 2 to 64 virtual stages per stage (V = 1)" $S --sched
 expect 2 "interleaved needs at least 2 pipeline stages" --simulate --stages 1 --micro-batches 8 --schedule interleaved
 expect 2 "not an integer" $S --schedule interleaved --virtual-stages x
 expect 1 "no-such-dir/p.svg" $S --schedule 1f1b --svg "$WORK/no-such-dir/p.svg"
+
+# --partition-costs: eight blocks, the fifth four times the others.  The
+# 1F1B model's step for uniform's two blocks per stage is 133 (the heavy
+# stage's 15 per micro-batch); AutoPipe gives that block a stage of its
+# own and takes 109; custom's answer is the list given.
+printf '{"forward": [1, 1, 1, 1, 4, 1, 1, 1], "backward": [2, 2, 2, 2, 8, 2, 2, 2], "stages": 4, "micro_batches": 8}' \
+    > "$WORK/chain.json"
+j=$("$PLAN" --partition-costs "$WORK/chain.json" --json) || fail "--partition-costs failed"
+[ "$(field "$j" starts)" = "[0, 4, 5, 6]" ] && [ "$(field "$j" predicted_step)" = 109.0 ] &&
+    [ "$(field "$j" stage_costs)" = "[12.0, 12.0, 3.0, 6.0]" ] || fail "autopipe on the chain: $j"
+j=$("$PLAN" --partition-costs "$WORK/chain.json" --partition uniform --json)
+[ "$(field "$j" starts)" = "[0, 2, 4, 6]" ] && [ "$(field "$j" predicted_step)" = 133.0 ] || fail "uniform: $j"
+j=$("$PLAN" --partition-costs "$WORK/chain.json" --partition custom:0,3,4,5 --json)
+[ "$(field "$j" starts)" = "[0, 3, 4, 5]" ] || fail "custom: $j"
+"$PLAN" --partition-costs "$WORK/chain.json" | grep -q "^autopipe: 8 blocks into 4 stages, 8 micro-batches: predicted 1F1B step 109$" ||
+    fail "--partition-costs text answer"
+# Communication counts: a slow cut after block 4 moves the heavy stage's
+# boundary away from it.
+printf '{"forward": [1, 1, 1, 1, 4, 1, 1, 1], "backward": [2, 2, 2, 2, 8, 2, 2, 2], "stages": 4, "micro_batches": 8,
+  "comm": [0, 0, 0, 0, 9, 0, 0], "parameters": [1, 1, 1, 1, 1, 1, 1, 1]}' > "$WORK/chain-comm.json"
+j=$("$PLAN" --partition-costs "$WORK/chain-comm.json" --json)
+"$PY" -c 'import json,sys; sys.exit(5 in json.loads(sys.argv[1])["starts"])' "$j" ||
+    fail "autopipe cuts at the slow link: $j"
+echo "ok: --partition-costs: autopipe 109 < uniform 133; a slow link is avoided: $j"
+expect 2 "partition 'even' is not uniform, parameters, autopipe or custom" --partition-costs "$WORK/chain.json" --partition even
+expect 2 "partition needs --partition-costs" --partition autopipe
+expect 2 "partition-costs takes no simulator options" --partition-costs "$WORK/chain.json" --stages 4
+expect 2 "starts 2 stages, not 4" --partition-costs "$WORK/chain.json" --partition custom:0,4
+expect 1 "the parameters method needs \"parameters\"" --partition-costs "$WORK/chain.json" --partition parameters
+bad() { printf '%s' "$2" > "$WORK/bad.json"; expect "$1" "$3" --partition-costs "$WORK/bad.json"; }
+bad 1 '{"forward": [1, 2], "backward": [1], "stages": 1, "micro_batches": 1}' '"backward" must be an array of 2 numbers'
+bad 1 '{"forward": [1, -2], "backward": [1, 1], "stages": 1, "micro_batches": 1}' '"forward"\[1\] is not a number >= 0'
+bad 1 '{"forward": [], "backward": [], "stages": 1, "micro_batches": 1}' '"forward" must be a non-empty array'
+bad 1 '{"forward": [1], "backward": [1], "stages": 0, "micro_batches": 1}' '"stages" must be an integer from 1'
+bad 1 '{"forward": [1], "backward": [1], "stages": 1}' '"micro_batches" must be an integer from 1'
+bad 1 '{"forward": [1], "backward": [1], "stages": 1, "micro_batches": 1, "fwd": 2}' 'unknown key "fwd"'
+bad 1 '{"forward": [1, 1], "backward": [1, 1], "stages": 2, "micro_batches": 2, "comm": [1, 1]}' '"comm" must be an array of 1 numbers'
+bad 1 '[1, 2]' 'not a JSON object'
+bad 1 '{"forward": ' 'bad.json:1:'
+bad 2 '{"forward": [1, 1], "backward": [1, 1], "stages": 3, "micro_batches": 3}' '3 stages, but the chain has 2 blocks'
+bad 2 '{"forward": [1, 1], "backward": [1, 1], "stages": 2, "micro_batches": 1}' 'needs at least as many micro-batches (M) as stages (S): M = 1, S = 2'
+expect 1 "no-such.json" --partition-costs "$WORK/no-such.json"
 echo "plan_cli: ok"

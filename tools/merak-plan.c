@@ -9,6 +9,8 @@
  * once, or the deadlock.  --svg draws the simulated pipeline.
  * --list-models lists the model presets with their parameter counts,
  * counted on their graphs (which hold shapes, never parameter memory).
+ * --partition-costs partitions a block list a user gives with any of the
+ * partitioners (runtime/plan/partition.h) and predicts its 1F1B step.
  *
  * Exit status: 0 on success, 2 for usage errors, 1 otherwise.
  */
@@ -23,6 +25,7 @@
 #include "merak/merak.h"
 #include "pipe/schedule.h"
 #include "pipesvg.h"
+#include "plan/partition.h"
 
 
 static void usage(FILE *out)
@@ -30,11 +33,15 @@ static void usage(FILE *out)
     fprintf(out,
         "Usage: %s --simulate --schedule S --stages P --micro-batches M [options]\n"
         "       %s --list-models [--json]\n"
-        "Simulate one optimizer step of a pipeline schedule on P equal stages, or list\n"
-        "the model presets.\n"
+        "       %s --partition-costs FILE [--partition METHOD] [--json]\n"
+        "Simulate one optimizer step of a pipeline schedule on P equal stages, list the\n"
+        "model presets, or partition a list of blocks into pipeline stages.\n"
         "\n"
         "  --simulate              run the schedule simulator\n"
         "  --list-models           list the model presets: shapes and parameter counts\n"
+        "  --partition-costs FILE  partition the blocks FILE lists (JSON: forward, backward,\n"
+        "                          stages, micro_batches; optional comm, parameters)\n"
+        "  --partition METHOD      uniform, parameters, autopipe or custom:S0,S1,... (default autopipe)\n"
         "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved\n"
         "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
         "  --stages P              pipeline stages (1 to 1024)\n"
@@ -50,7 +57,7 @@ static void usage(FILE *out)
         "  --help                  show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
-        "See merak-plan(1).\n", cli_prog, cli_prog);
+        "See merak-plan(1).\n", cli_prog, cli_prog, cli_prog);
 }
 
 typedef struct plan_opts {
@@ -58,11 +65,12 @@ typedef struct plan_opts {
     int others;   /* options given that only --simulate takes */
     merak_schedule_kind schedule;
     const char *schedule_name, *svg;
+    const char *costs_file, *partition;
     merak_sim_costs costs;
     int have_weight, have_rcost;
 } plan_opts;
 
-enum { OPT_SIM = 256, OPT_LIST, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
+enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_PART, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
        OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION };
 
 static void parse_args(int argc, char **argv, plan_opts *o)
@@ -70,6 +78,8 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     static const struct option opts[] = {
         {"simulate", no_argument, 0, OPT_SIM},
         {"list-models", no_argument, 0, OPT_LIST},
+        {"partition-costs", required_argument, 0, OPT_PCOSTS},
+        {"partition", required_argument, 0, OPT_PART},
         {"schedule", required_argument, 0, OPT_SCHED},
         {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
         {"stages", required_argument, 0, OPT_STAGES},
@@ -94,6 +104,14 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         switch (c) {
         case OPT_SIM: o->simulate = 1; break;
         case OPT_LIST: o->list_models = 1; break;
+        case OPT_PCOSTS: o->costs_file = optarg; break;
+        case OPT_PART: {
+            char err[256];
+            if (merak_partition_check(optarg, err, sizeof err) < 0)
+                cli_die_usage("--partition: %s", err);
+            o->partition = optarg;
+            break;
+        }
         case OPT_SCHED:
             if (merak_schedule_parse(optarg, &o->schedule) < 0)
                 cli_die_usage("--schedule: '%s' is not %s", optarg, merak_schedule_names());
@@ -129,13 +147,17 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     }
     if (optind < argc)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
-    if (o->list_models) {
-        if (o->simulate || o->others)
-            cli_die_usage("--list-models takes only --json");
+    if (o->partition && !o->costs_file)
+        cli_die_usage("--partition needs --partition-costs");
+    if (o->simulate + o->list_models + !!o->costs_file > 1)
+        cli_die_usage("give one of --simulate, --list-models and --partition-costs");
+    if (o->list_models || o->costs_file) {
+        if (o->others)
+            cli_die_usage("%s takes no simulator options", o->list_models ? "--list-models" : "--partition-costs");
         return;
     }
     if (!o->simulate)
-        cli_die_usage("nothing to do: give --simulate or --list-models");
+        cli_die_usage("nothing to do: give --simulate, --list-models or --partition-costs");
     if (!o->schedule_name || !o->stages || !o->micro_batches)
         cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
     if (o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
@@ -206,6 +228,114 @@ static void list_models(int json)
         cli_die("writing the list: %s", strerror(errno));
 }
 
+/* ------------------------------------------------------------------ block lists */
+
+/* JSON array key of n numbers >= 0 into out (n = -1: any length, returned);
+ * exits 1 naming the file and the key otherwise. */
+static int read_numbers(json_t *root, const char *file, const char *key, int n, double **out)
+{
+    json_t *a = json_object_get(root, key);
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > 1000000 ||
+        (n >= 0 && (int)json_array_size(a) != n))
+        cli_die(n >= 0 ? "%s: \"%s\" must be an array of %d numbers" : "%s: \"%s\" must be a non-empty array of numbers",
+                file, key, n);
+    n = (int)json_array_size(a);
+    for (int i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        double x = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(x >= 0 && x < 1e300))
+            cli_die("%s: \"%s\"[%d] is not a number >= 0", file, key, i);
+        if (out)
+            (*out)[i] = x;
+    }
+    return n;
+}
+
+static int read_count(json_t *root, const char *file, const char *key, int lo)
+{
+    json_t *v = json_object_get(root, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > 1000000)
+        cli_die("%s: \"%s\" must be an integer from %d to 1000000", file, key, lo);
+    return (int)json_integer_value(v);
+}
+
+/* --partition-costs: partition FILE's blocks and print the stage starts,
+ * their costs and the predicted 1F1B step. */
+static void partition_costs(const plan_opts *o)
+{
+    json_error_t je;
+    const char *file = o->costs_file, *method = o->partition ? o->partition : "autopipe";
+    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        cli_die("%s:%d: %s", file, je.line, je.text);
+    if (!json_is_object(root))
+        cli_die("%s: not a JSON object", file);
+    const char *known[] = {"forward", "backward", "stages", "micro_batches", "comm", "parameters"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof *known && strcmp(key, known[k]) != 0)
+            k++;
+        if (k == sizeof known / sizeof *known)
+            cli_die("%s: unknown key \"%s\" (forward, backward, stages, micro_batches, comm, parameters)", file, key);
+    }
+    merak_blocks b;
+    int n = read_numbers(root, file, "forward", -1, NULL);
+    if (merak_blocks_alloc(&b, n) < 0)
+        cli_die("out of memory");
+    read_numbers(root, file, "forward", n, &b.fwd);
+    read_numbers(root, file, "backward", n, &b.bwd);
+    if (json_object_get(root, "parameters"))
+        read_numbers(root, file, "parameters", n, &b.params);
+    else if (strcmp(method, "parameters") == 0)
+        cli_die("%s: the parameters method needs \"parameters\" (each block's parameter count)", file);
+    if (json_object_get(root, "comm") && n > 1) {
+        double *c = b.comm + 1;   /* comm[i]: the cut after block i, before block i + 1 */
+        read_numbers(root, file, "comm", n - 1, &c);
+    }
+    int P = read_count(root, file, "stages", 1), M = read_count(root, file, "micro_batches", 1);
+    json_decref(root);
+    int *starts = malloc((size_t)P * sizeof *starts);
+    if (!starts)
+        cli_die("out of memory");
+    double step;
+    char err[512];
+    int rc = merak_partition_blocks(&b, P, M, method, starts, &step, err, sizeof err);
+    if (rc == -2)
+        cli_die_usage("%s: %s", file, err);
+    if (rc < 0)
+        cli_die("%s: %s", file, err);
+    json_t *js = json_array(), *jc = json_array();
+    for (int s = 0; s < P; s++) {
+        int e = s + 1 < P ? starts[s + 1] : n;
+        double c = 0;
+        for (int i = starts[s]; i < e; i++)
+            c += b.fwd[i] + b.bwd[i];
+        json_array_append_new(js, json_integer(starts[s]));
+        json_array_append_new(jc, json_real(c));
+    }
+    if (o->json) {
+        json_t *j = json_pack("{s:s, s:o, s:o, s:f}", "method", method, "starts", js, "stage_costs", jc,
+                              "predicted_step", step);
+        if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(12)) < 0)
+            cli_die("cannot write the JSON answer");
+        putchar('\n');
+        json_decref(j);
+    } else {
+        printf("%s: %d blocks into %d stages, %d micro-batches: predicted 1F1B step %g\n", method, n, P, M, step);
+        printf("%5s %7s %7s %14s\n", "stage", "first", "blocks", "fwd+bwd");
+        for (int s = 0; s < P; s++)
+            printf("%5d %7d %7d %14g\n", s, starts[s], (s + 1 < P ? starts[s + 1] : n) - starts[s],
+                   json_real_value(json_array_get(jc, (size_t)s)));
+        json_decref(js), json_decref(jc);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout))
+        cli_die("writing the answer: %s", strerror(errno));
+    free(starts);
+    merak_blocks_free(&b);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -216,6 +346,10 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &o);
     if (o.list_models) {
         list_models(o.json);
+        return 0;
+    }
+    if (o.costs_file) {
+        partition_costs(&o);
         return 0;
     }
 

@@ -68,7 +68,10 @@ static void usage(FILE *out)
         "                          MERAK_TP_OVERLAP, else 1: off)\n"
         "  --recompute R           none, full, stage-aware[=R0] or budget=GB: layers whose activations\n"
         "                          are recomputed in the backward (default MERAK_RECOMPUTE, else none)\n"
-        "  --partition P           uniform or parameters (default parameters)\n"
+        "  --partition P           uniform, parameters, autopipe or custom:S0,S1,... (first block of\n"
+        "                          each stage): how the layers are cut into stages (default parameters)\n"
+        "  --device-profile D      device profile autopipe times ops with: a name in the devices\n"
+        "                          file or a profile file (default cpu, or h100-80g with --device cuda)\n"
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
         "  --p2p B                 pipeline send/receive over mpi or ucx (UCX tag API) (default mpi)\n"
@@ -91,7 +94,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
-    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP,
 };
 
@@ -160,6 +163,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"trace", required_argument, 0, OPT_TRACE},
         {"partition", required_argument, 0, OPT_PART},
+        {"device-profile", required_argument, 0, OPT_PROFILE},
         {"tp-rules", required_argument, 0, OPT_TPRULES},
         {"zero", required_argument, 0, OPT_ZERO},
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
@@ -219,6 +223,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             break;
         case OPT_RECOMPUTE: a->recompute = optarg; break;
         case OPT_PART: a->partition = optarg; break;
+        case OPT_PROFILE: a->profile = optarg; break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
         case OPT_ZERO: a->zero = (int)cli_parse_int("--zero", optarg, 0, 1); break;
         case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;

@@ -251,12 +251,17 @@ typedef struct merak_args {
     /* Parallel layout: degrees (0 = from MERAK_DP/TP/PP, dp from the rank
      * count), the pipeline schedule ("gpipe", "1f1b", "scp", "zb-h1",
      * "interleaved"; NULL = 1f1b) and the
-     * partition method ("uniform", "parameters"; NULL = parameters).  Runs
+     * partition method ("uniform", "parameters", "autopipe" or
+     * "custom:S0,S1,..."; NULL = parameters; see merak-train(1)).  Runs
      * over MPI when launched by mpirun/srun or when a degree is above 1;
      * one process is the 1x1x1 grid of the same step loop. */
     int dp, tp, pp;
     const char *schedule;
     const char *partition;
+    /* The device profile the autopipe partition times ops with: a name in
+     * the devices file or a profile file (merak-plan --calibrate writes
+     * one); NULL = "cpu", or "h100-80g" with device "cuda". */
+    const char *profile;
     /* Interleaved schedule: model chunks per pipeline stage (virtual
      * stages, V >= 2 dividing the model's layers; 0 = 2).  Other schedules
      * take 0 or 1. */

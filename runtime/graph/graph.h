@@ -160,4 +160,25 @@ void merak_shard_place(const merak_tensor *t, const float *shard, float *whole);
 /* Is tensor t an input of op o? */
 int merak_op_reads(const merak_op *o, int t);
 
+/* Pipeline cuts (cuts.c).  A cut goes only between ops where exactly one
+ * activation crosses (Merak's rule: a skip connection never crosses a
+ * cut).  Graph inputs are not activations: each stage loads the inputs it
+ * reads. */
+
+/* The one activation crossing a cut before op k, or -1 if k is not a cut
+ * point (none or several cross). */
+int merak_cut_tensor(const merak_graph *g, int k);
+
+/* The cut points k with begin < k < end into cuts (room for end - begin
+ * entries); returns their number, or -1 out of memory.  The segments
+ * between them are the graph's blocks: a stage's layers, for
+ * recomputation, and the partitioners' units. */
+int merak_cut_points(const merak_graph *g, int begin, int end, int *cuts);
+
+/* Where a cut before op k of a graph falls in its tensor-parallel shard
+ * (merak_graph_shard): the first op of `local` that comes from op k or
+ * later, so the ops inserted for tensor parallelism stay with the op they
+ * serve. */
+int merak_cut_map(const merak_graph *local, int k);
+
 #endif /* MERAK_GRAPH_H */

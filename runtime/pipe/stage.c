@@ -601,7 +601,7 @@ static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *
             return merak_errf(err, errlen, "out of memory");
         }
         for (int j = 0; j < ncut; j++)
-            ends[j] = merak_partition_map(s->g, ends[j]);
+            ends[j] = merak_cut_map(s->g, ends[j]);
         ends[ncut] = lb[q + 1];
         ly.nl[c] = ncut + 1;
         ly.total += ncut + 1;
@@ -696,28 +696,17 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
         for (int i = 0; i < merak_exec_num_params(s->e); i++)
             s->tied[i] = range_reads(g, ob, oe, merak_exec_param_tensor(s->e, i));
     }
+    /* Only the first and the last stage may share a parameter (the tied
+     * group is theirs); the partitioners keep to it, custom cuts are
+     * checked there too. */
+    if (s->V == 1 && !s->first && !s->last)
+        for (int i = 0; i < merak_exec_num_params(s->e); i++) {
+            int t = merak_exec_param_tensor(s->e, i);
+            if (range_reads(g, 0, lb[p], t) || range_reads(g, lb[p + 1], g->nops, t))
+                return merak_errf(err, errlen, "stage %d reads %s, which another stage reads too: only the first "
+                                  "and the last stage may share a weight", p, g->tensors[t].name);
+        }
     return setup_dp(s, o, err, errlen);
-}
-
-/* Interleaving needs a layer (a segment between cut points) for every
- * virtual stage: 0, or -2 with err. */
-static int check_virtual(const merak_graph *model, int pp, int V, char *err, size_t errlen)
-{
-    if (V == 1)
-        return 0;
-    int *cuts = malloc(((size_t)model->nops + 1) * sizeof *cuts);
-    if (!cuts)
-        return merak_errf(err, errlen, "out of memory");
-    int layers = merak_cut_points(model, 0, model->nops, cuts) + 1;
-    free(cuts);
-    if (layers < 1)
-        return merak_errf(err, errlen, "out of memory");
-    if (pp * V > layers) {
-        merak_errf(err, errlen, "pp %d x %d virtual stages = %d model chunks, but the graph can be cut into "
-                   "%d at most", pp, V, pp * V, layers);
-        return -2;
-    }
-    return 0;
 }
 
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
@@ -761,17 +750,14 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
     int rc = 0;
     if (!lb || !s->bounds)
         rc = merak_errf(err, errlen, "out of memory");
-    else if ((rc = check_virtual(model, gr->pp, s->V, err, errlen)) < 0)
-        ;
-    else if (merak_partition(model, Q, o->partition, s->bounds, err, errlen) < 0)
-        rc = -1;
     else if (gr->tp > 1 &&
              !(s->shard = merak_graph_shard(model, gr->tp, gr->tp_rank, o->rules, o->nrules, err, errlen)))
         rc = -1;
     if (rc == 0) {
+        memcpy(s->bounds, o->bounds, (size_t)(Q + 1) * sizeof *s->bounds);
         s->g = s->shard ? s->shard : model;
         for (int q = 0; q <= Q; q++)
-            lb[q] = merak_partition_map(s->g, s->bounds[q]);
+            lb[q] = merak_cut_map(s->g, s->bounds[q]);
         rc = setup(s, o, lb, err, errlen);
     }
     free(lb);
@@ -792,8 +778,8 @@ static int stage_params(const merak_graph *g, const int *bounds, int p, int pp, 
 {
     int n = 0;
     for (int c = 0; c < V; c++) {
-        int end = merak_partition_map(g, bounds[c * pp + p + 1]);
-        for (int i = merak_partition_map(g, bounds[c * pp + p]); i < end; i++)
+        int end = merak_cut_map(g, bounds[c * pp + p + 1]);
+        for (int i = merak_cut_map(g, bounds[c * pp + p]); i < end; i++)
             for (int j = 0; j < g->ops[i].nin; j++) {
                 int t = g->ops[i].in[j], seen = 0;
                 if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM)

@@ -20,7 +20,6 @@
 #include "comm/comm.h"
 #include "exec.h"
 #include "graph/graph.h"
-#include "plan/partition.h"
 #include "schedule.h"
 #include "trace.h"
 
@@ -29,7 +28,9 @@ typedef struct merak_stage merak_stage;
 typedef struct merak_stage_opts {
     merak_schedule_kind schedule;
     merak_recompute recompute;    /* which layers each stage recomputes */
-    merak_partition_kind partition;
+    const int *bounds;            /* [pp*V + 1]: virtual stage q runs ops [bounds[q],
+                                   * bounds[q+1]) of the model, each bound a cut point
+                                   * (plan/partition.h) */
     const merak_tp_rule *rules;   /* tensor-parallel rules over the graph's own, or NULL */
     int nrules;
     int micro_batches;            /* M per replica */
@@ -55,12 +56,11 @@ typedef struct merak_stage_hooks {
 } merak_stage_hooks;
 
 /* Builds this rank's stage of `model` (which must outlive it) on comm's
- * grid: partition, shard, recomputation, schedule, executor (parameters
- * uninitialised).  Not collective; 0, or -1 with err for this rank, or -2
+ * grid at the bounds o gives: shard, recomputation, schedule, executor
+ * (parameters uninitialised).  Not collective; 0, or -1 with err for this rank, or -2
  * when the options cannot work for this model and layout (a usage error:
  * a schedule that needs more micro-batches, a recompute budget no number of
- * recomputed layers reaches, virtual stages that do not divide the model's
- * layers). */
+ * recomputed layers reaches). */
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
                        merak_stage **out, char *err, size_t errlen);
 void merak_stage_destroy(merak_stage *s);

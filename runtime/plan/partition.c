@@ -1,8 +1,11 @@
 /*
- * partition.c - stage cuts: the single-activation cut points of the graph,
- * and a min-max dynamic programme over them.
+ * partition.c - the partitioners (partition.h): a min-max dynamic
+ * programme over block weights, the 1F1B step prediction by the schedule
+ * simulator, and AutoPipe's search for the fastest partition.
  */
+#include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,160 +14,531 @@
 #include "names.h"
 #include "partition.h"
 
-/* The methods' names, in one table (indexed by merak_partition_kind). */
-static const char *const partition_names[] = {[MERAK_PARTITION_UNIFORM] = "uniform",
-                                              [MERAK_PARTITION_PARAMETERS] = "parameters"};
-enum { NPART = sizeof partition_names / sizeof partition_names[0] };
+/* The methods by name; the last entry only spells custom's form for messages. */
+#define CUSTOM_PREFIX "custom:"
+static const char *const method_names[] = {"uniform", "parameters", "autopipe", CUSTOM_PREFIX "S0,S1,..."};
+enum { UNIFORM, PARAMETERS, AUTOPIPE, CUSTOM, NMETHOD = CUSTOM };
 
-int merak_partition_parse(const char *name, merak_partition_kind *kind)
-{
-    int i = merak_name_find(partition_names, NPART, name);
-    if (i >= 0)
-        *kind = (merak_partition_kind)i;
-    return i < 0 ? -1 : 0;
-}
+/* The search's budget, in ops the predictions run (about 5 ns each) and
+ * cut positions the exact search tries: past it, the best partition found
+ * so far stands. */
+#define SEARCH_WORK 2e8
+#define SEARCH_STEPS 4000000
+/* Local search rounds, at most (each moves one boundary by one block). */
+#define DESCENT_ROUNDS 4096
 
 const char *merak_partition_names(void)
 {
-    static char names[64];
-    return merak_names_join(partition_names, NPART, names, sizeof names);
+    static char names[96];
+    return merak_names_join(method_names, NMETHOD + 1, names, sizeof names);
 }
 
-/* last_use[t]: the last op reading activation t (or -1). */
-static int *last_uses(const merak_graph *g)
+int merak_blocks_alloc(merak_blocks *b, int n)
 {
-    int *last = malloc((size_t)g->ntensors * sizeof *last);
-    if (!last)
-        return NULL;
-    for (int t = 0; t < g->ntensors; t++)
-        last[t] = -1;
-    for (int i = 0; i < g->nops; i++)
-        for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] >= 0)
-                last[g->ops[i].in[j]] = i;
-    return last;
-}
-
-/* The activation crossing cut k given last uses, or -1. */
-static int crossing(const merak_graph *g, const int *last, int k)
-{
-    int found = -1;
-    for (int t = 0; t < g->ntensors; t++) {
-        const merak_tensor *x = &g->tensors[t];
-        if (x->kind != MERAK_T_ACT || x->producer >= k || last[t] < k)
-            continue;
-        if (found >= 0)
-            return -1;
-        found = t;
-    }
-    return found;
-}
-
-int merak_cut_tensor(const merak_graph *g, int k)
-{
-    if (k <= 0 || k >= g->nops)
-        return -1;
-    int *last = last_uses(g);
-    if (!last)
-        return -1;
-    int t = crossing(g, last, k);
-    free(last);
-    return t;
-}
-
-int merak_cut_points(const merak_graph *g, int begin, int end, int *cuts)
-{
-    int *last = last_uses(g);
-    if (!last)
-        return -1;
-    int n = 0;
-    for (int k = begin + 1; k < end; k++)
-        if (crossing(g, last, k) >= 0)
-            cuts[n++] = k;
-    free(last);
-    return n;
-}
-
-/* Cost of op i under the partition kind. */
-static double op_cost(const merak_graph *g, int i, merak_partition_kind kind)
-{
-    if (kind == MERAK_PARTITION_UNIFORM)
-        return 1.0;
-    double c = 0;
-    for (int j = 0; j < g->ops[i].nin; j++) {
-        int t = g->ops[i].in[j];
-        if (t >= 0 && g->tensors[t].kind == MERAK_T_PARAM)
-            c += (double)merak_tensor_elems(&g->tensors[t]);
-    }
-    return c + 1e-9; /* ops without parameters still count a little */
-}
-
-int merak_partition(const merak_graph *g, int pp, merak_partition_kind kind, int *bounds,
-                    char *err, size_t errlen)
-{
-    int n = g->nops;
-    if (pp < 1)
-        return merak_errf(err, errlen, "%d pipeline stages", pp);
-    bounds[0] = 0;
-    bounds[pp] = n;
-    if (pp == 1)
+    *b = (merak_blocks){.n = n};
+    size_t k = (size_t)(n > 0 ? n : 1);
+    b->fwd = calloc(k, sizeof *b->fwd);
+    b->bwd = calloc(k, sizeof *b->bwd);
+    b->params = calloc(k, sizeof *b->params);
+    b->comm = calloc(k, sizeof *b->comm);
+    b->first_end = 1;
+    b->last_start = n - 1;
+    if (b->fwd && b->bwd && b->params && b->comm)
         return 0;
-    int *cand = malloc((size_t)(n + 1) * sizeof *cand);
-    double *prefix = malloc((size_t)(n + 1) * sizeof *prefix);
-    /* Candidate boundaries: 0, the cut points, n. */
-    int nc = cand && prefix ? merak_cut_points(g, 0, n, cand + 1) : -1;
-    if (nc < 0) {
-        free(cand), free(prefix);
-        return merak_errf(err, errlen, "out of memory partitioning the graph");
+    merak_blocks_free(b);
+    return -1;
+}
+
+void merak_blocks_free(merak_blocks *b)
+{
+    free(b->fwd), free(b->bwd), free(b->params), free(b->comm);
+    *b = (merak_blocks){0};
+}
+
+/* ------------------------------------------------------------------ methods */
+
+/* custom:S0,S1,... into starts (NULL: only check); returns the count, or -1
+ * with err. */
+static int parse_custom(const char *list, int *starts, int max, char *err, size_t errlen)
+{
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || *p == '-' || *p == '+' || errno || v > INT_MAX || (*end && *end != ','))
+            return merak_errf(err, errlen, "partition '" CUSTOM_PREFIX "%s': '%.*s' is not a block number", list,
+                              (int)strcspn(p, ","), p);
+        if (n == 0 && v != 0)
+            return merak_errf(err, errlen, "partition '" CUSTOM_PREFIX "%s': the first stage starts at block 0",
+                              list);
+        if (n > 0 && starts && v <= starts[n - 1])
+            return merak_errf(err, errlen, "partition '" CUSTOM_PREFIX "%s': stage starts must increase", list);
+        if (starts && n < max)
+            starts[n] = (int)v;
+        n++;
+        if (!*end)
+            return n;
+        p = end + 1;
     }
-    cand[0] = 0;
-    nc++;
-    cand[nc++] = n;
-    prefix[0] = 0;
-    for (int i = 0; i < n; i++)
-        prefix[i + 1] = prefix[i] + op_cost(g, i, kind);
-    if (nc - 2 < pp - 1) {
-        free(cand), free(prefix);
-        return merak_errf(err, errlen, "the graph has %d cut points, so at most %d pipeline stages (got --pp %d)",
-                          nc - 2, nc - 1, pp);
-    }
-    /* best[s][j]: smallest max-stage cost splitting ops [0, cand[j]) into s
-     * stages ending at candidate j; from[s][j] the previous boundary. */
-    double *best = malloc((size_t)(pp + 1) * (size_t)nc * sizeof *best);
-    int *from = malloc((size_t)(pp + 1) * (size_t)nc * sizeof *from);
+}
+
+/* The method's index, CUSTOM, or -1 with err. */
+static int parse_method(const char *method, char *err, size_t errlen)
+{
+    if (!method)
+        return merak_errf(err, errlen, "no partition method");
+    int i = merak_name_find(method_names, NMETHOD, method);
+    if (i >= 0)
+        return i;
+    if (strncmp(method, CUSTOM_PREFIX, strlen(CUSTOM_PREFIX)) == 0)
+        return CUSTOM;
+    return merak_errf(err, errlen, "partition '%s' is not %s", method, merak_partition_names());
+}
+
+int merak_partition_check(const char *method, char *err, size_t errlen)
+{
+    int m = parse_method(method, err, errlen);
+    if (m != CUSTOM)
+        return m < 0 ? -1 : 0;
+    /* check the order too: parse into a scratch list as long as the text */
+    const char *list = method + strlen(CUSTOM_PREFIX);
+    int max = (int)strlen(list) / 2 + 1, *starts = malloc((size_t)max * sizeof *starts);
+    if (!starts)
+        return merak_errf(err, errlen, "out of memory");
+    int n = parse_custom(list, starts, max, err, errlen);
+    free(starts);
+    return n < 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ min-max */
+
+/* Can stage s (of P) start at block j, or stage 1 at j for s = 1 (where
+ * the first stage ends)?  The ends' constraints (merak_blocks). */
+static int start_ok(const merak_blocks *b, int P, int s, int j)
+{
+    return (s != 1 || j >= b->first_end) && (s != P - 1 || j <= b->last_start);
+}
+
+/* starts[0..P) minimising the largest stage sum of w (prefix sums pre[0..n]),
+ * every stage at least one block, within the ends' constraints; ties go to
+ * the later cut, which keeps the early stages lighter.  0, or -1 out of
+ * memory. */
+static int minmax(const merak_blocks *b, const double *pre, int P, int *starts)
+{
+    const int n = b->n;
+    /* best[s][j]: smallest max over s stages covering blocks [0, j);
+     * from[s][j]: where the last of them starts. */
+    size_t cells = (size_t)(P + 1) * (size_t)(n + 1);
+    double *best = malloc(cells * sizeof *best);
+    int *from = malloc(cells * sizeof *from);
     if (!best || !from) {
-        free(cand), free(prefix), free(best), free(from);
-        return merak_errf(err, errlen, "out of memory partitioning the graph");
+        free(best), free(from);
+        return -1;
     }
-    for (int i = 0; i < (pp + 1) * nc; i++)
+    for (size_t i = 0; i < cells; i++)
         best[i] = DBL_MAX, from[i] = -1;
-    best[0] = 0; /* zero stages cover [0, cand[0] = 0) */
-    for (int s = 1; s <= pp; s++)
-        for (int j = s; j < nc; j++)
+    best[0] = 0;
+    for (int s = 1; s <= P; s++)
+        for (int j = s; j <= n - (P - s); j++) {
+            if (s < P && !start_ok(b, P, s, j))   /* j starts stage s */
+                continue;
             for (int i = s - 1; i < j; i++) {
-                if (best[(s - 1) * nc + i] == DBL_MAX)
+                double prev = best[(size_t)(s - 1) * (n + 1) + i];
+                if (prev == DBL_MAX)
                     continue;
-                double stage = prefix[cand[j]] - prefix[cand[i]];
-                double m = best[(s - 1) * nc + i] > stage ? best[(s - 1) * nc + i] : stage;
-                /* Ties go to the later cut, which keeps early stages lighter. */
-                if (m <= best[s * nc + j]) {
-                    best[s * nc + j] = m;
-                    from[s * nc + j] = i;
+                double stage = pre[j] - pre[i], m = prev > stage ? prev : stage;
+                if (m <= best[(size_t)s * (n + 1) + j]) {
+                    best[(size_t)s * (n + 1) + j] = m;
+                    from[(size_t)s * (n + 1) + j] = i;
                 }
             }
-    int j = nc - 1;
-    for (int s = pp; s > 0; s--) {
-        bounds[s] = cand[j];
-        j = from[s * nc + j];
+        }
+    for (int s = P, j = n; s > 0; s--) {
+        j = from[(size_t)s * (n + 1) + j];
+        starts[s - 1] = j;
     }
-    free(cand), free(prefix), free(best), free(from);
+    free(best), free(from);
     return 0;
 }
 
-int merak_partition_map(const merak_graph *local, int k)
+/* ------------------------------------------------------------------ prediction */
+
+/* The 1F1B model a partition is judged by: stage s runs min(P - 1 - s, M)
+ * warm-up forwards, then one forward and one backward at a time, then the
+ * cool-down's backwards (PipeDream-flush, the order runtime/pipe/schedule.c
+ * generates); an op starts when its stage is free and its input has
+ * arrived, `comm` of the sending stage after the sender finished.  Exactly
+ * the schedule simulator's makespan for the 1f1b lists (test_plan checks
+ * it), in O(P M) time and no allocation per partition, so the search can
+ * compare tens of thousands. */
+typedef struct predictor {
+    const merak_blocks *b;
+    int P, M;
+    double *pf, *pb;         /* prefix sums of fwd and bwd, [n + 1] */
+    double *F, *B, *C;       /* per stage: forward, backward, comm of its sends */
+    double *fend, *bend;     /* [P * M]: when each forward / backward ended */
+    int *pc;                 /* [P]: next op of each stage's order */
+    double *free_at;         /* [P] */
+    double work;             /* ops run by the predictions so far */
+} predictor;
+
+static void predictor_free(predictor *p)
 {
-    int i = 0;
-    while (i < local->nops && local->ops[i].src < k)
-        i++;
-    return i;
+    free(p->pf), free(p->pb), free(p->F), free(p->B), free(p->C), free(p->fend), free(p->bend), free(p->pc),
+        free(p->free_at);
+}
+
+static int predictor_init(predictor *p, const merak_blocks *b, int P, int M, char *err, size_t errlen)
+{
+    *p = (predictor){.b = b, .P = P, .M = M};
+    if (M < P)
+        return merak_errf(err, errlen, "the 1f1b model needs at least as many micro-batches (M) as stages (S): "
+                          "M = %d, S = %d", M, P);
+    size_t PM = (size_t)P * (size_t)M;
+    p->pf = malloc((size_t)(b->n + 1) * sizeof *p->pf);
+    p->pb = malloc((size_t)(b->n + 1) * sizeof *p->pb);
+    p->F = malloc((size_t)P * sizeof *p->F);
+    p->B = malloc((size_t)P * sizeof *p->B);
+    p->C = malloc((size_t)P * sizeof *p->C);
+    p->fend = malloc(PM * sizeof *p->fend);
+    p->bend = malloc(PM * sizeof *p->bend);
+    p->pc = malloc((size_t)P * sizeof *p->pc);
+    p->free_at = malloc((size_t)P * sizeof *p->free_at);
+    if (!p->pf || !p->pb || !p->F || !p->B || !p->C || !p->fend || !p->bend || !p->pc || !p->free_at) {
+        predictor_free(p);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    p->pf[0] = p->pb[0] = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (!(b->fwd[i] >= 0 && b->bwd[i] >= 0 && b->comm[i] >= 0 && b->fwd[i] + b->bwd[i] + b->comm[i] < DBL_MAX)) {
+            predictor_free(p);
+            return merak_errf(err, errlen, "block %d: costs must be finite and not negative", i);
+        }
+        p->pf[i + 1] = p->pf[i] + b->fwd[i];
+        p->pb[i + 1] = p->pb[i] + b->bwd[i];
+    }
+    return 0;
+}
+
+/* Stage s's k-th op of 2M: 1 for the backward of *mb, 0 for a forward. */
+static int op_at(int P, int M, int s, int k, int *mb)
+{
+    int w = P - 1 - s < M ? P - 1 - s : M;
+    if (k < w)
+        return *mb = k, 0;
+    if (k >= 2 * M - w)
+        return *mb = k - M, 1;
+    int j = k - w;                     /* steady: F(w + j/2), B(j/2) */
+    *mb = j % 2 ? j / 2 : w + j / 2;
+    return j % 2;
+}
+
+/* The step time of the partition starts[0..P). */
+static double predict(predictor *p, const int *starts)
+{
+    const merak_blocks *b = p->b;
+    const int P = p->P, M = p->M;
+    for (int s = 0; s < P; s++) {
+        int a = starts[s], e = s + 1 < P ? starts[s + 1] : b->n;
+        p->F[s] = p->pf[e] - p->pf[a];
+        p->B[s] = p->pb[e] - p->pb[a];
+        /* stage s sends its activation over the cut after it and its
+         * gradient over the one before: one cost per sender (the
+         * simulator's), the cut after it, and the last stage's before it */
+        p->C[s] = s + 1 < P ? b->comm[e] : s > 0 ? b->comm[a] : 0;
+        p->pc[s] = 0;
+        p->free_at[s] = 0;
+    }
+    p->work += 2.0 * P * M;
+    for (size_t k = 0; k < (size_t)P * M; k++)
+        p->fend[k] = p->bend[k] = -1;   /* not yet run */
+    /* Sweep the stages, running each one's ops while their inputs are
+     * there; 1F1B never deadlocks, so every sweep runs at least one op. */
+    double end = 0;
+    for (int left = 2 * P * M, before = -1; left > 0 && left != before;) {
+        before = left;
+        for (int s = 0; s < P; s++)
+            for (; p->pc[s] < 2 * M; p->pc[s]++, left--) {
+                int mb, bwd = op_at(P, M, s, p->pc[s], &mb);
+                /* the input: the forward before, or the backward after */
+                double in = 0, *from = NULL;
+                if (!bwd && s > 0)
+                    from = &p->fend[(size_t)(s - 1) * M + mb], in = p->C[s - 1];
+                else if (bwd && s + 1 < P)
+                    from = &p->bend[(size_t)(s + 1) * M + mb], in = p->C[s + 1];
+                if (from && *from < 0)
+                    break;
+                double ready = from ? *from + in : 0;
+                double t = (ready > p->free_at[s] ? ready : p->free_at[s]) + (bwd ? p->B[s] : p->F[s]);
+                p->free_at[s] = t;
+                (bwd ? p->bend : p->fend)[(size_t)s * M + mb] = t;
+                if (t > end)
+                    end = t;
+            }
+    }
+    return end;
+}
+
+int merak_partition_predict(const merak_blocks *b, int stages, int M, const int *starts, double *step,
+                            char *err, size_t errlen)
+{
+    for (int s = 0; s < stages; s++)
+        if (starts[s] < 0 || starts[s] >= b->n || (s == 0 && starts[s] != 0) || (s > 0 && starts[s] <= starts[s - 1]))
+            return merak_errf(err, errlen, "stage %d's first block %d: stages must start at 0 and increase below %d",
+                              s, starts[s], b->n);
+        else if (!start_ok(b, stages, s, starts[s]))
+            return merak_errf(err, errlen, "stage %d's first block %d: the first stage must hold blocks 0-%d and the "
+                              "last stage blocks %d-%d (they read a weight tied between them)", s, starts[s],
+                              b->first_end - 1, b->last_start, b->n - 1);
+    predictor p;
+    if (predictor_init(&p, b, stages, M, err, errlen) < 0)
+        return -1;
+    *step = predict(&p, starts);
+    predictor_free(&p);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ AutoPipe */
+
+typedef struct search {
+    predictor *p;
+    int *cur, *best;
+    double best_t;
+    double total;            /* every block's forward + backward */
+    long steps;              /* cut positions tried */
+} search;
+
+/* Keeps cand if it beats the best. */
+static void consider(search *s, const int *cand)
+{
+    double t = predict(s->p, cand);
+    if (t < s->best_t) {
+        s->best_t = t;
+        memcpy(s->best, cand, (size_t)s->p->P * sizeof *cand);
+    }
+}
+
+/* Steepest descent from s->best: move one boundary by one block while that
+ * shortens the step. */
+static void descend(search *s)
+{
+    const int P = s->p->P, n = s->p->b->n;
+    int *cand = s->cur;
+    for (int round = 0; round < DESCENT_ROUNDS && s->p->work < SEARCH_WORK; round++) {
+        double before = s->best_t;
+        int move_s = -1, move_d = 0;
+        for (int k = 1; k < P; k++)
+            for (int d = -1; d <= 1; d += 2) {
+                int v = s->best[k] + d, hi = k + 1 < P ? s->best[k + 1] : n;
+                if (v <= s->best[k - 1] || v >= hi || !start_ok(s->p->b, P, k, v))
+                    continue;
+                memcpy(cand, s->best, (size_t)P * sizeof *cand);
+                cand[k] = v;
+                double t = predict(s->p, cand);
+                if (t < s->best_t - 1e-12 * s->best_t && (move_s < 0 || t < before)) {
+                    before = t;
+                    move_s = k, move_d = d;
+                }
+            }
+        if (move_s < 0)
+            return;
+        s->best[move_s] += move_d;
+        s->best_t = before;
+    }
+}
+
+/* Branch and bound over the starts of stages k.. given stages 0..k-1 in
+ * s->cur (stage k starts at block a).  The bound: stage c cannot start
+ * before the first micro-batch's forwards of the stages before it, then
+ * runs M forwards and M backwards, and its last backward still has the
+ * earlier stages' backwards to go:
+ *   step >= F(<c) + M (F_c + B_c) + B(<c).
+ * For the stages not yet cut, one of them holds at least an even share of
+ * what is left, after at least everything already cut. */
+static void branch(search *s, int k, int a, double lb)
+{
+    predictor *p = s->p;
+    const int P = p->P, n = p->b->n;
+    const double M = p->M, before = p->pf[a] + p->pb[a];
+    const double limit = s->best_t * (1 - 1e-12);
+    if (p->work >= SEARCH_WORK || s->steps >= SEARCH_STEPS)
+        return;
+    s->cur[k] = a;
+    if (k == P - 1) {
+        double mine = before + M * (s->total - before);
+        if ((lb > mine ? lb : mine) < limit)
+            consider(s, s->cur);
+        return;
+    }
+    for (int e = a + 1; e <= n - (P - k - 1) && s->steps++ < SEARCH_STEPS; e++) {
+        if (!start_ok(p->b, P, k + 1, e))
+            continue;
+        double upto = p->pf[e] + p->pb[e];
+        double mine = before + M * (upto - before);
+        if (mine >= limit)
+            break;   /* longer stages only cost more */
+        double rest = upto + M * (s->total - upto) / (P - k - 1);
+        if (rest >= limit)
+            continue;
+        branch(s, k + 1, e, lb > mine ? lb : mine);
+    }
+}
+
+static int autopipe(const merak_blocks *b, int P, int M, int *starts, double *step, char *err, size_t errlen)
+{
+    predictor p;
+    if (predictor_init(&p, b, P, M, err, errlen) < 0)
+        return -1;
+    const int n = b->n;
+    double *pre = malloc((size_t)(n + 1) * sizeof *pre);
+    search s = {.p = &p, .cur = malloc((size_t)P * sizeof *s.cur), .best = starts, .best_t = DBL_MAX};
+    int rc = pre && s.cur ? 0 : merak_errf(err, errlen, "out of memory");
+    /* Seeds: the min-max of forward + backward (AutoPipe's), of block
+     * counts (uniform) and of parameters. */
+    for (int seed = 0; seed < 3 && rc == 0; seed++) {
+        pre[0] = 0;
+        for (int i = 0; i < n; i++)
+            pre[i + 1] = pre[i] + (seed == 0 ? b->fwd[i] + b->bwd[i] : seed == 1 ? 1 : b->params[i] + 1e-9);
+        if (minmax(b, pre, P, s.cur) < 0)
+            rc = merak_errf(err, errlen, "out of memory");
+        else
+            consider(&s, s.cur);
+    }
+    if (rc == 0) {
+        descend(&s);
+        s.total = p.pf[n] + p.pb[n];
+        branch(&s, 0, 0, 0);
+    }
+    if (rc == 0 && step)
+        *step = s.best_t;
+    free(pre), free(s.cur);
+    predictor_free(&p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char *method, int *starts,
+                           double *step, char *err, size_t errlen)
+{
+    int m = parse_method(method, err, errlen);
+    if (m < 0)
+        return -2;
+    if (stages < 1) {
+        merak_errf(err, errlen, "%d pipeline stages", stages);
+        return -2;
+    }
+    if (stages > b->n) {
+        merak_errf(err, errlen, "%d stages, but the chain has %d blocks (every stage needs one)", stages, b->n);
+        return -2;
+    }
+    if (stages > 1 && (b->first_end > b->last_start || b->last_start - b->first_end < stages - 2)) {
+        merak_errf(err, errlen, "%d stages do not fit: the first must hold blocks 0-%d and the last blocks %d-%d "
+                   "(they read a weight tied between them), leaving %d blocks for %d stages", stages,
+                   b->first_end - 1, b->last_start, b->n - 1, b->last_start - b->first_end, stages - 2);
+        return -2;
+    }
+    if ((m == AUTOPIPE || step) && M < stages) {
+        merak_errf(err, errlen, "the 1f1b model needs at least as many micro-batches (M) as stages (S): "
+                   "M = %d, S = %d", M, stages);
+        return -2;
+    }
+    if (m == AUTOPIPE)
+        return autopipe(b, stages, M, starts, step, err, errlen);
+    if (m == CUSTOM) {
+        const char *list = method + strlen(CUSTOM_PREFIX);
+        int n = parse_custom(list, starts, stages, err, errlen);
+        if (n >= 0 && n != stages)
+            merak_errf(err, errlen, "partition '%s' starts %d stages, not %d", method, n, stages);
+        else if (n >= 0 && starts[n - 1] >= b->n)
+            merak_errf(err, errlen, "partition '%s': block %d is past the last (%d blocks)", method, starts[n - 1],
+                       b->n);
+        if (n < 0 || n != stages || starts[n - 1] >= b->n)
+            return -2;
+        for (int k = 1; k < stages; k++)
+            if (!start_ok(b, stages, k, starts[k])) {
+                merak_errf(err, errlen, "partition '%s': the first stage must hold blocks 0-%d and the last stage "
+                           "blocks %d-%d (they read a weight tied between them)", method, b->first_end - 1,
+                           b->last_start, b->n - 1);
+                return -2;
+            }
+    } else {
+        double *pre = malloc((size_t)(b->n + 1) * sizeof *pre);
+        if (!pre)
+            return merak_errf(err, errlen, "out of memory");
+        pre[0] = 0;
+        for (int i = 0; i < b->n; i++)
+            pre[i + 1] = pre[i] + (m == UNIFORM ? 1 : b->params[i] + 1e-9);
+        int rc = minmax(b, pre, stages, starts);
+        free(pre);
+        if (rc < 0)
+            return merak_errf(err, errlen, "out of memory");
+    }
+    return step ? merak_partition_predict(b, stages, M, starts, step, err, errlen) : 0;
+}
+
+int merak_graph_blocks(const merak_graph *g, merak_blocks *b, int **first, char *err, size_t errlen)
+{
+    *first = malloc((size_t)(g->nops + 2) * sizeof **first);
+    int ncut = *first ? merak_cut_points(g, 0, g->nops, *first + 1) : -1;
+    if (ncut < 0 || merak_blocks_alloc(b, ncut + 1) < 0) {
+        free(*first);
+        *first = NULL;
+        return merak_errf(err, errlen, "out of memory");
+    }
+    (*first)[0] = 0;
+    (*first)[b->n] = g->nops;
+    /* A tied parameter (one storage, several tensors) is read by its
+     * first block's stage and its last block's: they must be the first and
+     * the last stage, which the tied group reduces over. */
+    int *lo = malloc((size_t)g->ntensors * sizeof *lo), *hi = malloc((size_t)g->ntensors * sizeof *hi);
+    if (!lo || !hi) {
+        free(lo), free(hi), free(*first);
+        *first = NULL;
+        merak_blocks_free(b);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    for (int t = 0; t < g->ntensors; t++)
+        lo[t] = hi[t] = -1;
+    for (int k = 0; k < b->n; k++)
+        for (int i = (*first)[k]; i < (*first)[k + 1]; i++)
+            for (int j = 0; j < g->ops[i].nin; j++) {
+                int t = g->ops[i].in[j];
+                if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM)
+                    continue;
+                b->params[k] += (double)merak_tensor_elems(&g->tensors[t]);
+                int r = merak_graph_param_root(g, t);
+                if (lo[r] < 0)
+                    lo[r] = k;
+                hi[r] = k;
+            }
+    for (int t = 0; t < g->ntensors; t++)
+        if (lo[t] >= 0 && lo[t] != hi[t]) {
+            if (lo[t] + 1 > b->first_end)
+                b->first_end = lo[t] + 1;
+            if (hi[t] < b->last_start)
+                b->last_start = hi[t];
+        }
+    free(lo), free(hi);
+    return 0;
+}
+
+int merak_partition_graph(const merak_blocks *b, const int *first, int stages, int M, const char *method,
+                          int *bounds, char *err, size_t errlen)
+{
+    if (stages > b->n) {
+        merak_errf(err, errlen, "the graph has %d cut points, so at most %d pipeline stages (got %d)", b->n - 1,
+                   b->n, stages);
+        return -2;
+    }
+    int rc = merak_partition_blocks(b, stages, M, method, bounds, NULL, err, errlen);
+    if (rc < 0)
+        return rc;
+    /* stage starts in blocks -> op bounds */
+    for (int s = stages - 1; s >= 0; s--)
+        bounds[s] = first[bounds[s]];
+    bounds[stages] = first[b->n];
+    return 0;
 }

@@ -28,6 +28,8 @@
 #include "errf.h"
 #include "mix64.h"
 #include "pipe/stage.h"
+#include "plan/cost.h"
+#include "plan/partition.h"
 #include "train.h"
 #ifdef HAVE_CUDA
 #include "cuda/cuda_kernels.h"
@@ -71,7 +73,6 @@ int merak_args_virtual_stages(const merak_args *a)
 int merak_args_check(const merak_args *a, char *err, size_t errlen)
 {
     merak_schedule_kind sk;
-    merak_partition_kind pk;
     if (!a->data)
         return merak_errf(err, errlen, "no data given");
     if (a->micro_batch < 1 || a->seq_len < 1 || a->micro_batches < 1 || a->steps < 0 ||
@@ -104,8 +105,11 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
     merak_recompute rp;
     if (a->recompute && merak_recompute_parse(a->recompute, &rp, err, errlen) < 0)
         return -1;
-    if (a->partition && merak_partition_parse(a->partition, &pk) < 0)
-        return merak_errf(err, errlen, "partition '%s' is not %s", a->partition, merak_partition_names());
+    if (a->partition && merak_partition_check(a->partition, err, errlen) < 0)
+        return -1;
+    if (a->profile && (!a->partition || strcmp(a->partition, "autopipe") != 0))
+        return merak_errf(err, errlen, "device profile '%s': only the autopipe partition uses one (partition %s)",
+                          a->profile, a->partition ? a->partition : "parameters");
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
     if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
@@ -409,6 +413,44 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
     return 0;
 }
 
+/* The virtual stage bounds in g of the grid's pp x V stages, by the asked
+ * partition method (autopipe: times from the device profile, on the
+ * tensor-parallel shard this grid runs).  0, -1, or -2 for options that
+ * cannot work for this model (usage errors). */
+static int partition_stages(const merak_graph *g, const merak_args *a, const merak_grid *gr, int V,
+                            const merak_tp_rule *rules, int nrules, int *bounds, char *err, size_t errlen)
+{
+    const char *method = a->partition ? a->partition : "parameters";
+    const int Q = gr->pp * V;
+    merak_blocks b;
+    int *first = NULL, rc = merak_graph_blocks(g, &b, &first, err, errlen);
+    if (rc < 0)
+        return -1;
+    merak_graph *shard = NULL;
+    merak_device dev;
+    if (V > 1 && Q > b.n) {
+        merak_errf(err, errlen, "pp %d x %d virtual stages = %d model chunks, but the graph can be cut into %d at most",
+                   gr->pp, V, Q, b.n);
+        rc = -2;
+    } else if (strcmp(method, "autopipe") == 0) {
+        const char *profile = a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
+        if ((rc = merak_device_load(profile, &dev, err, errlen)) < 0)
+            ;
+        else if (gr->tp > 1 && !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
+            rc = -1;
+        else
+            merak_blocks_cost(g, first, shard ? shard : g, &dev, dev.intra, &b);
+    }
+    /* the 1F1B model the partition is judged by needs M >= stages */
+    if (rc == 0)
+        rc = merak_partition_graph(&b, first, Q, a->micro_batches > Q ? a->micro_batches : Q, method, bounds, err,
+                                   errlen);
+    merak_graph_destroy(shard);
+    merak_blocks_free(&b);
+    free(first);
+    return rc;
+}
+
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
     if (err && errlen)
@@ -436,13 +478,18 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_tp_rule *rules = NULL;
     merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
     merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);
-    merak_partition_parse(a->partition ? a->partition : "parameters", &so.partition);
-    if (!(so.kernels = pick_kernels(a, gr->world, err, errlen)))
+    const int V = merak_args_virtual_stages(a);
+    int *bounds = malloc((size_t)(gr->pp * V + 1) * sizeof *bounds);
+    if (!bounds)
+        failed = merak_errf(err, errlen, "out of memory") < 0;
+    else if (!(so.kernels = pick_kernels(a, gr->world, err, errlen)))
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         failed = 1;
-    else if ((so.rules = rules, (failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0))
+    else if ((so.rules = rules, (failed = partition_stages(g, a, gr, V, rules, so.nrules, bounds, err, errlen)) < 0))
         failed = -failed;   /* 1, or 2 for options that cannot work here */
+    else if ((so.bounds = bounds, (failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0))
+        failed = -failed;
     else
         r.e = merak_stage_exec(r.stage);
     if (!failed)
@@ -496,6 +543,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_metrics_close(metrics, NULL, 0);
     run_free(&r);
     free(rules);
+    free(bounds);
     stage_table_free(&table);
     if ((n == -1 || n == -3) && !rank0)
         err[0] = 0;   /* every rank failed alike: rank 0 reports */

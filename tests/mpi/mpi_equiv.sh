@@ -3,8 +3,8 @@
 # GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, with
 # pipeline point-to-point over MPI and over UCX (--p2p ucx), and with the
 # scp, zb-h1 and interleaved schedules and every recomputation policy (on a
-# GPT-2 with dropout, whose masks a recompute must replay), train exactly
-# like one process:
+# GPT-2 with dropout, whose masks a recompute must replay), and with the
+# autopipe and custom partitions, train exactly like one process:
 # per-step losses and gradient norms within 1e-5 relative, and the final
 # (gathered) parameters within 1e-5 relative over the whole model,
 # ||G - R|| / ||R||.  The largest elementwise difference is printed too: it
@@ -173,6 +173,24 @@ if ! "$WRAP" 4 "$TRAIN" --model tiny-llama $common --micro-batches $M --tp 2 --p
 fi
 compare "tiny-llama (1,2,2) tp-overlap=2" "$WORK/tiny-llama.ref1.jsonl" "$WORK/tiny-llama.ref1.safetensors" \
     "$out.jsonl" "$out.safetensors" || status=1
+# Partition methods: AutoPipe (op times from the cpu profile, on the
+# tensor-parallel shard) and a custom cut, each stage its own layers.
+for run in "tiny-llama 1 2 4 autopipe" "tiny-gpt2 2 1 2 autopipe" "tiny-gpt2 1 1 4 custom:0,4,6,7"; do
+    set -- $run
+    model=$1 dp=$2 tp=$3 pp=$4 np=$(($2 * $3 * $4))
+    out=$WORK/$model.$dp$tp$pp.part
+    if ! "$WRAP" $np "$TRAIN" --model $model $common --micro-batches $M --dp $dp --tp $tp --pp $pp --partition $5 \
+        --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+        cat "$out.log" >&2
+        fail "$model (dp,tp,pp)=($dp,$tp,$pp) --partition $5: run failed"
+    fi
+    case $5 in custom:*)
+        grep -q "stage 0 .* 0/4 layers .* stage 3 .* 0/[0-9]* layers" "$out.log" ||
+            fail "--partition $5: stage 0 does not hold 4 layers: $(grep activations "$out.log")";;
+    esac
+    compare "$model ($dp,$tp,$pp) partition=$5" "$WORK/$model.ref$dp.jsonl" "$WORK/$model.ref$dp.safetensors" \
+        "$out.jsonl" "$out.safetensors" || status=1
+done
 # Hugging Face weights loaded into tensor-parallel shards (GPT-2's fused
 # q|k|v sliced head by head, Conv1D transposed): fine-tune the trained
 # weights of a reference run, at a fine-tuning learning rate (training on

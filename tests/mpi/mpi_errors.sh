@@ -21,11 +21,11 @@ expect 2 "1f1b needs at least as many micro-batches" --pp 2 --micro-batches 1 --
 [ "$rc" -eq 2 ] || fail "M < P: exit status $rc, expected 2 (a usage error)"
 expect 4 "zb-h1 needs at least as many micro-batches (M) as stages (S): M = 3, S = 4" --pp 4 --micro-batches 3 \
     --schedule zb-h1
-# A budget only the later stages of zb-h1 miss (they hold 4 micro-batches):
-# their message reaches rank 0, every rank exits 2.
+# A budget a later stage of zb-h1 misses (stage 0 may still fit): its
+# message reaches rank 0, every rank exits 2.
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
   "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}\n' > "$WORK/drop.json"
-expect 4 "recompute budget=0.0004: stage 2 needs 0.0008 GB of activations even when it recomputes every layer" \
+expect 4 "recompute budget=0.0004: stage 1 needs 0.0005 GB of activations even when it recomputes every layer" \
     --pp 4 --micro-batches 4 --schedule zb-h1 --recompute budget=0.0004 --model "$WORK/drop.json"
 [ "$rc" -eq 2 ] || fail "unreachable budget: exit status $rc, expected 2 (a usage error)"
 # interleaved: M < S, and more model chunks than the graph has layers
@@ -38,6 +38,10 @@ expect 4 "pp 4 x 4 virtual stages = 16 model chunks, but the graph can be cut in
 expect 3 "tp=3 does not divide the 4 attention heads (op 3); use tp in {1, 2, 4}" --tp 3
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 1, "n_head": 2}\n' > "$WORK/one.json"
 expect 8 "cut points, so at most" --pp 8 --micro-batches 8 --model "$WORK/one.json"
+# the tied embedding and LM head must sit on the first and the last stage
+expect 4 "partition 'custom:0,6,7,8': the first stage must hold blocks 0-0 and the last stage blocks 7-8" --pp 4 \
+    --micro-batches 4 --partition custom:0,6,7,8
+[ "$rc" -eq 2 ] || fail "a custom cut splitting tied weights: exit status $rc, expected 2 (a usage error)"
 printf '*.mlp.c_fc.weight column\n*.mlp.c_fc.weight sideways\n' > "$WORK/rules.bad"
 expect 2 "rules.bad:2: unknown kind 'sideways'" --tp 2 --tp-rules "$WORK/rules.bad"
 expect 2 "none.rules: cannot open the tensor-parallel rules file" --tp 2 --tp-rules "$WORK/none.rules"

@@ -12,19 +12,10 @@
 #include "kernels.h"
 #include "merak/merak.h"
 #include "pipe/exec.h"
-#include "plan/partition.h"
+#include "preset.h"
 #include "tap.h"
 #include "train.h"
 
-static char err[512];
-
-static merak_graph *build(const char *preset, int B, int T)
-{
-    merak_model_config c;
-    if (merak_model_preset(preset, &c) < 0)
-        return NULL;
-    return merak_model_build(&c, B, T, err, sizeof err);
-}
 
 static void test_param_counts(void)
 {
@@ -454,33 +445,6 @@ static void test_recompute(const char *preset)
     merak_graph_destroy(g);
 }
 
-/* Stage cuts fall only where one activation crosses; both methods cover
- * the graph; asking for more stages than cut points is refused. */
-static void test_partition(void)
-{
-    merak_graph *g = build("tiny-llama", 2, 8);
-    int bounds[5], ok = 1, n = merak_graph_num_ops(g);
-    for (int kind = 0; kind < 2; kind++) {
-        if (merak_partition(g, 4, (merak_partition_kind)kind, bounds, err, sizeof err) < 0) {
-            ok = 0;
-            break;
-        }
-        ok &= bounds[0] == 0 && bounds[4] == n;
-        for (int s = 1; s < 4; s++)
-            ok &= bounds[s] > bounds[s - 1] && merak_cut_tensor(g, bounds[s]) >= 0;
-    }
-    tap_ok(ok, "uniform and parameter partitions of tiny-llama into 4 stages cut at single activations");
-    tap_ok(merak_cut_tensor(g, 1) < 0 || merak_cut_tensor(g, 2) < 0,
-           "a cut inside a block (skip connection alive) is not a cut point");
-    int many[65];
-    tap_ok(merak_partition(g, 64, MERAK_PARTITION_UNIFORM, many, err, sizeof err) < 0 &&
-               strstr(err, "at most"), "64 stages are refused: %s", err);
-    merak_partition_kind k;
-    tap_ok(merak_partition_parse("parameters", &k) == 0 && k == MERAK_PARTITION_PARAMETERS &&
-               merak_partition_parse("bogus", &k) < 0, "partition names parse");
-    merak_graph_destroy(g);
-}
-
 static void test_init(void)
 {
     merak_tensor t = {.name = "h.0.w", .init = {MERAK_INIT_NORMAL, 0.5f}};
@@ -639,7 +603,6 @@ int main(void)
     test_two_stages("tiny-llama");
     test_recompute("tiny-gpt2");
     test_recompute("tiny-llama");
-    test_partition();
     test_init();
     test_lr();
     test_tp_shard();

@@ -1,0 +1,70 @@
+/*
+ * cuts.c - where a graph can be cut into pipeline stages: between ops
+ * where exactly one activation crosses (DESIGN.md s. 6).
+ */
+#include <stdlib.h>
+
+#include "graph.h"
+
+/* last_use[t]: the last op reading activation t (or -1). */
+static int *last_uses(const merak_graph *g)
+{
+    int *last = malloc((size_t)g->ntensors * sizeof *last);
+    if (!last)
+        return NULL;
+    for (int t = 0; t < g->ntensors; t++)
+        last[t] = -1;
+    for (int i = 0; i < g->nops; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0)
+                last[g->ops[i].in[j]] = i;
+    return last;
+}
+
+/* The activation crossing cut k given last uses, or -1. */
+static int crossing(const merak_graph *g, const int *last, int k)
+{
+    int found = -1;
+    for (int t = 0; t < g->ntensors; t++) {
+        const merak_tensor *x = &g->tensors[t];
+        if (x->kind != MERAK_T_ACT || x->producer >= k || last[t] < k)
+            continue;
+        if (found >= 0)
+            return -1;
+        found = t;
+    }
+    return found;
+}
+
+int merak_cut_tensor(const merak_graph *g, int k)
+{
+    if (k <= 0 || k >= g->nops)
+        return -1;
+    int *last = last_uses(g);
+    if (!last)
+        return -1;
+    int t = crossing(g, last, k);
+    free(last);
+    return t;
+}
+
+int merak_cut_points(const merak_graph *g, int begin, int end, int *cuts)
+{
+    int *last = last_uses(g);
+    if (!last)
+        return -1;
+    int n = 0;
+    for (int k = begin + 1; k < end; k++)
+        if (crossing(g, last, k) >= 0)
+            cuts[n++] = k;
+    free(last);
+    return n;
+}
+
+int merak_cut_map(const merak_graph *local, int k)
+{
+    int i = 0;
+    while (i < local->nops && local->ops[i].src < k)
+        i++;
+    return i;
+}

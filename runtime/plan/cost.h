@@ -1,0 +1,54 @@
+/*
+ * cost.h - the planner's cost model: what a device does per second, and
+ * what each op of a graph costs on it.
+ *
+ * Device profiles live in an editable JSON file (data/devices.json,
+ * installed as $(pkgdatadir)/devices.json; MERAK_DEVICES names another):
+ *   {"devices": {"h100-80g": {"memory_gb": 80, "matmul_tflops": 400,
+ *     "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
+ *     "latency_us": 8}, ...}}
+ * A profile file of its own (merak-plan --calibrate writes one) holds one
+ * device object at the top level.
+ *
+ * An op's forward takes the longer of its FLOPs at the matrix rate (linear
+ * and attention; other ops do no matrix work) and its bytes at the memory
+ * rate; its backward does twice the work (the input and the weight
+ * gradients; attention and the element-wise ops read and write twice as
+ * much).  A tensor-parallel sum is a ring all-reduce over the node's links.
+ */
+#ifndef MERAK_COST_H
+#define MERAK_COST_H
+
+#include <stddef.h>
+
+#include "graph/graph.h"
+#include "partition.h"
+
+typedef struct merak_device {
+    char name[64];
+    double memory;           /* bytes per device */
+    double matmul;           /* FLOP/s of linear and attention */
+    double mem_bw;           /* bytes/s the element-wise ops see */
+    double intra, inter;     /* bytes/s one way: a link inside a node, between nodes */
+    double latency;          /* seconds per message */
+} merak_device;
+
+/* The device profile `name`: a key of the devices file (MERAK_DEVICES, else
+ * the installed one), or a path (containing '/' or ending in .json) to a
+ * file holding one profile or a devices table (whose only or `name`d
+ * entry is taken).  0, or -1 with one line naming the file and the field;
+ * -2 for a name the devices file lacks (the line lists the known ones). */
+int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen);
+
+/* Seconds of op i of g (a shard for tp > 1: its TP ops are all-reduces
+ * over tp ranks on intra-node links) on device d, forward and backward. */
+void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *fwd, double *bwd);
+
+/* Fills b's forward and backward times (seconds per micro-batch) for the
+ * blocks of g (merak_graph_blocks; first[] their first ops) from the ops
+ * of `local`, g's tensor-parallel shard (or g itself), and the time to
+ * move each cut's activation over a link of link_bw bytes/s. */
+void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph *local, const merak_device *d,
+                       double link_bw, merak_blocks *b);
+
+#endif /* MERAK_COST_H */

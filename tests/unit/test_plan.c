@@ -1,0 +1,392 @@
+/*
+ * test_plan.c - the planner: stage cuts, the partitioners against a
+ * brute-force search of every contiguous partition, AutoPipe never behind
+ * the simpler methods on real and unbalanced graphs, method spelling,
+ * device profiles and op times.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "merak/merak.h"
+#include "plan/cost.h"
+#include "pipe/schedule.h"
+#include "plan/partition.h"
+#include "preset.h"
+#include "tap.h"
+
+
+/* A small deterministic generator (tests must not depend on libc's rand). */
+static unsigned long long rng = 88172645463325252ULL;
+static double uniform01(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* ------------------------------------------------------------------ cuts */
+
+/* Stage cuts fall only where one activation crosses; every method covers
+ * the graph with non-empty stages; more stages than blocks are refused. */
+static void test_graph_partition(void)
+{
+    merak_graph *g = build("tiny-llama", 2, 8);
+    merak_device d;
+    merak_blocks b;
+    int *first = NULL, bounds[5], n = g ? merak_graph_num_ops(g) : 0;
+    if (!g || merak_graph_blocks(g, &b, &first, err, sizeof err) < 0 || merak_device_load("cpu", &d, err, sizeof err) < 0) {
+        tap_ok(0, "tiny-llama blocks and the cpu profile: %s", err);
+        merak_graph_destroy(g);
+        return;
+    }
+    merak_blocks_cost(g, first, g, &d, d.intra, &b);
+    const char *methods[] = {"uniform", "parameters", "autopipe", "custom:0,2,4,6"};
+    for (int m = 0; m < 4; m++) {
+        int rc = merak_partition_graph(&b, first, 4, 8, methods[m], bounds, err, sizeof err), ok = rc == 0;
+        ok &= bounds[0] == 0 && bounds[4] == n;
+        for (int s = 1; ok && s < 4; s++)
+            ok &= bounds[s] > bounds[s - 1] && merak_cut_tensor(g, bounds[s]) >= 0;
+        tap_ok(ok, "%s cuts tiny-llama (%d blocks) into 4 stages at single activations: %d %d %d %d %d",
+               methods[m], b.n, bounds[0], bounds[1], bounds[2], bounds[3], bounds[4]);
+    }
+    tap_ok(merak_cut_tensor(g, 1) < 0 || merak_cut_tensor(g, 2) < 0,
+           "a cut inside a block (skip connection alive) is not a cut point");
+    int many[65];
+    tap_ok(merak_partition_graph(&b, first, 64, 64, "uniform", many, err, sizeof err) == -2 &&
+               strstr(err, "cut points, so at most"), "64 stages are refused as a usage error: %s", err);
+    merak_blocks_free(&b);
+    free(first);
+    merak_graph_destroy(g);
+}
+
+/* GPT-2's embedding and LM head share one weight, which only the first and
+ * the last stage may hold: every method keeps to it, a custom cut that
+ * does not is refused, and so are more stages than fit around it. */
+static void test_tied_ends(void)
+{
+    merak_graph *g = build("tiny-gpt2", 2, 8);
+    merak_blocks b;
+    int *first = NULL, st[9], ok = 1;
+    if (!g || merak_graph_blocks(g, &b, &first, err, sizeof err) < 0) {
+        tap_ok(0, "tiny-gpt2 blocks: %s", err);
+        merak_graph_destroy(g);
+        return;
+    }
+    for (int i = 0; i < b.n; i++)
+        b.fwd[i] = 1, b.bwd[i] = 2;
+    b.fwd[b.n - 1] = 0.01, b.bwd[b.n - 1] = 0.02;   /* a loss that would gladly be a stage of its own */
+    const char *methods[] = {"uniform", "parameters", "autopipe"};
+    for (int P = 2; P <= 8; P++)
+        for (int m = 0; m < 3; m++)
+            ok &= merak_partition_blocks(&b, P, 2 * P, methods[m], st, NULL, err, sizeof err) == 0 &&
+                  st[1] >= b.first_end && st[P - 1] <= b.last_start;
+    tap_ok(ok && b.first_end == 1 && b.last_start == b.n - 2,
+           "tiny-gpt2: the head's block %d stays on the last stage for every method and 2..8 stages", b.last_start);
+    tap_ok(merak_partition_blocks(&b, 4, 4, "custom:0,6,7,8", st, NULL, err, sizeof err) == -2 &&
+               strstr(err, "the last stage blocks 7-8"), "a custom cut leaving the head elsewhere: %s", err);
+    tap_ok(merak_partition_blocks(&b, 9, 9, "uniform", st, NULL, err, sizeof err) == -2 &&
+               strstr(err, "9 stages do not fit"), "9 stages around the tied ends: %s", err);
+    merak_blocks_free(&b);
+    free(first);
+    merak_graph_destroy(g);
+}
+
+/* ------------------------------------------------------------------ methods */
+
+static void test_methods(void)
+{
+    struct { const char *m; const char *want; } bad[] = {
+        {"bogus", "is not uniform, parameters, autopipe or custom:S0,S1,..."},
+        {"custom:1,4", "the first stage starts at block 0"},
+        {"custom:0,4,4", "stage starts must increase"},
+        {"custom:0,x", "'x' is not a block number"},
+        {"custom:0,-3", "'-3' is not a block number"},
+        {"custom:", "'' is not a block number"},
+        {"custom:0,,2", "'' is not a block number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        tap_ok(merak_partition_check(bad[i].m, err, sizeof err) < 0 && strstr(err, bad[i].want),
+               "partition '%s' is refused: %s", bad[i].m, err);
+    tap_ok(merak_partition_check("autopipe", err, sizeof err) == 0 &&
+               merak_partition_check("custom:0,6,12", err, sizeof err) == 0, "autopipe and custom:0,6,12 parse");
+
+    merak_blocks b;
+    int starts[4];
+    merak_blocks_alloc(&b, 6);
+    for (int i = 0; i < 6; i++)
+        b.fwd[i] = 1, b.bwd[i] = 2;
+    tap_ok(merak_partition_blocks(&b, 3, 4, "custom:0,2", starts, NULL, err, sizeof err) == -2 &&
+               strstr(err, "starts 2 stages, not 3"), "a custom list of the wrong length: %s", err);
+    tap_ok(merak_partition_blocks(&b, 2, 4, "custom:0,6", starts, NULL, err, sizeof err) == -2 &&
+               strstr(err, "past the last (6 blocks)"), "a custom start past the chain: %s", err);
+    tap_ok(merak_partition_blocks(&b, 7, 8, "uniform", starts, NULL, err, sizeof err) == -2 &&
+               strstr(err, "7 stages, but the chain has 6 blocks"), "more stages than blocks: %s", err);
+    b.bwd[3] = -1;
+    tap_ok(merak_partition_blocks(&b, 2, 4, "autopipe", starts, NULL, err, sizeof err) == -1 &&
+               strstr(err, "block 3: costs must be finite"), "a negative cost: %s", err);
+    b.bwd[3] = 2;
+    /* Two equal stages of F = 3, B = 6, M = 2: (M - 1) * 9 + 2 * 9 = 27. */
+    double t = 0;
+    int rc = merak_partition_blocks(&b, 2, 2, "uniform", starts, &t, err, sizeof err);
+    tap_ok(rc == 0 && starts[1] == 3 && t == 27, "uniform halves 6 equal blocks; 1F1B of M = 2 takes 27 (got %g, "
+           "start %d)", t, starts[1]);
+    tap_ok(merak_partition_blocks(&b, 2, 1, "uniform", starts, &t, err, sizeof err) == -2 && strstr(err, "1f1b"),
+           "the 1F1B prediction needs M >= stages: %s", err);
+    merak_blocks_free(&b);
+}
+
+/* ------------------------------------------------------------------ the 1F1B model */
+
+/* The partitioners' step prediction is the schedule simulator's makespan
+ * of the 1f1b lists merak-train runs, on the stages' summed costs. */
+static void test_model_is_simulator(void)
+{
+    int cases = 0, same = 0;
+    char where[700] = "";
+    for (int P = 1; P <= 9; P += 2)
+        for (int M = P; M <= 3 * P + 1; M += P + 1)
+            for (int rep = 0; rep < 4; rep++) {
+                int n = P + 5, st[16];
+                merak_blocks b;
+                merak_blocks_alloc(&b, n);
+                for (int i = 0; i < n; i++) {
+                    b.fwd[i] = 0.2 + uniform01();
+                    b.bwd[i] = b.fwd[i] * (1 + 2 * uniform01());
+                    b.comm[i] = rep & 1 ? 0.5 * uniform01() : 0;
+                }
+                /* random non-empty stages */
+                st[0] = 0;
+                for (int s = 1; s < P; s++)
+                    st[s] = st[s - 1] + 1 + (uniform01() < 0.3 && n - (st[s - 1] + 2) > P - s);
+                merak_schedule sch[16];
+                merak_sim_costs c[16];
+                merak_sim_result r = {0};
+                merak_schedule_spec sp = {MERAK_SCHEDULE_1F1B, P, M, NULL, 1};
+                for (int s = 0; s < P; s++) {
+                    int e = s + 1 < P ? st[s + 1] : n;
+                    double f = 0, w = 0;
+                    for (int i = st[s]; i < e; i++)
+                        f += b.fwd[i], w += b.bwd[i];
+                    c[s] = (merak_sim_costs){f, w, w / 2, 0, s + 1 < P ? b.comm[e] : s > 0 ? b.comm[st[s]] : 0};
+                }
+                double t = -1;
+                int ok = merak_schedule_build_all(&sp, sch, err, sizeof err) == 0 &&
+                         merak_schedule_simulate(sch, P, c, &r, err, sizeof err) == 0 &&
+                         merak_partition_predict(&b, P, M, st, &t, err, sizeof err) == 0;
+                if (ok)
+                    for (int s = 0; s < P; s++)
+                        merak_schedule_free(&sch[s]);
+                cases++;
+                if (ok && fabs(t - r.makespan) <= 1e-9 * r.makespan)
+                    same++;
+                else if (!where[0])
+                    snprintf(where, sizeof where, " (first miss: P %d M %d comm %d: %g vs %g %s)", P, M, rep & 1, t,
+                             r.makespan, ok ? "" : err);
+                merak_blocks_free(&b);
+            }
+    tap_ok(same == cases, "the 1F1B model equals the simulator's 1f1b makespan in %d of %d cases%s", same, cases,
+           where);
+}
+
+/* ------------------------------------------------------------------ brute force */
+
+/* The best 1F1B step over every way to cut n blocks into P non-empty
+ * stages, by enumerating the starts. */
+static double brute_force(const merak_blocks *b, int P, int M, int *best)
+{
+    int s[16] = {0};
+    double top = INFINITY;
+    for (int k = 1; k < P; k++)
+        s[k] = k;
+    for (;;) {
+        double t;
+        if (merak_partition_predict(b, P, M, s, &t, err, sizeof err) < 0)
+            return -1;
+        if (t < top)
+            top = t, memcpy(best, s, sizeof s);
+        /* next combination of starts 1..P-1 among blocks 1..n-1 */
+        int k = P - 1;
+        while (k >= 1 && s[k] == b->n - (P - k))
+            k--;
+        if (k < 1)
+            return top;
+        s[k]++;
+        for (int j = k + 1; j < P; j++)
+            s[j] = s[j - 1] + 1;
+    }
+}
+
+static void random_chain(merak_blocks *b, int n, int shape)
+{
+    merak_blocks_alloc(b, n);
+    for (int i = 0; i < n; i++) {
+        double f = shape == 0 ? 0.5 + uniform01()            /* mild */
+                 : shape == 1 ? (uniform01() < 0.2 ? 6 : 1) * (0.5 + uniform01())  /* a few heavy blocks */
+                              : 0.05 + 3 * uniform01() * uniform01();               /* skewed */
+        b->fwd[i] = f;
+        b->bwd[i] = f * (1.5 + uniform01());                 /* backward 1.5x to 2.5x */
+        b->params[i] = floor(1000 * uniform01());
+        b->comm[i] = i > 0 && shape == 2 ? 0.3 * uniform01() : 0;
+    }
+}
+
+/* On small chains AutoPipe finds the optimum of the same cost model, and
+ * neither uniform nor parameters ever beats it. */
+static void test_brute_force(void)
+{
+    int cases = 0, exact = 0, never_worse = 0;
+    double worst = 0;
+    char where[160] = "";
+    for (int shape = 0; shape < 3; shape++)
+        for (int P = 2; P <= 5; P++)
+            for (int n = P; n <= P + 7; n++)
+                for (int Mk = 1; Mk <= 3; Mk++) {
+                    merak_blocks b;
+                    random_chain(&b, n, shape);
+                    int M = Mk * P, got[16], want[16], u[16];
+                    double ta, tb, tu, tp;
+                    cases++;
+                    tb = brute_force(&b, P, M, want);
+                    if (merak_partition_blocks(&b, P, M, "autopipe", got, &ta, err, sizeof err) < 0 || tb < 0 ||
+                        merak_partition_blocks(&b, P, M, "uniform", u, &tu, err, sizeof err) < 0 ||
+                        merak_partition_blocks(&b, P, M, "parameters", u, &tp, err, sizeof err) < 0) {
+                        tap_ok(0, "shape %d P %d n %d M %d: %s", shape, P, n, M, err);
+                        merak_blocks_free(&b);
+                        return;
+                    }
+                    exact += fabs(ta - tb) <= 1e-9 * tb;
+                    never_worse += ta <= tu * (1 + 1e-12) && ta <= tp * (1 + 1e-12);
+                    if ((ta - tb) / tb > worst) {
+                        worst = (ta - tb) / tb;
+                        snprintf(where, sizeof where, " (worst: shape %d P %d n %d M %d, %g vs %g)", shape, P, n, M,
+                                 ta, tb);
+                    }
+                    merak_blocks_free(&b);
+                }
+    tap_ok(exact == cases, "autopipe matches the brute-force optimum in %d of %d small chains%s", exact, cases,
+           where);
+    tap_ok(never_worse == cases, "autopipe is never slower than uniform or parameters (%d of %d)", never_worse,
+           cases);
+}
+
+/* ------------------------------------------------------------------ real graphs */
+
+/* GPT-2 and LLaMA graphs timed on an H100 profile, and a chain with one
+ * block far heavier than the rest: autopipe's predicted step is never
+ * behind uniform's or parameters', and no stage is empty. */
+static void test_real_graphs(void)
+{
+    merak_device d;
+    if (merak_device_load("h100-80g", &d, err, sizeof err) < 0) {
+        tap_ok(0, "h100-80g profile: %s", err);
+        return;
+    }
+    const char *models[] = {"gpt2", "gpt2-medium", "llama2-7b"};
+    for (int m = 0; m < 3; m++) {
+        merak_graph *g = build(models[m], 4, 1024);
+        merak_blocks b;
+        int *first = NULL, ok = g != NULL, lines = 0;
+        char detail[256] = "";
+        if (ok && merak_graph_blocks(g, &b, &first, err, sizeof err) < 0)
+            ok = 0;
+        if (ok)
+            merak_blocks_cost(g, first, g, &d, d.inter, &b);
+        for (int P = 2; ok && P <= 8; P *= 2) {
+            int st[8];
+            double t[3];
+            const char *meth[] = {"uniform", "parameters", "autopipe"};
+            for (int k = 0; ok && k < 3; k++) {
+                ok &= merak_partition_blocks(&b, P, 2 * P, meth[k], st, &t[k], err, sizeof err) == 0;
+                for (int s = 1; ok && s < P; s++)
+                    ok &= st[s] > st[s - 1];
+            }
+            ok &= t[2] <= t[0] * (1 + 1e-12) && t[2] <= t[1] * (1 + 1e-12);
+            if (lines++ < 3) {
+                size_t k = strlen(detail);
+                snprintf(detail + k, sizeof detail - k, " P=%d %.4g/%.4g/%.4g", P, t[0], t[1], t[2]);
+            }
+        }
+        tap_ok(ok, "%s (%d blocks): autopipe <= uniform, parameters (s, uniform/parameters/autopipe):%s%s%s",
+               models[m], ok ? b.n : 0, detail, ok ? "" : ": ", ok ? "" : err);
+        if (first)
+            merak_blocks_free(&b);
+        free(first);
+        merak_graph_destroy(g);
+    }
+    /* unbalanced: 30 light blocks with one 12x block among them */
+    merak_blocks b;
+    merak_blocks_alloc(&b, 31);
+    for (int i = 0; i < 31; i++)
+        b.fwd[i] = i == 9 ? 12 : 1, b.bwd[i] = 2 * b.fwd[i], b.params[i] = 1;
+    int st[8];
+    double t[3];
+    int ok = 1;
+    const char *meth[] = {"uniform", "parameters", "autopipe"};
+    for (int k = 0; k < 3; k++)
+        ok &= merak_partition_blocks(&b, 8, 16, meth[k], st, &t[k], err, sizeof err) == 0;
+    tap_ok(ok && t[2] < t[0] && t[2] < t[1], "one heavy block: autopipe %g beats uniform %g and parameters %g", t[2],
+           t[0], t[1]);
+    merak_blocks_free(&b);
+}
+
+/* ------------------------------------------------------------------ profiles */
+
+static void test_profiles(void)
+{
+    merak_device d;
+    tap_ok(merak_device_load("h100-80g", &d, err, sizeof err) == 0 && d.memory == 80e9 && d.matmul == 400e12 &&
+               fabs(d.latency - 8e-6) < 1e-15, "h100-80g: 80 GB, 400 TFLOP/s, 8 us");
+    tap_ok(merak_device_load("tpu9", &d, err, sizeof err) == -2 && strstr(err, "device profile 'tpu9' is not in") &&
+               strstr(err, "a100-80g"), "an unknown device lists the known ones: %s", err);
+    const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/merak-test-profile-%d.json", dir, (int)getpid());
+    struct { const char *text, *want; } bad[] = {
+        {"{\"memory_gb\": 8}", "matmul_tflops must be a positive number"},
+        {"{\"memory_gb\": 8, \"matmul_tflops\": -1}", "matmul_tflops must be a positive number"},
+        {"{\"devices\": {\"a\": {}, \"b\": {}}}", "2 devices; give one of them by name"},
+        {"{\"memory_gb\": ", "merak-test-profile"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(bad[i].text, f);
+        fclose(f);
+        tap_ok(merak_device_load(path, &d, err, sizeof err) == -1 && strstr(err, bad[i].want),
+               "profile file %zu is refused: %s", i, err);
+    }
+    FILE *f = fopen(path, "w");
+    fputs("{\"memory_gb\": 2, \"matmul_tflops\": 0.5, \"memory_gbps\": 10, \"intra_node_gbps\": 5, "
+          "\"inter_node_gbps\": 1, \"latency_us\": 0}", f);
+    fclose(f);
+    int rc = merak_device_load(path, &d, err, sizeof err);
+    tap_ok(rc == 0 && d.matmul == 0.5e12 && d.latency == 0, "a profile file of one device loads (%s)", rc ? err : d.name);
+    remove(path);
+
+    /* A linear op's forward is its FLOPs at the matrix rate (compute-bound
+     * here), its backward twice that. */
+    merak_graph *g = build("gpt2", 4, 256);
+    int lin = -1;
+    for (int i = 0; g && i < merak_graph_num_ops(g) && lin < 0; i++)
+        if (g->ops[i].type == MERAK_OP_LINEAR)
+            lin = i;
+    double fw = 0, bw = 0;
+    if (lin >= 0)
+        merak_op_time(g, lin, &d, &fw, &bw);
+    tap_ok(lin >= 0 && fabs(fw - g->ops[lin].flops / d.matmul) < 1e-12 * fw && bw == 2 * fw,
+           "a linear op: forward %.3g s = FLOPs / rate, backward twice", fw);
+    merak_graph_destroy(g);
+}
+
+int main(void)
+{
+    test_graph_partition();
+    test_tied_ends();
+    test_methods();
+    test_model_is_simulator();
+    test_brute_force();
+    test_real_graphs();
+    test_profiles();
+    return tap_done();
+}
