@@ -104,7 +104,7 @@ expect 2 "not a number" $S --schedule 1f1b --comm fast
 expect 2 "needs --schedule, --stages and --micro-batches" --simulate --schedule 1f1b
 expect 2 "nothing to do" --schedule 1f1b --stages 2 --micro-batches 2
 expect 2 "list-models takes no simulator options" --list-models --stages 4
-expect 2 "give one of --simulate, --list-models and --partition-costs" --list-models --simulate
+expect 2 "give one of --simulate, --list-models, --partition-costs and --calibrate" --list-models --simulate
 expect 2 "recompute-cost needs --recompute full" $S --schedule 1f1b --recompute-cost 2
 expect 2 "unknown option" $S --schedule 1f1b --virtually
 expect 2 "virtual-stages needs --schedule interleaved" $S --schedule 1f1b --virtual-stages 2
@@ -154,4 +154,33 @@ bad 1 '{"forward": ' 'bad.json:1:'
 bad 2 '{"forward": [1, 1], "backward": [1, 1], "stages": 3, "micro_batches": 3}' '3 stages, but the chain has 2 blocks'
 bad 2 '{"forward": [1, 1], "backward": [1, 1], "stages": 2, "micro_batches": 1}' 'needs at least as many micro-batches (M) as stages (S): M = 1, S = 2'
 expect 1 "no-such.json" --partition-costs "$WORK/no-such.json"
+
+# --calibrate: every op kind of tiny GPT-2 timed here, written as a profile
+# merak-train's autopipe reads.
+"$PLAN" --calibrate "$WORK/here.json" --model tiny-gpt2 --micro-batch 2 --seq-len 16 --repeat 2 --threads 1 \
+    > "$WORK/calib.out" || fail "--calibrate failed: $(cat "$WORK/calib.out")"
+"$PY" - "$WORK/here.json" <<'PYEOF' || fail "the calibrated profile: $(cat "$WORK/here.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+ops = p["ops"]
+for k in ("linear", "attention", "layernorm", "gelu", "add", "embedding", "cross_entropy"):
+    assert ops[k]["forward"] > 0 and ops[k]["backward"] > 0, k
+assert abs(p["matmul_tflops"] * 1e12 - ops["linear"]["forward"]) <= 1e-5 * ops["linear"]["forward"]
+assert p["inter_node_gbps"] == 1 and p["latency_us"] == 5, "links come from the cpu profile"
+print("ok: --calibrate:", len(ops), "op kinds, linear %.3g GFLOP/s forward" % (ops["linear"]["forward"] / 1e9))
+PYEOF
+grep -q "^wrote $WORK/here.json$" "$WORK/calib.out" || fail "--calibrate output: $(cat "$WORK/calib.out")"
+make_shard "$WORK/data.bin"
+"$MERAK_BUILDDIR/merak-train" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 --seq-len 16 --steps 1 \
+    --threads 1 --partition autopipe --device-profile "$WORK/here.json" > "$WORK/train.out" 2>&1 ||
+    fail "merak-train with the calibrated profile: $(cat "$WORK/train.out")"
+expect 2 "unknown model 'gpt5'" --calibrate "$WORK/x.json" --model gpt5
+expect 2 "device profile 'tpu9' is not in" --calibrate "$WORK/x.json" --device-profile tpu9
+expect 2 "go with --calibrate" --model tiny-gpt2 --simulate --schedule 1f1b --stages 2 --micro-batches 2
+expect 2 "no --json" --calibrate "$WORK/x.json" --json
+expect 2 "seq-len 99999 is beyond the model's" --calibrate "$WORK/x.json" --model tiny-gpt2 --seq-len 99999
+expect 1 "no-such-dir" --calibrate "$WORK/no-such-dir/x.json" --model tiny-gpt2 --micro-batch 1 --seq-len 8 --repeat 1
+printf '{"memory_gb": 1, "matmul_tflops": 1, "memory_gbps": 1, "intra_node_gbps": 1, "inter_node_gbps": 1,
+  "latency_us": 1, "ops": {"matmul": {"forward": 1, "backward": 1}}}' > "$WORK/badops.json"
+expect 1 "ops: 'matmul' is not an op kind" --calibrate "$WORK/x.json" --device-profile "$WORK/badops.json"
 echo "plan_cli: ok"

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -55,4 +56,16 @@ double cli_parse_double(const char *flag, const char *s, double lo, double hi)
     if (v < lo || v > hi)
         cli_die_usage("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
     return v;
+}
+
+void cli_model(const char *name, merak_model_config *cfg)
+{
+    char err[512];
+    if (merak_model_config_resolve(name, cfg, err, sizeof err) < 0) {
+        /* An unknown preset is a bad flag value; a bad file is not. */
+        fprintf(stderr, "%s: %s\n", cli_prog, err);
+        exit(strchr(name, '/') || strstr(name, ".json") ? EXIT_FAILURE : EXIT_USAGE);
+    }
+    if (merak_model_config_check(cfg, err, sizeof err) < 0)
+        cli_die("%s: %s", name, err);
 }

@@ -6,6 +6,8 @@
 #ifndef MERAK_CLI_H
 #define MERAK_CLI_H
 
+#include "merak/merak.h"
+
 #define EXIT_USAGE 2
 
 /* The tool's name in messages; main sets it first. */
@@ -19,5 +21,9 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
  * usage error naming the flag. */
 long cli_parse_int(const char *flag, const char *s, long lo, long hi);
 double cli_parse_double(const char *flag, const char *s, double lo, double hi);
+
+/* The model --model names (a preset or a config.json), checked: an unknown
+ * preset is a usage error, a bad file exits 1, each with one line. */
+void cli_model(const char *name, merak_model_config *cfg);
 
 #endif /* MERAK_CLI_H */

@@ -11,6 +11,8 @@
  * counted on their graphs (which hold shapes, never parameter memory).
  * --partition-costs partitions a block list a user gives with any of the
  * partitioners (runtime/plan/partition.h) and predicts its 1F1B step.
+ * --calibrate times every op of a model on this machine and writes a
+ * device profile with the measured rates (runtime/plan/cost.h).
  *
  * Exit status: 0 on success, 2 for usage errors, 1 otherwise.
  */
@@ -20,11 +22,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "atomic.h"
 #include "cli.h"
 #include "merak/merak.h"
 #include "pipe/schedule.h"
 #include "pipesvg.h"
+#include "plan/cost.h"
 #include "plan/partition.h"
 
 
@@ -34,14 +39,25 @@ static void usage(FILE *out)
         "Usage: %s --simulate --schedule S --stages P --micro-batches M [options]\n"
         "       %s --list-models [--json]\n"
         "       %s --partition-costs FILE [--partition METHOD] [--json]\n"
+        "       %s --calibrate FILE [--model M] [--micro-batch B] [--seq-len T] [--threads N]\n"
+        "                  [--repeat R] [--device-profile D]\n"
         "Simulate one optimizer step of a pipeline schedule on P equal stages, list the\n"
-        "model presets, or partition a list of blocks into pipeline stages.\n"
+        "model presets, partition a list of blocks into pipeline stages, or measure\n"
+        "this machine's device profile.\n"
         "\n"
         "  --simulate              run the schedule simulator\n"
         "  --list-models           list the model presets: shapes and parameter counts\n"
         "  --partition-costs FILE  partition the blocks FILE lists (JSON: forward, backward,\n"
         "                          stages, micro_batches; optional comm, parameters)\n"
         "  --partition METHOD      uniform, parameters, autopipe or custom:S0,S1,... (default autopipe)\n"
+        "  --calibrate FILE        time every op of a model's forward and backward here (CPU\n"
+        "                          kernels) and write the measured device profile to FILE\n"
+        "  --model M               calibrate on this preset or config.json (default demo-gpt2)\n"
+        "  --micro-batch B         sequences per micro-batch to calibrate with (default 4)\n"
+        "  --seq-len T             tokens per sequence to calibrate with (default 128)\n"
+        "  --threads N             CPU threads for the kernels (default: all cores)\n"
+        "  --repeat R              timed passes, after one warm-up (default 3)\n"
+        "  --device-profile D      profile whose links the calibrated one keeps (default cpu)\n"
         "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved\n"
         "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
         "  --stages P              pipeline stages (1 to 1024)\n"
@@ -57,7 +73,7 @@ static void usage(FILE *out)
         "  --help                  show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
-        "See merak-plan(1).\n", cli_prog, cli_prog, cli_prog);
+        "See merak-plan(1).\n", cli_prog, cli_prog, cli_prog, cli_prog);
 }
 
 typedef struct plan_opts {
@@ -66,11 +82,15 @@ typedef struct plan_opts {
     merak_schedule_kind schedule;
     const char *schedule_name, *svg;
     const char *costs_file, *partition;
+    const char *calibrate, *model, *base;
+    int micro_batch, seq_len, threads, repeat;
+    int model_opts;   /* options given that only --calibrate takes */
     merak_sim_costs costs;
     int have_weight, have_rcost;
 } plan_opts;
 
-enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_PART, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
+enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_PART, OPT_CALIB, OPT_MODEL, OPT_MB, OPT_SEQ, OPT_THREADS, OPT_REPEAT,
+       OPT_PROFILE, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
        OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION };
 
 static void parse_args(int argc, char **argv, plan_opts *o)
@@ -80,6 +100,13 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {"list-models", no_argument, 0, OPT_LIST},
         {"partition-costs", required_argument, 0, OPT_PCOSTS},
         {"partition", required_argument, 0, OPT_PART},
+        {"calibrate", required_argument, 0, OPT_CALIB},
+        {"model", required_argument, 0, OPT_MODEL},
+        {"micro-batch", required_argument, 0, OPT_MB},
+        {"seq-len", required_argument, 0, OPT_SEQ},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"repeat", required_argument, 0, OPT_REPEAT},
+        {"device-profile", required_argument, 0, OPT_PROFILE},
         {"schedule", required_argument, 0, OPT_SCHED},
         {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
         {"stages", required_argument, 0, OPT_STAGES},
@@ -96,15 +123,25 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}, .model = "demo-gpt2", .base = "cpu", .micro_batch = 4, .seq_len = 128,
+                     .threads = ncpu > 0 ? (int)ncpu : 1, .repeat = 3};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         o->others |= (c >= OPT_SCHED && c <= OPT_COMM) || c == OPT_SVG;
+        o->model_opts |= c >= OPT_MODEL && c <= OPT_PROFILE;
         switch (c) {
         case OPT_SIM: o->simulate = 1; break;
         case OPT_LIST: o->list_models = 1; break;
         case OPT_PCOSTS: o->costs_file = optarg; break;
+        case OPT_CALIB: o->calibrate = optarg; break;
+        case OPT_MODEL: o->model = optarg; break;
+        case OPT_MB: o->micro_batch = (int)cli_parse_int("--micro-batch", optarg, 1, 1 << 16); break;
+        case OPT_SEQ: o->seq_len = (int)cli_parse_int("--seq-len", optarg, 1, 1 << 20); break;
+        case OPT_THREADS: o->threads = (int)cli_parse_int("--threads", optarg, 1, 4096); break;
+        case OPT_REPEAT: o->repeat = (int)cli_parse_int("--repeat", optarg, 1, 1000); break;
+        case OPT_PROFILE: o->base = optarg; break;
         case OPT_PART: {
             char err[256];
             if (merak_partition_check(optarg, err, sizeof err) < 0)
@@ -149,15 +186,20 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
     if (o->partition && !o->costs_file)
         cli_die_usage("--partition needs --partition-costs");
-    if (o->simulate + o->list_models + !!o->costs_file > 1)
-        cli_die_usage("give one of --simulate, --list-models and --partition-costs");
-    if (o->list_models || o->costs_file) {
+    if (o->simulate + o->list_models + !!o->costs_file + !!o->calibrate > 1)
+        cli_die_usage("give one of --simulate, --list-models, --partition-costs and --calibrate");
+    if (o->model_opts && !o->calibrate)
+        cli_die_usage("--model, --micro-batch, --seq-len, --threads, --repeat and --device-profile go with --calibrate");
+    if (o->list_models || o->costs_file || o->calibrate) {
         if (o->others)
-            cli_die_usage("%s takes no simulator options", o->list_models ? "--list-models" : "--partition-costs");
+            cli_die_usage("%s takes no simulator options",
+                          o->list_models ? "--list-models" : o->costs_file ? "--partition-costs" : "--calibrate");
+        if (o->calibrate && o->json)
+            cli_die_usage("--calibrate writes its profile to the file it names (no --json)");
         return;
     }
     if (!o->simulate)
-        cli_die_usage("nothing to do: give --simulate, --list-models or --partition-costs");
+        cli_die_usage("nothing to do: give --simulate, --list-models, --partition-costs or --calibrate");
     if (!o->schedule_name || !o->stages || !o->micro_batches)
         cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
     if (o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
@@ -336,6 +378,54 @@ static void partition_costs(const plan_opts *o)
     merak_blocks_free(&b);
 }
 
+/* ------------------------------------------------------------------ calibration */
+
+/* --calibrate: the base profile's links and memory, this machine's
+ * measured compute rates, written to the file named. */
+static void calibrate(const plan_opts *o)
+{
+    char err[1024];
+    merak_model_config cfg;
+    merak_device d;
+    cli_model(o->model, &cfg);
+    if (o->seq_len > cfg.max_positions)
+        cli_die_usage("--seq-len %d is beyond the model's %d positions", o->seq_len, cfg.max_positions);
+    int rc = merak_device_load(o->base, &d, err, sizeof err);
+    if (rc == -2)
+        cli_die_usage("--device-profile: %s", err);
+    if (rc < 0)
+        cli_die("%s", err);
+    merak_graph *g = merak_model_build(&cfg, o->micro_batch, o->seq_len, err, sizeof err);
+    if (!g)
+        cli_die("%s: %s", o->model, err);
+    merak_kernels_cpu_set_threads(o->threads);
+    const char *base = strrchr(o->calibrate, '/') ? strrchr(o->calibrate, '/') + 1 : o->calibrate;
+    printf("calibrating on %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
+           o->model, o->micro_batch, o->seq_len, o->threads, o->repeat);
+    fflush(stdout);
+    if (merak_device_calibrate(g, merak_kernels_cpu(), o->repeat, &d, err, sizeof err) < 0)
+        cli_die("%s", err);
+    snprintf(d.name, sizeof d.name, "%s", base);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0)   /* the kernels ran in host memory: its size */
+        d.memory = (double)pages * (double)page;
+    printf("%-14s %16s %16s  (FLOP/s for linear and attention, bytes/s for the rest)\n", "op", "forward",
+           "backward");
+    for (int t = 0; t < MERAK_OP_COUNT_; t++)
+        if (d.op_fwd[t] > 0)
+            printf("%-14s %16.4g %16.4g\n", merak_op_name((merak_op_type)t), d.op_fwd[t], d.op_bwd[t]);
+    printf("matrix %.4g TFLOP/s, memory %.4g GB/s, %.1f GB; links and latency from %s\n", d.matmul / 1e12,
+           d.mem_bw / 1e9, d.memory / 1e9, o->base);
+    merak_atomic *a;
+    if (merak_atomic_open(o->calibrate, &a, err, sizeof err) < 0)
+        cli_die("%s", err);
+    merak_device_write(&d, merak_atomic_file(a));
+    if (merak_atomic_commit(a, err, sizeof err) < 0)
+        cli_die("%s", err);
+    printf("wrote %s\n", o->calibrate);
+    merak_graph_destroy(g);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -350,6 +440,10 @@ int main(int argc, char **argv)
     }
     if (o.costs_file) {
         partition_costs(&o);
+        return 0;
+    }
+    if (o.calibrate) {
+        calibrate(&o);
         return 0;
     }
 

@@ -303,6 +303,16 @@ static void print_banner(const merak_run_info *ri, void *user)
         printf("%s stage %d %.2f MiB, %d/%d layers recomputed", p ? " |" : "", p,
                ri->stage_bytes[p] / (1 << 20), ri->stage_recomputed[p], ri->stage_layers[p]);
     printf("\n");
+    if (ri->pp > 1) {
+        int Q = ri->pp * merak_args_virtual_stages(c->a);
+        printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : "parameters");
+        for (int q = 0; q < Q; q++)
+            printf("%s%d", q ? "," : " ", ri->stage_first_block[q]);
+        if (ri->predicted_step_s > 0)
+            printf(" | predicted %s pipeline %.1f ms", Q == ri->pp ? "1F1B" : "1F1B (of the virtual stages)",
+                   1e3 * ri->predicted_step_s);
+        printf("\n");
+    }
     fflush(stdout);
 }
 
@@ -328,13 +338,7 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &ta, &t);
 
     merak_model_config cfg;
-    if (merak_model_config_resolve(t.model, &cfg, err, sizeof err) < 0) {
-        /* An unknown preset is a bad flag value; a bad file is not. */
-        fprintf(stderr, "%s: %s\n", cli_prog, err);
-        return strchr(t.model, '/') || strstr(t.model, ".json") ? EXIT_FAILURE : EXIT_USAGE;
-    }
-    if (merak_model_config_check(&cfg, err, sizeof err) < 0)
-        cli_die("%s: %s", t.model, err);
+    cli_model(t.model, &cfg);
     if (ta.seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
     /* interleaved: each model chunk the same number of transformer layers */

@@ -226,6 +226,11 @@ typedef struct merak_run_info {
      * recomputed */
     const double *stage_bytes;
     const int *stage_layers, *stage_recomputed;
+    /* [pp * virtual stages]: the first block (piece between cut points) of
+     * each stage; the autopipe partition's predicted 1F1B step (seconds,
+     * from the device profile; 0 for the other methods) */
+    const int *stage_first_block;
+    double predicted_step_s;
 } merak_run_info;
 
 /* Training arguments (the MerakArguments of the paper).  Start from

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "errf.h"
 #include "exec.h"
 #include "graph/graph.h"
@@ -31,6 +32,7 @@ typedef struct chunk {
 struct merak_exec {
     const merak_graph *g;
     const merak_kernels *k;
+    double *op_fwd, *op_bwd;   /* per-op seconds accumulated (merak_exec_time_ops), or NULL */
     int nchunks, nslots;
     chunk *ch;
     int *slot_chunk;       /* [nslots] */
@@ -988,7 +990,7 @@ static void weight_step(merak_exec *e, int slot, int i, sub sb)
  * same order. */
 typedef enum pass { P_FORWARD, P_RECOMPUTE, P_BACKWARD_INPUT, P_BACKWARD } pass;
 
-static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
+static int run_op(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
     if (ps <= P_RECOMPUTE)
         return op_forward(e, slot, i, sb);
@@ -997,6 +999,30 @@ static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     if (ps == P_BACKWARD)
         weight_step(e, slot, i, sb);
     return 0;
+}
+
+/* The kernels done, the clock (timing ops). */
+static double synced_now(const merak_exec *e)
+{
+    if (e->k->synchronize)
+        e->k->synchronize();
+    return merak_now();
+}
+
+static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
+{
+    if (!e->op_fwd)
+        return run_op(e, slot, i, sb, ps);
+    double t0 = synced_now(e);
+    int rc = run_op(e, slot, i, sb, ps);
+    (ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] += synced_now(e) - t0;
+    return rc;
+}
+
+void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd)
+{
+    e->op_fwd = fwd && bwd ? fwd : NULL;
+    e->op_bwd = fwd && bwd ? bwd : NULL;
 }
 
 /* Overlapped op i, sub-batch sb: everything up to starting its sum. */

@@ -143,6 +143,11 @@ int merak_exec_backward_weight(merak_exec *e, int slot);
 int merak_exec_backward(merak_exec *e, int slot);
 /* Why the last forward or backward failed (empty if it did not). */
 const char *merak_exec_error(const merak_exec *e);
+/* From now on, adds the seconds each op's forward (recomputes too) and
+ * backward take to fwd[i] and bwd[i] (i: the op in the graph), the kernels
+ * synchronised around every op, which costs time (calibration); NULL
+ * stops. */
+void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd);
 int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
 
 /* Gradient readiness, for reducing gradients while backward still runs:

@@ -8,7 +8,10 @@
  *     "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
  *     "latency_us": 8}, ...}}
  * A profile file of its own (merak-plan --calibrate writes one) holds one
- * device object at the top level.
+ * device object at the top level.  A profile may also hold measured rates
+ * per op kind, "ops": {"linear": {"forward": r, "backward": r}, ...}, in
+ * FLOP/s for linear and attention and bytes/s for the others (forward
+ * bytes, for the backward too); an op kind it lists is timed by them.
  *
  * An op's forward takes the longer of its FLOPs at the matrix rate (linear
  * and attention; other ops do no matrix work) and its bytes at the memory
@@ -21,7 +24,10 @@
 
 #include <stddef.h>
 
+#include <stdio.h>
+
 #include "graph/graph.h"
+#include "kernels.h"
 #include "partition.h"
 
 typedef struct merak_device {
@@ -31,6 +37,10 @@ typedef struct merak_device {
     double mem_bw;           /* bytes/s the element-wise ops see */
     double intra, inter;     /* bytes/s one way: a link inside a node, between nodes */
     double latency;          /* seconds per message */
+    /* measured work per second of each op kind's forward and backward
+     * (FLOP/s for linear and attention, bytes/s for the rest); 0: from the
+     * rates above */
+    double op_fwd[MERAK_OP_COUNT_], op_bwd[MERAK_OP_COUNT_];
 } merak_device;
 
 /* The device profile `name`: a key of the devices file (MERAK_DEVICES, else
@@ -39,6 +49,18 @@ typedef struct merak_device {
  * entry is taken).  0, or -1 with one line naming the file and the field;
  * -2 for a name the devices file lacks (the line lists the known ones). */
 int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen);
+
+/* Writes d as a profile file's JSON (one device at the top level); 0, or
+ * -1 if the stream failed. */
+int merak_device_write(const merak_device *d, FILE *f);
+
+/* Measures the local device with kernels k: runs the forward and backward
+ * of g (in one process, its micro-batch shape) `reps` times after one
+ * warm-up, timing every op, and sets d's matrix rate (linear layers), its
+ * memory rate (the element-wise ops) and every op kind's measured rates;
+ * the rest of d is left as it was.  0, or -1 with err. */
+int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int reps, merak_device *d, char *err,
+                           size_t errlen);
 
 /* Seconds of op i of g (a shard for tp > 1: its TP ops are all-reduces
  * over tp ranks on intra-node links) on device d, forward and backward. */

@@ -526,19 +526,18 @@ int merak_graph_blocks(const merak_graph *g, merak_blocks *b, int **first, char 
 }
 
 int merak_partition_graph(const merak_blocks *b, const int *first, int stages, int M, const char *method,
-                          int *bounds, char *err, size_t errlen)
+                          int *starts, int *bounds, double *step, char *err, size_t errlen)
 {
     if (stages > b->n) {
         merak_errf(err, errlen, "the graph has %d cut points, so at most %d pipeline stages (got %d)", b->n - 1,
                    b->n, stages);
         return -2;
     }
-    int rc = merak_partition_blocks(b, stages, M, method, bounds, NULL, err, errlen);
+    int rc = merak_partition_blocks(b, stages, M, method, starts, step, err, errlen);
     if (rc < 0)
         return rc;
-    /* stage starts in blocks -> op bounds */
-    for (int s = stages - 1; s >= 0; s--)
-        bounds[s] = first[bounds[s]];
+    for (int s = 0; s < stages; s++)
+        bounds[s] = first[starts[s]];
     bounds[stages] = first[b->n];
     return 0;
 }

@@ -75,11 +75,13 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
 int merak_graph_blocks(const merak_graph *g, merak_blocks *b, int **first, char *err, size_t errlen);
 
 /* Fills bounds[0..stages] (bounds[0] = 0, bounds[stages] = g's ops) so
- * stage s runs ops [bounds[s], bounds[s+1]) of g; b (from
- * merak_graph_blocks, its costs filled) and first describe g.  Returns
- * 0, -1 or -2 as merak_partition_blocks; more stages than blocks names
- * the graph's cut points. */
+ * stage s runs ops [bounds[s], bounds[s+1]) of g, and starts[0..stages)
+ * with each stage's first block; b (from merak_graph_blocks, its costs
+ * filled) and first describe g.  *step (may be NULL) gets the predicted
+ * step as merak_partition_blocks's.  Returns 0, -1 or -2 as
+ * merak_partition_blocks; more stages than blocks names the graph's cut
+ * points. */
 int merak_partition_graph(const merak_blocks *b, const int *first, int stages, int M, const char *method,
-                          int *bounds, char *err, size_t errlen);
+                          int *starts, int *bounds, double *step, char *err, size_t errlen);
 
 #endif /* MERAK_PARTITION_H */

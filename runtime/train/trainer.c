@@ -418,7 +418,8 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
  * tensor-parallel shard this grid runs).  0, -1, or -2 for options that
  * cannot work for this model (usage errors). */
 static int partition_stages(const merak_graph *g, const merak_args *a, const merak_grid *gr, int V,
-                            const merak_tp_rule *rules, int nrules, int *bounds, char *err, size_t errlen)
+                            const merak_tp_rule *rules, int nrules, int *starts, int *bounds, double *step,
+                            char *err, size_t errlen)
 {
     const char *method = a->partition ? a->partition : "parameters";
     const int Q = gr->pp * V;
@@ -443,8 +444,8 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
     }
     /* the 1F1B model the partition is judged by needs M >= stages */
     if (rc == 0)
-        rc = merak_partition_graph(&b, first, Q, a->micro_batches > Q ? a->micro_batches : Q, method, bounds, err,
-                                   errlen);
+        rc = merak_partition_graph(&b, first, Q, a->micro_batches > Q ? a->micro_batches : Q, method, starts, bounds,
+                                   strcmp(method, "autopipe") == 0 ? step : NULL, err, errlen);
     merak_graph_destroy(shard);
     merak_blocks_free(&b);
     free(first);
@@ -480,13 +481,16 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);
     const int V = merak_args_virtual_stages(a);
     int *bounds = malloc((size_t)(gr->pp * V + 1) * sizeof *bounds);
-    if (!bounds)
+    int *starts = malloc((size_t)(gr->pp * V) * sizeof *starts);
+    double predicted = 0;
+    if (!bounds || !starts)
         failed = merak_errf(err, errlen, "out of memory") < 0;
     else if (!(so.kernels = pick_kernels(a, gr->world, err, errlen)))
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         failed = 1;
-    else if ((so.rules = rules, (failed = partition_stages(g, a, gr, V, rules, so.nrules, bounds, err, errlen)) < 0))
+    else if ((so.rules = rules, (failed = partition_stages(g, a, gr, V, rules, so.nrules, starts, bounds, &predicted, err,
+                                                    errlen)) < 0))
         failed = -failed;   /* 1, or 2 for options that cannot work here */
     else if ((so.bounds = bounds, (failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0))
         failed = -failed;
@@ -512,7 +516,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
             merak_stage_set_trace(r.stage, &r.trace);
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
-                                 table.bytes, table.layers, table.recomputed};
+                                 table.bytes, table.layers, table.recomputed, starts, predicted};
             a->on_start(&ri, a->user);
         }
         n = steps(&r, metrics, err, errlen);
@@ -544,6 +548,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     run_free(&r);
     free(rules);
     free(bounds);
+    free(starts);
     stage_table_free(&table);
     if ((n == -1 || n == -3) && !rank0)
         err[0] = 0;   /* every rank failed alike: rank 0 reports */

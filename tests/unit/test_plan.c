@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "merak/merak.h"
 #include "plan/cost.h"
 #include "pipe/schedule.h"
@@ -35,7 +36,7 @@ static void test_graph_partition(void)
     merak_graph *g = build("tiny-llama", 2, 8);
     merak_device d;
     merak_blocks b;
-    int *first = NULL, bounds[5], n = g ? merak_graph_num_ops(g) : 0;
+    int *first = NULL, bounds[5], starts[4], n = g ? merak_graph_num_ops(g) : 0;
     if (!g || merak_graph_blocks(g, &b, &first, err, sizeof err) < 0 || merak_device_load("cpu", &d, err, sizeof err) < 0) {
         tap_ok(0, "tiny-llama blocks and the cpu profile: %s", err);
         merak_graph_destroy(g);
@@ -44,7 +45,10 @@ static void test_graph_partition(void)
     merak_blocks_cost(g, first, g, &d, d.intra, &b);
     const char *methods[] = {"uniform", "parameters", "autopipe", "custom:0,2,4,6"};
     for (int m = 0; m < 4; m++) {
-        int rc = merak_partition_graph(&b, first, 4, 8, methods[m], bounds, err, sizeof err), ok = rc == 0;
+        int rc = merak_partition_graph(&b, first, 4, 8, methods[m], starts, bounds, NULL, err, sizeof err);
+        int ok = rc == 0;
+        for (int s = 0; ok && s < 4; s++)
+            ok &= bounds[s] == first[starts[s]];
         ok &= bounds[0] == 0 && bounds[4] == n;
         for (int s = 1; ok && s < 4; s++)
             ok &= bounds[s] > bounds[s - 1] && merak_cut_tensor(g, bounds[s]) >= 0;
@@ -54,7 +58,7 @@ static void test_graph_partition(void)
     tap_ok(merak_cut_tensor(g, 1) < 0 || merak_cut_tensor(g, 2) < 0,
            "a cut inside a block (skip connection alive) is not a cut point");
     int many[65];
-    tap_ok(merak_partition_graph(&b, first, 64, 64, "uniform", many, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_graph(&b, first, 64, 64, "uniform", many, many, NULL, err, sizeof err) == -2 &&
                strstr(err, "cut points, so at most"), "64 stages are refused as a usage error: %s", err);
     merak_blocks_free(&b);
     free(first);
@@ -379,6 +383,46 @@ static void test_profiles(void)
     merak_graph_destroy(g);
 }
 
+/* Calibration times every op kind of tiny GPT-2 on the CPU kernels; the
+ * profile written and read back times ops by the measured rates. */
+static void test_calibrate(void)
+{
+    merak_graph *g = build("tiny-gpt2", 2, 16);
+    merak_device d, back;
+    merak_device_load("cpu", &d, err, sizeof err);
+    merak_kernels_cpu_set_threads(1);
+    int rc = g ? merak_device_calibrate(g, merak_kernels_cpu(), 1, &d, err, sizeof err) : -1;
+    tap_ok(rc == 0 && d.op_fwd[MERAK_OP_LINEAR] > 0 && d.op_bwd[MERAK_OP_ATTENTION] > 0 &&
+               d.op_fwd[MERAK_OP_CROSS_ENTROPY] > 0 && d.matmul == d.op_fwd[MERAK_OP_LINEAR] && d.mem_bw > 0,
+           "calibration measures linear %.3g GFLOP/s, attention backward %.3g GFLOP/s, memory %.3g GB/s: %s",
+           d.op_fwd[MERAK_OP_LINEAR] / 1e9, d.op_bwd[MERAK_OP_ATTENTION] / 1e9, d.mem_bw / 1e9, rc ? err : "ok");
+    char path[512];
+    snprintf(path, sizeof path, "%s/merak-test-calib-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    FILE *f = fopen(path, "w");
+    int wrote = f && merak_device_write(&d, f) == 0;
+    if (f)
+        fclose(f);
+    int same = wrote && merak_device_load(path, &back, err, sizeof err) == 0;
+    for (int t = 0; same && t < MERAK_OP_COUNT_; t++)
+        same &= fabs(back.op_fwd[t] - d.op_fwd[t]) <= 1e-5 * d.op_fwd[t] &&
+                fabs(back.op_bwd[t] - d.op_bwd[t]) <= 1e-5 * d.op_bwd[t];
+    tap_ok(same && fabs(back.matmul - d.matmul) <= 1e-5 * d.matmul, "the profile reads back as written: %s",
+           same ? "ok" : err);
+    remove(path);
+    int lin = -1;
+    for (int i = 0; g && i < g->nops && lin < 0; i++)
+        if (g->ops[i].type == MERAK_OP_LINEAR)
+            lin = i;
+    double fw = 0, bw = 0;
+    if (lin >= 0)
+        merak_op_time(g, lin, &d, &fw, &bw);
+    tap_ok(lin >= 0 && fabs(fw - g->ops[lin].flops / d.op_fwd[MERAK_OP_LINEAR]) <= 1e-12 * fw &&
+               fabs(bw - g->ops[lin].flops / d.op_bwd[MERAK_OP_LINEAR]) <= 1e-12 * bw,
+           "a linear op is timed by the measured rates: forward %.3g s, backward %.3g s", fw, bw);
+    merak_graph_destroy(g);
+}
+
 int main(void)
 {
     test_graph_partition();
@@ -388,5 +432,6 @@ int main(void)
     test_brute_force();
     test_real_graphs();
     test_profiles();
+    test_calibrate();
     return tap_done();
 }
