@@ -697,14 +697,18 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
             s->tied[i] = range_reads(g, ob, oe, merak_exec_param_tensor(s->e, i));
     }
     /* Only the first and the last stage may share a parameter (the tied
-     * group is theirs); the partitioners keep to it, custom cuts are
-     * checked there too. */
-    if (s->V == 1 && !s->first && !s->last)
+     * group is theirs); the partitioners keep to it for a weight read in
+     * two places, this catches the rest: -2, the layout cannot work. */
+    if (!s->first && !s->last)
         for (int i = 0; i < merak_exec_num_params(s->e); i++) {
-            int t = merak_exec_param_tensor(s->e, i);
-            if (range_reads(g, 0, lb[p], t) || range_reads(g, lb[p + 1], g->nops, t))
-                return merak_errf(err, errlen, "stage %d reads %s, which another stage reads too: only the first "
-                                  "and the last stage may share a weight", p, g->tensors[t].name);
+            int t = merak_exec_param_tensor(s->e, i), elsewhere = 0;
+            for (int q = 0; q < Q && !elsewhere; q++)
+                elsewhere = q % S != p && range_reads(g, lb[q], lb[q + 1], t);
+            if (elsewhere) {
+                merak_errf(err, errlen, "stage %d reads %s, which another stage reads too: only the first and "
+                           "the last stage may share a weight", p, g->tensors[t].name);
+                return -2;
+            }
         }
     return setup_dp(s, o, err, errlen);
 }

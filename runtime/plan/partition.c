@@ -24,6 +24,8 @@ enum { UNIFORM, PARAMETERS, AUTOPIPE, CUSTOM, NMETHOD = CUSTOM };
  * so far stands. */
 #define SEARCH_WORK 2e8
 #define SEARCH_STEPS 4000000
+/* The most stages x micro-batches the 1F1B model takes (16 bytes each). */
+#define MODEL_OPS 1e8
 /* Local search rounds, at most (each moves one boundary by one block). */
 #define DESCENT_ROUNDS 4096
 
@@ -62,21 +64,23 @@ void merak_blocks_free(merak_blocks *b)
 static int parse_custom(const char *list, int *starts, int max, char *err, size_t errlen)
 {
     int n = 0;
+    long prev = -1;
     const char *p = list;
     for (;;) {
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || *p == '-' || *p == '+' || errno || v > INT_MAX || (*end && *end != ','))
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;   /* digits only: no sign, no space */
+        if (v < 0 || errno || v > INT_MAX || (*end && *end != ','))
             return merak_errf(err, errlen, "partition '" CUSTOM_PREFIX "%s': '%.*s' is not a block number", list,
                               (int)strcspn(p, ","), p);
         if (n == 0 && v != 0)
             return merak_errf(err, errlen, "partition '" CUSTOM_PREFIX "%s': the first stage starts at block 0",
                               list);
-        if (n > 0 && starts && v <= starts[n - 1])
+        if (n > 0 && v <= prev)
             return merak_errf(err, errlen, "partition '" CUSTOM_PREFIX "%s': stage starts must increase", list);
         if (starts && n < max)
             starts[n] = (int)v;
+        prev = v;
         n++;
         if (!*end)
             return n;
@@ -102,14 +106,7 @@ int merak_partition_check(const char *method, char *err, size_t errlen)
     int m = parse_method(method, err, errlen);
     if (m != CUSTOM)
         return m < 0 ? -1 : 0;
-    /* check the order too: parse into a scratch list as long as the text */
-    const char *list = method + strlen(CUSTOM_PREFIX);
-    int max = (int)strlen(list) / 2 + 1, *starts = malloc((size_t)max * sizeof *starts);
-    if (!starts)
-        return merak_errf(err, errlen, "out of memory");
-    int n = parse_custom(list, starts, max, err, errlen);
-    free(starts);
-    return n < 0 ? -1 : 0;
+    return parse_custom(method + strlen(CUSTOM_PREFIX), NULL, 0, err, errlen) < 0 ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------ min-max */
@@ -122,9 +119,9 @@ static int start_ok(const merak_blocks *b, int P, int s, int j)
 }
 
 /* starts[0..P) minimising the largest stage sum of w (prefix sums pre[0..n]),
- * every stage at least one block, within the ends' constraints; ties go to
- * the later cut, which keeps the early stages lighter.  0, or -1 out of
- * memory. */
+ * every stage at least one block, within the ends' constraints; of equal
+ * maxima the earliest start wins, so later stages take as many blocks as
+ * they can (Merak's reconstruction).  0, or -1 out of memory. */
 static int minmax(const merak_blocks *b, const double *pre, int P, int *starts)
 {
     const int n = b->n;
@@ -149,7 +146,7 @@ static int minmax(const merak_blocks *b, const double *pre, int P, int *starts)
                 if (prev == DBL_MAX)
                     continue;
                 double stage = pre[j] - pre[i], m = prev > stage ? prev : stage;
-                if (m <= best[(size_t)s * (n + 1) + j]) {
+                if (m < best[(size_t)s * (n + 1) + j]) {
                     best[(size_t)s * (n + 1) + j] = m;
                     from[(size_t)s * (n + 1) + j] = i;
                 }
@@ -161,6 +158,20 @@ static int minmax(const merak_blocks *b, const double *pre, int P, int *starts)
     }
     free(best), free(from);
     return 0;
+}
+
+/* The same number of blocks per stage, the last n mod P stages one more;
+ * 1 if that keeps the ends' constraints (else the caller balances block
+ * counts by min-max within them). */
+static int uniform(const merak_blocks *b, int P, int *starts)
+{
+    const int q = b->n / P, r = b->n % P;
+    for (int s = 0; s < P; s++)
+        starts[s] = s * q + (s > P - r ? s - (P - r) : 0);
+    for (int s = 1; s < P; s++)
+        if (!start_ok(b, P, s, starts[s]))
+            return 0;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ prediction */
@@ -177,7 +188,7 @@ typedef struct predictor {
     const merak_blocks *b;
     int P, M;
     double *pf, *pb;         /* prefix sums of fwd and bwd, [n + 1] */
-    double *F, *B, *C;       /* per stage: forward, backward, comm of its sends */
+    double *F, *B, *C;       /* per stage: forward, backward; C[s]: the cut before stage s */
     double *fend, *bend;     /* [P * M]: when each forward / backward ended */
     int *pc;                 /* [P]: next op of each stage's order */
     double *free_at;         /* [P] */
@@ -244,10 +255,7 @@ static double predict(predictor *p, const int *starts)
         int a = starts[s], e = s + 1 < P ? starts[s + 1] : b->n;
         p->F[s] = p->pf[e] - p->pf[a];
         p->B[s] = p->pb[e] - p->pb[a];
-        /* stage s sends its activation over the cut after it and its
-         * gradient over the one before: one cost per sender (the
-         * simulator's), the cut after it, and the last stage's before it */
-        p->C[s] = s + 1 < P ? b->comm[e] : s > 0 ? b->comm[a] : 0;
+        p->C[s] = s > 0 ? b->comm[a] : 0;   /* activation in, gradient back out */
         p->pc[s] = 0;
         p->free_at[s] = 0;
     }
@@ -257,7 +265,7 @@ static double predict(predictor *p, const int *starts)
     /* Sweep the stages, running each one's ops while their inputs are
      * there; 1F1B never deadlocks, so every sweep runs at least one op. */
     double end = 0;
-    for (int left = 2 * P * M, before = -1; left > 0 && left != before;) {
+    for (long left = 2L * P * M, before = -1; left > 0 && left != before;) {
         before = left;
         for (int s = 0; s < P; s++)
             for (; p->pc[s] < 2 * M; p->pc[s]++, left--) {
@@ -265,7 +273,7 @@ static double predict(predictor *p, const int *starts)
                 /* the input: the forward before, or the backward after */
                 double in = 0, *from = NULL;
                 if (!bwd && s > 0)
-                    from = &p->fend[(size_t)(s - 1) * M + mb], in = p->C[s - 1];
+                    from = &p->fend[(size_t)(s - 1) * M + mb], in = p->C[s];
                 else if (bwd && s + 1 < P)
                     from = &p->bend[(size_t)(s + 1) * M + mb], in = p->C[s + 1];
                 if (from && *from < 0)
@@ -308,13 +316,15 @@ typedef struct search {
     double best_t;
     double total;            /* every block's forward + backward */
     long steps;              /* cut positions tried */
+    int have;                /* best holds a partition */
 } search;
 
-/* Keeps cand if it beats the best. */
+/* Keeps cand if it beats the best (or is the first). */
 static void consider(search *s, const int *cand)
 {
     double t = predict(s->p, cand);
-    if (t < s->best_t) {
+    if (t < s->best_t || !s->have) {
+        s->have = 1;
         s->best_t = t;
         memcpy(s->best, cand, (size_t)s->p->P * sizeof *cand);
     }
@@ -440,6 +450,10 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
                    b->first_end - 1, b->last_start, b->n - 1, b->last_start - b->first_end, stages - 2);
         return -2;
     }
+    if ((m == AUTOPIPE || step) && (double)stages * M > MODEL_OPS) {
+        merak_errf(err, errlen, "%d stages x %d micro-batches: more than the 1F1B model's %.0f", stages, M, MODEL_OPS);
+        return -2;
+    }
     if ((m == AUTOPIPE || step) && M < stages) {
         merak_errf(err, errlen, "the 1f1b model needs at least as many micro-batches (M) as stages (S): "
                    "M = %d, S = %d", M, stages);
@@ -464,6 +478,8 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
                            b->last_start, b->n - 1);
                 return -2;
             }
+    } else if (m == UNIFORM && uniform(b, stages, starts)) {
+        ;
     } else {
         double *pre = malloc((size_t)(b->n + 1) * sizeof *pre);
         if (!pre)

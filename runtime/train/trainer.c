@@ -442,10 +442,13 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
         else
             merak_blocks_cost(g, first, shard ? shard : g, &dev, dev.intra, &b);
     }
-    /* the 1F1B model the partition is judged by needs M >= stages */
+    /* The 1F1B model the partition is judged by needs M >= stages: with
+     * fewer (gpipe, interleaved), autopipe balances for M = stages, and
+     * no step is predicted. */
+    int predict = strcmp(method, "autopipe") == 0 && a->micro_batches >= Q;
     if (rc == 0)
         rc = merak_partition_graph(&b, first, Q, a->micro_batches > Q ? a->micro_batches : Q, method, starts, bounds,
-                                   strcmp(method, "autopipe") == 0 ? step : NULL, err, errlen);
+                                   predict ? step : NULL, err, errlen);
     merak_graph_destroy(shard);
     merak_blocks_free(&b);
     free(first);

@@ -125,6 +125,26 @@ static void test_methods(void)
                strstr(err, "starts 2 stages, not 3"), "a custom list of the wrong length: %s", err);
     tap_ok(merak_partition_blocks(&b, 2, 4, "custom:0,6", starts, NULL, err, sizeof err) == -2 &&
                strstr(err, "past the last (6 blocks)"), "a custom start past the chain: %s", err);
+    tap_ok(merak_partition_blocks(&b, 4, 4, "custom:0,1,2,3,4,5", starts, NULL, err, sizeof err) == -2 &&
+               strstr(err, "starts 6 stages, not 4"), "a custom list longer than the stages: %s", err);
+    tap_ok(merak_partition_check("custom:0, 3", err, sizeof err) < 0 && strstr(err, "' 3' is not a block number") &&
+               merak_partition_check("custom:0,+3", err, sizeof err) < 0,
+           "a space or a sign in a custom list is refused: %s", err);
+    {
+        merak_blocks u;
+        int st[4];
+        merak_blocks_alloc(&u, 10);
+        int rc = merak_partition_blocks(&u, 4, 4, "uniform", st, NULL, err, sizeof err);
+        tap_ok(rc == 0 && st[1] == 2 && st[2] == 4 && st[3] == 7,
+               "uniform cuts 10 blocks 2, 2, 3, 3 (starts 0 %d %d %d)", st[1], st[2], st[3]);
+        for (int i = 0; i < 10; i++)
+            u.fwd[i] = 9e299, u.bwd[i] = 9e299;
+        rc = merak_partition_blocks(&u, 2, 2, "autopipe", st, NULL, err, sizeof err);
+        tap_ok(rc == 0 && st[0] == 0 && st[1] > 0 && st[1] < 10, "costs whose sums overflow still get a partition");
+        tap_ok(merak_partition_blocks(&u, 2, 100000000, "autopipe", st, NULL, err, sizeof err) == -2 &&
+                   strstr(err, "more than the 1F1B model's"), "a model too large to evaluate: %s", err);
+        merak_blocks_free(&u);
+    }
     tap_ok(merak_partition_blocks(&b, 7, 8, "uniform", starts, NULL, err, sizeof err) == -2 &&
                strstr(err, "7 stages, but the chain has 6 blocks"), "more stages than blocks: %s", err);
     b.bwd[3] = -1;
@@ -158,8 +178,12 @@ static void test_model_is_simulator(void)
                 for (int i = 0; i < n; i++) {
                     b.fwd[i] = 0.2 + uniform01();
                     b.bwd[i] = b.fwd[i] * (1 + 2 * uniform01());
-                    b.comm[i] = rep & 1 ? 0.5 * uniform01() : 0;
+                    b.comm[i] = 0;
                 }
+                /* the same cost on every cut: the simulator charges one per sender */
+                double link = rep & 1 ? 0.5 * uniform01() : 0;
+                for (int i = 1; i < n; i++)
+                    b.comm[i] = link;
                 /* random non-empty stages */
                 st[0] = 0;
                 for (int s = 1; s < P; s++)
