@@ -399,13 +399,11 @@ static void calibrate(const plan_opts *o)
     if (!g)
         cli_die("%s: %s", o->model, err);
     merak_kernels_cpu_set_threads(o->threads);
-    const char *base = strrchr(o->calibrate, '/') ? strrchr(o->calibrate, '/') + 1 : o->calibrate;
     printf("calibrating on %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
            o->model, o->micro_batch, o->seq_len, o->threads, o->repeat);
     fflush(stdout);
     if (merak_device_calibrate(g, merak_kernels_cpu(), o->repeat, &d, err, sizeof err) < 0)
         cli_die("%s", err);
-    snprintf(d.name, sizeof d.name, "%s", base);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0)   /* the kernels ran in host memory: its size */
         d.memory = (double)pages * (double)page;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "cost.h"
 #include "errf.h"
 #include "pipe/exec.h"
@@ -30,7 +29,6 @@ static int read_profile(json_t *o, const char *file, const char *name, merak_dev
                         size_t errlen)
 {
     *d = (merak_device){0};
-    snprintf(d->name, sizeof d->name, "%s", name);
     if (!json_is_object(o))
         return merak_errf(err, errlen, "%s: device '%s' is not an object", file, name);
     for (int i = 0; i < NFIELD; i++) {

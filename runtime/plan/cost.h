@@ -31,7 +31,6 @@
 #include "partition.h"
 
 typedef struct merak_device {
-    char name[64];
     double memory;           /* bytes per device */
     double matmul;           /* FLOP/s of linear and attention */
     double mem_bw;           /* bytes/s the element-wise ops see */

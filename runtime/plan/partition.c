@@ -1,11 +1,12 @@
 /*
  * partition.c - the partitioners (partition.h): a min-max dynamic
- * programme over block weights, the 1F1B step prediction by the schedule
- * simulator, and AutoPipe's search for the fastest partition.
+ * programme over block weights, the 1F1B step model, and AutoPipe's
+ * search for the fastest partition.
  */
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,13 @@ static int start_ok(const merak_blocks *b, int P, int s, int j)
     return (s != 1 || j >= b->first_end) && (s != P - 1 || j <= b->last_start);
 }
 
+/* -1 with err: WHAT breaks the ends' constraints. */
+static int ends_error(const merak_blocks *b, const char *what, char *err, size_t errlen)
+{
+    return merak_errf(err, errlen, "%s: the first stage must hold blocks 0-%d and the last stage blocks %d-%d "
+                      "(they read a weight tied between them)", what, b->first_end - 1, b->last_start, b->n - 1);
+}
+
 /* starts[0..P) minimising the largest stage sum of w (prefix sums pre[0..n]),
  * every stage at least one block, within the ends' constraints; of equal
  * maxima the earliest start wins, so later stages take as many blocks as
@@ -174,16 +182,35 @@ static int uniform(const merak_blocks *b, int P, int *starts)
     return 1;
 }
 
+/* starts[0..P) by a method that balances a weight: UNIFORM (block counts,
+ * evenly where the ends allow), PARAMETERS, or AUTOPIPE's seed (forward +
+ * backward).  0, or -1 out of memory. */
+static int balance(const merak_blocks *b, int P, int m, int *starts)
+{
+    if (m == UNIFORM && uniform(b, P, starts))
+        return 0;
+    double *pre = malloc((size_t)(b->n + 1) * sizeof *pre);
+    if (!pre)
+        return -1;
+    pre[0] = 0;
+    for (int i = 0; i < b->n; i++)   /* blocks without parameters still count a little */
+        pre[i + 1] = pre[i] + (m == UNIFORM ? 1 : m == PARAMETERS ? b->params[i] + 1e-9 : b->fwd[i] + b->bwd[i]);
+    int rc = minmax(b, pre, P, starts);
+    free(pre);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ prediction */
 
 /* The 1F1B model a partition is judged by: stage s runs min(P - 1 - s, M)
  * warm-up forwards, then one forward and one backward at a time, then the
  * cool-down's backwards (PipeDream-flush, the order runtime/pipe/schedule.c
  * generates); an op starts when its stage is free and its input has
- * arrived, `comm` of the sending stage after the sender finished.  Exactly
- * the schedule simulator's makespan for the 1f1b lists (test_plan checks
- * it), in O(P M) time and no allocation per partition, so the search can
- * compare tens of thousands. */
+ * arrived, the transfer time of the cut it crosses after the sender
+ * finished.  Where every cut costs the same, exactly the schedule
+ * simulator's makespan for the 1f1b lists (test_plan checks it; the
+ * simulator charges one cost per sending stage), in O(P M) time and no
+ * allocation per partition, so the search can compare tens of thousands. */
 typedef struct predictor {
     const merak_blocks *b;
     int P, M;
@@ -201,12 +228,23 @@ static void predictor_free(predictor *p)
         free(p->free_at);
 }
 
-static int predictor_init(predictor *p, const merak_blocks *b, int P, int M, char *err, size_t errlen)
+/* Can the model run P stages of M micro-batches?  0, or -1 with err. */
+static int model_check(int P, int M, char *err, size_t errlen)
 {
-    *p = (predictor){.b = b, .P = P, .M = M};
+    if ((double)P * M > MODEL_OPS)
+        return merak_errf(err, errlen, "%d stages x %d micro-batches: more than the 1F1B model's %.0f", P, M,
+                          MODEL_OPS);
     if (M < P)
         return merak_errf(err, errlen, "the 1f1b model needs at least as many micro-batches (M) as stages (S): "
                           "M = %d, S = %d", M, P);
+    return 0;
+}
+
+static int predictor_init(predictor *p, const merak_blocks *b, int P, int M, char *err, size_t errlen)
+{
+    *p = (predictor){.b = b, .P = P, .M = M};
+    if (model_check(P, M, err, errlen) < 0)
+        return -1;
     size_t PM = (size_t)P * (size_t)M;
     p->pf = malloc((size_t)(b->n + 1) * sizeof *p->pf);
     p->pb = malloc((size_t)(b->n + 1) * sizeof *p->pb);
@@ -296,10 +334,11 @@ int merak_partition_predict(const merak_blocks *b, int stages, int M, const int 
         if (starts[s] < 0 || starts[s] >= b->n || (s == 0 && starts[s] != 0) || (s > 0 && starts[s] <= starts[s - 1]))
             return merak_errf(err, errlen, "stage %d's first block %d: stages must start at 0 and increase below %d",
                               s, starts[s], b->n);
-        else if (!start_ok(b, stages, s, starts[s]))
-            return merak_errf(err, errlen, "stage %d's first block %d: the first stage must hold blocks 0-%d and the "
-                              "last stage blocks %d-%d (they read a weight tied between them)", s, starts[s],
-                              b->first_end - 1, b->last_start, b->n - 1);
+        else if (!start_ok(b, stages, s, starts[s])) {
+            char what[64];
+            snprintf(what, sizeof what, "stage %d's first block %d", s, starts[s]);
+            return ends_error(b, what, err, errlen);
+        }
     predictor p;
     if (predictor_init(&p, b, stages, M, err, errlen) < 0)
         return -1;
@@ -401,29 +440,24 @@ static int autopipe(const merak_blocks *b, int P, int M, int *starts, double *st
     predictor p;
     if (predictor_init(&p, b, P, M, err, errlen) < 0)
         return -1;
-    const int n = b->n;
-    double *pre = malloc((size_t)(n + 1) * sizeof *pre);
     search s = {.p = &p, .cur = malloc((size_t)P * sizeof *s.cur), .best = starts, .best_t = DBL_MAX};
-    int rc = pre && s.cur ? 0 : merak_errf(err, errlen, "out of memory");
-    /* Seeds: the min-max of forward + backward (AutoPipe's), of block
-     * counts (uniform) and of parameters. */
-    for (int seed = 0; seed < 3 && rc == 0; seed++) {
-        pre[0] = 0;
-        for (int i = 0; i < n; i++)
-            pre[i + 1] = pre[i] + (seed == 0 ? b->fwd[i] + b->bwd[i] : seed == 1 ? 1 : b->params[i] + 1e-9);
-        if (minmax(b, pre, P, s.cur) < 0)
+    int rc = s.cur ? 0 : merak_errf(err, errlen, "out of memory");
+    /* Seeds: the min-max of forward + backward (AutoPipe's), uniform's and
+     * parameters' partitions. */
+    const int seeds[] = {AUTOPIPE, UNIFORM, PARAMETERS};
+    for (int k = 0; k < 3 && rc == 0; k++)
+        if (balance(b, P, seeds[k], s.cur) < 0)
             rc = merak_errf(err, errlen, "out of memory");
         else
             consider(&s, s.cur);
-    }
     if (rc == 0) {
         descend(&s);
-        s.total = p.pf[n] + p.pb[n];
+        s.total = p.pf[b->n] + p.pb[b->n];
         branch(&s, 0, 0, 0);
     }
     if (rc == 0 && step)
         *step = s.best_t;
-    free(pre), free(s.cur);
+    free(s.cur);
     predictor_free(&p);
     return rc;
 }
@@ -450,15 +484,8 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
                    b->first_end - 1, b->last_start, b->n - 1, b->last_start - b->first_end, stages - 2);
         return -2;
     }
-    if ((m == AUTOPIPE || step) && (double)stages * M > MODEL_OPS) {
-        merak_errf(err, errlen, "%d stages x %d micro-batches: more than the 1F1B model's %.0f", stages, M, MODEL_OPS);
+    if ((m == AUTOPIPE || step) && model_check(stages, M, err, errlen) < 0)
         return -2;
-    }
-    if ((m == AUTOPIPE || step) && M < stages) {
-        merak_errf(err, errlen, "the 1f1b model needs at least as many micro-batches (M) as stages (S): "
-                   "M = %d, S = %d", M, stages);
-        return -2;
-    }
     if (m == AUTOPIPE)
         return autopipe(b, stages, M, starts, step, err, errlen);
     if (m == CUSTOM) {
@@ -473,24 +500,13 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
             return -2;
         for (int k = 1; k < stages; k++)
             if (!start_ok(b, stages, k, starts[k])) {
-                merak_errf(err, errlen, "partition '%s': the first stage must hold blocks 0-%d and the last stage "
-                           "blocks %d-%d (they read a weight tied between them)", method, b->first_end - 1,
-                           b->last_start, b->n - 1);
+                char what[300];
+                snprintf(what, sizeof what, "partition '%s'", method);
+                ends_error(b, what, err, errlen);
                 return -2;
             }
-    } else if (m == UNIFORM && uniform(b, stages, starts)) {
-        ;
-    } else {
-        double *pre = malloc((size_t)(b->n + 1) * sizeof *pre);
-        if (!pre)
-            return merak_errf(err, errlen, "out of memory");
-        pre[0] = 0;
-        for (int i = 0; i < b->n; i++)
-            pre[i + 1] = pre[i] + (m == UNIFORM ? 1 : b->params[i] + 1e-9);
-        int rc = minmax(b, pre, stages, starts);
-        free(pre);
-        if (rc < 0)
-            return merak_errf(err, errlen, "out of memory");
+    } else if (balance(b, stages, m, starts) < 0) {
+        return merak_errf(err, errlen, "out of memory");
     }
     return step ? merak_partition_predict(b, stages, M, starts, step, err, errlen) : 0;
 }

@@ -22,8 +22,9 @@
  *                communication; here each cut costs its transfer time)
  *   custom:S0,S1,...  the user's first block of each stage (S0 = 0)
  *
- * The step time a partition is judged by is the 1F1B schedule's, from the
- * schedule simulator (runtime/pipe/schedule.h) on the stages' summed costs.
+ * The step time a partition is judged by is the 1F1B schedule's, from an
+ * event model of its order on the stages' summed costs (partition.c; the
+ * schedule simulator's makespan where every cut costs the same).
  */
 #ifndef MERAK_PARTITION_H
 #define MERAK_PARTITION_H
