@@ -155,6 +155,10 @@ typedef struct merak_kernels {
     int (*zero)(void *p, size_t bytes);
     int (*copy)(void *dst, const void *src, size_t bytes, merak_copy_kind kind);
     int (*synchronize)(void);           /* waits for every launched kernel; 0 or -1 */
+    /* bytes from alloc not freed yet, and the most at once since the
+     * process started (what a run really holds: its report and the
+     * planner's check) */
+    void (*memory)(size_t *in_use, size_t *peak);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

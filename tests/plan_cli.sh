@@ -103,8 +103,8 @@ expect 2 "out of range" $S --schedule 1f1b --fwd -1
 expect 2 "not a number" $S --schedule 1f1b --comm fast
 expect 2 "needs --schedule, --stages and --micro-batches" --simulate --schedule 1f1b
 expect 2 "nothing to do" --schedule 1f1b --stages 2 --micro-batches 2
-expect 2 "list-models takes no simulator options" --list-models --stages 4
-expect 2 "give one of --simulate, --list-models, --partition-costs and --calibrate" --list-models --simulate
+expect 2 "stages does not go with --list-models" --list-models --stages 4
+expect 2 "give one of --simulate, --list-models, --partition-costs, --calibrate and --gpus" --list-models --simulate
 expect 2 "recompute-cost needs --recompute full" $S --schedule 1f1b --recompute-cost 2
 expect 2 "unknown option" $S --schedule 1f1b --virtually
 expect 2 "virtual-stages needs --schedule interleaved" $S --schedule 1f1b --virtual-stages 2
@@ -137,8 +137,8 @@ j=$("$PLAN" --partition-costs "$WORK/chain-comm.json" --json)
     fail "autopipe cuts at the slow link: $j"
 echo "ok: --partition-costs: autopipe 109 < uniform 133; a slow link is avoided: $j"
 expect 2 "partition 'even' is not uniform, parameters, autopipe or custom" --partition-costs "$WORK/chain.json" --partition even
-expect 2 "partition needs --partition-costs" --partition autopipe
-expect 2 "partition-costs takes no simulator options" --partition-costs "$WORK/chain.json" --stages 4
+expect 2 "nothing to do" --partition autopipe
+expect 2 "stages does not go with --partition-costs" --partition-costs "$WORK/chain.json" --stages 4
 expect 2 "starts 2 stages, not 4" --partition-costs "$WORK/chain.json" --partition custom:0,4
 expect 1 "the parameters method needs \"parameters\"" --partition-costs "$WORK/chain.json" --partition parameters
 bad() { printf '%s' "$2" > "$WORK/bad.json"; expect "$1" "$3" --partition-costs "$WORK/bad.json"; }
@@ -176,11 +176,75 @@ make_shard "$WORK/data.bin"
     fail "merak-train with the calibrated profile: $(cat "$WORK/train.out")"
 expect 2 "unknown model 'gpt5'" --calibrate "$WORK/x.json" --model gpt5
 expect 2 "device profile 'tpu9' is not in" --calibrate "$WORK/x.json" --device-profile tpu9
-expect 2 "go with --calibrate" --model tiny-gpt2 --simulate --schedule 1f1b --stages 2 --micro-batches 2
-expect 2 "no --json" --calibrate "$WORK/x.json" --json
+expect 2 "model does not go with --simulate" --model tiny-gpt2 --simulate --schedule 1f1b --stages 2 --micro-batches 2
+expect 2 "json does not go with --calibrate" --calibrate "$WORK/x.json" --json
 expect 2 "seq-len 99999 is beyond the model's" --calibrate "$WORK/x.json" --model tiny-gpt2 --seq-len 99999
 expect 1 "no-such-dir" --calibrate "$WORK/no-such-dir/x.json" --model tiny-gpt2 --micro-batch 1 --seq-len 8 --repeat 1
 printf '{"memory_gb": 1, "matmul_tflops": 1, "memory_gbps": 1, "intra_node_gbps": 1, "inter_node_gbps": 1,
   "latency_us": 1, "ops": {"matmul": {"forward": 1, "backward": 1}}}' > "$WORK/badops.json"
 expect 1 "ops: 'matmul' is not an op kind" --calibrate "$WORK/x.json" --device-profile "$WORK/badops.json"
+
+# --gpus: layouts.  GPT-3 175B on 1024 H100s as dp 8, tp 8, pp 16: without
+# recomputation stage 0 holds 16 micro-batches' activations and does not
+# fit (exit 1, the stage and the sizes named); with full recomputation it
+# fits.  The stages' parameters add up to the model's (each tp rank holds
+# 1/8, the tied embedding is on both ends), every rank holds its
+# parameters, gradients and two AdamW moments at 4 bytes each, ZeRO-1
+# divides the moments by dp, and tokens/s is the batch over the step.
+L175="--model gpt3-175b --gpus 1024 --gpus-per-node 8 --dp 8 --tp 8 --pp 16 --gpu h100-80g"
+expect 1 "the layout does not fit: stage 0 needs 274.[0-9]* GB, a h100-80g has 80.00 GB" $L175
+"$PLAN" $L175 --recompute full --json > "$WORK/175.json" || fail "175B with full recomputation: $(cat "$WORK/175.json")"
+"$PLAN" $L175 --recompute full --zero 1 --json > "$WORK/175z.json" || fail "175B with ZeRO-1"
+"$PY" - "$WORK/175.json" "$WORK/175z.json" <<'PYEOF' || fail "the 175B plan: $(cat "$WORK/175.json")"
+import json, sys
+a, z = (json.load(open(f)) for f in sys.argv[1:3])
+total = 174604259328   # merak-plan --list-models
+held = sum(s["parameters"] for s in a["stages"]) * a["tp"]
+assert total <= held <= 1.01 * total, held
+assert a["fits"] and a["pp"] == 16 and len(a["stages"]) == 16 and a["micro_batches"] == 128
+for s, t in zip(a["stages"], z["stages"]):
+    m, mz = s["memory"], t["memory"]
+    assert s["recomputed"] == s["layers"] > 0
+    assert 4 * s["parameters"] <= m["params"] == m["grads"] <= 4 * s["parameters"] + 64 * 1024
+    assert abs(m["optimizer"] - 2 * m["params"]) <= 8 and abs(mz["optimizer"] - m["optimizer"] / 8) <= 64
+    assert abs(m["total"] - (m["params"] + m["grads"] + m["optimizer"] + m["activations"] + m["other"])) <= 1
+assert abs(a["tokens_per_s"] * a["step_s"] - 1024 * 2048) < 1e-6 * 1024 * 2048
+assert 0 < a["bubble"] < 1 and 0 < a["mfu"] < 1 and a["step_s"] >= a["pipeline_s"]
+print("ok: gpt3-175b dp 8 tp 8 pp 16 recompute full: step %.3g s, %.0f tokens/s, MFU %.1f%%, stage 0 %.1f GB" %
+      (a["step_s"], a["tokens_per_s"], 100 * a["mfu"], a["stages"][0]["memory"]["total"] / 1e9))
+PYEOF
+
+# --auto on a small case: the best layout's answer is the answer of that
+# layout planned alone, and no runner-up is faster.
+A="--model tiny-gpt2 --gpus 8 --gpus-per-node 4 --gpu cpu --micro-batch 2 --seq-len 16 --global-batch 64"
+"$PLAN" $A --auto --json > "$WORK/auto.json" || fail "--auto: $(cat "$WORK/auto.json")"
+"$PY" - "$WORK/auto.json" > "$WORK/best.args" <<'PYEOF' || fail "--auto answer: $(cat "$WORK/auto.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+b = j["best"]
+assert j["layouts_fitting"] >= j["layouts_simulated"] >= len(j["runners_up"]) + 1 and j["layouts_tried"] >= 20
+assert all(r["step_s"] >= b["step_s"] for r in j["runners_up"]) and b["tp"] in (1, 2, 4)
+print("--dp %d --tp %d --pp %d --schedule %s --recompute %s --zero %d" % (b["dp"], b["tp"], b["pp"], b["schedule"],
+      b["recompute"], b["zero"]) + (" --virtual-stages %d" % b["virtual_stages"] if b["schedule"] == "interleaved" else ""))
+PYEOF
+"$PLAN" $A $(cat "$WORK/best.args") --json > "$WORK/alone.json" || fail "the best layout alone: $(cat "$WORK/best.args")"
+"$PY" -c 'import json,sys; a=json.load(open(sys.argv[1]))["best"]; b=json.load(open(sys.argv[2]))
+sys.exit(abs(a["step_s"] - b["step_s"]) > 1e-9 * b["step_s"] or a["stages"] != b["stages"])' "$WORK/auto.json" "$WORK/alone.json" ||
+    fail "--auto's best differs from planning it alone"
+echo "ok: --auto on 8 GPUs: best $(cat "$WORK/best.args"), the same as planned alone"
+"$PLAN" $A --auto | grep -q "^runners-up:" || fail "--auto text answer has no runners-up"
+
+expect 2 "unknown model 'gpt5'" --gpus 8 --model gpt5
+expect 2 "device profile 'tpu9' is not in" --gpus 8 --model tiny-gpt2 --gpu tpu9
+expect 2 "gpus 12 is not a whole number of nodes of 8" --gpus 12 --model tiny-gpt2
+expect 2 "gpus 8 is not divisible by tp x pp = 3 x 1" --gpus 8 --model tiny-gpt2 --tp 3
+expect 2 "dp x tp x pp = 3 x 2 x 1 = 6, but --gpus is 8" --gpus 8 --model tiny-gpt2 --tp 2 --dp 3
+expect 2 "tp=8 does not divide the 4 GPUs of a node" --gpus 8 --gpus-per-node 4 --model tiny-gpt2 --tp 8
+expect 2 "global-batch 7 is not a multiple of dp x micro-batch = 8 x 1" --gpus 8 --model tiny-gpt2 --global-batch 7
+expect 2 "auto picks dp, tp and pp itself" --gpus 8 --model tiny-gpt2 --auto --dp 2
+expect 2 "stages does not go with --gpus" --gpus 8 --model tiny-gpt2 --stages 2
+expect 2 "recompute: recompute 'most' is not" --gpus 8 --model tiny-gpt2 --recompute most
+expect 2 "seq-len 99999 is beyond the model's" --gpus 8 --model tiny-gpt2 --seq-len 99999
+expect 2 "needs at least as many micro-batches" --gpus 8 --model tiny-gpt2 --pp 4 --global-batch 2
+expect 2 "not an integer" --gpus 8 --model tiny-gpt2 --zero yes
 echo "plan_cli: ok"

@@ -13,6 +13,8 @@
  * partitioners (runtime/plan/partition.h) and predicts its 1F1B step.
  * --calibrate times every op of a model on this machine and writes a
  * device profile with the measured rates (runtime/plan/cost.h).
+ * --gpus plans a layout of a model: each stage's memory and the predicted
+ * step (runtime/plan/layout.h); with --auto, the fastest layout.
  *
  * Exit status: 0 on success, 2 for usage errors, 1 otherwise.
  */
@@ -30,21 +32,35 @@
 #include "pipe/schedule.h"
 #include "pipesvg.h"
 #include "plan/cost.h"
+#include "plan/layout.h"
 #include "plan/partition.h"
 
 
 static void usage(FILE *out)
 {
     fprintf(out,
-        "Usage: %s --simulate --schedule S --stages P --micro-batches M [options]\n"
+        "Usage: %s --gpus N --model M [--dp D --tp T --pp P | --auto] [layout options]\n"
+        "       %s --simulate --schedule S --stages P --micro-batches M [options]\n"
         "       %s --list-models [--json]\n"
         "       %s --partition-costs FILE [--partition METHOD] [--json]\n"
         "       %s --calibrate FILE [--model M] [--micro-batch B] [--seq-len T] [--threads N]\n"
         "                  [--repeat R] [--device-profile D]\n"
-        "Simulate one optimizer step of a pipeline schedule on P equal stages, list the\n"
-        "model presets, partition a list of blocks into pipeline stages, or measure\n"
-        "this machine's device profile.\n"
+        "Plan a training layout (memory per stage, step time) or find the fastest, simulate\n"
+        "a pipeline schedule, list the model presets, partition a list of blocks into\n"
+        "pipeline stages, or measure this machine's device profile.\n"
         "\n"
+        "  --gpus N                plan a layout of N GPUs (a multiple of --gpus-per-node, or fewer)\n"
+        "  --model M               preset or config.json (calibration default: demo-gpt2)\n"
+        "  --dp D, --tp T, --pp P  the layout (tp, pp default 1; dp N/(tp*pp))\n"
+        "  --auto                  try every layout, schedule, recompute policy and ZeRO setting not\n"
+        "                          fixed by a flag; print the fastest that fits and its runners-up\n"
+        "  --gpus-per-node G       GPUs per node; tp stays inside one (default 8)\n"
+        "  --gpu DEVICE            device profile: name or file (default h100-80g)\n"
+        "  --global-batch S        sequences per step over all replicas (default micro-batch x N)\n"
+        "  --micro-batch B         sequences per micro-batch (layouts: default 1; calibration: 4)\n"
+        "  --seq-len T             tokens per sequence (layouts: default the model's positions;\n"
+        "                          calibration: 128)\n"
+        "  --zero Z                1: ZeRO-1 optimizer sharding over dp; 0: off (default 0)\n"
         "  --simulate              run the schedule simulator\n"
         "  --list-models           list the model presets: shapes and parameter counts\n"
         "  --partition-costs FILE  partition the blocks FILE lists (JSON: forward, backward,\n"
@@ -52,20 +68,18 @@ static void usage(FILE *out)
         "  --partition METHOD      uniform, parameters, autopipe or custom:S0,S1,... (default autopipe)\n"
         "  --calibrate FILE        time every op of a model's forward and backward here (CPU\n"
         "                          kernels) and write the measured device profile to FILE\n"
-        "  --model M               calibrate on this preset or config.json (default demo-gpt2)\n"
-        "  --micro-batch B         sequences per micro-batch to calibrate with (default 4)\n"
-        "  --seq-len T             tokens per sequence to calibrate with (default 128)\n"
         "  --threads N             CPU threads for the kernels (default: all cores)\n"
         "  --repeat R              timed passes, after one warm-up (default 3)\n"
         "  --device-profile D      profile whose links the calibrated one keeps (default cpu)\n"
-        "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved\n"
+        "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved (layouts: default 1f1b)\n"
         "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
         "  --stages P              pipeline stages (1 to 1024)\n"
         "  --micro-batches M       micro-batches per step (1 to 65536)\n"
         "  --fwd F                 forward time of one micro-batch on one stage (default 1)\n"
         "  --bwd B                 backward time, input and weight gradients (default 2)\n"
         "  --bwd-weight W          weight-gradient share of B for zb-h1 (default B/2)\n"
-        "  --recompute R           none or full: every stage recomputes its activations (default none)\n"
+        "  --recompute R           layouts: none, full, stage-aware[=R0] or budget=GB (default none);\n"
+        "                          simulator: none or full, every stage recomputes its activations\n"
         "  --recompute-cost C      time of a recompute (default F)\n"
         "  --comm X                time an activation or gradient takes to arrive (default 0)\n"
         "  --json                  print one JSON object instead of text\n"
@@ -73,25 +87,55 @@ static void usage(FILE *out)
         "  --help                  show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
-        "See merak-plan(1).\n", cli_prog, cli_prog, cli_prog, cli_prog);
+        "See merak-plan(1).\n", cli_prog, cli_prog, cli_prog, cli_prog, cli_prog);
 }
 
 typedef struct plan_opts {
-    int simulate, list_models, json, stages, micro_batches, recompute, virtual_stages;
-    int others;   /* options given that only --simulate takes */
+    int mode;     /* one of the MODE_* bits */
+    int json, stages, micro_batches, virtual_stages;
     merak_schedule_kind schedule;
-    const char *schedule_name, *svg;
+    const char *schedule_name, *svg, *recompute_name;
     const char *costs_file, *partition;
-    const char *calibrate, *model, *base;
+    const char *calibrate, *model, *base, *gpu;
     int micro_batch, seq_len, threads, repeat;
-    int model_opts;   /* options given that only --calibrate takes */
+    int gpus, gpus_per_node, dp, tp, pp, zero, zero_given, autoplan;
+    long global_batch;
     merak_sim_costs costs;
     int have_weight, have_rcost;
 } plan_opts;
 
-enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_PART, OPT_CALIB, OPT_MODEL, OPT_MB, OPT_SEQ, OPT_THREADS, OPT_REPEAT,
-       OPT_PROFILE, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
-       OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION };
+/* What merak-plan does: one mode per run, named by its option. */
+enum { MODE_SIM = 1, MODE_LIST = 2, MODE_PCOSTS = 4, MODE_CALIB = 8, MODE_LAYOUT = 16 };
+
+enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_CALIB, OPT_GPUS, OPT_PART, OPT_MODEL, OPT_MB, OPT_SEQ,
+       OPT_THREADS, OPT_REPEAT, OPT_PROFILE, OPT_GPN, OPT_GPU, OPT_GBATCH, OPT_DP, OPT_TP, OPT_PP, OPT_ZERO,
+       OPT_AUTO, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
+       OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION, OPT_END_ };
+
+/* The modes each option goes with. */
+static int option_modes(int opt)
+{
+    switch (opt) {
+    case OPT_SIM: case OPT_STAGES: case OPT_MBS: case OPT_FWD: case OPT_BWD: case OPT_BWDW: case OPT_RCOST:
+    case OPT_COMM: case OPT_SVG: return MODE_SIM;
+    case OPT_LIST: return MODE_LIST;
+    case OPT_PCOSTS: return MODE_PCOSTS;
+    case OPT_PART: return MODE_PCOSTS | MODE_LAYOUT;
+    case OPT_CALIB: case OPT_THREADS: case OPT_REPEAT: case OPT_PROFILE: return MODE_CALIB;
+    case OPT_MODEL: case OPT_MB: case OPT_SEQ: return MODE_CALIB | MODE_LAYOUT;
+    case OPT_GPUS: case OPT_GPN: case OPT_GPU: case OPT_GBATCH: case OPT_DP: case OPT_TP: case OPT_PP:
+    case OPT_ZERO: case OPT_AUTO: return MODE_LAYOUT;
+    case OPT_SCHED: case OPT_VIRTUAL: case OPT_RC: return MODE_SIM | MODE_LAYOUT;
+    case OPT_JSON: return MODE_SIM | MODE_LIST | MODE_PCOSTS | MODE_LAYOUT;
+    }
+    return 0;
+}
+
+static const char *mode_flag(int mode)
+{
+    return mode == MODE_SIM ? "--simulate" : mode == MODE_LIST ? "--list-models" : mode == MODE_PCOSTS
+           ? "--partition-costs" : mode == MODE_CALIB ? "--calibrate" : "--gpus";
+}
 
 static void parse_args(int argc, char **argv, plan_opts *o)
 {
@@ -101,6 +145,15 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {"partition-costs", required_argument, 0, OPT_PCOSTS},
         {"partition", required_argument, 0, OPT_PART},
         {"calibrate", required_argument, 0, OPT_CALIB},
+        {"gpus", required_argument, 0, OPT_GPUS},
+        {"gpus-per-node", required_argument, 0, OPT_GPN},
+        {"gpu", required_argument, 0, OPT_GPU},
+        {"global-batch", required_argument, 0, OPT_GBATCH},
+        {"dp", required_argument, 0, OPT_DP},
+        {"tp", required_argument, 0, OPT_TP},
+        {"pp", required_argument, 0, OPT_PP},
+        {"zero", required_argument, 0, OPT_ZERO},
+        {"auto", no_argument, 0, OPT_AUTO},
         {"model", required_argument, 0, OPT_MODEL},
         {"micro-batch", required_argument, 0, OPT_MB},
         {"seq-len", required_argument, 0, OPT_SEQ},
@@ -124,18 +177,28 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}, .model = "demo-gpt2", .base = "cpu", .micro_batch = 4, .seq_len = 128,
-                     .threads = ncpu > 0 ? (int)ncpu : 1, .repeat = 3};
+    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}, .model = "demo-gpt2", .base = "cpu", .gpu = "h100-80g",
+                     .threads = ncpu > 0 ? (int)ncpu : 1, .repeat = 3, .gpus_per_node = 8};
+    unsigned char given[OPT_END_ - OPT_SIM] = {0};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        o->others |= (c >= OPT_SCHED && c <= OPT_COMM) || c == OPT_SVG;
-        o->model_opts |= c >= OPT_MODEL && c <= OPT_PROFILE;
+        if (c >= OPT_SIM && c < OPT_END_)
+            given[c - OPT_SIM] = 1;
         switch (c) {
-        case OPT_SIM: o->simulate = 1; break;
-        case OPT_LIST: o->list_models = 1; break;
-        case OPT_PCOSTS: o->costs_file = optarg; break;
-        case OPT_CALIB: o->calibrate = optarg; break;
+        case OPT_SIM: o->mode |= MODE_SIM; break;
+        case OPT_LIST: o->mode |= MODE_LIST; break;
+        case OPT_PCOSTS: o->mode |= MODE_PCOSTS, o->costs_file = optarg; break;
+        case OPT_CALIB: o->mode |= MODE_CALIB, o->calibrate = optarg; break;
+        case OPT_GPUS: o->mode |= MODE_LAYOUT, o->gpus = (int)cli_parse_int("--gpus", optarg, 1, 1 << 24); break;
+        case OPT_GPN: o->gpus_per_node = (int)cli_parse_int("--gpus-per-node", optarg, 1, 1024); break;
+        case OPT_GPU: o->gpu = optarg; break;
+        case OPT_GBATCH: o->global_batch = cli_parse_int("--global-batch", optarg, 1, 1L << 30); break;
+        case OPT_DP: o->dp = (int)cli_parse_int("--dp", optarg, 1, 1 << 24); break;
+        case OPT_TP: o->tp = (int)cli_parse_int("--tp", optarg, 1, 1024); break;
+        case OPT_PP: o->pp = (int)cli_parse_int("--pp", optarg, 1, 1024); break;
+        case OPT_ZERO: o->zero = (int)cli_parse_int("--zero", optarg, 0, 1), o->zero_given = 1; break;
+        case OPT_AUTO: o->autoplan = 1; break;
         case OPT_MODEL: o->model = optarg; break;
         case OPT_MB: o->micro_batch = (int)cli_parse_int("--micro-batch", optarg, 1, 1 << 16); break;
         case OPT_SEQ: o->seq_len = (int)cli_parse_int("--seq-len", optarg, 1, 1 << 20); break;
@@ -163,12 +226,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
             o->costs.bwd_weight = cli_parse_double("--bwd-weight", optarg, 0, 1e12);
             o->have_weight = 1;
             break;
-        case OPT_RC:
-            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "full") != 0)
-                cli_die_usage("--recompute: '%s' is not none or full (the simulator's stages are "
-                                "abstract: merak-train picks layers for the other policies)", optarg);
-            o->recompute = optarg[0] == 'f';
-            break;
+        case OPT_RC: o->recompute_name = optarg; break;
         case OPT_RCOST:
             o->costs.recompute = cli_parse_double("--recompute-cost", optarg, 0, 1e12);
             o->have_rcost = 1;
@@ -184,22 +242,30 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     }
     if (optind < argc)
         cli_die_usage("unexpected argument '%s'", argv[optind]);
-    if (o->partition && !o->costs_file)
-        cli_die_usage("--partition needs --partition-costs");
-    if (o->simulate + o->list_models + !!o->costs_file + !!o->calibrate > 1)
-        cli_die_usage("give one of --simulate, --list-models, --partition-costs and --calibrate");
-    if (o->model_opts && !o->calibrate)
-        cli_die_usage("--model, --micro-batch, --seq-len, --threads, --repeat and --device-profile go with --calibrate");
-    if (o->list_models || o->costs_file || o->calibrate) {
-        if (o->others)
-            cli_die_usage("%s takes no simulator options",
-                          o->list_models ? "--list-models" : o->costs_file ? "--partition-costs" : "--calibrate");
-        if (o->calibrate && o->json)
-            cli_die_usage("--calibrate writes its profile to the file it names (no --json)");
+    if (o->mode == 0)
+        cli_die_usage("nothing to do: give --simulate, --list-models, --partition-costs, --calibrate or --gpus");
+    if (o->mode & (o->mode - 1))
+        cli_die_usage("give one of --simulate, --list-models, --partition-costs, --calibrate and --gpus");
+    for (int i = 0; opts[i].name; i++)
+        if (given[opts[i].val - OPT_SIM] && !(option_modes(opts[i].val) & o->mode))
+            cli_die_usage("--%s does not go with %s", opts[i].name, mode_flag(o->mode));
+    if (o->mode == MODE_CALIB) {
+        o->micro_batch = o->micro_batch ? o->micro_batch : 4;
+        o->seq_len = o->seq_len ? o->seq_len : 128;
+    }
+    if (o->mode == MODE_LAYOUT) {
+        if (o->autoplan && (o->dp || o->tp || o->pp))
+            cli_die_usage("--auto picks dp, tp and pp itself: give it without --dp, --tp and --pp");
+        if (!o->autoplan && o->schedule_name && o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
+            cli_die_usage("--virtual-stages needs --schedule interleaved");
+        o->micro_batch = o->micro_batch ? o->micro_batch : 1;
         return;
     }
-    if (!o->simulate)
-        cli_die_usage("nothing to do: give --simulate, --list-models, --partition-costs or --calibrate");
+    if (o->mode != MODE_SIM)
+        return;
+    if (o->recompute_name && strcmp(o->recompute_name, "none") != 0 && strcmp(o->recompute_name, "full") != 0)
+        cli_die_usage("--recompute: '%s' is not none or full (the simulator's stages are "
+                      "abstract: merak-train picks layers for the other policies)", o->recompute_name);
     if (!o->schedule_name || !o->stages || !o->micro_batches)
         cli_die_usage("--simulate needs --schedule, --stages and --micro-batches");
     if (o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
@@ -212,7 +278,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     if (o->costs.bwd_weight > o->costs.bwd)
         cli_die_usage("--bwd-weight %g is more than the backward (--bwd %g) it is a share of",
             o->costs.bwd_weight, o->costs.bwd);
-    if (o->have_rcost && !o->recompute)
+    if (o->have_rcost && !(o->recompute_name && o->recompute_name[0] == 'f'))
         cli_die_usage("--recompute-cost needs --recompute full");
 }
 
@@ -424,6 +490,355 @@ static void calibrate(const plan_opts *o)
     merak_graph_destroy(g);
 }
 
+/* ------------------------------------------------------------------ layouts */
+
+/* What every layout of a run shares: the model, built for one
+ * micro-batch, the device and the batch. */
+typedef struct plan_ctx {
+    const plan_opts *o;
+    merak_model_config cfg;
+    merak_graph *g;
+    merak_device d;
+    int seq_len, gpus_per_node;
+    long global_batch;
+} plan_ctx;
+
+static void plan_setup(const plan_opts *o, plan_ctx *c)
+{
+    char err[1024];
+    memset(c, 0, sizeof *c);
+    c->o = o;
+    cli_model(o->model, &c->cfg);
+    c->seq_len = o->seq_len ? o->seq_len : c->cfg.max_positions;
+    if (c->seq_len > c->cfg.max_positions)
+        cli_die_usage("--seq-len %d is beyond the model's %d positions", c->seq_len, c->cfg.max_positions);
+    int rc = merak_device_load(o->gpu, &c->d, err, sizeof err);
+    if (rc == -2)
+        cli_die_usage("--gpu: %s", err);
+    if (rc < 0)
+        cli_die("%s", err);
+    c->gpus_per_node = o->gpus < o->gpus_per_node ? o->gpus : o->gpus_per_node;
+    if (o->gpus % c->gpus_per_node != 0)
+        cli_die_usage("--gpus %d is not a whole number of nodes of %d (--gpus-per-node)", o->gpus, o->gpus_per_node);
+    c->global_batch = o->global_batch ? o->global_batch : (long)o->micro_batch * o->gpus;
+    if (!(c->g = merak_model_build(&c->cfg, o->micro_batch, c->seq_len, err, sizeof err)))
+        cli_die("%s: %s", o->model, err);
+}
+
+/* The layout dp x tp x pp of the run's GPUs with its options; exits 2 if
+ * the batch does not split into it. */
+static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, merak_schedule_kind kind,
+                                   const merak_recompute *rc)
+{
+    const plan_opts *o = c->o;
+    long per = (long)dp * o->micro_batch;
+    if (c->global_batch % per != 0)
+        cli_die_usage("--global-batch %ld is not a multiple of dp x micro-batch = %d x %d", c->global_batch, dp,
+                      o->micro_batch);
+    return (merak_layout){.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = c->gpus_per_node, .schedule = kind,
+                          .virtual_stages = o->virtual_stages, .recompute = *rc,
+                          .micro_batches = (int)(c->global_batch / per < 1 << 20 ? c->global_batch / per : 1 << 20),
+                          .zero = o->zero, .partition = o->partition ? o->partition : "autopipe"};
+}
+
+static double gb(double bytes) { return bytes / 1e9; }
+
+static void print_layout(const plan_ctx *c, const merak_layout *L, const char *rc_name, const merak_layout_result *r)
+{
+    const plan_opts *o = c->o;
+    const char *sched = merak_schedule_name(L->schedule);
+    if (o->json) {
+        json_t *st = json_array();
+        for (int p = 0; p < r->stages; p++) {
+            const merak_layout_stage *s = &r->stage[p];
+            json_t *mem = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "params", s->mem_params, "grads", s->mem_grads,
+                                    "optimizer", s->mem_optimizer, "activations", s->mem_activations, "other",
+                                    s->mem_other, "total", s->mem_total);
+            json_array_append_new(st, json_pack("{s:i, s:i, s:i, s:f, s:o, s:f, s:f, s:f}", "first_block",
+                                                s->first_block, "layers", s->layers, "recomputed", s->recomputed,
+                                                "parameters", s->params, "memory", mem, "forward_s", s->fwd,
+                                                "backward_s", s->bwd, "recompute_s", s->recompute));
+        }
+        json_t *j = json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:i, s:i, s:I, s:s, "
+                              "s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+                              "model", o->model, "gpus", L->dp * L->tp * L->pp, "gpus_per_node", L->gpus_per_node,
+                              "gpu", o->gpu, "dp", L->dp, "tp", L->tp, "pp", L->pp, "schedule", sched,
+                              "virtual_stages", r->chunks, "recompute", rc_name, "zero", L->zero, "micro_batch",
+                              o->micro_batch, "seq_len", c->seq_len, "micro_batches", L->micro_batches,
+                              "global_batch", (json_int_t)c->global_batch, "partition", L->partition, "stages", st,
+                              "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce, "optimizer_s",
+                              r->optimizer, "bubble", r->bubble, "tokens_per_s", r->tokens_per_s, "mfu", r->mfu,
+                              "memory_available", r->available, "fits", r->fits);
+        if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(15)) < 0)
+            cli_die("cannot write the JSON answer");
+        putchar('\n');
+        json_decref(j);
+        return;
+    }
+    printf("%s on %d x %s (%d per node): dp %d x tp %d x pp %d, %s", o->model, L->dp * L->tp * L->pp, o->gpu,
+           L->gpus_per_node, L->dp, L->tp, L->pp, sched);
+    if (r->chunks > 1)
+        printf(" (%d chunks per stage)", r->chunks);
+    printf(", recompute %s%s\n", rc_name, L->zero ? ", ZeRO-1" : "");
+    printf("batch: %ld sequences of %d tokens = %d micro-batches of %d per replica; partition %s over %d blocks\n",
+           c->global_batch, c->seq_len, L->micro_batches, o->micro_batch, L->partition, r->blocks);
+    printf("%5s %6s %7s %9s %11s %9s %9s %11s %7s %9s\n", "stage", "first", "layers", "recompute", "parameters",
+           "params GB", "grads GB", "optimizer GB", "acts GB", "total GB");
+    for (int p = 0; p < r->stages; p++) {
+        const merak_layout_stage *s = &r->stage[p];
+        printf("%5d %6d %7d %9d %11.4g %9.3f %9.3f %12.3f %7.3f %9.3f\n", p, s->first_block, s->layers, s->recomputed,
+               s->params, gb(s->mem_params), gb(s->mem_grads), gb(s->mem_optimizer), gb(s->mem_activations),
+               gb(s->mem_total));
+    }
+    printf("step %.4g s (pipeline %.4g s, bubble %.1f%%; reductions %.4g s; optimizer %.4g s) | %.4g tokens/s | "
+           "MFU %.1f%%\n", r->step, r->pipeline, 100 * r->bubble, r->reduce, r->optimizer, r->tokens_per_s,
+           100 * r->mfu);
+    printf("memory: stage %d needs the most, %.2f GB of %.2f GB: %s\n", r->worst, gb(r->stage[r->worst].mem_total),
+           gb(r->available), r->fits ? "fits" : "does not fit");
+}
+
+/* --gpus with --dp/--tp/--pp: plan that layout. */
+static void plan_layout(const plan_opts *o)
+{
+    char err[1024];
+    plan_ctx c;
+    plan_setup(o, &c);
+    int tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
+    if (o->gpus % ((long)tp * pp) != 0)
+        cli_die_usage("--gpus %d is not divisible by tp x pp = %d x %d", o->gpus, tp, pp);
+    int dp = o->dp ? o->dp : o->gpus / (tp * pp);
+    if ((long)dp * tp * pp != o->gpus)
+        cli_die_usage("dp x tp x pp = %d x %d x %d = %ld, but --gpus is %d", dp, tp, pp, (long)dp * tp * pp, o->gpus);
+    merak_schedule_kind kind = MERAK_SCHEDULE_1F1B;
+    if (o->schedule_name)
+        kind = o->schedule;
+    merak_recompute rc = {MERAK_RECOMPUTE_NONE, 0};
+    const char *rc_name = o->recompute_name ? o->recompute_name : "none";
+    if (merak_recompute_parse(rc_name, &rc, err, sizeof err) < 0)
+        cli_die_usage("--recompute: %s", err);
+    merak_layout L = plan_layout_of(&c, dp, tp, pp, kind, &rc);
+    merak_layout_result r;
+    int st = merak_layout_plan(c.g, &L, &c.d, &r, err, sizeof err);
+    if (st == -2)
+        cli_die_usage("%s", err);
+    if (st < 0)
+        cli_die("%s", err);
+    print_layout(&c, &L, rc_name, &r);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        cli_die("writing the answer: %s", strerror(errno));
+    if (!r.fits)
+        cli_die("the layout does not fit: stage %d needs %.2f GB, a %s has %.2f GB", r.worst,
+                gb(r.stage[r.worst].mem_total), o->gpu, gb(r.available));
+    merak_layout_result_free(&r);
+    merak_graph_destroy(c.g);
+}
+
+/* One layout --auto tried that fits. */
+typedef struct candidate {
+    merak_layout L;
+    const char *rc_name;
+    double bound, step, tokens_per_s, mfu, peak;
+} candidate;
+
+static int by_bound(const void *a, const void *b)
+{
+    double x = ((const candidate *)a)->bound, y = ((const candidate *)b)->bound;
+    return x < y ? -1 : x > y;
+}
+
+static int by_step(const void *a, const void *b)
+{
+    double x = ((const candidate *)a)->step, y = ((const candidate *)b)->step;
+    return x < y ? -1 : x > y;
+}
+
+enum { AUTO_SHOWN = 6 };   /* the best and its runners-up */
+/* autopipe's budget per partition in a search (a fiftieth of one run's) */
+#define AUTO_SEARCH_WORK 4e6
+
+/* What the candidates of one run share, freed at its end. */
+typedef struct auto_store {
+    void **p;
+    size_t n, cap;
+} auto_store;
+
+static void *keep(auto_store *k, void *p)
+{
+    if (!p || (k->n == k->cap && !(k->p = realloc(k->p, (k->cap = k->cap ? 2 * k->cap : 64) * sizeof *k->p))))
+        cli_die("out of memory");
+    return k->p[k->n++] = p;
+}
+
+/* --auto: every dp x tp x pp of the GPUs with tp inside a node, every
+ * schedule, recomputation policy and ZeRO setting not fixed by a flag.
+ * Every layout's memory and a lower bound of its step come first (no
+ * simulation); then the fitting ones are simulated in the order of their
+ * bounds until no bound can beat the AUTO_SHOWN-th fastest step: the
+ * same answer as simulating them all. */
+static void plan_auto(const plan_opts *o)
+{
+    char err[1024];
+    plan_ctx c;
+    plan_setup(o, &c);
+    static const char *policies[] = {"none", "stage-aware", "full"};
+    const int nsched = o->schedule_name ? 1 : MERAK_SCHEDULE_COUNT_;
+    const char *const *rcs = o->recompute_name ? &o->recompute_name : policies;
+    const int nrc = o->recompute_name ? 1 : 3;
+    candidate *cand = NULL;
+    size_t ncand = 0, cap = 0, tried = 0, simulated = 0;
+    auto_store store = {0};
+    double smallest = -1;   /* the least memory any layout needs, when none fits */
+    const int G = c.gpus_per_node;
+    const merak_graph *g = c.g;
+    int *cuts = malloc((size_t)g->nops * sizeof *cuts), blocks;
+    if (!cuts || (blocks = merak_cut_points(g, 0, g->nops, cuts) + 1) < 1)
+        cli_die("out of memory");
+    free(cuts);
+    merak_graph **shards = calloc((size_t)G + 1, sizeof *shards);
+    if (!shards)
+        cli_die("out of memory");
+    for (int tp = 1; tp <= G; tp++) {
+        if (G % tp || o->gpus % tp)
+            continue;
+        if (tp > 1 && !(shards[tp] = merak_graph_shard(g, tp, 0, NULL, 0, err, sizeof err)))
+            continue;   /* the model does not split tp ways (heads, vocabulary) */
+        for (int pp = 1; pp <= o->gpus / tp && pp <= blocks; pp++) {
+            int dp = o->gpus / tp / pp;
+            if ((o->gpus / tp) % pp || c.global_batch % ((long)dp * o->micro_batch))
+                continue;
+            for (int V = 1; V <= 2; V++) {
+                merak_schedule_kind fixed = o->schedule;
+                if (V == 2 && (pp < 2 || (o->schedule_name && fixed != MERAK_SCHEDULE_INTERLEAVED) ||
+                               pp * 2 > blocks))
+                    continue;
+                if (V == 1 && o->schedule_name && fixed == MERAK_SCHEDULE_INTERLEAVED)
+                    continue;
+                merak_recompute none = {MERAK_RECOMPUTE_NONE, 0};
+                merak_layout L = plan_layout_of(&c, dp, tp, pp, V == 2 ? MERAK_SCHEDULE_INTERLEAVED
+                                                : MERAK_SCHEDULE_1F1B, &none);
+                L.virtual_stages = V;
+                L.shard = shards[tp];
+                L.search_work = AUTO_SEARCH_WORK;
+                int Q = pp * V, *starts = keep(&store, malloc((size_t)Q * sizeof *starts));
+                int *bounds = keep(&store, malloc((size_t)(Q + 1) * sizeof *bounds));
+                int rc = merak_layout_check(g, &L, err, sizeof err);
+                if (rc == 0)
+                    rc = merak_layout_cut(g, &L, &c.d, starts, bounds, err, sizeof err);
+                if (rc == -1)
+                    cli_die("%s", err);
+                L.starts = starts;
+                L.bounds = bounds;
+                L.skip_above = 1e-300;   /* memory and bounds only, for now */
+                for (int k = 0; k < nsched && rc == 0; k++) {
+                    L.schedule = o->schedule_name ? fixed : (merak_schedule_kind)k;
+                    if ((V == 2) != (L.schedule == MERAK_SCHEDULE_INTERLEAVED))
+                        continue;
+                    /* ZeRO-1 as asked, else both ways when there is a dp group to shard over */
+                    int zlo = o->zero_given ? o->zero : 0, zhi = o->zero_given ? o->zero : dp > 1;
+                    for (int z = zlo; z <= zhi; z++)
+                        for (int i = 0; i < nrc; i++) {
+                            merak_layout_result r;
+                            L.zero = z;
+                            if (merak_recompute_parse(rcs[i], &L.recompute, err, sizeof err) < 0)
+                                cli_die_usage("--recompute: %s", err);
+                            int st = merak_layout_plan(g, &L, &c.d, &r, err, sizeof err);
+                            if (st == -1)
+                                cli_die("%s", err);
+                            if (st < 0)
+                                continue;   /* this schedule or policy cannot run here */
+                            tried++;
+                            double peak = r.stage[r.worst].mem_total;
+                            if (!r.fits && (smallest < 0 || peak < smallest))
+                                smallest = peak;
+                            if (r.fits) {
+                                if (ncand == cap && !(cand = realloc(cand, (cap = cap ? 2 * cap : 64) * sizeof *cand)))
+                                    cli_die("out of memory");
+                                cand[ncand++] = (candidate){L, rcs[i], r.bound, 0, 0, 0, peak};
+                            }
+                            merak_layout_result_free(&r);
+                        }
+                }
+            }
+        }
+    }
+    if (ncand == 0) {
+        if (smallest < 0)
+            cli_die_usage("no layout of %d GPUs can run %s with a global batch of %ld (micro-batch %d)", o->gpus,
+                          o->model, c.global_batch, o->micro_batch);
+        cli_die("no layout of %d GPUs fits %s: the leanest of the %zu tried needs %.2f GB on a %s of %.2f GB",
+                o->gpus, o->model, tried, gb(smallest), o->gpu, gb(c.d.memory));
+    }
+    /* simulate in the order of the bounds while one can still make the list */
+    qsort(cand, ncand, sizeof *cand, by_bound);
+    double cutoff = -1;   /* the AUTO_SHOWN-th fastest step simulated so far */
+    for (size_t i = 0; i < ncand && (cutoff < 0 || cand[i].bound < cutoff); i++) {
+        merak_layout_result r;
+        cand[i].L.skip_above = 0;
+        if (merak_layout_plan(g, &cand[i].L, &c.d, &r, err, sizeof err) < 0)
+            cli_die("%s", err);
+        cand[i].step = r.step, cand[i].tokens_per_s = r.tokens_per_s, cand[i].mfu = r.mfu;
+        merak_layout_result_free(&r);
+        simulated = i + 1;
+        if (simulated >= AUTO_SHOWN) {
+            qsort(cand, simulated, sizeof *cand, by_step);
+            cutoff = cand[AUTO_SHOWN - 1].step;
+        }
+    }
+    qsort(cand, simulated, sizeof *cand, by_step);
+    /* the winner, planned in full */
+    merak_layout_result r;
+    if (merak_layout_plan(g, &cand[0].L, &c.d, &r, err, sizeof err) < 0)
+        cli_die("%s", err);
+    const int shown = simulated < AUTO_SHOWN ? (int)simulated : AUTO_SHOWN;
+    if (o->json) {
+        json_t *ru = json_array();
+        for (int i = 1; i < shown; i++) {
+            const candidate *b = &cand[i];
+            json_array_append_new(ru, json_pack("{s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:f, s:f, s:f, s:f}", "dp",
+                                                b->L.dp, "tp", b->L.tp, "pp", b->L.pp, "schedule",
+                                                merak_schedule_name(b->L.schedule), "virtual_stages",
+                                                merak_virtual_stages(b->L.schedule, b->L.virtual_stages), "recompute",
+                                                b->rc_name, "zero", b->L.zero, "micro_batches", b->L.micro_batches,
+                                                "step_s", b->step, "tokens_per_s", b->tokens_per_s, "mfu", b->mfu,
+                                                "peak_memory", b->peak));
+        }
+        printf("{\"layouts_tried\": %zu, \"layouts_fitting\": %zu, \"layouts_simulated\": %zu, \"runners_up\": ",
+               tried, ncand, simulated);
+        if (json_dumpf(ru, stdout, JSON_REAL_PRECISION(15)) < 0)
+            cli_die("cannot write the JSON answer");
+        json_decref(ru);
+        printf(", \"best\": ");
+    } else
+        printf("auto: %zu layouts tried, %zu fit, %zu simulated (the rest cannot be faster); the fastest:\n", tried,
+               ncand, simulated);
+    print_layout(&c, &cand[0].L, cand[0].rc_name, &r);
+    if (o->json)
+        printf("}\n");
+    else if (shown > 1) {
+        printf("runners-up:\n%5s %4s %4s %-14s %-13s %4s %5s %10s %12s %6s %9s\n", "dp", "tp", "pp", "schedule",
+               "recompute", "zero", "M", "step s", "tokens/s", "MFU", "peak GB");
+        for (int i = 1; i < shown; i++) {
+            const candidate *b = &cand[i];
+            char sched[32];
+            snprintf(sched, sizeof sched, "%s%s", merak_schedule_name(b->L.schedule),
+                     b->L.schedule == MERAK_SCHEDULE_INTERLEAVED ? "/2" : "");
+            printf("%5d %4d %4d %-14s %-13s %4d %5d %10.4g %12.4g %5.1f%% %9.2f\n", b->L.dp, b->L.tp, b->L.pp, sched,
+                   b->rc_name, b->L.zero, b->L.micro_batches, b->step, b->tokens_per_s, 100 * b->mfu, gb(b->peak));
+        }
+    }
+    if (fflush(stdout) != 0 || ferror(stdout))
+        cli_die("writing the answer: %s", strerror(errno));
+    merak_layout_result_free(&r);
+    free(cand);
+    for (size_t i = 0; i < store.n; i++)
+        free(store.p[i]);
+    free(store.p);
+    for (int tp = 0; tp <= G; tp++)
+        merak_graph_destroy(shards[tp]);
+    free(shards);
+    merak_graph_destroy(c.g);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -432,16 +847,23 @@ int main(int argc, char **argv)
     char err[1024];
     cli_prog = "merak-plan";
     parse_args(argc, argv, &o);
-    if (o.list_models) {
+    if (o.mode == MODE_LIST) {
         list_models(o.json);
         return 0;
     }
-    if (o.costs_file) {
+    if (o.mode == MODE_PCOSTS) {
         partition_costs(&o);
         return 0;
     }
-    if (o.calibrate) {
+    if (o.mode == MODE_CALIB) {
         calibrate(&o);
+        return 0;
+    }
+    if (o.mode == MODE_LAYOUT) {
+        if (o.autoplan)
+            plan_auto(&o);
+        else
+            plan_layout(&o);
         return 0;
     }
 
@@ -452,7 +874,8 @@ int main(int argc, char **argv)
     merak_sim_costs *costs = malloc((size_t)Q * sizeof *costs);
     if (!rc || !sch || !peak || !costs)
         cli_die("out of memory");
-    memset(rc, o.recompute, (size_t)o.stages);
+    int full = o.recompute_name && o.recompute_name[0] == 'f';
+    memset(rc, full, (size_t)o.stages);
     /* equal stages; a chunk of one costs 1/V of it, its transfers the same */
     for (int q = 0; q < Q; q++)
         costs[q] = (merak_sim_costs){o.costs.fwd / V, o.costs.bwd / V, o.costs.bwd_weight / V,
@@ -477,7 +900,7 @@ int main(int argc, char **argv)
     if (o.svg) {
         char title[256];
         snprintf(title, sizeof title, "%s, %d stages%s, %d micro-batches%s: makespan %g, bubble %.1f%%",
-                 o.schedule_name, o.stages, chunks, o.micro_batches, o.recompute ? ", recompute full" : "",
+                 o.schedule_name, o.stages, chunks, o.micro_batches, full ? ", recompute full" : "",
                  r.makespan, 100 * r.bubble);
         if (pipesvg_write(&bs, o.svg, title, o.stages, NULL, 0, r.makespan, "", err, sizeof err) < 0)
             cli_die("%s", err);
@@ -497,7 +920,7 @@ int main(int argc, char **argv)
     } else {
         printf("%s, %d stages%s, %d micro-batches, recompute %s: forward %g, backward %g (weight %g), "
                "recompute %g, communication %g\n",
-               o.schedule_name, o.stages, chunks, o.micro_batches, o.recompute ? "full" : "none", o.costs.fwd,
+               o.schedule_name, o.stages, chunks, o.micro_batches, full ? "full" : "none", o.costs.fwd,
                o.costs.bwd, o.costs.bwd_weight, o.costs.recompute, o.costs.comm);
         printf("makespan %g | bubble %.2f%% | peak activations (micro-batches) per stage:", r.makespan,
                100 * r.bubble);

@@ -303,6 +303,11 @@ static void print_banner(const merak_run_info *ri, void *user)
         printf("%s stage %d %.2f MiB, %d/%d layers recomputed", p ? " |" : "", p,
                ri->stage_bytes[p] / (1 << 20), ri->stage_recomputed[p], ri->stage_layers[p]);
     printf("\n");
+    /* what each stage really allocated: parameters, gradients, optimizer, activations, buffers */
+    printf("memory (allocated):");
+    for (int p = 0; p < ri->pp; p++)
+        printf("%s stage %d %.3f MiB", p ? " |" : "", p, ri->stage_device_bytes[p] / (1 << 20));
+    printf("\n");
     if (ri->pp > 1) {
         int Q = ri->pp * merak_args_virtual_stages(c->a);
         printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : "parameters");

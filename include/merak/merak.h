@@ -231,6 +231,11 @@ typedef struct merak_run_info {
      * from the device profile; 0 for the other methods) */
     const int *stage_first_block;
     double predicted_step_s;
+    /* [pp] per pipeline stage (its first rank's): the most memory it took
+     * from the backend's allocator (parameters, gradients, optimizer
+     * state, activations, buffers; bytes), measured when training starts,
+     * by which time the runtime has allocated all it will */
+    const double *stage_device_bytes;
 } merak_run_info;
 
 /* Training arguments (the MerakArguments of the paper).  Start from

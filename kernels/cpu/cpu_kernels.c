@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memcount.h"
 #include "mix64.h"
 
 #ifdef _OPENMP
@@ -66,16 +67,28 @@ uint64_t merak_dropout_key(uint64_t seed) { return merak_mix64(seed + MERAK_GOLD
 /* ------------------------------------------------------------------ memory
  * Host memory: "device" and "host" are the same address space. */
 
+static merak_memcount cpu_count = MERAK_MEMCOUNT_INIT;
+
 static void *cpu_alloc(size_t bytes)
 {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64))
         return NULL;
+    if (merak_memcount_add(&cpu_count, p, bytes) < 0) {
+        free(p);
+        return NULL;
+    }
     memset(p, 0, bytes);
     return p;
 }
 
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p)
+{
+    merak_memcount_remove(&cpu_count, p);
+    free(p);
+}
+
+static void cpu_memory(size_t *in_use, size_t *peak) { merak_memcount_get(&cpu_count, in_use, peak); }
 
 static int cpu_zero(void *p, size_t bytes)
 {
@@ -110,7 +123,7 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define TABLE_T merak_kernels
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
-                     .synchronize = cpu_synchronize,
+                     .synchronize = cpu_synchronize, .memory = cpu_memory,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL

@@ -25,6 +25,7 @@
 
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h"
+#include "memcount.h"
 
 /* cuBLASLt workspace (NVIDIA recommends 32 MiB on Hopper). */
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -570,16 +571,26 @@ static void k_scale(float *x, size_t n, float s)
 
 /* ------------------------------------------------------------------ memory hooks */
 
+static merak_memcount cuda_count = MERAK_MEMCOUNT_INIT;
+
 /* cudaMalloc memory is not zeroed; the table's contract is. */
 static void *m_alloc(size_t bytes)
 {
     void *p = merak_cuda_malloc(bytes);
-    if (p && merak_cuda_memset(p, 0, bytes) < 0) {
+    if (p && (merak_cuda_memset(p, 0, bytes) < 0 || merak_memcount_add(&cuda_count, p, bytes) < 0)) {
         merak_cuda_free(p);
         return NULL;
     }
     return p;
 }
+
+static void m_free(void *p)
+{
+    merak_memcount_remove(&cuda_count, p);
+    merak_cuda_free(p);
+}
+
+static void m_memory(size_t *in_use, size_t *peak) { merak_memcount_get(&cuda_count, in_use, peak); }
 
 static int m_zero(void *p, size_t bytes) { return merak_cuda_memset(p, 0, bytes); }
 
@@ -596,10 +607,11 @@ static int m_copy(void *dst, const void *src, size_t bytes, merak_copy_kind kind
 static const merak_kernels cuda_table = {
     .name = "cuda",
     .alloc = m_alloc,
-    .free = merak_cuda_free,
+    .free = m_free,
     .zero = m_zero,
     .copy = m_copy,
     .synchronize = merak_cuda_synchronize,
+    .memory = m_memory,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

@@ -50,21 +50,42 @@ int merak_cut_tensor(const merak_graph *g, int k)
 
 int merak_cut_points(const merak_graph *g, int begin, int end, int *cuts)
 {
-    int *last = last_uses(g);
-    if (!last)
+    /* live[k]: the activations crossing cut k (made before op k, read at
+     * or after it), by one sweep over a difference array */
+    int *last = last_uses(g), *live = calloc((size_t)g->nops + 2, sizeof *live);
+    if (!last || !live) {
+        free(last);
+        free(live);
         return -1;
+    }
+    for (int t = 0; t < g->ntensors; t++) {
+        const merak_tensor *x = &g->tensors[t];
+        if (x->kind != MERAK_T_ACT || last[t] <= x->producer)
+            continue;
+        live[x->producer + 1 > 0 ? x->producer + 1 : 0]++;
+        live[last[t] + 1]--;
+    }
     int n = 0;
-    for (int k = begin + 1; k < end; k++)
-        if (crossing(g, last, k) >= 0)
+    for (int k = 0, sum = 0; k < end; k++) {
+        sum += live[k];
+        if (k > begin && sum == 1)
             cuts[n++] = k;
+    }
     free(last);
+    free(live);
     return n;
 }
 
 int merak_cut_map(const merak_graph *local, int k)
 {
-    int i = 0;
-    while (i < local->nops && local->ops[i].src < k)
-        i++;
-    return i;
+    /* the first op whose src is k or later: ops keep their sources' order */
+    int lo = 0, hi = local->nops;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (local->ops[mid].src < k)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }

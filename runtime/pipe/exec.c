@@ -53,6 +53,7 @@ struct merak_exec {
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
     size_t act_floats, grad_floats;   /* all slots */
     float *act, *gradarena;
+    size_t scratch_n, tpbuf_n;        /* floats of the kernels' scratch and the tp sum buffer */
 
     /* recomputation: a chunk's ops [begin, rc_end) whose output no later op
      * reads ("dropped" ops) keep their outputs, saved values and gradients in
@@ -91,10 +92,9 @@ struct merak_exec {
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
 /* n zeroed floats of the backend's memory (never a zero-size request) */
-static float *alloc_floats(const merak_kernels *k, size_t n)
-{
-    return k->alloc((n ? n : ALIGN_FLOATS) * sizeof(float));
-}
+/* What alloc_floats asks the backend for. */
+static size_t alloc_bytes(size_t n) { return (n ? n : ALIGN_FLOATS) * sizeof(float); }
+static float *alloc_floats(const merak_kernels *k, size_t n) { return k->alloc(alloc_bytes(n)); }
 
 /* Records why a forward or backward failed; returns -1. */
 static int fail(merak_exec *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -380,6 +380,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         }
     free(first_use);
     free(last_use);
+    e->scratch_n = scratch_n;
+    e->tpbuf_n = tpbuf_n;
     if (rc == 0)
         rc = check_batch(e, err, errlen);
     if (rc < 0) {
@@ -542,6 +544,13 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t)
 size_t merak_exec_arena_bytes(const merak_exec *e)
 {
     return (e->act_floats + e->grad_floats + (e->pool_act + e->pool_grad) * (size_t)e->npool) * sizeof(float);
+}
+
+size_t merak_exec_device_bytes(const merak_exec *e)
+{
+    return 2 * alloc_bytes(e->flat_n) + alloc_bytes(e->act_floats) + alloc_bytes(e->grad_floats) +
+           alloc_bytes(e->pool_act * (size_t)e->npool) + alloc_bytes(e->pool_grad * (size_t)e->npool) +
+           alloc_bytes(e->scratch_n) + alloc_bytes(e->tpbuf_n);
 }
 
 void merak_exec_set_loss_scale(merak_exec *e, float scale) { e->loss_scale = scale; }

@@ -122,6 +122,10 @@ int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host);
 /* Activation memory: every slot's arenas (kept values and their
  * gradients) and the recompute buffers. */
 size_t merak_exec_arena_bytes(const merak_exec *e);
+/* Everything the executor takes from the backend's alloc: parameters,
+ * their gradients, the arenas and the kernels' scratch (known with
+ * plan_only too: the planner's memory model). */
+size_t merak_exec_device_bytes(const merak_exec *e);
 
 /* ---- running */
 /* d(objective)/d(loss) for the loss op's backward, e.g. 1/M with M

@@ -72,6 +72,8 @@ struct merak_stage {
     int *zcounts;                 /* [dp] floats per dp rank; NULL without ZeRO */
     size_t zlo, zhi;              /* without ZeRO: 0, flat_n */
     float *zshard;                /* reduce-scatter target, zhi - zlo floats (backend memory) */
+    size_t zshard_bytes;
+    int plan_only;                /* merak_stage_plan: plan the memory, allocate no backend memory */
 };
 
 /* Is parameter tensor t read by any op in [begin, end)? */
@@ -484,9 +486,11 @@ static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t
 {
     const merak_grid *gr = s->grid;
     merak_exec_grads_flat(s->e, &s->flat_n);
-    if (s->flat_n > (size_t)INT32_MAX)
-        return merak_errf(err, errlen, "stage %d holds %zu parameter floats, more than MPI counts allow",
-                          gr->pp_rank, s->flat_n);
+    if (s->flat_n > (size_t)INT32_MAX) {   /* the layout cannot work: more stages or tp */
+        merak_errf(err, errlen, "stage %d holds %zu parameter floats, more than MPI counts allow",
+                   gr->pp_rank, s->flat_n);
+        return -2;
+    }
     s->zlo = 0;
     s->zhi = s->flat_n;
     s->last_bwd = -1;
@@ -496,8 +500,10 @@ static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t
         /* dp shares of ceil(flat_n / dp) floats, the last one shorter */
         size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
         s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
-        s->zshard = s->k->alloc((chunk + 1) * sizeof *s->zshard);
-        if (!s->zcounts || !s->zshard)
+        s->zshard_bytes = (chunk + 1) * sizeof *s->zshard;
+        if (!s->plan_only)
+            s->zshard = s->k->alloc(s->zshard_bytes);
+        if (!s->zcounts || (!s->zshard && !s->plan_only))
             return merak_errf(err, errlen, "out of memory");
         for (int r = 0; r < gr->dp; r++) {
             size_t lo = chunk * (size_t)r < s->flat_n ? chunk * (size_t)r : s->flat_n;
@@ -665,6 +671,7 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     int rc = plan_recompute(s, o, lb, &eo, err, errlen);
     if (rc < 0)
         return rc;
+    eo.plan_only = s->plan_only;
     if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
         return -1;
     merak_exec_set_loss_scale(s->e, 1.0f / (float)(o->micro_batches * gr->dp));
@@ -699,18 +706,70 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     /* Only the first and the last stage may share a parameter (the tied
      * group is theirs); the partitioners keep to it for a weight read in
      * two places, this catches the rest: -2, the layout cannot work. */
-    if (!s->first && !s->last)
-        for (int i = 0; i < merak_exec_num_params(s->e); i++) {
-            int t = merak_exec_param_tensor(s->e, i), elsewhere = 0;
-            for (int q = 0; q < Q && !elsewhere; q++)
-                elsewhere = q % S != p && range_reads(g, lb[q], lb[q + 1], t);
-            if (elsewhere) {
-                merak_errf(err, errlen, "stage %d reads %s, which another stage reads too: only the first and "
-                           "the last stage may share a weight", p, g->tensors[t].name);
-                return -2;
-            }
-        }
+    if (!s->first && !s->last) {
+        unsigned char *mine = calloc((size_t)g->ntensors, 1);
+        if (!mine)
+            return merak_errf(err, errlen, "out of memory");
+        for (int i = 0; i < merak_exec_num_params(s->e); i++)
+            mine[merak_exec_param_tensor(s->e, i)] = 1;
+        for (int q = 0; q < Q; q++)
+            for (int i = lb[q]; i < lb[q + 1] && q % S != p; i++)
+                for (int j = 0; j < g->ops[i].nin; j++) {
+                    int t = g->ops[i].in[j];
+                    if (t < 0 || g->tensors[t].kind != MERAK_T_PARAM || !mine[merak_graph_param_root(g, t)])
+                        continue;
+                    t = merak_graph_param_root(g, t);
+                    merak_errf(err, errlen, "stage %d reads %s, which another stage reads too: only the first and "
+                               "the last stage may share a weight", p, g->tensors[t].name);
+                    free(mine);
+                    return -2;
+                }
+        free(mine);
+    }
     return setup_dp(s, o, err, errlen);
+}
+
+/* The stage of grid position gr: everything merak_stage_create does but
+ * the groups (s->plan_only: no backend memory either). */
+static int build(merak_stage *s, const merak_grid *gr, const merak_graph *model, const merak_stage_opts *o,
+                 char *err, size_t errlen)
+{
+    s->grid = gr;
+    s->model = s->g = model;
+    s->rules = o->rules;
+    s->nrules = o->nrules;
+    s->k = o->kernels;
+    s->M = o->micro_batches;
+    s->tp_overlap = o->tp_overlap > 1 ? o->tp_overlap : 1;
+    if (s->tp_overlap > MERAK_MAX_SUB_BATCHES) {
+        merak_errf(err, errlen, "stage: %d sub-batches per micro-batch, more than %d", s->tp_overlap,
+                   MERAK_MAX_SUB_BATCHES);
+        return -2;
+    }
+    s->V = merak_virtual_stages(o->schedule, o->virtual_stages);
+    merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};
+    if (merak_schedule_check(&sp, err, errlen) < 0)
+        return -2;
+    /* Virtual stage bounds in the whole graph (the same on every rank),
+     * then in this rank's tensor-parallel shard of it. */
+    const int Q = gr->pp * s->V;
+    int *lb = malloc((size_t)(Q + 1) * sizeof *lb);
+    s->bounds = malloc((size_t)(Q + 1) * sizeof *s->bounds);
+    int rc = 0;
+    if (!lb || !s->bounds)
+        rc = merak_errf(err, errlen, "out of memory");
+    else if (gr->tp > 1 && !o->shard &&
+             !(s->shard = merak_graph_shard(model, gr->tp, gr->tp_rank, o->rules, o->nrules, err, errlen)))
+        rc = -1;
+    if (rc == 0) {
+        memcpy(s->bounds, o->bounds, (size_t)(Q + 1) * sizeof *s->bounds);
+        s->g = gr->tp == 1 ? model : o->shard ? o->shard : s->shard;
+        for (int q = 0; q <= Q; q++)
+            lb[q] = merak_cut_map(s->g, s->bounds[q]);
+        rc = setup(s, o, lb, err, errlen);
+    }
+    free(lb);
+    return rc;
 }
 
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
@@ -721,56 +780,52 @@ int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_s
     if (!s)
         return merak_errf(err, errlen, "out of memory");
     s->comm = comm;
-    s->grid = merak_comm_grid(comm);
     s->pp_g = merak_comm_group(comm, MERAK_GROUP_PP);
     s->dp_g = merak_comm_group(comm, MERAK_GROUP_DP);
     s->tied_g = merak_comm_group(comm, MERAK_GROUP_TIED);
     s->world_g = merak_comm_group(comm, MERAK_GROUP_WORLD);
     s->tp_g = merak_comm_group(comm, MERAK_GROUP_TP);
-    s->model = s->g = model;
-    s->rules = o->rules;
-    s->nrules = o->nrules;
-    s->k = o->kernels;
-    s->M = o->micro_batches;
-    s->tp_overlap = o->tp_overlap > 1 ? o->tp_overlap : 1;
-    if (s->tp_overlap > MERAK_MAX_SUB_BATCHES) {
-        merak_errf(err, errlen, "stage: %d sub-batches per micro-batch, more than %d", s->tp_overlap,
-                   MERAK_MAX_SUB_BATCHES);
-        free(s);
-        return -2;
-    }
-    const merak_grid *gr = s->grid;
-    s->V = merak_virtual_stages(o->schedule, o->virtual_stages);
-    merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};
-    if (merak_schedule_check(&sp, err, errlen) < 0) {
-        free(s);
-        return -2;
-    }
-    /* Virtual stage bounds in the whole graph (the same on every rank),
-     * then in this rank's tensor-parallel shard of it. */
-    const int Q = gr->pp * s->V;
-    int *lb = malloc((size_t)(Q + 1) * sizeof *lb);
-    s->bounds = malloc((size_t)(Q + 1) * sizeof *s->bounds);
-    int rc = 0;
-    if (!lb || !s->bounds)
-        rc = merak_errf(err, errlen, "out of memory");
-    else if (gr->tp > 1 &&
-             !(s->shard = merak_graph_shard(model, gr->tp, gr->tp_rank, o->rules, o->nrules, err, errlen)))
-        rc = -1;
-    if (rc == 0) {
-        memcpy(s->bounds, o->bounds, (size_t)(Q + 1) * sizeof *s->bounds);
-        s->g = s->shard ? s->shard : model;
-        for (int q = 0; q <= Q; q++)
-            lb[q] = merak_cut_map(s->g, s->bounds[q]);
-        rc = setup(s, o, lb, err, errlen);
-    }
-    free(lb);
+    int rc = build(s, merak_comm_grid(comm), model, o, err, errlen);
     if (rc < 0) {
         merak_stage_destroy(s);
         return rc;
     }
     *out = s;
     return 0;
+}
+
+int merak_stage_plan(const merak_grid *gr, const merak_graph *model, const merak_stage_opts *o,
+                     merak_stage_mem *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    merak_stage *s = calloc(1, sizeof *s);
+    if (!s)
+        return merak_errf(err, errlen, "out of memory");
+    s->plan_only = 1;
+    int rc = build(s, gr, model, o, err, errlen);
+    if (rc == 0) {
+        size_t n;
+        merak_exec_params_flat(s->e, &n);
+        m->params = n * sizeof(float);
+        for (int i = 0; i < merak_exec_num_params(s->e); i++) {
+            m->param_elems += merak_exec_param_elems(s->e, i);
+            if (s->tied[i])
+                m->tied += merak_exec_param_elems(s->e, i) * sizeof(float);
+        }
+        m->activations = merak_exec_arena_bytes(s->e);
+        m->device = merak_exec_device_bytes(s->e) + s->zshard_bytes;
+        m->share = s->zhi - s->zlo;
+        m->layers = s->layers;
+        m->recomputed = s->recomputed;
+        m->chunks = s->V;
+        for (int c = 0; c < s->V; c++)
+            m->chunk[c] = s->xc[c];
+        m->in_bytes = m->out_bytes = 0;
+        for (int c = 0; c < s->V; c++)
+            m->in_bytes += s->in_bytes[c], m->out_bytes += s->out_bytes[c];
+    }
+    merak_stage_destroy(s);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ gathering */

@@ -40,6 +40,9 @@ typedef struct merak_stage_opts {
     int zero;                     /* 1: ZeRO-1 over dp (reduce-scatter, share, all-gather) */
     double bucket_mb;             /* dp all-reduce buckets (0: 25 MiB) */
     const merak_kernels *kernels;
+    const merak_graph *shard;     /* tp > 1: this rank's shard of the model made by the caller
+                                   * (merak_graph_shard with these rules), or NULL: the stage
+                                   * makes it */
 } merak_stage_opts;
 
 /* What the step loop provides to the interpreter. */
@@ -64,6 +67,25 @@ typedef struct merak_stage_hooks {
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,
                        merak_stage **out, char *err, size_t errlen);
 void merak_stage_destroy(merak_stage *s);
+
+/* What the stage of grid position gr (its dp, tp and pp rank) would hold,
+ * worked out by the same code merak_stage_create runs, allocating no
+ * backend memory and needing no communicator: the planner's memory model
+ * is the runtime's own plan.  All sizes in bytes but share. */
+typedef struct merak_stage_mem {
+    size_t params;        /* the flat parameter buffer; the gradients' is as big */
+    size_t param_elems;   /* parameter elements in it (without alignment gaps) */
+    size_t activations;   /* the slots' arenas and the recompute buffers */
+    size_t device;        /* everything the stage takes from the backend's alloc */
+    size_t share;         /* floats of the flat buffer this rank updates (ZeRO share) */
+    size_t in_bytes, out_bytes; /* one micro-batch's activations received and sent, all chunks */
+    size_t tied;          /* parameters it shares with the other end stage (all-reduced) */
+    int layers, recomputed;
+    int chunks;
+    merak_exec_chunk chunk[MERAK_MAX_CHUNKS]; /* the executor's op ranges, in the shard */
+} merak_stage_mem;
+int merak_stage_plan(const merak_grid *gr, const merak_graph *model, const merak_stage_opts *o,
+                     merak_stage_mem *m, char *err, size_t errlen);
 
 merak_exec *merak_stage_exec(const merak_stage *s);
 const merak_graph *merak_stage_graph(const merak_stage *s);  /* this rank's shard, or the model */

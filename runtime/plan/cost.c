@@ -40,6 +40,12 @@ static int read_profile(json_t *o, const char *file, const char *name, merak_dev
                               fields[i].key);
         *(double *)((char *)d + fields[i].off) = x * fields[i].unit;
     }
+    json_t *rv = json_object_get(o, "reserved_gb");
+    if (rv && !(json_is_number(rv) && json_number_value(rv) >= 0 && json_number_value(rv) < 1e6))
+        return merak_errf(err, errlen, "%s: device '%s': reserved_gb must be a number from 0", file, name);
+    d->reserved = rv ? json_number_value(rv) * 1e9 : 0;
+    if (d->reserved >= d->memory)
+        return merak_errf(err, errlen, "%s: device '%s': reserved_gb must be less than memory_gb", file, name);
     json_t *ops = json_object_get(o, "ops");
     if (ops && !json_is_object(ops))
         return merak_errf(err, errlen, "%s: device '%s': \"ops\" is not an object", file, name);
@@ -67,6 +73,8 @@ int merak_device_write(const merak_device *d, FILE *f)
     fprintf(f, "{\n");
     for (int i = 0; i < NFIELD; i++)
         fprintf(f, "  \"%s\": %.6g,\n", fields[i].key, *(const double *)((const char *)d + fields[i].off) / fields[i].unit);
+    if (d->reserved > 0)
+        fprintf(f, "  \"reserved_gb\": %.6g,\n", d->reserved / 1e9);
     fprintf(f, "  \"ops\": {");
     for (int t = 0, n = 0; t < MERAK_OP_COUNT_; t++)
         if (d->op_fwd[t] > 0 && d->op_bwd[t] > 0)
@@ -119,8 +127,7 @@ int merak_device_load(const char *name, merak_device *d, char *err, size_t errle
     return rc;
 }
 
-/* A ring all-reduce of `bytes` over n ranks on links of bw bytes/s. */
-static double allreduce_time(double bytes, int n, double bw, double latency)
+double merak_allreduce_time(double bytes, int n, double bw, double latency)
 {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency : 0;
 }
@@ -151,12 +158,12 @@ void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *f
         break;
     }
     case MERAK_OP_TP_REDUCE:   /* sums forward, passes the gradient */
-        *fwd = allreduce_time(out, g->tp, d->intra, d->latency) + mem;
+        *fwd = merak_allreduce_time(out, g->tp, d->intra, d->latency) + mem;
         *bwd = 0;
         break;
     case MERAK_OP_TP_COPY:     /* passes forward, sums the gradient */
         *fwd = 0;
-        *bwd = allreduce_time(out, g->tp, d->intra, d->latency);
+        *bwd = merak_allreduce_time(out, g->tp, d->intra, d->latency);
         break;
     default:
         *fwd = mem;

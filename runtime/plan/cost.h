@@ -36,6 +36,8 @@ typedef struct merak_device {
     double mem_bw;           /* bytes/s the element-wise ops see */
     double intra, inter;     /* bytes/s one way: a link inside a node, between nodes */
     double latency;          /* seconds per message */
+    double reserved;         /* bytes the device's context and libraries take (optional
+                              * "reserved_gb"; 0 if absent) */
     /* measured work per second of each op kind's forward and backward
      * (FLOP/s for linear and attention, bytes/s for the rest); 0: from the
      * rates above */
@@ -60,6 +62,10 @@ int merak_device_write(const merak_device *d, FILE *f);
  * the rest of d is left as it was.  0, or -1 with err. */
 int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int reps, merak_device *d, char *err,
                            size_t errlen);
+
+/* Seconds a ring all-reduce of `bytes` over n ranks takes on links of bw
+ * bytes/s with `latency` per message (0 for n = 1). */
+double merak_allreduce_time(double bytes, int n, double bw, double latency);
 
 /* Seconds of op i of g (a shard for tp > 1: its TP ops are all-reduces
  * over tp ranks on intra-node links) on device d, forward and backward. */

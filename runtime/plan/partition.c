@@ -27,6 +27,9 @@ enum { UNIFORM, PARAMETERS, AUTOPIPE, CUSTOM, NMETHOD = CUSTOM };
 #define SEARCH_STEPS 4000000
 /* The most stages x micro-batches the 1F1B model takes (16 bytes each). */
 #define MODEL_OPS 1e8
+/* The chain's budget: its own, or SEARCH_WORK (SEARCH_STEPS scales with it). */
+static double work_budget(const merak_blocks *b) { return b->budget > 0 ? b->budget : SEARCH_WORK; }
+
 /* Local search rounds, at most (each moves one boundary by one block). */
 #define DESCENT_ROUNDS 4096
 
@@ -375,7 +378,7 @@ static void descend(search *s)
 {
     const int P = s->p->P, n = s->p->b->n;
     int *cand = s->cur;
-    for (int round = 0; round < DESCENT_ROUNDS && s->p->work < SEARCH_WORK; round++) {
+    for (int round = 0; round < DESCENT_ROUNDS && s->p->work < work_budget(s->p->b); round++) {
         double before = s->best_t;
         int move_s = -1, move_d = 0;
         for (int k = 1; k < P; k++)
@@ -412,7 +415,7 @@ static void branch(search *s, int k, int a, double lb)
     const int P = p->P, n = p->b->n;
     const double M = p->M, before = p->pf[a] + p->pb[a];
     const double limit = s->best_t * (1 - 1e-12);
-    if (p->work >= SEARCH_WORK || s->steps >= SEARCH_STEPS)
+    if (p->work >= work_budget(p->b) || s->steps >= SEARCH_STEPS * work_budget(p->b) / SEARCH_WORK)
         return;
     s->cur[k] = a;
     if (k == P - 1) {
@@ -421,7 +424,7 @@ static void branch(search *s, int k, int a, double lb)
             consider(s, s->cur);
         return;
     }
-    for (int e = a + 1; e <= n - (P - k - 1) && s->steps++ < SEARCH_STEPS; e++) {
+    for (int e = a + 1; e <= n - (P - k - 1) && s->steps++ < SEARCH_STEPS * work_budget(p->b) / SEARCH_WORK; e++) {
         if (!start_ok(p->b, P, k + 1, e))
             continue;
         double upto = p->pf[e] + p->pb[e];

@@ -47,6 +47,9 @@ typedef struct merak_blocks {
      * starts at or before block last_start.  merak_blocks_alloc sets 1 and
      * n - 1: no constraint. */
     int first_end, last_start;
+    /* autopipe's search budget, in ops its step predictions run (about 5 ns
+     * each); 0: 2e8.  Past it, the best partition found so far stands. */
+    double budget;
 } merak_blocks;
 
 /* n blocks of zero cost; 0, or -1 out of memory. */

@@ -29,7 +29,7 @@
 #include "mix64.h"
 #include "pipe/stage.h"
 #include "plan/cost.h"
-#include "plan/partition.h"
+#include "plan/layout.h"
 #include "train.h"
 #ifdef HAVE_CUDA
 #include "cuda/cuda_kernels.h"
@@ -393,7 +393,7 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
 {
     const merak_grid *gr = r->grid;
     int pp = gr->pp;
-    t->bytes = calloc((size_t)(3 * pp), sizeof *t->bytes);
+    t->bytes = calloc((size_t)(4 * pp), sizeof *t->bytes);
     t->layers = calloc((size_t)(2 * pp), sizeof *t->layers);
     if (!t->bytes || !t->layers)
         return merak_errf(err, errlen, "out of memory");
@@ -405,8 +405,12 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
         t->bytes[gr->pp_rank] = (double)bytes;
         t->bytes[pp + gr->pp_rank] = layers;
         t->bytes[2 * pp + gr->pp_rank] = rc;
+        /* everything is allocated before the first step: the most it held */
+        size_t in_use, peak;
+        merak_exec_kernels(r->e)->memory(&in_use, &peak);
+        t->bytes[3 * pp + gr->pp_rank] = (double)peak;
     }
-    if (merak_allreduce_f64(r->world, t->bytes, (size_t)(3 * pp)) < 0)
+    if (merak_allreduce_f64(r->world, t->bytes, (size_t)(4 * pp)) < 0)
         return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
     for (int i = 0; i < 2 * pp; i++)
         t->layers[i] = (int)t->bytes[pp + i];
@@ -422,36 +426,19 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
                             char *err, size_t errlen)
 {
     const char *method = a->partition ? a->partition : "parameters";
-    const int Q = gr->pp * V;
-    merak_blocks b;
-    int *first = NULL, rc = merak_graph_blocks(g, &b, &first, err, errlen);
-    if (rc < 0)
-        return -1;
     merak_graph *shard = NULL;
     merak_device dev;
-    if (V > 1 && Q > b.n) {
-        merak_errf(err, errlen, "pp %d x %d virtual stages = %d model chunks, but the graph can be cut into %d at most",
-                   gr->pp, V, Q, b.n);
-        rc = -2;
-    } else if (strcmp(method, "autopipe") == 0) {
+    int rc = 0, costed = strcmp(method, "autopipe") == 0;
+    if (costed) {
         const char *profile = a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
-        if ((rc = merak_device_load(profile, &dev, err, errlen)) < 0)
-            ;
-        else if (gr->tp > 1 && !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
+        if ((rc = merak_device_load(profile, &dev, err, errlen)) == 0 && gr->tp > 1 &&
+            !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
             rc = -1;
-        else
-            merak_blocks_cost(g, first, shard ? shard : g, &dev, dev.intra, &b);
     }
-    /* The 1F1B model the partition is judged by needs M >= stages: with
-     * fewer (gpipe, interleaved), autopipe balances for M = stages, and
-     * no step is predicted. */
-    int predict = strcmp(method, "autopipe") == 0 && a->micro_batches >= Q;
     if (rc == 0)
-        rc = merak_partition_graph(&b, first, Q, a->micro_batches > Q ? a->micro_batches : Q, method, starts, bounds,
-                                   predict ? step : NULL, err, errlen);
+        rc = merak_layout_partition(g, shard ? shard : g, method, costed ? &dev : NULL, costed ? dev.intra : 0,
+                                    gr->pp, V, a->micro_batches, 0, starts, bounds, step, err, errlen);
     merak_graph_destroy(shard);
-    merak_blocks_free(&b);
-    free(first);
     return rc;
 }
 
@@ -519,7 +506,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
             merak_stage_set_trace(r.stage, &r.trace);
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
-                                 table.bytes, table.layers, table.recomputed, starts, predicted};
+                                 table.bytes, table.layers, table.recomputed, starts, predicted,
+                                 table.bytes + 3 * gr->pp};
             a->on_start(&ri, a->user);
         }
         n = steps(&r, metrics, err, errlen);

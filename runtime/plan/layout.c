@@ -1,0 +1,290 @@
+/*
+ * layout.c - partitions, memory and step time of a training layout
+ * (layout.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "errf.h"
+#include "layout.h"
+#include "pipe/schedule.h"
+#include "pipe/stage.h"
+
+int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, size_t errlen)
+{
+    (void)g;
+    if (L->dp < 1 || L->tp < 1 || L->pp < 1)
+        return merak_errf(err, errlen, "dp, tp and pp must be at least 1 (dp=%d tp=%d pp=%d)", L->dp, L->tp,
+                          L->pp), -2;
+    if ((double)L->dp * L->tp * L->pp > 1 << 24)
+        return merak_errf(err, errlen, "dp*tp*pp = %.0f ranks, more than %d", (double)L->dp * L->tp * L->pp,
+                          1 << 24), -2;
+    if (L->gpus_per_node < 1 || L->gpus_per_node % L->tp != 0)
+        return merak_errf(err, errlen, "tp=%d does not divide the %d GPUs of a node (a tensor-parallel group "
+                          "stays inside one node)", L->tp, L->gpus_per_node), -2;
+    int V = merak_virtual_stages(L->schedule, L->virtual_stages);
+    merak_schedule_spec sp = {L->schedule, L->pp, L->micro_batches, NULL, V};
+    if (merak_schedule_check(&sp, err, errlen) < 0)
+        return -2;
+    if (merak_partition_check(L->partition ? L->partition : "autopipe", err, errlen) < 0)
+        return -2;
+    return 0;
+}
+
+/* merak_layout_partition on blocks b (first: their first ops) whose
+ * costs are filled. */
+static int partition_blocks(merak_blocks *b, const int *first, const char *method, int pp, int V, int M,
+                            int *starts, int *bounds, double *step, char *err, size_t errlen)
+{
+    const int Q = pp * V;
+    if (step)
+        *step = 0;
+    if (V > 1 && Q > b->n)
+        return merak_errf(err, errlen, "pp %d x %d virtual stages = %d model chunks, but the graph can be cut "
+                          "into %d at most", pp, V, Q, b->n), -2;
+    /* The 1F1B model the partition is judged by needs M >= stages: with
+     * fewer (gpipe, interleaved), autopipe balances for M = stages, and
+     * no step is predicted. */
+    int predict = strcmp(method, "autopipe") == 0 && M >= Q;
+    return merak_partition_graph(b, first, Q, M > Q ? M : Q, method, starts, bounds, predict ? step : NULL, err,
+                                 errlen);
+}
+
+int merak_layout_partition(const merak_graph *g, const merak_graph *local, const char *method,
+                           const merak_device *d, double link_bw, int pp, int V, int M, double budget,
+                           int *starts, int *bounds, double *step, char *err, size_t errlen)
+{
+    merak_blocks b;
+    int *first = NULL;
+    if (merak_graph_blocks(g, &b, &first, err, errlen) < 0)
+        return -1;
+    b.budget = budget;
+    if (d)
+        merak_blocks_cost(g, first, local, d, link_bw, &b);
+    int rc = strcmp(method, "autopipe") == 0 && !d ? merak_errf(err, errlen, "autopipe needs a device profile")
+                                                   : partition_blocks(&b, first, method, pp, V, M, starts, bounds, step,
+                                                                      err, errlen);
+    merak_blocks_free(&b);
+    free(first);
+    return rc;
+}
+
+void merak_layout_result_free(merak_layout_result *r)
+{
+    free(r->stage);
+    free(r->starts);
+    memset(r, 0, sizeof *r);
+}
+
+/* The links the layout's groups use (world rank = t + tp (j + dp p)): a
+ * group inside one node talks over intra, else inter. */
+typedef struct links {
+    double pp, dp, tied;
+} links;
+
+static links layout_links(const merak_layout *L, int V, const merak_device *d)
+{
+    const long G = L->gpus_per_node, tp = L->tp, per_stage = tp * L->dp;
+    int pp_out = 0, dp_out = 0;
+    for (long p = 0; p < L->pp; p++) {
+        /* to the next stage; interleaved, the last one sends to the first */
+        long next = p + 1 < L->pp ? p + 1 : V > 1 && L->pp > 1 ? 0 : -1;
+        for (long i = 0; i < per_stage && next >= 0; i++)
+            pp_out |= (p * per_stage + i) / G != (next * per_stage + i) / G;
+        for (long t = 0; t < tp; t++)   /* the dp group of (t, p): its first and last rank */
+            dp_out |= (p * per_stage + t) / G != (p * per_stage + t + (L->dp - 1) * tp) / G;
+    }
+    long last = (long)(L->pp - 1) * per_stage;
+    return (links){pp_out ? d->inter : d->intra, dp_out ? d->inter : d->intra, last / G != 0 ? d->inter : d->intra};
+}
+
+/* Plans pipeline stage p's rank (dp rank 0, tp rank 0): memory, and the
+ * simulator's costs of its chunks into costs[c * pp + p]. */
+static int plan_stage(const merak_graph *g, const merak_graph *local, const merak_layout *L, int V, const int *bounds,
+                      const merak_device *d, const links *ln, int p, merak_layout_stage *st, merak_sim_costs *costs,
+                      merak_stage_mem *m, char *err, size_t errlen)
+{
+    merak_grid gr;
+    int world = L->dp * L->tp * L->pp;
+    if (merak_grid_init(&gr, L->dp, L->tp, L->pp, world, 0, err, errlen) < 0 ||
+        merak_grid_init(&gr, L->dp, L->tp, L->pp, world, merak_grid_rank(&gr, 0, 0, p), err, errlen) < 0)
+        return -2;
+    merak_stage_opts so = {.schedule = L->schedule, .recompute = L->recompute, .bounds = bounds, .rules = L->rules,
+                           .nrules = L->nrules, .micro_batches = L->micro_batches, .virtual_stages = V,
+                           .zero = L->zero, .kernels = merak_kernels_cpu(), .shard = L->tp > 1 ? local : NULL};
+    int rc = merak_stage_plan(&gr, g, &so, m, err, errlen);
+    if (rc < 0)
+        return rc;
+    st->layers = m->layers;
+    st->recomputed = m->recomputed;
+    st->params = (double)m->param_elems;
+    st->mem_params = st->mem_grads = (double)m->params;
+    st->mem_optimizer = 2.0 * (double)(m->share ? m->share : 1) * sizeof(float);   /* AdamW m and v */
+    st->mem_activations = (double)m->activations;
+    st->mem_other = (double)m->device - 2.0 * (double)m->params - (double)m->activations + d->reserved;
+    st->mem_total = (double)m->device + st->mem_optimizer + d->reserved;
+    const int Q = L->pp * V;
+    for (int c = 0; c < m->chunks; c++) {
+        merak_sim_costs k = {0};
+        for (int i = m->chunk[c].op_begin; i < m->chunk[c].op_end; i++) {
+            double f, b;
+            merak_op_time(local, i, d, &f, &b);
+            k.fwd += f;
+            k.bwd += b;
+            if (local->ops[i].type == MERAK_OP_LINEAR)
+                k.bwd_weight += b / 2;   /* the weight gradient: one of its two matmuls */
+            if (i < m->chunk[c].recompute_end)
+                k.recompute += f;
+        }
+        int q = c * L->pp + p, t = q + 1 < Q ? merak_cut_tensor(g, bounds[q + 1]) : -1;
+        k.comm = t < 0 ? 0 : 4.0 * (double)merak_tensor_elems(&g->tensors[t]) / ln->pp + d->latency;
+        costs[q] = k;
+        st->fwd += k.fwd;
+        st->bwd += k.bwd;
+        st->recompute += k.recompute;
+        st->bwd_weight += k.bwd_weight;
+    }
+    return 0;
+}
+
+/* The step: the schedule simulated on the stages' costs, then the
+ * reductions and the optimizer. */
+static int time_step(const merak_layout *L, int V, const merak_sim_costs *costs, const unsigned char *recompute,
+                     merak_layout_result *r, char *err, size_t errlen)
+{
+    merak_schedule_spec sp = {L->schedule, L->pp, L->micro_batches, recompute, V};
+    merak_schedule *sched = calloc((size_t)L->pp, sizeof *sched);
+    if (!sched)
+        return merak_errf(err, errlen, "out of memory");
+    merak_sim_result res = {0};
+    int rc = merak_schedule_build_all(&sp, sched, err, errlen);
+    if (rc == 0) {
+        rc = merak_schedule_simulate(sched, L->pp, costs, &res, err, errlen);
+        for (int p = 0; p < L->pp; p++)
+            merak_schedule_free(&sched[p]);
+    }
+    free(sched);
+    r->pipeline = res.makespan;
+    r->bubble = res.bubble;
+    return rc;
+}
+
+/* L's shard for tp rank 0: L->shard, or one made into *made (-2: the
+ * model cannot be cut tp ways, the layout's fault). */
+static int layout_shard(const merak_graph *g, const merak_layout *L, merak_graph **made, const merak_graph **local,
+                        char *err, size_t errlen)
+{
+    *made = NULL;
+    *local = g;
+    if (L->tp == 1)
+        return 0;
+    if (!L->shard && !(*made = merak_graph_shard(g, L->tp, 0, L->rules, L->nrules, err, errlen)))
+        return -2;
+    *local = L->shard ? L->shard : *made;
+    return 0;
+}
+
+int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *d, int *starts, int *bounds,
+                     char *err, size_t errlen)
+{
+    merak_graph *made;
+    const merak_graph *local;
+    int rc = layout_shard(g, L, &made, &local, err, errlen);
+    const int V = merak_virtual_stages(L->schedule, L->virtual_stages);
+    if (rc == 0)
+        rc = merak_layout_partition(g, local, L->partition ? L->partition : "autopipe", d, layout_links(L, V, d).pp,
+                                    L->pp, V, L->micro_batches, L->search_work, starts, bounds, NULL, err, errlen);
+    merak_graph_destroy(made);
+    return rc;
+}
+
+int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *d,
+                      merak_layout_result *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    int rc = merak_layout_check(g, L, err, errlen);
+    if (rc < 0)
+        return rc;
+    const int V = merak_virtual_stages(L->schedule, L->virtual_stages), Q = L->pp * V;
+    merak_graph *shard;
+    const merak_graph *local;
+    if ((rc = layout_shard(g, L, &shard, &local, err, errlen)) < 0)
+        return rc;
+    links ln = layout_links(L, V, d);
+    int *bounds = calloc((size_t)Q + 1, sizeof *bounds);
+    merak_sim_costs *costs = calloc((size_t)Q, sizeof *costs);
+    unsigned char *recompute = calloc((size_t)L->pp, 1);
+    r->stage = calloc((size_t)L->pp, sizeof *r->stage);
+    r->starts = calloc((size_t)Q, sizeof *r->starts);
+    r->stages = L->pp;
+    r->chunks = V;
+    int *cuts = malloc((size_t)g->nops * sizeof *cuts);
+    r->blocks = cuts ? merak_cut_points(g, 0, g->nops, cuts) + 1 : 0;
+    free(cuts);
+    if (!bounds || !costs || !recompute || !r->stage || !r->starts || r->blocks < 1)
+        rc = merak_errf(err, errlen, "out of memory");
+    else if (L->bounds) {
+        memcpy(bounds, L->bounds, (size_t)(Q + 1) * sizeof *bounds);
+        memcpy(r->starts, L->starts, (size_t)Q * sizeof *r->starts);
+    } else {
+        merak_layout full = *L;
+        full.shard = local;
+        rc = merak_layout_cut(g, &full, d, r->starts, bounds, err, errlen);
+    }
+    double reduce = 0, optimizer = 0, busiest = 0;
+    for (int p = 0; p < L->pp && rc == 0; p++) {
+        merak_stage_mem m;
+        merak_layout_stage *st = &r->stage[p];
+        if ((rc = plan_stage(g, local, L, V, bounds, d, &ln, p, st, costs, &m, err, errlen)) < 0)
+            break;
+        st->first_block = r->starts[p];
+        recompute[p] = m.recomputed > 0;
+        double red = merak_allreduce_time((double)m.params, L->dp, ln.dp, d->latency) +
+                     (L->pp > 1 ? merak_allreduce_time((double)m.tied, 2, ln.tied, d->latency) : 0);
+        double opt = 7.0 * sizeof(float) * (double)m.share / d->mem_bw;
+        reduce = red > reduce ? red : reduce;
+        optimizer = opt > optimizer ? opt : optimizer;
+        if (st->mem_total > r->stage[r->worst].mem_total)
+            r->worst = p;
+    }
+    /* Stage p works M forwards and backwards (and recomputes, but scp's
+     * last stage), after the first micro-batch's forwards on the stages
+     * before it and before the last one's input gradients on them. */
+    double fill = 0;
+    for (int p = 0; p < L->pp && rc == 0; p++) {
+        const merak_layout_stage *st = &r->stage[p];
+        int skips = L->schedule == MERAK_SCHEDULE_SCP && p == L->pp - 1;
+        double work = (double)L->micro_batches * (st->fwd + st->bwd + (recompute[p] && !skips ? st->recompute : 0));
+        work += V == 1 ? fill : 0;   /* chunks interleave: no simple fill */
+        busiest = work > busiest ? work : busiest;
+        fill += st->fwd + st->bwd - st->bwd_weight;
+    }
+    r->bound = busiest + reduce + optimizer;
+    r->simulated = !(L->skip_above > 0 && r->bound >= L->skip_above);
+    if (rc == 0 && r->simulated)
+        rc = time_step(L, V, costs, recompute, r, err, errlen);
+    if (rc == 0) {
+        r->reduce = reduce;
+        r->optimizer = optimizer;
+        r->step = r->simulated ? r->pipeline + reduce + optimizer : r->bound;
+        double flops = 0;
+        for (int i = 0; i < g->nops; i++)
+            flops += g->ops[i].flops;
+        const double replicas = (double)L->micro_batches * L->dp, world = (double)L->dp * L->tp * L->pp;
+        int ids = merak_graph_find(g, "input_ids");
+        double tokens = ids >= 0 ? (double)merak_tensor_elems(&g->tensors[ids]) : 0;
+        r->model_flops = 3.0 * flops * replicas;
+        r->tokens_per_s = r->step > 0 ? tokens * replicas / r->step : 0;
+        r->mfu = r->step > 0 ? r->model_flops / (r->step * world * d->matmul) : 0;
+        r->available = d->memory;
+        r->fits = r->stage[r->worst].mem_total <= r->available;
+    }
+    free(bounds);
+    free(costs);
+    free(recompute);
+    merak_graph_destroy(shard);
+    if (rc < 0)
+        merak_layout_result_free(r);
+    return rc;
+}

@@ -1,0 +1,132 @@
+/*
+ * layout.h - what a training layout costs before it runs: the stages a
+ * partitioner gives, each rank's memory and the step time.
+ *
+ * A layout is dp x tp x pp ranks (world rank = tp_rank + tp (dp_rank +
+ * dp pp_rank), the runtime's grid), gpus_per_node of them to a node, with
+ * a schedule, a recomputation policy, M micro-batches per replica and
+ * optionally ZeRO-1.  merak_layout_plan partitions the model as the
+ * trainer would and then, for every pipeline stage:
+ *
+ * Memory: the runtime's own plan of the stage (merak_stage_plan: the same
+ * code that builds it, allocating nothing): parameters, their gradients,
+ * the activation slots the schedule keeps and the recompute buffers, the
+ * kernels' scratch, the ZeRO shard; plus AdamW's two floats per parameter
+ * the rank updates (its ZeRO share) and the device's reserved memory.
+ * The stage of dp rank 0 (the largest ZeRO share).  Every value is float32,
+ * as the runtime trains.
+ *
+ * Time: each virtual stage's forward, backward (its weight share: half
+ * the linear layers' backward), recompute and send times from the cost
+ * model (cost.h, the tensor-parallel sums included) go through the schedule
+ * simulator with the schedule's real instruction lists; the step adds the
+ * slowest stage's data-parallel gradient all-reduce (ring; ZeRO's
+ * reduce-scatter and all-gather move as much), the tied-weight all-reduce
+ * of the end stages and AdamW's update (7 floats read or written per
+ * parameter at the memory rate), none overlapped.  Links: a group inside
+ * one node uses intra, else inter (the pipeline's, if any cut crosses
+ * nodes).
+ */
+#ifndef MERAK_LAYOUT_H
+#define MERAK_LAYOUT_H
+
+#include <stddef.h>
+
+#include "cost.h"
+#include "graph/graph.h"
+#include "pipe/policy.h"
+
+typedef struct merak_layout {
+    int dp, tp, pp;
+    int gpus_per_node;           /* ranks per node; tp must divide it */
+    merak_schedule_kind schedule;
+    int virtual_stages;          /* interleaved: chunks per stage (0: 2); others 0 or 1 */
+    merak_recompute recompute;
+    int micro_batches;           /* M per replica */
+    int zero;                    /* 1: ZeRO-1 over dp */
+    const char *partition;       /* method (partition.h); NULL: autopipe */
+    const merak_tp_rule *rules;  /* tensor-parallel rules over the graph's own, or NULL */
+    int nrules;
+    /* Optional, to plan many layouts of one model quickly: the graph's
+     * shard for tp rank 0 (merak_graph_shard with the rules; NULL: made
+     * here), and the virtual stages' first blocks [pp*V] and op bounds
+     * [pp*V + 1] from merak_layout_cut for this layout's dp, tp, pp, V
+     * and M (NULL: cut here) */
+    const merak_graph *shard;
+    const int *starts, *bounds;
+    /* > 0: when the step cannot be shorter than this (its lower bound,
+     * below, is at least this), the schedule is not simulated: a search
+     * skips what cannot win */
+    double skip_above;
+    double search_work;          /* autopipe's search budget (partition.h); 0: the default */
+} merak_layout;
+
+typedef struct merak_layout_stage {
+    int first_block;             /* its first chunk's first block */
+    int layers, recomputed;
+    double params;               /* parameter elements one of its ranks holds */
+    /* bytes one of its ranks holds: parameters, gradients, AdamW state,
+     * activations (slots and recompute buffers), the rest of what the
+     * runtime allocates (scratch, ZeRO shard, alignment) and the device's
+     * reserved memory; total their sum */
+    double mem_params, mem_grads, mem_optimizer, mem_activations, mem_other, mem_total;
+    double fwd, bwd, recompute;  /* seconds per micro-batch, all its chunks */
+    double bwd_weight;           /* the weight-gradient share of bwd */
+} merak_layout_stage;
+
+typedef struct merak_layout_result {
+    int stages;                  /* pp */
+    merak_layout_stage *stage;   /* [pp] */
+    int *starts;                 /* [pp * V] first block of each virtual stage */
+    int chunks;                  /* V */
+    int blocks;                  /* the model's blocks */
+    double pipeline;             /* simulated makespan of the schedule, seconds */
+    double reduce;               /* data-parallel and tied-weight reductions */
+    double optimizer;            /* AdamW's update */
+    double step;                 /* their sum (the lower bound when not simulated) */
+    double bound;                /* a lower bound of step: the busiest stage's forwards and
+                                  * backwards of M micro-batches, and the rest */
+    int simulated;               /* 0: step is the bound (skip_above) */
+    double bubble;               /* idle fraction of the pipeline */
+    double tokens_per_s;
+    double model_flops;          /* per step: forward and backward, no recompute */
+    double mfu;                  /* model_flops / (step x ranks x matmul rate) */
+    double available;            /* bytes a rank may use (the device's memory) */
+    int worst;                   /* the stage with the most memory */
+    int fits;                    /* every stage's total within available */
+} merak_layout_result;
+
+/* Checks the layout's numbers against the graph and each other (degrees,
+ * tp dividing the node and the heads, M for the schedule, the partition
+ * method): 0, or -2 with one line in err. */
+int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, size_t errlen);
+
+/* Cuts g into Q = pp * V virtual stages by `method` for M micro-batches
+ * (autopipe within its search budget, 0: the default; partition.h)
+ * per replica, as merak-train does: autopipe from the op times of `local`
+ * (g's tensor-parallel shard, or g) on device d, each cut's activation
+ * moving at link_bw; the other methods need no d (may be NULL).  starts
+ * [Q] and bounds [Q + 1] as merak_partition_graph's; *step (may be NULL)
+ * the predicted 1F1B step of autopipe when M >= Q, else 0.  0, -1 or -2
+ * (a usage error) with err. */
+int merak_layout_partition(const merak_graph *g, const merak_graph *local, const char *method,
+                           const merak_device *d, double link_bw, int pp, int V, int M, double budget,
+                           int *starts, int *bounds, double *step, char *err, size_t errlen);
+
+/* Cuts g for layout L as merak_layout_plan does: L's partition method,
+ * autopipe's op times from d on L's shard, each cut's activation over
+ * the pipeline's link.  starts [pp*V], bounds [pp*V + 1]; 0, -1 or -2 as
+ * merak_layout_partition. */
+int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *d, int *starts, int *bounds,
+                     char *err, size_t errlen);
+
+/* Plans layout L of g (built for one micro-batch: its input_ids' shape)
+ * on device d into r (free with merak_layout_result_free).  A layout
+ * that does not fit is planned all the same (r->fits 0).  0; -1 with err;
+ * -2 with err when the layout cannot run (merak_layout_check, a schedule
+ * or recompute budget that cannot work). */
+int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *d,
+                      merak_layout_result *r, char *err, size_t errlen);
+void merak_layout_result_free(merak_layout_result *r);
+
+#endif /* MERAK_LAYOUT_H */
