@@ -36,7 +36,8 @@ MERAK_VIRTUAL_STAGES=4 expect 2 "interleaved needs at least 2 pipeline stages" -
 expect 2 "partition 'even' is not uniform, parameters, autopipe or custom:S0,S1,..." -- $D --partition even
 expect 2 "partition 'custom:0,x': 'x' is not a block number" -- $D --partition custom:0,x
 expect 2 "partition 'custom:0,3' starts 2 stages, not 1" -- $D --partition custom:0,3
-expect 2 "device profile 'cpu': only the autopipe partition uses one (partition parameters)" -- $D --device-profile cpu
+expect 2 "device profile 'cpu': only the autopipe partition uses one (partition parameters)" -- $D --device-profile cpu \
+    --partition parameters
 expect 2 "device profile 'tpu9' is not in .*devices.json (cpu, a100-80g, h100-80g, h200)" -- $D --partition autopipe --device-profile tpu9
 expect 1 "device profiles: unable to open .*nofile.json: No such file" -- $D --partition autopipe --device-profile "$WORK/nofile.json"
 # sub-batches of sub-pipelined tensor parallelism: 1 to 64, dividing the micro-batch

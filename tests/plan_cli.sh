@@ -247,4 +247,8 @@ expect 2 "recompute: recompute 'most' is not" --gpus 8 --model tiny-gpt2 --recom
 expect 2 "seq-len 99999 is beyond the model's" --gpus 8 --model tiny-gpt2 --seq-len 99999
 expect 2 "needs at least as many micro-batches" --gpus 8 --model tiny-gpt2 --pp 4 --global-batch 2
 expect 2 "not an integer" --gpus 8 --model tiny-gpt2 --zero yes
+expect 2 "gpus needs --model" --gpus 8
+expect 2 "virtual-stages 1: interleaved needs 2 to" --gpus 8 --model tiny-gpt2 --auto --virtual-stages 1
+expect 2 "virtual-stages needs --schedule interleaved" --gpus 8 --model tiny-gpt2 --auto --schedule 1f1b --virtual-stages 2
+expect 2 "makes 2097152 micro-batches per replica, more than 1048576" --gpus 1 --model tiny-gpt2 --global-batch 2097152
 echo "plan_cli: ok"

@@ -71,7 +71,8 @@ static void usage(FILE *out)
         "  --threads N             CPU threads for the kernels (default: all cores)\n"
         "  --repeat R              timed passes, after one warm-up (default 3)\n"
         "  --device-profile D      profile whose links the calibrated one keeps (default cpu)\n"
-        "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved (layouts: default 1f1b)\n"
+        "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved (layouts: default 1f1b;\n"
+        "                          --auto: all of them)\n"
         "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
         "  --stages P              pipeline stages (1 to 1024)\n"
         "  --micro-batches M       micro-batches per step (1 to 65536)\n"
@@ -256,8 +257,13 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     if (o->mode == MODE_LAYOUT) {
         if (o->autoplan && (o->dp || o->tp || o->pp))
             cli_die_usage("--auto picks dp, tp and pp itself: give it without --dp, --tp and --pp");
-        if (!o->autoplan && o->schedule_name && o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
+        if (o->schedule_name && o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
             cli_die_usage("--virtual-stages needs --schedule interleaved");
+        if (!given[OPT_MODEL - OPT_SIM])
+            cli_die_usage("--gpus needs --model");
+        if (o->virtual_stages && (o->virtual_stages < 2 || o->virtual_stages > MERAK_MAX_CHUNKS))
+            cli_die_usage("--virtual-stages %d: interleaved needs 2 to %d model chunks per stage", o->virtual_stages,
+                          MERAK_MAX_CHUNKS);
         o->micro_batch = o->micro_batch ? o->micro_batch : 1;
         return;
     }
@@ -492,6 +498,9 @@ static void calibrate(const plan_opts *o)
 
 /* ------------------------------------------------------------------ layouts */
 
+/* The most micro-batches per replica a layout plans (as merak-train takes). */
+#define MAX_MICRO_BATCHES (1 << 20)
+
 /* What every layout of a run shares: the model, built for one
  * micro-batch, the device and the batch. */
 typedef struct plan_ctx {
@@ -535,9 +544,12 @@ static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, me
     if (c->global_batch % per != 0)
         cli_die_usage("--global-batch %ld is not a multiple of dp x micro-batch = %d x %d", c->global_batch, dp,
                       o->micro_batch);
+    if (c->global_batch / per > MAX_MICRO_BATCHES)
+        cli_die_usage("--global-batch %ld makes %ld micro-batches per replica, more than %d", c->global_batch,
+                      c->global_batch / per, MAX_MICRO_BATCHES);
     return (merak_layout){.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = c->gpus_per_node, .schedule = kind,
                           .virtual_stages = o->virtual_stages, .recompute = *rc,
-                          .micro_batches = (int)(c->global_batch / per < 1 << 20 ? c->global_batch / per : 1 << 20),
+                          .micro_batches = (int)(c->global_batch / per),
                           .zero = o->zero, .partition = o->partition ? o->partition : "autopipe"};
 }
 
@@ -690,10 +702,9 @@ static void plan_auto(const plan_opts *o)
     double smallest = -1;   /* the least memory any layout needs, when none fits */
     const int G = c.gpus_per_node;
     const merak_graph *g = c.g;
-    int *cuts = malloc((size_t)g->nops * sizeof *cuts), blocks;
-    if (!cuts || (blocks = merak_cut_points(g, 0, g->nops, cuts) + 1) < 1)
+    const int blocks = merak_layout_blocks(g);
+    if (blocks < 1)
         cli_die("out of memory");
-    free(cuts);
     merak_graph **shards = calloc((size_t)G + 1, sizeof *shards);
     if (!shards)
         cli_die("out of memory");
@@ -706,24 +717,25 @@ static void plan_auto(const plan_opts *o)
             int dp = o->gpus / tp / pp;
             if ((o->gpus / tp) % pp || c.global_batch % ((long)dp * o->micro_batch))
                 continue;
-            for (int V = 1; V <= 2; V++) {
+            /* one chunk per stage, and interleaved's chunks (--virtual-stages, else 2) */
+            const int chunks = o->virtual_stages ? o->virtual_stages : 2;
+            for (int V = 1; V <= chunks; V += chunks - 1) {
                 merak_schedule_kind fixed = o->schedule;
-                if (V == 2 && (pp < 2 || (o->schedule_name && fixed != MERAK_SCHEDULE_INTERLEAVED) ||
-                               pp * 2 > blocks))
+                if (V > 1 && (pp < 2 || (o->schedule_name && fixed != MERAK_SCHEDULE_INTERLEAVED) ||
+                              pp * V > blocks))
                     continue;
                 if (V == 1 && o->schedule_name && fixed == MERAK_SCHEDULE_INTERLEAVED)
                     continue;
                 merak_recompute none = {MERAK_RECOMPUTE_NONE, 0};
-                merak_layout L = plan_layout_of(&c, dp, tp, pp, V == 2 ? MERAK_SCHEDULE_INTERLEAVED
-                                                : MERAK_SCHEDULE_1F1B, &none);
+                merak_layout L = plan_layout_of(&c, dp, tp, pp, V > 1 ? MERAK_SCHEDULE_INTERLEAVED
+                                                : MERAK_SCHEDULE_GPIPE, &none);
                 L.virtual_stages = V;
                 L.shard = shards[tp];
                 L.search_work = AUTO_SEARCH_WORK;
                 int Q = pp * V, *starts = keep(&store, malloc((size_t)Q * sizeof *starts));
                 int *bounds = keep(&store, malloc((size_t)(Q + 1) * sizeof *bounds));
-                int rc = merak_layout_check(g, &L, err, sizeof err);
-                if (rc == 0)
-                    rc = merak_layout_cut(g, &L, &c.d, starts, bounds, err, sizeof err);
+                /* one cut for all the schedules (each checks its own M in the plan) */
+                int rc = merak_layout_cut(g, &L, &c.d, starts, bounds, err, sizeof err);
                 if (rc == -1)
                     cli_die("%s", err);
                 L.starts = starts;
@@ -731,7 +743,7 @@ static void plan_auto(const plan_opts *o)
                 L.skip_above = 1e-300;   /* memory and bounds only, for now */
                 for (int k = 0; k < nsched && rc == 0; k++) {
                     L.schedule = o->schedule_name ? fixed : (merak_schedule_kind)k;
-                    if ((V == 2) != (L.schedule == MERAK_SCHEDULE_INTERLEAVED))
+                    if ((V > 1) != (L.schedule == MERAK_SCHEDULE_INTERLEAVED))
                         continue;
                     /* ZeRO-1 as asked, else both ways when there is a dp group to shard over */
                     int zlo = o->zero_given ? o->zero : 0, zhi = o->zero_given ? o->zero : dp > 1;

@@ -69,7 +69,7 @@ static void usage(FILE *out)
         "  --recompute R           none, full, stage-aware[=R0] or budget=GB: layers whose activations\n"
         "                          are recomputed in the backward (default MERAK_RECOMPUTE, else none)\n"
         "  --partition P           uniform, parameters, autopipe or custom:S0,S1,... (first block of\n"
-        "                          each stage): how the layers are cut into stages (default parameters)\n"
+        "                          each stage): how the layers are cut into stages (default autopipe)\n"
         "  --device-profile D      device profile autopipe times ops with: a name in the devices\n"
         "                          file or a profile file (default cpu, or h100-80g with --device cuda)\n"
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
@@ -310,7 +310,7 @@ static void print_banner(const merak_run_info *ri, void *user)
     printf("\n");
     if (ri->pp > 1) {
         int Q = ri->pp * merak_args_virtual_stages(c->a);
-        printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : "parameters");
+        printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : MERAK_PARTITION_DEFAULT);
         for (int q = 0; q < Q; q++)
             printf("%s%d", q ? "," : " ", ri->stage_first_block[q]);
         if (ri->predicted_step_s > 0)

@@ -231,10 +231,10 @@ typedef struct merak_run_info {
      * from the device profile; 0 for the other methods) */
     const int *stage_first_block;
     double predicted_step_s;
-    /* [pp] per pipeline stage (its first rank's): the most memory it took
-     * from the backend's allocator (parameters, gradients, optimizer
-     * state, activations, buffers; bytes), measured when training starts,
-     * by which time the runtime has allocated all it will */
+    /* [pp] per pipeline stage (its first rank's): the memory it holds from
+     * the backend's allocator (parameters, gradients, optimizer state,
+     * activations, buffers; bytes), measured when training starts, by
+     * which time the runtime has allocated all it will */
     const double *stage_device_bytes;
 } merak_run_info;
 
@@ -262,7 +262,7 @@ typedef struct merak_args {
      * count), the pipeline schedule ("gpipe", "1f1b", "scp", "zb-h1",
      * "interleaved"; NULL = 1f1b) and the
      * partition method ("uniform", "parameters", "autopipe" or
-     * "custom:S0,S1,..."; NULL = parameters; see merak-train(1)).  Runs
+     * "custom:S0,S1,..."; NULL = MERAK_PARTITION_DEFAULT; see merak-train(1)).  Runs
      * over MPI when launched by mpirun/srun or when a degree is above 1;
      * one process is the 1x1x1 grid of the same step loop. */
     int dp, tp, pp;
@@ -311,6 +311,10 @@ typedef struct merak_args {
      * non-zero (e.g. set from a signal handler); weights are still saved. */
     volatile int *stop;
 } merak_args;
+
+/* The partition method when merak_args.partition is NULL: the planner's
+ * fastest predicted step. */
+#define MERAK_PARTITION_DEFAULT "autopipe"
 
 void merak_args_default(merak_args *a);
 /* Checks every argument that does not need the graph or the files: ranges,

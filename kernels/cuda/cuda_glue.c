@@ -9,15 +9,19 @@
  * kernel: cuBLASLt is bitwise reproducible for a fixed algorithm on the same
  * GPU model.  The linear bias uses the BIAS epilogue when a 16-byte-aligned
  * bias and an algorithm for it exist, else a separate (deterministic) kernel.
+ * cuBLASLt itself is dlopen'ed when the backend starts (lt_load).
  */
+#include "config.h" /* MERAK_CUDA_LIBDIR */
+
 /* cublasLt.h declares `cublasLtLoggerForceDisable()` without `void`, which
  * -Wstrict-prototypes -Werror rejects when CUDA's include dir is not a system
  * one (-I, not -isystem). */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <cublasLt.h> /* cublasLtMatmul & co. */
+#include <cublasLt.h> /* cublasLtMatmul & co. (types; the functions are dlopen'ed) */
 #pragma GCC diagnostic pop
 #include <cuda_runtime_api.h> /* cudaMalloc, cudaMemcpyAsync, streams, errors */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +64,14 @@ static struct cuda_backend {
     int ncache;
 } cb;
 
+/* cuBLASLt is loaded when the backend starts, not linked: the library alone
+ * costs a process about 210 MB of resident memory, which every tool of a
+ * CUDA build (the planner on a login node too) would otherwise pay. */
+#define LT_FUNCTIONS(X) X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy)
+#define LT_POINTER(name) __typeof__(cublasLt##name) *name;
+static struct { LT_FUNCTIONS(LT_POINTER) } lt;
+#undef LT_POINTER
+
 /* ------------------------------------------------------------------ errors */
 
 static void record(const char *what, const char *detail)
@@ -83,7 +95,7 @@ static int lt_ok(cublasStatus_t st, const char *what)
 {
     if (st == CUBLAS_STATUS_SUCCESS)
         return 1;
-    record(what, cublasLtGetStatusString(st));
+    record(what, lt.GetStatusString(st));
     return 0;
 }
 
@@ -225,32 +237,32 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
     e->key = *key;
 
     cublasLtMatmulPreference_t pref = NULL;
-    if (!lt_ok(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
+    if (!lt_ok(lt.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
         return NULL;
     uint64_t ws = LT_WORKSPACE_BYTES;
     uint32_t al[3] = {(uint32_t)key->al_a, (uint32_t)key->al_b, (uint32_t)key->al_c};
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     const lt_entry *ret = e;
-    if (!lt_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    if (!lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws, sizeof ws),
                "cublasLtMatmulPreferenceSetAttribute") ||
-        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]),
                "cublasLtMatmulPreferenceSetAttribute") ||
-        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]),
                "cublasLtMatmulPreferenceSetAttribute") ||
-        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]),
                "cublasLtMatmulPreferenceSetAttribute") ||
-        !lt_ok(cublasLtMatmulPreferenceSetAttribute(
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]),
                "cublasLtMatmulPreferenceSetAttribute")) {
         ret = NULL;
     } else {
         cublasStatus_t st =
-            cublasLtMatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
+            lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) {
             e->found = 0;
         } else if (!lt_ok(st, "cublasLtMatmulAlgoGetHeuristic")) {
@@ -260,7 +272,7 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
             e->algo = res.algo;
         }
     }
-    cublasLtMatmulPreferenceDestroy(pref);
+    lt.MatmulPreferenceDestroy(pref);
     if (ret && e != &uncached)
         cb.ncache++;
     return ret;
@@ -280,28 +292,28 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, const float *A, int ld
     const float alpha = 1.0f;
     int rc = -1;
 
-    if (!lt_ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    if (!lt_ok(lt.MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                "cublasLtMatmulDescCreate") ||
-        !lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
+        !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
                "cublasLtMatmulDescSetAttribute(TRANSA)") ||
-        !lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
+        !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
                "cublasLtMatmulDescSetAttribute(TRANSB)"))
         goto out;
     if (bias) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        if (!lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+        if (!lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                   sizeof epi),
                    "cublasLtMatmulDescSetAttribute(EPILOGUE)") ||
-            !lt_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+            !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                   sizeof bias),
                    "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
             goto out;
     }
-    if (!lt_ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
+    if (!lt_ok(lt.MatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
                "cublasLtMatrixLayoutCreate(A)") ||
-        !lt_ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
+        !lt_ok(lt.MatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
                "cublasLtMatrixLayoutCreate(B)") ||
-        !lt_ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc),
+        !lt_ok(lt.MatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc),
                "cublasLtMatrixLayoutCreate(C)"))
         goto out;
 
@@ -330,19 +342,19 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, const float *A, int ld
             record("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
         goto out;
     }
-    if (lt_ok(cublasLtMatmul(cb.lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &e->algo,
+    if (lt_ok(lt.Matmul(cb.lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &e->algo,
                              cb.lt_ws, LT_WORKSPACE_BYTES, cb.stream),
               "cublasLtMatmul"))
         rc = 0;
 out:
     if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
+        lt.MatrixLayoutDestroy(lc);
     if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
+        lt.MatrixLayoutDestroy(lb);
     if (la)
-        cublasLtMatrixLayoutDestroy(la);
+        lt.MatrixLayoutDestroy(la);
     if (op)
-        cublasLtMatmulDescDestroy(op);
+        lt.MatmulDescDestroy(op);
     return rc;
 }
 
@@ -645,12 +657,40 @@ static const merak_kernels cuda_table = {
 
 /* ------------------------------------------------------------------ init */
 
+/* dlopen's name of cuBLASLt: its soname, then the toolkit's directory. */
+#define LT_STR_(x) #x
+#define LT_STR(x) LT_STR_(x)
+#define LT_SONAME "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR)
+
+/* Resolves every cuBLASLt function the backend calls; 0, or -1 recorded. */
+static int lt_load(void)
+{
+    void *h = dlopen(LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+#ifdef MERAK_CUDA_LIBDIR
+    if (!h)
+        h = dlopen(MERAK_CUDA_LIBDIR "/" LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!h) {
+        const char *why = dlerror();
+        record("loading " LT_SONAME, why ? why : "not found");
+        return -1;
+    }
+#define LT_RESOLVE(name)                                                   \
+    if (!(*(void **)&lt.name = dlsym(h, "cublasLt" #name))) {             \
+        record("loading " LT_SONAME, "cublasLt" #name " is missing");       \
+        return -1;                                                         \
+    }
+    LT_FUNCTIONS(LT_RESOLVE)
+#undef LT_RESOLVE
+    return 0;   /* h stays open for the process */
+}
+
 static int backend_init(void)
 {
-    if (!merak_cuda_available())
+    if (!merak_cuda_available() || lt_load() < 0)
         return -1;
     cb.stream = NULL;
-    if (!lt_ok(cublasLtCreate(&cb.lt), "cublasLtCreate"))
+    if (!lt_ok(lt.Create(&cb.lt), "cublasLtCreate"))
         return -1;
     if (!cuda_ok(cudaMalloc(&cb.lt_ws, LT_WORKSPACE_BYTES), "cudaMalloc(cuBLASLt workspace)") ||
         !cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))

@@ -172,6 +172,12 @@ void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *f
     }
 }
 
+double merak_cut_time(const merak_graph *g, int k, const merak_device *d, double link_bw)
+{
+    int t = merak_cut_tensor(g, k);
+    return t < 0 ? 0 : 4.0 * (double)merak_tensor_elems(&g->tensors[t]) / link_bw + d->latency;
+}
+
 void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph *local, const merak_device *d,
                        double link_bw, merak_blocks *b)
 {
@@ -184,8 +190,7 @@ void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph
             b->fwd[k] += f;
             b->bwd[k] += w;
         }
-        int t = k > 0 ? merak_cut_tensor(g, first[k]) : -1;
-        b->comm[k] = t < 0 ? 0 : 4.0 * (double)merak_tensor_elems(&g->tensors[t]) / link_bw + d->latency;
+        b->comm[k] = k > 0 ? merak_cut_time(g, first[k], d, link_bw) : 0;
     }
 }
 

@@ -71,6 +71,10 @@ double merak_allreduce_time(double bytes, int n, double bw, double latency);
  * over tp ranks on intra-node links) on device d, forward and backward. */
 void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *fwd, double *bwd);
 
+/* Seconds the activation crossing cut k of g (merak_cut_tensor; 0 if none
+ * does) takes over a link of link_bw bytes/s. */
+double merak_cut_time(const merak_graph *g, int k, const merak_device *d, double link_bw);
+
 /* Fills b's forward and backward times (seconds per micro-batch) for the
  * blocks of g (merak_graph_blocks; first[] their first ops) from the ops
  * of `local`, g's tensor-parallel shard (or g itself), and the time to

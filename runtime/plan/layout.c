@@ -62,12 +62,21 @@ int merak_layout_partition(const merak_graph *g, const merak_graph *local, const
     b.budget = budget;
     if (d)
         merak_blocks_cost(g, first, local, d, link_bw, &b);
-    int rc = strcmp(method, "autopipe") == 0 && !d ? merak_errf(err, errlen, "autopipe needs a device profile")
+    int rc = strcmp(method, "autopipe") == 0 && !d && pp * V > 1
+                 ? merak_errf(err, errlen, "autopipe needs a device profile")
                                                    : partition_blocks(&b, first, method, pp, V, M, starts, bounds, step,
                                                                       err, errlen);
     merak_blocks_free(&b);
     free(first);
     return rc;
+}
+
+int merak_layout_blocks(const merak_graph *g)
+{
+    int *cuts = malloc((size_t)g->nops * sizeof *cuts);
+    int n = cuts ? merak_cut_points(g, 0, g->nops, cuts) + 1 : 0;
+    free(cuts);
+    return n;
 }
 
 void merak_layout_result_free(merak_layout_result *r)
@@ -137,8 +146,8 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
             if (i < m->chunk[c].recompute_end)
                 k.recompute += f;
         }
-        int q = c * L->pp + p, t = q + 1 < Q ? merak_cut_tensor(g, bounds[q + 1]) : -1;
-        k.comm = t < 0 ? 0 : 4.0 * (double)merak_tensor_elems(&g->tensors[t]) / ln->pp + d->latency;
+        int q = c * L->pp + p;
+        k.comm = q + 1 < Q ? merak_cut_time(g, bounds[q + 1], d, ln->pp) : 0;
         costs[q] = k;
         st->fwd += k.fwd;
         st->bwd += k.bwd;
@@ -219,11 +228,11 @@ int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_d
     r->starts = calloc((size_t)Q, sizeof *r->starts);
     r->stages = L->pp;
     r->chunks = V;
-    int *cuts = malloc((size_t)g->nops * sizeof *cuts);
-    r->blocks = cuts ? merak_cut_points(g, 0, g->nops, cuts) + 1 : 0;
-    free(cuts);
+    r->blocks = merak_layout_blocks(g);
     if (!bounds || !costs || !recompute || !r->stage || !r->starts || r->blocks < 1)
         rc = merak_errf(err, errlen, "out of memory");
+    else if (!L->bounds != !L->starts)
+        rc = merak_errf(err, errlen, "layout: give both the stage starts and bounds, or neither");
     else if (L->bounds) {
         memcpy(bounds, L->bounds, (size_t)(Q + 1) * sizeof *bounds);
         memcpy(r->starts, L->starts, (size_t)Q * sizeof *r->starts);
@@ -250,15 +259,17 @@ int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_d
     }
     /* Stage p works M forwards and backwards (and recomputes, but scp's
      * last stage), after the first micro-batch's forwards on the stages
-     * before it and before the last one's input gradients on them. */
+     * before it and, but in zb-h1 (whose stages end with delayed weight
+     * parts that may overlap it), before the last backward's input
+     * gradients on them.  Chunks interleave: no fill there. */
     double fill = 0;
     for (int p = 0; p < L->pp && rc == 0; p++) {
         const merak_layout_stage *st = &r->stage[p];
         int skips = L->schedule == MERAK_SCHEDULE_SCP && p == L->pp - 1;
         double work = (double)L->micro_batches * (st->fwd + st->bwd + (recompute[p] && !skips ? st->recompute : 0));
-        work += V == 1 ? fill : 0;   /* chunks interleave: no simple fill */
+        work += V == 1 ? fill : 0;
         busiest = work > busiest ? work : busiest;
-        fill += st->fwd + st->bwd - st->bwd_weight;
+        fill += st->fwd + (L->schedule == MERAK_SCHEDULE_ZB_H1 ? 0 : st->bwd - st->bwd_weight);
     }
     r->bound = busiest + reduce + optimizer;
     r->simulated = !(L->skip_above > 0 && r->bound >= L->skip_above);

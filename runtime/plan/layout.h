@@ -96,16 +96,17 @@ typedef struct merak_layout_result {
     int fits;                    /* every stage's total within available */
 } merak_layout_result;
 
-/* Checks the layout's numbers against the graph and each other (degrees,
- * tp dividing the node and the heads, M for the schedule, the partition
- * method): 0, or -2 with one line in err. */
+/* Checks the layout's numbers against each other (degrees, tp dividing
+ * the node, M for the schedule, the partition method; whether the model
+ * splits tp ways is merak_layout_plan's): 0, or -2 with one line in err. */
 int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, size_t errlen);
 
 /* Cuts g into Q = pp * V virtual stages by `method` for M micro-batches
  * (autopipe within its search budget, 0: the default; partition.h)
  * per replica, as merak-train does: autopipe from the op times of `local`
  * (g's tensor-parallel shard, or g) on device d, each cut's activation
- * moving at link_bw; the other methods need no d (may be NULL).  starts
+ * moving at link_bw; the other methods, and one stage, need no d (may be
+ * NULL).  starts
  * [Q] and bounds [Q + 1] as merak_partition_graph's; *step (may be NULL)
  * the predicted 1F1B step of autopipe when M >= Q, else 0.  0, -1 or -2
  * (a usage error) with err. */
@@ -128,5 +129,8 @@ int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_de
 int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *d,
                       merak_layout_result *r, char *err, size_t errlen);
 void merak_layout_result_free(merak_layout_result *r);
+
+/* The blocks g can be cut into (its cut points + 1); 0 out of memory. */
+int merak_layout_blocks(const merak_graph *g);
 
 #endif /* MERAK_LAYOUT_H */

@@ -107,9 +107,10 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
         return -1;
     if (a->partition && merak_partition_check(a->partition, err, errlen) < 0)
         return -1;
-    if (a->profile && (!a->partition || strcmp(a->partition, "autopipe") != 0))
+    const char *method = a->partition ? a->partition : MERAK_PARTITION_DEFAULT;
+    if (a->profile && strcmp(method, "autopipe") != 0)
         return merak_errf(err, errlen, "device profile '%s': only the autopipe partition uses one (partition %s)",
-                          a->profile, a->partition ? a->partition : "parameters");
+                          a->profile, method);
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
     if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
@@ -405,10 +406,12 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
         t->bytes[gr->pp_rank] = (double)bytes;
         t->bytes[pp + gr->pp_rank] = layers;
         t->bytes[2 * pp + gr->pp_rank] = rc;
-        /* everything is allocated before the first step: the most it held */
-        size_t in_use, peak;
-        merak_exec_kernels(r->e)->memory(&in_use, &peak);
-        t->bytes[3 * pp + gr->pp_rank] = (double)peak;
+        /* everything is allocated before the first step: what it holds */
+        size_t in_use = 0, peak;
+        const merak_kernels *k = merak_exec_kernels(r->e);
+        if (k->memory)
+            k->memory(&in_use, &peak);
+        t->bytes[3 * pp + gr->pp_rank] = (double)in_use;
     }
     if (merak_allreduce_f64(r->world, t->bytes, (size_t)(4 * pp)) < 0)
         return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
@@ -425,10 +428,12 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
                             const merak_tp_rule *rules, int nrules, int *starts, int *bounds, double *step,
                             char *err, size_t errlen)
 {
-    const char *method = a->partition ? a->partition : "parameters";
+    const char *method = a->partition ? a->partition : MERAK_PARTITION_DEFAULT;
     merak_graph *shard = NULL;
     merak_device dev;
-    int rc = 0, costed = strcmp(method, "autopipe") == 0;
+    /* one stage is the whole graph whatever the method: no costs needed,
+     * but a profile asked for is still read (and refused if bad) */
+    int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);
     if (costed) {
         const char *profile = a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
         if ((rc = merak_device_load(profile, &dev, err, errlen)) == 0 && gr->tp > 1 &&

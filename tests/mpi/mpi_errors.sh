@@ -25,7 +25,7 @@ expect 4 "zb-h1 needs at least as many micro-batches (M) as stages (S): M = 3, S
 # message reaches rank 0, every rank exits 2.
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
   "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}\n' > "$WORK/drop.json"
-expect 4 "recompute budget=0.0004: stage 1 needs 0.0005 GB of activations even when it recomputes every layer" \
+expect 4 "recompute budget=0.0004: stage [0-9] needs 0.000[0-9] GB of activations even when it recomputes every layer" \
     --pp 4 --micro-batches 4 --schedule zb-h1 --recompute budget=0.0004 --model "$WORK/drop.json"
 [ "$rc" -eq 2 ] || fail "unreachable budget: exit status $rc, expected 2 (a usage error)"
 # interleaved: M < S, and more model chunks than the graph has layers

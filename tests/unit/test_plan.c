@@ -14,6 +14,7 @@
 #include "merak/merak.h"
 #include "plan/cost.h"
 #include "pipe/schedule.h"
+#include "plan/layout.h"
 #include "plan/partition.h"
 #include "preset.h"
 #include "tap.h"
@@ -447,6 +448,59 @@ static void test_calibrate(void)
     merak_graph_destroy(g);
 }
 
+/* merak_layout_plan's lower bound never exceeds the simulated step (so
+ * --auto may skip a layout by it), for every schedule, recomputation
+ * policy and ZeRO setting over small layouts of both architectures, on a
+ * device whose links cost time; a layout skipped by skip_above reports
+ * its bound, and its memory is the simulated one's. */
+static void test_layout_bound(void)
+{
+    merak_device d;
+    merak_device_load("cpu", &d, err, sizeof err);
+    static const char *models[] = {"tiny-gpt2", "tiny-llama"}, *rcs[] = {"none", "full", "stage-aware"};
+    int cases = 0, below = 0, skipped_ok = 0, failed = 0;
+    double worst = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        merak_graph *g = build(models[mi], 2, 16);
+        for (int tp = 1; g && tp <= 2; tp++)
+            for (int pp = 1; pp <= 4; pp++)
+                for (int dp = 1; dp <= 2; dp++)
+                    for (int k = 0; k < MERAK_SCHEDULE_COUNT_; k++)
+                        for (int M = pp; M <= 2 * pp + 1; M += pp + 1)
+                            for (int ri = 0; ri < 3; ri++) {
+                                merak_layout L = {.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = 2,
+                                                  .schedule = (merak_schedule_kind)k, .micro_batches = M,
+                                                  .zero = dp > 1 && ri == 1, .partition = "autopipe"};
+                                merak_recompute_parse(rcs[ri], &L.recompute, NULL, 0);
+                                merak_layout_result r, q;
+                                int rc = merak_layout_plan(g, &L, &d, &r, err, sizeof err);
+                                if (rc == -2)
+                                    continue;   /* interleaved on one stage, and the like */
+                                if (rc < 0) {
+                                    failed++;
+                                    continue;
+                                }
+                                cases++;
+                                below += r.simulated && r.bound <= r.step * (1 + 1e-12);
+                                if (r.bound / r.step > worst)
+                                    worst = r.bound / r.step;
+                                L.skip_above = r.bound;
+                                if (merak_layout_plan(g, &L, &d, &q, err, sizeof err) == 0) {
+                                    skipped_ok += !q.simulated && q.step == r.bound &&
+                                                  q.stage[q.worst].mem_total == r.stage[r.worst].mem_total;
+                                    merak_layout_result_free(&q);
+                                }
+                                merak_layout_result_free(&r);
+                            }
+        merak_graph_destroy(g);
+    }
+    tap_ok(failed == 0 && cases > 300 && below == cases,
+           "the layout bound is below the simulated step in %d of %d layouts (largest bound/step %.3f)%s%s", below,
+           cases, worst, failed ? ": " : "", failed ? err : "");
+    tap_ok(skipped_ok == cases, "skip_above reports the bound and the same memory without simulating (%d of %d)",
+           skipped_ok, cases);
+}
+
 int main(void)
 {
     test_graph_partition();
@@ -457,5 +511,6 @@ int main(void)
     test_real_graphs();
     test_profiles();
     test_calibrate();
+    test_layout_bound();
     return tap_done();
 }
