@@ -735,7 +735,7 @@ static void plan_auto(const plan_opts *o)
                 int Q = pp * V, *starts = keep(&store, malloc((size_t)Q * sizeof *starts));
                 int *bounds = keep(&store, malloc((size_t)(Q + 1) * sizeof *bounds));
                 /* one cut for all the schedules (each checks its own M in the plan) */
-                int rc = merak_layout_cut(g, &L, &c.d, starts, bounds, err, sizeof err);
+                int rc = merak_layout_cut(g, &L, &c.d, starts, bounds, NULL, err, sizeof err);
                 if (rc == -1)
                     cli_die("%s", err);
                 L.starts = starts;

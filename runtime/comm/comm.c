@@ -104,6 +104,37 @@ const char *merak_comm_where(const merak_comm *c, int rank, char *buf, size_t le
     return buf;
 }
 
+typedef struct host_rank {
+    const char *host;
+    int rank;
+} host_rank;
+
+/* by host name, then rank */
+static int by_host(const void *a, const void *b)
+{
+    const host_rank *x = a, *y = b;
+    int c = strcmp(x->host, y->host);
+    return c ? c : (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+int merak_comm_nodes(const merak_comm *c, int *node)
+{
+    const int n = c->grid.world;
+    host_rank *hr = malloc((size_t)n * sizeof *hr);
+    if (!hr)
+        return -1;
+    for (int r = 0; r < n; r++)
+        hr[r] = (host_rank){c->hosts ? c->hosts[r] : "", r};
+    qsort(hr, (size_t)n, sizeof *hr, by_host);
+    /* numbered in the order of the host names: the same on every rank */
+    for (int i = 0, id = 0; i < n; i++) {
+        id += i > 0 && strcmp(hr[i].host, hr[i - 1].host) != 0;
+        node[hr[i].rank] = id;
+    }
+    free(hr);
+    return 0;
+}
+
 const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len)
 {
     char where[96];

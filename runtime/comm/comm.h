@@ -77,6 +77,9 @@ const merak_grid *merak_comm_grid(const merak_comm *c);
 const char *merak_comm_error(const merak_comm *c);
 /* "rank R on HOST" for world rank r, into buf; returns buf. */
 const char *merak_comm_where(const merak_comm *c, int rank, char *buf, size_t len);
+/* The node of every world rank, node[0..world): ranks on the same host share
+ * a number (the same numbers on every rank); 0, or -1 out of memory. */
+int merak_comm_nodes(const merak_comm *c, int *node);
 /* The group of kind k this rank belongs to; NULL for TIED on ranks that are
  * neither the first nor the last stage, or when pp == 1. */
 merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k);

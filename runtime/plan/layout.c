@@ -32,7 +32,7 @@ int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, s
     return 0;
 }
 
-/* merak_layout_partition on blocks b (first: their first ops) whose
+/* partition_graph on blocks b (first: their first ops) whose
  * costs are filled. */
 static int partition_blocks(merak_blocks *b, const int *first, const char *method, int pp, int V, int M,
                             int *starts, int *bounds, double *step, char *err, size_t errlen)
@@ -51,9 +51,11 @@ static int partition_blocks(merak_blocks *b, const int *first, const char *metho
                                  errlen);
 }
 
-int merak_layout_partition(const merak_graph *g, const merak_graph *local, const char *method,
-                           const merak_device *d, double link_bw, int pp, int V, int M, double budget,
-                           int *starts, int *bounds, double *step, char *err, size_t errlen)
+/* The blocks of g costed from the ops of `local` on d (NULL: no costs, for
+ * the methods that need none), cut by `method` into pp * V stages. */
+static int partition_graph(const merak_graph *g, const merak_graph *local, const char *method, const merak_device *d,
+                           double link_bw, int pp, int V, int M, double budget, int *starts, int *bounds,
+                           double *step, char *err, size_t errlen)
 {
     merak_blocks b;
     int *first = NULL;
@@ -64,8 +66,7 @@ int merak_layout_partition(const merak_graph *g, const merak_graph *local, const
         merak_blocks_cost(g, first, local, d, link_bw, &b);
     int rc = strcmp(method, "autopipe") == 0 && !d && pp * V > 1
                  ? merak_errf(err, errlen, "autopipe needs a device profile")
-                                                   : partition_blocks(&b, first, method, pp, V, M, starts, bounds, step,
-                                                                      err, errlen);
+                 : partition_blocks(&b, first, method, pp, V, M, starts, bounds, step, err, errlen);
     merak_blocks_free(&b);
     free(first);
     return rc;
@@ -95,17 +96,22 @@ typedef struct links {
 static links layout_links(const merak_layout *L, int V, const merak_device *d)
 {
     const long G = L->gpus_per_node, tp = L->tp, per_stage = tp * L->dp;
+#define NODE(r) (L->node_of ? (long)L->node_of[r] : (r) / G)
     int pp_out = 0, dp_out = 0;
     for (long p = 0; p < L->pp; p++) {
         /* to the next stage; interleaved, the last one sends to the first */
         long next = p + 1 < L->pp ? p + 1 : V > 1 && L->pp > 1 ? 0 : -1;
         for (long i = 0; i < per_stage && next >= 0; i++)
-            pp_out |= (p * per_stage + i) / G != (next * per_stage + i) / G;
-        for (long t = 0; t < tp; t++)   /* the dp group of (t, p): its first and last rank */
-            dp_out |= (p * per_stage + t) / G != (p * per_stage + t + (L->dp - 1) * tp) / G;
+            pp_out |= NODE(p * per_stage + i) != NODE(next * per_stage + i);
+        for (long t = 0; t < tp; t++)   /* the dp group of (t, p) */
+            for (long j = 1; j < L->dp; j++)
+                dp_out |= NODE(p * per_stage + t + j * tp) != NODE(p * per_stage + t);
     }
-    long last = (long)(L->pp - 1) * per_stage;
-    return (links){pp_out ? d->inter : d->intra, dp_out ? d->inter : d->intra, last / G != 0 ? d->inter : d->intra};
+    int tied_out = 0;   /* the end stages' tied groups */
+    for (long i = 0; i < per_stage && L->pp > 1; i++)
+        tied_out |= NODE(i) != NODE((L->pp - 1) * per_stage + i);
+#undef NODE
+    return (links){pp_out ? d->inter : d->intra, dp_out ? d->inter : d->intra, tied_out ? d->inter : d->intra};
 }
 
 /* Plans pipeline stage p's rank (dp rank 0, tp rank 0): memory, and the
@@ -195,15 +201,18 @@ static int layout_shard(const merak_graph *g, const merak_layout *L, merak_graph
 }
 
 int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *d, int *starts, int *bounds,
-                     char *err, size_t errlen)
+                     double *step, char *err, size_t errlen)
 {
-    merak_graph *made;
-    const merak_graph *local;
-    int rc = layout_shard(g, L, &made, &local, err, errlen);
+    const char *method = L->partition ? L->partition : "autopipe";
     const int V = merak_virtual_stages(L->schedule, L->virtual_stages);
+    merak_graph *made = NULL;
+    const merak_graph *local = g;
+    int rc = 0;
+    if (d && strcmp(method, "autopipe") == 0)   /* only autopipe reads the shard's op times */
+        rc = layout_shard(g, L, &made, &local, err, errlen);
     if (rc == 0)
-        rc = merak_layout_partition(g, local, L->partition ? L->partition : "autopipe", d, layout_links(L, V, d).pp,
-                                    L->pp, V, L->micro_batches, L->search_work, starts, bounds, NULL, err, errlen);
+        rc = partition_graph(g, local, method, d, d ? layout_links(L, V, d).pp : 0, L->pp, V, L->micro_batches,
+                             L->search_work, starts, bounds, step, err, errlen);
     merak_graph_destroy(made);
     return rc;
 }
@@ -239,7 +248,7 @@ int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_d
     } else {
         merak_layout full = *L;
         full.shard = local;
-        rc = merak_layout_cut(g, &full, d, r->starts, bounds, err, errlen);
+        rc = merak_layout_cut(g, &full, d, r->starts, bounds, NULL, err, errlen);
     }
     double reduce = 0, optimizer = 0, busiest = 0;
     for (int p = 0; p < L->pp && rc == 0; p++) {

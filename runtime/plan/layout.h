@@ -39,6 +39,8 @@
 typedef struct merak_layout {
     int dp, tp, pp;
     int gpus_per_node;           /* ranks per node; tp must divide it */
+    const int *node_of;          /* [dp*tp*pp] the node of each world rank (merak_comm_nodes),
+                                  * or NULL: rank / gpus_per_node */
     merak_schedule_kind schedule;
     int virtual_stages;          /* interleaved: chunks per stage (0: 2); others 0 or 1 */
     merak_recompute recompute;
@@ -101,25 +103,18 @@ typedef struct merak_layout_result {
  * splits tp ways is merak_layout_plan's): 0, or -2 with one line in err. */
 int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, size_t errlen);
 
-/* Cuts g into Q = pp * V virtual stages by `method` for M micro-batches
- * (autopipe within its search budget, 0: the default; partition.h)
- * per replica, as merak-train does: autopipe from the op times of `local`
- * (g's tensor-parallel shard, or g) on device d, each cut's activation
- * moving at link_bw; the other methods, and one stage, need no d (may be
- * NULL).  starts
- * [Q] and bounds [Q + 1] as merak_partition_graph's; *step (may be NULL)
- * the predicted 1F1B step of autopipe when M >= Q, else 0.  0, -1 or -2
- * (a usage error) with err. */
-int merak_layout_partition(const merak_graph *g, const merak_graph *local, const char *method,
-                           const merak_device *d, double link_bw, int pp, int V, int M, double budget,
-                           int *starts, int *bounds, double *step, char *err, size_t errlen);
-
-/* Cuts g for layout L as merak_layout_plan does: L's partition method,
- * autopipe's op times from d on L's shard, each cut's activation over
- * the pipeline's link.  starts [pp*V], bounds [pp*V + 1]; 0, -1 or -2 as
- * merak_layout_partition. */
+/* Cuts g for layout L as merak_layout_plan does, and as merak-train does:
+ * pp*V stages by L's partition method for L's M micro-batches (autopipe
+ * balancing for M = pp*V when M is smaller); autopipe times the ops of
+ * L's shard on d and each cut's activation over the pipeline's link (a
+ * node's intra-node links if no pipeline cut leaves a node, else the
+ * inter-node ones), within L's search budget.  d may be NULL for the other
+ * methods and for one stage.  starts [pp*V] the first block of each,
+ * bounds [pp*V + 1] their ops; *step (may be NULL) autopipe's predicted
+ * 1F1B pipeline when M >= pp*V, else 0.  0, -1, or -2 when the method
+ * cannot work for this model and layout (a usage error). */
 int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *d, int *starts, int *bounds,
-                     char *err, size_t errlen);
+                     double *step, char *err, size_t errlen);
 
 /* Plans layout L of g (built for one micro-batch: its input_ids' shape)
  * on device d into r (free with merak_layout_result_free).  A layout

@@ -420,30 +420,35 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
     return 0;
 }
 
-/* The virtual stage bounds in g of the grid's pp x V stages, by the asked
- * partition method (autopipe: times from the device profile, on the
- * tensor-parallel shard this grid runs).  0, -1, or -2 for options that
- * cannot work for this model (usage errors). */
-static int partition_stages(const merak_graph *g, const merak_args *a, const merak_grid *gr, int V,
-                            const merak_tp_rule *rules, int nrules, int *starts, int *bounds, double *step,
-                            char *err, size_t errlen)
+/* The virtual stage bounds in g of the grid's pp x V stages, cut as
+ * merak-plan cuts them (merak_layout_cut: autopipe times ops from the
+ * device profile on the tensor-parallel shard this grid runs, each cut
+ * over the links this job's placement on its nodes gives).  0, -1, or -2
+ * for options that cannot work for this model (usage errors). */
+static int partition_stages(const merak_graph *g, const merak_args *a, const merak_grid *gr,
+                            merak_schedule_kind kind, int V, const merak_tp_rule *rules, int nrules, int *starts,
+                            int *bounds, double *step, char *err, size_t errlen)
 {
     const char *method = a->partition ? a->partition : MERAK_PARTITION_DEFAULT;
-    merak_graph *shard = NULL;
     merak_device dev;
+    int *nodes = malloc((size_t)gr->world * sizeof *nodes);
+    if (!nodes || merak_comm_nodes(g_comm, nodes) < 0) {
+        free(nodes);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    merak_layout L = {.dp = gr->dp, .tp = gr->tp, .pp = gr->pp, .gpus_per_node = gr->world, .node_of = nodes,
+                      .schedule = kind, .virtual_stages = V, .micro_batches = a->micro_batches,
+                      .partition = method, .rules = rules, .nrules = nrules};
     /* one stage is the whole graph whatever the method: no costs needed,
      * but a profile asked for is still read (and refused if bad) */
     int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);
     if (costed) {
         const char *profile = a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
-        if ((rc = merak_device_load(profile, &dev, err, errlen)) == 0 && gr->tp > 1 &&
-            !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
-            rc = -1;
+        rc = merak_device_load(profile, &dev, err, errlen);
     }
     if (rc == 0)
-        rc = merak_layout_partition(g, shard ? shard : g, method, costed ? &dev : NULL, costed ? dev.intra : 0,
-                                    gr->pp, V, a->micro_batches, 0, starts, bounds, step, err, errlen);
-    merak_graph_destroy(shard);
+        rc = merak_layout_cut(g, &L, costed ? &dev : NULL, starts, bounds, step, err, errlen);
+    free(nodes);
     return rc;
 }
 
@@ -484,7 +489,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         failed = 1;
-    else if ((so.rules = rules, (failed = partition_stages(g, a, gr, V, rules, so.nrules, starts, bounds, &predicted, err,
+    else if ((so.rules = rules, (failed = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds, &predicted, err,
                                                     errlen)) < 0))
         failed = -failed;   /* 1, or 2 for options that cannot work here */
     else if ((so.bounds = bounds, (failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0))

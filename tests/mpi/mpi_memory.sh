@@ -6,7 +6,8 @@
 # buffers, scratch, the ZeRO shard); merak-plan --gpus predicts it from the
 # runtime's own plan of each stage.  Five layouts of tiny GPT-2 on 4 ranks
 # (1f1b, gpipe, interleaved, dp 2 with ZeRO-1 and autopipe, tp 2 with
-# stage-aware recomputation) must agree within 10% on every stage.  Then
+# stage-aware recomputation) must agree within 10% on every stage, and
+# both must cut the model at the same blocks.  Then
 # GPT-2 124M on 4 pipeline stages: each rank allocates its stage, which the
 # plan predicts, and well under half of what the whole model's parameters,
 # gradients and moments take (16 bytes x 124,439,808): a rank holds its
@@ -33,6 +34,9 @@ line = re.search(r"^memory \(allocated\):(.*)$", out, re.M).group(1)
 measured = [float(x) * 2**20 for x in re.findall(r"stage \d+ ([0-9.]+) MiB", line)]
 predicted = [s["memory"]["total"] for s in plan["stages"]]
 assert plan["micro_batches"] == m, plan["micro_batches"]
+cut = re.search(r"stages start at blocks ([0-9,]+)", out)
+if cut and plan["virtual_stages"] == 1:   # merak-train cuts the model where merak-plan does
+    assert [int(x) for x in cut.group(1).split(",")] == [s["first_block"] for s in plan["stages"]], (cut.group(1), plan)
 assert len(measured) == len(predicted), (measured, predicted)
 worst = max(abs(p - a) / a for p, a in zip(predicted, measured))
 assert worst <= 0.10, (measured, predicted)
