@@ -159,6 +159,9 @@ typedef struct merak_kernels {
      * process started (what a run really holds: its report and the
      * planner's check) */
     void (*memory)(size_t *in_use, size_t *peak);
+    /* the device's memory: what is free now and its size, in bytes (host
+     * memory for the CPU); 0, or -1 if it cannot tell */
+    int (*capacity)(size_t *free_bytes, size_t *total_bytes);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

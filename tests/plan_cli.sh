@@ -179,6 +179,11 @@ expect 2 "device profile 'tpu9' is not in" --calibrate "$WORK/x.json" --device-p
 expect 2 "model does not go with --simulate" --model tiny-gpt2 --simulate --schedule 1f1b --stages 2 --micro-batches 2
 expect 2 "json does not go with --calibrate" --calibrate "$WORK/x.json" --json
 expect 2 "seq-len 99999 is beyond the model's" --calibrate "$WORK/x.json" --model tiny-gpt2 --seq-len 99999
+expect 2 "device: 'tpu' is not cpu or cuda" --calibrate "$WORK/x.json" --device tpu
+# a machine without a GPU (or a build without CUDA) says so
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > /dev/null 2>&1; then
+    expect 1 "device cuda: " --calibrate "$WORK/x.json" --model tiny-gpt2 --device cuda
+fi
 expect 1 "no-such-dir" --calibrate "$WORK/no-such-dir/x.json" --model tiny-gpt2 --micro-batch 1 --seq-len 8 --repeat 1
 printf '{"memory_gb": 1, "matmul_tflops": 1, "memory_gbps": 1, "intra_node_gbps": 1, "inter_node_gbps": 1,
   "latency_us": 1, "ops": {"matmul": {"forward": 1, "backward": 1}}}' > "$WORK/badops.json"

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "atomic.h"
+#include "train.h"
 #include "cli.h"
 #include "merak/merak.h"
 #include "pipe/schedule.h"
@@ -44,7 +45,7 @@ static void usage(FILE *out)
         "       %s --list-models [--json]\n"
         "       %s --partition-costs FILE [--partition METHOD] [--json]\n"
         "       %s --calibrate FILE [--model M] [--micro-batch B] [--seq-len T] [--threads N]\n"
-        "                  [--repeat R] [--device-profile D]\n"
+        "                  [--repeat R] [--device cpu|cuda] [--device-profile D]\n"
         "Plan a training layout (memory per stage, step time) or find the fastest, simulate\n"
         "a pipeline schedule, list the model presets, partition a list of blocks into\n"
         "pipeline stages, or measure this machine's device profile.\n"
@@ -66,11 +67,13 @@ static void usage(FILE *out)
         "  --partition-costs FILE  partition the blocks FILE lists (JSON: forward, backward,\n"
         "                          stages, micro_batches; optional comm, parameters)\n"
         "  --partition METHOD      uniform, parameters, autopipe or custom:S0,S1,... (default autopipe)\n"
-        "  --calibrate FILE        time every op of a model's forward and backward here (CPU\n"
-        "                          kernels) and write the measured device profile to FILE\n"
+        "  --calibrate FILE        time every op of a model's forward and backward here and write\n"
+        "                          the measured device profile to FILE\n"
+        "  --device D              calibrate the cpu (default) or the cuda kernels\n"
         "  --threads N             CPU threads for the kernels (default: all cores)\n"
         "  --repeat R              timed passes, after one warm-up (default 3)\n"
-        "  --device-profile D      profile whose links the calibrated one keeps (default cpu)\n"
+        "  --device-profile D      profile whose links the calibrated one keeps (default cpu;\n"
+        "                          h100-80g with --device cuda)\n"
         "  --schedule S            gpipe, 1f1b, scp, zb-h1 or interleaved (layouts: default 1f1b;\n"
         "                          --auto: all of them)\n"
         "  --virtual-stages V      model chunks per stage for interleaved (2 to 64, default 2)\n"
@@ -97,7 +100,7 @@ typedef struct plan_opts {
     merak_schedule_kind schedule;
     const char *schedule_name, *svg, *recompute_name;
     const char *costs_file, *partition;
-    const char *calibrate, *model, *base, *gpu;
+    const char *calibrate, *model, *base, *gpu, *device;
     int micro_batch, seq_len, threads, repeat;
     int gpus, gpus_per_node, dp, tp, pp, zero, zero_given, autoplan;
     long global_batch;
@@ -109,7 +112,7 @@ typedef struct plan_opts {
 enum { MODE_SIM = 1, MODE_LIST = 2, MODE_PCOSTS = 4, MODE_CALIB = 8, MODE_LAYOUT = 16 };
 
 enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_CALIB, OPT_GPUS, OPT_PART, OPT_MODEL, OPT_MB, OPT_SEQ,
-       OPT_THREADS, OPT_REPEAT, OPT_PROFILE, OPT_GPN, OPT_GPU, OPT_GBATCH, OPT_DP, OPT_TP, OPT_PP, OPT_ZERO,
+       OPT_THREADS, OPT_REPEAT, OPT_PROFILE, OPT_DEVICE, OPT_GPN, OPT_GPU, OPT_GBATCH, OPT_DP, OPT_TP, OPT_PP, OPT_ZERO,
        OPT_AUTO, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
        OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION, OPT_END_ };
 
@@ -122,7 +125,7 @@ static int option_modes(int opt)
     case OPT_LIST: return MODE_LIST;
     case OPT_PCOSTS: return MODE_PCOSTS;
     case OPT_PART: return MODE_PCOSTS | MODE_LAYOUT;
-    case OPT_CALIB: case OPT_THREADS: case OPT_REPEAT: case OPT_PROFILE: return MODE_CALIB;
+    case OPT_CALIB: case OPT_THREADS: case OPT_REPEAT: case OPT_PROFILE: case OPT_DEVICE: return MODE_CALIB;
     case OPT_MODEL: case OPT_MB: case OPT_SEQ: return MODE_CALIB | MODE_LAYOUT;
     case OPT_GPUS: case OPT_GPN: case OPT_GPU: case OPT_GBATCH: case OPT_DP: case OPT_TP: case OPT_PP:
     case OPT_ZERO: case OPT_AUTO: return MODE_LAYOUT;
@@ -161,6 +164,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {"threads", required_argument, 0, OPT_THREADS},
         {"repeat", required_argument, 0, OPT_REPEAT},
         {"device-profile", required_argument, 0, OPT_PROFILE},
+        {"device", required_argument, 0, OPT_DEVICE},
         {"schedule", required_argument, 0, OPT_SCHED},
         {"virtual-stages", required_argument, 0, OPT_VIRTUAL},
         {"stages", required_argument, 0, OPT_STAGES},
@@ -178,7 +182,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}, .model = "demo-gpt2", .base = "cpu", .gpu = "h100-80g",
+    *o = (plan_opts){.costs = {1, 2, 1, 1, 0}, .model = "demo-gpt2", .gpu = "h100-80g", .device = "cpu",
                      .threads = ncpu > 0 ? (int)ncpu : 1, .repeat = 3, .gpus_per_node = 8};
     unsigned char given[OPT_END_ - OPT_SIM] = {0};
     opterr = 0;
@@ -206,6 +210,11 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         case OPT_THREADS: o->threads = (int)cli_parse_int("--threads", optarg, 1, 4096); break;
         case OPT_REPEAT: o->repeat = (int)cli_parse_int("--repeat", optarg, 1, 1000); break;
         case OPT_PROFILE: o->base = optarg; break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                cli_die_usage("--device: '%s' is not cpu or cuda", optarg);
+            o->device = optarg;
+            break;
         case OPT_PART: {
             char err[256];
             if (merak_partition_check(optarg, err, sizeof err) < 0)
@@ -251,6 +260,8 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         if (given[opts[i].val - OPT_SIM] && !(option_modes(opts[i].val) & o->mode))
             cli_die_usage("--%s does not go with %s", opts[i].name, mode_flag(o->mode));
     if (o->mode == MODE_CALIB) {
+        if (!o->base)   /* the links a GPU's profile keeps: the H100's, as merak-train's default */
+            o->base = strcmp(o->device, "cuda") == 0 ? "h100-80g" : "cpu";
         o->micro_batch = o->micro_batch ? o->micro_batch : 4;
         o->seq_len = o->seq_len ? o->seq_len : 128;
     }
@@ -470,22 +481,33 @@ static void calibrate(const plan_opts *o)
     merak_graph *g = merak_model_build(&cfg, o->micro_batch, o->seq_len, err, sizeof err);
     if (!g)
         cli_die("%s: %s", o->model, err);
-    merak_kernels_cpu_set_threads(o->threads);
-    printf("calibrating on %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
-           o->model, o->micro_batch, o->seq_len, o->threads, o->repeat);
-    fflush(stdout);
-    if (merak_device_calibrate(g, merak_kernels_cpu(), o->repeat, &d, err, sizeof err) < 0)
+    const merak_kernels *k = merak_kernels_open(o->device, o->threads, err, sizeof err);
+    if (!k)
         cli_die("%s", err);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0)   /* the kernels ran in host memory: its size */
-        d.memory = (double)pages * (double)page;
+    /* the device's memory; on a GPU what its runtime already holds (context,
+     * cuBLASLt's workspace) is reserved, nothing of ours being allocated yet */
+    size_t free_b = 0, total_b = 0;
+    if (k->capacity && k->capacity(&free_b, &total_b) == 0) {
+        d.memory = (double)total_b;
+        if (strcmp(k->name, "cuda") == 0)
+            d.reserved = (double)(total_b - free_b);
+    }
+    if (strcmp(k->name, "cpu") == 0)
+        printf("calibrating on %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
+               o->model, o->micro_batch, o->seq_len, o->threads, o->repeat);
+    else
+        printf("calibrating on %s with the %s kernels (micro-batch %d x %d tokens), %d timed passes after a warm-up\n",
+               o->model, k->name, o->micro_batch, o->seq_len, o->repeat);
+    fflush(stdout);
+    if (merak_device_calibrate(g, k, o->repeat, &d, err, sizeof err) < 0)
+        cli_die("%s", err);
     printf("%-14s %16s %16s  (FLOP/s for linear and attention, bytes/s for the rest)\n", "op", "forward",
            "backward");
     for (int t = 0; t < MERAK_OP_COUNT_; t++)
         if (d.op_fwd[t] > 0)
             printf("%-14s %16.4g %16.4g\n", merak_op_name((merak_op_type)t), d.op_fwd[t], d.op_bwd[t]);
-    printf("matrix %.4g TFLOP/s, memory %.4g GB/s, %.1f GB; links and latency from %s\n", d.matmul / 1e12,
-           d.mem_bw / 1e9, d.memory / 1e9, o->base);
+    printf("matrix %.4g TFLOP/s, memory %.4g GB/s, %.1f GB (%.2f GB reserved); links and latency from %s\n",
+           d.matmul / 1e12, d.mem_bw / 1e9, d.memory / 1e9, d.reserved / 1e9, o->base);
     merak_atomic *a;
     if (merak_atomic_open(o->calibrate, &a, err, sizeof err) < 0)
         cli_die("%s", err);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "memcount.h"
 #include "mix64.h"
@@ -90,6 +91,16 @@ static void cpu_free(void *p)
 
 static void cpu_memory(size_t *in_use, size_t *peak) { merak_memcount_get(&cpu_count, in_use, peak); }
 
+static int cpu_capacity(size_t *free_bytes, size_t *total_bytes)
+{
+    long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    if (page <= 0 || total <= 0 || avail < 0)
+        return -1;
+    *free_bytes = (size_t)avail * (size_t)page;
+    *total_bytes = (size_t)total * (size_t)page;
+    return 0;
+}
+
 static int cpu_zero(void *p, size_t bytes)
 {
     if (bytes)
@@ -123,7 +134,7 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define TABLE_T merak_kernels
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
-                     .synchronize = cpu_synchronize, .memory = cpu_memory,
+                     .synchronize = cpu_synchronize, .memory = cpu_memory, .capacity = cpu_capacity,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL

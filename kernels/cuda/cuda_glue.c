@@ -604,6 +604,11 @@ static void m_free(void *p)
 
 static void m_memory(size_t *in_use, size_t *peak) { merak_memcount_get(&cuda_count, in_use, peak); }
 
+static int m_capacity(size_t *free_bytes, size_t *total_bytes)
+{
+    return cuda_ok(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo") ? 0 : -1;
+}
+
 static int m_zero(void *p, size_t bytes) { return merak_cuda_memset(p, 0, bytes); }
 
 static int m_copy(void *dst, const void *src, size_t bytes, merak_copy_kind kind)
@@ -624,6 +629,7 @@ static const merak_kernels cuda_table = {
     .copy = m_copy,
     .synchronize = merak_cuda_synchronize,
     .memory = m_memory,
+    .capacity = m_capacity,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

@@ -144,19 +144,17 @@ static int check_graph(const merak_graph *g, const merak_args *a, char *err, siz
     return merak_graph_loss_vocab(g);
 }
 
-/* The backend's kernels for a.device on this grid, or NULL with err. */
-static const merak_kernels *pick_kernels(const merak_args *a, int world, char *err, size_t errlen)
+const merak_kernels *merak_kernels_open(const char *device, int threads, char *err, size_t errlen)
 {
-    if (!a->device || strcmp(a->device, "cpu") == 0) {
-        merak_kernels_cpu_set_threads(a->threads);
+    if (!device || strcmp(device, "cpu") == 0) {
+        merak_kernels_cpu_set_threads(threads);
         return merak_kernels_cpu();
     }
-#ifdef HAVE_CUDA
-    if (world > 1) {
-        merak_errf(err, errlen, "device cuda trains in one process for now (%d ranks asked): "
-                                "collectives on GPU memory (NCCL) are not built yet", world);
+    if (strcmp(device, "cuda") != 0) {
+        merak_errf(err, errlen, "device '%s' is not cpu or cuda", device);
         return NULL;
     }
+#ifdef HAVE_CUDA
     if (!merak_cuda_available()) {
         merak_errf(err, errlen, "device cuda: no usable GPU (the CUDA runtime finds no device or no driver)");
         return NULL;
@@ -175,10 +173,20 @@ static const merak_kernels *pick_kernels(const merak_args *a, int world, char *e
     }
     return k;
 #else
-    (void)world;
     merak_errf(err, errlen, "device cuda: this merak was built without CUDA");
     return NULL;
 #endif
+}
+
+/* The backend's kernels for a.device on this grid, or NULL with err. */
+static const merak_kernels *pick_kernels(const merak_args *a, int world, char *err, size_t errlen)
+{
+    if (a->device && strcmp(a->device, "cuda") == 0 && world > 1) {
+        merak_errf(err, errlen, "device cuda trains in one process for now (%d ranks asked): "
+                                "collectives on GPU memory (NCCL) are not built yet", world);
+        return NULL;
+    }
+    return merak_kernels_open(a->device, a->threads, err, errlen);
 }
 
 /* ------------------------------------------------------------------ the runtime */
