@@ -28,6 +28,10 @@ expect 2 "virtual stages 65: the interleaved schedule takes 2 to 64" -- $D --sch
 expect 2 "not an integer" -- $D --schedule interleaved --virtual-stages two
 expect 2 "virtual-stages 3 does not divide the model's 2 layers" -- $D --schedule interleaved --virtual-stages 3
 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved
+# a model that cannot fit is refused before anything is allocated: 1024
+# sequences of 1024 tokens of GPT-2 hold terabytes of activations
+expect 1 "not enough memory: rank 0 on .* needs [0-9.]* GB (parameters, gradients, optimizer state, activations), but its host has [0-9.]* GB available" \
+    -- $D --model gpt2 --micro-batch 1024 --seq-len 1024
 MERAK_VIRTUAL_STAGES=x expect 2 "MERAK_VIRTUAL_STAGES: 'x' is not an integer" -- $D
 MERAK_VIRTUAL_STAGES=4 expect 2 "virtual stages 4 need the interleaved schedule" -- $D
 MERAK_VIRTUAL_STAGES=4 expect 2 "virtual-stages 4 does not divide the model's 2 layers" -- $D --schedule interleaved

@@ -428,6 +428,64 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Before anything is allocated: will every rank's stage fit where it
+ * runs?  Each rank plans its stage as merak_stage_create will build it
+ * (merak_stage_plan) and adds AdamW's two floats per parameter it
+ * updates; the needs and the memory free are gathered, and the ranks of
+ * one host (CPU: they share its memory) or each rank (a GPU of its own)
+ * are held against it.  Collective; every rank gets the same answer: 0,
+ * or 1 with the first host or rank that does not fit in err (2 if a
+ * stage cannot be built with these options, as merak_stage_create). */
+static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so, char *err, size_t errlen)
+{
+    const merak_grid *gr = r->grid;
+    const int n = gr->world, shared = strcmp(so->kernels->name, "cpu") == 0;
+    merak_stage_mem m;
+    size_t free_b, total_b;
+    double *v = calloc(2 * (size_t)n, sizeof *v);
+    int *node = malloc((size_t)n * sizeof *node);
+    if (!v || !node || merak_comm_nodes(r->comm, node) < 0) {
+        free(v), free(node);
+        return merak_errf(err, errlen, "out of memory"), 1;
+    }
+    /* a stage that cannot be built is refused here, before any allocation */
+    int planned = merak_stage_plan(gr, g, so, &m, err, errlen);
+    int rc = -merak_comm_agree(r->comm, planned < 0 ? -planned : 0, err, errlen);
+    if (rc != 0) {
+        free(v), free(node);
+        return rc;
+    }
+    v[gr->rank] = (double)m.device + 2.0 * sizeof(float) * (double)(m.share ? m.share : 1);
+    v[n + gr->rank] = so->kernels->capacity && so->kernels->capacity(&free_b, &total_b) == 0 ? (double)free_b : -1;
+    if (merak_allreduce_f64(r->world, v, 2 * (size_t)n) < 0)
+        rc = (merak_errf(err, errlen, "%s", merak_comm_error(r->comm)), 1);
+    for (int i = 0; i < n && rc == 0; i++) {
+        /* the ranks sharing i's memory: its host's (CPU), or i alone */
+        double need = 0;
+        int count = 0, first = i;
+        for (int j = 0; j < n; j++)
+            if (j == i || (shared && node[j] == node[i])) {
+                need += v[j], count++;
+                first = j < first ? j : first;
+            }
+        if (first != i || v[n + i] < 0 || need <= v[n + i])
+            continue;   /* each host once; memory it cannot tell is not checked */
+        char where[96];
+        merak_comm_where(r->comm, i, where, sizeof where);
+        if (count > 1)
+            merak_errf(err, errlen, "not enough memory: %s and the %d other rank(s) on its host need %.2f GB "
+                       "(parameters, gradients, optimizer state, activations; rank %d alone %.2f GB), but the host "
+                       "has %.2f GB available", where, count - 1, need / 1e9, i, v[i] / 1e9, v[n + i] / 1e9);
+        else
+            merak_errf(err, errlen, "not enough memory: %s needs %.2f GB (parameters, gradients, optimizer state, "
+                       "activations), but its %s has %.2f GB %s", where, need / 1e9, shared ? "host" : "GPU",
+                       v[n + i] / 1e9, shared ? "available" : "free");
+        rc = 1;
+    }
+    free(v), free(node);
+    return rc;
+}
+
 /* The virtual stage bounds in g of the grid's pp x V stages, cut as
  * merak-plan cuts them (merak_layout_cut: autopipe times ops from the
  * device profile on the tensor-parallel shard this grid runs, each cut
@@ -500,7 +558,14 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     else if ((so.rules = rules, (failed = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds, &predicted, err,
                                                     errlen)) < 0))
         failed = -failed;   /* 1, or 2 for options that cannot work here */
-    else if ((so.bounds = bounds, (failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0))
+    so.bounds = bounds;
+    /* every rank reaches the memory check, the collective it is */
+    int before = merak_comm_agree(g_comm, failed, err, errlen);
+    if (before < 0)
+        failed = -before;
+    else if ((failed = check_memory(&r, g, &so, err, errlen)) != 0)
+        ;
+    else if ((failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0)
         failed = -failed;
     else
         r.e = merak_stage_exec(r.stage);

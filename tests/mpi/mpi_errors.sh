@@ -21,6 +21,9 @@ expect 2 "1f1b needs at least as many micro-batches" --pp 2 --micro-batches 1 --
 [ "$rc" -eq 2 ] || fail "M < P: exit status $rc, expected 2 (a usage error)"
 expect 4 "zb-h1 needs at least as many micro-batches (M) as stages (S): M = 3, S = 4" --pp 4 --micro-batches 3 \
     --schedule zb-h1
+# two stages on one host that together cannot fit: refused before allocating
+expect 2 "not enough memory: rank 0 on .* and the 1 other rank.s. on its host need [0-9.]* GB" --model gpt2 \
+    --micro-batch 512 --seq-len 1024 --pp 2 --micro-batches 2
 # A budget a later stage of zb-h1 misses (stage 0 may still fit): its
 # message reaches rank 0, every rank exits 2.
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
