@@ -260,6 +260,8 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         if (given[opts[i].val - OPT_SIM] && !(option_modes(opts[i].val) & o->mode))
             cli_die_usage("--%s does not go with %s", opts[i].name, mode_flag(o->mode));
     if (o->mode == MODE_CALIB) {
+        if (given[OPT_THREADS - OPT_SIM] && strcmp(o->device, "cuda") == 0)
+            cli_die_usage("--threads is for the cpu kernels (not --device cuda)");
         if (!o->base)   /* the links a GPU's profile keeps: the H100's, as merak-train's default */
             o->base = strcmp(o->device, "cuda") == 0 ? "h100-80g" : "cpu";
         o->micro_batch = o->micro_batch ? o->micro_batch : 4;

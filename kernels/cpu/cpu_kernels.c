@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -91,12 +92,79 @@ static void cpu_free(void *p)
 
 static void cpu_memory(size_t *in_use, size_t *peak) { merak_memcount_get(&cpu_count, in_use, peak); }
 
+/* The number after `key` in the first line of `path` that has it, or -1. */
+static long long read_number(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[512];
+    long long v = -1;
+    size_t n = strlen(key);
+    while (v < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && sscanf(line + n, "%lld", &v) != 1)
+            v = -1;
+    fclose(f);
+    return v;
+}
+
+/* limit - usage of the cgroup files at dir (limit file, usage file), or -1
+ * when there is no limit (v2 "max", v1's 2^63 rounded down to a page). */
+static long long cgroup_files(const char *dir, const char *limit_file, const char *usage_file)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, limit_file);
+    long long max = read_number(path, "");
+    snprintf(path, sizeof path, "%s/%s", dir, usage_file);
+    long long cur = read_number(path, "");
+    if (max < 0 || cur < 0 || max >= (1LL << 62))
+        return -1;
+    return max > cur ? max - cur : 0;
+}
+
+/* What this process's memory cgroup (v2, else v1) still lets it
+ * allocate, or -1 when no limit holds it (a batch system's is one). */
+static long long cgroup_left(void)
+{
+    char v2[400] = "", v1[400] = "", line[400], dir[512];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        const char *mem = strstr(line, ":memory:");
+        if (strncmp(line, "0::", 3) == 0)
+            snprintf(v2, sizeof v2, "%s", line + 3);
+        else if (mem)
+            snprintf(v1, sizeof v1, "%s", mem + 8);
+    }
+    fclose(f);
+    long long left = -1;
+    if (v2[0]) {
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", v2);
+        left = cgroup_files(dir, "memory.max", "memory.current");
+    }
+    if (left < 0 && v1[0]) {
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", v1);
+        left = cgroup_files(dir, "memory.limit_in_bytes", "memory.usage_in_bytes");
+    }
+    return left;
+}
+
+/* Host memory: MemAvailable (what can be allocated without swapping, page
+ * cache included), within this process's cgroup limit. */
 static int cpu_capacity(size_t *free_bytes, size_t *total_bytes)
 {
-    long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
-    if (page <= 0 || total <= 0 || avail < 0)
+    long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES);
+    long long avail = read_number("/proc/meminfo", "MemAvailable:"), left = cgroup_left();
+    if (page <= 0 || total <= 0)
         return -1;
-    *free_bytes = (size_t)avail * (size_t)page;
+    avail = avail >= 0 ? avail * 1024 : (long long)sysconf(_SC_AVPHYS_PAGES) * page;
+    if (left >= 0 && left < avail)
+        avail = left;
+    if (avail < 0)
+        return -1;
+    *free_bytes = (size_t)avail;
     *total_bytes = (size_t)total * (size_t)page;
     return 0;
 }

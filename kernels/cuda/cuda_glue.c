@@ -604,9 +604,14 @@ static void m_free(void *p)
 
 static void m_memory(size_t *in_use, size_t *peak) { merak_memcount_get(&cuda_count, in_use, peak); }
 
+/* A question, not an operation: a failure is "cannot tell", never the
+ * backend's error. */
 static int m_capacity(size_t *free_bytes, size_t *total_bytes)
 {
-    return cuda_ok(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo") ? 0 : -1;
+    if (cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return -1;
 }
 
 static int m_zero(void *p, size_t bytes) { return merak_cuda_memset(p, 0, bytes); }
@@ -684,6 +689,7 @@ static int lt_load(void)
 #define LT_RESOLVE(name)                                                   \
     if (!(*(void **)&lt.name = dlsym(h, "cublasLt" #name))) {             \
         record("loading " LT_SONAME, "cublasLt" #name " is missing");       \
+        dlclose(h);                                                        \
         return -1;                                                         \
     }
     LT_FUNCTIONS(LT_RESOLVE)

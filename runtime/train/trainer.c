@@ -444,12 +444,10 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
     size_t free_b, total_b;
     double *v = calloc(2 * (size_t)n, sizeof *v);
     int *node = malloc((size_t)n * sizeof *node);
-    if (!v || !node || merak_comm_nodes(r->comm, node) < 0) {
-        free(v), free(node);
-        return merak_errf(err, errlen, "out of memory"), 1;
-    }
-    /* a stage that cannot be built is refused here, before any allocation */
-    int planned = merak_stage_plan(gr, g, so, &m, err, errlen);
+    /* a stage that cannot be built is refused here, before any allocation;
+     * every rank enters the agreement, whatever failed on it */
+    int planned = !v || !node || merak_comm_nodes(r->comm, node) < 0 ? merak_errf(err, errlen, "out of memory")
+                                                                      : merak_stage_plan(gr, g, so, &m, err, errlen);
     int rc = -merak_comm_agree(r->comm, planned < 0 ? -planned : 0, err, errlen);
     if (rc != 0) {
         free(v), free(node);
@@ -508,12 +506,19 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
     /* one stage is the whole graph whatever the method: no costs needed,
      * but a profile asked for is still read (and refused if bad) */
     int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);
+    merak_graph *shard = NULL;
     if (costed) {
         const char *profile = a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
         rc = merak_device_load(profile, &dev, err, errlen);
+        /* the shard autopipe times, made here: a model that does not split
+         * is the runtime error it is everywhere else (the stage's too) */
+        if (rc == 0 && gr->tp > 1 && !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
+            rc = -1;
+        L.shard = shard;
     }
     if (rc == 0)
         rc = merak_layout_cut(g, &L, costed ? &dev : NULL, starts, bounds, step, err, errlen);
+    merak_graph_destroy(shard);
     free(nodes);
     return rc;
 }
