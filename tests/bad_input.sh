@@ -43,7 +43,28 @@ expect 2 "partition 'custom:0,3' starts 2 stages, not 1" -- $D --partition custo
 expect 2 "device profile 'cpu': only the autopipe partition uses one (partition parameters)" -- $D --device-profile cpu \
     --partition parameters
 expect 2 "device profile 'tpu9' is not in .*devices.json (cpu, a100-80g, h100-80g, h200)" -- $D --partition autopipe --device-profile tpu9
-expect 1 "device profiles: unable to open .*nofile.json: No such file" -- $D --partition autopipe --device-profile "$WORK/nofile.json"
+expect 1 "device profiles: .*nofile.json: cannot open: No such file" -- $D --partition autopipe --device-profile "$WORK/nofile.json"
+
+# Outputs are checked before the first step: a finished run is never lost
+# to its last write, nor the data to the metrics.  Nothing trains first.
+before() {
+    pat=$1; shift
+    expect 1 "$pat" -- $D --steps 3 "$@"
+    ! grep -q "^step" "$WORK/out" || fail "$*: trained before refusing"
+}
+before "cannot create a file in $WORK/no-such-dir" --save-weights "$WORK/no-such-dir/w.safetensors"
+before "save-weights $WORK/data.bin is a data shard the run reads" --save-weights "$WORK/data.bin"
+before "metrics $WORK/data.bin is a data shard the run reads" --metrics "$WORK/data.bin"
+before "$WORK: not a regular file, so it cannot be written" --save-weights "$WORK"
+before "trace $WORK/m.json is also the --metrics file" --metrics "$WORK/m.json" --trace "$WORK/m.json"
+# Inputs that are not regular files are refused, never waited on (a FIFO
+# with no writer would block an open forever: each case has 30 s).
+mkfifo "$WORK/fifo"
+T="timeout 30 $TRAIN"
+expect_exit 1 "fifo: not a regular file" $T $D --data "$WORK/fifo"
+expect_exit 1 "fifo: not a regular file" $T $D --model "$WORK/fifo"
+expect_exit 1 "fifo: not a regular file" $T $D --init "$WORK/fifo"
+expect_exit 1 "device profiles: $WORK/fifo: not a regular file" $T $D --partition autopipe --device-profile "$WORK/fifo"
 # sub-batches of sub-pipelined tensor parallelism: 1 to 64, dividing the micro-batch
 expect 2 "tp-overlap 3 does not divide the micro-batch of 2 sequences" -- $D --tp-overlap 3
 expect 2 "tp-overlap 128: 1 to 64 sub-batches per micro-batch" -- $D --micro-batch 128 --tp-overlap 128

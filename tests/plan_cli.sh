@@ -154,6 +154,8 @@ bad 1 '{"forward": ' 'bad.json:1:'
 bad 2 '{"forward": [1, 1], "backward": [1, 1], "stages": 3, "micro_batches": 3}' '3 stages, but the chain has 2 blocks'
 bad 2 '{"forward": [1, 1], "backward": [1, 1], "stages": 2, "micro_batches": 1}' 'needs at least as many micro-batches (M) as stages (S): M = 1, S = 2'
 expect 1 "no-such.json" --partition-costs "$WORK/no-such.json"
+mkfifo "$WORK/fifo"   # refused, never waited on
+expect_exit 1 "fifo: not a regular file" timeout 30 "$PLAN" --partition-costs "$WORK/fifo"
 
 # --calibrate: every op kind of tiny GPT-2 timed here, written as a profile
 # merak-train's autopipe reads.

@@ -29,6 +29,7 @@
 #include "atomic.h"
 #include "train.h"
 #include "cli.h"
+#include "file.h"
 #include "merak/merak.h"
 #include "pipe/schedule.h"
 #include "pipesvg.h"
@@ -392,7 +393,12 @@ static void partition_costs(const plan_opts *o)
 {
     json_error_t je;
     const char *file = o->costs_file, *method = o->partition ? o->partition : "autopipe";
-    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    char why[512];
+    FILE *fp = merak_file_fopen(file, why, sizeof why);
+    if (!fp)
+        cli_die("%s", why);
+    json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
+    fclose(fp);
     if (!root)
         cli_die("%s:%d: %s", file, je.line, je.text);
     if (!json_is_object(root))

@@ -11,6 +11,7 @@
 #endif
 
 #include "data.h"
+#include "file.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -62,9 +63,10 @@ static int push_bytes(tokens *t, const unsigned char *buf, size_t m)
 static int read_input(const char *path, tokens *t)
 {
     int is_stdin = strcmp(path, "-") == 0;
-    FILE *fp = is_stdin ? stdin : fopen(path, "rb");
+    char why[512];
+    FILE *fp = is_stdin ? stdin : merak_file_fopen(path, why, sizeof why);
     if (!fp) {
-        fprintf(stderr, "merak-shard: %s: cannot open: %s\n", path, strerror(errno));
+        fprintf(stderr, "merak-shard: %s\n", why);
         return -1;
     }
     unsigned char buf[65536];

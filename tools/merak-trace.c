@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "file.h"
 #include "merak/merak.h"
 #include "pipe/schedule.h"
 #include "pipe/trace.h"
@@ -76,12 +77,14 @@ static int row_of(const trace *t, int pid)
 static void load(const char *path, trace *t)
 {
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root) {
-        if (je.line < 1)
-            cli_die("%s", je.text);   /* "unable to open PATH: ..." */
+    char why[512];
+    FILE *fp = merak_file_fopen(path, why, sizeof why);
+    if (!fp)
+        cli_die("%s", why);
+    json_t *root = json_loadf(fp, 0, &je);
+    fclose(fp);
+    if (!root)
         cli_die("%s: line %d: %s", path, je.line, je.text);
-    }
     json_t *evs = json_object_get(root, "traceEvents");
     if (!json_is_array(evs))
         cli_die("%s: not a Chrome trace (no \"traceEvents\" array)", path);

@@ -13,6 +13,7 @@
 
 #include "merak/merak.h"
 #include "errf.h"
+#include "file.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -327,11 +328,9 @@ static int load_llama(const loader *L, merak_model_config *c)
 int merak_model_config_load(const char *path, merak_model_config *cfg, char *err,
                             size_t errlen)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        merak_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = merak_file_fopen(path, err, errlen);
+    if (!fp)
         return -1;
-    }
     json_error_t jerr;
     json_t *root = json_loadf(fp, 0, &jerr);
     int close_rc = fclose(fp);

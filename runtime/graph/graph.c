@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
 #include "graph.h"
 
 static const char *const op_names[MERAK_OP_COUNT_] = {
@@ -571,9 +572,10 @@ int merak_tp_rules_read(const char *path, merak_tp_rule **out, int *nout, char *
 {
     *out = NULL;
     *nout = 0;
-    FILE *f = fopen(path, "r");
+    char why[512];
+    FILE *f = merak_file_fopen(path, why, sizeof why);
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open the tensor-parallel rules file", path);
+        snprintf(err, errlen, "%s (the tensor-parallel rules file)", why);
         return -1;
     }
     char line[512];

@@ -8,6 +8,7 @@
 
 #include "cost.h"
 #include "errf.h"
+#include "file.h"
 #include "pipe/exec.h"
 
 /* The profile fields: name in the file, unit, where it goes. */
@@ -92,9 +93,12 @@ int merak_device_load(const char *name, merak_device *d, char *err, size_t errle
     if (!file || !*file)
         file = MERAK_PKGDATADIR "/devices.json";
     json_error_t je;
-    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
-    if (!root && je.line < 1)   /* jansson names the file */
-        return merak_errf(err, errlen, "device profiles: %s", je.text);
+    char why[512];
+    FILE *f = merak_file_fopen(file, why, sizeof why);
+    if (!f)
+        return merak_errf(err, errlen, "device profiles: %s", why);
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
     if (!root)
         return merak_errf(err, errlen, "%s:%d: %s", file, je.line, je.text);
     json_t *table = json_object_get(root, "devices");

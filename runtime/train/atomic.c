@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -169,4 +170,16 @@ void merak_atomic_abort(merak_atomic *a)
     fclose(a->fp);
     unlink(a->tmp);
     atomic_free(a);
+}
+
+int merak_atomic_probe(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (path && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return merak_errf(err, errlen, "%s: not a regular file, so it cannot be written", path);
+    merak_atomic *a;
+    if (merak_atomic_open(path, &a, err, errlen) < 0)
+        return -1;
+    merak_atomic_abort(a);
+    return 0;
 }

@@ -45,4 +45,10 @@ int merak_atomic_commit(merak_atomic *a, char *err, size_t errlen);
  * no-op. */
 void merak_atomic_abort(merak_atomic *a);
 
+/* Fails now (0, or -1 with one line in err) if PATH could not be written
+ * later: its directory takes no new file, or PATH is there and is not a
+ * regular file (a directory, a FIFO) that a commit could replace.  The
+ * temporary it tries is removed. */
+int merak_atomic_probe(const char *path, char *err, size_t errlen);
+
 #endif /* MERAK_ATOMIC_H */

@@ -13,6 +13,7 @@
 #include "data.h"
 #include "atomic.h"
 #include "errf.h"
+#include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,19 +63,12 @@ static int path_cmp(const void *a, const void *b)
 static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
 {
     const char *path = s->path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        merak_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    int fd = merak_file_open(path, err, errlen);
+    if (fd < 0)
         return -1;
-    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         merak_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        merak_errf(err, errlen, "%s: not a regular file", path);
         close(fd);
         return -1;
     }

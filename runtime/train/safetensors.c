@@ -17,6 +17,7 @@
 #include "safetensors.h"
 #include "atomic.h"
 #include "errf.h"
+#include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -348,19 +349,12 @@ int merak_st_open(const char *path, merak_st_file **out, char *err, size_t errle
         return -1;
     }
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        merak_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    int fd = merak_file_open(path, err, errlen);
+    if (fd < 0)
         goto fail;
-    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         merak_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        merak_errf(err, errlen, "%s: not a regular file", path);
         close(fd);
         goto fail;
     }

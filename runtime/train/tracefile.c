@@ -45,15 +45,6 @@ static void write_rank(FILE *f, int rank, const merak_grid *gr, const merak_trac
     }
 }
 
-int merak_trace_probe(const char *path, char *err, size_t errlen)
-{
-    merak_atomic *a;
-    if (merak_atomic_open(path, &a, err, errlen) < 0)
-        return -1;
-    merak_atomic_abort(a);
-    return 0;
-}
-
 /* Events travel in chunks of at most this many, so that rank 0 can drain
  * every sender even when it has no memory left to keep what arrives. */
 #define CHUNK 4096

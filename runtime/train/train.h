@@ -83,8 +83,6 @@ struct merak_trace;
 int merak_trace_write(struct merak_comm *comm, const struct merak_trace *t, const char *path,
                       const char *schedule, int micro_batches, int virtual_stages, char *err,
                       size_t errlen);
-/* Fails now (0 or -1 with err) if PATH could not be written at the end. */
-int merak_trace_probe(const char *path, char *err, size_t errlen);
 
 /* ---- learning-rate schedules */
 typedef struct merak_lr {

@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "atomic.h"
 #include "comm/comm.h"
 #include "data.h"
 #include "errf.h"
@@ -428,6 +430,40 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Are a and b the same existing file? */
+static int same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* Before the first step, on rank 0, which writes them: every file the run
+ * will write can be written (merak_atomic_probe), and none is a file it
+ * reads (a data shard, the --init weights) or another of its outputs, so
+ * that a finished run is never lost to its last write, nor its data to its
+ * metrics.  0, or -1 with err. */
+static int check_outputs(const run *r, char *err, size_t errlen)
+{
+    const merak_args *a = r->a;
+    const char *out[] = {a->save_weights, a->metrics, a->trace};
+    const char *flag[] = {"--save-weights", "--metrics", "--trace"};
+    for (int i = 0; i < 3; i++) {
+        if (!out[i])
+            continue;
+        if (merak_atomic_probe(out[i], err, errlen) < 0)
+            return -1;
+        if (same_file(out[i], a->init))
+            return merak_errf(err, errlen, "%s %s is the --init weights file the run reads", flag[i], out[i]);
+        for (int s = 0; r->data && s < merak_data_num_shards(r->data); s++)
+            if (same_file(out[i], merak_data_shard_path(r->data, s)))
+                return merak_errf(err, errlen, "%s %s is a data shard the run reads", flag[i], out[i]);
+        for (int j = 0; j < i; j++)
+            if (out[j] && (same_file(out[i], out[j]) || strcmp(out[i], out[j]) == 0))
+                return merak_errf(err, errlen, "%s %s is also the %s file", flag[i], out[i], flag[j]);
+    }
+    return 0;
+}
+
 /* Before anything is allocated: will every rank's stage fit where it
  * runs?  Each rank plans its stage as merak_stage_create will build it
  * (merak_stage_plan) and adds AdamW's two floats per parameter it
@@ -577,9 +613,9 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     if (!failed)
         failed = setup(&r, vocab, err, errlen) < 0;
     merak_metrics *metrics = NULL;
-    if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
+    if (!failed && rank0 && check_outputs(&r, err, errlen) < 0)
         failed = 1;
-    if (!failed && rank0 && a->trace && merak_trace_probe(a->trace, err, errlen) < 0)
+    if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
         failed = 1;
     merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
     /* Activations and gradients over the asked backend: the stage's

@@ -47,7 +47,7 @@ expect 4 "partition 'custom:0,6,7,8': the first stage must hold blocks 0-0 and t
 [ "$rc" -eq 2 ] || fail "a custom cut splitting tied weights: exit status $rc, expected 2 (a usage error)"
 printf '*.mlp.c_fc.weight column\n*.mlp.c_fc.weight sideways\n' > "$WORK/rules.bad"
 expect 2 "rules.bad:2: unknown kind 'sideways'" --tp 2 --tp-rules "$WORK/rules.bad"
-expect 2 "none.rules: cannot open the tensor-parallel rules file" --tp 2 --tp-rules "$WORK/none.rules"
+expect 2 "none.rules: cannot open: No such file or directory (the tensor-parallel rules file)" --tp 2 --tp-rules "$WORK/none.rules"
 printf 'h.*.nothing column\n' > "$WORK/rules.miss"
 expect 2 "rules.miss:1: pattern 'h.\*.nothing' matches no parameter" --tp 2 --tp-rules "$WORK/rules.miss"
 printf '*.attn.c_proj.weight column\n' > "$WORK/rules.conflict"

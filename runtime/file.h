@@ -1,0 +1,16 @@
+/* file.h - how the runtime opens a file it reads (shards, weights, configs,
+ * rules, profiles): a regular file only.  A FIFO is refused, never waited
+ * on (its open does not block), and so is a directory or a device. */
+#ifndef MERAK_FILE_H
+#define MERAK_FILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* A descriptor of PATH for reading, or -1 with one line in err:
+ * "PATH: cannot open: REASON" or "PATH: not a regular file". */
+int merak_file_open(const char *path, char *err, size_t errlen);
+/* The same as a stream ("rb"), or NULL with err. */
+FILE *merak_file_fopen(const char *path, char *err, size_t errlen);
+
+#endif /* MERAK_FILE_H */
