@@ -332,6 +332,26 @@ static int parse_header(merak_st_file *f, const char *hdr, size_t hdr_len, const
         prev_end = spans[i].end;
         prev = spans[i].index;
     }
+    /* The data area is the tensors, packed: a byte no tensor owns (a hole
+     * between two, or anything after the last) is refused, as the
+     * safetensors format itself does. */
+    prev_end = 0;
+    for (int i = 0; i < f->n; i++) {
+        if (spans[i].begin == spans[i].end)
+            continue;
+        if (spans[i].begin != prev_end) {
+            merak_errf(err, errlen, "%s: bytes %llu..%llu of the data belong to no tensor (a hole before '%.64s')",
+                       f->path, (unsigned long long)prev_end, (unsigned long long)spans[i].begin,
+                       f->info[spans[i].index].name);
+            goto out;
+        }
+        prev_end = spans[i].end;
+    }
+    if (prev_end != data_len) {
+        merak_errf(err, errlen, "%s: %llu bytes after the last tensor's data belong to no tensor", f->path,
+                   (unsigned long long)(data_len - prev_end));
+        goto out;
+    }
     rc = 0;
 out:
     free(spans);

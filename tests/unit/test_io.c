@@ -441,6 +441,13 @@ static void test_st_refusals(void)
               "{\"a\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[4,8]},"
               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
               (uint64_t)-1, 16, "overlap");
+    st_refuse("a hole between tensors",
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+              (uint64_t)-1, 12, "belong to no tensor (a hole before 'b')");
+    st_refuse("bytes after the last tensor",
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+              (uint64_t)-1, 12, "4 bytes after the last tensor's data belong to no tensor");
     st_refuse("duplicate tensor names",
               "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
