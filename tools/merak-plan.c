@@ -311,6 +311,16 @@ static void on_compute(void *ctx, int stage, const merak_instr *in, double start
 
 /* ------------------------------------------------------------------ presets */
 
+/* One JSON answer on its own line (flags: json_dumpf's); j is taken.
+ * Exits 1 if it cannot be built or written. */
+static void put_json(json_t *j, size_t flags)
+{
+    if (!j || json_dumpf(j, stdout, flags) < 0)
+        cli_die("cannot write the JSON answer");
+    putchar('\n');
+    json_decref(j);
+}
+
 /* Every preset's shape and parameter count, counted on its graph (one
  * token: the graph holds shapes, so even gpt3-175b costs no parameter
  * memory). */
@@ -346,11 +356,7 @@ static void list_models(int json)
         }
     }
     if (json) {
-        json_t *j = json_pack("{s:o}", "models", arr);
-        if (!j || json_dumpf(j, stdout, 0) < 0)
-            cli_die("cannot write the JSON answer");
-        putchar('\n');
-        json_decref(j);
+        put_json(json_pack("{s:o}", "models", arr), 0);
     }
     if (fflush(stdout) != 0 || ferror(stdout))
         cli_die("writing the list: %s", strerror(errno));
@@ -449,12 +455,8 @@ static void partition_costs(const plan_opts *o)
         json_array_append_new(jc, json_real(c));
     }
     if (o->json) {
-        json_t *j = json_pack("{s:s, s:o, s:o, s:f}", "method", method, "starts", js, "stage_costs", jc,
-                              "predicted_step", step);
-        if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(12)) < 0)
-            cli_die("cannot write the JSON answer");
-        putchar('\n');
-        json_decref(j);
+        put_json(json_pack("{s:s, s:o, s:o, s:f}", "method", method, "starts", js, "stage_costs", jc,
+                           "predicted_step", step), JSON_REAL_PRECISION(12));
     } else {
         printf("%s: %d blocks into %d stages, %d micro-batches: predicted 1F1B step %g\n", method, n, P, M, step);
         printf("%5s %7s %7s %14s\n", "stage", "first", "blocks", "fwd+bwd");
@@ -585,36 +587,40 @@ static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, me
 
 static double gb(double bytes) { return bytes / 1e9; }
 
+/* The --json answer for one planned layout. */
+static json_t *layout_json(const plan_ctx *c, const merak_layout *L, const char *rc_name, const merak_layout_result *r)
+{
+    const plan_opts *o = c->o;
+    json_t *st = json_array();
+    for (int p = 0; p < r->stages; p++) {
+        const merak_layout_stage *s = &r->stage[p];
+        json_t *mem = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "params", s->mem_params, "grads", s->mem_grads,
+                                "optimizer", s->mem_optimizer, "activations", s->mem_activations, "other",
+                                s->mem_other, "total", s->mem_total);
+        json_array_append_new(st, json_pack("{s:i, s:i, s:i, s:f, s:o, s:f, s:f, s:f}", "first_block",
+                                            s->first_block, "layers", s->layers, "recomputed", s->recomputed,
+                                            "parameters", s->params, "memory", mem, "forward_s", s->fwd,
+                                            "backward_s", s->bwd, "recompute_s", s->recompute));
+    }
+    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:i, s:i, s:I, s:s, "
+                     "s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+                     "model", o->model, "gpus", L->dp * L->tp * L->pp, "gpus_per_node", L->gpus_per_node,
+                     "gpu", o->gpu, "dp", L->dp, "tp", L->tp, "pp", L->pp, "schedule",
+                     merak_schedule_name(L->schedule), "virtual_stages", r->chunks, "recompute", rc_name, "zero",
+                     L->zero, "micro_batch", o->micro_batch, "seq_len", c->seq_len, "micro_batches",
+                     L->micro_batches, "global_batch", (json_int_t)c->global_batch, "partition", L->partition,
+                     "stages", st, "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce,
+                     "optimizer_s", r->optimizer, "bubble", r->bubble, "tokens_per_s", r->tokens_per_s, "mfu",
+                     r->mfu, "memory_available", r->available, "fits", r->fits);
+}
+
+/* One planned layout: --json's object, or the text table. */
 static void print_layout(const plan_ctx *c, const merak_layout *L, const char *rc_name, const merak_layout_result *r)
 {
     const plan_opts *o = c->o;
     const char *sched = merak_schedule_name(L->schedule);
     if (o->json) {
-        json_t *st = json_array();
-        for (int p = 0; p < r->stages; p++) {
-            const merak_layout_stage *s = &r->stage[p];
-            json_t *mem = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "params", s->mem_params, "grads", s->mem_grads,
-                                    "optimizer", s->mem_optimizer, "activations", s->mem_activations, "other",
-                                    s->mem_other, "total", s->mem_total);
-            json_array_append_new(st, json_pack("{s:i, s:i, s:i, s:f, s:o, s:f, s:f, s:f}", "first_block",
-                                                s->first_block, "layers", s->layers, "recomputed", s->recomputed,
-                                                "parameters", s->params, "memory", mem, "forward_s", s->fwd,
-                                                "backward_s", s->bwd, "recompute_s", s->recompute));
-        }
-        json_t *j = json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:i, s:i, s:I, s:s, "
-                              "s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
-                              "model", o->model, "gpus", L->dp * L->tp * L->pp, "gpus_per_node", L->gpus_per_node,
-                              "gpu", o->gpu, "dp", L->dp, "tp", L->tp, "pp", L->pp, "schedule", sched,
-                              "virtual_stages", r->chunks, "recompute", rc_name, "zero", L->zero, "micro_batch",
-                              o->micro_batch, "seq_len", c->seq_len, "micro_batches", L->micro_batches,
-                              "global_batch", (json_int_t)c->global_batch, "partition", L->partition, "stages", st,
-                              "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce, "optimizer_s",
-                              r->optimizer, "bubble", r->bubble, "tokens_per_s", r->tokens_per_s, "mfu", r->mfu,
-                              "memory_available", r->available, "fits", r->fits);
-        if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(15)) < 0)
-            cli_die("cannot write the JSON answer");
-        putchar('\n');
-        json_decref(j);
+        put_json(layout_json(c, L, rc_name, r), JSON_REAL_PRECISION(15));
         return;
     }
     printf("%s on %d x %s (%d per node): dp %d x tp %d x pp %d, %s", o->model, L->dp * L->tp * L->pp, o->gpu,
@@ -844,26 +850,23 @@ static void plan_auto(const plan_opts *o)
                                                 "step_s", b->step, "tokens_per_s", b->tokens_per_s, "mfu", b->mfu,
                                                 "peak_memory", b->peak));
         }
-        printf("{\"layouts_tried\": %zu, \"layouts_fitting\": %zu, \"layouts_simulated\": %zu, \"runners_up\": ",
-               tried, ncand, simulated);
-        if (json_dumpf(ru, stdout, JSON_REAL_PRECISION(15)) < 0)
-            cli_die("cannot write the JSON answer");
-        json_decref(ru);
-        printf(", \"best\": ");
-    } else
+        put_json(json_pack("{s:I, s:I, s:I, s:o, s:o}", "layouts_tried", (json_int_t)tried, "layouts_fitting",
+                           (json_int_t)ncand, "layouts_simulated", (json_int_t)simulated, "runners_up", ru, "best",
+                           layout_json(&c, &cand[0].L, cand[0].rc_name, &r)),
+                 JSON_REAL_PRECISION(15));
+    } else {
         printf("auto: %zu layouts tried, %zu fit, %zu simulated (the rest cannot be faster); the fastest:\n", tried,
                ncand, simulated);
-    print_layout(&c, &cand[0].L, cand[0].rc_name, &r);
-    if (o->json)
-        printf("}\n");
-    else if (shown > 1) {
+        print_layout(&c, &cand[0].L, cand[0].rc_name, &r);
+    }
+    if (!o->json && shown > 1) {
         printf("runners-up:\n%5s %4s %4s %-14s %-13s %4s %5s %10s %12s %6s %9s\n", "dp", "tp", "pp", "schedule",
                "recompute", "zero", "M", "step s", "tokens/s", "MFU", "peak GB");
         for (int i = 1; i < shown; i++) {
             const candidate *b = &cand[i];
-            char sched[32];
-            snprintf(sched, sizeof sched, "%s%s", merak_schedule_name(b->L.schedule),
-                     b->L.schedule == MERAK_SCHEDULE_INTERLEAVED ? "/2" : "");
+            char sched[32];   /* interleaved/V: its chunks per stage */
+            int V = merak_virtual_stages(b->L.schedule, b->L.virtual_stages);
+            snprintf(sched, sizeof sched, V > 1 ? "%s/%d" : "%s", merak_schedule_name(b->L.schedule), V);
             printf("%5d %4d %4d %-14s %-13s %4d %5d %10.4g %12.4g %5.1f%% %9.2f\n", b->L.dp, b->L.tp, b->L.pp, sched,
                    b->rc_name, b->L.zero, b->L.micro_batches, b->step, b->tokens_per_s, 100 * b->mfu, gb(b->peak));
         }
@@ -953,12 +956,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < o.stages; i++)
             json_array_append_new(pk, peak[i] % o.virtual_stages ? json_real((double)peak[i] / o.virtual_stages)
                                                                  : json_integer(peak[i] / o.virtual_stages));
-        json_t *j = json_pack("{s:f, s:f, s:o}", "makespan", r.makespan, "bubble", r.bubble,
-                              "peak_activations", pk);
-        if (!j || json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) < 0)
-            cli_die("cannot write the JSON answer");
-        putchar('\n');
-        json_decref(j);
+        put_json(json_pack("{s:f, s:f, s:o}", "makespan", r.makespan, "bubble", r.bubble, "peak_activations", pk),
+                 JSON_REAL_PRECISION(10));
     } else {
         printf("%s, %d stages%s, %d micro-batches, recompute %s: forward %g, backward %g (weight %g), "
                "recompute %g, communication %g\n",

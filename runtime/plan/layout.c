@@ -11,9 +11,8 @@
 #include "pipe/schedule.h"
 #include "pipe/stage.h"
 
-int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, size_t errlen)
+int merak_layout_check(const merak_layout *L, char *err, size_t errlen)
 {
-    (void)g;
     if (L->dp < 1 || L->tp < 1 || L->pp < 1)
         return merak_errf(err, errlen, "dp, tp and pp must be at least 1 (dp=%d tp=%d pp=%d)", L->dp, L->tp,
                           L->pp), -2;
@@ -71,6 +70,8 @@ static int partition_graph(const merak_graph *g, const merak_graph *local, const
     free(first);
     return rc;
 }
+
+double merak_adamw_bytes(size_t share) { return 2.0 * (double)(share ? share : 1) * sizeof(float); }
 
 int merak_layout_blocks(const merak_graph *g)
 {
@@ -135,7 +136,7 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
     st->recomputed = m->recomputed;
     st->params = (double)m->param_elems;
     st->mem_params = st->mem_grads = (double)m->params;
-    st->mem_optimizer = 2.0 * (double)(m->share ? m->share : 1) * sizeof(float);   /* AdamW m and v */
+    st->mem_optimizer = merak_adamw_bytes(m->share);
     st->mem_activations = (double)m->activations;
     st->mem_other = (double)m->device - 2.0 * (double)m->params - (double)m->activations + d->reserved;
     st->mem_total = (double)m->device + st->mem_optimizer + d->reserved;
@@ -221,7 +222,7 @@ int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_d
                       merak_layout_result *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    int rc = merak_layout_check(g, L, err, errlen);
+    int rc = merak_layout_check(L, err, errlen);
     if (rc < 0)
         return rc;
     const int V = merak_virtual_stages(L->schedule, L->virtual_stages), Q = L->pp * V;

@@ -101,7 +101,7 @@ typedef struct merak_layout_result {
 /* Checks the layout's numbers against each other (degrees, tp dividing
  * the node, M for the schedule, the partition method; whether the model
  * splits tp ways is merak_layout_plan's): 0, or -2 with one line in err. */
-int merak_layout_check(const merak_graph *g, const merak_layout *L, char *err, size_t errlen);
+int merak_layout_check(const merak_layout *L, char *err, size_t errlen);
 
 /* Cuts g for layout L as merak_layout_plan does, and as merak-train does:
  * pp*V stages by L's partition method for L's M micro-batches (autopipe
@@ -124,6 +124,10 @@ int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_de
 int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *d,
                       merak_layout_result *r, char *err, size_t errlen);
 void merak_layout_result_free(merak_layout_result *r);
+
+/* Bytes of AdamW's state over `share` parameter floats: its two moments,
+ * as merak_optim_create allocates them (one float each at least). */
+double merak_adamw_bytes(size_t share);
 
 /* The blocks g can be cut into (its cut points + 1); 0 out of memory. */
 int merak_layout_blocks(const merak_graph *g);

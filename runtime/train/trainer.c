@@ -489,7 +489,7 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
         free(v), free(node);
         return rc;
     }
-    v[gr->rank] = (double)m.device + 2.0 * sizeof(float) * (double)(m.share ? m.share : 1);
+    v[gr->rank] = (double)m.device + merak_adamw_bytes(m.share);
     v[n + gr->rank] = so->kernels->capacity && so->kernels->capacity(&free_b, &total_b) == 0 ? (double)free_b : -1;
     if (merak_allreduce_f64(r->world, v, 2 * (size_t)n) < 0)
         rc = (merak_errf(err, errlen, "%s", merak_comm_error(r->comm)), 1);
