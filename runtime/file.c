@@ -3,9 +3,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "errf.h"
 #include "file.h"
@@ -46,4 +48,34 @@ FILE *merak_file_fopen(const char *path, char *err, size_t errlen)
         close(fd);
     }
     return f;
+}
+
+int merak_file_crc32(const char *path, uint32_t *crc, uint64_t *bytes, char *err, size_t errlen)
+{
+    int fd = merak_file_open(path, err, errlen);
+    if (fd < 0)
+        return -1;
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = malloc(CHUNK);
+    uLong c = crc32(0L, Z_NULL, 0);
+    uint64_t total = 0;
+    ssize_t got = 0;
+    while (buf && (got = read(fd, buf, CHUNK)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            break;
+        c = crc32(c, buf, (uInt)got);
+        total += (uint64_t)got;
+    }
+    int e = errno;
+    free(buf);
+    close(fd);
+    if (!buf)
+        return merak_errf(err, errlen, "%s: out of memory reading it", path);
+    if (got < 0)
+        return merak_errf(err, errlen, "%s: cannot read: %s", path, strerror(e));
+    *crc = (uint32_t)c;
+    *bytes = total;
+    return 0;
 }

@@ -1,10 +1,11 @@
 /* file.h - how the runtime opens a file it reads (shards, weights, configs,
- * rules, profiles): a regular file only.  A FIFO is refused, never waited
+ * rules, profiles, checkpoints): a regular file only.  A FIFO is refused, never waited
  * on (its open does not block), and so is a directory or a device. */
 #ifndef MERAK_FILE_H
 #define MERAK_FILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* A descriptor of PATH for reading, or -1 with one line in err:
@@ -12,5 +13,9 @@
 int merak_file_open(const char *path, char *err, size_t errlen);
 /* The same as a stream ("rb"), or NULL with err. */
 FILE *merak_file_fopen(const char *path, char *err, size_t errlen);
+
+/* The CRC-32 (zlib's, as gzip and zip use) and the size of regular file
+ * PATH, read through once: 0, or -1 with err naming PATH. */
+int merak_file_crc32(const char *path, uint32_t *crc, uint64_t *bytes, char *err, size_t errlen);
 
 #endif /* MERAK_FILE_H */

@@ -61,3 +61,23 @@ expect_job_fails() {
         fail "$*: expected a non-zero exit and one line matching '$pattern' (exit $rc, $lines line(s))"
     fi
 }
+
+# wait_lines FILE N JOB: waits until FILE (a metrics file) has N lines, at
+# most 120 s; if not, kills JOB and fails.
+wait_lines() {
+    i=0
+    while [ "$(cat "$1" 2>/dev/null | wc -l)" -lt "$2" ]; do
+        i=$((i + 1))
+        [ $i -le 1200 ] || { kill -9 "$3"; fail "training did not reach $2 steps within 120 s"; }
+        sleep 0.1
+    done
+}
+
+# stopped_at SIGNAL DIR: after a job stopped by SIGNAL with --save DIR, the
+# step of DIR's one checkpoint, which $WORK/err must name as the stop.
+stopped_at() {
+    step=$(sed -n 's/^step //p' "$2"/step_*/DONE)
+    [ -n "$step" ] && grep -q "stopped by signal $1 after step $step" "$WORK/err" ||
+        { cat "$WORK/err" >&2; fail "no checkpoint in $2 or no stop message after signal $1"; }
+    echo "$step"
+}

@@ -83,7 +83,8 @@ for tool in merak-train merak-shard merak-topo merak-plan merak-trace; do
         continue
     fi
     flags < "$WORK/$tool.help" > "$WORK/$tool.help.flags"
-    plain < "$WORK/$tool.raw" | flags > "$WORK/$tool.man.flags"
+    # without EXAMPLES, whose command lines also give other programs' flags (sbatch, srun)
+    plain < "$WORK/$tool.raw" | LC_ALL=C sed '/^EXAMPLES/,/^SEE ALSO/d' | flags > "$WORK/$tool.man.flags"
     only_help=$(LC_ALL=C comm -23 "$WORK/$tool.help.flags" "$WORK/$tool.man.flags" | tr '\n' ' ')
     only_man=$(LC_ALL=C comm -13 "$WORK/$tool.help.flags" "$WORK/$tool.man.flags" | tr '\n' ' ')
     n=$(wc -l < "$WORK/$tool.help.flags" | tr -d ' ')

@@ -12,7 +12,8 @@
 # message; cyclic distribution renumbered so tp groups stay inside nodes; a
 # job without --merak options untouched; an sbatch job; GPU, cores and NIC
 # from a DGX H100 topology file; a site limit; and merak-train under
-# srun --mpi=pmix with dp=tp=pp=2 across both nodes matching one process.
+# srun --mpi=pmix with dp=tp=pp=2 across both nodes matching one process,
+# and stopped by srun --signal with a checkpoint it resumes from bitwise.
 # Skips (77) unless root with Slurm, munge and the built plugin.
 . "$(dirname "$0")/lib.sh"
 PLUGIN=$MERAK_BUILDDIR/.libs/spank_merak.so
@@ -184,6 +185,30 @@ paste -d ' ' "$WORK/one.jsonl" "$WORK/srun.jsonl" | sed 's/[{}",:]/ /g' |
            d = (v[1] - v[2]) / v[1]; if (d < 0) d = -d; if (d > w) w = d; k = 0; n++ }
          END { printf "ok: srun --mpi=pmix merak-train dp=tp=pp=2 on 2 nodes: %d steps, worst loss difference to one process %.1e\n", n, w
                exit !(n == 6 && w <= 1e-5) }' || fail "srun-launched training differs from one process"
+
+# 9b. Slurm's warning signal mid-training: srun --signal=USR1@50 in a job
+# of one minute sends SIGUSR1 to every task up to 60 s early (Slurm's
+# resolution); every rank stops after the same step, writes a checkpoint
+# and exits 0, and --resume latest goes on bit for bit like an unbroken
+# run of the same layout (a constant learning rate: the runs differ in
+# --steps).
+K="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1 --lr-schedule constant"
+strain() {   # strain LOG ARGS...: merak-train under srun, dp=tp=pp=2 on the 2 nodes
+    log=$1; shift
+    OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0 \
+    sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=2 "$@" > "$log" 2>&1
+}
+strain "$WORK/err" --time=1 --signal=USR1@50 "$TRAIN" $K --steps 1000000 --save "$WORK/ck" \
+    --metrics "$WORK/sig.jsonl" || { tail -20 "$WORK/err" >&2; fail "srun --signal: merak-train did not exit 0"; }
+stop=$(stopped_at 10 "$WORK/ck")
+n=$((stop + 2))
+strain "$WORK/res.log" "$TRAIN" $K --steps $n --save "$WORK/ck" --resume latest --metrics "$WORK/sig.jsonl" ||
+    { tail -20 "$WORK/res.log" >&2; fail "srun: --resume latest failed"; }
+strain "$WORK/unb.log" "$TRAIN" $K --steps $n --metrics "$WORK/unb.jsonl" ||
+    { tail -20 "$WORK/unb.log" >&2; fail "srun: the unbroken run failed"; }
+[ "$(sed 's/"tokens_per_s".*//' "$WORK/sig.jsonl")" = "$(sed 's/"tokens_per_s".*//' "$WORK/unb.jsonl")" ] ||
+    fail "srun --signal at step $stop, resumed to $n: losses differ from the unbroken run"
+echo "ok: srun --signal=USR1@50 stopped all 8 tasks after step $stop with a checkpoint, exit 0; resumed to $n bitwise"
 
 # 10. every node is idle again (a remote failure can drain a node); a node
 # may still be completing the last job for a moment on a loaded machine.

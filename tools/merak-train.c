@@ -81,6 +81,14 @@ static void usage(FILE *out)
         "  --metrics FILE          append one JSON object per step to FILE\n"
         "  --log-every N           print every N-th step (default 1)\n"
         "  --save-weights FILE     write the trained weights (.safetensors, Hugging Face names)\n"
+        "Checkpoints:\n"
+        "  --save DIR              write checkpoints DIR/step_N (at the end, when stopped by a signal,\n"
+        "                          and every --save-every steps), in the background\n"
+        "  --save-every N          a checkpoint every N steps (default 0: only at the end and on stop)\n"
+        "  --keep-last K           keep the newest K checkpoints (default 0: all)\n"
+        "  --resume DIR|latest     go on from a checkpoint (or the newest in DIR); latest: the newest\n"
+        "                          in --save DIR, or step 0 when there is none yet\n"
+        "  --on-save-error A       stop or continue when a checkpoint cannot be written (default stop)\n"
         "  --trace FILE            write every rank's instructions and collectives as one Chrome\n"
         "                          trace JSON (opens in Perfetto; merak-trace(1) draws it)\n"
         "  --help                  show this help and exit\n"
@@ -95,7 +103,8 @@ enum {
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
-    OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP,
+    OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
+    OPT_ON_SAVE_ERROR,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -169,6 +178,11 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
         {"p2p", required_argument, 0, OPT_P2P},
         {"device", required_argument, 0, OPT_DEVICE},
+        {"save", required_argument, 0, OPT_CKPT},
+        {"save-every", required_argument, 0, OPT_CKPT_EVERY},
+        {"keep-last", required_argument, 0, OPT_KEEP},
+        {"resume", required_argument, 0, OPT_RESUME},
+        {"on-save-error", required_argument, 0, OPT_ON_SAVE_ERROR},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -229,6 +243,15 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_P2P: a->p2p = optarg; break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_CKPT: a->save = optarg; break;
+        case OPT_CKPT_EVERY: a->save_every = (int)cli_parse_int("--save-every", optarg, 1, INT_MAX); break;
+        case OPT_KEEP: a->keep_last = (int)cli_parse_int("--keep-last", optarg, 1, INT_MAX); break;
+        case OPT_RESUME: a->resume = optarg; break;
+        case OPT_ON_SAVE_ERROR:
+            if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "continue") != 0)
+                cli_die_usage("--on-save-error: '%s' is not stop or continue", optarg);
+            a->save_error_continue = strcmp(optarg, "continue") == 0;
+            break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
         case ':': cli_die_usage("%s needs a value", argv[optind - 1]);
@@ -247,6 +270,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     env_int("MERAK_TP_OVERLAP", tpo_given, &a->tp_overlap);
     if (!a->data)
         cli_die_usage("--data is required");
+    if (!a->save && (a->save_every || a->keep_last))
+        cli_die_usage("%s needs --save DIR", a->save_every ? "--save-every" : "--keep-last");
+    if (a->resume && strcmp(a->resume, "latest") == 0 && !a->save)
+        cli_die_usage("--resume latest needs --save DIR to look in");
     if (a->min_lr > a->lr)
         cli_die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
     /* Names (schedule, partition, p2p, device) checked against the
@@ -256,8 +283,31 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         cli_die_usage("%s", err);
 }
 
+/* The first SIGTERM, SIGUSR1, SIGHUP or SIGINT asks every rank to stop
+ * after the step (and checkpoint); a second one ends this process at once. */
 static volatile int stop_requested;
-static void on_signal(int sig) { stop_requested = sig; }
+static void on_signal(int sig)
+{
+    if (stop_requested)
+        _exit(128 + sig);
+    stop_requested = sig;
+}
+
+/* Ours for the stop signals; SIGPIPE ignored (output to a closed pipe
+ * fails quietly instead of killing training), and SIGXFSZ (a file over
+ * the size limit, ulimit -f, is a failed write with EFBIG, reported like
+ * a full disk). */
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    const int stops[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+    for (size_t i = 0; i < sizeof stops / sizeof *stops; i++)
+        sigaction(stops[i], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
+}
 
 static void fmt_duration(double s, char *buf, size_t len)
 {
@@ -321,6 +371,28 @@ static void print_banner(const merak_run_info *ri, void *user)
     fflush(stdout);
 }
 
+/* A checkpoint saved, failed or resumed from, on rank 0. */
+static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
+{
+    (void)user;
+    switch (ci->event) {
+    case MERAK_CHECKPOINT_SAVED:
+        printf("checkpoint step %d saved to %s (%.1f MB in %.2f s, %.0f MB/s, in the background)\n", ci->step,
+               ci->path, ci->bytes / 1e6, ci->seconds, ci->seconds > 0 ? ci->bytes / 1e6 / ci->seconds : 0);
+        break;
+    case MERAK_CHECKPOINT_FAILED:
+        fprintf(stderr, "%s: warning: %s (training goes on, earlier checkpoints are kept)\n", cli_prog, ci->error);
+        break;
+    case MERAK_CHECKPOINT_RESUMED:
+        printf("resumed from %s at step %d\n", ci->path, ci->step);
+        break;
+    case MERAK_CHECKPOINT_NONE:
+        printf("no checkpoint in %s yet: starting at step 0\n", ci->path);
+        break;
+    }
+    fflush(stdout);
+}
+
 /* The screen line of a step, every --log-every steps and at the last. */
 static void print_step(const merak_step_info *i, void *user)
 {
@@ -340,6 +412,10 @@ int main(int argc, char **argv)
     tool_opts t;
     char err[512];
     cli_prog = "merak-train";
+    /* MPI and UCX may install handlers of their own as they start: ours
+     * from the start (a signal during set-up is a stop at the first step)
+     * and again after merak_init, so a signal asks for a stop, never a crash. */
+    catch_signals();
     parse_args(argc, argv, &ta, &t);
 
     merak_model_config cfg;
@@ -357,14 +433,17 @@ int main(int argc, char **argv)
     banner_ctx ctx = {&ta, &t, &cfg, g, 0};
     ta.on_start = print_banner;
     ta.on_step = print_step;
+    ta.on_checkpoint = print_checkpoint;
     ta.user = &ctx;
     ta.stop = &stop_requested;
+    ta.model = &cfg;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (merak_init(ta.dp, ta.tp, ta.pp, err, sizeof err) < 0) {
+        if (err[0])
+            fprintf(stderr, "%s: %s\n", cli_prog, err);
+        return EXIT_FAILURE;
+    }
+    catch_signals();
 
     int steps = merak_train(g, &ta, err, sizeof err);
     merak_graph_destroy(g);
@@ -380,8 +459,11 @@ int main(int argc, char **argv)
     if (ta.save_weights && ctx.printed)
         printf("saved weights to %s\n", ta.save_weights);
     if (stop_requested) {
-        fprintf(stderr, "%s: stopped by signal %d after %d steps\n", cli_prog, (int)stop_requested, steps);
-        return 128 + (int)stop_requested;
+        /* with a checkpoint the stop is an orderly end: requeue and resume */
+        if (ctx.printed)
+            fprintf(stderr, "%s: stopped by signal %d after step %d%s\n", cli_prog, (int)stop_requested, steps,
+                    ta.save ? "; resume with --resume latest" : " (no --save: nothing checkpointed)");
+        return ta.save ? 0 : 128 + (int)stop_requested;
     }
     return 0;
 }

@@ -238,6 +238,21 @@ typedef struct merak_run_info {
     const double *stage_device_bytes;
 } merak_run_info;
 
+/* What the trainer reports about checkpoints, on rank 0. */
+typedef enum merak_checkpoint_event {
+    MERAK_CHECKPOINT_SAVED = 0,    /* path is complete (DONE written) */
+    MERAK_CHECKPOINT_FAILED = 1,   /* error says why; earlier checkpoints are kept */
+    MERAK_CHECKPOINT_RESUMED = 2,  /* training goes on from path, at step */
+    MERAK_CHECKPOINT_NONE = 3,     /* resume "latest" found none yet: step 0 */
+} merak_checkpoint_event;
+typedef struct merak_checkpoint_info {
+    merak_checkpoint_event event;
+    int step;               /* steps done at the checkpoint */
+    const char *path;       /* its directory (NONE: the directory searched) */
+    double bytes, seconds;  /* SAVED: every file; from the copy to the last byte on disk */
+    const char *error;      /* FAILED */
+} merak_checkpoint_info;
+
 /* Training arguments (the MerakArguments of the paper).  Start from
  * merak_args_default() and change what you need. */
 typedef struct merak_args {
@@ -308,8 +323,31 @@ typedef struct merak_args {
     void (*on_step)(const merak_step_info *info, void *user);
     void *user;
     /* If non-NULL, training stops after the step during which it becomes
-     * non-zero (e.g. set from a signal handler); weights are still saved. */
+     * non-zero on any rank (set from a signal handler to the signal's
+     * number): the ranks agree on it every step, so all stop after the
+     * same one, with *stop set on every rank; a checkpoint is written when
+     * `save` is set, and weights are still saved. */
     volatile int *stop;
+    /* Checkpoints (see merak-train(1)): a directory `save`/step_N every
+     * save_every steps (0: only at the end and when stopped), written in
+     * the background while training goes on, keeping the newest keep_last
+     * (0: all).  resume: a checkpoint directory, a directory of them (its
+     * newest complete one), or "latest" (the newest under `save`; none
+     * yet: training starts at step 0); the run goes on to `steps` steps in
+     * all, bit for bit as if it had never stopped in the same layout, and
+     * in any other layout from the same state.  A failed save ends the run
+     * (every rank alike) unless save_error_continue, when it is reported
+     * and training goes on. */
+    const char *save;
+    int save_every, keep_last;
+    const char *resume;
+    int save_error_continue;
+    /* The model's configuration, recorded in checkpoints and checked
+     * against theirs on resume (may be NULL). */
+    const merak_model_config *model;
+    /* Called on rank 0 for every checkpoint saved, failed or resumed from
+     * (may be NULL). */
+    void (*on_checkpoint)(const merak_checkpoint_info *info, void *user);
 } merak_args;
 
 /* The partition method when merak_args.partition is NULL: the planner's
@@ -349,7 +387,8 @@ int merak_world_size(void);
 void merak_finalize(void);
 
 /* Trains graph g (its inputs named "input_ids" and "targets", its loss a
- * cross-entropy) on a.data.  Returns the number of steps run (>= 0); or -1
+ * cross-entropy) on a.data.  Returns the steps done (>= 0; a resumed run
+ * counts the checkpoint's); or -1
  * when every rank failed alike (rank 0 gets the one-line message in err,
  * other ranks an empty err); or -3 likewise, when the arguments cannot work
  * for this model and layout (a usage error: a schedule that needs more

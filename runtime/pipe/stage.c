@@ -417,6 +417,15 @@ void merak_stage_memory(const merak_stage *s, size_t *bytes, int *layers, int *r
     *recomputed = s->recomputed;
 }
 
+const merak_graph *merak_stage_model(const merak_stage *s) { return s->model; }
+
+int merak_stage_allgather_share(merak_stage *s, float *buf, char *err, size_t errlen)
+{
+    if (s->zcounts && merak_allgather(s->dp_g, buf, s->zcounts) < 0)
+        return comm_failed(s, "gathering the optimizer state's shares", err, errlen);
+    return 0;
+}
+
 void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi)
 {
     *lo = s->zlo;

@@ -89,6 +89,7 @@ int merak_stage_plan(const merak_grid *gr, const merak_graph *model, const merak
 
 merak_exec *merak_stage_exec(const merak_stage *s);
 const merak_graph *merak_stage_graph(const merak_stage *s);  /* this rank's shard, or the model */
+const merak_graph *merak_stage_model(const merak_stage *s);  /* the whole model */
 /* 1 if the stage reads token ids or targets (and so needs data). */
 int merak_stage_loads(const merak_stage *s);
 /* Model chunks on this rank (virtual stages: interleaved), else 1. */
@@ -98,6 +99,12 @@ int merak_stage_chunks(const merak_stage *s);
 void merak_stage_memory(const merak_stage *s, size_t *bytes, int *layers, int *recomputed);
 /* Floats [lo, hi) of the flat buffers this rank updates (ZeRO share). */
 void merak_stage_share(const merak_stage *s, size_t *lo, size_t *hi);
+/* buf (host, the flat buffer's size) holds this rank's share [lo, hi) of
+ * something per parameter float (AdamW's moments): the other dp ranks'
+ * shares are gathered into it, so it holds the whole stage's.  Without
+ * ZeRO the share is everything and nothing moves.  Collective over dp;
+ * 0, or -1 with err. */
+int merak_stage_allgather_share(merak_stage *s, float *buf, char *err, size_t errlen);
 
 /* Records every instruction and tensor-parallel all-reduce of the steps
  * run from now on into t (NULL: stop recording). */

@@ -83,3 +83,22 @@ void merak_optim_step(merak_optim *o, merak_exec *e, float lr)
                     o->opts.beta2, o->opts.eps, o->decay[i] ? o->opts.weight_decay : 0.0f, o->t);
     }
 }
+
+int merak_optim_read(const merak_optim *o, float *m, float *v)
+{
+    size_t bytes = (o->hi - o->lo) * sizeof(float);
+    if (!bytes)
+        return 0;
+    return o->k->copy(m, o->m, bytes, MERAK_COPY_D2H) < 0 || o->k->copy(v, o->v, bytes, MERAK_COPY_D2H) < 0 ? -1 : 0;
+}
+
+int merak_optim_write(merak_optim *o, const float *m, const float *v, int steps)
+{
+    size_t bytes = (o->hi - o->lo) * sizeof(float);
+    o->t = steps;
+    if (!bytes)
+        return 0;
+    return o->k->copy(o->m, m, bytes, MERAK_COPY_H2D) < 0 || o->k->copy(o->v, v, bytes, MERAK_COPY_H2D) < 0 ? -1 : 0;
+}
+
+int merak_optim_steps(const merak_optim *o) { return o->t; }

@@ -59,6 +59,12 @@ void merak_optim_destroy(merak_optim *o);
 float merak_clip_grads(merak_exec *e, double norm, float clip, size_t lo, size_t hi);
 /* One AdamW step at learning rate lr (the step counter advances). */
 void merak_optim_step(merak_optim *o, merak_exec *e, float lr);
+/* The moments of the floats [lo, hi) it covers to host arrays of hi - lo
+ * floats each, or back from them with the step counter (checkpoints);
+ * 0, or -1 when the backend's copy failed. */
+int merak_optim_read(const merak_optim *o, float *m, float *v);
+int merak_optim_write(merak_optim *o, const float *m, const float *v, int steps);
+int merak_optim_steps(const merak_optim *o);
 
 /* ---- the step loop's metrics */
 typedef struct merak_metrics merak_metrics;

@@ -9,7 +9,10 @@
  * micro-batch k (k < M*dp) reads window (i*M*dp + k) mod W, replica r
  * taking k in [r*M, (r+1)*M), so every layout sees the batches one process
  * running M*dp micro-batches sees.  The reported loss is the mean over the
- * step's micro-batches, before the update.
+ * step's micro-batches, before the update.  A run resumed at step i0 from
+ * a checkpoint that had read C micro-batches counts from there: step i's
+ * k reads window C + (i - i0)*M*dp + k, and dropout follows the same
+ * micro-batch numbers, so the run goes on as if it had not stopped.
  *
  * Failures: a problem every rank finds alike (bad arguments, divergence)
  * ends every rank with -1 and rank 0's message; a rank failing alone
@@ -18,6 +21,7 @@
  */
 #include "config.h" /* HAVE_CUDA */
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "atomic.h"
+#include "ckpt.h"
 #include "comm/comm.h"
 #include "data.h"
 #include "errf.h"
@@ -104,6 +109,13 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
     if (a->tp_overlap > 1 && a->micro_batch % a->tp_overlap)
         return merak_errf(err, errlen, "tp-overlap %d does not divide the micro-batch of %d sequences",
                           a->tp_overlap, a->micro_batch);
+    if (a->save_every < 0 || a->keep_last < 0)
+        return merak_errf(err, errlen, "save-every %d and keep-last %d must not be negative", a->save_every,
+                          a->keep_last);
+    if (!a->save && (a->save_every || a->keep_last))
+        return merak_errf(err, errlen, "save-every and keep-last need a checkpoint directory (save)");
+    if (a->resume && strcmp(a->resume, "latest") == 0 && !a->save)
+        return merak_errf(err, errlen, "resume latest needs a checkpoint directory (save) to look in");
     merak_recompute rp;
     if (a->recompute && merak_recompute_parse(a->recompute, &rp, err, errlen) < 0)
         return -1;
@@ -235,6 +247,12 @@ typedef struct run {
     merak_optim *opt;
     merak_lr lr;
     int step;
+    int step0;                    /* the first step: the checkpoint's, or 0 */
+    uint64_t consumed0;           /* micro-batches the run had read at step0 */
+    uint64_t seed;                /* dropout (the checkpoint's when resumed) */
+    merak_ckpt_writer *ckpt;      /* when a->save */
+    int saved;                    /* the step of the last checkpoint started, or -1 */
+    char resume[4096];            /* the checkpoint resumed from, or "" */
     int diverged;                 /* every rank found the same bad loss or norm */
     double loss, norm;            /* of the step, after the optimizer step's reduction */
     float step_lr;
@@ -245,8 +263,8 @@ typedef struct run {
 static uint64_t mb_number(const run *r, int mb)
 {
     const merak_grid *g = r->grid;
-    return ((uint64_t)r->step * (uint64_t)g->dp + (uint64_t)g->dp_rank) *
-               (uint64_t)r->a->micro_batches + (uint64_t)mb;
+    return r->consumed0 + ((uint64_t)(r->step - r->step0) * (uint64_t)g->dp + (uint64_t)g->dp_rank) *
+                              (uint64_t)r->a->micro_batches + (uint64_t)mb;
 }
 
 static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
@@ -260,7 +278,7 @@ static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *er
 static uint64_t hook_seed(void *ctx, int mb)
 {
     run *r = ctx;
-    return merak_mix64(r->a->seed ^ (mb_number(r, mb) * MERAK_GOLDEN));
+    return merak_mix64(r->seed ^ (mb_number(r, mb) * MERAK_GOLDEN));
 }
 
 /* OPTIMIZER_STEP: loss and gradient norm over the grid, clipping, AdamW on
@@ -305,15 +323,94 @@ static int setup(run *r, int vocab, char *err, size_t errlen)
             return merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1",
                               a->data, (unsigned long long)merak_data_num_tokens(r->data), B, T);
     }
-    if (a->init ? merak_weights_load(lg, r->e, a->init, err, errlen) < 0
-                : merak_init_params(lg, r->e, a->seed, err, errlen) < 0)
-        return -1;
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
     size_t lo, hi;
     merak_stage_share(r->stage, &lo, &hi);
     if (!(r->opt = merak_optim_create(lg, r->e, &ao, lo, hi)))
         return merak_errf(err, errlen, "out of memory for the optimizer state");
+    if (a->save && !(r->ckpt = merak_ckpt_writer_create(a->save, a->keep_last)))
+        return merak_errf(err, errlen, "out of memory");
+    if (r->resume[0]) {
+        merak_ckpt_state st;
+        if (merak_ckpt_load(r->resume, r->stage, r->opt, a->model, r->grid->rank, r->grid->world, &st, err,
+                            errlen) < 0)
+            return -1;
+        r->step0 = r->saved = st.step;
+        r->consumed0 = st.consumed;
+        r->seed = st.seed;
+        return 0;
+    }
+    return a->init ? merak_weights_load(lg, r->e, a->init, err, errlen)
+                   : merak_init_params(lg, r->e, a->seed, err, errlen);
+}
+
+/* The checkpoint to resume from, found by rank 0 and told to every rank
+ * (r->resume; empty when "latest" has none yet).  Collective; 0, or -1
+ * with err (every rank alike). */
+static int find_resume(run *r, char *err, size_t errlen)
+{
+    const merak_args *a = r->a;
+    int found = 0;
+    if (!a->resume)
+        return 0;
+    if (r->grid->rank == 0)
+        found = merak_ckpt_find(a->resume, a->save, r->resume, sizeof r->resume, err, errlen);
+    if (merak_comm_agree(r->comm, found < 0, err, errlen) < 0)
+        return -1;
+    if (merak_broadcast(r->world, r->resume, sizeof r->resume, 0) < 0)
+        return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
     return 0;
+}
+
+static void report(const run *r, merak_checkpoint_event ev, int step, const char *path, double bytes,
+                   double seconds, const char *error)
+{
+    if (r->grid->rank == 0 && r->a->on_checkpoint) {
+        merak_checkpoint_info ci = {ev, step, path, bytes, seconds, error};
+        r->a->on_checkpoint(&ci, r->a->user);
+    }
+}
+
+/* A finished save (done->step > 0) to rank 0's callback; a failed one
+ * (rc < 0) too, and then it ends the run unless the user said continue.
+ * Returns 0 to go on, -1 (every rank alike) to stop. */
+static int saved(run *r, int rc, const merak_ckpt_done *done, char *err)
+{
+    if (rc == 0) {
+        if (done->step > 0 || done->path[0])
+            report(r, MERAK_CHECKPOINT_SAVED, done->step, done->path, done->bytes, done->seconds, NULL);
+        return 0;
+    }
+    if (!r->a->save_error_continue)
+        return -1;   /* the run ends with the error */
+    report(r, MERAK_CHECKPOINT_FAILED, r->saved, NULL, 0, 0, err);
+    err[0] = 0;
+    return 0;
+}
+
+/* Finishes the save in flight, if any (collective). */
+static int checkpoint_finish(run *r, char *err, size_t errlen)
+{
+    merak_ckpt_done done;
+    if (!r->ckpt || !merak_ckpt_in_flight(r->ckpt))
+        return 0;
+    int rc = merak_ckpt_finish(r->ckpt, r->comm, &done, err, errlen);
+    return saved(r, rc, &done, err);
+}
+
+/* Starts the checkpoint of the steps done so far, once a save in flight
+ * is finished.  Collective; 0, or -1 (every rank alike). */
+static int checkpoint(run *r, char *err, size_t errlen)
+{
+    const merak_args *a = r->a;
+    merak_ckpt_state st = {r->step, r->consumed0 + (uint64_t)(r->step - r->step0) * (uint64_t)r->grid->dp *
+                                                       (uint64_t)a->micro_batches,
+                           r->seed, merak_optim_steps(r->opt)};
+    if (checkpoint_finish(r, err, errlen) < 0)
+        return -1;
+    r->saved = r->step;
+    int rc = merak_ckpt_save(r->ckpt, r->comm, r->stage, r->opt, a, &st, err, errlen);
+    return saved(r, rc, &(merak_ckpt_done){0}, err);
 }
 
 /* "rank R on HOST: step S: why" for a failure of this rank alone; -2. */
@@ -328,6 +425,7 @@ static int alone(run *r, char *err, size_t errlen)
 
 static void run_free(run *r)
 {
+    merak_ckpt_writer_destroy(r->ckpt);
     merak_optim_destroy(r->opt);
     merak_data_close(r->data);
     merak_stage_destroy(r->stage);
@@ -342,17 +440,24 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
     merak_stage_hooks hooks = {r, hook_load, hook_seed, hook_optimizer_step};
     double t_start = merak_now();
     int metrics_failed = 0;
-    for (r->step = 0; r->step < a->steps; r->step++) {
-        /* Stop together: rank 0's signal flag and metrics decide for everyone. */
-        double flags[2] = {rank0 && a->stop && *a->stop, metrics_failed};
-        if (merak_allreduce_f64(r->world, flags, 2) < 0) {
+    for (r->step = r->step0; r->step < a->steps; r->step++) {
+        /* Stop together: a signal on any rank and rank 0's metrics decide
+         * for everyone; a checkpoint whose writers are all done is finished. */
+        int sig = a->stop ? *a->stop : 0;
+        double flags[4] = {sig, sig != 0, metrics_failed, r->ckpt && merak_ckpt_busy(r->ckpt)};
+        if (merak_allreduce_f64(r->world, flags, 4) < 0) {
             merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
             return alone(r, err, errlen);
         }
-        if (flags[1] > 0)
+        if (flags[2] > 0)
             return -1;   /* rank 0 has the message */
-        if (flags[0] > 0)
+        if (flags[3] == 0 && checkpoint_finish(r, err, errlen) < 0)
+            return -1;
+        if (flags[1] > 0) {
+            if (a->stop)
+                *a->stop = (int)lround(flags[0] / flags[1]);   /* the signal, on every rank */
             break;
+        }
         double t0 = merak_now();
         if (r->step == 0)
             r->trace.origin = t0;   /* every rank just left the same collective */
@@ -365,6 +470,13 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             return merak_errf(err, errlen, "step %d: %s", r->step, why);
         }
         double t1 = merak_now();
+        if (r->ckpt && a->save_every && (r->step + 1) % a->save_every == 0 && r->step + 1 < a->steps) {
+            r->step++;   /* the checkpoint holds the steps done */
+            int rc = checkpoint(r, err, errlen);
+            r->step--;
+            if (rc < 0)
+                return -1;
+        }
         if (!rank0)
             continue;
         merak_step_info info = {
@@ -384,7 +496,14 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         if (a->on_step)
             a->on_step(&info, a->user);
     }
-    return metrics_failed ? -1 : r->step;
+    if (metrics_failed)
+        return -1;
+    /* the end, or a stop: the last checkpoint, written through */
+    if (r->ckpt && r->saved != r->step && checkpoint(r, err, errlen) < 0)
+        return -1;
+    if (checkpoint_finish(r, err, errlen) < 0)
+        return -1;
+    return r->step;
 }
 
 /* Every stage's activation memory, layers and recomputed layers, on every
@@ -445,6 +564,18 @@ static int same_file(const char *a, const char *b)
 static int check_outputs(const run *r, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
+    if (a->save) {
+        /* the checkpoint directory: made now, and it must take files */
+        struct stat st;
+        char probe[4096 + 16];
+        if (mkdir(a->save, 0777) != 0 && errno != EEXIST)
+            return merak_errf(err, errlen, "--save %s: cannot make the directory: %s", a->save, strerror(errno));
+        if (stat(a->save, &st) != 0 || !S_ISDIR(st.st_mode))
+            return merak_errf(err, errlen, "--save %s: not a directory", a->save);
+        snprintf(probe, sizeof probe, "%s/step_probe", a->save);
+        if (merak_atomic_probe(probe, err, errlen) < 0)
+            return -1;
+    }
     const char *out[] = {a->save_weights, a->metrics, a->trace};
     const char *flag[] = {"--save-weights", "--metrics", "--trace"};
     for (int i = 0; i < 3; i++) {
@@ -490,6 +621,11 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
         return rc;
     }
     v[gr->rank] = (double)m.device + merak_adamw_bytes(m.share);
+    /* checkpoints copy the parameters (dp rank 0, which writes them) and
+     * the whole stage's moments (ZeRO: every rank, for the gather) to host
+     * memory */
+    if (r->a->save && shared)
+        v[gr->rank] += (double)m.params * (gr->dp_rank == 0 ? 3 : r->a->zero ? 2 : 0);
     v[n + gr->rank] = so->kernels->capacity && so->kernels->capacity(&free_b, &total_b) == 0 ? (double)free_b : -1;
     if (merak_allreduce_f64(r->world, v, 2 * (size_t)n) < 0)
         rc = (merak_errf(err, errlen, "%s", merak_comm_error(r->comm)), 1);
@@ -579,7 +715,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         return -1;
     }
 
-    run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD)};
+    run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD),
+             .seed = a->seed, .saved = -1};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
                            .tp_overlap = a->tp_overlap, .zero = a->zero, .bucket_mb = a->bucket_mb};
@@ -604,6 +741,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     int before = merak_comm_agree(g_comm, failed, err, errlen);
     if (before < 0)
         failed = -before;
+    else if (find_resume(&r, err, errlen) < 0)
+        failed = 1;
     else if ((failed = check_memory(&r, g, &so, err, errlen)) != 0)
         ;
     else if ((failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0)
@@ -634,6 +773,10 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
                                  table.bytes + 3 * gr->pp};
             a->on_start(&ri, a->user);
         }
+        if (r.resume[0])
+            report(&r, MERAK_CHECKPOINT_RESUMED, r.step0, r.resume, 0, 0, NULL);
+        else if (a->resume)
+            report(&r, MERAK_CHECKPOINT_NONE, 0, a->save, 0, 0, NULL);
         n = steps(&r, metrics, err, errlen);
         if (n != -2) {
             failed = merak_metrics_close(metrics, err, errlen) < 0 || n < 0;

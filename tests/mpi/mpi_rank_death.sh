@@ -14,13 +14,7 @@ MERAK_MPI_TIMEOUT=120 "$WRAP" 8 "$TRAIN" --model tiny-gpt2 --data "$WORK/data.bi
     --seq-len 16 --micro-batches 2 --steps 1000000 --threads 1 --dp 2 --tp 2 --pp 2 --metrics "$marker" \
     > "$WORK/out" 2> "$WORK/err" &
 job=$!
-i=0
-lines() { if [ -f "$marker" ]; then wc -l < "$marker"; else echo 0; fi; }
-while [ "$(lines)" -lt 5 ]; do
-    i=$((i + 1))
-    [ $i -le 1200 ] || { kill $job; fail "training did not start within 120 s"; }
-    sleep 0.1
-done
+wait_lines "$marker" 5 $job
 pids=$(pgrep -f -- "--metrics $marker" | sort -n)
 count=$(echo "$pids" | wc -w)
 [ "$count" -ge 8 ] || { kill $job; fail "expected 8 merak-train processes, found $count"; }

@@ -1,0 +1,105 @@
+/*
+ * ckpt.h - training checkpoints: everything a run needs to go on exactly
+ * where it stopped, in any layout.
+ *
+ *   ROOT/step_00000100/                  one directory per step reached
+ *       model-pp000-tp000.safetensors    parameters of pipeline stage 0, tensor shard 0
+ *       optim-pp000-tp000.safetensors    AdamW's moments of the same tensors
+ *       ...                              (dp rank 0 of every stage and shard writes its pair)
+ *       manifest.json                    model, layout, step, data position, RNG, optimizer,
+ *                                        library version, every file with its size and CRC-32
+ *       DONE                             written last: the checkpoint is complete
+ *
+ * Tensors carry the model's (Hugging Face) names in graph layout (linear
+ * weights [out, in]); a moment is NAME.exp_avg or NAME.exp_avg_sq.  Each
+ * file's metadata gives, under each parameter's name, its place in the
+ * whole tensor: {"full": [...], "dim": d, "segs": [[start, len], ...]}
+ * (dim -1: held whole).  Loading assembles each tensor of this rank from
+ * whichever files hold its parts, so a checkpoint of one layout loads
+ * into any other (resharding) and into the same one bit for bit.
+ *
+ * Every file goes through atomic.h (temporary, fsync, rename) and DONE
+ * comes after all of them and the manifest, so a crash at any moment
+ * leaves the previous checkpoints loadable and this one without DONE,
+ * which nothing picks.  Writing overlaps training: merak_ckpt_save copies
+ * the state into host buffers and a background thread writes them while
+ * the next steps run; the checkpoint is finished (manifest, DONE, older
+ * ones pruned) by the first merak_ckpt_finish after every thread is done.
+ */
+#ifndef MERAK_CKPT_H
+#define MERAK_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "merak/merak.h"
+#include "pipe/stage.h"
+#include "train.h"
+
+/* The training state beside the tensors. */
+typedef struct merak_ckpt_state {
+    int step;              /* optimizer steps done */
+    uint64_t consumed;     /* micro-batches (data windows) read so far, over all replicas */
+    uint64_t seed;         /* initialisation and dropout (counter-based: the dropout of
+                            * micro-batch k depends only on seed and k) */
+    int adam_steps;        /* AdamW's step counter */
+} merak_ckpt_state;
+
+/* What one save wrote, for the caller's report. */
+typedef struct merak_ckpt_done {
+    int step;
+    char path[4096];       /* the checkpoint's directory */
+    double bytes;          /* every file */
+    double seconds;        /* from the copy to the last byte on disk (slowest writer) */
+} merak_ckpt_done;
+
+typedef struct merak_ckpt_writer merak_ckpt_writer;
+
+/* A writer of checkpoints under ROOT, keeping the newest keep_last
+ * complete ones (0: all).  NULL when out of memory. */
+merak_ckpt_writer *merak_ckpt_writer_create(const char *root, int keep_last);
+/* Waits for a write in flight (without finishing it) and frees. */
+void merak_ckpt_writer_destroy(merak_ckpt_writer *w);
+
+/* Starts the checkpoint of state st (collective over the world), after
+ * the caller has finished a save in flight (merak_ckpt_finish; one still
+ * in flight is finished here, its result lost); rank 0 makes ROOT/step_N (replacing an incomplete one);
+ * every rank copies its parameters and its share of the moments to host
+ * memory (ZeRO shares gathered over dp) and the writers start their
+ * thread.  a and model describe the run in the manifest.  0, or -1 with
+ * err (every rank alike) when this one cannot start. */
+int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, const merak_optim *o,
+                    const merak_args *a, const merak_ckpt_state *st, char *err, size_t errlen);
+/* 1 while this rank's writing thread still runs, else 0 (not collective:
+ * the step loop sums it over the world with its other flags). */
+int merak_ckpt_busy(const merak_ckpt_writer *w);
+/* 1 if a save was started and not finished (the same on every rank). */
+int merak_ckpt_in_flight(const merak_ckpt_writer *w);
+/* Finishes the save in flight (collective): waits for this rank's thread,
+ * agrees on failure, and rank 0 writes the manifest with every file's CRC,
+ * then DONE, then removes checkpoints beyond keep_last.  0 with *done
+ * (done->step 0 when nothing was in flight), or -1 with err (every rank
+ * alike): the incomplete directory is removed, older checkpoints are
+ * untouched. */
+int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *done, char *err,
+                      size_t errlen);
+
+/* The checkpoint SPEC names: a checkpoint directory (it must be complete),
+ * or a directory of them ("latest" is ROOT), whose newest complete one is
+ * taken.  1 with its path in out; 0 when ROOT holds none yet; -1 with err
+ * (SPEC unreadable, or a checkpoint directory without DONE). */
+int merak_ckpt_find(const char *spec, const char *root, char *out, size_t outlen, char *err,
+                    size_t errlen);
+
+/* Loads checkpoint DIR into this rank's stage and optimizer (every
+ * parameter and its moments assembled from the files that hold its parts,
+ * whatever layout wrote them) and returns its state.  Rank `rank` of
+ * `world` verifies the CRC of files rank, rank + world, ...  The model a
+ * and model describe must be the checkpoint's (same parameters, shapes,
+ * and the configuration when both have one).  Not collective; 0, or -1
+ * with err naming the file and the tensor. */
+int merak_ckpt_load(const char *dir, merak_stage *s, merak_optim *o, const merak_model_config *model,
+                    int rank, int world, merak_ckpt_state *st, char *err, size_t errlen);
+
+#endif /* MERAK_CKPT_H */

@@ -1,0 +1,131 @@
+#!/bin/sh
+# Checkpoints in one process: periodic saves with pruning, bitwise resume
+# from a checkpoint and from a stop by SIGTERM, "latest" never picking an
+# incomplete checkpoint, a SIGKILL in the middle of writing one (the
+# previous one loads), damaged and foreign checkpoints refused, a save
+# directory that cannot be written refused before step 0, a failing save
+# under --on-save-error stop and continue, and output to a closed pipe.
+. "$(dirname "$0")/lib.sh"
+make_shard "$WORK/data.bin"
+C="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1 --lr 3e-3 --warmup 2"
+CK=$WORK/ck
+
+# losses FILE...: the step, loss and gradient norm of every metrics line
+losses() { cat "$@" | sed 's/"tokens_per_s".*//'; }
+
+# 1. Six steps, a checkpoint every 2, the newest 2 kept.
+"$TRAIN" $C --steps 6 --save "$CK" --save-every 2 --keep-last 2 --metrics "$WORK/full.jsonl" \
+    --save-weights "$WORK/full.st" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "training with --save failed"; }
+grep -q "checkpoint step 6 saved to $CK/step_00000006" "$WORK/out" || { cat "$WORK/out"; fail "no report of the save"; }
+[ "$(ls "$CK")" = "step_00000004
+step_00000006" ] || fail "--keep-last 2 left: $(ls "$CK")"
+for f in DONE manifest.json model-pp000-tp000.safetensors optim-pp000-tp000.safetensors; do
+    [ -f "$CK/step_00000004/$f" ] || fail "step_00000004 lacks $f"
+done
+grep -q '"consumed": 4' "$CK/step_00000004/manifest.json" || fail "the manifest's data position is not 4 windows"
+echo "ok: saves every 2 steps, newest 2 kept"
+
+# 2. Resumed from step 4: the same losses and weights, bit for bit.
+"$TRAIN" $C --steps 6 --resume "$CK/step_00000004" --metrics "$WORK/r.jsonl" --save-weights "$WORK/r.st" \
+    > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "resume failed"; }
+grep -q "resumed from $CK/step_00000004 at step 4" "$WORK/out" || fail "no resume report"
+[ "$(losses "$WORK/r.jsonl")" = "$(tail -2 "$WORK/full.jsonl" | sed 's/"tokens_per_s".*//')" ] ||
+    fail "resumed losses differ: $(losses "$WORK/r.jsonl")"
+cmp "$WORK/full.st" "$WORK/r.st" || fail "resumed weights differ from the unbroken run's"
+echo "ok: resumed at step 4, bitwise equal"
+
+# 3. "latest": none yet starts at step 0; an incomplete newer one is skipped.
+"$TRAIN" $C --steps 2 --save "$WORK/fresh" --resume latest > "$WORK/out" 2>&1 || fail "resume latest with none failed"
+grep -q "no checkpoint in $WORK/fresh yet: starting at step 0" "$WORK/out" || fail "no 'starting at step 0'"
+for s in 5 9; do   # what a writer killed before DONE leaves
+    cp -r "$CK/step_00000006" "$CK/step_0000000$s"
+    rm "$CK/step_0000000$s/DONE"
+done
+"$TRAIN" $C --steps 8 --save "$CK" --resume latest > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "resume latest failed"; }
+grep -q "resumed from $CK/step_00000006 at step 6" "$WORK/out" || { cat "$WORK/out"; fail "latest did not pick step 6"; }
+[ ! -e "$CK/step_00000005" ] || fail "the incomplete checkpoint older than the new one was not removed"
+expect_exit 1 "step_00000009: the checkpoint is incomplete" "$TRAIN" $C --steps 12 --resume "$CK/step_00000009"
+echo "ok: latest skips incomplete checkpoints, which are refused by name"
+
+# 4. Damaged and foreign checkpoints.
+"$TRAIN" $C --steps 2 --save "$WORK/ck2" > /dev/null 2>&1 || fail "save failed"
+D=$WORK/ck2/step_00000002
+printf '\001' | dd of="$D/model-pp000-tp000.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
+expect_exit 1 "model-pp000-tp000.safetensors: damaged" "$TRAIN" $C --steps 4 --resume "$D"
+"$TRAIN" $C --steps 2 --save "$WORK/ck3" > /dev/null 2>&1 || fail "save failed"
+expect_exit 1 "is of a gpt2 model, this run trains a llama" "$TRAIN" $C --model tiny-llama --steps 4 \
+    --resume "$WORK/ck3/step_00000002"
+expect_exit 1 "checkpoint's model has n_layer" sh -c "sed 's/\"n_layer\": 2/\"n_layer\": 3/' \
+    $WORK/ck3/step_00000002/manifest.json > $WORK/m && mv $WORK/m $WORK/ck3/step_00000002/manifest.json &&
+    exec $TRAIN $C --steps 4 --resume $WORK/ck3/step_00000002"
+echo '{}' > "$WORK/ck3/step_00000002/manifest.json"
+expect_exit 1 "not a merak checkpoint manifest" "$TRAIN" $C --steps 4 --resume "$WORK/ck3/step_00000002"
+expect_exit 1 "holds no complete checkpoint" "$TRAIN" $C --steps 4 --resume "$WORK"
+
+# 5. Usage, and a save directory that cannot be written, refused before step 0.
+expect_exit 2 "save-every needs --save" "$TRAIN" $C --save-every 2
+expect_exit 2 "resume latest needs --save" "$TRAIN" $C --resume latest
+expect_exit 2 "on-save-error: 'maybe'" "$TRAIN" $C --save "$CK" --on-save-error maybe
+expect_exit 2 "keep-last" "$TRAIN" $C --save "$CK" --keep-last 0
+: > "$WORK/afile"
+expect_exit 1 "save $WORK/afile: not a directory" "$TRAIN" $C --save "$WORK/afile"
+grep -q "^step" "$WORK/out" && fail "a step ran before the save directory was refused"
+expect_exit 1 "save /proc/merak-ck: cannot make the directory" "$TRAIN" $C --save /proc/merak-ck
+
+# 6. A save that fails (a file size limit: EFBIG, as a full disk's ENOSPC):
+# stop ends the run naming the file, continue warns and goes on; the
+# checkpoint before is kept and nothing half-written is left.
+"$TRAIN" $C --steps 2 --save "$WORK/ck4" > /dev/null 2>&1 || fail "save failed"
+capture sh -c "ulimit -f 1000; exec $TRAIN $C --steps 4 --save $WORK/ck4 --resume latest"
+[ "$rc" -eq 1 ] && grep -q "checkpoint step 4: .*-pp000-tp000.safetensors: write failed: File too large" "$WORK/err" ||
+    { cat "$WORK/err"; fail "--on-save-error stop: exit $rc"; }
+[ "$(ls "$WORK/ck4")" = "step_00000002" ] || fail "after a failed save: $(ls "$WORK/ck4")"
+capture sh -c "ulimit -f 1000; exec $TRAIN $C --steps 4 --save $WORK/ck4 --resume latest --on-save-error continue"
+[ "$rc" -eq 0 ] && grep -q "warning: checkpoint step 4: .*File too large (training goes on" "$WORK/err" ||
+    { cat "$WORK/err"; fail "--on-save-error continue: exit $rc"; }
+[ "$(ls -A "$WORK/ck4")" = "step_00000002" ] || fail "after a failed save: $(ls -A "$WORK/ck4")"
+echo "ok: failed saves stop or continue, the earlier checkpoint kept"
+
+# 7. SIGTERM mid-run: a checkpoint at the step reached, exit 0, and
+# --resume latest goes on bitwise (a constant learning rate, so the run's
+# length does not change the schedule).
+K="$C --lr-schedule constant"
+"$TRAIN" $K --steps 1000000 --save "$WORK/ck5" --metrics "$WORK/s.jsonl" > "$WORK/out" 2> "$WORK/err" &
+job=$!
+wait_lines "$WORK/s.jsonl" 3 $job
+kill -TERM $job
+set +e; wait $job; rc=$?; set -e
+[ "$rc" -eq 0 ] || { cat "$WORK/err"; fail "SIGTERM: exit $rc, not 0"; }
+stop=$(stopped_at 15 "$WORK/ck5")
+grep -q "resume with --resume latest" "$WORK/err" || fail "the stop message does not say how to resume"
+n=$((stop + 3))
+"$TRAIN" $K --steps $n --save "$WORK/ck5" --resume latest --metrics "$WORK/s.jsonl" > /dev/null 2>&1 ||
+    fail "resume after SIGTERM failed"
+"$TRAIN" $K --steps $n --metrics "$WORK/u.jsonl" > /dev/null 2>&1 || fail "unbroken run failed"
+[ "$(losses "$WORK/s.jsonl")" = "$(losses "$WORK/u.jsonl")" ] || fail "stopped at $stop and resumed: losses differ"
+echo "ok: SIGTERM after step $stop, checkpoint, exit 0; resumed to $n bitwise"
+
+# 8. SIGKILL while a checkpoint is being written: the one before loads.
+# GPT-2 124M writes 1.5 GB per checkpoint, so the kill lands mid-write.
+G="--model gpt2 --data $WORK/data.bin --micro-batch 1 --seq-len 8 --threads 1 --lr-schedule constant"
+"$TRAIN" $G --steps 1000 --save "$WORK/ck6" --save-every 1 --keep-last 1 > "$WORK/out" 2>&1 &
+job=$!
+i=0
+until [ -f "$WORK/ck6/step_00000001/DONE" ] && [ -d "$WORK/ck6/step_00000002" ]; do
+    i=$((i + 1)); [ $i -le 3000 ] || { kill -9 $job; cat "$WORK/out"; fail "no second checkpoint begun"; }
+    sleep 0.05
+done
+kill -9 $job
+set +e; wait $job; set -e
+done_steps=$(ls "$WORK"/ck6/*/DONE | wc -l)
+newest=$(ls -d "$WORK"/ck6/step_* | while read -r d; do [ -f "$d/DONE" ] && echo "$d"; done | tail -1)
+"$TRAIN" $G --save "$WORK/ck6" --resume latest --steps $(( $(sed -n 's/^step //p' "$newest/DONE") + 1 )) \
+    > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "resume after SIGKILL mid-write failed"; }
+grep -q "resumed from $newest at" "$WORK/out" || { cat "$WORK/out"; fail "latest did not pick $newest"; }
+echo "ok: killed while writing ($(ls "$WORK/ck6" | tr '\n' ' ')- $done_steps complete); resumed from $newest"
+
+# 9. Output to a closed pipe never kills training.
+( "$TRAIN" $C --steps 20 --save "$WORK/ck7"; echo $? > "$WORK/rc" ) | head -1 > /dev/null
+[ "$(cat "$WORK/rc")" = 0 ] || fail "merak-train | head -1: exit $(cat "$WORK/rc")"
+[ -f "$WORK/ck7/step_00000020/DONE" ] || fail "merak-train | head -1 did not finish its run"
+echo "ok: | head -1 exits 0 with the run finished"
