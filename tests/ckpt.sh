@@ -55,9 +55,11 @@ expect_exit 1 "model-pp000-tp000.safetensors: damaged" "$TRAIN" $C --steps 4 --r
 "$TRAIN" $C --steps 2 --save "$WORK/ck3" > /dev/null 2>&1 || fail "save failed"
 expect_exit 1 "is of a gpt2 model, this run trains a llama" "$TRAIN" $C --model tiny-llama --steps 4 \
     --resume "$WORK/ck3/step_00000002"
-expect_exit 1 "checkpoint's model has n_layer" sh -c "sed 's/\"n_layer\": 2/\"n_layer\": 3/' \
-    $WORK/ck3/step_00000002/manifest.json > $WORK/m && mv $WORK/m $WORK/ck3/step_00000002/manifest.json &&
-    exec $TRAIN $C --steps 4 --resume $WORK/ck3/step_00000002"
+# the checkpoint's config.json is a Hugging Face one: a model made from it
+# with another depth is refused
+sed 's/"n_layer": 2/"n_layer": 3/' "$WORK/ck3/step_00000002/config.json" > "$WORK/deeper.json"
+expect_exit 1 "checkpoint's model has n_layer 2, this run's 3" "$TRAIN" $C --model "$WORK/deeper.json" --steps 4 \
+    --resume "$WORK/ck3/step_00000002"
 echo '{}' > "$WORK/ck3/step_00000002/manifest.json"
 expect_exit 1 "not a merak checkpoint manifest" "$TRAIN" $C --steps 4 --resume "$WORK/ck3/step_00000002"
 expect_exit 1 "holds no complete checkpoint" "$TRAIN" $C --steps 4 --resume "$WORK"
@@ -129,3 +131,26 @@ echo "ok: killed while writing ($(ls "$WORK/ck6" | tr '\n' ' ')- $done_steps com
 [ "$(cat "$WORK/rc")" = 0 ] || fail "merak-train | head -1: exit $(cat "$WORK/rc")"
 [ -f "$WORK/ck7/step_00000020/DONE" ] || fail "merak-train | head -1 did not finish its run"
 echo "ok: | head -1 exits 0 with the run finished"
+
+# 10. merak-ckpt: inspect verifies, export gives the weights merak-train
+# saves, import makes a checkpoint that trains like --init.
+CKPT=$MERAK_BUILDDIR/merak-ckpt
+"$CKPT" inspect "$CK" > "$WORK/out" || fail "merak-ckpt inspect failed"
+grep -q "checkpoint $CK/step_00000008: step 8" "$WORK/out" && grep -q "every CRC-32 verified" "$WORK/out" &&
+    grep -q "each whole with its two moments" "$WORK/out" || { cat "$WORK/out"; fail "inspect output"; }
+expect_exit 1 "model-pp000-tp000.safetensors: damaged" "$CKPT" inspect "$WORK/ck2/step_00000002"
+"$CKPT" export "$CK/step_00000006" -o "$WORK/exported.st" > /dev/null || fail "merak-ckpt export failed"
+cmp "$WORK/exported.st" "$WORK/full.st" || fail "export of step 6 differs from --save-weights at step 6"
+"$CKPT" import "$WORK/full.st" --model tiny-gpt2 -o "$WORK/imp" > /dev/null || fail "merak-ckpt import failed"
+"$TRAIN" $C --steps 3 --resume "$WORK/imp" --metrics "$WORK/imp.jsonl" > /dev/null 2>&1 || fail "resume from import"
+"$TRAIN" $C --steps 3 --init "$WORK/full.st" --metrics "$WORK/init.jsonl" > /dev/null 2>&1 || fail "--init run"
+[ "$(losses "$WORK/imp.jsonl")" = "$(losses "$WORK/init.jsonl")" ] || fail "an imported checkpoint trains unlike --init"
+expect_exit 1 "imp: not empty" "$CKPT" import "$WORK/full.st" --model tiny-gpt2 -o "$WORK/imp"
+expect_exit 1 "full.st: tensor 'model.embed_tokens.weight' is missing" "$CKPT" import "$WORK/full.st" \
+    --model tiny-llama -o "$WORK/imp2"
+[ ! -e "$WORK/imp2" ] || fail "a failed import left $WORK/imp2"
+expect_exit 2 "no command" "$CKPT"
+expect_exit 2 "export needs -o" "$CKPT" export "$CK"
+expect_exit 2 "import needs --model" "$CKPT" import "$WORK/full.st" -o "$WORK/imp3"
+expect_exit 2 "unknown command 'show'" "$CKPT" show "$CK"
+echo "ok: merak-ckpt inspect, export (= --save-weights), import (= --init)"

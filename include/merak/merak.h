@@ -60,6 +60,11 @@ const char *const *merak_model_preset_names(void);
 int merak_model_config_load(const char *path, merak_model_config *cfg,
                             char *err, size_t errlen);
 
+/* cfg as a Hugging Face config.json (GPT2Config or LlamaConfig fields),
+ * which merak_model_config_load reads back as the same model (its name
+ * becomes the model type).  malloc'd text, or NULL when out of memory. */
+char *merak_model_config_json(const merak_model_config *cfg);
+
 /* Loads `spec`: a preset name, or a path to a config.json (anything that
  * contains '/' or ends in ".json").  Returns 0 or -1 with err set. */
 int merak_model_config_resolve(const char *spec, merak_model_config *cfg,

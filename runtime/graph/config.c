@@ -407,6 +407,30 @@ int merak_model_config_resolve(const char *spec, merak_model_config *cfg, char *
     return -1;
 }
 
+char *merak_model_config_json(const merak_model_config *c)
+{
+    json_t *o;
+    if (c->arch == MERAK_ARCH_LLAMA)
+        o = json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:b, s:s}", "model_type",
+                      "llama", "architectures", "LlamaForCausalLM", "vocab_size", c->vocab_size,
+                      "max_position_embeddings", c->max_positions, "hidden_size", c->hidden, "intermediate_size",
+                      c->ffn_hidden, "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head,
+                      "num_key_value_heads", c->n_kv_head, "rms_norm_eps", (double)c->norm_eps, "rope_theta",
+                      (double)c->rope_theta, "initializer_range", (double)c->init_std, "tie_word_embeddings",
+                      c->tie_embeddings, "hidden_act", "silu");
+    else
+        o = json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:b, s:s}", "model_type",
+                      "gpt2", "architectures", "GPT2LMHeadModel", "vocab_size", c->vocab_size, "n_positions",
+                      c->max_positions, "n_embd", c->hidden, "n_inner", c->ffn_hidden, "n_layer", c->n_layer,
+                      "n_head", c->n_head, "layer_norm_epsilon", (double)c->norm_eps, "initializer_range",
+                      (double)c->init_std, "resid_pdrop", (double)c->dropout, "embd_pdrop", (double)c->dropout,
+                      "attn_pdrop", 0.0, "tie_word_embeddings", c->tie_embeddings, "activation_function",
+                      "gelu_new");
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    return text;
+}
+
 /* ------------------------------------------------------------------ checks */
 
 int merak_model_config_check(const merak_model_config *c, char *err, size_t errlen)

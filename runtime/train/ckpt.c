@@ -234,6 +234,7 @@ struct merak_ckpt_writer {
     int in_flight, step;
     char dir[PATH_MAX];
     json_t *manifest;                 /* rank 0: the manifest but its files */
+    char *config;                     /* rank 0: the model's config.json, or NULL */
     job job;
     pthread_t thread;
     int thread_started;
@@ -293,21 +294,12 @@ void merak_ckpt_writer_destroy(merak_ckpt_writer *w)
     join(w);
     job_free(&w->job);
     json_decref(w->manifest);
+    free(w->config);
     free(w);
 }
 
 int merak_ckpt_busy(const merak_ckpt_writer *w) { return atomic_load(&w->busy); }
 int merak_ckpt_in_flight(const merak_ckpt_writer *w) { return w->in_flight; }
-
-static json_t *model_json(const merak_model_config *c)
-{
-    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:f, s:f}", "arch",
-                     c->arch == MERAK_ARCH_LLAMA ? "llama" : "gpt2", "name", c->name, "vocab_size", c->vocab_size,
-                     "max_positions", c->max_positions, "hidden", c->hidden, "n_layer", c->n_layer, "n_head",
-                     c->n_head, "n_kv_head", c->n_kv_head, "ffn_hidden", c->ffn_hidden, "norm_eps",
-                     (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "tie_embeddings",
-                     c->tie_embeddings, "init_std", (double)c->init_std, "dropout", (double)c->dropout);
-}
 
 /* Rank 0's manifest of this save, its files added when they are written. */
 static json_t *manifest_new(const merak_grid *gr, const merak_args *a, const merak_ckpt_state *st,
@@ -325,10 +317,50 @@ static json_t *manifest_new(const merak_grid *gr, const merak_args *a, const mer
         "beta2", (double)a->beta2, "eps", (double)a->eps, "weight_decay", (double)a->weight_decay, "clip",
         (double)a->clip);
     if (m && model)
-        json_object_set_new(m, "model", model_json(model));
+        json_object_set_new(m, "model", json_pack("{s:s, s:s}", "name", model->name, "config", "config.json"));
     if (m)
         json_object_set_new(m, "files", json_array());
     return m;
+}
+
+/* The entries and metadata of a job of np parameters. */
+static int job_tables(job *j, int np, char *err, size_t errlen)
+{
+    j->nparams = np;
+    j->entries[0] = calloc((size_t)np + 1, sizeof(merak_st_entry));
+    j->entries[1] = calloc((size_t)(MOMENTS * np) + 1, sizeof(merak_st_entry));
+    j->names = calloc((size_t)(MOMENTS * np) + 1, sizeof *j->names);
+    j->keys = calloc((size_t)np + 1, sizeof *j->keys);
+    j->vals = calloc((size_t)np + 1, sizeof *j->vals);
+    if (!j->entries[0] || !j->entries[1] || !j->names || !j->keys || !j->vals)
+        return merak_errf(err, errlen, "out of memory describing the checkpoint's tensors");
+    return 0;
+}
+
+/* Parameter i of the job: tensor t (of the model, or a tensor-parallel
+ * shard of it) with values p and moments m, v (t's elements each). */
+static int job_entry(job *j, int i, const merak_tensor *t, const float *p, const float *m, const float *v, char *err,
+                     size_t errlen)
+{
+    merak_st_entry en = {.name = t->name, .ndim = t->ndim, .data = p};
+    const float *mom[MOMENTS] = {m, v};
+    for (int d = 0; d < t->ndim; d++)
+        en.shape[d] = t->shape[d];
+    j->entries[0][i] = en;
+    j->keys[i] = t->name;
+    if (!(j->vals[i] = place_format(t)))
+        return merak_errf(err, errlen, "out of memory describing '%s'", t->name);
+    for (int k = 0; k < MOMENTS; k++) {
+        size_t len = strlen(t->name) + strlen(moment_suffix[k]) + 1;
+        char *name = j->names[MOMENTS * i + k] = malloc(len);
+        if (!name)
+            return merak_errf(err, errlen, "out of memory naming the moments of '%s'", t->name);
+        snprintf(name, len, "%s%s", t->name, moment_suffix[k]);
+        en.name = name;
+        en.data = mom[k];
+        j->entries[1][MOMENTS * i + k] = en;
+    }
+    return 0;
 }
 
 /* The host buffers of this rank's copy: the moments of the whole stage
@@ -349,15 +381,9 @@ static int job_alloc(job *j, merak_stage *s, int writer, char *err, size_t errle
         return merak_errf(err, errlen, "out of memory copying the optimizer state for the checkpoint");
     if (!writer)
         return 0;
-    j->P = malloc((n ? n : 1) * sizeof(float));
-    j->entries[0] = calloc((size_t)np + 1, sizeof(merak_st_entry));
-    j->entries[1] = calloc((size_t)(MOMENTS * np) + 1, sizeof(merak_st_entry));
-    j->names = calloc((size_t)(MOMENTS * np) + 1, sizeof *j->names);
-    j->keys = calloc((size_t)np + 1, sizeof *j->keys);
-    j->vals = calloc((size_t)np + 1, sizeof *j->vals);
-    if (!j->P || !j->entries[0] || !j->entries[1] || !j->names || !j->keys || !j->vals)
+    if (!(j->P = malloc((n ? n : 1) * sizeof(float))))
         return merak_errf(err, errlen, "out of memory copying the parameters for the checkpoint");
-    return 0;
+    return job_tables(j, np, err, errlen);
 }
 
 /* Copies the state into the buffers job_alloc made (every rank of a ZeRO
@@ -383,25 +409,10 @@ static int job_copy(job *j, merak_stage *s, const merak_optim *o, int writer, ch
     if (k->copy(j->P, p0, n * sizeof(float), MERAK_COPY_D2H) < 0)
         return merak_errf(err, errlen, "copying the parameters from the %s backend failed", k->name);
     for (int i = 0; i < np; i++) {
-        const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
         size_t off = (size_t)(merak_exec_param_data(e, i) - p0);
-        merak_st_entry en = {.name = t->name, .ndim = t->ndim, .data = j->P + off};
-        for (int d = 0; d < t->ndim; d++)
-            en.shape[d] = t->shape[d];
-        j->entries[0][i] = en;
-        j->keys[i] = t->name;
-        if (!(j->vals[i] = place_format(t)))
-            return merak_errf(err, errlen, "out of memory describing '%s'", t->name);
-        for (int m = 0; m < MOMENTS; m++) {
-            size_t len = strlen(t->name) + strlen(moment_suffix[m]) + 1;
-            char *name = j->names[MOMENTS * i + m] = malloc(len);
-            if (!name)
-                return merak_errf(err, errlen, "out of memory naming the moments of '%s'", t->name);
-            snprintf(name, len, "%s%s", t->name, moment_suffix[m]);
-            en.name = name;
-            en.data = j->mom[m] + off;
-            j->entries[1][MOMENTS * i + m] = en;
-        }
+        if (job_entry(j, i, &g->tensors[merak_exec_param_tensor(e, i)], j->P + off, j->mom[0] + off,
+                      j->mom[1] + off, err, errlen) < 0)
+            return -1;
     }
     return 0;
 }
@@ -432,9 +443,12 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
                      : 0;
     if (gr->rank == 0 && !failed) {
         json_decref(w->manifest);
+        free(w->config);
         w->manifest = manifest_new(gr, a, st, a->model);
-        failed = !w->manifest ? merak_errf(err, errlen, "out of memory writing the manifest") < 0
-                              : make_dir(w, err, errlen) < 0;
+        w->config = a->model ? merak_model_config_json(a->model) : NULL;
+        failed = !w->manifest || (a->model && !w->config)
+                     ? merak_errf(err, errlen, "out of memory writing the manifest") < 0
+                     : make_dir(w, err, errlen) < 0;
     }
     job *j = &w->job;
     job_free(j);
@@ -524,10 +538,33 @@ static void prune(const char *root, int keep, int now)
     free(c.paths);
 }
 
-/* Rank 0: the manifest with every writer's files, then DONE. */
+/* Writes text to PATH atomically; 0, or -1 with err. */
+static int write_text(const char *path, const char *text, char *err, size_t errlen)
+{
+    merak_atomic *af;
+    if (merak_atomic_open(path, &af, err, errlen) < 0)
+        return -1;
+    merak_atomic_write(af, text, strlen(text));
+    merak_atomic_write(af, "\n", 1);
+    return merak_atomic_commit(af, err, errlen);
+}
+
+/* Rank 0: the model's config.json, the manifest with every file, then DONE. */
 static int write_manifest(merak_ckpt_writer *w, const merak_grid *gr, const double *v, char *err, size_t errlen)
 {
     json_t *files = json_object_get(w->manifest, "files");
+    char path[PATH_MAX + 32];
+    if (w->config) {
+        uint32_t crc;
+        uint64_t bytes;
+        char hex[16];
+        snprintf(path, sizeof path, "%s/config.json", w->dir);
+        if (write_text(path, w->config, err, errlen) < 0 || merak_file_crc32(path, &crc, &bytes, err, errlen) < 0)
+            return -1;
+        snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+        json_array_append_new(files, json_pack("{s:s, s:s, s:I, s:s}", "name", "config.json", "kind", "config",
+                                               "bytes", (json_int_t)bytes, "crc32", hex));
+    }
     for (int p = 0; p < gr->pp; p++)
         for (int t = 0; t < gr->tp; t++) {
             int r = merak_grid_rank(gr, 0, t, p);
@@ -540,27 +577,15 @@ static int write_manifest(merak_ckpt_writer *w, const merak_grid *gr, const doub
                                                        (json_int_t)v[5 * r + 2 * f + 1], "crc32", crc));
             }
         }
-    char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/manifest.json", w->dir);
-    char *text = json_dumps(w->manifest, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
-    merak_atomic *af;
+    char *text = json_dumps(w->manifest, JSON_INDENT(2) | JSON_REAL_PRECISION(9)), done[32];
     if (!text)
         return merak_errf(err, errlen, "out of memory writing the manifest");
-    int rc = merak_atomic_open(path, &af, err, errlen);
-    if (rc == 0) {
-        merak_atomic_write(af, text, strlen(text));
-        merak_atomic_write(af, "\n", 1);
-        rc = merak_atomic_commit(af, err, errlen);
-    }
+    int rc = write_text(path, text, err, errlen);
     free(text);
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/DONE", w->dir);
-        if ((rc = merak_atomic_open(path, &af, err, errlen)) == 0) {
-            fprintf(merak_atomic_file(af), "step %d\n", w->step);
-            rc = merak_atomic_commit(af, err, errlen);
-        }
-    }
-    return rc;
+    snprintf(path, sizeof path, "%s/DONE", w->dir);
+    snprintf(done, sizeof done, "step %d", w->step);
+    return rc < 0 ? -1 : write_text(path, done, err, errlen);
 }
 
 int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *done, char *err, size_t errlen)
@@ -606,143 +631,269 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
     return rc < 0 ? -1 : 0;
 }
 
-/* ------------------------------------------------------------------ loading */
-
-typedef struct ckpt_files {
-    const char *dir;
-    int n;
-    merak_st_file **f;    /* [n] */
-    char (*path)[PATH_MAX];
-    int *kind;            /* 0 model, 1 optim */
-} ckpt_files;
-
-static void files_close(ckpt_files *F)
+int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const int *tensors,
+                           const float *const *data, const merak_model_config *model, uint64_t seed, char *err,
+                           size_t errlen)
 {
-    for (int i = 0; i < F->n; i++)
-        merak_st_close(F->f[i]);
-    free(F->f), free(F->path), free(F->kind);
+    merak_grid gr = {.dp = 1, .tp = 1, .pp = 1, .world = 1};
+    merak_args a;
+    merak_ckpt_state st = {0, 0, seed, 0};
+    merak_ckpt_writer *w = merak_ckpt_writer_create(root, 0);
+    float *zeros = NULL;
+    int rc = -1;
+    merak_args_default(&a);
+    if (!w)
+        return merak_errf(err, errlen, "out of memory");
+    job *j = &w->job;
+    size_t most = 1;
+    for (int i = 0; i < n; i++)
+        most = (size_t)merak_tensor_elems(&g->tensors[tensors[i]]) > most
+                   ? (size_t)merak_tensor_elems(&g->tensors[tensors[i]]) : most;
+    w->manifest = manifest_new(&gr, &a, &st, model);
+    w->config = model ? merak_model_config_json(model) : NULL;
+    if (!w->manifest || (model && !w->config) || !(zeros = calloc(most, sizeof *zeros))) {
+        merak_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    /* a new checkpoint directory: step 0 in one with newer steps would never be picked */
+    DIR *d = opendir(root);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+            closedir(d);
+            merak_errf(err, errlen, "%s: not empty; import writes a new checkpoint directory", root);
+            merak_ckpt_writer_destroy(w);
+            free(zeros);
+            return -1;
+        }
+    if (d)
+        closedir(d);
+    if (step_dir(root, 0, w->dir, sizeof w->dir) < 0 || make_dir(w, err, errlen) < 0 ||
+        job_tables(j, n, err, errlen) < 0)
+        goto out;
+    for (int i = 0; i < n; i++)
+        if (job_entry(j, i, &g->tensors[tensors[i]], data[i], zeros, zeros, err, errlen) < 0)
+            goto out;
+    for (int f = 0; f < 2; f++) {
+        char name[64];
+        file_name(f, 0, 0, name, sizeof name);
+        if ((size_t)snprintf(j->path[f], sizeof j->path[f], "%s/%s", w->dir, name) >= sizeof j->path[f]) {
+            merak_errf(err, errlen, "%s: the path is too long", w->dir);
+            goto out;
+        }
+    }
+    write_files(w);
+    if (j->failed) {
+        merak_errf(err, errlen, "%s", j->err);
+        goto out;
+    }
+    double v[5] = {j->crc[0], (double)j->bytes[0], j->crc[1], (double)j->bytes[1], j->seconds};
+    rc = write_manifest(w, &gr, v, err, errlen);
+out:
+    if (rc < 0 && w->dir[0])
+        rm_tree(w->dir);
+    free(zeros);
+    merak_ckpt_writer_destroy(w);
+    return rc;
 }
 
-static int bad_manifest(const char *path, const char *what, char *err, size_t errlen)
+/* ------------------------------------------------------------------ reading */
+
+#define FILE_PATH (PATH_MAX + 300)   /* a checkpoint directory and a file name in it */
+
+struct merak_ckpt {
+    char dir[PATH_MAX];
+    merak_ckpt_meta meta;
+    char config[FILE_PATH];    /* the model's config.json, or "" */
+    int nfiles;                /* in the manifest */
+    merak_ckpt_file *files;    /* [nfiles]; names owned */
+    merak_st_file **st;        /* [nfiles]: the safetensors opened, NULL for config */
+    char (*path)[FILE_PATH];   /* [nfiles]: DIR/name */
+    float *tmp;                /* one stored part, as float32 */
+    size_t tmp_n;
+    float *whole;              /* one whole tensor */
+    size_t whole_n;
+    unsigned char *seen;       /* its elements placed */
+};
+
+void merak_ckpt_close(merak_ckpt *c)
 {
-    return merak_errf(err, errlen, "%s: %s", path, what);
+    if (!c)
+        return;
+    for (int i = 0; i < c->nfiles; i++) {
+        merak_st_close(c->st[i]);
+        free((char *)c->files[i].name);
+    }
+    free(c->files), free(c->st), free(c->path), free(c->tmp), free(c->whole), free(c->seen);
+    free(c);
 }
 
-/* Checks the manifest's model against this run's. */
-static int check_model(const char *path, json_t *jm, const merak_model_config *c, char *err, size_t errlen)
+const merak_ckpt_meta *merak_ckpt_meta_of(const merak_ckpt *c) { return &c->meta; }
+const char *merak_ckpt_config_path(const merak_ckpt *c) { return c->config[0] ? c->config : NULL; }
+int merak_ckpt_num_files(const merak_ckpt *c) { return c->nfiles; }
+const merak_ckpt_file *merak_ckpt_file_at(const merak_ckpt *c, int i) { return &c->files[i]; }
+const merak_st_file *merak_ckpt_st(const merak_ckpt *c, int i) { return c->st[i]; }
+
+/* Checks the checkpoint's model (its config.json) against this run's. */
+static int check_model(const char *path, const merak_model_config *c, char *err, size_t errlen)
 {
-    if (!jm || !c)
+    merak_model_config k;
+    if (!path[0] || !c)
         return 0;
-    const char *arch = NULL;
-    int v[7] = {0};
-    if (json_unpack(jm, "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "arch", &arch, "vocab_size", &v[0],
-                    "max_positions", &v[1], "hidden", &v[2], "n_layer", &v[3], "n_head", &v[4], "n_kv_head",
-                    &v[5], "ffn_hidden", &v[6]) != 0)
-        return bad_manifest(path, "\"model\" lacks arch, vocab_size, max_positions, hidden, n_layer, n_head, "
-                                  "n_kv_head or ffn_hidden", err, errlen);
-    const char *field[] = {"vocab_size", "max_positions", "hidden", "n_layer", "n_head", "n_kv_head", "ffn_hidden"};
-    int mine[] = {c->vocab_size, c->max_positions, c->hidden, c->n_layer, c->n_head, c->n_kv_head, c->ffn_hidden};
+    if (merak_model_config_load(path, &k, err, errlen) < 0)
+        return -1;
+    const char *arch = k.arch == MERAK_ARCH_LLAMA ? "llama" : "gpt2";
     const char *my_arch = c->arch == MERAK_ARCH_LLAMA ? "llama" : "gpt2";
-    if (strcmp(arch, my_arch) != 0)
+    if (k.arch != c->arch)
         return merak_errf(err, errlen, "%s: the checkpoint is of a %s model, this run trains a %s model", path, arch,
                           my_arch);
-    for (int i = 0; i < 7; i++)
+    const char *field[] = {"vocab_size", "max_positions", "hidden", "n_layer", "n_head", "n_kv_head", "ffn_hidden",
+                           "tie_embeddings"};
+    int v[] = {k.vocab_size, k.max_positions, k.hidden, k.n_layer, k.n_head, k.n_kv_head, k.ffn_hidden,
+               k.tie_embeddings};
+    int mine[] = {c->vocab_size, c->max_positions, c->hidden, c->n_layer, c->n_head, c->n_kv_head, c->ffn_hidden,
+                  c->tie_embeddings};
+    for (int i = 0; i < 8; i++)
         if (v[i] != mine[i])
             return merak_errf(err, errlen, "%s: the checkpoint's model has %s %d, this run's %d (model %s)", path,
                               field[i], v[i], mine[i], c->name);
     return 0;
 }
 
-/* Reads DIR/manifest.json: state, model check, files (opened, checked
- * against their CRC when this rank verifies them). */
-static int read_manifest(const char *dir, const merak_model_config *model, int rank, int world, merak_ckpt_state *st,
-                         ckpt_files *F, char *err, size_t errlen)
+/* The manifest's fields beside the files (meta; optional ones left as
+ * they are).  0, or -1 with err. */
+static int read_meta(const char *path, json_t *m, merak_ckpt_meta *mt, char *err, size_t errlen)
 {
-    char path[PATH_MAX + 32];
+    const char *format = NULL, *producer = "", *schedule = "", *data = "";
+    int version = 0;
+    json_int_t consumed = -1, seed = -1;
+    merak_ckpt_state *st = &mt->st;
+    if (json_unpack(m, "{s:s, s:i, s:i, s:{s:I}, s:{s:I}, s:{s:i}}", "format", &format, "version", &version,
+                    "step", &st->step, "data", "consumed", &consumed, "rng", "seed", &seed, "optimizer", "steps",
+                    &st->adam_steps) != 0 ||
+        strcmp(format, CKPT_FORMAT) != 0)
+        return merak_errf(err, errlen, "%s: not a merak checkpoint manifest (format, version, step, data.consumed, "
+                                       "rng.seed, optimizer.steps and files are required)", path);
+    if (version != CKPT_VERSION)
+        return merak_errf(err, errlen, "%s: checkpoint format version %d; this merak reads version %d", path, version,
+                          CKPT_VERSION);
+    if (st->step < 0 || consumed < 0 || seed < 0 || st->adam_steps < 0)
+        return merak_errf(err, errlen, "%s: step, data.consumed, rng.seed and optimizer.steps must not be negative",
+                          path);
+    st->consumed = (uint64_t)consumed;
+    st->seed = (uint64_t)seed;
+    json_unpack(m, "{s?s, s?{s?s}, s?{s?i, s?i, s?i, s?s, s?i, s?i, s?i, s?i, s?i}}", "producer", &producer,
+                "data", "pattern", &data, "layout", "dp", &mt->dp, "tp", &mt->tp, "pp", &mt->pp, "schedule",
+                &schedule, "virtual_stages", &mt->virtual_stages, "zero", &mt->zero, "micro_batches",
+                &mt->micro_batches, "micro_batch", &mt->micro_batch, "seq_len", &mt->seq_len);
+    snprintf(mt->producer, sizeof mt->producer, "%s", producer);
+    snprintf(mt->schedule, sizeof mt->schedule, "%s", schedule);
+    snprintf(mt->data, sizeof mt->data, "%s", data);
+    return 0;
+}
+
+int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, int world, merak_ckpt **out,
+                    char *err, size_t errlen)
+{
+    char path[FILE_PATH];
+    *out = NULL;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE *fp = merak_file_fopen(path, err, errlen);
     if (!fp)
         return -1;
     json_error_t je;
-    json_t *m = json_loadf(fp, JSON_REJECT_DUPLICATES, &je), *files = NULL, *jm = NULL;
+    json_t *m = json_loadf(fp, JSON_REJECT_DUPLICATES, &je), *files;
     fclose(fp);
     if (!m)
         return merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
-    const char *format = NULL;
-    int version = 0, rc = -1;
-    json_int_t consumed = -1, seed = -1;
-    if (json_unpack(m, "{s:s, s:i, s:i, s:{s:I}, s:{s:I}, s:{s:i}, s:o, s?o}", "format", &format, "version", &version,
-                    "step", &st->step, "data", "consumed", &consumed, "rng", "seed", &seed, "optimizer", "steps",
-                    &st->adam_steps, "files", &files, "model", &jm) != 0 ||
-        strcmp(format, CKPT_FORMAT) != 0 || !json_is_array(files)) {
-        bad_manifest(path, "not a merak checkpoint manifest (format, version, step, data.consumed, rng.seed, "
-                           "optimizer.steps and files are required)", err, errlen);
+    merak_ckpt *c = calloc(1, sizeof *c);
+    int rc = -1;
+    if (!c) {
+        merak_errf(err, errlen, "out of memory");
         goto out;
     }
-    if (version != CKPT_VERSION) {
-        merak_errf(err, errlen, "%s: checkpoint format version %d; this merak reads version %d", path, version,
-                   CKPT_VERSION);
+    if ((size_t)snprintf(c->dir, sizeof c->dir, "%s", dir) >= sizeof c->dir) {
+        merak_errf(err, errlen, "%s: the path is too long", path);
         goto out;
     }
-    if (st->step < 0 || consumed < 0 || seed < 0 || st->adam_steps < 0) {
-        bad_manifest(path, "step, data.consumed, rng.seed and optimizer.steps must not be negative", err, errlen);
+    if (read_meta(path, m, &c->meta, err, errlen) < 0)
+        goto out;
+    if (!json_is_array(files = json_object_get(m, "files"))) {
+        merak_errf(err, errlen, "%s: \"files\" is not a list of the checkpoint's files", path);
         goto out;
     }
-    st->consumed = (uint64_t)consumed;
-    st->seed = (uint64_t)seed;
-    if (check_model(path, jm, model, err, errlen) < 0)
-        goto out;
     int n = (int)json_array_size(files);
-    F->f = calloc((size_t)n + 1, sizeof *F->f);
-    F->path = calloc((size_t)n + 1, sizeof *F->path);
-    F->kind = calloc((size_t)n + 1, sizeof *F->kind);
-    if (!F->f || !F->path || !F->kind) {
+    c->files = calloc((size_t)n + 1, sizeof *c->files);
+    c->st = calloc((size_t)n + 1, sizeof *c->st);
+    c->path = calloc((size_t)n + 1, sizeof *c->path);
+    if (!c->files || !c->st || !c->path) {
         merak_errf(err, errlen, "out of memory");
         goto out;
     }
     for (int i = 0; i < n; i++) {
         const char *name = NULL, *kind = NULL, *crc = NULL;
         json_int_t bytes = -1;
+        char *end = NULL;
         if (json_unpack(json_array_get(files, (size_t)i), "{s:s, s:s, s:I, s:s}", "name", &name, "kind", &kind,
                         "bytes", &bytes, "crc32", &crc) != 0 ||
-            (strcmp(kind, "model") != 0 && strcmp(kind, "optim") != 0) || strchr(name, '/') || name[0] == '.') {
-            merak_errf(err, errlen, "%s: files[%d] is not {name, kind model|optim, bytes, crc32} of a file in it",
-                       path, i);
+            (strcmp(kind, "model") != 0 && strcmp(kind, "optim") != 0 && strcmp(kind, "config") != 0) ||
+            !name[0] || strchr(name, '/') || name[0] == '.' || strlen(name) > 255 || bytes < 0 ||
+            (strtoul(crc, &end, 16), !*crc || *end || strlen(crc) > 8)) {
+            merak_errf(err, errlen, "%s: files[%d] is not {name, kind model|optim|config, bytes, crc32} of a file "
+                       "in it", path, i);
             goto out;
         }
-        snprintf(F->path[i], PATH_MAX, "%s/%s", dir, name);
-        F->kind[i] = strcmp(kind, "optim") == 0;
+        merak_ckpt_file *f = &c->files[i];
+        if (!(f->name = strdup(name))) {
+            merak_errf(err, errlen, "out of memory");
+            goto out;
+        }
+        c->nfiles = i + 1;
+        f->kind = kind[0] == 'm' ? MERAK_CKPT_MODEL : kind[0] == 'o' ? MERAK_CKPT_OPTIM : MERAK_CKPT_CONFIG;
+        f->bytes = (uint64_t)bytes;
+        f->crc = (uint32_t)strtoul(crc, NULL, 16);
+        char *fpath = c->path[i];
+        if ((size_t)snprintf(fpath, FILE_PATH, "%s/%s", c->dir, name) >= FILE_PATH) {
+            merak_errf(err, errlen, "%s: files[%d]: the path is too long", path, i);
+            goto out;
+        }
         if (i % world == rank) {
             uint32_t got;
             uint64_t size;
-            if (merak_file_crc32(F->path[i], &got, &size, err, errlen) < 0)
+            if (merak_file_crc32(fpath, &got, &size, err, errlen) < 0)
                 goto out;
-            if ((json_int_t)size != bytes || strtoul(crc, NULL, 16) != got) {
-                merak_errf(err, errlen, "%s: damaged: %llu bytes with CRC-32 %08x, the manifest says %lld bytes "
-                           "with %s", F->path[i], (unsigned long long)size, (unsigned)got, (long long)bytes, crc);
+            if (size != f->bytes || got != f->crc) {
+                merak_errf(err, errlen, "%s: damaged: %llu bytes with CRC-32 %08x, the manifest says %llu bytes "
+                           "with %08x", fpath, (unsigned long long)size, (unsigned)got,
+                           (unsigned long long)f->bytes, (unsigned)f->crc);
                 goto out;
             }
         }
-        if (merak_st_open(F->path[i], &F->f[i], err, errlen) < 0)
+        if (f->kind == MERAK_CKPT_CONFIG)
+            snprintf(c->config, sizeof c->config, "%s", fpath);
+        else if (merak_st_open(fpath, &c->st[i], err, errlen) < 0)
             goto out;
-        F->n = i + 1;
     }
+    if (check_model(c->config, model, err, errlen) < 0)
+        goto out;
+    *out = c;
     rc = 0;
 out:
     json_decref(m);
+    if (rc < 0)
+        merak_ckpt_close(c);
     return rc;
 }
 
-/* Every tensor of every file is a parameter of the model (or its moment). */
-static int check_names(const ckpt_files *F, const merak_graph *model, char *err, size_t errlen)
+int merak_ckpt_check_names(const merak_ckpt *c, const merak_graph *model, char *err, size_t errlen)
 {
-    for (int i = 0; i < F->n; i++)
-        for (int k = 0; k < merak_st_count(F->f[i]); k++) {
-            const char *name = merak_st_at(F->f[i], k)->name;
+    for (int i = 0; i < c->nfiles; i++)
+        for (int k = 0; c->st[i] && k < merak_st_count(c->st[i]); k++) {
+            const char *name = merak_st_at(c->st[i], k)->name;
+            int optim = c->files[i].kind == MERAK_CKPT_OPTIM, ok = !optim;
             char base[MERAK_NAME_MAX + 16];
             snprintf(base, sizeof base, "%s", name);
-            int ok = !F->kind[i];
-            for (int m = 0; F->kind[i] && m < MOMENTS; m++) {
+            for (int m = 0; optim && m < MOMENTS; m++) {
                 size_t a = strlen(base), b = strlen(moment_suffix[m]);
                 if (a > b && strcmp(base + a - b, moment_suffix[m]) == 0) {
                     base[a - b] = 0;
@@ -751,9 +902,10 @@ static int check_names(const ckpt_files *F, const merak_graph *model, char *err,
                 }
             }
             int t = ok ? merak_graph_find(model, base) : -1;
-            if (t < 0 || merak_graph_param_root(model, t) != t)
-                return merak_errf(err, errlen, "%s: tensor '%s' is not a parameter of this model%s", F->path[i],
-                                  name, ok ? "" : " (an optimizer file holds NAME.exp_avg and NAME.exp_avg_sq)");
+            if (t < 0 || model->tensors[t].kind != MERAK_T_PARAM || merak_graph_param_root(model, t) != t)
+                return merak_errf(err, errlen, "%s/%s: tensor '%s' is not a parameter of this model%s", c->dir,
+                                  c->files[i].name, name,
+                                  ok ? "" : " (an optimizer file holds NAME.exp_avg and NAME.exp_avg_sq)");
         }
     return 0;
 }
@@ -772,112 +924,102 @@ static void cover_run(void *ctx, int64_t local, int64_t global, int64_t n)
             c->seen[e] = 1, c->added++;
 }
 
-/* Tensor `name` (parameter t's own, or a moment of it) whole in `whole`,
- * from every file of kind that holds a part of it, then t's shard of it
- * in local.  0, or -1 with err when a part is missing or does not fit. */
-static int assemble(const ckpt_files *F, int kind, const char *name, const merak_tensor *t, float *whole,
-                    float **tmp, size_t *tmp_n, float *local, char *err, size_t errlen)
+/* Grows *buf to n floats (or bytes, size 1); 0 or -1. */
+static int grow(void **buf, size_t *have, size_t n, size_t size)
 {
+    if (n <= *have)
+        return 0;
+    void *p = realloc(*buf, n * size);
+    if (!p)
+        return -1;
+    *buf = p, *have = n;
+    return 0;
+}
+
+int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *local, char *err, size_t errlen)
+{
+    char name[MERAK_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s%s", t->name, moment < 0 ? "" : moment_suffix[moment]);
+    merak_ckpt_kind kind = moment < 0 ? MERAK_CKPT_MODEL : MERAK_CKPT_OPTIM;
     int64_t full_n = 1;
     for (int d = 0; d < t->ndim; d++)
         full_n *= t->full[d];
-    cover cv = {calloc((size_t)full_n, 1), 0};
-    if (!cv.seen)
+    size_t seen_n = c->whole_n;
+    if (grow((void **)&c->whole, &c->whole_n, (size_t)full_n, sizeof(float)) < 0 ||
+        grow((void **)&c->seen, &seen_n, c->whole_n, 1) < 0)
         return merak_errf(err, errlen, "out of memory loading '%s'", name);
-    int rc = 0;
-    for (int i = 0; i < F->n && rc == 0 && cv.added < full_n; i++) {
-        const merak_st_info *info = F->kind[i] == kind ? merak_st_find(F->f[i], name) : NULL;
+    cover cv = {c->seen, 0};
+    memset(cv.seen, 0, (size_t)full_n);
+    for (int i = 0; i < c->nfiles && cv.added < full_n; i++) {
+        const merak_st_info *info = c->files[i].kind == kind ? merak_st_find(c->st[i], name) : NULL;
         if (!info)
             continue;
+        const char *fpath = c->path[i];
         merak_tensor src;
-        if (place_parse(F->path[i], info, merak_st_metadata(F->f[i], t->name), &src, err, errlen) < 0) {
-            rc = -1;
-            break;
-        }
+        if (place_parse(fpath, info, merak_st_metadata(c->st[i], t->name), &src, err, errlen) < 0)
+            return -1;
         int64_t src_full = 1;
         for (int d = 0; d < src.ndim; d++)
             src_full *= src.full[d];
-        if (src.ndim != t->ndim || memcmp(src.full, t->full, (size_t)t->ndim * sizeof *t->full) != 0) {
-            rc = merak_errf(err, errlen, "%s: tensor '%s' is part of a %d-dimensional tensor of %lld elements; "
-                            "this model's is %d-dimensional, %lld elements", F->path[i], name, src.ndim,
-                            (long long)src_full, t->ndim, (long long)full_n);
-            break;
-        }
-        size_t n = (size_t)merak_tensor_elems(&src);
-        if (n > *tmp_n) {
-            float *p = realloc(*tmp, n * sizeof *p);
-            if (!p) {
-                rc = merak_errf(err, errlen, "out of memory loading '%s'", name);
-                break;
-            }
-            *tmp = p, *tmp_n = n;
-        }
-        if (merak_st_to_f32(info, *tmp, err, errlen) < 0) {
-            rc = -1;
-            break;
-        }
-        merak_shard_place(&src, *tmp, whole);
+        if (src.ndim != t->ndim || memcmp(src.full, t->full, (size_t)t->ndim * sizeof *t->full) != 0)
+            return merak_errf(err, errlen, "%s: tensor '%s' is part of a %d-dimensional tensor of %lld elements; "
+                              "this model's is %d-dimensional, %lld elements", fpath, name, src.ndim,
+                              (long long)src_full, t->ndim, (long long)full_n);
+        if (grow((void **)&c->tmp, &c->tmp_n, (size_t)merak_tensor_elems(&src), sizeof(float)) < 0)
+            return merak_errf(err, errlen, "out of memory loading '%s'", name);
+        if (merak_st_to_f32(info, c->tmp, err, errlen) < 0)
+            return -1;
+        merak_shard_place(&src, c->tmp, c->whole);
         merak_shard_runs(&src, cover_run, &cv);
     }
-    free(cv.seen);
-    if (rc == 0 && cv.added < full_n)
-        rc = merak_errf(err, errlen, "%s: the checkpoint lacks %lld of the %lld elements of tensor '%s'",
-                        F->dir, (long long)(full_n - cv.added), (long long)full_n, name);
-    if (rc == 0)
-        merak_shard_slice(t, whole, local);
-    return rc;
+    if (cv.added < full_n)
+        return merak_errf(err, errlen, "%s: the checkpoint lacks %lld of the %lld elements of tensor '%s'", c->dir,
+                          (long long)(full_n - cv.added), (long long)full_n, name);
+    merak_shard_slice(t, c->whole, local);
+    return 0;
 }
 
 int merak_ckpt_load(const char *dir, merak_stage *s, merak_optim *o, const merak_model_config *model, int rank,
                     int world, merak_ckpt_state *st, char *err, size_t errlen)
 {
-    ckpt_files F = {.dir = dir};
+    merak_ckpt *c;
     merak_exec *e = merak_stage_exec(s);
     const merak_graph *g = merak_stage_graph(s);
-    size_t n, lo, hi, tmp_n = 0;
-    float *p0 = merak_exec_params_flat(e, &n), *tmp = NULL, *whole = NULL, *local = NULL;
+    size_t n, lo, hi;
+    float *p0 = merak_exec_params_flat(e, &n), *local = NULL;
     float *mom[MOMENTS] = {NULL, NULL};
     merak_stage_share(s, &lo, &hi);
-    int rc = read_manifest(dir, model, rank, world, st, &F, err, errlen);
-    if (rc == 0)
-        rc = check_names(&F, merak_stage_model(s), err, errlen);
-    int64_t most = 1;
-    for (int i = 0; rc == 0 && i < merak_exec_num_params(e); i++) {
-        const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
-        int64_t f = 1;
-        for (int d = 0; d < t->ndim; d++)
-            f *= t->full[d];
-        most = f > most ? f : most;
-    }
+    if (merak_ckpt_open(dir, model, rank, world, &c, err, errlen) < 0)
+        return -1;
+    *st = c->meta.st;
+    int rc = merak_ckpt_check_names(c, merak_stage_model(s), err, errlen);
+    size_t most = 1;
+    for (int i = 0; i < merak_exec_num_params(e); i++)
+        most = merak_exec_param_elems(e, i) > most ? merak_exec_param_elems(e, i) : most;
     if (rc == 0) {
-        whole = malloc((size_t)most * sizeof *whole);
-        local = malloc((size_t)most * sizeof *local);
+        local = malloc(most * sizeof *local);
         for (int m = 0; m < MOMENTS; m++)
             mom[m] = calloc(hi > lo ? hi - lo : 1, sizeof(float));
-        if (!whole || !local || !mom[0] || !mom[1])
+        if (!local || !mom[0] || !mom[1])
             rc = merak_errf(err, errlen, "out of memory loading the checkpoint");
     }
     for (int i = 0; rc == 0 && i < merak_exec_num_params(e); i++) {
         const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
         size_t a = (size_t)(merak_exec_param_data(e, i) - p0), b = a + merak_exec_param_elems(e, i);
-        rc = assemble(&F, 0, t->name, t, whole, &tmp, &tmp_n, local, err, errlen);
+        rc = merak_ckpt_read(c, t, -1, local, err, errlen);
         if (rc == 0 && merak_exec_param_write(e, i, local) < 0)
             rc = merak_errf(err, errlen, "copying '%s' to the %s backend failed", t->name,
                             merak_exec_kernels(e)->name);
         /* the moments of the part of it this rank updates */
         size_t ca = a > lo ? a : lo, cb = b < hi ? b : hi;
-        for (int m = 0; rc == 0 && m < MOMENTS && ca < cb; m++) {
-            char name[MERAK_NAME_MAX + 16];
-            snprintf(name, sizeof name, "%s%s", t->name, moment_suffix[m]);
-            rc = assemble(&F, 1, name, t, whole, &tmp, &tmp_n, local, err, errlen);
-            if (rc == 0)
+        for (int m = 0; rc == 0 && m < MOMENTS && ca < cb; m++)
+            if ((rc = merak_ckpt_read(c, t, m, local, err, errlen)) == 0)
                 memcpy(mom[m] + (ca - lo), local + (ca - a), (cb - ca) * sizeof(float));
-        }
     }
     if (rc == 0 && merak_optim_write(o, mom[0], mom[1], st->adam_steps) < 0)
         rc = merak_errf(err, errlen, "copying the optimizer state to the %s backend failed",
                         merak_exec_kernels(e)->name);
-    files_close(&F);
-    free(tmp), free(whole), free(local), free(mom[0]), free(mom[1]);
+    merak_ckpt_close(c);
+    free(local), free(mom[0]), free(mom[1]);
     return rc;
 }

@@ -35,6 +35,7 @@
 #include "comm/comm.h"
 #include "merak/merak.h"
 #include "pipe/stage.h"
+#include "safetensors.h"
 #include "train.h"
 
 /* The training state beside the tensors. */
@@ -91,6 +92,57 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
  * (SPEC unreadable, or a checkpoint directory without DONE). */
 int merak_ckpt_find(const char *spec, const char *root, char *out, size_t outlen, char *err,
                     size_t errlen);
+
+/* ---- reading */
+typedef enum merak_ckpt_kind { MERAK_CKPT_MODEL, MERAK_CKPT_OPTIM, MERAK_CKPT_CONFIG } merak_ckpt_kind;
+typedef struct merak_ckpt_file {
+    const char *name;          /* in the checkpoint's directory */
+    merak_ckpt_kind kind;
+    uint64_t bytes;
+    uint32_t crc;              /* zlib's CRC-32 of the whole file */
+} merak_ckpt_file;
+/* What the manifest says beside the files (layout fields 0 and strings
+ * empty when it does not say). */
+typedef struct merak_ckpt_meta {
+    merak_ckpt_state st;
+    int dp, tp, pp, virtual_stages, zero, micro_batches, micro_batch, seq_len;
+    char schedule[32], producer[64], data[512];
+} merak_ckpt_meta;
+typedef struct merak_ckpt merak_ckpt;
+
+/* Opens checkpoint DIR: its manifest, every file in it (safetensors
+ * opened and validated), the CRC-32 of files rank, rank + world, ... (0
+ * of 1: all) compared with the manifest's, and the model of its
+ * config.json against `model` (NULL: not compared).  0, or -1 with one
+ * line in err naming the file. */
+int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, int world, merak_ckpt **out,
+                    char *err, size_t errlen);
+void merak_ckpt_close(merak_ckpt *c);
+const merak_ckpt_meta *merak_ckpt_meta_of(const merak_ckpt *c);
+/* The checkpoint's config.json (Hugging Face), or NULL if it has none. */
+const char *merak_ckpt_config_path(const merak_ckpt *c);
+int merak_ckpt_num_files(const merak_ckpt *c);
+const merak_ckpt_file *merak_ckpt_file_at(const merak_ckpt *c, int i);
+/* File i's tensors (NULL for the config). */
+const merak_st_file *merak_ckpt_st(const merak_ckpt *c, int i);
+/* Every tensor of every file is a parameter of model (its storage: a tied
+ * alias is never written) or a moment of one.  0, or -1 naming the file
+ * and the tensor. */
+int merak_ckpt_check_names(const merak_ckpt *c, const merak_graph *model, char *err, size_t errlen);
+/* Parameter t (a tensor of the model or of any tensor-parallel shard of
+ * it: its full shape and its place in it say what to read), or its moment
+ * (0: exp_avg, 1: exp_avg_sq; -1: the parameter), assembled from every
+ * file holding a part of it, into local (t's elements, graph layout).  0,
+ * or -1 with err when a part is missing or does not fit. */
+int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *local, char *err, size_t errlen);
+
+/* Writes a checkpoint of a model from whole parameters (n tensors of g,
+ * data[i] the values of tensors[i] in graph layout) at step 0 with zero
+ * moments, as ROOT/step_00000000 (merak-ckpt import): training resumed
+ * from it in any layout starts from these weights.  0, or -1 with err. */
+int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const int *tensors,
+                           const float *const *data, const merak_model_config *model, uint64_t seed, char *err,
+                           size_t errlen);
 
 /* Loads checkpoint DIR into this rank's stage and optimizer (every
  * parameter and its moments assembled from the files that hold its parts,

@@ -32,6 +32,11 @@ int merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed, char *
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
                        size_t errlen);
 
+/* The same into host arrays: tensors[i] of g (whole, or a shard's part)
+ * into data[i], graph layout, for i < n. */
+int merak_weights_read(const merak_graph *g, int n, const int *tensors, const char *path, float *const *data,
+                       char *err, size_t errlen);
+
 /* Export with Hugging Face names and layouts, from host arrays: data[i]
  * holds the whole parameter tensors[i] in graph layout; a tied head is not
  * written. */

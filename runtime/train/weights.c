@@ -58,6 +58,57 @@ static const merak_st_info *find_param(const merak_st_file *f, const char *name)
     return info;
 }
 
+/* Reusable buffers of the reads. */
+typedef struct read_bufs {
+    float *tmp, *whole;   /* as stored; transposed to graph layout */
+    size_t n;
+} read_bufs;
+
+/* Parameter t (of the model or a tensor-parallel shard: its part of the
+ * whole tensor) from file f into dst, graph layout.  0, or -1 with err
+ * naming the file and the tensor. */
+static int read_param(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
+                      char *err, size_t errlen)
+{
+    const merak_st_info *info = find_param(f, t->name);
+    if (!info)
+        return merak_errf(err, errlen, "%s: tensor '%s' is missing", path, t->name);
+    int64_t want[MERAK_MAX_DIMS];
+    hf_shape(t, want);
+    if (info->ndim != t->ndim || memcmp(info->shape, want, (size_t)t->ndim * sizeof *want) != 0) {
+        char a[96], w[96];
+        shape_str(info->shape, info->ndim, a, sizeof a);
+        shape_str(want, t->ndim, w, sizeof w);
+        return merak_errf(err, errlen, "%s: tensor '%s' has shape %s (expected %s)", path, t->name, a, w);
+    }
+    int transposed = t->layout == MERAK_HF_TRANSPOSED, sharded = t->shard_dim >= 0;
+    if (!transposed && !sharded)
+        return merak_st_to_f32(info, dst, err, errlen);
+    /* Read into tmp; a transposed tensor turns into graph layout in whole
+     * (or straight into dst when it is not a shard). */
+    size_t n = (size_t)full_elems(t);
+    if (n > b->n) {
+        float *p = realloc(b->tmp, n * sizeof *p), *q = p ? realloc(b->whole, n * sizeof *q) : NULL;
+        if (p)
+            b->tmp = p;
+        if (q)
+            b->whole = q;
+        if (!p || !q)
+            return merak_errf(err, errlen, "%s: out of memory reading '%s'", path, t->name);
+        b->n = n;
+    }
+    if (merak_st_to_f32(info, b->tmp, err, errlen) < 0)
+        return -1;
+    const float *graph_layout = b->tmp;
+    if (transposed) {
+        transpose(sharded ? b->whole : dst, b->tmp, want[0], want[1]);
+        graph_layout = b->whole;
+    }
+    if (sharded)
+        merak_shard_slice(t, graph_layout, dst);
+    return 0;
+}
+
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
                        size_t errlen)
 {
@@ -65,27 +116,11 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
     if (merak_st_open(path, &f, err, errlen) < 0)
         return -1;
     int rc = 0;
-    float *tmp = NULL, *whole = NULL;   /* as stored; transposed to graph layout */
+    read_bufs b = {0};
     float *dst = NULL;                  /* the parameter (host), then copied to the executor */
-    size_t tmp_n = 0, dst_n = 0;
+    size_t dst_n = 0;
     for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
         const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
-        const merak_st_info *info = find_param(f, t->name);
-        if (!info) {
-            rc = merak_errf(err, errlen, "%s: tensor '%s' is missing", path, t->name);
-            break;
-        }
-        int64_t want[MERAK_MAX_DIMS];
-        hf_shape(t, want);
-        if (info->ndim != t->ndim ||
-            memcmp(info->shape, want, (size_t)t->ndim * sizeof *want) != 0) {
-            char a[96], b[96];
-            shape_str(info->shape, info->ndim, a, sizeof a);
-            shape_str(want, t->ndim, b, sizeof b);
-            rc = merak_errf(err, errlen, "%s: tensor '%s' has shape %s (expected %s)", path, t->name,
-                      a, b);
-            break;
-        }
         size_t pn = merak_exec_param_elems(e, i);
         if (pn > dst_n) {
             float *p = realloc(dst, pn * sizeof *p);
@@ -96,41 +131,30 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             dst = p;
             dst_n = pn;
         }
-        int transposed = t->layout == MERAK_HF_TRANSPOSED, sharded = t->shard_dim >= 0;
-        /* Read into tmp; a transposed tensor turns into graph layout in
-         * whole (or straight into dst when it is not a shard). */
-        size_t n = (size_t)full_elems(t);
-        if ((transposed || sharded) && n > tmp_n) {
-            float *p = realloc(tmp, n * sizeof *p), *q = p ? realloc(whole, n * sizeof *q) : NULL;
-            if (p)
-                tmp = p;
-            if (q)
-                whole = q;
-            if (!p || !q) {
-                rc = merak_errf(err, errlen, "%s: out of memory reading '%s'", path, t->name);
-                break;
-            }
-            tmp_n = n;
-        }
-        if (!transposed && !sharded) {
-            rc = merak_st_to_f32(info, dst, err, errlen);
-        } else {
-            rc = merak_st_to_f32(info, tmp, err, errlen);
-            const float *graph_layout = tmp;
-            if (rc == 0 && transposed) {
-                transpose(sharded ? whole : dst, tmp, want[0], want[1]);
-                graph_layout = whole;
-            }
-            if (rc == 0 && sharded)
-                merak_shard_slice(t, graph_layout, dst);
-        }
+        rc = read_param(f, path, t, dst, &b, err, errlen);
         if (rc == 0 && merak_exec_param_write(e, i, dst) < 0)
             rc = merak_errf(err, errlen, "%s: copying '%s' to the %s backend failed", path, t->name,
                             merak_exec_kernels(e)->name);
     }
-    free(tmp);
-    free(whole);
+    free(b.tmp);
+    free(b.whole);
     free(dst);
+    merak_st_close(f);
+    return rc;
+}
+
+int merak_weights_read(const merak_graph *g, int n, const int *tensors, const char *path, float *const *data,
+                       char *err, size_t errlen)
+{
+    merak_st_file *f;
+    if (merak_st_open(path, &f, err, errlen) < 0)
+        return -1;
+    read_bufs b = {0};
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = read_param(f, path, &g->tensors[tensors[i]], data[i], &b, err, errlen);
+    free(b.tmp);
+    free(b.whole);
     merak_st_close(f);
     return rc;
 }
