@@ -45,6 +45,12 @@ done
 grep -q "resumed from $CK/step_00000006 at step 6" "$WORK/out" || { cat "$WORK/out"; fail "latest did not pick step 6"; }
 [ ! -e "$CK/step_00000005" ] || fail "the incomplete checkpoint older than the new one was not removed"
 expect_exit 1 "step_00000009: the checkpoint is incomplete" "$TRAIN" $C --steps 12 --resume "$CK/step_00000009"
+# a run that would write older steps next to newer ones (latest would pick
+# those, pruning would keep them over this run's) is refused before step 0
+expect_exit 1 "save $CK already holds a checkpoint of step 8 and this run starts at step 0" \
+    "$TRAIN" $C --steps 2 --save "$CK"
+expect_exit 1 "already holds a checkpoint of step 8 and this run starts at step 4" \
+    "$TRAIN" $C --steps 6 --save "$CK" --resume "$CK/step_00000004"
 echo "ok: latest skips incomplete checkpoints, which are refused by name"
 
 # 4. Damaged and foreign checkpoints.

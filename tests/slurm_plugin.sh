@@ -186,9 +186,10 @@ paste -d ' ' "$WORK/one.jsonl" "$WORK/srun.jsonl" | sed 's/[{}",:]/ /g' |
          END { printf "ok: srun --mpi=pmix merak-train dp=tp=pp=2 on 2 nodes: %d steps, worst loss difference to one process %.1e\n", n, w
                exit !(n == 6 && w <= 1e-5) }' || fail "srun-launched training differs from one process"
 
-# 9b. Slurm's warning signal mid-training: srun --signal=USR1@50 in a job
-# of one minute sends SIGUSR1 to every task up to 60 s early (Slurm's
-# resolution); every rank stops after the same step, writes a checkpoint
+# 9b. Slurm's warning signal mid-training: srun --signal=USR1@20 in a job
+# of one minute sends SIGUSR1 to every task when slurmctld's periodic check
+# finds the job within 20 s (plus the check's period) of its end, some
+# seconds in; every rank stops after the same step, writes a checkpoint
 # and exits 0, and --resume latest goes on bit for bit like an unbroken
 # run of the same layout (a constant learning rate: the runs differ in
 # --steps).
@@ -198,8 +199,10 @@ strain() {   # strain LOG ARGS...: merak-train under srun, dp=tp=pp=2 on the 2 n
     OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0 \
     sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=2 "$@" > "$log" 2>&1
 }
-strain "$WORK/err" --time=1 --signal=USR1@50 "$TRAIN" $K --steps 1000000 --save "$WORK/ck" \
+started=$(date +%s)
+strain "$WORK/err" --time=1 --signal=USR1@20 "$TRAIN" $K --steps 1000000 --save "$WORK/ck" \
     --metrics "$WORK/sig.jsonl" || { tail -20 "$WORK/err" >&2; fail "srun --signal: merak-train did not exit 0"; }
+took=$(($(date +%s) - started))
 stop=$(stopped_at 10 "$WORK/ck")
 n=$((stop + 2))
 strain "$WORK/res.log" "$TRAIN" $K --steps $n --save "$WORK/ck" --resume latest --metrics "$WORK/sig.jsonl" ||
@@ -208,7 +211,8 @@ strain "$WORK/unb.log" "$TRAIN" $K --steps $n --metrics "$WORK/unb.jsonl" ||
     { tail -20 "$WORK/unb.log" >&2; fail "srun: the unbroken run failed"; }
 [ "$(sed 's/"tokens_per_s".*//' "$WORK/sig.jsonl")" = "$(sed 's/"tokens_per_s".*//' "$WORK/unb.jsonl")" ] ||
     fail "srun --signal at step $stop, resumed to $n: losses differ from the unbroken run"
-echo "ok: srun --signal=USR1@50 stopped all 8 tasks after step $stop with a checkpoint, exit 0; resumed to $n bitwise"
+echo "ok: srun --signal=USR1@20 stopped all 8 tasks after step $stop ($took s in) with a checkpoint, exit 0;" \
+     "resumed to $n bitwise"
 
 # 10. every node is idle again (a remote failure can drain a node); a node
 # may still be completing the last job for a moment on a loaded machine.

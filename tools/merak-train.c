@@ -285,10 +285,11 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
 
 /* The first SIGTERM, SIGUSR1, SIGHUP or SIGINT asks every rank to stop
  * after the step (and checkpoint); a second one ends this process at once. */
-static volatile int stop_requested;
+static volatile int stop_requested;       /* the trainer sets it too: the agreed signal */
+static volatile sig_atomic_t signals_seen; /* this process's own deliveries */
 static void on_signal(int sig)
 {
-    if (stop_requested)
+    if (signals_seen++)
         _exit(128 + sig);
     stop_requested = sig;
 }
@@ -302,6 +303,7 @@ static void catch_signals(void)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;   /* a write the signal lands in goes on */
     const int stops[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
     for (size_t i = 0; i < sizeof stops / sizeof *stops; i++)
         sigaction(stops[i], &sa, NULL);
@@ -325,6 +327,7 @@ typedef struct banner_ctx {
     const merak_model_config *cfg;
     const merak_graph *g;
     int printed;   /* this process is the one that reports (rank 0) */
+    int saved;     /* the step of the last checkpoint completed, or -1 */
 } banner_ctx;
 
 /* What is about to run, printed once by rank 0. */
@@ -374,9 +377,9 @@ static void print_banner(const merak_run_info *ri, void *user)
 /* A checkpoint saved, failed or resumed from, on rank 0. */
 static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
 {
-    (void)user;
     switch (ci->event) {
     case MERAK_CHECKPOINT_SAVED:
+        ((banner_ctx *)user)->saved = ci->step;
         printf("checkpoint step %d saved to %s (%.1f MB in %.2f s, %.0f MB/s, in the background)\n", ci->step,
                ci->path, ci->bytes / 1e6, ci->seconds, ci->seconds > 0 ? ci->bytes / 1e6 / ci->seconds : 0);
         break;
@@ -384,7 +387,8 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
         fprintf(stderr, "%s: warning: %s (training goes on, earlier checkpoints are kept)\n", cli_prog, ci->error);
         break;
     case MERAK_CHECKPOINT_RESUMED:
-        printf("resumed from %s at step %d\n", ci->path, ci->step);
+        printf("resumed from %s at step %d (%.1f MB, loaded in %.2f s)\n", ci->path, ci->step, ci->bytes / 1e6,
+               ci->seconds);
         break;
     case MERAK_CHECKPOINT_NONE:
         printf("no checkpoint in %s yet: starting at step 0\n", ci->path);
@@ -430,7 +434,7 @@ int main(int argc, char **argv)
     if (!g)
         cli_die("%s", err);
 
-    banner_ctx ctx = {&ta, &t, &cfg, g, 0};
+    banner_ctx ctx = {&ta, &t, &cfg, g, 0, -1};
     ta.on_start = print_banner;
     ta.on_step = print_step;
     ta.on_checkpoint = print_checkpoint;
@@ -459,11 +463,14 @@ int main(int argc, char **argv)
     if (ta.save_weights && ctx.printed)
         printf("saved weights to %s\n", ta.save_weights);
     if (stop_requested) {
-        /* with a checkpoint the stop is an orderly end: requeue and resume */
+        /* with its checkpoint written the stop is an orderly end: requeue
+         * and resume (rank 0 hears of the checkpoint; the others follow it) */
+        int kept = ta.save && (!ctx.printed || ctx.saved == steps);
         if (ctx.printed)
             fprintf(stderr, "%s: stopped by signal %d after step %d%s\n", cli_prog, (int)stop_requested, steps,
-                    ta.save ? "; resume with --resume latest" : " (no --save: nothing checkpointed)");
-        return ta.save ? 0 : 128 + (int)stop_requested;
+                    kept ? "; resume with --resume latest"
+                         : ta.save ? " (its checkpoint could not be written)" : " (no --save: nothing checkpointed)");
+        return kept ? 0 : 128 + (int)stop_requested;
     }
     return 0;
 }

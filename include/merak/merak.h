@@ -254,7 +254,8 @@ typedef struct merak_checkpoint_info {
     merak_checkpoint_event event;
     int step;               /* steps done at the checkpoint */
     const char *path;       /* its directory (NONE: the directory searched) */
-    double bytes, seconds;  /* SAVED: every file; from the copy to the last byte on disk */
+    double bytes, seconds;  /* SAVED: every file; from the copy to the last byte on disk;
+                             * RESUMED: every file; rank 0's time to load its part */
     const char *error;      /* FAILED */
 } merak_checkpoint_info;
 

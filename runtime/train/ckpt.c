@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +101,7 @@ static int place_parse(const char *file, const merak_st_info *info, const char *
     for (int k = 0; k < nseg; k++) {
         json_int_t a = -1, n = -1;
         json_unpack(json_array_get(segs, (size_t)k), "[II]", &a, &n);
-        if (a < 0 || n < 1 || a + n > t->full[dim]) {
+        if (a < 0 || n < 1 || a > t->full[dim] || n > t->full[dim] - a || n > t->shape[dim] - held) {
             merak_errf(err, errlen, "%s: tensor '%s': segment %d [%lld, +%lld) is outside its whole tensor's %lld",
                        file, info->name, k, (long long)a, (long long)n, (long long)t->full[dim]);
             goto out;
@@ -179,6 +180,13 @@ static void newest_fn(void *ctx, int step, int complete, const char *path)
     }
 }
 
+int merak_ckpt_newest(const char *root)
+{
+    newest_ctx c = {-1, ""};
+    scan(root, newest_fn, &c);
+    return c.step;
+}
+
 int merak_ckpt_find(const char *spec, const char *root, char *out, size_t outlen, char *err, size_t errlen)
 {
     int latest = strcmp(spec, "latest") == 0;
@@ -241,17 +249,26 @@ struct merak_ckpt_writer {
     atomic_int busy;
 };
 
-static void job_free(job *j)
+/* Ends a save's job: its tables go, its host buffers stay for the next
+ * save (the same size every time: no new pages to fault in while training
+ * waits for the copy). */
+static void job_reset(job *j)
 {
-    free(j->P);
-    for (int k = 0; k < MOMENTS; k++)
-        free(j->mom[k]);
     for (int i = 0; j->names && i < MOMENTS * j->nparams; i++)
         free(j->names[i]);
     for (int i = 0; j->vals && i < j->nparams; i++)
         free(j->vals[i]);
     free(j->names), free(j->keys), free(j->vals);
     free(j->entries[0]), free(j->entries[1]);
+    float *P = j->P, *m = j->mom[0], *v = j->mom[1];
+    memset(j, 0, sizeof *j);
+    j->P = P, j->mom[0] = m, j->mom[1] = v;
+}
+
+static void job_free(job *j)
+{
+    job_reset(j);
+    free(j->P), free(j->mom[0]), free(j->mom[1]);
     memset(j, 0, sizeof *j);
 }
 
@@ -375,13 +392,13 @@ static int job_alloc(job *j, merak_stage *s, int writer, char *err, size_t errle
     int np = j->nparams = merak_exec_num_params(e);
     if (!writer && lo == 0 && hi == n)
         return 0;
+    /* kept from the last save when there was one: the stage does not change */
     for (int m = 0; m < MOMENTS; m++)
-        j->mom[m] = calloc(n ? n : 1, sizeof(float));
-    if (!j->mom[0] || !j->mom[1])
-        return merak_errf(err, errlen, "out of memory copying the optimizer state for the checkpoint");
+        if (!j->mom[m] && !(j->mom[m] = malloc((n ? n : 1) * sizeof(float))))
+            return merak_errf(err, errlen, "out of memory copying the optimizer state for the checkpoint");
     if (!writer)
         return 0;
-    if (!(j->P = malloc((n ? n : 1) * sizeof(float))))
+    if (!j->P && !(j->P = malloc((n ? n : 1) * sizeof(float))))
         return merak_errf(err, errlen, "out of memory copying the parameters for the checkpoint");
     return job_tables(j, np, err, errlen);
 }
@@ -451,14 +468,14 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
                      : make_dir(w, err, errlen) < 0;
     }
     job *j = &w->job;
-    job_free(j);
+    job_reset(j);
     int writer = gr->dp_rank == 0;
     if (!failed)
         failed = job_alloc(j, s, writer, err, errlen) < 0;
     if (merak_comm_agree(comm, failed, err, errlen) < 0) {
         if (gr->rank == 0)
             rm_tree(w->dir);
-        job_free(j);
+        job_reset(j);
         return -1;
     }
     j->t0 = merak_now();
@@ -472,6 +489,11 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
         }
     }
     if (!failed && writer) {
+        /* the writer blocks every signal: a stop signal goes to the
+         * training thread, never interrupts a write */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
         atomic_store(&w->busy, 1);
         if (pthread_create(&w->thread, NULL, write_files, w) != 0) {
             atomic_store(&w->busy, 0);
@@ -479,10 +501,7 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
         } else {
             w->thread_started = 1;
         }
-    }
-    if (!writer || failed) {
-        for (int m = 0; m < MOMENTS; m++)   /* non-writers only needed them for the gather */
-            free(j->mom[m]), j->mom[m] = NULL;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     w->in_flight = 1;
     if (failed) {
@@ -501,9 +520,10 @@ typedef struct prune_ctx {
 static void prune_fn(void *ctx, int step, int complete, const char *path)
 {
     prune_ctx *c = ctx;
+    if (step >= c->now)
+        return;   /* the one just written (nothing newer is in ROOT: merak-train checks) */
     if (!complete) {
-        if (step < c->now)
-            rm_tree(path);   /* never loadable: a write that died */
+        rm_tree(path);   /* never loadable: a write that died */
         return;
     }
     if (c->n == c->cap) {
@@ -526,7 +546,7 @@ static void prune(const char *root, int keep, int now)
 {
     prune_ctx c = {keep, now, NULL, 0, 0, NULL};
     if (scan(root, prune_fn, &c) == 0 && keep > 0)
-        for (int removed = 0; removed < c.n - keep; removed++) {
+        for (int removed = 0; removed < c.n - (keep - 1); removed++) {   /* and the new one */
             int oldest = -1;
             for (int i = 0; i < c.n; i++)
                 if (c.steps[i] >= 0 && (oldest < 0 || c.steps[i] < c.steps[oldest]))
@@ -597,12 +617,14 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
     join(w);
     w->in_flight = 0;
     job *j = &w->job;
+    double *v = calloc(5 * (size_t)gr->world, sizeof *v);
+    if (!v && !j->failed) {
+        j->failed = 1;
+        snprintf(j->err, sizeof j->err, "out of memory finishing the checkpoint");
+    }
     if (j->failed)
         snprintf(err, errlen, "checkpoint step %d: %s", w->step, j->err);
     int rc = merak_comm_agree(comm, j->failed, err, errlen);
-    double *v = rc == 0 ? calloc(5 * (size_t)gr->world, sizeof *v) : NULL;
-    if (rc == 0 && !v)
-        rc = merak_errf(err, errlen, "out of memory finishing the checkpoint");
     if (rc == 0) {
         double *mine = v + 5 * gr->rank;
         for (int f = 0; f < 2 && gr->dp_rank == 0; f++)
@@ -627,7 +649,7 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
         rm_tree(w->dir);   /* never half a checkpoint; the previous ones stay */
     }
     free(v);
-    job_free(j);
+    job_reset(j);
     return rc < 0 ? -1 : 0;
 }
 
@@ -713,7 +735,8 @@ struct merak_ckpt {
     size_t tmp_n;
     float *whole;              /* one whole tensor */
     size_t whole_n;
-    unsigned char *seen;       /* its elements placed */
+    unsigned char *seen;       /* the indices placed, per dimension */
+    size_t seen_n;
 };
 
 void merak_ckpt_close(merak_ckpt *c)
@@ -910,18 +933,16 @@ int merak_ckpt_check_names(const merak_ckpt *c, const merak_graph *model, char *
     return 0;
 }
 
-typedef struct cover {
-    unsigned char *seen;   /* [elements of the whole tensor] */
-    int64_t added;
-} cover;
-
-static void cover_run(void *ctx, int64_t local, int64_t global, int64_t n)
+/* Does part src hold exactly what t holds (the same dimension, the same
+ * ranges of it)?  Then it is read straight into t's memory. */
+static int same_place(const merak_tensor *src, const merak_tensor *t)
 {
-    cover *c = ctx;
-    (void)local;
-    for (int64_t e = global; e < global + n; e++)
-        if (!c->seen[e])
-            c->seen[e] = 1, c->added++;
+    if (src->shard_dim != t->shard_dim || (t->shard_dim >= 0 && src->nseg != t->nseg))
+        return 0;
+    for (int k = 0; t->shard_dim >= 0 && k < t->nseg; k++)
+        if (src->seg_start[k] != t->seg_start[k] || src->seg_len[k] != t->seg_len[k])
+            return 0;
+    return 1;
 }
 
 /* Grows *buf to n floats (or bytes, size 1); 0 or -1. */
@@ -944,13 +965,22 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
     int64_t full_n = 1;
     for (int d = 0; d < t->ndim; d++)
         full_n *= t->full[d];
-    size_t seen_n = c->whole_n;
+    int64_t marks = 1;
+    for (int d = 0; d < t->ndim; d++)
+        marks = marks > t->ndim * t->full[d] ? marks : t->ndim * t->full[d];
     if (grow((void **)&c->whole, &c->whole_n, (size_t)full_n, sizeof(float)) < 0 ||
-        grow((void **)&c->seen, &seen_n, c->whole_n, 1) < 0)
+        grow((void **)&c->seen, &c->seen_n, (size_t)marks, 1) < 0)
         return merak_errf(err, errlen, "out of memory loading '%s'", name);
-    cover cv = {c->seen, 0};
-    memset(cv.seen, 0, (size_t)full_n);
-    for (int i = 0; i < c->nfiles && cv.added < full_n; i++) {
+    /* what the parts cover, along the dimension each splits (a part holds
+     * every index of the others): a part held whole covers everything */
+    int64_t covered = 0, width = 0;
+    for (int d = 0; d < t->ndim; d++)
+        width = t->full[d] > width ? t->full[d] : width;
+    memset(c->seen, 0, (size_t)(t->ndim ? t->ndim * width : 1));
+    int64_t left[MERAK_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++)
+        left[d] = t->full[d];
+    for (int i = 0; i < c->nfiles && !covered; i++) {
         const merak_st_info *info = c->files[i].kind == kind ? merak_st_find(c->st[i], name) : NULL;
         if (!info)
             continue;
@@ -965,22 +995,37 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
             return merak_errf(err, errlen, "%s: tensor '%s' is part of a %d-dimensional tensor of %lld elements; "
                               "this model's is %d-dimensional, %lld elements", fpath, name, src.ndim,
                               (long long)src_full, t->ndim, (long long)full_n);
+        if (same_place(&src, t))
+            return merak_st_to_f32(info, local, err, errlen);   /* the layout that wrote it */
         if (grow((void **)&c->tmp, &c->tmp_n, (size_t)merak_tensor_elems(&src), sizeof(float)) < 0)
             return merak_errf(err, errlen, "out of memory loading '%s'", name);
         if (merak_st_to_f32(info, c->tmp, err, errlen) < 0)
             return -1;
         merak_shard_place(&src, c->tmp, c->whole);
-        merak_shard_runs(&src, cover_run, &cv);
+        if (src.shard_dim < 0) {
+            covered = 1;
+            break;
+        }
+        unsigned char *mark = c->seen + (size_t)src.shard_dim * (size_t)width;
+        for (int k = 0; k < src.nseg; k++)
+            for (int64_t x = src.seg_start[k]; x < src.seg_start[k] + src.seg_len[k]; x++)
+                if (!mark[x])
+                    mark[x] = 1, covered = --left[src.shard_dim] == 0;
     }
-    if (cv.added < full_n)
-        return merak_errf(err, errlen, "%s: the checkpoint lacks %lld of the %lld elements of tensor '%s'", c->dir,
-                          (long long)(full_n - cv.added), (long long)full_n, name);
+    if (!covered) {
+        int64_t missing = 0;
+        for (int d = 0; d < t->ndim; d++)
+            missing = left[d] < t->full[d] && left[d] > missing ? left[d] : missing;
+        return merak_errf(err, errlen, "%s: the checkpoint lacks part of tensor '%s' (%lld of its %lld %s)", c->dir,
+                          name, (long long)(missing ? missing : full_n), (long long)(missing ? 0 : full_n),
+                          missing ? "indices along the split dimension" : "elements");
+    }
     merak_shard_slice(t, c->whole, local);
     return 0;
 }
 
 int merak_ckpt_load(const char *dir, merak_stage *s, merak_optim *o, const merak_model_config *model, int rank,
-                    int world, merak_ckpt_state *st, char *err, size_t errlen)
+                    int world, merak_ckpt_state *st, double *bytes, char *err, size_t errlen)
 {
     merak_ckpt *c;
     merak_exec *e = merak_stage_exec(s);
@@ -992,6 +1037,9 @@ int merak_ckpt_load(const char *dir, merak_stage *s, merak_optim *o, const merak
     if (merak_ckpt_open(dir, model, rank, world, &c, err, errlen) < 0)
         return -1;
     *st = c->meta.st;
+    *bytes = 0;
+    for (int i = 0; i < c->nfiles; i++)
+        *bytes += (double)c->files[i].bytes;
     int rc = merak_ckpt_check_names(c, merak_stage_model(s), err, errlen);
     size_t most = 1;
     for (int i = 0; i < merak_exec_num_params(e); i++)

@@ -68,7 +68,7 @@ void merak_ckpt_writer_destroy(merak_ckpt_writer *w);
  * in flight is finished here, its result lost); rank 0 makes ROOT/step_N (replacing an incomplete one);
  * every rank copies its parameters and its share of the moments to host
  * memory (ZeRO shares gathered over dp) and the writers start their
- * thread.  a and model describe the run in the manifest.  0, or -1 with
+ * thread.  a (and a->model) describe the run in the manifest.  0, or -1 with
  * err (every rank alike) when this one cannot start. */
 int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, const merak_optim *o,
                     const merak_args *a, const merak_ckpt_state *st, char *err, size_t errlen);
@@ -85,6 +85,9 @@ int merak_ckpt_in_flight(const merak_ckpt_writer *w);
  * untouched. */
 int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *done, char *err,
                       size_t errlen);
+
+/* The step of the newest complete checkpoint under ROOT, or -1. */
+int merak_ckpt_newest(const char *root);
 
 /* The checkpoint SPEC names: a checkpoint directory (it must be complete),
  * or a directory of them ("latest" is ROOT), whose newest complete one is
@@ -147,11 +150,12 @@ int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const 
 /* Loads checkpoint DIR into this rank's stage and optimizer (every
  * parameter and its moments assembled from the files that hold its parts,
  * whatever layout wrote them) and returns its state.  Rank `rank` of
- * `world` verifies the CRC of files rank, rank + world, ...  The model a
- * and model describe must be the checkpoint's (same parameters, shapes,
- * and the configuration when both have one).  Not collective; 0, or -1
- * with err naming the file and the tensor. */
+ * `world` verifies the CRC of files rank, rank + world, ...  The stage's
+ * model must be the checkpoint's (every parameter there whole, with its
+ * full shape; nothing else there; its config.json compared with `model`
+ * when given).  Not collective; 0, or -1
+ * with err naming the file and the tensor; bytes: the size of its files. */
 int merak_ckpt_load(const char *dir, merak_stage *s, merak_optim *o, const merak_model_config *model,
-                    int rank, int world, merak_ckpt_state *st, char *err, size_t errlen);
+                    int rank, int world, merak_ckpt_state *st, double *bytes, char *err, size_t errlen);
 
 #endif /* MERAK_CKPT_H */

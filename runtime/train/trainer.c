@@ -253,6 +253,7 @@ typedef struct run {
     merak_ckpt_writer *ckpt;      /* when a->save */
     int saved;                    /* the step of the last checkpoint started, or -1 */
     char resume[4096];            /* the checkpoint resumed from, or "" */
+    double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
     int diverged;                 /* every rank found the same bad loss or norm */
     double loss, norm;            /* of the step, after the optimizer step's reduction */
     float step_lr;
@@ -332,9 +333,11 @@ static int setup(run *r, int vocab, char *err, size_t errlen)
         return merak_errf(err, errlen, "out of memory");
     if (r->resume[0]) {
         merak_ckpt_state st;
-        if (merak_ckpt_load(r->resume, r->stage, r->opt, a->model, r->grid->rank, r->grid->world, &st, err,
-                            errlen) < 0)
+        double t0 = merak_now();
+        if (merak_ckpt_load(r->resume, r->stage, r->opt, a->model, r->grid->rank, r->grid->world, &st,
+                            &r->resume_bytes, err, errlen) < 0)
             return -1;
+        r->resume_s = merak_now() - t0;
         r->step0 = r->saved = st.step;
         r->consumed0 = st.consumed;
         r->seed = st.seed;
@@ -432,6 +435,23 @@ static void run_free(run *r)
     merak_trace_free(&r->trace);
 }
 
+/* The stop signal every rank reports: the highest number any rank
+ * received (sig: this rank's, 0 if none).  Collective, once, when some
+ * rank has one; -1 with err when the reduction fails. */
+static int agree_signal(run *r, int sig)
+{
+    enum { MAXSIG = 64 };
+    double seen[MAXSIG + 1] = {0};
+    if (sig > 0)
+        seen[sig < MAXSIG ? sig : MAXSIG] = 1;
+    if (merak_allreduce_f64(r->world, seen, MAXSIG + 1) < 0)
+        return -1;
+    for (int s = MAXSIG; s > 0; s--)
+        if (seen[s] > 0)
+            return s;
+    return sig;
+}
+
 /* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
 static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
 {
@@ -444,22 +464,27 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         /* Stop together: a signal on any rank and rank 0's metrics decide
          * for everyone; a checkpoint whose writers are all done is finished. */
         int sig = a->stop ? *a->stop : 0;
-        double flags[4] = {sig, sig != 0, metrics_failed, r->ckpt && merak_ckpt_busy(r->ckpt)};
-        if (merak_allreduce_f64(r->world, flags, 4) < 0) {
+        double flags[3] = {sig != 0, metrics_failed, r->ckpt && merak_ckpt_busy(r->ckpt)};
+        if (merak_allreduce_f64(r->world, flags, 3) < 0) {
             merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
             return alone(r, err, errlen);
         }
-        if (flags[2] > 0)
+        if (flags[1] > 0)
             return -1;   /* rank 0 has the message */
-        if (flags[3] == 0 && checkpoint_finish(r, err, errlen) < 0)
+        if (flags[2] == 0 && checkpoint_finish(r, err, errlen) < 0)
             return -1;
-        if (flags[1] > 0) {
+        if (flags[0] > 0) {
+            int agreed = agree_signal(r, sig);
+            if (agreed < 0) {
+                merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
+                return alone(r, err, errlen);
+            }
             if (a->stop)
-                *a->stop = (int)lround(flags[0] / flags[1]);   /* the signal, on every rank */
+                *a->stop = agreed;   /* the signal, on every rank */
             break;
         }
         double t0 = merak_now();
-        if (r->step == 0)
+        if (r->step == r->step0)
             r->trace.origin = t0;   /* every rank just left the same collective */
         r->trace.step = r->step;
         if (merak_stage_run(r->stage, &hooks, err, errlen) < 0) {
@@ -469,7 +494,8 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             snprintf(why, sizeof why, "%s", err);
             return merak_errf(err, errlen, "step %d: %s", r->step, why);
         }
-        double t1 = merak_now();
+        /* a periodic checkpoint: its copy (and a wait for the previous
+         * one's writers) counts in the step's time */
         if (r->ckpt && a->save_every && (r->step + 1) % a->save_every == 0 && r->step + 1 < a->steps) {
             r->step++;   /* the checkpoint holds the steps done */
             int rc = checkpoint(r, err, errlen);
@@ -477,6 +503,7 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             if (rc < 0)
                 return -1;
         }
+        double t1 = merak_now();
         if (!rank0)
             continue;
         merak_step_info info = {
@@ -484,20 +511,24 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             .lr = r->step_lr,
             .tokens_per_s = (double)a->micro_batch * a->seq_len * M * r->grid->dp / (t1 - t0),
             .step_ms = (t1 - t0) * 1e3,
-            .eta_s = (t1 - t_start) / (r->step + 1) * (a->steps - r->step - 1),
+            .eta_s = (t1 - t_start) / (r->step - r->step0 + 1) * (a->steps - r->step - 1),
         };
         merak_stage_step_stats(r->stage, &info);
         if (metrics && merak_metrics_write(metrics, &info, err, errlen) < 0) {
-            metrics_failed = 1;   /* everyone stops at the next step's agreement */
-            if (r->step == a->steps - 1)
-                return -1;
+            metrics_failed = 1;   /* everyone stops at the next agreement */
             continue;
         }
         if (a->on_step)
             a->on_step(&info, a->user);
     }
-    if (metrics_failed)
-        return -1;
+    /* after the last step (or a stop) metrics can still have failed */
+    double failed = metrics_failed;
+    if (merak_allreduce_f64(r->world, &failed, 1) < 0) {
+        merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
+        return alone(r, err, errlen);
+    }
+    if (failed > 0)
+        return -1;   /* rank 0 has the message */
     /* the end, or a stop: the last checkpoint, written through */
     if (r->ckpt && r->saved != r->step && checkpoint(r, err, errlen) < 0)
         return -1;
@@ -575,6 +606,13 @@ static int check_outputs(const run *r, char *err, size_t errlen)
         snprintf(probe, sizeof probe, "%s/step_probe", a->save);
         if (merak_atomic_probe(probe, err, errlen) < 0)
             return -1;
+        /* its checkpoints must be this run's past: a newer one would be
+         * what --resume latest picks, and pruning would keep it over ours */
+        int newest = merak_ckpt_newest(a->save);
+        if (newest > r->step0 || (newest == r->step0 && !r->resume[0]))
+            return merak_errf(err, errlen, "--save %s already holds a checkpoint of step %d and this run starts at "
+                              "step %d: resume from it (--resume latest), or move it away, or save elsewhere",
+                              a->save, newest, r->step0);
     }
     const char *out[] = {a->save_weights, a->metrics, a->trace};
     const char *flag[] = {"--save-weights", "--metrics", "--trace"};
@@ -774,7 +812,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
             a->on_start(&ri, a->user);
         }
         if (r.resume[0])
-            report(&r, MERAK_CHECKPOINT_RESUMED, r.step0, r.resume, 0, 0, NULL);
+            report(&r, MERAK_CHECKPOINT_RESUMED, r.step0, r.resume, r.resume_bytes, r.resume_s, NULL);
         else if (a->resume)
             report(&r, MERAK_CHECKPOINT_NONE, 0, a->save, 0, 0, NULL);
         n = steps(&r, metrics, err, errlen);

@@ -21,7 +21,7 @@ run() { "$WRAP" "$@" > "$WORK/out" 2>&1 || { tail -5 "$WORK/out" >&2; fail "$*: 
 # 1. The same layout: bitwise.
 run 8 "$TRAIN" $C $L222 --zero 1 --steps 6 --save "$WORK/a" --save-every 3 --metrics "$WORK/full.jsonl" \
     --save-weights "$WORK/full.st"
-[ "$(ls "$WORK/a/step_00000003" | wc -l)" -eq 10 ] || fail "step 3 should hold 8 shard files, manifest and DONE"
+[ "$(ls "$WORK/a/step_00000003" | wc -l)" -eq 11 ] || fail "step 3 should hold 8 shard files, config.json, manifest and DONE"
 run 8 "$TRAIN" $C $L222 --zero 1 --steps 6 --resume "$WORK/a/step_00000003" --metrics "$WORK/r.jsonl" \
     --save-weights "$WORK/r.st"
 [ "$(losses "$WORK/r.jsonl")" = "$(tail -3 "$WORK/full.jsonl" | sed 's/"tokens_per_s".*//')" ] ||
