@@ -124,4 +124,29 @@ expect 1 "has shape \[256, 32\] (expected \[256, 64\])" -- --model tiny-gpt2 $D 
 head -c 100 "$WORK/llama.safetensors" > "$WORK/cut.safetensors"
 expect 1 "cut.safetensors" -- --model tiny-llama $D --init "$WORK/cut.safetensors"
 expect 1 "absent.safetensors" -- --model tiny-llama $D --init "$WORK/absent.safetensors"
+# weights that are not finite, and steps that are not: a NaN in a file is
+# named with the file and the tensor; ln_f gains of 3e38 make the logits
+# overflow, so the first step's loss is not finite: --on-nan abort (the
+# default) ends the run naming the step, skip skips every such update
+"$TRAIN" --model tiny-gpt2 $D --steps 0 --save-weights "$WORK/g.safetensors" > /dev/null
+"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/g.safetensors" "$WORK/nan.safetensors" "$WORK/huge.safetensors" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+b, e = json.loads(raw[8:8 + n])["transformer.ln_f.weight"]["data_offsets"]
+at = 8 + n + b
+nan = bytearray(raw); nan[at + 20:at + 24] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(nan)
+huge = bytearray(raw); huge[at:8 + n + e] = struct.pack("<%df" % ((e - b) // 4), *[3e38] * ((e - b) // 4))
+open(sys.argv[3], "wb").write(huge)
+PYEOF
+expect 1 "nan.safetensors: tensor 'transformer.ln_f.weight' holds nan at element 5 of it" -- \
+    --model tiny-gpt2 $D --init "$WORK/nan.safetensors"
+expect 1 "step 0: OPTIMIZER_STEP: loss .*nan, gradient norm .*: not finite, training diverged" -- \
+    --model tiny-gpt2 $D --init "$WORK/huge.safetensors"
+"$TRAIN" --model tiny-gpt2 $D --steps 3 --init "$WORK/huge.safetensors" --on-nan skip --metrics "$WORK/nan.jsonl" \
+    > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--on-nan skip did not finish"; }
+[ "$(grep -c "skipped: not finite, no update" "$WORK/out")" -eq 3 ] && [ "$(grep -c '"loss": null, .*"skipped": true' \
+    "$WORK/nan.jsonl")" -eq 3 ] || { cat "$WORK/out" "$WORK/nan.jsonl"; fail "--on-nan skip: steps not reported skipped"; }
+expect 2 "on-nan: 'ignore' is not skip or abort" -- $D --on-nan ignore
 echo "bad_input: ok"

@@ -89,6 +89,8 @@ static void usage(FILE *out)
         "  --resume DIR|latest     go on from a checkpoint (or the newest in DIR); latest: the newest\n"
         "                          in --save DIR, or step 0 when there is none yet\n"
         "  --on-save-error A       stop or continue when a checkpoint cannot be written (default stop)\n"
+        "  --on-nan A              abort or skip a step whose loss or gradient norm is NaN or Inf\n"
+        "                          (skip: no update, the step reported skipped; default abort)\n"
         "  --trace FILE            write every rank's instructions and collectives as one Chrome\n"
         "                          trace JSON (opens in Perfetto; merak-trace(1) draws it)\n"
         "  --help                  show this help and exit\n"
@@ -104,7 +106,7 @@ enum {
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
-    OPT_ON_SAVE_ERROR,
+    OPT_ON_SAVE_ERROR, OPT_ON_NAN,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -183,6 +185,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"keep-last", required_argument, 0, OPT_KEEP},
         {"resume", required_argument, 0, OPT_RESUME},
         {"on-save-error", required_argument, 0, OPT_ON_SAVE_ERROR},
+        {"on-nan", required_argument, 0, OPT_ON_NAN},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -251,6 +254,11 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "continue") != 0)
                 cli_die_usage("--on-save-error: '%s' is not stop or continue", optarg);
             a->save_error_continue = strcmp(optarg, "continue") == 0;
+            break;
+        case OPT_ON_NAN:
+            if (strcmp(optarg, "skip") != 0 && strcmp(optarg, "abort") != 0)
+                cli_die_usage("--on-nan: '%s' is not skip or abort", optarg);
+            a->on_nan_skip = strcmp(optarg, "skip") == 0;
             break;
         case OPT_HELP: usage(stdout); exit(0);
         case OPT_VERSION: printf("merak-train %s\n", MERAK_VERSION_STRING); exit(0);
@@ -401,12 +409,13 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
 static void print_step(const merak_step_info *i, void *user)
 {
     int every = ((const banner_ctx *)user)->t->log_every;
-    if (i->step % every && i->step != i->steps - 1)
+    if (i->step % every && i->step != i->steps - 1 && !i->skipped)
         return;
     char eta[32];
     fmt_duration(i->eta_s, eta, sizeof eta);
-    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | left %s\n",
-           i->step, i->steps, i->loss, i->lr, i->grad_norm, i->tokens_per_s, i->step_ms, eta);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | left %s%s\n",
+           i->step, i->steps, i->loss, i->lr, i->grad_norm, i->tokens_per_s, i->step_ms, eta,
+           i->skipped ? " | skipped: not finite, no update" : "");
     fflush(stdout);
 }
 

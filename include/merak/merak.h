@@ -220,6 +220,9 @@ typedef struct merak_step_info {
      * collective it took part in): tensor-parallel sums, pipeline sends,
      * data-parallel reduction, tied-embedding reduction. */
     double tp_bytes, pp_bytes, dp_bytes, tied_bytes;
+    /* 1 when the loss or the gradient norm was not finite and on_nan_skip
+     * skipped the update (loss and grad_norm are then NaN or Inf) */
+    int skipped;
 } merak_step_info;
 
 /* What the trainer reports once, before the first step. */
@@ -346,6 +349,11 @@ typedef struct merak_args {
      * and training goes on. */
     const char *save;
     int save_every, keep_last;
+    /* A step whose loss or gradient norm is not finite (NaN or Inf, on any
+     * rank: they are reduced over the grid): 0 ends the run naming the
+     * step (every rank alike); 1 skips its update and goes on (the step's
+     * data is consumed; on_step reports it skipped). */
+    int on_nan_skip;
     const char *resume;
     int save_error_continue;
     /* The model's configuration, recorded in checkpoints and checked

@@ -957,6 +957,17 @@ static int grow(void **buf, size_t *have, size_t n, size_t size)
     return 0;
 }
 
+/* Tensor `name` read into local: every value finite, or -1 naming it. */
+static int finite(const merak_ckpt *c, const merak_tensor *t, const char *name, const float *local, char *err,
+                  size_t errlen)
+{
+    int64_t at = merak_nonfinite_at(local, (size_t)merak_tensor_elems(t));
+    if (at >= 0)
+        return merak_errf(err, errlen, "%s: tensor '%s' holds %g at element %lld of %s", c->dir, name, local[at],
+                          (long long)at, t->shard_dim >= 0 ? "this rank's part" : "it");
+    return 0;
+}
+
 int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *local, char *err, size_t errlen)
 {
     char name[MERAK_NAME_MAX + 16];
@@ -995,8 +1006,8 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
             return merak_errf(err, errlen, "%s: tensor '%s' is part of a %d-dimensional tensor of %lld elements; "
                               "this model's is %d-dimensional, %lld elements", fpath, name, src.ndim,
                               (long long)src_full, t->ndim, (long long)full_n);
-        if (same_place(&src, t))
-            return merak_st_to_f32(info, local, err, errlen);   /* the layout that wrote it */
+        if (same_place(&src, t))   /* the layout that wrote it */
+            return merak_st_to_f32(info, local, err, errlen) < 0 ? -1 : finite(c, t, name, local, err, errlen);
         if (grow((void **)&c->tmp, &c->tmp_n, (size_t)merak_tensor_elems(&src), sizeof(float)) < 0)
             return merak_errf(err, errlen, "out of memory loading '%s'", name);
         if (merak_st_to_f32(info, c->tmp, err, errlen) < 0)
@@ -1021,7 +1032,7 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
                           missing ? "indices along the split dimension" : "elements");
     }
     merak_shard_slice(t, c->whole, local);
-    return 0;
+    return finite(c, t, name, local, err, errlen);
 }
 
 int merak_ckpt_load(const char *dir, merak_stage *s, merak_optim *o, const merak_model_config *model, int rank,

@@ -3,6 +3,7 @@
  * step, flushed, every write checked.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +33,27 @@ merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen)
     return m;
 }
 
+/* x as JSON: %.9g, or null for NaN and Inf (a skipped step's), which JSON
+ * cannot hold. */
+static const char *finite_or_null(double x, char *buf)
+{
+    if (!isfinite(x))
+        return "null";
+    snprintf(buf, 32, "%.9g", x);
+    return buf;
+}
+
 int merak_metrics_write(merak_metrics *m, const merak_step_info *i, char *err, size_t errlen)
 {
+    char lossbuf[32], normbuf[32];
     /* Flushed every step: a crash loses nothing already reported. */
     if (fprintf(m->f,
-                "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
                 "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g, "
-                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}}\n",
-                i->step, i->loss, i->grad_norm, i->lr, i->tokens_per_s, i->step_ms, i->dp_wait_ms,
-                i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes, i->tied_bytes) < 0 ||
+                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}%s}\n",
+                i->step, finite_or_null(i->loss, lossbuf), finite_or_null(i->grad_norm, normbuf), i->lr,
+                i->tokens_per_s, i->step_ms, i->dp_wait_ms, i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes,
+                i->tied_bytes, i->skipped ? ", \"skipped\": true" : "") < 0 ||
         fflush(m->f) != 0)
         return merak_errf(err, errlen, "%s: %s", m->path, strerror(errno));
     return 0;

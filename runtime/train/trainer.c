@@ -255,6 +255,7 @@ typedef struct run {
     char resume[4096];            /* the checkpoint resumed from, or "" */
     double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
     int diverged;                 /* every rank found the same bad loss or norm */
+    int skipped;                  /* and skipped the step's update (on_nan_skip) */
     double loss, norm;            /* of the step, after the optimizer step's reduction */
     float step_lr;
     merak_trace trace;            /* the timeline, when a->trace */
@@ -297,14 +298,18 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
         return merak_errf(err, errlen, "summing the loss and gradient norm: %s", merak_comm_error(r->comm));
     r->loss = red[0] / (a->micro_batches * r->grid->dp);
     r->norm = sqrt(red[1]);
-    if (!isfinite(r->loss) || !isfinite(r->norm)) {
+    r->step_lr = merak_lr_at(&r->lr, r->step);
+    r->skipped = !isfinite(r->loss) || !isfinite(r->norm);
+    if (r->skipped && !a->on_nan_skip) {
         r->diverged = 1;
-        return merak_errf(err, errlen, "loss %g, gradient norm %g: training diverged", r->loss, r->norm);
+        return merak_errf(err, errlen, "loss %g, gradient norm %g: not finite, training diverged (--on-nan skip "
+                          "would skip such a step)", r->loss, r->norm);
     }
+    if (r->skipped)
+        return 0;   /* no update: the parameters stay as they were */
     size_t lo, hi;
     merak_stage_share(r->stage, &lo, &hi);
     merak_clip_grads(r->e, r->norm, a->clip, lo, hi);
-    r->step_lr = merak_lr_at(&r->lr, r->step);
     merak_optim_step(r->opt, r->e, r->step_lr);
     return 0;
 }
@@ -508,7 +513,7 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             continue;
         merak_step_info info = {
             .step = r->step, .steps = a->steps, .loss = r->loss, .grad_norm = r->norm,
-            .lr = r->step_lr,
+            .lr = r->step_lr, .skipped = r->skipped,
             .tokens_per_s = (double)a->micro_batch * a->seq_len * M * r->grid->dp / (t1 - t0),
             .step_ms = (t1 - t0) * 1e3,
             .eta_s = (t1 - t_start) / (r->step - r->step0 + 1) * (a->steps - r->step - 1),

@@ -5,6 +5,7 @@
  * MERAK_HF_TRANSPOSED (GPT-2's Conv1D) are [in, out] in the file and are
  * transposed on the way in and out.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,14 @@ static const merak_st_info *find_param(const merak_st_file *f, const char *name)
     return info;
 }
 
+int64_t merak_nonfinite_at(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return (int64_t)i;
+    return -1;
+}
+
 /* Reusable buffers of the reads. */
 typedef struct read_bufs {
     float *tmp, *whole;   /* as stored; transposed to graph layout */
@@ -67,6 +76,23 @@ typedef struct read_bufs {
 /* Parameter t (of the model or a tensor-parallel shard: its part of the
  * whole tensor) from file f into dst, graph layout.  0, or -1 with err
  * naming the file and the tensor. */
+static int read_param(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
+                      char *err, size_t errlen);
+
+/* read_param, then every value finite: a NaN or Inf in a weights file is
+ * named with the file and the tensor rather than found as a diverged step. */
+static int read_finite(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
+                       char *err, size_t errlen)
+{
+    if (read_param(f, path, t, dst, b, err, errlen) < 0)
+        return -1;
+    int64_t at = merak_nonfinite_at(dst, (size_t)merak_tensor_elems(t));
+    if (at >= 0)
+        return merak_errf(err, errlen, "%s: tensor '%s' holds %g at element %lld of %s", path, t->name, dst[at],
+                          (long long)at, t->shard_dim >= 0 ? "this rank's part" : "it");
+    return 0;
+}
+
 static int read_param(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
                       char *err, size_t errlen)
 {
@@ -131,7 +157,7 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             dst = p;
             dst_n = pn;
         }
-        rc = read_param(f, path, t, dst, &b, err, errlen);
+        rc = read_finite(f, path, t, dst, &b, err, errlen);
         if (rc == 0 && merak_exec_param_write(e, i, dst) < 0)
             rc = merak_errf(err, errlen, "%s: copying '%s' to the %s backend failed", path, t->name,
                             merak_exec_kernels(e)->name);
@@ -152,7 +178,7 @@ int merak_weights_read(const merak_graph *g, int n, const int *tensors, const ch
     read_bufs b = {0};
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = read_param(f, path, &g->tensors[tensors[i]], data[i], &b, err, errlen);
+        rc = read_finite(f, path, &g->tensors[tensors[i]], data[i], &b, err, errlen);
     free(b.tmp);
     free(b.whole);
     merak_st_close(f);
