@@ -118,6 +118,27 @@ expect 1 "vocab" -- --model "$WORK/small-vocab.json" $D
 # safetensors
 "$TRAIN" --model tiny-llama $D --steps 0 --save-weights "$WORK/llama.safetensors" > /dev/null
 expect 1 "transformer.wte.weight' is missing" -- --model tiny-gpt2 $D --init "$WORK/llama.safetensors"
+# strict: a tensor the model does not have is refused, unless --init-extra
+"$TRAIN" --model tiny-gpt2 $D --steps 0 --save-weights "$WORK/g2.safetensors" > /dev/null
+"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/g2.safetensors" "$WORK/extra.safetensors" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+end = max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+for name in ("transformer.h.0.attn.bias", "transformer.h.7.mlp.c_fc.weight"):
+    hdr[name] = {"dtype": "F32", "shape": [2], "data_offsets": [end, end + 8]}
+    data += struct.pack("<2f", 0.0, 1.0)
+    end += 8
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data)
+PYEOF
+expect 1 "extra.safetensors: tensor 'transformer.h.7.mlp.c_fc.weight' is not a parameter of the model" -- \
+    --model tiny-gpt2 $D --init "$WORK/extra.safetensors"
+"$TRAIN" --model tiny-gpt2 $D --init "$WORK/extra.safetensors" --init-extra > /dev/null ||
+    fail "--init-extra did not load the model's tensors from a file with others"
 sed 's/"n_embd": 64/"n_embd": 32/' "$FIX/ref-gpt2.json" > "$WORK/narrow.json"
 "$TRAIN" --model "$WORK/narrow.json" $D --steps 0 --save-weights "$WORK/narrow.safetensors" > /dev/null
 expect 1 "has shape \[256, 32\] (expected \[256, 64\])" -- --model tiny-gpt2 $D --init "$WORK/narrow.safetensors"

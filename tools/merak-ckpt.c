@@ -199,6 +199,7 @@ static int import(const char *file, const char *model, const char *out, uint64_t
         if (!(data[i] = malloc((size_t)merak_tensor_elems(&g->tensors[ids[i]]) * sizeof(float))))
             cli_die("out of memory");
     if (merak_weights_read(g, n, ids, file, data, err, sizeof err) < 0 ||
+        merak_weights_extra(g, file, err, sizeof err) < 0 ||
         merak_ckpt_write_whole(out, g, n, ids, (const float *const *)data, &cfg, seed, err, sizeof err) < 0)
         cli_die("%s", err);
     printf("imported %d parameters of %s from %s into %s/step_00000000\n", n, cfg.name, file, out);

@@ -38,6 +38,7 @@ static void usage(FILE *out)
         "Model and data:\n"
         "  --model NAME|FILE       preset name or Hugging Face config.json (default tiny-gpt2)\n"
         "  --init FILE             start from Hugging Face weights (.safetensors)\n"
+        "  --init-extra            let --init FILE hold tensors the model does not have\n"
         "  --data GLOB             token shards (llm.c format), matched in sorted order\n"
         "  --micro-batch B         sequences per micro-batch (default 4)\n"
         "  --micro-batches M       micro-batches per step, gradients accumulated (default 1)\n"
@@ -106,7 +107,7 @@ enum {
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
-    OPT_ON_SAVE_ERROR, OPT_ON_NAN,
+    OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -186,6 +187,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"resume", required_argument, 0, OPT_RESUME},
         {"on-save-error", required_argument, 0, OPT_ON_SAVE_ERROR},
         {"on-nan", required_argument, 0, OPT_ON_NAN},
+        {"init-extra", no_argument, 0, OPT_INIT_EXTRA},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -255,6 +257,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
                 cli_die_usage("--on-save-error: '%s' is not stop or continue", optarg);
             a->save_error_continue = strcmp(optarg, "continue") == 0;
             break;
+        case OPT_INIT_EXTRA: a->init_extra = 1; break;
         case OPT_ON_NAN:
             if (strcmp(optarg, "skip") != 0 && strcmp(optarg, "abort") != 0)
                 cli_die_usage("--on-nan: '%s' is not skip or abort", optarg);

@@ -266,7 +266,10 @@ typedef struct merak_checkpoint_info {
  * merak_args_default() and change what you need. */
 typedef struct merak_args {
     const char *data;          /* token shard glob (llm.c format), required */
-    const char *init;          /* Hugging Face safetensors to start from, or NULL */
+    const char *init;          /* Hugging Face safetensors to start from, or NULL; a tensor
+                                * in it that the model does not have is an error unless
+                                * init_extra */
+    int init_extra;
     const char *save_weights;  /* safetensors written at the end, or NULL */
     const char *metrics;       /* JSON-lines file, one object per step, or NULL */
     const char *trace;         /* Chrome trace JSON of every rank's instructions and

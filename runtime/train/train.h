@@ -32,6 +32,12 @@ int merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed, char *
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
                        size_t errlen);
 
+/* Every tensor in the weights file PATH is a parameter of model (by its
+ * Hugging Face name, or a buffer such files carry: GPT-2's attn.bias,
+ * LLaMA's rotary inv_freq).  0, or -1 with err naming the file and the
+ * first tensor that is not. */
+int merak_weights_extra(const merak_graph *model, const char *path, char *err, size_t errlen);
+
 /* The index of the first NaN or Inf among x[0, n), or -1. */
 int64_t merak_nonfinite_at(const float *x, size_t n);
 

@@ -348,8 +348,12 @@ static int setup(run *r, int vocab, char *err, size_t errlen)
         r->seed = st.seed;
         return 0;
     }
-    return a->init ? merak_weights_load(lg, r->e, a->init, err, errlen)
-                   : merak_init_params(lg, r->e, a->seed, err, errlen);
+    if (!a->init)
+        return merak_init_params(lg, r->e, a->seed, err, errlen);
+    /* what is missing first (another model's file says so), then what is too much */
+    if (merak_weights_load(lg, r->e, a->init, err, errlen) < 0)
+        return -1;
+    return a->init_extra ? 0 : merak_weights_extra(merak_stage_model(r->stage), a->init, err, errlen);
 }
 
 /* The checkpoint to resume from, found by rank 0 and told to every rank

@@ -169,6 +169,41 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
     return rc;
 }
 
+/* Buffers Hugging Face files carry beside the parameters, which the model
+ * computes itself: GPT-2's causal masks, LLaMA's rotary frequencies. */
+static int is_buffer(const char *name)
+{
+    static const char *const suffix[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+        size_t k = strlen(suffix[i]);
+        if (n > k && strcmp(name + n - k, suffix[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int merak_weights_extra(const merak_graph *model, const char *path, char *err, size_t errlen)
+{
+    merak_st_file *f;
+    if (merak_st_open(path, &f, err, errlen) < 0)
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < merak_st_count(f) && rc == 0; i++) {
+        const char *name = merak_st_at(f, i)->name;
+        char prefixed[MERAK_NAME_MAX + 16];
+        snprintf(prefixed, sizeof prefixed, "transformer.%s", name);   /* GPT2Model files */
+        int t = merak_graph_find(model, name);
+        if (t < 0)
+            t = merak_graph_find(model, prefixed);
+        if ((t < 0 || model->tensors[t].kind != MERAK_T_PARAM) && !is_buffer(name))
+            rc = merak_errf(err, errlen, "%s: tensor '%s' is not a parameter of the model (--init-extra loads "
+                            "the model's tensors from a file that has others)", path, name);
+    }
+    merak_st_close(f);
+    return rc;
+}
+
 int merak_weights_read(const merak_graph *g, int n, const int *tensors, const char *path, float *const *data,
                        char *err, size_t errlen)
 {
