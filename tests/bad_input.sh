@@ -33,6 +33,12 @@ expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interle
 expect 1 "not enough memory: rank 0 on .* needs [0-9.]* GB (parameters, gradients, optimizer state, activations), but its host has [0-9.]* GB available" \
     -- $D --model gpt2 --micro-batch 1024 --seq-len 1024
 MERAK_VIRTUAL_STAGES=x expect 2 "MERAK_VIRTUAL_STAGES: 'x' is not an integer" -- $D
+# the environment describes the layout in one process too
+MERAK_TP=x expect 2 "MERAK_TP: 'x' is not an integer" -- $D
+MERAK_PP=0 expect 2 "MERAK_PP: 0 is out of range" -- $D
+MERAK_RANK=3 expect 1 "MERAK_RANK=3, but this is one process (not started by mpirun or srun --mpi)" -- $D
+MERAK_WORLD_SIZE=8 expect 1 "MERAK_WORLD_SIZE=8, but this is one process" -- $D
+MERAK_TP_RANK=1 expect 1 "MERAK_TP_RANK=1, but rank 0 of dp 1 x tp 1 x pp 1 is at 0" -- $D
 MERAK_VIRTUAL_STAGES=4 expect 2 "virtual stages 4 need the interleaved schedule" -- $D
 MERAK_VIRTUAL_STAGES=4 expect 2 "virtual-stages 4 does not divide the model's 2 layers" -- $D --schedule interleaved
 MERAK_VIRTUAL_STAGES=4 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved \

@@ -12,11 +12,27 @@
 
 const char *cli_prog = "merak";
 
+/* Under a parallel launcher every rank parses the same flags and finds
+ * the same mistake: only the first rank says so (the launcher's rank
+ * variables are read, MPI need not have started). */
+static int first_rank(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *s = getenv(vars[i]);
+        if (s && *s)
+            return strcmp(s, "0") == 0;
+    }
+    return 1;
+}
+
 static _Noreturn void vdie(int status, const char *tail, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "%s: ", cli_prog);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "%s\n", tail);
+    if (first_rank()) {
+        fprintf(stderr, "%s: ", cli_prog);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "%s\n", tail);
+    }
     exit(status);
 }
 

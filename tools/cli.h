@@ -13,7 +13,8 @@
 /* The tool's name in messages; main sets it first. */
 extern const char *cli_prog;
 
-/* "PROG: message (see --help)", exit 2. */
+/* "PROG: message (see --help)", exit 2.  Under mpirun or srun only the
+ * first rank prints (every rank finds the same mistake). */
 _Noreturn void cli_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "PROG: message", exit 1. */
 _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

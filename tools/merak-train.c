@@ -279,6 +279,11 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     env_int("MERAK_MICROBATCHES", mbs_given, &a->micro_batches);
     env_int("MERAK_VIRTUAL_STAGES", vs_given, &a->virtual_stages);
     env_int("MERAK_TP_OVERLAP", tpo_given, &a->tp_overlap);
+    /* the degrees too (the plugin's layout): a bad value is the usage
+     * error the flag's would be */
+    env_int("MERAK_DP", a->dp, &a->dp);
+    env_int("MERAK_TP", a->tp, &a->tp);
+    env_int("MERAK_PP", a->pp, &a->pp);
     if (!a->data)
         cli_die_usage("--data is required");
     if (!a->save && (a->save_every || a->keep_last))

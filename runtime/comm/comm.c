@@ -49,7 +49,20 @@ static int launched_by_mpi(void)
 static int init_single(merak_comm *c, char *err, size_t errlen)
 {
     static int zero;
-    if (merak_grid_init(&c->grid, 1, 1, 1, 1, 0, err, errlen) < 0)
+    /* the environment must describe one process too: MERAK_DP/TP/PP of
+     * more than one rank, or a MERAK_RANK of another, are errors, never a
+     * silent run of something else */
+    int dp = 0, tp = 0, pp = 0;
+    const char *vars[2] = {"MERAK_RANK", "MERAK_WORLD_SIZE"}, *want[2] = {"0", "1"};
+    if (merak_grid_degrees(&dp, &tp, &pp, 1, err, errlen) < 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(vars[i]);
+        if (s && *s && strcmp(s, want[i]) != 0)
+            return merak_errf(err, errlen, "%s=%s, but this is one process (not started by mpirun or srun --mpi)",
+                              vars[i], s);
+    }
+    if (merak_grid_init(&c->grid, 1, 1, 1, 1, 0, err, errlen) < 0 || merak_grid_check_env(&c->grid, err, errlen) < 0)
         return -1;
     c->hosts = calloc(1, sizeof *c->hosts);
     if (!c->hosts)

@@ -36,6 +36,9 @@ int merak_grid_rank(const merak_grid *g, int dp_rank, int tp_rank, int pp_rank);
 /* Degrees from flags (> 0 wins) or MERAK_DP/MERAK_TP/MERAK_PP; dp defaults to
  * world/(tp*pp).  Returns 0 or -1 with err naming the number to change. */
 int merak_grid_degrees(int *dp, int *tp, int *pp, int world, char *err, size_t errlen);
+/* MERAK_DP_RANK, MERAK_TP_RANK and MERAK_PP_RANK, where set (the Slurm
+ * plugin's), are the coordinates g gives this rank.  0, or -1 with err. */
+int merak_grid_check_env(const merak_grid *g, char *err, size_t errlen);
 
 /* ---- groups */
 typedef enum merak_group_kind {

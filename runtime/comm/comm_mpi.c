@@ -13,21 +13,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <errno.h>
 #include "comm_impl.h"
 #include "errf.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((merak_req *)0)->impl), "MPI_Request too large");
 
-/* MERAK_RANK from the Slurm plugin orders the world; else the MPI rank. */
-static int merak_rank_of(int mpi_rank)
+/* This process's rank in the world: MERAK_RANK (the Slurm plugin's
+ * numbering) when set, else the MPI rank; every rank's gathered, and
+ * checked to number the world 0..world-1 once each (a MERAK_RANK that
+ * repeats or is out of range would order the grid wrongly).  Collective;
+ * 0 with *rank, or -1 with the same message on every rank. */
+static int world_rank(int mpi_rank, int world, int *rank, char *err, size_t errlen)
 {
     const char *s = getenv("MERAK_RANK");
-    if (!s || !*s)
-        return mpi_rank;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return (*end || v < 0) ? mpi_rank : (int)v;
+    long v = mpi_rank;
+    if (s && *s) {
+        char *end;
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || *end || v < 0 || v >= world)
+            v = -1;   /* named below, once every rank knows */
+    }
+    int mine = (int)v, *all = malloc((size_t)world * sizeof *all), *seen = calloc((size_t)world, sizeof *seen);
+    int ok = all && seen && MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD) == MPI_SUCCESS;
+    int rc = ok ? 0 : merak_errf(err, errlen, "gathering every rank's MERAK_RANK failed");
+    for (int r = 0; r < world && rc == 0; r++) {
+        if (all[r] < 0)
+            rc = merak_errf(err, errlen, "MERAK_RANK of MPI rank %d is not a rank of this job (0 to %d)", r,
+                            world - 1);
+        else if (seen[all[r]])
+            rc = merak_errf(err, errlen, "MERAK_RANK=%d is set on MPI ranks %d and %d: each rank needs its own "
+                            "(the Slurm plugin numbers them; unset MERAK_RANK under mpirun)", all[r],
+                            seen[all[r]] - 1, r);
+        else
+            seen[all[r]] = r + 1;
+    }
+    free(all), free(seen);
+    *rank = mine;
+    if (rc == 0 && (s = getenv("MERAK_WORLD_SIZE")) && *s && atol(s) != world)
+        rc = merak_errf(err, errlen, "MERAK_WORLD_SIZE=%s, but the job has %d ranks", s, world);
+    return rc;
 }
+
 
 /* 0 for MPI_SUCCESS, else -1 with "CALL on the G group failed: why". */
 static int check(merak_group *g, int rc, const char *call)
@@ -266,10 +294,28 @@ int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     /* The same degrees everywhere: every rank computes them from the same
      * flags and environment, and reports the same error. */
-    if (merak_grid_degrees(&dp, &tp, &pp, world, err, errlen) < 0 ||
-        merak_grid_init(&c->grid, dp, tp, pp, world, merak_rank_of(mpi_rank), err, errlen) < 0) {
+    int rank;
+    if (world_rank(mpi_rank, world, &rank, err, errlen) < 0 ||
+        merak_grid_degrees(&dp, &tp, &pp, world, err, errlen) < 0 ||
+        merak_grid_init(&c->grid, dp, tp, pp, world, rank, err, errlen) < 0) {
         if (mpi_rank != 0 && err && errlen)
             err[0] = 0; /* one report per job */
+        return -1;
+    }
+    /* a rank alone: its message, then every rank's agreement below */
+    char mine[512] = "";
+    int bad = merak_grid_check_env(&c->grid, mine, sizeof mine) < 0, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+        /* the lowest bad rank's message, to MPI rank 0 */
+        int who = bad ? mpi_rank : world, first = world;
+        MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (first != 0 && mpi_rank == first)
+            MPI_Send(mine, (int)sizeof mine, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+        if (mpi_rank == 0 && first != 0)
+            MPI_Recv(mine, (int)sizeof mine, MPI_CHAR, first, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (err && errlen)
+            snprintf(err, errlen, "%s", mpi_rank == 0 ? mine : "");
         return -1;
     }
     const merak_grid *g = &c->grid;

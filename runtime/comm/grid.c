@@ -74,3 +74,17 @@ int merak_grid_degrees(int *dp, int *tp, int *pp, int world, char *err, size_t e
                           *dp, *tp, *pp, (long)*dp * *tp * *pp, world);
     return 0;
 }
+
+int merak_grid_check_env(const merak_grid *g, char *err, size_t errlen)
+{
+    const char *names[3] = {"MERAK_DP_RANK", "MERAK_TP_RANK", "MERAK_PP_RANK"};
+    int have[3] = {g->dp_rank, g->tp_rank, g->pp_rank};
+    for (int i = 0; i < 3; i++) {
+        const char *s = getenv(names[i]);
+        char *end;
+        if (s && *s && (strtol(s, &end, 10) != have[i] || *end))
+            return merak_errf(err, errlen, "%s=%s, but rank %d of dp %d x tp %d x pp %d is at %d (the plugin's "
+                              "layout and this one differ)", names[i], s, g->rank, g->dp, g->tp, g->pp, have[i]);
+    }
+    return 0;
+}

@@ -16,6 +16,13 @@ expect() {
 }
 
 expect 4 "dp\*tp\*pp = 3\*1\*2 = 6, but the job has 4 ranks" --dp 3 --pp 2
+# the rank numbering (the Slurm plugin's MERAK_* variables) is checked in every layout
+expect_job_fails merak-train "MERAK_RANK=0 is set on MPI ranks 0 and 2: each rank needs its own" \
+    "$WRAP" 4 sh -c 'MERAK_RANK=$((OMPI_COMM_WORLD_RANK % 2)) exec "$0" "$@"' "$TRAIN" $D --pp 2
+echo "ok: $(grep '^merak-train:' "$WORK/err")"
+MERAK_RANK=7 expect 4 "MERAK_RANK of MPI rank 0 is not a rank of this job (0 to 3)" --pp 2
+MERAK_WORLD_SIZE=8 expect 4 "MERAK_WORLD_SIZE=8, but the job has 4 ranks" --pp 2
+MERAK_TP_RANK=1 expect 4 "MERAK_TP_RANK=1, but rank 0 of dp 2 x tp 2 x pp 1 is at 0" --tp 2
 expect 3 "not divisible by tp\*pp" --pp 2
 expect 2 "1f1b needs at least as many micro-batches" --pp 2 --micro-batches 1 --schedule 1f1b
 [ "$rc" -eq 2 ] || fail "M < P: exit status $rc, expected 2 (a usage error)"
@@ -54,5 +61,5 @@ printf '*.attn.c_proj.weight column\n' > "$WORK/rules.conflict"
 expect 2 "needs attention.4 whole" --tp 2 --tp-rules "$WORK/rules.conflict"
 expect 2 "no file matches" --pp 2 --micro-batches 2 --data "$WORK/none-*.bin"
 UCX_TLS=no_such_transport expect 4 "UCX: ucp_init failed: .*UCX_TLS=no_such_transport" --pp 2 --dp 2 --micro-batches 2 --p2p ucx
-MERAK_PP=x expect 2 "MERAK_PP='x' is not a positive integer"
+MERAK_PP=x expect 2 "MERAK_PP: 'x' is not an integer"
 echo "mpi_errors: ok"
