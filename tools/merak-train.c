@@ -460,6 +460,7 @@ int main(int argc, char **argv)
     ta.model = &cfg;
 
     if (merak_init(ta.dp, ta.tp, ta.pp, err, sizeof err) < 0) {
+        merak_graph_destroy(g);
         if (err[0])
             fprintf(stderr, "%s: %s\n", cli_prog, err);
         return EXIT_FAILURE;
