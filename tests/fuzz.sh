@@ -1,0 +1,65 @@
+#!/bin/sh
+# Fuzzing the parsers of files a user hands the runtime: safetensors
+# weights, Hugging Face config.json (and the round trip through the
+# config.json checkpoints carry), llm.c token shards, tensor-parallel rules
+# (applied to tiny GPT-2).  Each fuzz/fuzz_*.c target is built with clang's
+# libFuzzer, AddressSanitizer and UBSan from the parser's own sources, and
+# runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
+# sanitizer report or failed property fails the test and names the input.
+# A longer run: FUZZ_SECONDS=3600 sh tests/fuzz.sh (see README.md).
+# Skips (77) without clang or libFuzzer.
+. "$(dirname "$0")/lib.sh"
+CLANG=${CLANG:-clang}
+command -v "$CLANG" > /dev/null 2>&1 || skip "no clang"
+SECONDS_EACH=${FUZZ_SECONDS:-5}
+S=$MERAK_SRCDIR
+I="-I$S/include -I$S/runtime -I$S/runtime/train -I$S/runtime/graph -I$S/kernels -I$S/topo -I$MERAK_BUILDDIR"
+FLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
+echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }' > "$WORK/probe.c"
+"$CLANG" $FLAGS "$WORK/probe.c" -o "$WORK/probe" > /dev/null 2>&1 || skip "$CLANG has no libFuzzer (libclang-rt-dev)"
+
+# the parser's sources for each target
+build() {
+    name=$1; shift
+    "$CLANG" $FLAGS $I "$S/fuzz/fuzz_$name.c" "$@" "$S/runtime/file.c" "$S/topo/errf.c" -ljansson -lz -lm \
+        -o "$WORK/fuzz_$name" 2> "$WORK/build_$name.log" || { cat "$WORK/build_$name.log" >&2; fail "building fuzz_$name"; }
+}
+build safetensors "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c"
+build config "$S/runtime/graph/config.c"
+build shard "$S/runtime/train/data.c" "$S/runtime/train/atomic.c"
+build tp_rules "$S"/runtime/graph/*.c "$S/runtime/names.c"
+
+# seeds: one valid input of each kind (the fuzzer mutates from there)
+mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules"
+"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/safetensors/seed" <<'PYEOF'
+import json, struct, sys
+hdr = {"__metadata__": {"format": "pt", "w": "{\"full\":[2,2],\"dim\":-1,\"segs\":[]}"},
+       "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+       "h": {"dtype": "F16", "shape": [3], "data_offsets": [16, 22]},
+       "b": {"dtype": "BF16", "shape": [1], "data_offsets": [22, 24]}}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+data = struct.pack("<4f", 1, 2, 3, 4) + struct.pack("<3e", 0.5, -1, 2) + b"\x80\x3f"
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
+PYEOF
+cp "$FIX/ref-gpt2.json" "$FIX/ref-llama.json" "$WORK/config/"
+printf 'a few words for a token shard\n' > "$WORK/words.txt"
+"$SHARD" -o "$WORK/shard/seed" "$WORK/words.txt" > /dev/null
+printf '# rules\n*.attn.c_attn.weight column\n*.mlp.c_proj.weight row\ntransformer.wte.weight vocab\n' \
+    > "$WORK/tp_rules/seed"
+
+status=0
+for t in safetensors config shard tp_rules; do
+    cd "$WORK"
+    if "$WORK/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="$WORK/crash-$t-" "$WORK/$t" > "$WORK/$t.log" 2>&1; then
+        echo "ok: fuzz_$t: $(sed -n 's/^stat::number_of_executed_units: *//p' "$WORK/$t.log") inputs in ${SECONDS_EACH} s," \
+             "$(grep -o 'cov: [0-9]*' "$WORK/$t.log" | tail -1) edges"
+    else
+        tail -40 "$WORK/$t.log" >&2
+        for c in "$WORK"/crash-$t-*; do [ -e "$c" ] && { echo "input ($c):" >&2; od -c "$c" | head -20 >&2; }; done
+        echo "FAIL: fuzz_$t" >&2
+        status=1
+    fi
+done
+exit $status
