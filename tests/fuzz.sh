@@ -2,7 +2,9 @@
 # Fuzzing the parsers of files a user hands the runtime: safetensors
 # weights, Hugging Face config.json (and the round trip through the
 # config.json checkpoints carry), llm.c token shards, tensor-parallel rules
-# (applied to tiny GPT-2).  Each fuzz/fuzz_*.c target is built with clang's
+# (applied to tiny GPT-2), and checkpoints (a hostile manifest, or a
+# hostile parameter file under a manifest that vouches for it, read whole
+# and as a tensor-parallel shard).  Each fuzz/fuzz_*.c target is built with clang's
 # libFuzzer, AddressSanitizer and UBSan from the parser's own sources, and
 # runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
 # sanitizer report or failed property fails the test and names the input.
@@ -28,9 +30,11 @@ build safetensors "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c"
 build config "$S/runtime/graph/config.c"
 build shard "$S/runtime/train/data.c" "$S/runtime/train/atomic.c"
 build tp_rules "$S"/runtime/graph/*.c "$S/runtime/names.c"
+build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" \
+    "$S"/runtime/graph/*.c "$S/runtime/names.c"
 
 # seeds: one valid input of each kind (the fuzzer mutates from there)
-mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules"
+mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt"
 "${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/safetensors/seed" <<'PYEOF'
 import json, struct, sys
 hdr = {"__metadata__": {"format": "pt", "w": "{\"full\":[2,2],\"dim\":-1,\"segs\":[]}"},
@@ -47,9 +51,15 @@ printf 'a few words for a token shard\n' > "$WORK/words.txt"
 "$SHARD" -o "$WORK/shard/seed" "$WORK/words.txt" > /dev/null
 printf '# rules\n*.attn.c_attn.weight column\n*.mlp.c_proj.weight row\ntransformer.wte.weight vocab\n' \
     > "$WORK/tp_rules/seed"
+# a checkpoint of tiny GPT-2 at step 0: its manifest (first byte even) and
+# its parameter file (odd) as seeds
+"$TRAIN" --data "$WORK/shard/seed" --micro-batch 1 --seq-len 8 --steps 0 --threads 1 --save "$WORK/ck" > /dev/null ||
+    fail "saving the seed checkpoint"
+printf '\000' | cat - "$WORK/ck/step_00000000/manifest.json" > "$WORK/ckpt/manifest"
+printf '\001' | cat - "$WORK/ck/step_00000000/model-pp000-tp000.safetensors" > "$WORK/ckpt/model"
 
 status=0
-for t in safetensors config shard tp_rules; do
+for t in safetensors config shard tp_rules ckpt; do
     cd "$WORK"
     if "$WORK/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$WORK/crash-$t-" "$WORK/$t" > "$WORK/$t.log" 2>&1; then

@@ -38,6 +38,13 @@
 #include "safetensors.h"
 #include "train.h"
 
+/* The format: manifest.json's "format" and "version", and the names of
+ * AdamW's two moments of parameter NAME (NAME + suffix) in optim files. */
+#define MERAK_CKPT_FORMAT "merak-checkpoint"
+#define MERAK_CKPT_VERSION 1
+#define MERAK_CKPT_MOMENTS 2
+extern const char *const merak_ckpt_moment_suffix[MERAK_CKPT_MOMENTS];
+
 /* The training state beside the tensors. */
 typedef struct merak_ckpt_state {
     int step;              /* optimizer steps done */

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -668,4 +669,12 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
             merak_atomic_write(a, entries[i].data, nelem * sizeof(float));
     }
     return merak_atomic_commit(a, err, errlen);
+}
+
+int64_t merak_nonfinite_at(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return (int64_t)i;
+    return -1;
 }

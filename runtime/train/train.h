@@ -38,9 +38,6 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
  * first tensor that is not. */
 int merak_weights_extra(const merak_graph *model, const char *path, char *err, size_t errlen);
 
-/* The index of the first NaN or Inf among x[0, n), or -1. */
-int64_t merak_nonfinite_at(const float *x, size_t n);
-
 /* The same into host arrays: tensors[i] of g (whole, or a shard's part)
  * into data[i], graph layout, for i < n. */
 int merak_weights_read(const merak_graph *g, int n, const int *tensors, const char *path, float *const *data,

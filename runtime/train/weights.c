@@ -5,7 +5,6 @@
  * MERAK_HF_TRANSPOSED (GPT-2's Conv1D) are [in, out] in the file and are
  * transposed on the way in and out.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,14 +56,6 @@ static const merak_st_info *find_param(const merak_st_file *f, const char *name)
     if (!info && strncmp(name, prefix, strlen(prefix)) == 0)
         info = merak_st_find(f, name + strlen(prefix));
     return info;
-}
-
-int64_t merak_nonfinite_at(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return (int64_t)i;
-    return -1;
 }
 
 /* Reusable buffers of the reads. */
