@@ -4,7 +4,8 @@
 # config.json checkpoints carry), llm.c token shards, tensor-parallel rules
 # (applied to tiny GPT-2), and checkpoints (a hostile manifest, or a
 # hostile parameter file under a manifest that vouches for it, read whole
-# and as a tensor-parallel shard).  Each fuzz/fuzz_*.c target is built with clang's
+# and as a tensor-parallel shard), and the Slurm plugin's option values
+# and plugstack.conf arguments.  Each fuzz/fuzz_*.c target is built with clang's
 # libFuzzer, AddressSanitizer and UBSan from the parser's own sources, and
 # runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
 # sanitizer report or failed property fails the test and names the input.
@@ -15,7 +16,7 @@ CLANG=${CLANG:-clang}
 command -v "$CLANG" > /dev/null 2>&1 || skip "no clang"
 SECONDS_EACH=${FUZZ_SECONDS:-5}
 S=$MERAK_SRCDIR
-I="-I$S/include -I$S/runtime -I$S/runtime/train -I$S/runtime/graph -I$S/kernels -I$S/topo -I$MERAK_BUILDDIR"
+I="-I$S/include -I$S/runtime -I$S/runtime/train -I$S/runtime/graph -I$S/kernels -I$S/topo -I$S/spank -I$MERAK_BUILDDIR"
 FLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }' > "$WORK/probe.c"
 "$CLANG" $FLAGS "$WORK/probe.c" -o "$WORK/probe" > /dev/null 2>&1 || skip "$CLANG has no libFuzzer (libclang-rt-dev)"
@@ -30,11 +31,14 @@ build safetensors "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c"
 build config "$S/runtime/graph/config.c"
 build shard "$S/runtime/train/data.c" "$S/runtime/train/atomic.c"
 build tp_rules "$S"/runtime/graph/*.c "$S/runtime/names.c"
+build spank_args "$S/spank/spank_args.c" "$S/runtime/pipe/policy.c" "$S/runtime/names.c"
 build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" \
     "$S"/runtime/graph/*.c "$S/runtime/names.c"
 
 # seeds: one valid input of each kind (the fuzzer mutates from there)
-mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt"
+mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt" "$WORK/spank_args"
+# options --merak-tp=2 --merak-pp=2 --merak-schedule=1f1b, max_tp=4, 8 tasks
+printf '\0022\000\0032\000\0051f1b\000\200max_tp=4\000\000\010' > "$WORK/spank_args/seed"
 "${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/safetensors/seed" <<'PYEOF'
 import json, struct, sys
 hdr = {"__metadata__": {"format": "pt", "w": "{\"full\":[2,2],\"dim\":-1,\"segs\":[]}"},
@@ -59,7 +63,7 @@ printf '\000' | cat - "$WORK/ck/step_00000000/manifest.json" > "$WORK/ckpt/manif
 printf '\001' | cat - "$WORK/ck/step_00000000/model-pp000-tp000.safetensors" > "$WORK/ckpt/model"
 
 status=0
-for t in safetensors config shard tp_rules ckpt; do
+for t in safetensors config shard tp_rules spank_args ckpt; do
     cd "$WORK"
     if "$WORK/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$WORK/crash-$t-" "$WORK/$t" > "$WORK/$t.log" 2>&1; then
