@@ -83,15 +83,6 @@ static int own_params(const merak_graph *g, int *ids)
     return n;
 }
 
-static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
-{
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < ndim && k < len; i++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (k < len)
-        snprintf(buf + k, len - k, "]");
-}
-
 static int inspect(const char *spec)
 {
     char dir[PATH_MAX], err[1024];
@@ -119,7 +110,7 @@ static int inspect(const char *spec)
             const merak_st_info *info = merak_st_at(st, k);
             const char *place = merak_st_metadata(st, info->name);
             char shape[96];
-            shape_str(info->ndim, info->shape, shape, sizeof shape);
+            merak_st_shape_str(info->shape, info->ndim, shape, sizeof shape);
             printf("    %-48s %-16s %s\n", info->name, shape, place ? place : "");
             nt++;
         }

@@ -140,7 +140,8 @@ int merak_ckpt_find(const char *spec, const char *root, char *out, size_t outlen
     }
     if (!S_ISDIR(st.st_mode))
         return merak_errf(err, errlen, "%s: not a checkpoint directory", where);
-    if (is_file(where, "manifest.json") || dir_step(strrchr(where, '/') ? strrchr(where, '/') + 1 : where) >= 0) {
+    const char *base = strrchr(where, '/') ? strrchr(where, '/') + 1 : where;
+    if (is_file(where, "manifest.json") || dir_step(base) >= 0) {
         if (!is_file(where, "DONE"))
             return merak_errf(err, errlen, "%s: the checkpoint is incomplete (no DONE: its writing was "
                                            "interrupted); resume from an earlier one", where);
@@ -619,16 +620,15 @@ int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const 
     /* a new checkpoint directory: step 0 in one with newer steps would never be picked */
     DIR *d = opendir(root);
     struct dirent *de;
-    while (d && (de = readdir(d)))
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
-            closedir(d);
-            merak_errf(err, errlen, "%s: not empty; import writes a new checkpoint directory", root);
-            merak_ckpt_writer_destroy(w);
-            free(zeros);
-            return -1;
-        }
+    int used = 0;
+    while (d && !used && (de = readdir(d)))
+        used = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
     if (d)
         closedir(d);
+    if (used) {
+        merak_errf(err, errlen, "%s: not empty; import writes a new checkpoint directory", root);
+        goto out;
+    }
     if (step_dir(root, 0, w->dir, sizeof w->dir) < 0 || make_dir(w, err, errlen) < 0 ||
         job_tables(j, n, err, errlen) < 0)
         goto out;

@@ -336,18 +336,17 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
     int64_t full_n = 1;
     for (int d = 0; d < t->ndim; d++)
         full_n *= t->full[d];
-    int64_t marks = 1;
-    for (int d = 0; d < t->ndim; d++)
-        marks = marks > t->ndim * t->full[d] ? marks : t->ndim * t->full[d];
-    if (grow((void **)&c->whole, &c->whole_n, (size_t)full_n, sizeof(float)) < 0 ||
-        grow((void **)&c->seen, &c->seen_n, (size_t)marks, 1) < 0)
-        return merak_errf(err, errlen, "out of memory loading '%s'", name);
     /* what the parts cover, along the dimension each splits (a part holds
-     * every index of the others): a part held whole covers everything */
-    int64_t covered = 0, width = 0;
+     * every index of the others), one row of marks per dimension: a part
+     * held whole covers everything */
+    int64_t covered = 0, width = 1;
     for (int d = 0; d < t->ndim; d++)
         width = t->full[d] > width ? t->full[d] : width;
-    memset(c->seen, 0, (size_t)(t->ndim ? t->ndim * width : 1));
+    size_t marks = (size_t)(t->ndim ? t->ndim : 1) * (size_t)width;
+    if (grow((void **)&c->whole, &c->whole_n, (size_t)full_n, sizeof(float)) < 0 ||
+        grow((void **)&c->seen, &c->seen_n, marks, 1) < 0)
+        return merak_errf(err, errlen, "out of memory loading '%s'", name);
+    memset(c->seen, 0, marks);
     int64_t left[MERAK_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++)
         left[d] = t->full[d];
@@ -384,12 +383,11 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
                     mark[x] = 1, covered = --left[src.shard_dim] == 0;
     }
     if (!covered) {
-        int64_t missing = 0;
         for (int d = 0; d < t->ndim; d++)
-            missing = left[d] < t->full[d] && left[d] > missing ? left[d] : missing;
-        return merak_errf(err, errlen, "%s: the checkpoint lacks part of tensor '%s' (%lld of its %lld %s)", c->dir,
-                          name, (long long)(missing ? missing : full_n), (long long)(missing ? 0 : full_n),
-                          missing ? "indices along the split dimension" : "elements");
+            if (left[d] < t->full[d])
+                return merak_errf(err, errlen, "%s: the checkpoint lacks %lld of the %lld indices along dimension %d "
+                                  "of tensor '%s'", c->dir, (long long)left[d], (long long)t->full[d], d, name);
+        return merak_errf(err, errlen, "%s: the checkpoint lacks tensor '%s'", c->dir, name);
     }
     merak_shard_slice(t, c->whole, local);
     return finite(c, t, name, local, err, errlen);

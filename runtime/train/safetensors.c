@@ -678,3 +678,12 @@ int64_t merak_nonfinite_at(const float *x, size_t n)
             return (int64_t)i;
     return -1;
 }
+
+void merak_st_shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+}

@@ -47,6 +47,8 @@ const char *merak_st_metadata(const merak_st_file *f, const char *key);
 /* Copies tensor INFO into dst as float32, converting F32, F16, BF16 and F64.
  * Returns 0, or -1 with err set for other dtypes. */
 int merak_st_to_f32(const merak_st_info *info, float *dst, char *err, size_t errlen);
+/* "[d0, d1, ...]" for messages and listings (cut to len). */
+void merak_st_shape_str(const int64_t *shape, int ndim, char *buf, size_t len);
 /* The index of the first NaN or Inf among x[0, n) (values read from a
  * file, before they are trusted), or -1. */
 int64_t merak_nonfinite_at(const float *x, size_t n);

@@ -261,12 +261,16 @@ typedef struct run {
     merak_trace trace;            /* the timeline, when a->trace */
 } run;
 
+/* Micro-batches read over all replicas before step `step`. */
+static uint64_t consumed_at(const run *r, int step)
+{
+    return r->consumed0 + (uint64_t)(step - r->step0) * (uint64_t)r->grid->dp * (uint64_t)r->a->micro_batches;
+}
+
 /* Global number of micro-batch mb of this step on this replica. */
 static uint64_t mb_number(const run *r, int mb)
 {
-    const merak_grid *g = r->grid;
-    return r->consumed0 + ((uint64_t)(r->step - r->step0) * (uint64_t)g->dp + (uint64_t)g->dp_rank) *
-                              (uint64_t)r->a->micro_batches + (uint64_t)mb;
+    return consumed_at(r, r->step) + (uint64_t)r->grid->dp_rank * (uint64_t)r->a->micro_batches + (uint64_t)mb;
 }
 
 static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
@@ -383,13 +387,13 @@ static void report(const run *r, merak_checkpoint_event ev, int step, const char
     }
 }
 
-/* A finished save (done->step > 0) to rank 0's callback; a failed one
+/* A finished save (done->path set) to rank 0's callback; a failed one
  * (rc < 0) too, and then it ends the run unless the user said continue.
  * Returns 0 to go on, -1 (every rank alike) to stop. */
 static int saved(run *r, int rc, const merak_ckpt_done *done, char *err)
 {
     if (rc == 0) {
-        if (done->step > 0 || done->path[0])
+        if (done->path[0])
             report(r, MERAK_CHECKPOINT_SAVED, done->step, done->path, done->bytes, done->seconds, NULL);
         return 0;
     }
@@ -410,18 +414,15 @@ static int checkpoint_finish(run *r, char *err, size_t errlen)
     return saved(r, rc, &done, err);
 }
 
-/* Starts the checkpoint of the steps done so far, once a save in flight
- * is finished.  Collective; 0, or -1 (every rank alike). */
-static int checkpoint(run *r, char *err, size_t errlen)
+/* Starts the checkpoint after `step` steps, once a save in flight is
+ * finished.  Collective; 0, or -1 (every rank alike). */
+static int checkpoint(run *r, int step, char *err, size_t errlen)
 {
-    const merak_args *a = r->a;
-    merak_ckpt_state st = {r->step, r->consumed0 + (uint64_t)(r->step - r->step0) * (uint64_t)r->grid->dp *
-                                                       (uint64_t)a->micro_batches,
-                           r->seed, merak_optim_steps(r->opt)};
+    merak_ckpt_state st = {step, consumed_at(r, step), r->seed, merak_optim_steps(r->opt)};
     if (checkpoint_finish(r, err, errlen) < 0)
         return -1;
-    r->saved = r->step;
-    int rc = merak_ckpt_save(r->ckpt, r->comm, r->stage, r->opt, a, &st, err, errlen);
+    r->saved = step;
+    int rc = merak_ckpt_save(r->ckpt, r->comm, r->stage, r->opt, r->a, &st, err, errlen);
     return saved(r, rc, &(merak_ckpt_done){0}, err);
 }
 
@@ -505,13 +506,9 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         }
         /* a periodic checkpoint: its copy (and a wait for the previous
          * one's writers) counts in the step's time */
-        if (r->ckpt && a->save_every && (r->step + 1) % a->save_every == 0 && r->step + 1 < a->steps) {
-            r->step++;   /* the checkpoint holds the steps done */
-            int rc = checkpoint(r, err, errlen);
-            r->step--;
-            if (rc < 0)
-                return -1;
-        }
+        if (r->ckpt && a->save_every && (r->step + 1) % a->save_every == 0 && r->step + 1 < a->steps &&
+            checkpoint(r, r->step + 1, err, errlen) < 0)
+            return -1;
         double t1 = merak_now();
         if (!rank0)
             continue;
@@ -539,7 +536,7 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
     if (failed > 0)
         return -1;   /* rank 0 has the message */
     /* the end, or a stop: the last checkpoint, written through */
-    if (r->ckpt && r->saved != r->step && checkpoint(r, err, errlen) < 0)
+    if (r->ckpt && r->saved != r->step && checkpoint(r, r->step, err, errlen) < 0)
         return -1;
     if (checkpoint_finish(r, err, errlen) < 0)
         return -1;

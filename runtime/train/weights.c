@@ -31,15 +31,6 @@ static int64_t full_elems(const merak_tensor *t)
     return n;
 }
 
-static void shape_str(const int64_t *s, int n, char *buf, size_t len)
-{
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < n && k < len; i++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (k < len)
-        snprintf(buf + k, len - k, "]");
-}
-
 /* dst (cols, rows) = src (rows, cols)^T */
 static void transpose(float *dst, const float *src, int64_t rows, int64_t cols)
 {
@@ -94,8 +85,8 @@ static int read_param(const merak_st_file *f, const char *path, const merak_tens
     hf_shape(t, want);
     if (info->ndim != t->ndim || memcmp(info->shape, want, (size_t)t->ndim * sizeof *want) != 0) {
         char a[96], w[96];
-        shape_str(info->shape, info->ndim, a, sizeof a);
-        shape_str(want, t->ndim, w, sizeof w);
+        merak_st_shape_str(info->shape, info->ndim, a, sizeof a);
+        merak_st_shape_str(want, t->ndim, w, sizeof w);
         return merak_errf(err, errlen, "%s: tensor '%s' has shape %s (expected %s)", path, t->name, a, w);
     }
     int transposed = t->layout == MERAK_HF_TRANSPOSED, sharded = t->shard_dim >= 0;
