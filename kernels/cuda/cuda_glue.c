@@ -1,5 +1,5 @@
 /*
- * cuda_glue.c - the CUDA backend's table, its cuBLASLt GEMMs (linear), its
+ * cuda_glue.c - the CUDA backend's table, its cuBLASLt GEMMs (linear, attention), its
  * memory and its error state.  The device kernels are in cuda_ops.cu.
  *
  * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
@@ -41,6 +41,8 @@ typedef struct lt_key {
     int bias;        /* BIAS epilogue */
     int beta_zero;   /* beta == 0 */
     int al_a, al_b, al_c; /* pointer alignments (bytes) */
+    int batch;            /* strided-batched products (1: one) */
+    long long sa, sb, sc; /* their strides (elements) */
 } lt_key;
 
 typedef struct lt_entry {
@@ -67,7 +69,7 @@ static struct cuda_backend {
 /* cuBLASLt is loaded when the backend starts, not linked: the library alone
  * costs a process about 210 MB of resident memory, which every tool of a
  * CUDA build (the planner on a login node too) would otherwise pay. */
-#define LT_FUNCTIONS(X) X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy)
+#define LT_FUNCTIONS(X) X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy) X(MatrixLayoutSetAttribute)
 #define LT_POINTER(name) __typeof__(cublasLt##name) *name;
 static struct { LT_FUNCTIONS(LT_POINTER) } lt;
 #undef LT_POINTER
@@ -278,18 +280,37 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
     return ret;
 }
 
-/* C (m,n) = alpha op(A) op(B) + beta C [+ bias (m)], column-major, FP32.
+/* How many products one lt_matmul call does, and their strides. */
+typedef struct lt_batch {
+    int count;
+    long long sa, sb, sc;
+} lt_batch;
+static const lt_batch LT_ONE = {1, 0, 0, 0};
+
+/* Sets the batch attributes of a layout (count > 1). */
+static int lt_layout_batch(cublasLtMatrixLayout_t l, int count, long long stride)
+{
+    const int32_t c = count;
+    const int64_t st = stride;
+    return lt_ok(lt.MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof c),
+                 "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)") &&
+           lt_ok(lt.MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st,
+                                             sizeof st),
+                 "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+}
+
+/* C (m,n) = alpha op(A) op(B) + beta C [+ bias (m)], column-major, FP32;
+ * bt.count such products at strides bt.sa, bt.sb, bt.sc (no bias then).
  * Returns 0, 1 when no algorithm exists for this combination (only asked
  * with a bias: the caller retries without), or -1 on an error (recorded). */
-static int lt_matmul(int ta, int tb, int m, int n, int k, const float *A, int lda,
+static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float beta,
-                     const float *bias)
+                     const float *bias, lt_batch bt)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const float alpha = 1.0f;
     int rc = -1;
 
     if (!lt_ok(lt.MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -316,6 +337,10 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, const float *A, int ld
         !lt_ok(lt.MatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc),
                "cublasLtMatrixLayoutCreate(C)"))
         goto out;
+    if (bt.count > 1 && !(lt_layout_batch(la, bt.count, bt.sa) &&
+                          lt_layout_batch(lb, bt.count, bt.sb) &&
+                          lt_layout_batch(lc, bt.count, bt.sc)))
+        goto out;
 
     lt_key key;
     memset(&key, 0, sizeof key); /* padding-free, but memcmp'd: be explicit */
@@ -332,6 +357,10 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, const float *A, int ld
     key.al_a = ptr_align(A);
     key.al_b = ptr_align(B);
     key.al_c = ptr_align(C);
+    key.batch = bt.count;
+    key.sa = bt.sa;
+    key.sb = bt.sb;
+    key.sc = bt.sc;
     const lt_entry *e = lt_algo(&key, op, la, lb, lc);
     if (!e)
         goto out;
@@ -448,9 +477,9 @@ static void k_linear_fwd(float *out, const float *inp, const float *w, const flo
     }
     const float *eb = b && ptr_align(b) >= 16 ? b : NULL; /* epilogue bias */
     int bias_kernel = b && !eb;
-    int rc = lt_matmul(1, 0, O, N, K, w, K, inp, K, out, O, 0.0f, eb);
+    int rc = lt_matmul(1, 0, O, N, K, 1.0f, w, K, inp, K, out, O, 0.0f, eb, LT_ONE);
     if (rc == 1) { /* no algorithm with the epilogue: plain GEMM + bias kernel */
-        rc = lt_matmul(1, 0, O, N, K, w, K, inp, K, out, O, 0.0f, NULL);
+        rc = lt_matmul(1, 0, O, N, K, 1.0f, w, K, inp, K, out, O, 0.0f, NULL, LT_ONE);
         bias_kernel = 1;
     }
     if (rc == 0 && bias_kernel)
@@ -462,7 +491,7 @@ static void k_linear_bwd_x(float *dinp, const float *dout, const float *w, int N
 {
     if (cb.failed || N <= 0 || K <= 0 || O <= 0)
         return;
-    (void)lt_matmul(0, 0, K, N, O, w, K, dout, O, dinp, K, 1.0f, NULL);
+    (void)lt_matmul(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, K, 1.0f, NULL, LT_ONE);
 }
 
 /* dw (O,K) += dout^T @ inp.  Column-major: dw^T (K,O) += inp^T (K,N) dout (N,O), where
@@ -473,16 +502,83 @@ static void k_linear_bwd_w(float *dw, float *db, const float *dout, const float 
     if (cb.failed || N <= 0 || O <= 0)
         return;
     if (K > 0 && dw)
-        (void)lt_matmul(0, 1, K, O, N, inp, K, dout, O, dw, K, 1.0f, NULL);
+        (void)lt_matmul(0, 1, K, O, N, 1.0f, inp, K, dout, O, dw, K, 1.0f, NULL, LT_ONE);
     if (db)
         LAUNCH("linear_bwd_w(db)", merak_cuda_launch_colsum(STREAM, db, dout, N, O));
+}
+
+/* ------------------------------------------------------------------ attention
+ * Causal attention as GEMMs, the CPU backend's algorithm (kernels/cpu):
+ *   fwd  S = scale Q K^T ; P = causal softmax(S) (zeros above the diagonal,
+ *        saved as probs) ; out = P V
+ *   bwd  dP = dout V^T ; dS = P (dP - rowsum(P dP)) scale ;
+ *        dQ = dS K ; dK = sum over the group's heads dS^T Q ;
+ *        dV = sum over the group's heads P^T dout ; then dq += rot^T(dQ),
+ *        dk += rot^T(dK), dv += dV (rot = RoPE, or the identity).
+ * Query head h = g*rep + r reads kv head g.  One strided-batched cuBLASLt
+ * product covers the nkv heads with the same r of one batch row (their
+ * strides are uniform: rep*hd apart in q, hd apart in k and v, rep*T*T apart
+ * in probs), so a product is B*rep calls; the group's heads are summed in r
+ * order (beta 0, then 1), as the CPU backend does.
+ * scratch: dS (B,nh,T,T), dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd). */
+
+/* Row-major C (M,N) = alpha op(A) op(B) + beta C over bt.count products:
+ * cuBLASLt, column-major, computes C^T = op(B)^T op(A)^T. */
+static int rm_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   long long sa, const float *B, int ldb, long long sb, float beta, float *C,
+                   int ldc, long long sc, int count)
+{
+    const lt_batch bt = {count, sb, sa, sc};
+    return lt_matmul(tb, ta, N, M, K, alpha, B, ldb, A, lda, C, ldc, beta, NULL, bt);
+}
+
+static int attn_shape_ok(const merak_attn_shape *s, const char *what)
+{
+    if (s->n_kv_head > 0 && s->n_head > 0 && s->n_head % s->n_kv_head == 0)
+        return 1;
+    record(what, "n_head is not a positive multiple of n_kv_head");
+    return 0;
 }
 
 static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs, float *qr,
                             float *kr, const float *q, const float *k, const float *v)
 {
-    LAUNCH("attention_fwd",
-           merak_cuda_launch_attention_fwd(STREAM, s, out, probs, qr, kr, q, k, v));
+    if (cb.failed || !attn_shape_ok(s, "attention_fwd") || s->B <= 0 || s->T <= 0 ||
+        s->head_dim <= 0)
+        return;
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int rep = nh / nkv, C = nh * hd, vs = s->v_stride;
+    const float *Q = q, *K = k;
+    int qs = s->q_stride, ks = s->k_stride;
+    if (s->rope_theta > 0) {
+        LAUNCH("attention_fwd(rope)", merak_cuda_launch_rope_fwd(STREAM, s, qr, kr, q, k));
+        Q = qr, qs = C;
+        K = kr, ks = nkv * hd;
+    }
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    const long long TT = (long long)T * T;
+    for (int b = 0; b < s->B && !cb.failed; b++)
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 1, T, T, hd, scale, Q + ((size_t)b * T * qs + (size_t)r * hd), qs,
+                        (long long)rep * hd, K + (size_t)b * T * ks, ks, hd, 0.0f,
+                        probs + ((size_t)b * nh + r) * TT, T, rep * TT, nkv) < 0)
+                return;
+    LAUNCH("attention_fwd(softmax)",
+           merak_cuda_launch_attn_softmax(STREAM, probs, (size_t)s->B * nh * T, T));
+    for (int b = 0; b < s->B && !cb.failed; b++)
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 0, T, hd, T, 1.0f, probs + ((size_t)b * nh + r) * TT, T, rep * TT,
+                        v + (size_t)b * T * vs, vs, hd, 0.0f,
+                        out + ((size_t)b * T * C + (size_t)r * hd), C, (long long)rep * hd,
+                        nkv) < 0)
+                return;
+}
+
+static size_t k_attention_scratch_elems(const merak_attn_shape *s)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T;
+    return B * (size_t)s->n_head * T * T +
+           B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
 }
 
 static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
@@ -490,8 +586,47 @@ static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, flo
                             const float *kr, const float *q, const float *k, const float *v,
                             float *scratch)
 {
-    LAUNCH("attention_bwd", merak_cuda_launch_attention_bwd(STREAM, s, dq, dk, dv, dout, probs,
-                                                            qr, kr, q, k, v, scratch));
+    if (cb.failed || !attn_shape_ok(s, "attention_bwd") || s->B <= 0 || s->T <= 0 ||
+        s->head_dim <= 0)
+        return;
+    const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int rep = nh / nkv, C = nh * hd, Ckv = nkv * hd, vs = s->v_stride;
+    const int rope = s->rope_theta > 0;
+    const float *Q = rope ? qr : q, *K = rope ? kr : k;
+    const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    const long long TT = (long long)T * T;
+    float *dS = scratch;
+    float *dQ = dS + (size_t)B * nh * TT;
+    float *dK = dQ + (size_t)B * T * C;
+    float *dV = dK + (size_t)B * T * Ckv;
+
+    for (int b = 0; b < B && !cb.failed; b++)
+        for (int r = 0; r < rep; r++) /* dP = dout V^T */
+            if (rm_gemm(0, 1, T, T, hd, 1.0f, dout + ((size_t)b * T * C + (size_t)r * hd), C,
+                        (long long)rep * hd, v + (size_t)b * T * vs, vs, hd, 0.0f,
+                        dS + ((size_t)b * nh + r) * TT, T, rep * TT, nkv) < 0)
+                return;
+    LAUNCH("attention_bwd(softmax)",
+           merak_cuda_launch_attn_dsoftmax(STREAM, dS, probs, (size_t)B * nh * T, T, scale));
+    for (int b = 0; b < B && !cb.failed; b++)
+        for (int r = 0; r < rep; r++) {
+            const float *Sb = dS + ((size_t)b * nh + r) * TT;
+            const float *Pb = probs + ((size_t)b * nh + r) * TT;
+            const float beta = r ? 1.0f : 0.0f;
+            if (rm_gemm(0, 0, T, hd, T, 1.0f, Sb, T, rep * TT, K + (size_t)b * T * ks, ks, hd,
+                        0.0f, dQ + ((size_t)b * T * C + (size_t)r * hd), C,
+                        (long long)rep * hd, nkv) < 0 ||
+                rm_gemm(1, 0, T, hd, T, 1.0f, Sb, T, rep * TT,
+                        Q + ((size_t)b * T * qs + (size_t)r * hd), qs, (long long)rep * hd, beta,
+                        dK + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0 ||
+                rm_gemm(1, 0, T, hd, T, 1.0f, Pb, T, rep * TT,
+                        dout + ((size_t)b * T * C + (size_t)r * hd), C, (long long)rep * hd, beta,
+                        dV + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0)
+                return;
+        }
+    LAUNCH("attention_bwd(add)",
+           merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
 }
 
 static void k_gelu_fwd(float *out, const float *inp, size_t n)
@@ -650,7 +785,7 @@ static const merak_kernels cuda_table = {
     .linear_bwd_w = k_linear_bwd_w,
     .attention_fwd = k_attention_fwd,
     .attention_bwd = k_attention_bwd,
-    .attention_scratch_elems = merak_cuda_attention_scratch_elems,
+    .attention_scratch_elems = k_attention_scratch_elems,
     .gelu_fwd = k_gelu_fwd,
     .gelu_bwd = k_gelu_bwd,
     .swiglu_fwd = k_swiglu_fwd,

@@ -106,15 +106,20 @@ int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O);
 /* db (O) += column sums of dout (N,O) */
 int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O);
-int merak_cuda_launch_attention_fwd(void *stream, const merak_attn_shape *s, float *out,
-                                    float *probs, float *qr, float *kr, const float *q,
-                                    const float *k, const float *v);
-int merak_cuda_launch_attention_bwd(void *stream, const merak_attn_shape *s, float *dq,
-                                    float *dk, float *dv, const float *dout,
-                                    const float *probs, const float *qr, const float *kr,
-                                    const float *q, const float *k, const float *v,
-                                    float *scratch);
-size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s);
+/* Attention's pointwise parts; its GEMMs are cuBLASLt's (cuda_glue.c).
+ * rope_fwd: qr, kr = the RoPE rotation of q, k (strides of s).
+ * attn_softmax: rows of T scores -> causal softmax rows (row r is query
+ * r % T; zeros above the diagonal).  attn_dsoftmax: dS (holding dP) :=
+ * P (dP - rowsum(P dP)) scale, causal.  attn_bwd_add: dq += rot^T(dQ),
+ * dk += rot^T(dK), dv += dV from dense (B,T,heads*hd) gradients. */
+int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
+                               const float *q, const float *k);
+int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T);
+int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, size_t rows,
+                                    int T, float scale);
+int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
+                                   float *dk, float *dv, const float *dQ, const float *dK,
+                                   const float *dV);
 int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n);
 int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
                                const float *inp, size_t n);

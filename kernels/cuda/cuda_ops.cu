@@ -2,7 +2,7 @@
  * cuda_ops.cu - the device kernels of the CUDA backend and their launchers.
  *
  * Only kernels and the extern "C" launchers that enqueue them live here; the
- * table, cuBLASLt (the linear GEMMs), memory and error state are in
+ * table, cuBLASLt (the GEMMs of linear and attention), memory and error state are in
  * cuda_glue.c.  Shapes and semantics: kernels.h.
  *
  * Determinism: no kernel uses atomics on floats.  Every reduction runs in an
@@ -426,196 +426,64 @@ __global__ void rope_fwd_k(float *qr, float *kr, const float *q, const float *k,
     }
 }
 
-/* How a block of NT threads splits "sum over rows of a vector of hd": G groups
- * of threads, group g takes rows g, g+G, ... and dims d0, d0+span, ...;
- * the G partial vectors are then added in group order.  Shape-only. */
-struct vpart {
-    int G, span, g, d0;
-};
-
-__device__ __forceinline__ vpart vec_part(int hd)
+/* Causal softmax of the score rows P (rows of T, row r is query i = r % T),
+ * in place: P[0..i] becomes softmax(P[0..i]), P[i+1..T) zero.  One block per
+ * row; each thread reads and writes its own elements. */
+__global__ void attn_softmax_k(float *P, int T)
 {
-    vpart v;
-    v.G = NT / hd;
-    if (v.G < 1)
-        v.G = 1;
-    v.span = v.G == 1 ? NT : hd;
-    v.g = threadIdx.x / v.span;
-    v.d0 = threadIdx.x % v.span;
-    return v;
-}
-
-/* Floats of the per-group partial vectors: G*hd <= max(NT, hd). */
-__host__ __device__ static int part_elems(int hd) { return hd > NT ? hd : NT; }
-
-/* One block per (query row i, head h, batch b).  Writes the probs row
- * (B,nh,T,T) (zeros above the diagonal) and out (B,T,nh*hd). */
-__global__ void attn_fwd_k(float *out, float *probs, const float *Q, const float *K,
-                           const float *V, attn_p p, int qs, int ks, int vs)
-{
-    extern __shared__ float smem[];
     __shared__ float red[33];
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hd = p.hd, T = p.T;
-    const int kvh = h / p.rep;
-    float *qsh = smem, *part = smem + hd;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-
-    const float *qrow = Q + ((size_t)b * T + i) * qs + (size_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x)
-        qsh[d] = qrow[d];
-    __syncthreads();
-
-    float *prow = probs + (((size_t)b * p.nh + h) * T + i) * T;
-    /* scores: a warp per key, lanes over dims */
-    for (int j = warp; j <= i; j += nw) {
-        const float *krow = K + ((size_t)b * T + j) * ks + (size_t)kvh * hd;
-        float s = 0.0f;
-        for (int d = lane; d < hd; d += 32)
-            s += qsh[d] * krow[d];
-        s = warp_sum(s);
-        if (lane == 0)
-            prow[j] = s * p.scale;
-    }
-    __syncthreads();
+    const size_t row = blockIdx.x;
+    const int i = (int)(row % (size_t)T);
+    float *p = P + row * (size_t)T;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= i; j += blockDim.x)
-        mx = fmaxf(mx, prow[j]);
+        mx = fmaxf(mx, p[j]);
     mx = block_max(mx, red);
     float sum = 0.0f;
     for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-        float e = expf(prow[j] - mx);
-        prow[j] = e;
+        const float e = expf(p[j] - mx);
+        p[j] = e;
         sum += e;
     }
     const float inv = 1.0f / block_sum(sum, red);
     for (int j = threadIdx.x; j < T; j += blockDim.x)
-        prow[j] = j <= i ? prow[j] * inv : 0.0f;
-    __syncthreads();
-
-    /* out_i = sum_j p_j v_j */
-    const vpart vp = vec_part(hd);
-    if (vp.g < vp.G) {
-        for (int d = vp.d0; d < hd; d += vp.span) {
-            float acc = 0.0f;
-            for (int j = vp.g; j <= i; j += vp.G)
-                acc += prow[j] * V[((size_t)b * T + j) * vs + (size_t)kvh * hd + d];
-            part[vp.g * hd + d] = acc;
-        }
-    }
-    __syncthreads();
-    float *orow = out + ((size_t)b * T + i) * p.nh * hd + (size_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int g = 0; g < vp.G; g++)
-            o += part[g * hd + d];
-        orow[d] = o;
-    }
+        p[j] = j <= i ? p[j] * inv : 0.0f;
 }
 
-/* One block per (query row i, head h, batch b):
- *   dP_j = dout_i . v_j ; dS_j = P_j (dP_j - sum_j' P_j' dP_j')  -> scratch (B,nh,T,T)
- *   dq_i += scale * sum_j dS_j k_j   (un-rotated when RoPE is on) */
-__global__ void attn_bwd_q_k(float *dq, float *dS, const float *dout, const float *probs,
-                             const float *K, const float *V, attn_p p, int ks, int vs,
-                             int dqs)
+/* dS (rows of T, holding dP = dout V^T) := P (dP - sum_j P dP) scale on the
+ * causal part, zero above it.  One block per row. */
+__global__ void attn_dsoftmax_k(float *dS, const float *P, int T, float scale)
 {
-    extern __shared__ float smem[];
     __shared__ float red[33];
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hd = p.hd, T = p.T;
-    const int kvh = h / p.rep;
-    float *dsh = smem, *gq = smem + hd, *part = smem + 2 * hd;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-
-    const float *drow = dout + ((size_t)b * T + i) * p.nh * hd + (size_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x)
-        dsh[d] = drow[d];
-    __syncthreads();
-
-    const size_t rowoff = (((size_t)b * p.nh + h) * T + i) * T;
-    const float *prow = probs + rowoff;
-    float *srow = dS + rowoff;
-    for (int j = warp; j <= i; j += nw) {
-        const float *vrow = V + ((size_t)b * T + j) * vs + (size_t)kvh * hd;
-        float s = 0.0f;
-        for (int d = lane; d < hd; d += 32)
-            s += dsh[d] * vrow[d];
-        s = warp_sum(s);
-        if (lane == 0)
-            srow[j] = s;
-    }
-    __syncthreads();
+    const size_t row = blockIdx.x;
+    const int i = (int)(row % (size_t)T);
+    const float *p = P + row * (size_t)T;
+    float *ds = dS + row * (size_t)T;
     float acc = 0.0f;
     for (int j = threadIdx.x; j <= i; j += blockDim.x)
-        acc += prow[j] * srow[j];
+        acc += p[j] * ds[j];
     const float tot = block_sum(acc, red);
-    for (int j = threadIdx.x; j <= i; j += blockDim.x)
-        srow[j] = prow[j] * (srow[j] - tot);
-    __syncthreads();
-
-    const vpart vp = vec_part(hd);
-    if (vp.g < vp.G) {
-        for (int d = vp.d0; d < hd; d += vp.span) {
-            float a = 0.0f;
-            for (int j = vp.g; j <= i; j += vp.G)
-                a += srow[j] * K[((size_t)b * T + j) * ks + (size_t)kvh * hd + d];
-            part[vp.g * hd + d] = a;
-        }
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int g = 0; g < vp.G; g++)
-            o += part[g * hd + d];
-        gq[d] = o * p.scale;
-    }
-    __syncthreads();
-    rope_bwd_add(dq + ((size_t)b * T + i) * dqs + (size_t)h * hd, gq, p.theta, i, hd);
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        ds[j] = j <= i ? p[j] * (ds[j] - tot) * scale : 0.0f;
 }
 
-/* One block per (key row j, kv head, batch b), looping over the query heads of
- * the group and the queries i >= j in a fixed order (no atomics):
- *   dk_j += scale * sum_h sum_i dS[h,i,j] q_i   (un-rotated when RoPE is on)
- *   dv_j += sum_h sum_i P[h,i,j] dout_i */
-__global__ void attn_bwd_kv_k(float *dk, float *dv, const float *dS, const float *probs,
-                              const float *dout, const float *Q, attn_p p, int qs, int dks,
-                              int dvs)
+/* One block per token row bt: dq += rot^T(dQ), dk += rot^T(dK) for every
+ * head (plain adds without RoPE), dv += dV.  dQ (B,T,nh*hd), dK and dV
+ * (B,T,nkv*hd) are dense; dq, dk, dv have the row strides of q, k, v. */
+__global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const float *dQ,
+                               const float *dK, const float *dV, attn_p p, int dqs, int dks,
+                               int dvs)
 {
-    extern __shared__ float smem[];
-    const int j = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, hd = p.hd, T = p.T;
-    const int pe = part_elems(hd);
-    float *gk = smem, *partk = smem + hd, *partv = smem + hd + pe;
-
-    const vpart vp = vec_part(hd);
-    if (vp.g < vp.G) {
-        for (int d = vp.d0; d < hd; d += vp.span) {
-            float ak = 0.0f, av = 0.0f;
-            for (int r = 0; r < p.rep; r++) {
-                const int h = kvh * p.rep + r;
-                const size_t base = ((size_t)b * p.nh + h) * T;
-                for (int i = j + vp.g; i < T; i += vp.G) {
-                    const size_t pi = (base + i) * T + j;
-                    const size_t row = (size_t)b * T + i;
-                    ak += dS[pi] * Q[row * qs + (size_t)h * hd + d];
-                    av += probs[pi] * dout[row * p.nh * hd + (size_t)h * hd + d];
-                }
-            }
-            partk[vp.g * hd + d] = ak;
-            partv[vp.g * hd + d] = av;
-        }
-    }
-    __syncthreads();
-    float *dvrow = dv + ((size_t)b * T + j) * dvs + (size_t)kvh * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float ok = 0.0f, ov = 0.0f;
-        for (int g = 0; g < vp.G; g++) {
-            ok += partk[g * hd + d];
-            ov += partv[g * hd + d];
-        }
-        gk[d] = ok * p.scale;
-        dvrow[d] += ov;
-    }
-    __syncthreads();
-    rope_bwd_add(dk + ((size_t)b * T + j) * dks + (size_t)kvh * hd, gk, p.theta, j, hd);
+    const size_t bt = blockIdx.x;
+    const int t = (int)(bt % (size_t)p.T), hd = p.hd, C = p.nh * hd, Ckv = p.nkv * hd;
+    for (int h = 0; h < p.nh; h++)
+        rope_bwd_add(dq + bt * dqs + (size_t)h * hd, dQ + bt * C + (size_t)h * hd, p.theta, t,
+                     hd);
+    for (int g = 0; g < p.nkv; g++)
+        rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.theta,
+                     t, hd);
+    for (int c = threadIdx.x; c < Ckv; c += blockDim.x)
+        dv[bt * dvs + c] += dV[bt * Ckv + c];
 }
 
 static attn_p attn_params(const merak_attn_shape *s)
@@ -964,64 +832,41 @@ int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, 
     return colred<CR_COLSUM>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
 }
 
-size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
+int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
+                               const float *q, const float *k)
 {
-    /* dS (B,nh,T,T) */
-    return (size_t)s->B * s->n_head * s->T * s->T;
-}
-
-int merak_cuda_launch_attention_fwd(void *stream, const merak_attn_shape *s, float *out,
-                                    float *probs, float *qr, float *kr, const float *q,
-                                    const float *k, const float *v)
-{
-    cudaStream_t st = STREAM(stream);
-    if (s->n_kv_head <= 0 || s->n_head % s->n_kv_head != 0)
-        return cudaErrorInvalidValue;
     const attn_p p = attn_params(s);
-    if (p.B <= 0 || p.T <= 0 || p.nh <= 0 || p.hd <= 0)
-        return cudaSuccess;
-    const float *Q = q, *K = k;
-    int qs = s->q_stride, ks = s->k_stride;
-    if (p.theta > 0.0f) {
-        const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
-        if (n)
-            rope_fwd_k<<<ew_grid(n), NT, 0, st>>>(qr, kr, q, k, p, qs, ks);
-        Q = qr;
-        K = kr;
-        qs = p.nh * p.hd;
-        ks = p.nkv * p.hd;
-    }
-    const size_t smem = (size_t)(p.hd + part_elems(p.hd)) * sizeof(float);
-    attn_fwd_k<<<dim3(p.T, p.nh, p.B), NT, smem, st>>>(out, probs, Q, K, v, p, qs, ks,
-                                                         s->v_stride);
+    const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
+    if (n)
+        rope_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, q, k, p, s->q_stride,
+                                                           s->k_stride);
     return cudaGetLastError();
 }
 
-int merak_cuda_launch_attention_bwd(void *stream, const merak_attn_shape *s, float *dq,
-                                    float *dk, float *dv, const float *dout,
-                                    const float *probs, const float *qr, const float *kr,
-                                    const float *q, const float *k, const float *v,
-                                    float *scratch)
+int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T)
 {
-    cudaStream_t st = STREAM(stream);
-    if (s->n_kv_head <= 0 || s->n_head % s->n_kv_head != 0)
-        return cudaErrorInvalidValue;
+    if (rows)
+        attn_softmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, T);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, size_t rows,
+                                    int T, float scale)
+{
+    if (rows)
+        attn_dsoftmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(dS, P, T, scale);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
+                                   float *dk, float *dv, const float *dQ, const float *dK,
+                                   const float *dV)
+{
     const attn_p p = attn_params(s);
-    if (p.B <= 0 || p.T <= 0 || p.nh <= 0 || p.hd <= 0)
-        return cudaSuccess;
-    const float *Q = q, *K = k;
-    int qs = s->q_stride, ks = s->k_stride;
-    if (p.theta > 0.0f) {
-        Q = qr;
-        K = kr;
-        qs = p.nh * p.hd;
-        ks = p.nkv * p.hd;
-    }
-    const size_t pe = (size_t)part_elems(p.hd);
-    attn_bwd_q_k<<<dim3(p.T, p.nh, p.B), NT, (2 * p.hd + pe) * sizeof(float), st>>>(
-        dq, scratch, dout, probs, K, v, p, ks, s->v_stride, s->q_stride);
-    attn_bwd_kv_k<<<dim3(p.T, p.nkv, p.B), NT, (p.hd + 2 * pe) * sizeof(float), st>>>(
-        dk, dv, scratch, probs, dout, Q, p, qs, s->k_stride, s->v_stride);
+    const size_t rows = (size_t)p.B * p.T;
+    if (rows)
+        attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
+            dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
     return cudaGetLastError();
 }
 

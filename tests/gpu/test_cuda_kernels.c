@@ -948,6 +948,7 @@ int main(void)
     test_attention("llama-gqa", 2, 9, 4, 2, 16, 10000.0f, 0);
     test_attention("gqa-rope-fused", 1, 70, 4, 1, 96, 500000.0f, 1);
     test_attention("long", 1, 300, 2, 2, 64, 10000.0f, 0);
+    test_attention("batched-gqa", 3, 129, 6, 2, 64, 10000.0f, 0);
     test_attention("wide-head", 1, 5, 2, 1, 320, 10000.0f, 1);
 
     test_pointwise(100003);

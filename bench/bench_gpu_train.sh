@@ -1,0 +1,159 @@
+#!/bin/sh
+# bench_gpu_train.sh [BUILDDIR] - single-GPU training throughput and memory,
+# merak-train --device cuda against PyTorch on the same GPU, same model, same
+# batch.
+#
+# For each model (GPT-2 presets at sequence length T) both sides train
+# WARMUP + STEPS optimizer steps of M micro-batches of B sequences from the
+# same token shard; the median step time of the timed steps is reported.
+# PyTorch runs a nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention
+# with is_causal, fused AdamW, clip_grad_norm_) in three modes:
+#   fp32          float32 everywhere, TF32 off: the arithmetic merak's CUDA
+#                 backend does today (the like-for-like ratio);
+#   bf16          autocast to bfloat16 with float32 master weights (eager);
+#   bf16-compile  the same under torch.compile.
+# One line per run:
+#   bench_gpu_train model=gpt2 T=1024 mode=merak-fp32 step_ms=... tok_s=... mfu=... peak_mib=...
+# and a '#' line with the step-time ratio of each torch mode over merak.
+# MFU counts PaLM's 6*N + 12*L*T*C floating-point operations per token (N
+# parameters, L layers, hidden C) against PEAK_TFLOPS (bf16 dense, H100 SXM)
+# for the bf16 modes and PEAK_FP32_TFLOPS (H100 SXM, no tensor cores) for
+# fp32.  Peak memory: torch.cuda.max_memory_allocated, and merak-train's
+# planned allocation ("memory (allocated)").
+#
+# Environment: MODELS [gpt2 gpt2-medium]  T [1024]  B [8]  M [1]  STEPS [20]
+#   WARMUP [5]  MODES [fp32 bf16 bf16-compile]  PYTHON [python3]
+#   PEAK_TFLOPS [989.4]  PEAK_FP32_TFLOPS [66.9]
+set -eu
+
+BUILDDIR=${1:-.}
+SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
+MODELS=${MODELS:-"gpt2 gpt2-medium"}
+T=${T:-1024}
+B=${B:-8}
+M=${M:-1}
+STEPS=${STEPS:-20}
+WARMUP=${WARMUP:-5}
+MODES=${MODES:-"fp32 bf16 bf16-compile"}
+PYTHON=${PYTHON:-python3}
+PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
+PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-66.9}
+
+die() { echo "bench_gpu_train: $*" >&2; exit 1; }
+[ -x "$BUILDDIR/merak-train" ] || die "$BUILDDIR/merak-train not found (usage: $0 BUILDDIR)"
+BUILDDIR=$(cd "$BUILDDIR" && pwd)
+if ! "$PYTHON" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
+    echo "bench_gpu_train: skipped: $PYTHON has no torch with a CUDA device"
+    exit 0
+fi
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_gpu_train.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+# GPT-2's vocabulary over the project's text: byte values are valid token ids.
+find "$SRCDIR" \( -name .git -o -name autom4te.cache \) -prune -o -type f \
+    \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.md' -o -name '*.[17]' \) -print |
+    LC_ALL=C sort > "$TMP/files.txt"
+# shellcheck disable=SC2046
+"$BUILDDIR/merak-shard" -o "$TMP/shard.bin" $(cat "$TMP/files.txt") >/dev/null
+
+cat > "$TMP/torch_gpt2.py" <<'EOF'
+import sys, time, math, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+name, shard, B, M, T, n, mode = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7]
+L, C, H = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20)}[name]
+V = 50257
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.manual_seed(1234)
+dev = "cuda"
+class Block(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.ln1, s.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        s.qkv, s.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        s.fc, s.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+    def forward(s, x):
+        b, t, _ = x.shape
+        q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
+        q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + s.proj(y.transpose(1, 2).contiguous().view(b, t, C))
+        return x + s.fc2(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
+class GPT(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(1024, C)
+        s.h = nn.ModuleList(Block() for _ in range(L))
+        s.lnf = nn.LayerNorm(C)
+    def forward(s, idx, tgt):
+        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for blk in s.h:
+            x = blk(x)
+        logits = s.lnf(x) @ s.wte.weight.t()
+        return F.cross_entropy(logits.float().reshape(-1, V), tgt.reshape(-1))
+model = GPT().to(dev)
+nparams = sum(p.numel() for p in model.parameters())
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+step_fn = model
+if mode == "bf16-compile":
+    step_fn = torch.compile(model)
+tok = np.memmap(shard, dtype=np.uint16, mode="r", offset=1024)
+W = (len(tok) - 1) // T
+def batch(i):
+    rows = [np.asarray(tok[((i * B + r) % W) * T:((i * B + r) % W) * T + T + 1], dtype=np.int64) for r in range(B)]
+    a = torch.from_numpy(np.stack(rows)).pin_memory().to(dev, non_blocking=True)
+    return a[:, :-1], a[:, 1:]
+times = []
+for i in range(n):
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    for j in range(M):
+        x, y = batch(i * M + j)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode != "fp32"):
+            loss = step_fn(x, y) / M
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step(); opt.zero_grad(set_to_none=True)
+    lv = loss.item()
+    torch.cuda.synchronize(); times.append((time.perf_counter() - t0) * 1e3)
+print("params %d" % nparams)
+print("peak_mib %.0f" % (torch.cuda.max_memory_allocated() / 2**20))
+for t in times: print("ms %.4f" % t)
+EOF
+
+median() { LC_ALL=C sort -g | awk '{v[NR]=$1} END {if (NR==0) exit 1; if (NR%2) print v[(NR+1)/2]; else printf "%.6f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+NSTEPS=$((WARMUP + STEPS))
+TOK=$((B * M * T))
+echo "# bench_gpu_train: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), B=$B M=$M T=$T ($TOK tokens/step), $WARMUP warm-up + $STEPS timed steps"
+
+# line MODEL MODE MS PARAMS PEAK LAYERS HIDDEN -> one result line
+line() {
+    awk -v model="$1" -v mode="$2" -v ms="$3" -v N="$4" -v peak="$5" -v L="$6" -v C="$7" \
+        -v tok="$TOK" -v T="$T" -v pk="$PEAK_TFLOPS" -v pk32="$PEAK_FP32_TFLOPS" 'BEGIN {
+        tps = tok / (ms / 1e3); fl = 6 * N + 12 * L * T * C;
+        p = (mode ~ /fp32/ ? pk32 : pk) * 1e12;
+        printf "bench_gpu_train model=%s T=%d mode=%s step_ms=%.1f tok_s=%.0f mfu=%.3f peak_mib=%s\n", model, T, mode, ms, tps, tps * fl / p, peak }'
+}
+
+for model in $MODELS; do
+    case $model in
+    gpt2) L=12 C=768 ;; gpt2-medium) L=24 C=1024 ;; gpt2-large) L=36 C=1280 ;;
+    *) die "model '$model': gpt2, gpt2-medium or gpt2-large" ;;
+    esac
+    rm -f "$TMP/m.jsonl"
+    "$BUILDDIR/merak-train" --model "$model" --device cuda --data "$TMP/shard.bin" --micro-batch "$B" \
+        --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 --lr-schedule constant \
+        --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" > "$TMP/merak.out" 2>&1 ||
+        { cat "$TMP/merak.out" >&2; die "merak-train failed ($model)"; }
+    mms=$(sed -n 's/.*"step": \([0-9]*\),.*"step_ms": \([0-9.eE+-]*\).*/\1 \2/p' "$TMP/m.jsonl" |
+          awk -v w="$WARMUP" '$1 >= w {print $2}' | median)
+    mpeak=$(sed -n 's/^memory (allocated): stage 0 \([0-9.]*\) MiB.*/\1/p' "$TMP/merak.out" | head -1)
+    N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
+    line "$model" merak-fp32 "$mms" "$N" "${mpeak:-?}" "$L" "$C" | tee "$TMP/merak.line"
+    for mode in $MODES; do
+        "$PYTHON" "$TMP/torch_gpt2.py" "$model" "$TMP/shard.bin" "$B" "$M" "$T" "$NSTEPS" "$mode" > "$TMP/t.out" 2>&1 ||
+            { tail -20 "$TMP/t.out" >&2; die "torch failed ($model, $mode)"; }
+        tms=$(sed -n 's/^ms //p' "$TMP/t.out" | tail -n +"$((WARMUP + 1))" | median)
+        tpeak=$(sed -n 's/^peak_mib //p' "$TMP/t.out")
+        line "$model" "torch-$mode" "$tms" "$N" "$tpeak" "$L" "$C" | tee -a "$TMP/torch.lines"
+        echo "# $model torch-$mode: merak/torch step-time ratio $(awk -v a="$tms" -v b="$mms" 'BEGIN {printf "%.3f", a / b}') (above 1: merak faster)"
+    done
+done

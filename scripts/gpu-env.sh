@@ -1,0 +1,135 @@
+#!/bin/sh
+# gpu-env.sh - builds Merak on a GPU machine that has CUDA (nvcc, cuBLASLt,
+# NCCL) but none of Debian's MPI, hwloc, UCX, OpenBLAS or jansson, and no
+# network.  Two steps, one per machine:
+#
+#   scripts/gpu-env.sh fetch [DIR]   on the development machine (Debian 12):
+#       downloads the Debian packages the build and the runtime need into
+#       DIR/debs and makes a source tarball (make dist) in DIR.  DIR defaults
+#       to .gpu, which git ignores; carry it to the GPU machine.
+#   scripts/gpu-env.sh build [DIR]   on the GPU machine: unpacks the packages
+#       into a prefix (never into /), configures the tarball against them and
+#       CUDA (--with-cuda --enable-werror) and builds, in $MERAK_GPU_ROOT
+#       (default /tmp/merak-gpu).  Prints what it found.
+#       Then `. $MERAK_GPU_ROOT/env.sh` sets PATH, LD_LIBRARY_PATH,
+#       OPAL_PREFIX and MERAK_DEVICES for the build's programs.
+#
+# The packages are unpacked with dpkg -x into $MERAK_GPU_ROOT/prefix and
+# found through pkgconf's sysroot; Open MPI is relocated there with
+# OPAL_PREFIX.  Libraries the GPU machine already has (C and C++ runtimes,
+# OpenMP, udev) are not brought, so nothing older shadows them.  NCCL is
+# taken from the CUDA toolkit or, failing that, from the nvidia-nccl wheel
+# of the machine's python3.
+set -eu
+
+cmd=${1:-}
+dir=${2:-.gpu}
+root=${MERAK_GPU_ROOT:-/tmp/merak-gpu}
+multiarch=x86_64-linux-gnu
+
+# What the build needs (headers, pkg-config files) and what its programs load
+# (Open MPI's components included).
+DEV_PKGS="libopenmpi-dev libhwloc-dev libucx-dev libopenblas-pthread-dev
+          libjansson-dev zlib1g-dev pkgconf-bin libpkgconf3"
+RUN_PKGS="libopenmpi3 openmpi-common openmpi-bin libpmix2 libevent-core-2.1-7
+          libevent-pthreads-2.1-7 libevent-2.1-7 libhwloc15 libucx0 libnuma1
+          libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libfabric1
+          libpsm2-2 libpsm-infinipath1 libopenblas0-pthread libgfortran5
+          libquadmath0 libjansson4 libmunge2 libltdl7"
+
+die() { echo "gpu-env.sh: $*" >&2; exit 1; }
+
+# The environment of the build's programs, as shell lines.
+env_lines() {
+    p=$root/prefix
+    echo "export OPAL_PREFIX=$p/usr"
+    echo "export PATH=$root/build:$p/usr/bin:\$PATH"
+    echo "export LD_LIBRARY_PATH=$p/usr/lib/$multiarch:$p/usr/lib/$multiarch/openblas-pthread:$p/usr/lib/$multiarch/openmpi/lib${nccl_lib:+:$nccl_lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    echo "export MERAK_DEVICES=$root/src/data/devices.json"
+}
+
+case $cmd in
+fetch)
+    command -v apt-get >/dev/null || die "fetch runs on the Debian development machine"
+    mkdir -p "$dir/debs"
+    dir=$(cd "$dir" && pwd)
+    # shellcheck disable=SC2086
+    (cd "$dir/debs" && for p in $DEV_PKGS $RUN_PKGS; do
+        ls "${p}"_*.deb >/dev/null 2>&1 || apt-get download -q "$p" >/dev/null 2>&1 || exit 1
+     done) || die "apt-get download failed (is the Debian archive reachable?)"
+    # The source: a distribution tarball of the working tree (configure
+    # included, so the GPU machine needs no autotools).
+    src=$(cd "$(dirname "$0")/.." && pwd)
+    b=${TMPDIR:-/tmp}/merak-dist-build
+    if [ ! -f "$b/Makefile" ]; then
+        (cd "$src" && [ -x configure ] || autoreconf -fi >/dev/null)
+        mkdir -p "$b"
+        (cd "$b" && "$src/configure" --without-cuda --without-slurm >/dev/null) || die "configure for make dist failed"
+    fi
+    rm -f "$dir"/merak-*.tar.gz
+    make -s -C "$b" dist >/dev/null || die "make dist failed"
+    mv "$b"/merak-*.tar.gz "$dir/"
+    rm -rf "$b"/merak-*/
+    echo "gpu-env.sh: $dir holds $(ls "$dir/debs" | wc -l) packages and $(basename "$dir"/merak-*.tar.gz) ($(du -sh "$dir" | cut -f1) to carry)"
+    ;;
+build)
+    [ -d "$dir/debs" ] || die "$dir/debs is missing: run 'scripts/gpu-env.sh fetch' on the development machine and carry $dir"
+    dir=$(cd "$dir" && pwd)
+    cuda=${CUDA_HOME:-/usr/local/cuda}
+    nccl_inc= nccl_lib=
+    if [ -f "$cuda/include/nccl.h" ]; then
+        :
+    else
+        w=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) || true
+        [ -n "$w" ] && [ -f "$w/include/nccl.h" ] || die "no nccl.h under $cuda/include or in python3's nvidia-nccl wheel"
+        nccl_inc=$w/include
+        nccl_lib=$root/nccl
+    fi
+    command -v "$cuda/bin/nvcc" >/dev/null || command -v nvcc >/dev/null || die "no nvcc under $cuda/bin or on PATH"
+    tarball=$(ls "$dir"/merak-*.tar.gz 2>/dev/null | head -1)
+    [ -n "$tarball" ] || die "no merak-*.tar.gz in $dir: run 'scripts/gpu-env.sh fetch'"
+    rm -rf "$root"
+    mkdir -p "$root/prefix" "$root/build"
+    for d in "$dir"/debs/*.deb; do
+        if command -v dpkg-deb >/dev/null; then
+            dpkg-deb -x "$d" "$root/prefix"
+        else
+            m=$(ar t "$d" | grep '^data.tar') || die "$d: no data.tar member"
+            case $m in *.xz) z=-J ;; *.zst) z=--zstd ;; *.gz) z=-z ;; *) z= ;; esac
+            ar p "$d" "$m" | tar -x $z -C "$root/prefix"
+        fi || die "could not unpack $d"
+    done
+    # mpirun and mpicc are Debian alternatives, which dpkg -x does not make.
+    for l in mpirun mpiexec; do ln -sf orterun "$root/prefix/usr/bin/$l"; done
+    ln -sf opal_wrapper "$root/prefix/usr/bin/mpicc"
+    if [ -n "$nccl_lib" ]; then
+        # The wheel has libnccl.so.2 only; the link step wants libnccl.so.
+        mkdir -p "$nccl_lib"
+        ln -sf "$(ls "$w"/lib/libnccl.so* | head -1)" "$nccl_lib/libnccl.so"
+        ln -sf "$(ls "$w"/lib/libnccl.so* | head -1)" "$nccl_lib/libnccl.so.2"
+    fi
+    mkdir -p "$root/src"
+    tar -xzf "$tarball" -C "$root/src" --strip-components=1
+    p=$root/prefix
+    export PKG_CONFIG="$p/usr/bin/pkgconf"
+    export PKG_CONFIG_LIBDIR="$p/usr/lib/$multiarch/pkgconfig:$p/usr/share/pkgconfig"
+    export PKG_CONFIG_SYSROOT_DIR="$p"
+    eval "$(env_lines)"
+    cd "$root/build"
+    "$root/src/configure" --with-cuda="$cuda" --enable-werror --without-slurm \
+        BLAS_CFLAGS="-I$p/usr/include/$multiarch/openblas-pthread" \
+        BLAS_LIBS="-L$p/usr/lib/$multiarch/openblas-pthread -lopenblas" \
+        CPPFLAGS="${nccl_inc:+-I$nccl_inc}" LDFLAGS="${nccl_lib:+-L$nccl_lib -Wl,-rpath,$nccl_lib}" \
+        >"$root/configure.log" 2>&1 || { tail -30 "$root/configure.log"; die "configure failed (log: $root/configure.log)"; }
+    grep -q "^#define HAVE_CUDA 1" config.h || { tail -30 config.log; die "configure did not find CUDA"; }
+    make -j"$(nproc)" >"$root/make.log" 2>&1 || { tail -40 "$root/make.log"; die "make failed (log: $root/make.log)"; }
+    make -j"$(nproc)" check TESTS= >>"$root/make.log" 2>&1 || { tail -40 "$root/make.log"; die "building the tests failed (log: $root/make.log)"; }
+    env_lines >"$root/env.sh"
+    sed -n '/Merak .* configured/,/^ *prefix *:/p' "$root/configure.log"
+    echo "gpu-env.sh: built in $root/build; '. $root/env.sh' sets up a shell for its programs"
+    ;;
+*)
+    echo "usage: scripts/gpu-env.sh fetch|build [DIR]" >&2
+    exit 2
+    ;;
+esac
