@@ -119,7 +119,7 @@ int merak_cuda_available(void)
         (void)cudaGetLastError(); /* no driver / no device: not an error here */
         return 0;
     }
-    return n > 0;
+    return n > 0 ? n : 0;
 }
 
 int merak_cuda_set_device(int device)
@@ -180,6 +180,16 @@ int merak_cuda_memset(void *dst, int value, size_t bytes)
     if (!bytes)
         return 0;
     return cuda_ok(cudaMemsetAsync(dst, value, bytes, cb.stream), "cudaMemsetAsync") ? 0 : -1;
+}
+
+int merak_cuda_is_device_ptr(const void *p)
+{
+    struct cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an unknown pointer: host memory */
+        return 0;
+    }
+    return at.type == cudaMemoryTypeDevice;
 }
 
 int merak_cuda_synchronize(void)

@@ -34,8 +34,8 @@
 extern "C" {
 #endif
 
-/* 1 if the CUDA runtime works and sees at least one device, else 0.  Safe to
- * call on a machine without a driver (cudaGetDeviceCount fails -> 0). */
+/* How many devices the CUDA runtime sees (so nonzero when one is usable);
+ * 0 without a driver (cudaGetDeviceCount fails).  Safe on any machine. */
 int merak_cuda_available(void);
 
 /* Makes `device` (an index among the visible devices) the backend's device.
@@ -63,6 +63,8 @@ int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 int merak_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 int merak_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes);
 int merak_cuda_memset(void *dst, int value, size_t bytes);
+/* 1 if p points into device memory (cudaMalloc'ed), 0 for host memory. */
+int merak_cuda_is_device_ptr(const void *p);
 /* Waits for every kernel enqueued by the backend; returns 0 or -1. */
 int merak_cuda_synchronize(void);
 

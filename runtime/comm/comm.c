@@ -205,6 +205,70 @@ int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen)
     return hot_code;
 }
 
+/* ------------------------------------------------------------------ device staging */
+
+void merak_comm_set_devmem(merak_comm *c, const merak_devmem *m) { c->devmem = m; }
+
+/* 1 if p is device memory that must be staged through the host. */
+static int on_device(const merak_group *g, const void *p)
+{
+    const merak_devmem *m = g->comm->devmem;
+    return m && p && m->is_device(p);
+}
+
+/* A host copy of the device buffer dev (copied in when in is set), or NULL
+ * with the failure recorded. */
+static void *stage_in(merak_group *g, const void *dev, size_t bytes, int in)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) {
+        merak_comm_fail(g, "staging %zu bytes of device memory: out of host memory", bytes);
+        return NULL;
+    }
+    if (in && g->comm->devmem->to_host(h, dev, bytes) < 0) {
+        free(h);
+        merak_comm_fail(g, "copying %zu bytes from the device to stage them", bytes);
+        return NULL;
+    }
+    return h;
+}
+
+/* Copies the staged h back into dev (when back) and frees it; 0 or -1. */
+static int stage_out(merak_group *g, void *dev, void *h, size_t bytes, int back)
+{
+    const int rc = back ? g->comm->devmem->to_device(dev, h, bytes) : 0;
+    free(h);
+    return rc < 0 ? merak_comm_fail(g, "copying %zu staged bytes back to the device", bytes) : 0;
+}
+
+/* After a blocking operation on staged memory h (rc its result), or the
+ * start of one with req: the request finishes the staging later. */
+static int staged(merak_group *g, merak_req *req, int rc, void *dev, void *h, size_t bytes,
+                  int back)
+{
+    if (rc < 0 || !req) {
+        const int out = stage_out(g, dev, h, bytes, rc < 0 ? 0 : back);
+        return rc < 0 ? rc : out;
+    }
+    req->staged.group = g;
+    req->staged.host = h;
+    req->staged.dev = dev;
+    req->staged.bytes = bytes;
+    req->staged.back = back;
+    return 0;
+}
+
+/* A request's end: its staged copy goes back (unless rc says it failed). */
+static int finish(merak_req *req, int rc)
+{
+    if (!req->staged.host)
+        return rc;
+    const int out = stage_out(req->staged.group, req->staged.dev, req->staged.host,
+                              req->staged.bytes, rc < 0 ? 0 : req->staged.back);
+    req->staged.host = NULL;
+    return rc < 0 ? rc : out < 0 ? -1 : rc;
+}
+
 /* ------------------------------------------------------------------ dispatch */
 
 /* A request that finished at once (a group of one). */
@@ -215,10 +279,23 @@ static int done(merak_req *req)
     return 0;
 }
 
+/* Every operation that takes a request starts it unstaged. */
+static void fresh(merak_req *req)
+{
+    if (req)
+        req->staged.host = NULL;
+}
+
 int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
 {
+    fresh(req);
     g->bytes += n * sizeof *buf;
-    return g->size == 1 ? done(req) : g->coll->allreduce(g, buf, n, req);
+    if (g->size == 1)
+        return done(req);
+    if (!on_device(g, buf))
+        return g->coll->allreduce(g, buf, n, req);
+    float *h = stage_in(g, buf, n * sizeof *buf, 1);
+    return h ? staged(g, req, g->coll->allreduce(g, h, n, req), buf, h, n * sizeof *buf, 1) : -1;
 }
 
 int merak_allreduce_f64(merak_group *g, double *buf, size_t n)
@@ -230,7 +307,12 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
 {
     if (g->rank == root)
         g->bytes += bytes;
-    return g->size == 1 ? 0 : g->coll->broadcast(g, buf, bytes, root);
+    if (g->size == 1)
+        return 0;
+    if (!on_device(g, buf))
+        return g->coll->broadcast(g, buf, bytes, root);
+    void *h = stage_in(g, buf, bytes, g->rank == root);
+    return h ? staged(g, NULL, g->coll->broadcast(g, h, bytes, root), buf, h, bytes, 1) : -1;
 }
 
 int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
@@ -239,11 +321,23 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
     for (int r = 0; r < g->size; r++)
         n += (size_t)counts[r];
     g->bytes += n * sizeof *send;
-    if (g->size == 1) {     /* host buffers: the sum of one is a copy */
-        memmove(recv, send, n * sizeof *send);
-        return 0;
+    const size_t mine = (size_t)counts[g->rank] * sizeof *recv;
+    if (!on_device(g, send)) {
+        if (g->size == 1) { /* host buffers: the sum of one is a copy */
+            memmove(recv, send, n * sizeof *send);
+            return 0;
+        }
+        return g->coll->reduce_scatter(g, send, recv, counts);
     }
-    return g->coll->reduce_scatter(g, send, recv, counts);
+    float *hs = stage_in(g, send, n * sizeof *send, 1);
+    if (!hs)
+        return -1;
+    if (g->size == 1) /* the sum of one: the copy back is the result */
+        return staged(g, NULL, 0, recv, hs, mine, 1);
+    float *hr = stage_in(g, recv, mine, 0);
+    int rc = hr ? g->coll->reduce_scatter(g, hs, hr, counts) : -1;
+    free(hs);
+    return hr ? staged(g, NULL, rc, recv, hr, mine, 1) : -1;
 }
 
 int merak_allgather(merak_group *g, float *buf, const int *counts)
@@ -252,29 +346,47 @@ int merak_allgather(merak_group *g, float *buf, const int *counts)
     for (int r = 0; r < g->size; r++)
         n += (size_t)counts[r];
     g->bytes += n * sizeof *buf;
-    return g->size == 1 ? 0 : g->coll->allgather(g, buf, counts);
+    if (g->size == 1)
+        return 0;
+    if (!on_device(g, buf))
+        return g->coll->allgather(g, buf, counts);
+    float *h = stage_in(g, buf, n * sizeof *buf, 1);
+    return h ? staged(g, NULL, g->coll->allgather(g, h, counts), buf, h, n * sizeof *buf, 1) : -1;
 }
 
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
     char who[128];
+    fresh(req);
     g->bytes += bytes;
     if (!g->p2p || peer < 0 || peer >= g->size || peer == g->rank)
         return merak_comm_fail(g, "send to %s: no such peer", merak_group_peer(g, peer, who, sizeof who));
-    return g->p2p->send(g, buf, bytes, peer, tag, req);
+    if (!on_device(g, buf))
+        return g->p2p->send(g, buf, bytes, peer, tag, req);
+    void *h = stage_in(g, buf, bytes, 1);
+    return h ? staged(g, req, g->p2p->send(g, h, bytes, peer, tag, req), NULL, h, bytes, 0) : -1;
 }
 
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
     char who[128];
+    fresh(req);
     if (!g->p2p || peer < 0 || peer >= g->size || peer == g->rank)
         return merak_comm_fail(g, "receive from %s: no such peer",
                                merak_group_peer(g, peer, who, sizeof who));
-    return g->p2p->recv(g, buf, bytes, peer, tag, req);
+    if (!on_device(g, buf))
+        return g->p2p->recv(g, buf, bytes, peer, tag, req);
+    void *h = stage_in(g, buf, bytes, 0);
+    return h ? staged(g, req, g->p2p->recv(g, h, bytes, peer, tag, req), buf, h, bytes, 1) : -1;
 }
 
-int merak_wait(merak_req *req) { return req->active ? req->ops->wait(req) : 0; }
-int merak_test(merak_req *req) { return req->active ? req->ops->test(req) : 1; }
+int merak_wait(merak_req *req) { return finish(req, req->active ? req->ops->wait(req) : 0); }
+
+int merak_test(merak_req *req)
+{
+    const int rc = req->active ? req->ops->test(req) : 1;
+    return rc == 0 ? 0 : finish(req, rc);
+}
 
 void merak_group_progress(merak_group *g)
 {

@@ -55,6 +55,12 @@ typedef struct merak_req {
     int peer;                       /* group rank of the other side, or -1 (collective) */
     int active;
     unsigned char impl[32];         /* the backend's request handle */
+    struct {                        /* a device buffer staged through host memory */
+        merak_group *group;
+        void *host, *dev;           /* host: NULL when not staged */
+        size_t bytes;
+        int back;                   /* copied to dev when the request finishes */
+    } staged;
 } merak_req;
 
 typedef struct merak_comm merak_comm;
@@ -69,6 +75,19 @@ typedef struct merak_comm merak_comm;
  * finalised at exit unless merak_comm_finalize ends it first, so a failing
  * job's ranks stay up until rank 0 has reported. */
 int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t errlen);
+/* Buffers in device memory that the communication library cannot read (a
+ * GPU shared by several ranks, where NCCL cannot run, and an MPI built
+ * without CUDA).  Once set, every operation on a buffer for which is_device
+ * says 1 copies it into host memory first (to_host) and the result back
+ * (to_device), with a request's copy back done by merak_wait or
+ * merak_test.  The copies return when the data is there; 0 or -1.
+ * merak_allreduce_f64 and merak_comm_agree take host memory only. */
+typedef struct merak_devmem {
+    int (*is_device)(const void *p);
+    int (*to_host)(void *dst, const void *src, size_t bytes);
+    int (*to_device)(void *dst, const void *src, size_t bytes);
+} merak_devmem;
+void merak_comm_set_devmem(merak_comm *c, const merak_devmem *m);
 /* Ends MPI if merak_comm_init started it. */
 void merak_comm_finalize(merak_comm *c);
 /* Ends the whole job with status (a failing rank takes every rank down). */

@@ -54,6 +54,7 @@ struct merak_comm {
     merak_group groups[MERAK_GROUP_COUNT_];
     int have[MERAK_GROUP_COUNT_];
     char (*hosts)[64];               /* [world size] host of each world rank */
+    const merak_devmem *devmem;      /* device buffers staged through host memory; NULL: none */
     char err[512];
 };
 

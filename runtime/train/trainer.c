@@ -173,11 +173,27 @@ const merak_kernels *merak_kernels_open(const char *device, int threads, char *e
         merak_errf(err, errlen, "device cuda: no usable GPU (the CUDA runtime finds no device or no driver)");
         return NULL;
     }
-    const char *gpu = getenv("MERAK_GPU");
-    char why[256] = "";
+    /* The GPU: MERAK_GPU (the Slurm plugin's placement), else this rank's
+     * place on its node (mpirun's or srun's local rank) over the GPUs it
+     * sees, else the first. */
+    const char *gpu = getenv("MERAK_GPU"), *from = "MERAK_GPU";
+    char why[256] = "", pick[32];
+    if (!gpu || !*gpu) {
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        from = "OMPI_COMM_WORLD_LOCAL_RANK";
+        if (!local) {
+            local = getenv("SLURM_LOCALID");
+            from = "SLURM_LOCALID";
+        }
+        const int n = merak_cuda_available();
+        if (local && *local && n > 0) {
+            snprintf(pick, sizeof pick, "%d", atoi(local) % n);
+            gpu = pick;
+        }
+    }
     if (gpu && *gpu && merak_cuda_set_device(atoi(gpu)) < 0) {
         merak_cuda_status(why, sizeof why);
-        merak_errf(err, errlen, "device cuda: MERAK_GPU=%s: %s", gpu, why);
+        merak_errf(err, errlen, "device cuda: GPU %s (from %s): %s", gpu, from, why);
         return NULL;
     }
     const merak_kernels *k = merak_kernels_cuda();
@@ -192,21 +208,35 @@ const merak_kernels *merak_kernels_open(const char *device, int threads, char *e
 #endif
 }
 
-/* The backend's kernels for a.device on this grid, or NULL with err. */
-static const merak_kernels *pick_kernels(const merak_args *a, int world, char *err, size_t errlen)
-{
-    if (a->device && strcmp(a->device, "cuda") == 0 && world > 1) {
-        merak_errf(err, errlen, "device cuda trains in one process for now (%d ranks asked): "
-                                "collectives on GPU memory (NCCL) are not built yet", world);
-        return NULL;
-    }
-    return merak_kernels_open(a->device, a->threads, err, errlen);
-}
-
 /* ------------------------------------------------------------------ the runtime */
 
 /* The runtime's process grid, from merak_init (or the first merak_train). */
 static merak_comm *g_comm;
+
+#ifdef HAVE_CUDA
+static const merak_devmem cuda_devmem = {merak_cuda_is_device_ptr, merak_cuda_memcpy_d2h,
+                                         merak_cuda_memcpy_h2d};
+#endif
+
+/* The backend's kernels for a.device on this grid, or NULL with err.  On
+ * GPUs with several ranks, communication goes through MPI in host memory
+ * (NCCL is not built yet; it also refuses ranks that share a GPU). */
+static const merak_kernels *pick_kernels(const merak_args *a, int world, int rank0, char *err,
+                                         size_t errlen)
+{
+    const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
+#ifdef HAVE_CUDA
+    if (k && world > 1 && strcmp(k->name, "cuda") == 0) {
+        merak_comm_set_devmem(g_comm, &cuda_devmem);
+        if (rank0)
+            printf("device cuda: %d ranks; their collectives and point-to-point go through MPI, "
+                   "staged in host memory\n", world);
+    }
+#else
+    (void)world, (void)rank0;
+#endif
+    return k;
+}
 
 int merak_init(int dp, int tp, int pp, char *err, size_t errlen)
 {
@@ -773,7 +803,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     double predicted = 0;
     if (!bounds || !starts)
         failed = merak_errf(err, errlen, "out of memory") < 0;
-    else if (!(so.kernels = pick_kernels(a, gr->world, err, errlen)))
+    else if (!(so.kernels = pick_kernels(a, gr->world, rank0, err, errlen)))
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         failed = 1;
