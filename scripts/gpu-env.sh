@@ -30,7 +30,7 @@ multiarch=x86_64-linux-gnu
 # What the build needs (headers, pkg-config files) and what its programs load
 # (Open MPI's components included).
 DEV_PKGS="libopenmpi-dev libhwloc-dev libucx-dev libopenblas-pthread-dev
-          libjansson-dev zlib1g-dev pkgconf-bin libpkgconf3"
+          libjansson-dev zlib1g-dev libpcre2-dev libpcre2-8-0 pkgconf-bin libpkgconf3"
 RUN_PKGS="libopenmpi3 openmpi-common openmpi-bin libpmix2 libevent-core-2.1-7
           libevent-pthreads-2.1-7 libevent-2.1-7 libhwloc15 libucx0 libnuma1
           libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libfabric1

@@ -9,8 +9,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential autoconf automake libtool pkg-config make git
       libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev hwloc
-      libopenblas-dev libjansson-dev zlib1g-dev
-      python3 python3-torch python3-numpy mandoc groff-base bsdextrautils clang libclang-rt-14-dev
+      libopenblas-dev libjansson-dev zlib1g-dev libpcre2-dev
+      python3 python3-torch python3-numpy python3-pip mandoc groff-base bsdextrautils clang libclang-rt-14-dev
       slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev
       iproute2 util-linux procps"
 missing=
@@ -32,5 +32,12 @@ if [ -n "$missing" ]; then
     # shellcheck disable=SC2086
     apt-get install -y -qq --no-install-recommends $missing || { rm -f $policy; exit 1; }
     rm -f $policy
+fi
+# Hugging Face's tokenizers (not packaged by Debian), for the tokenizer
+# comparison test: from PyPI into Debian's python3, without its optional
+# dependencies (tokenizer.json files need none).
+if ! /usr/bin/python3 -c 'import tokenizers' 2>/dev/null; then
+    echo "install-deps.sh: installing tokenizers from PyPI"
+    /usr/bin/python3 -m pip install -q --break-system-packages --no-deps 'tokenizers==0.20.3'
 fi
 echo "install-deps.sh: all dependencies present"

@@ -24,7 +24,7 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (voi
 # the parser's sources for each target
 build() {
     name=$1; shift
-    "$CLANG" $FLAGS $I "$S/fuzz/fuzz_$name.c" "$@" "$S/runtime/file.c" "$S/topo/errf.c" -ljansson -lz -lm \
+    "$CLANG" $FLAGS $I "$S/fuzz/fuzz_$name.c" "$@" "$S/runtime/file.c" "$S/topo/errf.c" -ljansson -lz -lpcre2-8 -lm \
         -o "$WORK/fuzz_$name" 2> "$WORK/build_$name.log" || { cat "$WORK/build_$name.log" >&2; fail "building fuzz_$name"; }
 }
 build safetensors "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c"
@@ -32,11 +32,31 @@ build config "$S/runtime/graph/config.c"
 build shard "$S/runtime/train/data.c" "$S/runtime/train/atomic.c"
 build tp_rules "$S"/runtime/graph/*.c "$S/runtime/names.c"
 build spank_args "$S/spank/spank_args.c" "$S/runtime/pipe/policy.c" "$S/runtime/names.c"
+build tokenizer "$S/runtime/train/tokenizer.c"
 build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" \
     "$S"/runtime/graph/*.c "$S/runtime/names.c"
 
 # seeds: one valid input of each kind (the fuzzer mutates from there)
-mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt" "$WORK/spank_args"
+mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt" "$WORK/spank_args" \
+    "$WORK/tokenizer"
+# a small byte-level BPE tokenizer (every byte a token, two merges, an added
+# token) and a text after it; the first two bytes give the JSON's length
+"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/tokenizer/seed" <<'PYEOF'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): i for i, c in enumerate(cs)}
+vocab.update({"\u0120t": 256, "\u0120th": 257})
+tok = {"model": {"type": "BPE", "vocab": vocab, "merges": ["\u0120 t", "\u0120t h"]},
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+       "added_tokens": [{"id": 258, "content": "<|endoftext|>", "special": True}]}
+j = json.dumps(tok).encode()
+text = b" the thin one<|endoftext|>then 42! \xff"
+open(sys.argv[1], "wb").write(len(j).to_bytes(2, "big") + j + text)
+PYEOF
 # options --merak-tp=2 --merak-pp=2 --merak-schedule=1f1b, max_tp=4, 8 tasks
 printf '\0022\000\0032\000\0051f1b\000\200max_tp=4\000\000\010' > "$WORK/spank_args/seed"
 "${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/safetensors/seed" <<'PYEOF'
@@ -63,7 +83,7 @@ printf '\000' | cat - "$WORK/ck/step_00000000/manifest.json" > "$WORK/ckpt/manif
 printf '\001' | cat - "$WORK/ck/step_00000000/model-pp000-tp000.safetensors" > "$WORK/ckpt/model"
 
 status=0
-for t in safetensors config shard tp_rules spank_args ckpt; do
+for t in safetensors config shard tp_rules spank_args ckpt tokenizer; do
     cd "$WORK"
     if "$WORK/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$WORK/crash-$t-" "$WORK/$t" > "$WORK/$t.log" 2>&1; then

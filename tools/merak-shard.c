@@ -1,10 +1,13 @@
 /*
- * merak-shard - turn text files into one llm.c-format token shard with a
- * byte-level vocabulary (every byte is a token 0..255).
+ * merak-shard - turn text files into one llm.c-format token shard: one token
+ * per byte (vocabulary 0..255), or the ids of a Hugging Face byte-level BPE
+ * tokenizer (tokenizer.json), one document per file with the tokenizer's
+ * end-of-text token between documents.
  *
- *   merak-shard -o OUT.bin INPUT...
+ *   merak-shard [--tokenizer tokenizer.json] -o OUT.bin INPUT...
  *
- * Exit status: 0 on success, 1 on an I/O error, 2 on a usage error.
+ * Exit status: 0 on success, 1 on an I/O error or a bad tokenizer, 2 on a
+ * usage error.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -12,6 +15,8 @@
 
 #include "data.h"
 #include "file.h"
+#include "grow.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,48 +24,43 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define VERSION "0.1.0"
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: merak-shard -o OUT.bin INPUT...\n"
-            "Writes the bytes of the INPUT files (\"-\" for standard input), one token\n"
-            "per byte, as a single token shard (llm.c format, version 1).\n"
+            "Usage: merak-shard [--tokenizer FILE] -o OUT.bin INPUT...\n"
+            "Writes the INPUT files (\"-\" for standard input) as a single token shard\n"
+            "(llm.c format): one token per byte, or with --tokenizer the ids of a Hugging\n"
+            "Face byte-level BPE tokenizer, one document per file and the end-of-text\n"
+            "token between documents (version 2 of the header when an id is over 65535).\n"
             "\n"
-            "  -o, --output=FILE  the shard to write (required)\n"
-            "      --help         print this help and exit\n"
-            "      --version      print the version and exit\n");
+            "  -o, --output=FILE     the shard to write (required)\n"
+            "  -t, --tokenizer=FILE  a tokenizer.json (byte-level BPE)\n"
+            "      --help            print this help and exit\n"
+            "      --version         print the version and exit\n");
 }
 
-/* A growable token array. */
-typedef struct tokens {
-    uint32_t *v;
-    uint64_t n, cap;
-} tokens;
+/* A growable array of n elements of size sz. */
+typedef struct vec {
+    void *v;
+    size_t n, cap;
+} vec;
 
-static int push_bytes(tokens *t, const unsigned char *buf, size_t m)
+static int reserve(vec *a, size_t more, size_t sz) { return merak_grow(&a->v, &a->cap, a->n + more, sz); }
+
+static double now_s(void)
 {
-    if (t->n + m > t->cap) {
-        uint64_t cap = t->cap ? t->cap : 1 << 16;
-        while (cap < t->n + m)
-            cap *= 2;
-        if (cap > SIZE_MAX / sizeof(uint32_t))
-            return -1;
-        uint32_t *v = realloc(t->v, (size_t)cap * sizeof(uint32_t));
-        if (!v)
-            return -1;
-        t->v = v;
-        t->cap = cap;
-    }
-    for (size_t i = 0; i < m; i++)
-        t->v[t->n++] = buf[i];
-    return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Appends the bytes of PATH ("-": stdin).  Returns 0 or -1 after printing. */
-static int read_input(const char *path, tokens *t)
+/* The bytes of PATH ("-": stdin) into text (replacing what it held).
+ * Returns 0 or -1 after printing. */
+static int read_input(const char *path, vec *text)
 {
     int is_stdin = strcmp(path, "-") == 0;
     char why[512];
@@ -69,16 +69,18 @@ static int read_input(const char *path, tokens *t)
         fprintf(stderr, "merak-shard: %s\n", why);
         return -1;
     }
-    unsigned char buf[65536];
+    text->n = 0;
     size_t m;
     int rc = 0;
-    while ((m = fread(buf, 1, sizeof(buf), fp)) > 0) {
-        if (push_bytes(t, buf, m) != 0) {
+    do {
+        if (reserve(text, 65536, 1) != 0) {
             fprintf(stderr, "merak-shard: %s: out of memory\n", path);
             rc = -1;
             break;
         }
-    }
+        m = fread((char *)text->v + text->n, 1, 65536, fp);
+        text->n += m;
+    } while (m > 0);
     if (rc == 0 && ferror(fp)) {
         fprintf(stderr, "merak-shard: %s: read error: %s\n", path, strerror(errno));
         rc = -1;
@@ -95,17 +97,21 @@ int main(int argc, char **argv)
     enum { OPT_HELP = 256, OPT_VERSION };
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
+        {"tokenizer", required_argument, NULL, 't'},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
-    const char *out = NULL;
+    const char *out = NULL, *tokfile = NULL;
     int c;
     opterr = 0; /* we print our own one-line usage errors */
-    while ((c = getopt_long(argc, argv, ":o:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:t:", longopts, NULL)) != -1) {
         switch (c) {
         case 'o':
             out = optarg;
+            break;
+        case 't':
+            tokfile = optarg;
             break;
         case OPT_HELP:
             usage(stdout);
@@ -135,22 +141,71 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    tokens t = {0};
-    for (int i = optind; i < argc; i++) {
-        if (read_input(argv[i], &t) != 0) {
-            free(t.v);
-            return 1;
-        }
-    }
     char err[512];
-    if (merak_shard_write(out, t.v, t.n, err, sizeof(err)) != 0) {
+    merak_tokenizer *tok = NULL;
+    if (tokfile && merak_tokenizer_load(tokfile, &tok, err, sizeof err) != 0) {
         fprintf(stderr, "merak-shard: %s\n", err);
-        free(t.v);
         return 1;
     }
-    free(t.v);
-    if (printf("merak-shard: wrote %llu tokens to %s\n", (unsigned long long)t.n, out) < 0 ||
-        fflush(stdout) != 0)
+    const int64_t eot = tok ? merak_tokenizer_eot(tok) : -1;
+    if (tok && eot < 0 && argc - optind > 1) {
+        fprintf(stderr, "merak-shard: %s has no end-of-text token to put between the %d documents\n",
+                tokfile, argc - optind);
+        merak_tokenizer_free(tok);
         return 1;
-    return 0;
+    }
+    vec text = {0}, ids = {0};
+    uint64_t bytes = 0;
+    int rc = 0;
+    const double t0 = now_s();
+    for (int i = optind; i < argc && rc == 0; i++) {
+        if (read_input(argv[i], &text) != 0) {
+            rc = 1;
+            break;
+        }
+        bytes += text.n;
+        if (!tok) { /* a byte per token */
+            if (reserve(&ids, text.n, sizeof(uint32_t)) != 0) {
+                fprintf(stderr, "merak-shard: %s: out of memory\n", argv[i]);
+                rc = 1;
+                break;
+            }
+            for (size_t j = 0; j < text.n; j++)
+                ((uint32_t *)ids.v)[ids.n++] = ((const unsigned char *)text.v)[j];
+            continue;
+        }
+        if (i > optind) { /* the documents' separator */
+            if (reserve(&ids, 1, sizeof(uint32_t)) != 0) {
+                fprintf(stderr, "merak-shard: %s: out of memory\n", argv[i]);
+                rc = 1;
+                break;
+            }
+            ((uint32_t *)ids.v)[ids.n++] = (uint32_t)eot;
+        }
+        uint32_t *v = ids.v;
+        if (merak_tokenizer_encode(tok, text.v, text.n, &v, &ids.n, &ids.cap, err, sizeof err) != 0) {
+            fprintf(stderr, "merak-shard: %s: %s\n", argv[i], err);
+            rc = 1;
+        }
+        ids.v = v;
+    }
+    const double secs = now_s() - t0;
+    if (rc == 0 && merak_shard_write(out, ids.v, ids.n, err, sizeof(err)) != 0) {
+        fprintf(stderr, "merak-shard: %s\n", err);
+        rc = 1;
+    }
+    if (rc == 0 && tok)
+        rc = printf("merak-shard: wrote %llu tokens to %s (%llu bytes of text, %d document%s, "
+                    "vocabulary %u, %.1f MB/s)\n",
+                    (unsigned long long)ids.n, out, (unsigned long long)bytes, argc - optind,
+                    argc - optind == 1 ? "" : "s", merak_tokenizer_vocab_size(tok),
+                    secs > 0 ? bytes / secs / 1e6 : 0.0) < 0;
+    else if (rc == 0)
+        rc = printf("merak-shard: wrote %llu tokens to %s\n", (unsigned long long)ids.n, out) < 0;
+    if (rc == 0 && fflush(stdout) != 0)
+        rc = 1;
+    free(text.v);
+    free(ids.v);
+    merak_tokenizer_free(tok);
+    return rc;
 }

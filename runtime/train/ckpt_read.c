@@ -13,6 +13,7 @@
 #include "ckpt.h"
 #include "errf.h"
 #include "file.h"
+#include "grow.h"
 #include "safetensors.h"
 
 #define MOMENTS MERAK_CKPT_MOMENTS
@@ -305,18 +306,6 @@ static int same_place(const merak_tensor *src, const merak_tensor *t)
     return 1;
 }
 
-/* Grows *buf to n floats (or bytes, size 1); 0 or -1. */
-static int grow(void **buf, size_t *have, size_t n, size_t size)
-{
-    if (n <= *have)
-        return 0;
-    void *p = realloc(*buf, n * size);
-    if (!p)
-        return -1;
-    *buf = p, *have = n;
-    return 0;
-}
-
 /* Tensor `name` read into local: every value finite, or -1 naming it. */
 static int finite(const merak_ckpt *c, const merak_tensor *t, const char *name, const float *local, char *err,
                   size_t errlen)
@@ -343,8 +332,8 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
     for (int d = 0; d < t->ndim; d++)
         width = t->full[d] > width ? t->full[d] : width;
     size_t marks = (size_t)(t->ndim ? t->ndim : 1) * (size_t)width;
-    if (grow((void **)&c->whole, &c->whole_n, (size_t)full_n, sizeof(float)) < 0 ||
-        grow((void **)&c->seen, &c->seen_n, marks, 1) < 0)
+    if (merak_grow((void **)&c->whole, &c->whole_n, (size_t)full_n, sizeof(float)) < 0 ||
+        merak_grow((void **)&c->seen, &c->seen_n, marks, 1) < 0)
         return merak_errf(err, errlen, "out of memory loading '%s'", name);
     memset(c->seen, 0, marks);
     int64_t left[MERAK_MAX_DIMS];
@@ -367,7 +356,7 @@ int merak_ckpt_read(merak_ckpt *c, const merak_tensor *t, int moment, float *loc
                               (long long)src_full, t->ndim, (long long)full_n);
         if (same_place(&src, t))   /* the layout that wrote it */
             return merak_st_to_f32(info, local, err, errlen) < 0 ? -1 : finite(c, t, name, local, err, errlen);
-        if (grow((void **)&c->tmp, &c->tmp_n, (size_t)merak_tensor_elems(&src), sizeof(float)) < 0)
+        if (merak_grow((void **)&c->tmp, &c->tmp_n, (size_t)merak_tensor_elems(&src), sizeof(float)) < 0)
             return merak_errf(err, errlen, "out of memory loading '%s'", name);
         if (merak_st_to_f32(info, c->tmp, err, errlen) < 0)
             return -1;

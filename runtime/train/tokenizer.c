@@ -1,0 +1,685 @@
+/*
+ * tokenizer.c - Hugging Face byte-level BPE tokenizers: tokenizer.json
+ * (jansson), split patterns (PCRE2), byte-pair merges by rank.  See
+ * tokenizer.h for what is supported.
+ *
+ * Encoding a text: added tokens are cut out first (leftmost, then longest);
+ * every piece between them goes through the pre-tokenizer's stages in order
+ * (a Split regex isolates its matches and the gaps between them; ByteLevel
+ * prepends a space when asked and splits by GPT-2's pattern when use_regex);
+ * each final piece becomes bytes, each byte its token, and the adjacent
+ * pair with the lowest merge rank is merged (leftmost first) until no pair
+ * has a merge.  Pieces seen before come from a cache.
+ */
+#define _GNU_SOURCE /* memmem */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer.h"
+
+#include <jansson.h>
+#include <pcre2.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errf.h"
+#include "file.h"
+#include "grow.h"
+
+/* GPT-2's pre-tokenizer pattern (ByteLevel with use_regex). */
+#define GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define MAX_STAGES 8
+#define CACHE_SLOTS (1u << 17)
+#define CACHE_BYTES ((size_t)64 << 20)
+
+typedef struct stage {
+    pcre2_code *re;    /* NULL: no split */
+    int prefix_space;  /* ByteLevel's add_prefix_space */
+} stage;
+
+typedef struct added {
+    const char *text;
+    size_t len;
+    uint32_t id;
+    int special;
+} added;
+
+typedef struct merge_slot {
+    uint64_t key; /* (a << 32 | b) + 1; 0 = empty */
+    uint32_t rank, id;
+} merge_slot;
+
+typedef struct cache_slot {
+    uint64_t hash; /* 0 = empty */
+    size_t off, len, ids, nids;
+} cache_slot;
+
+struct merak_tokenizer {
+    json_t *root;
+    json_t *vocab;                 /* the model's vocab object (token -> id) */
+    uint32_t nvocab;               /* largest id + 1 */
+    unsigned char **bytes;         /* [nvocab] what each id stands for */
+    size_t *nbytes;
+    int64_t byte_id[256];          /* the token of each byte, -1 if none */
+    uint32_t b2u[256];             /* GPT-2's byte -> code point map */
+    merge_slot *merges;
+    size_t merge_cap;              /* power of two */
+    int ignore_merges;
+    stage stages[MAX_STAGES];
+    int nstages;
+    added *adds;
+    int nadds;
+    int64_t eot;
+    pcre2_match_data *md;
+    /* encode state */
+    cache_slot *cache;
+    unsigned char *arena;          /* cached pieces' bytes */
+    size_t arena_len, arena_cap;
+    uint32_t *cids;                /* cached pieces' ids */
+    size_t cids_len, cids_cap;
+    size_t ncached;
+    uint32_t *sym;                 /* BPE working symbols */
+    size_t sym_cap;
+    char *mapped;                  /* a piece as vocab text */
+    size_t mapped_cap;
+    char *err;
+    size_t errlen;
+};
+
+/* ------------------------------------------------------------------ helpers */
+
+static int fail(merak_tokenizer *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (t->err && t->errlen)
+        vsnprintf(t->err, t->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* UTF-8 of code point c into out (4 bytes room); its length. */
+static size_t utf8_put(char *out, uint32_t c)
+{
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (char)(0xc0 | c >> 6);
+        out[1] = (char)(0x80 | (c & 0x3f));
+        return 2;
+    }
+    out[0] = (char)(0xe0 | c >> 12);
+    out[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+    out[2] = (char)(0x80 | (c & 0x3f));
+    return 3; /* the byte map stays below U+0800 */
+}
+
+/* The next code point of s[i..n) (advancing *i), or -1 if not UTF-8. */
+static int32_t utf8_get(const char *s, size_t n, size_t *i)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned c = u[*i];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || *i + (size_t)len > n)
+        return -1;
+    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (int k = 1; k < len; k++) {
+        if ((u[*i + k] & 0xc0) != 0x80)
+            return -1;
+        v = v << 6 | (u[*i + k] & 0x3f);
+    }
+    *i += (size_t)len;
+    return (int32_t)v;
+}
+
+/* ------------------------------------------------------------------ merges */
+
+static merge_slot *merge_find(const merak_tokenizer *t, uint32_t a, uint32_t b)
+{
+    const uint64_t key = ((uint64_t)a << 32 | b) + 1;
+    for (size_t i = mix(key) & (t->merge_cap - 1);; i = (i + 1) & (t->merge_cap - 1)) {
+        merge_slot *s = &t->merges[i];
+        if (s->key == key || s->key == 0)
+            return s;
+    }
+}
+
+/* The vocab id of token text s[0, n), or -1. */
+static int64_t vocab_id(const merak_tokenizer *t, const char *s, size_t n)
+{
+    json_t *v = json_object_getn(t->vocab, s, n);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* ------------------------------------------------------------------ loading */
+
+/* A pre-tokenizer stage from its JSON (one of a Sequence, or the whole). */
+static int add_stage(merak_tokenizer *t, const char *path, json_t *p)
+{
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (!type)
+        return fail(t, "%s: a pre_tokenizer has no type", path);
+    if (t->nstages == MAX_STAGES)
+        return fail(t, "%s: more than %d pre-tokenizer stages", path, MAX_STAGES);
+    stage *st = &t->stages[t->nstages];
+    const char *pattern = NULL;
+    if (!strcmp(type, "ByteLevel")) {
+        json_t *ur = json_object_get(p, "use_regex");
+        st->prefix_space = json_is_true(json_object_get(p, "add_prefix_space"));
+        if (!ur || json_is_true(ur))
+            pattern = GPT2_PATTERN;
+    } else if (!strcmp(type, "Split")) {
+        json_t *pat = json_object_get(p, "pattern");
+        const char *behavior = json_string_value(json_object_get(p, "behavior"));
+        pattern = json_string_value(json_object_get(pat, "Regex"));
+        if (!pattern)
+            return fail(t, "%s: a Split pre-tokenizer without a Regex pattern is not supported", path);
+        if (!behavior || strcmp(behavior, "Isolated") != 0)
+            return fail(t, "%s: Split behavior '%s' is not supported (Isolated only)", path,
+                        behavior ? behavior : "(none)");
+        if (json_is_true(json_object_get(p, "invert")))
+            return fail(t, "%s: an inverted Split is not supported", path);
+    } else {
+        return fail(t, "%s: pre-tokenizer '%s' is not supported (ByteLevel, Split)", path, type);
+    }
+    if (pattern) {
+        int code;
+        PCRE2_SIZE off;
+        st->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &off, NULL);
+        if (!st->re) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(code, msg, sizeof msg);
+            return fail(t, "%s: split pattern at offset %zu: %s", path, (size_t)off, (char *)msg);
+        }
+        (void)pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE); /* the interpreter if no JIT */
+    }
+    t->nstages++;
+    return 0;
+}
+
+static int load_pre_tokenizer(merak_tokenizer *t, const char *path, json_t *p)
+{
+    if (!p || json_is_null(p))
+        return 0;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *list = json_object_get(p, "pretokenizers"), *e;
+        size_t i;
+        json_array_foreach(list, i, e)
+            if (add_stage(t, path, e) < 0)
+                return -1;
+        return 0;
+    }
+    return add_stage(t, path, p);
+}
+
+static int load_model(merak_tokenizer *t, const char *path, json_t *m)
+{
+    const char *type = json_string_value(json_object_get(m, "type"));
+    if (!type)
+        return fail(t, "%s: no model type", path);
+    if (strcmp(type, "BPE") != 0)
+        return fail(t, "%s: model type '%s' is not supported (byte-level BPE only)", path, type);
+    json_t *d = json_object_get(m, "dropout");
+    if (d && !json_is_null(d) && json_number_value(d) != 0)
+        return fail(t, "%s: BPE dropout is not supported", path);
+    if (json_is_true(json_object_get(m, "byte_fallback")))
+        return fail(t, "%s: byte_fallback is not supported (a byte-level BPE needs none)", path);
+    const char *pre = json_string_value(json_object_get(m, "continuing_subword_prefix"));
+    const char *suf = json_string_value(json_object_get(m, "end_of_word_suffix"));
+    if ((pre && *pre) || (suf && *suf))
+        return fail(t, "%s: subword prefixes and suffixes are not supported", path);
+    t->ignore_merges = json_is_true(json_object_get(m, "ignore_merges"));
+    t->vocab = json_object_get(m, "vocab");
+    if (!json_is_object(t->vocab))
+        return fail(t, "%s: model.vocab is not an object", path);
+    const char *key;
+    json_t *v;
+    json_object_foreach(t->vocab, key, v) {
+        json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= (json_int_t)1 << 31)
+            return fail(t, "%s: vocab entry '%s' has no valid id", path, key);
+        if ((uint32_t)id + 1 > t->nvocab)
+            t->nvocab = (uint32_t)id + 1;
+    }
+    json_t *merges = json_object_get(m, "merges");
+    if (!json_is_array(merges))
+        return fail(t, "%s: model.merges is not an array", path);
+    size_t n = json_array_size(merges);
+    t->merge_cap = 1024;
+    while (t->merge_cap < 2 * n)
+        t->merge_cap *= 2;
+    if (!(t->merges = calloc(t->merge_cap, sizeof *t->merges)))
+        return fail(t, "out of memory");
+    char *buf = NULL;
+    size_t bcap = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(merges, i);
+        const char *a, *b;
+        size_t la, lb;
+        const char *s = json_string_value(e);
+        const char *sp = s ? strchr(s, ' ') : NULL;
+        if (sp && sp > s && sp[1]) {
+            a = s, la = (size_t)(sp - s), b = sp + 1, lb = strlen(sp + 1);
+        } else if (json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
+                   json_is_string(json_array_get(e, 1))) {
+            a = json_string_value(json_array_get(e, 0));
+            b = json_string_value(json_array_get(e, 1));
+            la = strlen(a), lb = strlen(b);
+        } else {
+            free(buf);
+            return fail(t, "%s: merge %zu is not \"a b\" or [a, b]", path, i);
+        }
+        if (merak_grow((void **)&buf, &bcap, la + lb + 1, 1) < 0) {
+            free(buf);
+            return fail(t, "out of memory");
+        }
+        memcpy(buf, a, la);
+        memcpy(buf + la, b, lb);
+        const int64_t ia = vocab_id(t, a, la), ib = vocab_id(t, b, lb), im = vocab_id(t, buf, la + lb);
+        if (ia < 0 || ib < 0 || im < 0) {
+            free(buf);
+            return fail(t, "%s: merge %zu ('%.*s' '%.*s') names a token not in the vocabulary",
+                        path, i, (int)la, a, (int)lb, b);
+        }
+        merge_slot *slot = merge_find(t, (uint32_t)ia, (uint32_t)ib);
+        if (slot->key == 0) { /* the first rank of a pair counts */
+            slot->key = ((uint64_t)ia << 32 | (uint64_t)ib) + 1;
+            slot->rank = (uint32_t)i;
+            slot->id = (uint32_t)im;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+static int load_added(merak_tokenizer *t, const char *path, json_t *list)
+{
+    size_t n = json_array_size(list), i;
+    json_t *e;
+    if (n && !(t->adds = calloc(n, sizeof *t->adds)))
+        return fail(t, "out of memory");
+    json_array_foreach(list, i, e) {
+        const char *c = json_string_value(json_object_get(e, "content"));
+        json_t *id = json_object_get(e, "id");
+        if (!c || !*c || !json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= (json_int_t)1 << 31)
+            return fail(t, "%s: added token %zu has no content or id", path, i);
+        if (json_is_true(json_object_get(e, "lstrip")) || json_is_true(json_object_get(e, "rstrip")) ||
+            json_is_true(json_object_get(e, "single_word")))
+            return fail(t, "%s: added token '%s': lstrip, rstrip and single_word are not supported",
+                        path, c);
+        added *a = &t->adds[t->nadds++];
+        a->text = c;
+        a->len = strlen(c);
+        a->id = (uint32_t)json_integer_value(id);
+        a->special = json_is_true(json_object_get(e, "special"));
+        if (a->id + 1 > t->nvocab)
+            t->nvocab = a->id + 1;
+    }
+    return 0;
+}
+
+/* Each id's bytes: vocab tokens through the inverse byte map (a token
+ * that is not byte-level text keeps its UTF-8), added tokens as written.
+ * An id names one text: two vocab tokens with one id, or an added token on
+ * the id of another text, are refused (decoding could not be right). */
+static int build_bytes(merak_tokenizer *t, const char *path)
+{
+    int u2b[324];
+    for (int i = 0; i < 324; i++)
+        u2b[i] = -1;
+    for (int b = 0; b < 256; b++)
+        u2b[t->b2u[b]] = b;
+    if (!(t->bytes = calloc(t->nvocab, sizeof *t->bytes)) ||
+        !(t->nbytes = calloc(t->nvocab, sizeof *t->nbytes)))
+        return fail(t, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach(t->vocab, key, v) {
+        const uint32_t id = (uint32_t)json_integer_value(v);
+        const size_t n = strlen(key);
+        unsigned char *out = malloc(n + 1);
+        if (!out)
+            return fail(t, "out of memory");
+        size_t i = 0, m = 0;
+        int plain = 1;
+        while (i < n) {
+            int32_t c = utf8_get(key, n, &i);
+            if (c < 0 || c >= 324 || u2b[c] < 0) {
+                plain = 0;
+                break;
+            }
+            out[m++] = (unsigned char)u2b[c];
+        }
+        if (!plain) {
+            memcpy(out, key, n);
+            m = n;
+        }
+        if (t->bytes[id]) {
+            free(out);
+            return fail(t, "%s: vocab token '%s' has id %u, which another token has too", path, key, id);
+        }
+        t->bytes[id] = out;
+        t->nbytes[id] = m;
+    }
+    for (int i = 0; i < t->nadds; i++) {
+        added *a = &t->adds[i];
+        if (t->bytes[a->id]) { /* a token of the vocabulary: the same text, or a clash */
+            if (t->nbytes[a->id] == a->len && !memcmp(t->bytes[a->id], a->text, a->len))
+                continue;
+            return fail(t, "%s: added token '%s' has id %u, which is another token's", path, a->text,
+                        a->id);
+        }
+        unsigned char *out = malloc(a->len + 1);
+        if (!out)
+            return fail(t, "out of memory");
+        memcpy(out, a->text, a->len);
+        t->bytes[a->id] = out;
+        t->nbytes[a->id] = a->len;
+    }
+    return 0;
+}
+
+int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    merak_tokenizer *t = calloc(1, sizeof *t);
+    if (!t)
+        return merak_errf(err, errlen, "out of memory");
+    t->err = err, t->errlen = errlen;
+    json_error_t je;
+    int rc = -1;
+    FILE *fp = merak_file_fopen(path, err, errlen); /* a regular file, or why not */
+    if (!fp)
+        goto out;
+    t->root = json_loadf(fp, 0, &je);
+    fclose(fp);
+    if (!t->root) {
+        merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+        goto out;
+    }
+    json_t *norm = json_object_get(t->root, "normalizer");
+    if (norm && !json_is_null(norm)) {
+        const char *type = json_string_value(json_object_get(norm, "type"));
+        if (!type || strcmp(type, "Sequence") != 0 ||
+            json_array_size(json_object_get(norm, "normalizers")) != 0) {
+            fail(t, "%s: normalizer '%s' is not supported (none)", path, type ? type : "?");
+            goto out;
+        }
+    }
+    /* GPT-2's map: printable bytes are themselves, the rest 256, 257, ... */
+    for (int b = 0, n = 0; b < 256; b++)
+        t->b2u[b] = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174
+                        ? (uint32_t)b
+                        : (uint32_t)(256 + n++);
+    if (load_model(t, path, json_object_get(t->root, "model")) < 0 ||
+        load_pre_tokenizer(t, path, json_object_get(t->root, "pre_tokenizer")) < 0 ||
+        load_added(t, path, json_object_get(t->root, "added_tokens")) < 0 ||
+        build_bytes(t, path) < 0)
+        goto out;
+    for (int b = 0; b < 256; b++) {
+        char s[4];
+        t->byte_id[b] = vocab_id(t, s, utf8_put(s, t->b2u[b]));
+    }
+    t->eot = -1;
+    for (int i = 0; i < t->nadds && t->eot < 0; i++)
+        if (!strcmp(t->adds[i].text, "<|endoftext|>") || !strcmp(t->adds[i].text, "<|end_of_text|>"))
+            t->eot = t->adds[i].id;
+    for (int i = 0; i < t->nadds && t->eot < 0; i++)
+        if (t->adds[i].special)
+            t->eot = t->adds[i].id;
+    if (!(t->md = pcre2_match_data_create(4, NULL)) ||
+        !(t->cache = calloc(CACHE_SLOTS, sizeof *t->cache))) {
+        fail(t, "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    t->err = NULL, t->errlen = 0;
+    if (rc < 0)
+        merak_tokenizer_free(t);
+    else
+        *out = t;
+    return rc;
+}
+
+void merak_tokenizer_free(merak_tokenizer *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < t->nstages; i++)
+        pcre2_code_free(t->stages[i].re);
+    if (t->bytes)
+        for (uint32_t i = 0; i < t->nvocab; i++)
+            free(t->bytes[i]);
+    free(t->bytes);
+    free(t->nbytes);
+    free(t->merges);
+    free(t->adds);
+    pcre2_match_data_free(t->md);
+    free(t->cache);
+    free(t->arena);
+    free(t->cids);
+    free(t->sym);
+    free(t->mapped);
+    json_decref(t->root);
+    free(t);
+}
+
+uint32_t merak_tokenizer_vocab_size(const merak_tokenizer *t) { return t->nvocab; }
+int64_t merak_tokenizer_eot(const merak_tokenizer *t) { return t->eot; }
+
+int merak_tokenizer_prefix_space(const merak_tokenizer *t)
+{
+    for (int i = 0; i < t->nstages; i++)
+        if (t->stages[i].prefix_space)
+            return 1;
+    return 0;
+}
+
+const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id, size_t *len)
+{
+    if (id >= t->nvocab || !t->bytes[id])
+        return NULL;
+    *len = t->nbytes[id];
+    return t->bytes[id];
+}
+
+/* ------------------------------------------------------------------ encoding */
+
+typedef struct out_ids {
+    uint32_t **ids;
+    size_t *len, *cap;
+} out_ids;
+
+static int emit(merak_tokenizer *t, out_ids *o, const uint32_t *v, size_t n)
+{
+    if (merak_grow((void **)o->ids, o->cap, *o->len + n, sizeof **o->ids) < 0)
+        return fail(t, "out of memory");
+    memcpy(*o->ids + *o->len, v, n * sizeof *v);
+    *o->len += n;
+    return 0;
+}
+
+/* The ids of one piece by byte-pair merges, into t->sym[0, *n). */
+static int bpe(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nout)
+{
+    if (merak_grow((void **)&t->sym, &t->sym_cap, n ? n : 1, sizeof *t->sym) < 0)
+        return fail(t, "out of memory");
+    if (t->ignore_merges) { /* a piece that is a token is that token */
+        if (merak_grow((void **)&t->mapped, &t->mapped_cap, 3 * n + 1, 1) < 0)
+            return fail(t, "out of memory");
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            m += utf8_put(t->mapped + m, t->b2u[p[i]]);
+        const int64_t id = vocab_id(t, t->mapped, m);
+        if (id >= 0) {
+            t->sym[0] = (uint32_t)id;
+            *nout = 1;
+            return 0;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (t->byte_id[p[i]] < 0)
+            return fail(t, "byte 0x%02x has no token in the vocabulary", p[i]);
+        t->sym[i] = (uint32_t)t->byte_id[p[i]];
+    }
+    size_t m = n;
+    for (;;) {
+        uint32_t best = UINT32_MAX, id = 0;
+        size_t at = 0;
+        for (size_t i = 0; i + 1 < m; i++) {
+            const merge_slot *s = merge_find(t, t->sym[i], t->sym[i + 1]);
+            if (s->key && s->rank < best)
+                best = s->rank, id = s->id, at = i;
+        }
+        if (best == UINT32_MAX)
+            break;
+        t->sym[at] = id;
+        memmove(t->sym + at + 1, t->sym + at + 2, (m - at - 2) * sizeof *t->sym);
+        m--;
+    }
+    *nout = m;
+    return 0;
+}
+
+/* One final piece: from the cache, or merged and cached. */
+static int piece(merak_tokenizer *t, out_ids *o, const unsigned char *p, size_t n)
+{
+    if (!n)
+        return 0;
+    const uint64_t h = hash_bytes(p, n);
+    size_t i = (size_t)(mix(h) & (CACHE_SLOTS - 1));
+    for (; t->cache[i].hash; i = (i + 1) & (CACHE_SLOTS - 1)) {
+        const cache_slot *c = &t->cache[i];
+        if (c->hash == h && c->len == n && !memcmp(t->arena + c->off, p, n))
+            return emit(t, o, t->cids + c->ids, c->nids);
+    }
+    size_t m = 0;
+    if (bpe(t, p, n, &m) < 0 || emit(t, o, t->sym, m) < 0)
+        return -1;
+    if (t->ncached >= CACHE_SLOTS / 2 || t->arena_len + n > CACHE_BYTES) { /* start over */
+        memset(t->cache, 0, CACHE_SLOTS * sizeof *t->cache);
+        t->ncached = t->arena_len = t->cids_len = 0;
+        for (i = (size_t)(mix(h) & (CACHE_SLOTS - 1)); t->cache[i].hash; i = (i + 1) & (CACHE_SLOTS - 1))
+            ;
+    }
+    if (merak_grow((void **)&t->arena, &t->arena_cap, t->arena_len + n, 1) < 0 ||
+        merak_grow((void **)&t->cids, &t->cids_cap, t->cids_len + m, sizeof *t->cids) < 0)
+        return 0; /* no room to cache: the ids are out already */
+    cache_slot *c = &t->cache[i];
+    c->hash = h, c->off = t->arena_len, c->len = n, c->ids = t->cids_len, c->nids = m;
+    memcpy(t->arena + t->arena_len, p, n);
+    memcpy(t->cids + t->cids_len, t->sym, m * sizeof *t->sym);
+    t->arena_len += n, t->cids_len += m;
+    t->ncached++;
+    return 0;
+}
+
+/* s[0, n) through pre-tokenizer stages k.. and then into pieces. */
+static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, size_t n)
+{
+    if (!n)
+        return 0;
+    if (k == t->nstages)
+        return piece(t, o, (const unsigned char *)s, n);
+    const stage *st = &t->stages[k];
+    char *own = NULL;
+    if (st->prefix_space && s[0] != ' ') {
+        if (!(own = malloc(n + 1)))
+            return fail(t, "out of memory");
+        own[0] = ' ';
+        memcpy(own + 1, s, n);
+        s = own, n++;
+    }
+    int rc = 0;
+    if (!st->re) {
+        rc = pretokenize(t, o, k + 1, s, n);
+    } else {
+        size_t pos = 0, from = 0;
+        while (rc == 0 && from < n) {
+            int r = pcre2_match(st->re, (PCRE2_SPTR)s, n, from, 0, t->md, NULL);
+            if (r == PCRE2_ERROR_NOMATCH)
+                break;
+            if (r < 0) {
+                PCRE2_UCHAR msg[160];
+                pcre2_get_error_message(r, msg, sizeof msg);
+                rc = fail(t, "split pattern: %s", (char *)msg);
+                break;
+            }
+            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
+            if (ov[1] == ov[0]) { /* an empty match: move past one character */
+                size_t i = ov[0];
+                if (utf8_get(s, n, &i) < 0)
+                    i = ov[0] + 1;
+                from = i;
+                continue;
+            }
+            if (ov[0] > pos)
+                rc = pretokenize(t, o, k + 1, s + pos, ov[0] - pos);
+            if (rc == 0)
+                rc = pretokenize(t, o, k + 1, s + ov[0], ov[1] - ov[0]);
+            pos = from = ov[1];
+        }
+        if (rc == 0 && pos < n)
+            rc = pretokenize(t, o, k + 1, s + pos, n - pos);
+    }
+    free(own);
+    return rc;
+}
+
+int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint32_t **ids,
+                           size_t *len, size_t *cap, char *err, size_t errlen)
+{
+    out_ids o = {ids, len, cap};
+    t->err = err, t->errlen = errlen;
+    /* where each added token next occurs (n: nowhere), found again only
+     * once the text before it has been encoded */
+    size_t *next = t->nadds ? malloc((size_t)t->nadds * sizeof *next) : NULL;
+    int rc = t->nadds && !next ? fail(t, "out of memory") : 0;
+    for (int i = 0; i < t->nadds && next; i++)
+        next[i] = SIZE_MAX;
+    size_t pos = 0;
+    while (rc == 0 && pos < n) {
+        const added *best = NULL;
+        size_t at = n;
+        for (int i = 0; i < t->nadds; i++) {
+            const added *a = &t->adds[i];
+            if (next[i] == SIZE_MAX || (next[i] < n && next[i] < pos)) {
+                const char *f = a->len <= n - pos ? memmem(text + pos, n - pos, a->text, a->len) : NULL;
+                next[i] = f ? (size_t)(f - text) : n;
+            }
+            if (next[i] < at || (next[i] == at && next[i] < n && a->len > best->len))
+                best = a, at = next[i];
+        }
+        rc = pretokenize(t, &o, 0, text + pos, at - pos);
+        if (rc == 0 && best) {
+            rc = emit(t, &o, &best->id, 1);
+            at += best->len;
+        }
+        pos = at;
+    }
+    free(next);
+    t->err = NULL, t->errlen = 0;
+    return rc;
+}

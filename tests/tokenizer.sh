@@ -1,0 +1,112 @@
+#!/bin/sh
+# Hugging Face tokenizers: merak-shard --tokenizer against the `tokenizers`
+# library (PyPI; scripts/install-deps.sh installs it), token for token.
+# Three byte-level BPE tokenizers trained by the library on the project's
+# sources: GPT-2's kind (ByteLevel pre-tokenizer with its split pattern),
+# the same with add_prefix_space, LLaMA-3's kind (a Split regex, then
+# ByteLevel without one; ignore_merges), and the first with every id moved
+# past 65535 (a version 2 shard).  The corpus: sources, man pages, unicode (accents, CJK, RTL,
+# combining marks, emoji), runs of spaces and newlines, CRLF, digits, the
+# end-of-text token inside a document; one shard of all the files, the
+# end-of-text token between them.  Then decoding round-trips every byte
+# (test_tokenizer), and bad tokenizers are refused by name.
+. "$(dirname "$0")/lib.sh"
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+[ "$PY" != none ] || PY=/usr/bin/python3
+"$PY" -c 'import tokenizers, numpy' 2>/dev/null || skip "$PY has no tokenizers library (scripts/install-deps.sh installs it)"
+
+C=$WORK/corpus
+mkdir -p "$C"
+find "$MERAK_SRCDIR/runtime" "$MERAK_SRCDIR/tools" -name '*.[ch]' | sort | head -12 > "$WORK/train.txt"
+find "$MERAK_SRCDIR/man" -name '*.[178]' | sort >> "$WORK/train.txt"
+printf 'Ünïcödé café naïve — “quotes” ½ ∑ √ ∞\n日本語のテキスト、中文文本。한국어 텍스트\nالعربية עברית\ne\314\201 a\314\200 (combining)\n🎉🚀👩‍👩‍👧 emoji ❤️ 🇫🇷\n' > "$C/unicode.txt"
+printf "it's they're we've I'm you'll he'd DON'T   spaces    \n\n\n\n\tTabs\r\nCRLF\r\n 12 123 1234 3.14159 1e-9 0x1F\n     \n" > "$C/spaces.txt"
+printf 'one document<|endoftext|>and the next, glued<|endoftext|><|endoftext|> end' > "$C/eot.txt"
+cp "$MERAK_SRCDIR/README.md" "$MERAK_SRCDIR/runtime/train/tokenizer.c" "$MERAK_SRCDIR/man/merak-train.1" "$C/"
+FILES="$C/unicode.txt $C/spaces.txt $C/eot.txt $C/README.md $C/tokenizer.c $C/merak-train.1"
+
+"$PY" - "$WORK" $(cat "$WORK/train.txt") <<'PYEOF' || fail "training the tokenizers with the library"
+import json, sys
+from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
+work, files = sys.argv[1], sys.argv[2:]
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+def train(name, pre, ignore_merges=False):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    tok.train(files, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<|endoftext|>"],
+                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                         show_progress=False))
+    tok.save("%s/%s.json" % (work, name))
+train("gpt2", pre_tokenizers.ByteLevel(add_prefix_space=False))
+train("prefix", pre_tokenizers.ByteLevel(add_prefix_space=True))
+train("llama3", pre_tokenizers.Sequence([
+    pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), ignore_merges=True)
+j = json.load(open("%s/gpt2.json" % work))
+j["model"]["vocab"] = {k: v + 70000 for k, v in j["model"]["vocab"].items()}
+for a in j["added_tokens"]:
+    a["id"] += 70000
+json.dump(j, open("%s/big.json" % work, "w"))
+PYEOF
+
+# compare TOKENIZER SHARD FILE...: the shard is the library's encoding
+compare() {
+    "$PY" - "$@" <<'PYEOF'
+import struct, sys
+import numpy as np
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+raw = open(sys.argv[2], "rb").read()
+magic, version, n = struct.unpack("<iii", raw[:12])
+got = np.frombuffer(raw[1024:], dtype="<u2" if version == 1 else "<u4")[:n].tolist()
+eot = tok.token_to_id("<|endoftext|>")
+want = []
+for i, f in enumerate(sys.argv[3:]):
+    want += ([eot] if i else []) + tok.encode(open(f, encoding="utf-8", newline="").read()).ids
+if got != want:
+    k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    print("%s: token %d of %d (the library: %d) differs: %s against the library's %s" % (
+        sys.argv[1], k, len(got), len(want), [tok.id_to_token(i) for i in got[max(0, k - 2):k + 4]],
+        [tok.id_to_token(i) for i in want[max(0, k - 2):k + 4]]))
+    sys.exit(1)
+print("ok: %s: %d tokens, the library's, version %d shard" % (sys.argv[1].rsplit("/", 1)[-1], n, version))
+PYEOF
+}
+for t in gpt2 prefix llama3 big; do
+    capture "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/$t.bin" $FILES
+    [ "$rc" -eq 0 ] || { cat "$WORK/err" >&2; fail "merak-shard --tokenizer $t.json"; }
+    cat "$WORK/out"
+    compare "$WORK/$t.json" "$WORK/$t.bin" $FILES || fail "$t: merak-shard's tokens are not the library's"
+done
+[ "$(od -An -tu4 -j4 -N4 "$WORK/big.bin" | tr -d ' ')" = 2 ] || fail "ids over 65535 did not give a version 2 shard"
+
+# decoding gives back every byte, invalid UTF-8 too (a prefix space is the
+# one byte that a tokenizer adds)
+for t in gpt2 llama3; do
+    "$MERAK_BUILDDIR/tests/unit/test_tokenizer" "$WORK/$t.json" $FILES "$MERAK_BUILDDIR/merak-shard" \
+        > "$WORK/rt.out" 2>&1 || { cat "$WORK/rt.out" >&2; fail "$t: round trip"; }
+    echo "ok: $t: $(grep -c '^ok' "$WORK/rt.out") round-trip checks"
+done
+
+# bad tokenizers: one line naming the problem, exit 1
+bad() { # NAME JSON PATTERN
+    printf '%s' "$2" > "$WORK/$1.json"
+    expect_exit 1 "$3" "$SHARD" --tokenizer "$WORK/$1.json" -o "$WORK/x.bin" "$C/spaces.txt"
+}
+bad wordpiece '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' "model type 'WordPiece' is not supported (byte-level BPE only)"
+bad unigram '{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}' "model type 'Unigram' is not supported (byte-level BPE only)"
+bad merge '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}' "merge 0 ('a' 'b') names a token not in the vocabulary"
+bad norm '{"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "normalizer 'NFKC' is not supported"
+bad pre '{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "pre-tokenizer 'Whitespace' is not supported"
+bad regex '{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "split pattern at offset 1: missing closing parenthesis"
+bad json '{"model": ' "json.json: line 1"
+expect_exit 1 "nothing.json: cannot open: No such file" "$SHARD" --tokenizer "$WORK/nothing.json" -o "$WORK/x.bin" "$C/spaces.txt"
+mkfifo "$WORK/fifo.json"
+expect_exit 1 "fifo.json: not a regular file" "$SHARD" --tokenizer "$WORK/fifo.json" -o "$WORK/x.bin" "$C/spaces.txt"
+# a tokenizer without an end-of-text token cannot separate documents
+"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["added_tokens"]=[]; json.dump(j, open(sys.argv[2], "w"))' \
+    "$WORK/gpt2.json" "$WORK/noeot.json"
+expect_exit 1 "noeot.json has no end-of-text token to put between the 2 documents" \
+    "$SHARD" --tokenizer "$WORK/noeot.json" -o "$WORK/x.bin" "$C/spaces.txt" "$C/eot.txt"
