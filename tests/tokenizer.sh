@@ -110,3 +110,6 @@ expect_exit 1 "fifo.json: not a regular file" "$SHARD" --tokenizer "$WORK/fifo.j
     "$WORK/gpt2.json" "$WORK/noeot.json"
 expect_exit 1 "noeot.json has no end-of-text token to put between the 2 documents" \
     "$SHARD" --tokenizer "$WORK/noeot.json" -o "$WORK/x.bin" "$C/spaces.txt" "$C/eot.txt"
+# a model whose vocabulary is smaller than the tokenizer's refuses the shard
+expect_exit 1 "gpt2.bin: token [0-9]* is [0-9]*, not below the vocab size 256 (the model's; the shard's tokenizer has a larger vocabulary)" \
+    "$TRAIN" --model tiny-gpt2 --data "$WORK/gpt2.bin" --micro-batch 2 --seq-len 16 --steps 1 --threads 1

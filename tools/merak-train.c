@@ -80,6 +80,11 @@ static void usage(FILE *out)
         "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
         "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
+        "  --val-data GLOB         validation shards: their first --eval-batches windows are\n"
+        "                          evaluated (forward only, no dropout) as val_loss\n"
+        "  --eval-every N          evaluate after every N-th step (default 0: only after the last)\n"
+        "  --eval-batches K        validation windows of --micro-batch x --seq-len tokens, a multiple\n"
+        "                          of dp (default 4 per replica)\n"
         "  --log-every N           print every N-th step (default 1)\n"
         "  --save-weights FILE     write the trained weights (.safetensors, Hugging Face names)\n"
         "Checkpoints:\n"
@@ -107,7 +112,7 @@ enum {
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
-    OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA,
+    OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -188,6 +193,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"on-save-error", required_argument, 0, OPT_ON_SAVE_ERROR},
         {"on-nan", required_argument, 0, OPT_ON_NAN},
         {"init-extra", no_argument, 0, OPT_INIT_EXTRA},
+        {"val-data", required_argument, 0, OPT_VAL_DATA},
+        {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
+        {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -258,6 +266,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             a->save_error_continue = strcmp(optarg, "continue") == 0;
             break;
         case OPT_INIT_EXTRA: a->init_extra = 1; break;
+        case OPT_VAL_DATA: a->val_data = optarg; break;
+        case OPT_EVAL_EVERY: a->eval_every = (int)cli_parse_int("--eval-every", optarg, 0, 1 << 30); break;
+        case OPT_EVAL_BATCHES: a->eval_batches = (int)cli_parse_int("--eval-batches", optarg, 1, 1 << 20); break;
         case OPT_ON_NAN:
             if (strcmp(optarg, "skip") != 0 && strcmp(optarg, "abort") != 0)
                 cli_die_usage("--on-nan: '%s' is not skip or abort", optarg);
@@ -290,6 +301,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         cli_die_usage("%s needs --save DIR", a->save_every ? "--save-every" : "--keep-last");
     if (a->resume && strcmp(a->resume, "latest") == 0 && !a->save)
         cli_die_usage("--resume latest needs --save DIR to look in");
+    if (!a->val_data && (a->eval_every || a->eval_batches))
+        cli_die_usage("%s needs --val-data GLOB", a->eval_every ? "--eval-every" : "--eval-batches");
     if (a->min_lr > a->lr)
         cli_die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
     /* Names (schedule, partition, p2p, device) checked against the
@@ -417,12 +430,15 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
 static void print_step(const merak_step_info *i, void *user)
 {
     int every = ((const banner_ctx *)user)->t->log_every;
-    if (i->step % every && i->step != i->steps - 1 && !i->skipped)
+    if (i->step % every && i->step != i->steps - 1 && !i->skipped && !i->evaluated)
         return;
     char eta[32];
     fmt_duration(i->eta_s, eta, sizeof eta);
-    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | left %s%s\n",
-           i->step, i->steps, i->loss, i->lr, i->grad_norm, i->tokens_per_s, i->step_ms, eta,
+    char val[48] = "";
+    if (i->evaluated)
+        snprintf(val, sizeof val, " | val loss %.6f", i->val_loss);
+    printf("step %5d/%d | loss %.6f%s | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | left %s%s\n",
+           i->step, i->steps, i->loss, val, i->lr, i->grad_norm, i->tokens_per_s, i->step_ms, eta,
            i->skipped ? " | skipped: not finite, no update" : "");
     fflush(stdout);
 }

@@ -223,6 +223,11 @@ typedef struct merak_step_info {
     /* 1 when the loss or the gradient norm was not finite and on_nan_skip
      * skipped the update (loss and grad_norm are then NaN or Inf) */
     int skipped;
+    /* 1 when the validation set was evaluated after this step's update
+     * (every eval_every steps and the last): val_loss is then its mean
+     * cross-entropy over the eval_batches windows */
+    int evaluated;
+    double val_loss;
 } merak_step_info;
 
 /* What the trainer reports once, before the first step. */
@@ -357,6 +362,13 @@ typedef struct merak_args {
      * step (every rank alike); 1 skips its update and goes on (the step's
      * data is consumed; on_step reports it skipped). */
     int on_nan_skip;
+    /* Validation: shards (a glob) whose first eval_batches windows of
+     * micro_batch x seq_len tokens (0: 4 per replica; a multiple of dp,
+     * the replicas splitting them) are evaluated, forward only and without
+     * dropout, after every eval_every-th step (0: only the last) and after
+     * the last; NULL: none. */
+    const char *val_data;
+    int eval_every, eval_batches;
     const char *resume;
     int save_error_continue;
     /* The model's configuration, recorded in checkpoints and checked

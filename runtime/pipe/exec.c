@@ -34,6 +34,7 @@ struct merak_exec {
     const merak_kernels *k;
     double *op_fwd, *op_bwd;   /* per-op seconds accumulated (merak_exec_time_ops), or NULL */
     int nchunks, nslots;
+    int eval;                  /* merak_exec_set_eval: dropout off */
     chunk *ch;
     int *slot_chunk;       /* [nslots] */
     int *tensor_chunk;     /* [ntensors] chunk holding a tensor that is not a parameter, or -1 */
@@ -556,6 +557,8 @@ size_t merak_exec_device_bytes(const merak_exec *e)
 void merak_exec_set_loss_scale(merak_exec *e, float scale) { e->loss_scale = scale; }
 double merak_exec_loss(const merak_exec *e, int slot) { return e->loss[slot]; }
 
+void merak_exec_set_eval(merak_exec *e, int on) { e->eval = on; }
+
 void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from), void *ctx)
 {
     e->hook = fn;
@@ -844,7 +847,8 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
     case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
     case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
     case MERAK_OP_DROPOUT:
-        k->dropout_fwd(out, in0, n, o->p, op_seed(e->seed[slot], o->src), part((size_t)merak_tensor_elems(x), sb));
+        k->dropout_fwd(out, in0, n, e->eval ? 0.0f : o->p, op_seed(e->seed[slot], o->src),
+                       part((size_t)merak_tensor_elems(x), sb));
         break;
     case MERAK_OP_CROSS_ENTROPY:
         if (crossentropy_forward(e, slot, i, sb, out, in0, (const int32_t *)in1, N, Nall, C) < 0)

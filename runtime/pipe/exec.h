@@ -163,4 +163,8 @@ int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
  * the last backward of an interleaved step).  fn NULL removes it. */
 void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from), void *ctx);
 
+/* Evaluation (on 1) or training (0, the default): in evaluation dropout
+ * keeps every value, as a model in eval mode does. */
+void merak_exec_set_eval(merak_exec *e, int on);
+
 #endif /* MERAK_EXEC_H */

@@ -360,6 +360,52 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
     return 0;
 }
 
+/* The forward-only list, run as it is made: per micro-batch and chunk,
+ * load, receive, forward, send and wait for the send, in the same order on
+ * every stage (so no stage waits on one that waits on it).  A chunk runs in
+ * the first slot the step's schedule gives it. */
+int merak_stage_eval(merak_stage *s, const merak_stage_hooks *h, int M, double *loss_sum,
+                     char *err, size_t errlen)
+{
+    if (errlen)
+        err[0] = 0;
+    const int p = s->grid->pp_rank, pp = s->grid->pp;
+    int rc = 0;
+    s->loss_sum = 0;
+    merak_exec_set_eval(s->e, 1);
+    for (int mb = 0; mb < M && rc == 0; mb++) {
+        for (int c = 0; c < s->V && rc == 0; c++) {
+            int slot = -1;
+            for (int i = 0; i < s->sched.n && slot < 0; i++)
+                if (s->sched.instr[i].chunk == c && s->sched.instr[i].slot >= 0)
+                    slot = s->sched.instr[i].slot;
+            const int recv = p > 0 || c > 0, send = p < pp - 1 || c < s->V - 1;
+            const int loads = (p == 0 && c == 0) || (p == pp - 1 && c == s->V - 1);
+            const merak_instr_kind kinds[] = {MERAK_I_LOAD, MERAK_I_RECV_ACT, MERAK_I_WAIT_ACT, MERAK_I_FWD,
+                                              MERAK_I_SEND_ACT, MERAK_I_WAIT_SENDS};
+            for (int k = 0; k < 6 && rc == 0; k++) {
+                const merak_instr in = {kinds[k], mb, slot, c};
+                if ((!loads && k == 0) || (!recv && (k == 1 || k == 2)) || (!send && (k == 4 || k == 5)))
+                    continue;
+                s->cur_mb = mb;
+                s->cur_chunk = c;
+                if ((rc = run_instr(s, h, &in, err, errlen)) < 0) {
+                    char why[400];
+                    snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
+                    merak_errf(err, errlen, "evaluating: %s of micro-batch %d: %s",
+                               merak_instr_name(in.kind), mb, why);
+                }
+                merak_group_progress(s->pp_g);
+            }
+        }
+    }
+    merak_exec_set_eval(s->e, 0);
+    if (rc == 0 && s->k->synchronize() < 0)
+        rc = merak_errf(err, errlen, "the %s backend failed during the evaluation", s->k->name);
+    *loss_sum = merak_stage_loss_sum(s);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ results */
 
 double merak_stage_loss_sum(const merak_stage *s)

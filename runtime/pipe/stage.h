@@ -115,6 +115,14 @@ void merak_stage_set_trace(merak_stage *s, merak_trace *t);
  * call and the peer are named. */
 int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_t errlen);
 
+/* Forward only, no gradients, dropout off: M micro-batches (LOAD gets
+ * mb = 0..M-1) through every chunk of the pipeline, one after another, and
+ * *loss_sum the sum of their mean losses on the last stage's tensor-parallel
+ * rank 0 (0 elsewhere).  Every rank of the replica calls it with the same M.
+ * 0, or -1 with err naming the instruction. */
+int merak_stage_eval(merak_stage *s, const merak_stage_hooks *h, int M, double *loss_sum,
+                     char *err, size_t errlen);
+
 /* After merak_stage_run: this rank's part of the step's loss sum (the
  * last stage's tensor-parallel rank 0 holds it; 0 elsewhere) and of the
  * squared gradient norm (every parameter once over the grid). */

@@ -127,7 +127,8 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
     for (uint64_t i = 0; i < s->n; i++) {
         uint32_t t = token_at(s, i);
         if (t >= (uint32_t)vocab_size) {
-            merak_errf(err, errlen, "%s: token %llu is %u, not below the vocab size %d", path,
+            merak_errf(err, errlen, "%s: token %llu is %u, not below the vocab size %d "
+                   "(the model's; the shard's tokenizer has a larger vocabulary)", path,
                    (unsigned long long)i, t, vocab_size);
             return -1;
         }

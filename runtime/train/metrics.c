@@ -45,15 +45,16 @@ static const char *finite_or_null(double x, char *buf)
 
 int merak_metrics_write(merak_metrics *m, const merak_step_info *i, char *err, size_t errlen)
 {
-    char lossbuf[32], normbuf[32];
+    char lossbuf[32], normbuf[32], valbuf[32];
     /* Flushed every step: a crash loses nothing already reported. */
     if (fprintf(m->f,
                 "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
                 "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g, "
-                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}%s}\n",
+                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}%s%s%s}\n",
                 i->step, finite_or_null(i->loss, lossbuf), finite_or_null(i->grad_norm, normbuf), i->lr,
                 i->tokens_per_s, i->step_ms, i->dp_wait_ms, i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes,
-                i->tied_bytes, i->skipped ? ", \"skipped\": true" : "") < 0 ||
+                i->tied_bytes, i->skipped ? ", \"skipped\": true" : "", i->evaluated ? ", \"val_loss\": " : "",
+                i->evaluated ? finite_or_null(i->val_loss, valbuf) : "") < 0 ||
         fflush(m->f) != 0)
         return merak_errf(err, errlen, "%s: %s", m->path, strerror(errno));
     return 0;

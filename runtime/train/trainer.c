@@ -274,6 +274,8 @@ typedef struct run {
     merak_exec *e;
     merak_data *data;
     uint64_t windows;
+    merak_data *val;              /* the validation shards (a.val_data), or NULL */
+    int eval_batches;             /* windows evaluated over all replicas */
     merak_optim *opt;
     merak_lr lr;
     int step;
@@ -315,6 +317,35 @@ static uint64_t hook_seed(void *ctx, int mb)
 {
     run *r = ctx;
     return merak_mix64(r->seed ^ (mb_number(r, mb) * MERAK_GOLDEN));
+}
+
+/* Validation window mb of this replica's share: replica d evaluates
+ * windows d*K/dp .. (d+1)*K/dp - 1, the same ones at every evaluation. */
+static int hook_val_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
+{
+    run *r = ctx;
+    const uint64_t w = (uint64_t)r->grid->dp_rank * (uint64_t)(r->eval_batches / r->grid->dp) + (uint64_t)mb;
+    return merak_data_window(r->val, w, r->a->micro_batch, r->a->seq_len, ids, targets, err, errlen);
+}
+
+static uint64_t hook_val_seed(void *ctx, int mb)
+{
+    (void)ctx, (void)mb;
+    return 0; /* evaluation runs without dropout */
+}
+
+/* The mean validation loss over the grid's eval_batches windows, on every
+ * rank (collective over the world).  0, or -1 with err. */
+static int evaluate(run *r, double *val, char *err, size_t errlen)
+{
+    const merak_stage_hooks h = {r, hook_val_load, hook_val_seed, NULL};
+    double sum = 0;
+    if (merak_stage_eval(r->stage, &h, r->eval_batches / r->grid->dp, &sum, err, errlen) < 0)
+        return -1;
+    if (merak_allreduce_f64(r->world, &sum, 1) < 0)
+        return merak_errf(err, errlen, "summing the validation loss: %s", merak_comm_error(r->comm));
+    *val = sum / r->eval_batches;
+    return 0;
 }
 
 /* OPTIMIZER_STEP: loss and gradient norm over the grid, clipping, AdamW on
@@ -362,6 +393,15 @@ static int setup(run *r, int vocab, char *err, size_t errlen)
         if (r->windows == 0)
             return merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1",
                               a->data, (unsigned long long)merak_data_num_tokens(r->data), B, T);
+        if (a->val_data) {
+            if (merak_data_open(a->val_data, vocab, &r->val, err, errlen) < 0)
+                return -1;
+            const uint64_t w = merak_data_num_windows(r->val, B, T);
+            if (w < (uint64_t)r->eval_batches)
+                return merak_errf(err, errlen, "%s: %llu windows of %d x %d + 1 tokens, fewer than the %d "
+                                  "the evaluation takes (--eval-batches)", a->val_data,
+                                  (unsigned long long)w, B, T, r->eval_batches);
+        }
     }
     merak_adamw_opts ao = {a->beta1, a->beta2, a->eps, a->weight_decay};
     size_t lo, hi;
@@ -471,6 +511,7 @@ static void run_free(run *r)
     merak_ckpt_writer_destroy(r->ckpt);
     merak_optim_destroy(r->opt);
     merak_data_close(r->data);
+    merak_data_close(r->val);
     merak_stage_destroy(r->stage);
     merak_trace_free(&r->trace);
 }
@@ -540,11 +581,17 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             checkpoint(r, r->step + 1, err, errlen) < 0)
             return -1;
         double t1 = merak_now();
+        /* the validation set, after every eval_every-th update and the last */
+        double val = NAN;
+        const int evaluated = a->val_data && ((a->eval_every && (r->step + 1) % a->eval_every == 0) ||
+                                              r->step + 1 == a->steps);
+        if (evaluated && evaluate(r, &val, err, errlen) < 0)
+            return alone(r, err, errlen);
         if (!rank0)
             continue;
         merak_step_info info = {
             .step = r->step, .steps = a->steps, .loss = r->loss, .grad_norm = r->norm,
-            .lr = r->step_lr, .skipped = r->skipped,
+            .lr = r->step_lr, .skipped = r->skipped, .evaluated = evaluated, .val_loss = val,
             .tokens_per_s = (double)a->micro_batch * a->seq_len * M * r->grid->dp / (t1 - t0),
             .step_ms = (t1 - t0) * 1e3,
             .eta_s = (t1 - t_start) / (r->step - r->step0 + 1) * (a->steps - r->step - 1),
@@ -790,7 +837,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     }
 
     run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD),
-             .seed = a->seed, .saved = -1};
+             .seed = a->seed, .saved = -1,
+             .eval_batches = a->eval_batches > 0 ? a->eval_batches : 4 * gr->dp};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
                            .tp_overlap = a->tp_overlap, .zero = a->zero, .bucket_mb = a->bucket_mb};
@@ -810,6 +858,9 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     else if ((so.rules = rules, (failed = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds, &predicted, err,
                                                     errlen)) < 0))
         failed = -failed;   /* 1, or 2 for options that cannot work here */
+    else if (a->val_data && r.eval_batches % gr->dp != 0)
+        failed = (merak_errf(err, errlen, "--eval-batches %d is not a multiple of dp %d (the replicas split "
+                             "the validation windows)", r.eval_batches, gr->dp), 2);
     so.bounds = bounds;
     /* every rank reaches the memory check, the collective it is */
     int before = merak_comm_agree(g_comm, failed, err, errlen);

@@ -427,6 +427,17 @@ def train_step(cfg, params, opt, get_batch, M, clip):
     return total / M, gn
 
 
+def eval_loss(cfg, params, shard, K, B, T):
+    """Mean cross-entropy over windows 0..K-1 of shard (forward only)."""
+    with torch.no_grad():
+        total = 0.0
+        for w in range(K):
+            x, y = shard.batch(w, B, T)
+            logits = forward(cfg, params, x)
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+    return total / K
+
+
 def setup_torch(threads):
     if threads and threads > 0:
         torch.set_num_threads(threads)
@@ -455,6 +466,9 @@ def cmd_train(a):
     opt = make_optimizer(params, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay)
     mf = open(a.metrics, "w") if a.metrics else None
     ntok = B * T * M
+    val = Shard(a.val_data) if a.val_data else None
+    if val and val.windows(B, T) < a.eval_batches:
+        die("%s: fewer than %d windows" % (a.val_data, a.eval_batches))
     for i in range(a.steps):
         lr_i = lr_at(i, a.lr, a.warmup, a.steps, a.lr_schedule, a.min_lr)
         for g in opt.param_groups:
@@ -465,6 +479,8 @@ def cmd_train(a):
         dt = time.perf_counter() - t0
         tps = ntok / dt if dt > 0 else 0.0
         rec = {"step": i, "loss": loss, "grad_norm": gn, "lr": lr_i, "tokens_per_s": tps}
+        if val and ((a.eval_every and (i + 1) % a.eval_every == 0) or i + 1 == a.steps):
+            rec["val_loss"] = eval_loss(cfg, params, val, a.eval_batches, B, T)
         if mf:
             mf.write(json.dumps(rec) + "\n")
             mf.flush()
@@ -741,6 +757,9 @@ def main(argv=None):
     s.add_argument("--clip", type=float, default=0.0)
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--metrics", default=None)
+    s.add_argument("--val-data", default=None, help="shard whose first --eval-batches windows give val_loss")
+    s.add_argument("--eval-every", type=int, default=0)
+    s.add_argument("--eval-batches", type=int, default=4)
     s.add_argument("--save-weights", default=None)
     s.add_argument("--dropout-off", action="store_true",
                    help="accepted for symmetry; dropout is always off")
