@@ -33,9 +33,9 @@ print("%s: val_loss at steps 1, 3, 5, largest relative difference %.3g" % (sys.a
 sys.exit(0 if worst <= 1e-6 else 1)
 PYEOF
 }
-for layout in "1 1 1" "2 1 1" "1 2 1" "1 1 2" "2 2 2" "1 1 2 interleaved" "2 1 2 zb-h1"; do
+for layout in "1 1 1" "2 1 1" "1 2 1" "1 1 2" "2 2 2" "1 1 2 interleaved" "2 1 2 zb-h1" "1 2 2 1f1b 2"; do
     set -- $layout
-    dp=$1 tp=$2 pp=$3 np=$(($1 * $2 * $3)) sched=${4:-1f1b}
+    dp=$1 tp=$2 pp=$3 np=$(($1 * $2 * $3)) sched=${4:-1f1b} overlap=${5:-1}
     ref=$WORK/ref$dp
     if [ ! -f "$ref.jsonl" ]; then
         "$TRAIN" $common --micro-batches $((M * dp)) --metrics "$ref.jsonl" > /dev/null ||
@@ -44,8 +44,10 @@ for layout in "1 1 1" "2 1 1" "1 2 1" "1 1 2" "2 2 2" "1 1 2 interleaved" "2 1 2
     [ "$np" -gt 1 ] || continue
     rm -f "$WORK/got.jsonl"   # --metrics appends
     "$WRAP" $np "$TRAIN" $common --micro-batches $M --dp $dp --tp $tp --pp $pp --schedule $sched \
-        --metrics "$WORK/got.jsonl" > "$WORK/got.out" 2>&1 || { cat "$WORK/got.out" >&2; fail "($dp,$tp,$pp) $sched failed"; }
-    same "$ref.jsonl" "$WORK/got.jsonl" "($dp,$tp,$pp) $sched" || fail "($dp,$tp,$pp) $sched: val_loss differs"
+        --tp-overlap $overlap --metrics "$WORK/got.jsonl" > "$WORK/got.out" 2>&1 ||
+        { cat "$WORK/got.out" >&2; fail "($dp,$tp,$pp) $sched failed"; }
+    same "$ref.jsonl" "$WORK/got.jsonl" "($dp,$tp,$pp) $sched tp-overlap $overlap" ||
+        fail "($dp,$tp,$pp) $sched tp-overlap $overlap: val_loss differs"
 done
 grep -q "| val loss [0-9.]* |" "$WORK/got.out" || fail "the progress line has no val loss"
 
