@@ -1,7 +1,8 @@
 #!/bin/sh
 # check.sh - the README's second command: installs the dependencies, builds
 # Merak with warnings as errors under AddressSanitizer and UBSan in build-check/,
-# runs the whole test suite, then checks the release tarball (make distcheck).
+# runs the whole test suite, then checks the release tarball (make distcheck,
+# which runs the valgrind test in its sanitizer-free build).
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -36,5 +37,6 @@ if [ "$must" -ne 0 ]; then
     summary
     exit 1
 fi
-make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-werror" TESTS=
+# The tarball's build has no sanitizers: valgrind runs there (and only there).
+make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-werror" TESTS=tests/valgrind.sh
 summary

@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential autoconf automake libtool pkg-config make git
       libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev hwloc
       libopenblas-dev libjansson-dev zlib1g-dev libpcre2-dev
-      python3 python3-torch python3-numpy python3-pip mandoc groff-base bsdextrautils clang libclang-rt-14-dev
+      python3 python3-torch python3-numpy python3-pip valgrind mandoc groff-base bsdextrautils clang libclang-rt-14-dev
       slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev
       iproute2 util-linux procps"
 missing=
