@@ -4,8 +4,9 @@
 # Three byte-level BPE tokenizers trained by the library on the project's
 # sources: GPT-2's kind (ByteLevel pre-tokenizer with its split pattern),
 # the same with add_prefix_space, LLaMA-3's kind (a Split regex, then
-# ByteLevel without one; ignore_merges), and the first with every id moved
-# past 65535 (a version 2 shard).  The corpus: sources, man pages, unicode (accents, CJK, RTL,
+# ByteLevel without one; ignore_merges), a Split followed by ByteLevel's
+# own pattern, and the first with every id moved past 65535 (a version 2
+# shard).  The corpus: sources, man pages, unicode (accents, CJK, RTL,
 # combining marks, emoji), runs of spaces and newlines, CRLF, digits, the
 # end-of-text token inside a document; one shard of all the files, the
 # end-of-text token between them.  Then decoding round-trips every byte
@@ -44,6 +45,10 @@ train("prefix", pre_tokenizers.ByteLevel(add_prefix_space=True))
 train("llama3", pre_tokenizers.Sequence([
     pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), ignore_merges=True)
+# two split stages: a Split, then ByteLevel's own pattern on every piece
+train("twosplits", pre_tokenizers.Sequence([
+    pre_tokenizers.Split(Regex(r"\n+|[^\n]+"), behavior="isolated"),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]))
 j = json.load(open("%s/gpt2.json" % work))
 j["model"]["vocab"] = {k: v + 70000 for k, v in j["model"]["vocab"].items()}
 for a in j["added_tokens"]:
@@ -74,7 +79,7 @@ if got != want:
 print("ok: %s: %d tokens, the library's, version %d shard" % (sys.argv[1].rsplit("/", 1)[-1], n, version))
 PYEOF
 }
-for t in gpt2 prefix llama3 big; do
+for t in gpt2 prefix llama3 twosplits big; do
     capture "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/$t.bin" $FILES
     [ "$rc" -eq 0 ] || { cat "$WORK/err" >&2; fail "merak-shard --tokenizer $t.json"; }
     cat "$WORK/out"

@@ -627,19 +627,21 @@ static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, siz
                 rc = fail(t, "split pattern: %s", (char *)msg);
                 break;
             }
+            /* the match's bounds, copied: the next stage reuses the match data */
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
-            if (ov[1] == ov[0]) { /* an empty match: move past one character */
-                size_t i = ov[0];
+            const size_t m0 = ov[0], m1 = ov[1];
+            if (m1 == m0) { /* an empty match: move past one character */
+                size_t i = m0;
                 if (utf8_get(s, n, &i) < 0)
-                    i = ov[0] + 1;
+                    i = m0 + 1;
                 from = i;
                 continue;
             }
-            if (ov[0] > pos)
-                rc = pretokenize(t, o, k + 1, s + pos, ov[0] - pos);
+            if (m0 > pos)
+                rc = pretokenize(t, o, k + 1, s + pos, m0 - pos);
             if (rc == 0)
-                rc = pretokenize(t, o, k + 1, s + ov[0], ov[1] - ov[0]);
-            pos = from = ov[1];
+                rc = pretokenize(t, o, k + 1, s + m0, m1 - m0);
+            pos = from = m1;
         }
         if (rc == 0 && pos < n)
             rc = pretokenize(t, o, k + 1, s + pos, n - pos);
