@@ -119,7 +119,7 @@ print("peak_mib %.0f" % (torch.cuda.max_memory_allocated() / 2**20))
 for t in times: print("ms %.4f" % t)
 EOF
 
-median() { LC_ALL=C sort -g | awk '{v[NR]=$1} END {if (NR==0) exit 1; if (NR%2) print v[(NR+1)/2]; else printf "%.6f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+. "$(dirname "$0")/lib.sh"   # median
 NSTEPS=$((WARMUP + STEPS))
 TOK=$((B * M * T))
 echo "# bench_gpu_train: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), B=$B M=$M T=$T ($TOK tokens/step), $WARMUP warm-up + $STEPS timed steps"

@@ -7,8 +7,9 @@
 # regex, ignore_merges), VOCAB tokens, trained by the library on the
 # project's sources.  Text: every .c, .h, .md and man page of the project,
 # COPIES times over, one document per file.  merak-shard runs on one
-# thread (the rate it prints covers the encoding alone, not reading and
-# writing); the library encodes the same documents one by one
+# thread (the rate it prints covers reading the files and encoding them,
+# not writing the shard; the library's covers encoding the strings it has
+# read); the library encodes the same documents one by one
 # (Tokenizer.encode, one thread) and as one batch (encode_batch, all
 # cores).  Both sides' ids are compared, so the rates are for the same
 # work.  Lines:

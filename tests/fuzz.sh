@@ -39,23 +39,12 @@ build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/r
 # seeds: one valid input of each kind (the fuzzer mutates from there)
 mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt" "$WORK/spank_args" \
     "$WORK/tokenizer"
-# a small byte-level BPE tokenizer (every byte a token, two merges, an added
+# the byte-level BPE fixture (every byte a token, two merges, an added
 # token) and a text after it; the first two bytes give the JSON's length
-"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/tokenizer/seed" <<'PYEOF'
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): i for i, c in enumerate(cs)}
-vocab.update({"\u0120t": 256, "\u0120th": 257})
-tok = {"model": {"type": "BPE", "vocab": vocab, "merges": ["\u0120 t", "\u0120t h"]},
-       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
-       "added_tokens": [{"id": 258, "content": "<|endoftext|>", "special": True}]}
-j = json.dumps(tok).encode()
-text = b" the thin one<|endoftext|>then 42! \xff"
-open(sys.argv[1], "wb").write(len(j).to_bytes(2, "big") + j + text)
+"${TORCH_PYTHON:-/usr/bin/python3}" - "$FIX/tokenizer-bytes.json" "$WORK/tokenizer/seed" <<'PYEOF'
+import sys
+j = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(len(j).to_bytes(2, "big") + j + b" the thin one<|endoftext|>then 42! \xff")
 PYEOF
 # options --merak-tp=2 --merak-pp=2 --merak-schedule=1f1b, max_tp=4, 8 tasks
 printf '\0022\000\0032\000\0051f1b\000\200max_tp=4\000\000\010' > "$WORK/spank_args/seed"

@@ -36,19 +36,5 @@ if [ -x "$WRAP" ]; then
     run "2 pipeline stages over MPI" "$WRAP" 2 ${VG%%--leak-check=full*} $SUPP "$BIN/merak-train" $T --steps 2 --pp 2 \
         --micro-batches 2 --val-data "$WORK/data.bin" --eval-every 1 --eval-batches 2
 fi
-# a small byte-level BPE tokenizer: every byte a token, two merges
-"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/tok.json" <<'PYEOF' || fail "writing the tokenizer"
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): i for i, c in enumerate(cs)}
-vocab.update({"\u0120t": 256, "\u0120th": 257})
-json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": ["\u0120 t", "\u0120t h"]},
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
-           "added_tokens": [{"id": 258, "content": "<|endoftext|>", "special": True}]}, open(sys.argv[1], "w"))
-PYEOF
-run "merak-shard --tokenizer" $VG "$BIN/merak-shard" --tokenizer "$WORK/tok.json" -o "$WORK/t.bin" \
+run "merak-shard --tokenizer" $VG "$BIN/merak-shard" --tokenizer "$FIX/tokenizer-bytes.json" -o "$WORK/t.bin" \
     "$WORK/corpus.txt" "$MERAK_SRCDIR/README.md"

@@ -360,6 +360,23 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
     return 0;
 }
 
+/* One instruction of the evaluation; 0, or -1 with err naming it. */
+static int eval_instr(merak_stage *s, const merak_stage_hooks *h, merak_instr_kind kind, int mb,
+                      int slot, int c, char *err, size_t errlen)
+{
+    const merak_instr in = {kind, mb, slot, c};
+    s->cur_mb = mb;
+    s->cur_chunk = c;
+    int rc = run_instr(s, h, &in, err, errlen);
+    merak_group_progress(s->pp_g);
+    if (rc < 0) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
+        merak_errf(err, errlen, "evaluating: %s of micro-batch %d: %s", merak_instr_name(kind), mb, why);
+    }
+    return rc;
+}
+
 /* The forward-only list, run as it is made: per micro-batch and chunk,
  * load, receive, forward, send and wait for the send, in the same order on
  * every stage (so no stage waits on one that waits on it).  A chunk runs in
@@ -370,33 +387,33 @@ int merak_stage_eval(merak_stage *s, const merak_stage_hooks *h, int M, double *
     if (errlen)
         err[0] = 0;
     const int p = s->grid->pp_rank, pp = s->grid->pp;
+    int slot[MERAK_MAX_CHUNKS]; /* per chunk */
+    for (int c = 0; c < s->V; c++) {
+        slot[c] = -1;
+        for (int i = 0; i < s->sched.n && slot[c] < 0; i++)
+            if (s->sched.instr[i].chunk == c && s->sched.instr[i].slot >= 0)
+                slot[c] = s->sched.instr[i].slot;
+    }
     int rc = 0;
     s->loss_sum = 0;
     merak_exec_set_eval(s->e, 1);
     for (int mb = 0; mb < M && rc == 0; mb++) {
         for (int c = 0; c < s->V && rc == 0; c++) {
-            int slot = -1;
-            for (int i = 0; i < s->sched.n && slot < 0; i++)
-                if (s->sched.instr[i].chunk == c && s->sched.instr[i].slot >= 0)
-                    slot = s->sched.instr[i].slot;
-            const int recv = p > 0 || c > 0, send = p < pp - 1 || c < s->V - 1;
+            const int sl = slot[c];
             const int loads = (p == 0 && c == 0) || (p == pp - 1 && c == s->V - 1);
-            const merak_instr_kind kinds[] = {MERAK_I_LOAD, MERAK_I_RECV_ACT, MERAK_I_WAIT_ACT, MERAK_I_FWD,
-                                              MERAK_I_SEND_ACT, MERAK_I_WAIT_SENDS};
-            for (int k = 0; k < 6 && rc == 0; k++) {
-                const merak_instr in = {kinds[k], mb, slot, c};
-                if ((!loads && k == 0) || (!recv && (k == 1 || k == 2)) || (!send && (k == 4 || k == 5)))
-                    continue;
-                s->cur_mb = mb;
-                s->cur_chunk = c;
-                if ((rc = run_instr(s, h, &in, err, errlen)) < 0) {
-                    char why[400];
-                    snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
-                    merak_errf(err, errlen, "evaluating: %s of micro-batch %d: %s",
-                               merak_instr_name(in.kind), mb, why);
-                }
-                merak_group_progress(s->pp_g);
-            }
+            const int recv = p > 0 || c > 0, send = p < pp - 1 || c < s->V - 1;
+            if (loads)
+                rc = eval_instr(s, h, MERAK_I_LOAD, mb, sl, c, err, errlen);
+            if (rc == 0 && recv)
+                rc = eval_instr(s, h, MERAK_I_RECV_ACT, mb, sl, c, err, errlen);
+            if (rc == 0 && recv)
+                rc = eval_instr(s, h, MERAK_I_WAIT_ACT, mb, sl, c, err, errlen);
+            if (rc == 0)
+                rc = eval_instr(s, h, MERAK_I_FWD, mb, sl, c, err, errlen);
+            if (rc == 0 && send)
+                rc = eval_instr(s, h, MERAK_I_SEND_ACT, mb, sl, c, err, errlen);
+            if (rc == 0 && send)
+                rc = eval_instr(s, h, MERAK_I_WAIT_SENDS, mb, sl, c, err, errlen);
         }
     }
     merak_exec_set_eval(s->e, 0);

@@ -25,6 +25,7 @@
 #include "errf.h"
 #include "file.h"
 #include "grow.h"
+#include "mix64.h"
 
 /* GPT-2's pre-tokenizer pattern (ByteLevel with use_regex). */
 #define GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -106,14 +107,6 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n)
     return h ? h : 1;
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return x;
-}
-
 /* UTF-8 of code point c into out (4 bytes room); its length. */
 static size_t utf8_put(char *out, uint32_t c)
 {
@@ -155,7 +148,7 @@ static int32_t utf8_get(const char *s, size_t n, size_t *i)
 static merge_slot *merge_find(const merak_tokenizer *t, uint32_t a, uint32_t b)
 {
     const uint64_t key = ((uint64_t)a << 32 | b) + 1;
-    for (size_t i = mix(key) & (t->merge_cap - 1);; i = (i + 1) & (t->merge_cap - 1)) {
+    for (size_t i = merak_mix64(key) & (t->merge_cap - 1);; i = (i + 1) & (t->merge_cap - 1)) {
         merge_slot *s = &t->merges[i];
         if (s->key == key || s->key == 0)
             return s;
@@ -569,7 +562,7 @@ static int piece(merak_tokenizer *t, out_ids *o, const unsigned char *p, size_t 
     if (!n)
         return 0;
     const uint64_t h = hash_bytes(p, n);
-    size_t i = (size_t)(mix(h) & (CACHE_SLOTS - 1));
+    size_t i = (size_t)(merak_mix64(h) & (CACHE_SLOTS - 1));
     for (; t->cache[i].hash; i = (i + 1) & (CACHE_SLOTS - 1)) {
         const cache_slot *c = &t->cache[i];
         if (c->hash == h && c->len == n && !memcmp(t->arena + c->off, p, n))
@@ -581,7 +574,7 @@ static int piece(merak_tokenizer *t, out_ids *o, const unsigned char *p, size_t 
     if (t->ncached >= CACHE_SLOTS / 2 || t->arena_len + n > CACHE_BYTES) { /* start over */
         memset(t->cache, 0, CACHE_SLOTS * sizeof *t->cache);
         t->ncached = t->arena_len = t->cids_len = 0;
-        for (i = (size_t)(mix(h) & (CACHE_SLOTS - 1)); t->cache[i].hash; i = (i + 1) & (CACHE_SLOTS - 1))
+        for (i = (size_t)(merak_mix64(h) & (CACHE_SLOTS - 1)); t->cache[i].hash; i = (i + 1) & (CACHE_SLOTS - 1))
             ;
     }
     if (merak_grow((void **)&t->arena, &t->arena_cap, t->arena_len + n, 1) < 0 ||

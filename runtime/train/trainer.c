@@ -858,9 +858,11 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     else if ((so.rules = rules, (failed = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds, &predicted, err,
                                                     errlen)) < 0))
         failed = -failed;   /* 1, or 2 for options that cannot work here */
-    else if (a->val_data && r.eval_batches % gr->dp != 0)
-        failed = (merak_errf(err, errlen, "--eval-batches %d is not a multiple of dp %d (the replicas split "
-                             "the validation windows)", r.eval_batches, gr->dp), 2);
+    else if (a->val_data && r.eval_batches % gr->dp != 0) {
+        merak_errf(err, errlen, "--eval-batches %d is not a multiple of dp %d (the replicas split "
+                   "the validation windows)", r.eval_batches, gr->dp);
+        failed = 2; /* a usage error */
+    }
     so.bounds = bounds;
     /* every rank reaches the memory check, the collective it is */
     int before = merak_comm_agree(g_comm, failed, err, errlen);
