@@ -101,6 +101,18 @@ typedef struct merak_attn_shape {
                           const REAL *qr, const REAL *kr, const REAL *q,           \
                           const REAL *k, const REAL *v, REAL *scratch);            \
     size_t (*attention_scratch_elems)(const merak_attn_shape *s);                  \
+    /* Decoding (forward only): causal attention of s->T new positions       \
+     * [pos, pos+T) of each batch row against a key/value cache.  kc, vc      \
+     * (B, cap, nkv*hd) hold the keys (rotated with RoPE) and values of       \
+     * positions [0, pos); this writes rows [pos, pos+T) of them from k and   \
+     * v, and out (B,T,nh*hd), query t attending positions [0, pos+t].        \
+     * pos + T <= cap.  The result equals attention_fwd's over positions      \
+     * [0, pos+T) in those rows, up to the order of float sums.  scratch      \
+     * holds attention_cached_scratch_elems(s, cap) elements. */             \
+    void (*attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap,      \
+                                 REAL *out, REAL *kc, REAL *vc, const REAL *q,     \
+                                 const REAL *k, const REAL *v, REAL *scratch);     \
+    size_t (*attention_cached_scratch_elems)(const merak_attn_shape *s, int cap);  \
     /* GELU, tanh approximation (GPT-2's gelu_new) */                             \
     void (*gelu_fwd)(REAL *out, const REAL *inp, size_t n);                        \
     void (*gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n);     \

@@ -11,6 +11,7 @@
 
 #include "errf.h"
 #include "file.h"
+#include "grow.h"
 
 int merak_file_open(const char *path, char *err, size_t errlen)
 {
@@ -48,6 +49,38 @@ FILE *merak_file_fopen(const char *path, char *err, size_t errlen)
         close(fd);
     }
     return f;
+}
+
+int merak_file_read_all(const char *path, char **data, size_t *n, char *err, size_t errlen)
+{
+    const int is_stdin = strcmp(path, "-") == 0;
+    FILE *fp = is_stdin ? stdin : merak_file_fopen(path, err, errlen);
+    if (!fp)
+        return -1;
+    const char *name = is_stdin ? "standard input" : path;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, m = 0;
+    int rc = 0;
+    do {
+        if (merak_grow((void **)&buf, &cap, len + 65536 + 1, 1) != 0) {
+            rc = merak_errf(err, errlen, "%s: out of memory", name);
+            break;
+        }
+        m = fread(buf + len, 1, 65536, fp);
+        len += m;
+    } while (m > 0);
+    if (rc == 0 && ferror(fp))
+        rc = merak_errf(err, errlen, "%s: read error: %s", name, strerror(errno));
+    if (!is_stdin && fclose(fp) != 0 && rc == 0)
+        rc = merak_errf(err, errlen, "%s: close: %s", name, strerror(errno));
+    if (rc < 0) {
+        free(buf);
+        return -1;
+    }
+    buf[len] = '\0';
+    *data = buf;
+    *n = len;
+    return 0;
 }
 
 int merak_file_crc32(const char *path, uint32_t *crc, uint64_t *bytes, char *err, size_t errlen)

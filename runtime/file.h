@@ -14,6 +14,11 @@ int merak_file_open(const char *path, char *err, size_t errlen);
 /* The same as a stream ("rb"), or NULL with err. */
 FILE *merak_file_fopen(const char *path, char *err, size_t errlen);
 
+/* Every byte of PATH ("-": standard input, which may be a pipe) into
+ * *data (malloc'd, with a NUL after the *n bytes): 0, or -1 with one line
+ * in err naming PATH. */
+int merak_file_read_all(const char *path, char **data, size_t *n, char *err, size_t errlen);
+
 /* The CRC-32 (zlib's, as gzip and zip use) and the size of regular file
  * PATH, read through once: 0, or -1 with err naming PATH. */
 int merak_file_crc32(const char *path, uint32_t *crc, uint64_t *bytes, char *err, size_t errlen);

@@ -16,7 +16,7 @@ set -eu
 # The Slurm plugin, the PyTorch comparison, the MPI equivalence test and the
 # tokenizer comparison prove the most and skip the most easily (no root, no
 # torch, no mpirun, no tokenizers library): CI runs them.
-MUST_RUN="tests/slurm_plugin.sh tests/ref_compare.sh tests/mpi/mpi_equiv.sh tests/tokenizer.sh"
+MUST_RUN="tests/slurm_plugin.sh tests/ref_compare.sh tests/mpi/mpi_equiv.sh tests/tokenizer.sh tests/generate.sh"
 
 dir=${1:-.}
 dir=${dir%/}

@@ -59,7 +59,7 @@ flags() {
 }
 
 status=0
-for tool in merak-train merak-shard merak-topo merak-plan merak-trace merak-ckpt; do
+for tool in merak-train merak-shard merak-topo merak-plan merak-trace merak-ckpt merak-generate; do
     bin=$MERAK_BUILDDIR/$tool
     page=$MERAK_SRCDIR/man/$tool.1
     if [ ! -x "$bin" ]; then

@@ -18,7 +18,6 @@
 #include "grow.h"
 #include "tokenizer.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,40 +55,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* The bytes of PATH ("-": stdin) into text (replacing what it held).
- * Returns 0 or -1 after printing. */
-static int read_input(const char *path, vec *text)
-{
-    int is_stdin = strcmp(path, "-") == 0;
-    char why[512];
-    FILE *fp = is_stdin ? stdin : merak_file_fopen(path, why, sizeof why);
-    if (!fp) {
-        fprintf(stderr, "merak-shard: %s\n", why);
-        return -1;
-    }
-    text->n = 0;
-    size_t m;
-    int rc = 0;
-    do {
-        if (reserve(text, 65536, 1) != 0) {
-            fprintf(stderr, "merak-shard: %s: out of memory\n", path);
-            rc = -1;
-            break;
-        }
-        m = fread((char *)text->v + text->n, 1, 65536, fp);
-        text->n += m;
-    } while (m > 0);
-    if (rc == 0 && ferror(fp)) {
-        fprintf(stderr, "merak-shard: %s: read error: %s\n", path, strerror(errno));
-        rc = -1;
-    }
-    if (!is_stdin && fclose(fp) != 0 && rc == 0) {
-        fprintf(stderr, "merak-shard: %s: close: %s\n", path, strerror(errno));
-        rc = -1;
-    }
-    return rc;
 }
 
 int main(int argc, char **argv)
@@ -159,10 +124,15 @@ int main(int argc, char **argv)
     int rc = 0;
     const double t0 = now_s();
     for (int i = optind; i < argc && rc == 0; i++) {
-        if (read_input(argv[i], &text) != 0) {
+        free(text.v);
+        text.v = NULL;
+        char *data;
+        if (merak_file_read_all(argv[i], &data, &text.n, err, sizeof err) != 0) {
+            fprintf(stderr, "merak-shard: %s\n", err);
             rc = 1;
             break;
         }
+        text.v = data;
         bytes += text.n;
         if (!tok) { /* a byte per token */
             if (reserve(&ids, text.n, sizeof(uint32_t)) != 0) {

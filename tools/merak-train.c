@@ -85,6 +85,12 @@ static void usage(FILE *out)
         "  --eval-every N          evaluate after every N-th step (default 0: only after the last)\n"
         "  --eval-batches K        validation windows of --micro-batch x --seq-len tokens, a multiple\n"
         "                          of dp (default 4 per replica)\n"
+        "  --sample-every N        print a sample of the model's text after every N-th step and\n"
+        "                          the last (rank 0; temperature 1, the run's --seed)\n"
+        "  --prompt TEXT           what the samples continue (default: the start of a document)\n"
+        "  --sample-tokens N       tokens per sample (default 64)\n"
+        "  --tokenizer FILE        a tokenizer.json that encodes --prompt and decodes the samples\n"
+        "                          (default: a token is a byte)\n"
         "  --log-every N           print every N-th step (default 1)\n"
         "  --save-weights FILE     write the trained weights (.safetensors, Hugging Face names)\n"
         "Checkpoints:\n"
@@ -113,6 +119,7 @@ enum {
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
+    OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -196,6 +203,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"val-data", required_argument, 0, OPT_VAL_DATA},
         {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
         {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
+        {"sample-every", required_argument, 0, OPT_SAMPLE_EVERY},
+        {"prompt", required_argument, 0, OPT_PROMPT},
+        {"sample-tokens", required_argument, 0, OPT_SAMPLE_TOKENS},
+        {"tokenizer", required_argument, 0, OPT_TOKENIZER},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
@@ -269,6 +280,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_VAL_DATA: a->val_data = optarg; break;
         case OPT_EVAL_EVERY: a->eval_every = (int)cli_parse_int("--eval-every", optarg, 0, 1 << 30); break;
         case OPT_EVAL_BATCHES: a->eval_batches = (int)cli_parse_int("--eval-batches", optarg, 1, 1 << 20); break;
+        case OPT_SAMPLE_EVERY: a->sample_every = (int)cli_parse_int("--sample-every", optarg, 1, INT_MAX); break;
+        case OPT_PROMPT: a->sample_prompt = optarg; break;
+        case OPT_SAMPLE_TOKENS: a->sample_tokens = (int)cli_parse_int("--sample-tokens", optarg, 1, 1 << 20); break;
+        case OPT_TOKENIZER: a->tokenizer = optarg; break;
         case OPT_ON_NAN:
             if (strcmp(optarg, "skip") != 0 && strcmp(optarg, "abort") != 0)
                 cli_die_usage("--on-nan: '%s' is not skip or abort", optarg);
@@ -303,6 +318,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         cli_die_usage("--resume latest needs --save DIR to look in");
     if (!a->val_data && (a->eval_every || a->eval_batches))
         cli_die_usage("%s needs --val-data GLOB", a->eval_every ? "--eval-every" : "--eval-batches");
+    if (!a->sample_every && (a->sample_prompt || a->sample_tokens || a->tokenizer))
+        cli_die_usage("%s needs --sample-every N", a->sample_prompt ? "--prompt"
+                                                   : a->sample_tokens ? "--sample-tokens" : "--tokenizer");
     if (a->min_lr > a->lr)
         cli_die_usage("--min-lr %g is above --lr %g", a->min_lr, a->lr);
     /* Names (schedule, partition, p2p, device) checked against the
@@ -443,6 +461,16 @@ static void print_step(const merak_step_info *i, void *user)
     fflush(stdout);
 }
 
+/* A sample of the model's text, between the step lines. */
+static void print_sample(int step, const char *text, size_t len, void *user)
+{
+    (void)user;
+    printf("sample after step %d: ", step);
+    fwrite(text, 1, len, stdout);
+    printf("\n");
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     merak_args ta;
@@ -470,6 +498,7 @@ int main(int argc, char **argv)
     banner_ctx ctx = {&ta, &t, &cfg, g, 0, -1};
     ta.on_start = print_banner;
     ta.on_step = print_step;
+    ta.on_sample = print_sample;
     ta.on_checkpoint = print_checkpoint;
     ta.user = &ctx;
     ta.stop = &stop_requested;

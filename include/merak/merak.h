@@ -338,6 +338,17 @@ typedef struct merak_args {
     void (*on_start)(const struct merak_run_info *info, void *user);
     /* Called after every step on rank 0 (may be NULL). */
     void (*on_step)(const merak_step_info *info, void *user);
+    /* Samples while training: every sample_every steps and after the last
+     * (0: never), rank 0 continues sample_prompt (NULL or "": the start of
+     * a document, the tokenizer's end-of-text token) with sample_tokens
+     * tokens (0: 64) drawn at temperature 1 from the run's seed, and hands
+     * the text to on_sample after that step's on_step.  tokenizer (a
+     * tokenizer.json, or NULL: a token is a byte) encodes the prompt and
+     * decodes the sample.  Every rank takes part (the parameters are
+     * gathered whole on rank 0). */
+    int sample_every, sample_tokens;
+    const char *sample_prompt, *tokenizer;
+    void (*on_sample)(int step, const char *text, size_t len, void *user);
     void *user;
     /* If non-NULL, training stops after the step during which it becomes
      * non-zero on any rank (set from a signal handler to the signal's

@@ -557,6 +557,63 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
     }
 }
 
+/* ============================================================== cached attention
+ * Decoding against a key/value cache: rows [pos, pos+T) of kc (rotated)
+ * and vc come from k and v; Q (scratch, B,T,nh*hd) is q rotated at
+ * positions pos+t; then per (b,h), as attention_fwd, over L = pos+T keys:
+ *   S (T,L) = Q_h Kc_g^T / sqrt(hd) ; row t softmax over [0, pos+t] ;
+ *   out_h = S Vc_g.
+ * scratch: Q (B,T,nh*hd), then S (B,nh,T,cap). */
+static size_t FN(attention_cached_scratch_elems)(const merak_attn_shape *s, int cap)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T, nh = (size_t)s->n_head;
+    return B * T * nh * (size_t)s->head_dim + B * nh * T * (size_t)cap;
+}
+
+static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap, REAL *out,
+                                     REAL *kc, REAL *vc, const REAL *q, const REAL *k,
+                                     const REAL *v, REAL *scratch)
+{
+    const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv, L = pos + T;
+    const ptrdiff_t BT = (ptrdiff_t)B * T;
+    REAL *Q = scratch, *S = scratch + (size_t)BT * C;
+
+    OMP(parallel for if ((size_t)BT * (C + Ckv) >= PAR_MIN / 4) schedule(static))
+    for (ptrdiff_t bt = 0; bt < BT; bt++) {
+        const size_t b = (size_t)(bt / T);
+        const int t = pos + (int)(bt % T);
+        REAL *krow = kc + (b * (size_t)cap + (size_t)t) * Ckv;
+        REAL *vrow = vc + (b * (size_t)cap + (size_t)t) * Ckv;
+        const REAL *qs = q + (size_t)bt * s->q_stride, *ks = k + (size_t)bt * s->k_stride;
+        if (s->rope_theta > 0) {
+            FN(rope_row_fwd)(Q + (size_t)bt * C, qs, nh, hd, t, s->rope_theta);
+            FN(rope_row_fwd)(krow, ks, nkv, hd, t, s->rope_theta);
+        } else {
+            memcpy(Q + (size_t)bt * C, qs, (size_t)C * sizeof(REAL));
+            memcpy(krow, ks, (size_t)Ckv * sizeof(REAL));
+        }
+        memcpy(vrow, v + (size_t)bt * s->v_stride, (size_t)Ckv * sizeof(REAL));
+    }
+
+    const REAL scale = (REAL)(1.0 / sqrt((double)hd));
+    const ptrdiff_t heads = (ptrdiff_t)B * nh;
+    OMP(parallel for if (heads > 1 && (size_t)BT * L * hd >= PAR_MIN) schedule(dynamic, 1))
+    for (ptrdiff_t bh = 0; bh < heads; bh++) {
+        const size_t b = (size_t)(bh / nh);
+        const int h = (int)(bh % nh), g = h / grp;
+        const REAL *Kg = kc + b * (size_t)cap * Ckv + (size_t)g * hd;
+        const REAL *Vg = vc + b * (size_t)cap * Ckv + (size_t)g * hd;
+        REAL *P = S + (size_t)bh * T * L;
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, L, hd, scale,
+             Q + b * T * C + (size_t)h * hd, C, Kg, Ckv, 0, P, L);
+        for (int t = 0; t < T; t++)
+            FN(softmax_causal_row)(P + (size_t)t * L, pos + t, L);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, L, 1, P, L, Vg, Ckv, 0,
+             out + b * T * C + (size_t)h * hd, C);
+    }
+}
+
 /* ============================================================== GELU (tanh)
  * fwd: out = 0.5*x*(1 + tanh(k0*(x + k1*x^3))), k0 = sqrt(2/pi), k1 = 0.044715
  * bwd: dinp += dout * (0.5*(1+th) + 0.5*x*(1-th^2)*k0*(1 + 3*k1*x^2)) */
@@ -792,6 +849,8 @@ static const TABLE_T FN(cpu_table) = {
     .attention_fwd = FN(attention_fwd),
     .attention_bwd = FN(attention_bwd),
     .attention_scratch_elems = FN(attention_scratch_elems),
+    .attention_cached_fwd = FN(attention_cached_fwd),
+    .attention_cached_scratch_elems = FN(attention_cached_scratch_elems),
     .gelu_fwd = FN(gelu_fwd),
     .gelu_bwd = FN(gelu_bwd),
     .swiglu_fwd = FN(swiglu_fwd),

@@ -550,6 +550,41 @@ static int attn_shape_ok(const merak_attn_shape *s, const char *what)
     return 0;
 }
 
+/* S (B,nh,T,L) = Q K^T / sqrt(hd) over L keys, query head h = g*rep + r
+ * against kv head g: Q (B,T,.) with row stride qs; K rows of stride ks,
+ * batch row b's first at K + b*kb.  0, or -1 when a product failed. */
+static int attn_scores(const merak_attn_shape *s, int L, const float *Q, int qs, const float *K, int ks,
+                       size_t kb, float *S)
+{
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim, rep = nh / nkv;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    const long long TL = (long long)T * L;
+    for (int b = 0; b < s->B && !cb.failed; b++)
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 1, T, L, hd, scale, Q + ((size_t)b * T * qs + (size_t)r * hd), qs,
+                        (long long)rep * hd, K + (size_t)b * kb, ks, hd, 0.0f,
+                        S + ((size_t)b * nh + r) * TL, L, rep * TL, nkv) < 0)
+                return -1;
+    return cb.failed ? -1 : 0;
+}
+
+/* out (B,T,nh*hd) = P V per head, P (B,nh,T,L): V rows of stride vs, batch
+ * row b's first at V + b*vb.  0 or -1. */
+static int attn_mix(const merak_attn_shape *s, int L, const float *P, const float *V, int vs, size_t vb,
+                    float *out)
+{
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim, rep = nh / nkv;
+    const int C = nh * hd;
+    const long long TL = (long long)T * L;
+    for (int b = 0; b < s->B && !cb.failed; b++)
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 0, T, hd, L, 1.0f, P + ((size_t)b * nh + r) * TL, L, rep * TL,
+                        V + (size_t)b * vb, vs, hd, 0.0f, out + ((size_t)b * T * C + (size_t)r * hd), C,
+                        (long long)rep * hd, nkv) < 0)
+                return -1;
+    return cb.failed ? -1 : 0;
+}
+
 static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs, float *qr,
                             float *kr, const float *q, const float *k, const float *v)
 {
@@ -557,7 +592,7 @@ static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs,
         s->head_dim <= 0)
         return;
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
-    const int rep = nh / nkv, C = nh * hd, vs = s->v_stride;
+    const int C = nh * hd, vs = s->v_stride;
     const float *Q = q, *K = k;
     int qs = s->q_stride, ks = s->k_stride;
     if (s->rope_theta > 0) {
@@ -565,23 +600,40 @@ static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs,
         Q = qr, qs = C;
         K = kr, ks = nkv * hd;
     }
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    const long long TT = (long long)T * T;
-    for (int b = 0; b < s->B && !cb.failed; b++)
-        for (int r = 0; r < rep; r++)
-            if (rm_gemm(0, 1, T, T, hd, scale, Q + ((size_t)b * T * qs + (size_t)r * hd), qs,
-                        (long long)rep * hd, K + (size_t)b * T * ks, ks, hd, 0.0f,
-                        probs + ((size_t)b * nh + r) * TT, T, rep * TT, nkv) < 0)
-                return;
+    if (attn_scores(s, T, Q, qs, K, ks, (size_t)T * ks, probs) < 0)
+        return;
     LAUNCH("attention_fwd(softmax)",
-           merak_cuda_launch_attn_softmax(STREAM, probs, (size_t)s->B * nh * T, T));
-    for (int b = 0; b < s->B && !cb.failed; b++)
-        for (int r = 0; r < rep; r++)
-            if (rm_gemm(0, 0, T, hd, T, 1.0f, probs + ((size_t)b * nh + r) * TT, T, rep * TT,
-                        v + (size_t)b * T * vs, vs, hd, 0.0f,
-                        out + ((size_t)b * T * C + (size_t)r * hd), C, (long long)rep * hd,
-                        nkv) < 0)
-                return;
+           merak_cuda_launch_attn_softmax(STREAM, probs, (size_t)s->B * nh * T, T, T, 0));
+    (void)attn_mix(s, T, probs, v, vs, (size_t)T * vs, out);
+}
+
+/* Decoding against a key/value cache: kv_append writes rows [pos, pos+T)
+ * of kc, vc and the rotated queries Q (scratch); then attention_fwd's two
+ * products over L = pos+T cached keys, and the softmax of query t over
+ * [0, pos+t].  scratch: Q (B,T,nh*hd), S (B,nh,T,cap). */
+static void k_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out,
+                                   float *kc, float *vc, const float *q, const float *k,
+                                   const float *v, float *scratch)
+{
+    if (cb.failed || !attn_shape_ok(s, "attention_cached_fwd") || s->B <= 0 || s->T <= 0 ||
+        s->head_dim <= 0)
+        return;
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int C = nh * hd, Ckv = nkv * hd, L = pos + T;
+    float *Q = scratch, *S = scratch + (size_t)s->B * T * C;
+    LAUNCH("attention_cached_fwd(append)",
+           merak_cuda_launch_kv_append(STREAM, s, pos, cap, Q, kc, vc, q, k, v));
+    if (attn_scores(s, L, Q, C, kc, Ckv, (size_t)cap * Ckv, S) < 0)
+        return;
+    LAUNCH("attention_cached_fwd(softmax)",
+           merak_cuda_launch_attn_softmax(STREAM, S, (size_t)s->B * nh * T, T, L, pos));
+    (void)attn_mix(s, L, S, vc, Ckv, (size_t)cap * Ckv, out);
+}
+
+static size_t k_attention_cached_scratch_elems(const merak_attn_shape *s, int cap)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T, nh = (size_t)s->n_head;
+    return B * T * nh * (size_t)s->head_dim + B * nh * T * (size_t)cap;
 }
 
 static size_t k_attention_scratch_elems(const merak_attn_shape *s)
@@ -796,6 +848,8 @@ static const merak_kernels cuda_table = {
     .attention_fwd = k_attention_fwd,
     .attention_bwd = k_attention_bwd,
     .attention_scratch_elems = k_attention_scratch_elems,
+    .attention_cached_fwd = k_attention_cached_fwd,
+    .attention_cached_scratch_elems = k_attention_cached_scratch_elems,
     .gelu_fwd = k_gelu_fwd,
     .gelu_bwd = k_gelu_bwd,
     .swiglu_fwd = k_swiglu_fwd,

@@ -110,13 +110,18 @@ int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, 
 int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O);
 /* Attention's pointwise parts; its GEMMs are cuBLASLt's (cuda_glue.c).
  * rope_fwd: qr, kr = the RoPE rotation of q, k (strides of s).
- * attn_softmax: rows of T scores -> causal softmax rows (row r is query
- * r % T; zeros above the diagonal).  attn_dsoftmax: dS (holding dP) :=
+ * attn_softmax: rows of L scores -> causal softmax rows (row r is query
+ * pos + r % T; zeros after it; training has L = T, pos = 0).  kv_append
+ * (decoding): rows [pos, pos+T) of the caches kc, vc (B,cap,nkv*hd) from
+ * k (rotated) and v, and Q (B,T,nh*hd) = q rotated.  attn_dsoftmax: dS (holding dP) :=
  * P (dP - rowsum(P dP)) scale, causal.  attn_bwd_add: dq += rot^T(dQ),
  * dk += rot^T(dK), dv += dV from dense (B,T,heads*hd) gradients. */
 int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
                                const float *q, const float *k);
-int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T);
+int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T, int L, int pos);
+int merak_cuda_launch_kv_append(void *stream, const merak_attn_shape *s, int pos, int cap,
+                                float *Q, float *kc, float *vc, const float *q, const float *k,
+                                const float *v);
 int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, size_t rows,
                                     int T, float scale);
 int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,

@@ -395,46 +395,72 @@ __device__ void rope_bwd_add(float *row, const float *g, float theta, int t, int
     }
 }
 
-/* qr (B,T,nh*hd), kr (B,T,nkv*hd) = rotate_half RoPE of q, k (row strides qs, ks):
+/* Elements j and j + hd/2 of a head's row at position t, rotated (theta >
+ * 0) or copied:
  *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin */
-__global__ void rope_fwd_k(float *qr, float *kr, const float *q, const float *k, attn_p p,
-                           int qs, int ks)
+__device__ __forceinline__ void rope_pair(float *dst, const float *src, float theta, int t, int j,
+                                          int hd)
 {
-    const int half = p.hd / 2, heads = p.nh + p.nkv;
-    const size_t n = (size_t)p.B * p.T * heads * half;
+    const int half = hd / 2;
+    const float x0 = src[j], x1 = src[j + half];
+    if (theta > 0.0f) {
+        float c, s;
+        rope_cs(theta, t, j, hd, &c, &s);
+        dst[j] = x0 * c - x1 * s;
+        dst[j + half] = x1 * c + x0 * s;
+    } else {
+        dst[j] = x0;
+        dst[j + half] = x1;
+    }
+}
+
+/* The dense queries Q (B,T,nh*hd) and rows [pos, pos+T) of the keys kc
+ * (B,cap,nkv*hd) from q and k (row strides qs, ks), rotated at positions
+ * pos+t when theta > 0 (else copied); with vc, its rows [pos, pos+T) from
+ * v (row stride vs).  Training's RoPE: pos 0, cap T, no vc (qr, kr saved
+ * for the backward); decoding: the key/value cache. */
+__global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const float *k,
+                           const float *v, attn_p p, int qs, int ks, int vs, int pos, int cap)
+{
+    const int half = p.hd / 2, heads = p.nh + p.nkv, Ckv = p.nkv * p.hd;
+    const size_t BT = (size_t)p.B * p.T, nrot = BT * heads * half, n = nrot + (vc ? BT * Ckv : 0);
     GRID_STRIDE(i, n)
     {
+        if (i >= nrot) { /* a value */
+            const size_t e = i - nrot, bt = e / Ckv;
+            const int c = (int)(e % Ckv);
+            const size_t row = bt / p.T * cap + pos + bt % p.T;
+            vc[row * Ckv + c] = v[bt * vs + c];
+            continue;
+        }
         const int j = (int)(i % half);
         const size_t rest = i / half;
         const int hh = (int)(rest % heads);
         const size_t bt = rest / heads;
-        const int t = (int)(bt % p.T);
+        const int t = pos + (int)(bt % p.T);
         const float *src;
         float *dst;
         if (hh < p.nh) {
             src = q + bt * qs + (size_t)hh * p.hd;
-            dst = qr + bt * p.nh * p.hd + (size_t)hh * p.hd;
+            dst = Q + bt * p.nh * p.hd + (size_t)hh * p.hd;
         } else {
             src = k + bt * ks + (size_t)(hh - p.nh) * p.hd;
-            dst = kr + bt * p.nkv * p.hd + (size_t)(hh - p.nh) * p.hd;
+            dst = kc + (bt / p.T * cap + t) * Ckv + (size_t)(hh - p.nh) * p.hd;
         }
-        float c, s;
-        rope_cs(p.theta, t, j, p.hd, &c, &s);
-        const float x0 = src[j], x1 = src[j + half];
-        dst[j] = x0 * c - x1 * s;
-        dst[j + half] = x1 * c + x0 * s;
+        rope_pair(dst, src, p.theta, t, j, p.hd);
     }
 }
 
-/* Causal softmax of the score rows P (rows of T, row r is query i = r % T),
- * in place: P[0..i] becomes softmax(P[0..i]), P[i+1..T) zero.  One block per
- * row; each thread reads and writes its own elements. */
-__global__ void attn_softmax_k(float *P, int T)
+/* Causal softmax of the score rows P (rows of L scores; row r is query
+ * i = pos + r % T), in place: P[0..i] becomes softmax(P[0..i]), P[i+1..L)
+ * zero.  Training: L = T, pos = 0.  One block per row; each thread reads
+ * and writes its own elements. */
+__global__ void attn_softmax_k(float *P, int T, int L, int pos)
 {
     __shared__ float red[33];
     const size_t row = blockIdx.x;
-    const int i = (int)(row % (size_t)T);
-    float *p = P + row * (size_t)T;
+    const int i = pos + (int)(row % (size_t)T);
+    float *p = P + row * (size_t)L;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= i; j += blockDim.x)
         mx = fmaxf(mx, p[j]);
@@ -446,7 +472,7 @@ __global__ void attn_softmax_k(float *P, int T)
         sum += e;
     }
     const float inv = 1.0f / block_sum(sum, red);
-    for (int j = threadIdx.x; j < T; j += blockDim.x)
+    for (int j = threadIdx.x; j < L; j += blockDim.x)
         p[j] = j <= i ? p[j] * inv : 0.0f;
 }
 
@@ -838,15 +864,27 @@ int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *q
     const attn_p p = attn_params(s);
     const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
     if (n)
-        rope_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, q, k, p, s->q_stride,
-                                                           s->k_stride);
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, NULL, p, s->q_stride,
+                                                           s->k_stride, 0, 0, p.T);
     return cudaGetLastError();
 }
 
-int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T)
+int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T, int L, int pos)
 {
     if (rows)
-        attn_softmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, T);
+        attn_softmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, T, L, pos);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_kv_append(void *stream, const merak_attn_shape *s, int pos, int cap,
+                                float *Q, float *kc, float *vc, const float *q, const float *k,
+                                const float *v)
+{
+    const attn_p p = attn_params(s);
+    const size_t n = (size_t)p.B * p.T * ((p.nh + p.nkv) * (p.hd / 2) + p.nkv * p.hd);
+    if (n)
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(Q, kc, vc, q, k, v, p, s->q_stride,
+                                                           s->k_stride, s->v_stride, pos, cap);
     return cudaGetLastError();
 }
 

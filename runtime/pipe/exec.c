@@ -112,7 +112,7 @@ static int fail(merak_exec *e, const char *fmt, ...)
 static int64_t rows_of(const merak_tensor *t) { return merak_tensor_elems(t) / t->shape[t->ndim - 1]; }
 static int64_t cols_of(const merak_tensor *t) { return t->shape[t->ndim - 1]; }
 
-static merak_attn_shape attn_shape(const merak_graph *g, const merak_op *o)
+merak_attn_shape merak_exec_attn_shape(const merak_graph *g, const merak_op *o)
 {
     const merak_tensor *q = &g->tensors[o->in[0]];
     merak_attn_shape s;
@@ -140,7 +140,7 @@ static size_t saved_floats(const merak_graph *g, const merak_op *o)
     case MERAK_OP_RMSNORM: return (size_t)rows_of(x);            /* rstd */
     case MERAK_OP_CROSS_ENTROPY: return 2 * (size_t)rows_of(x);  /* lse, per-row losses */
     case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = attn_shape(g, o);
+        merak_attn_shape s = merak_exec_attn_shape(g, o);
         size_t n = round_up((size_t)s.B * s.n_head * s.T * s.T);  /* probs */
         if (s.rope_theta > 0)                                     /* rotated q, k */
             n += round_up((size_t)s.B * s.T * s.n_head * s.head_dim) +
@@ -242,7 +242,7 @@ static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use,
             *av += round_up(sv);
         }
         if (o->type == MERAK_OP_ATTENTION) {
-            merak_attn_shape as = attn_shape(g, o);
+            merak_attn_shape as = merak_exec_attn_shape(g, o);
             size_t sn = e->k->attention_scratch_elems(&as);
             if (sn > *scratch_n)
                 *scratch_n = sn;
@@ -605,9 +605,8 @@ static uint64_t op_seed(uint64_t seed, int op)
     return merak_mix64(seed + MERAK_GOLDEN * (uint64_t)(op + 1));
 }
 
-/* q, k, v pointers of an attention op (fused: three column blocks of one row). */
-static void attn_qkv(const merak_op *o, float *base_q, float *base_k, float *base_v, float **q,
-                     float **k, float **v)
+void merak_exec_attn_qkv(const merak_op *o, float *base_q, float *base_k, float *base_v, float **q,
+                         float **k, float **v)
 {
     if (o->fused_qkv) {
         *q = base_q;
@@ -835,9 +834,9 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
         k->linear_fwd(out, in0, in1, in2, N, C, (int)cols_of(&g->tensors[o->out]));
         break;
     case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = attn_shape(g, o);
+        merak_attn_shape s = merak_exec_attn_shape(g, o);
         float *q, *kk, *v, *probs, *qr, *kr;
-        attn_qkv(o, in0, in1, in2, &q, &kk, &v);
+        merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
         attn_saved(e, slot, i, &s, sb, &probs, &qr, &kr);
         s.B /= sb.K;
         k->attention_fwd(&s, out, probs, qr, kr, q, kk, v);
@@ -902,10 +901,10 @@ static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
         if (d0) k->linear_bwd_x(d0, dout, in1, N, C, (int)cols_of(&g->tensors[o->out]));
         break;
     case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = attn_shape(g, o);
+        merak_attn_shape s = merak_exec_attn_shape(g, o);
         float *q, *kk, *v, *dq, *dk, *dv, *probs, *qr, *kr;
-        attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-        attn_qkv(o, d0, d1, o->nin > 2 ? sgrad(e, slot, o->in[2], sb) : NULL, &dq, &dk, &dv);
+        merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
+        merak_exec_attn_qkv(o, d0, d1, o->nin > 2 ? sgrad(e, slot, o->in[2], sb) : NULL, &dq, &dk, &dv);
         attn_saved(e, slot, i, &s, sb, &probs, &qr, &kr);
         s.B /= sb.K;
         if (dq)

@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "graph/graph.h"
+#include "pipe/decode.h"
 #include "pipe/exec.h"
 
 /* ---- initialisation
@@ -31,6 +32,10 @@ int merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed, char *
  * tensor. */
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
                        size_t errlen);
+
+/* The same into a generation decoder's parameters (decode.h). */
+int merak_weights_load_decoder(const merak_graph *g, merak_decoder *d, const char *path, char *err,
+                               size_t errlen);
 
 /* Every tensor in the weights file PATH is a parameter of model (by its
  * Hugging Face name, or a buffer such files carry: GPT-2's attn.bias,

@@ -33,6 +33,7 @@
 #include "comm/comm.h"
 #include "data.h"
 #include "errf.h"
+#include "generate.h"
 #include "mix64.h"
 #include "pipe/stage.h"
 #include "plan/cost.h"
@@ -116,6 +117,9 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
         return merak_errf(err, errlen, "save-every and keep-last need a checkpoint directory (save)");
     if (a->resume && strcmp(a->resume, "latest") == 0 && !a->save)
         return merak_errf(err, errlen, "resume latest needs a checkpoint directory (save) to look in");
+    if (a->sample_every < 0 || a->sample_tokens < 0)
+        return merak_errf(err, errlen, "sample-every %d and sample-tokens %d must not be negative", a->sample_every,
+                          a->sample_tokens);
     merak_recompute rp;
     if (a->recompute && merak_recompute_parse(a->recompute, &rp, err, errlen) < 0)
         return -1;
@@ -291,6 +295,7 @@ typedef struct run {
     double loss, norm;            /* of the step, after the optimizer step's reduction */
     float step_lr;
     merak_trace trace;            /* the timeline, when a->trace */
+    merak_train_sampler *sampler; /* rank 0, when a->sample_every */
 } run;
 
 /* Micro-batches read over all replicas before step `step`. */
@@ -427,7 +432,11 @@ static int setup(run *r, int vocab, char *err, size_t errlen)
     /* what is missing first (another model's file says so), then what is too much */
     if (merak_weights_load(lg, r->e, a->init, err, errlen) < 0)
         return -1;
-    return a->init_extra ? 0 : merak_weights_extra(merak_stage_model(r->stage), a->init, err, errlen);
+    if (a->init_extra || merak_weights_extra(merak_stage_model(r->stage), a->init, err, errlen) == 0)
+        return 0;
+    size_t len = strlen(err);
+    snprintf(err + len, errlen - len, " (--init-extra loads the model's tensors from a file that has others)");
+    return -1;
 }
 
 /* The checkpoint to resume from, found by rank 0 and told to every rank
@@ -508,6 +517,7 @@ static int alone(run *r, char *err, size_t errlen)
 
 static void run_free(run *r)
 {
+    merak_train_sampler_free(r->sampler);
     merak_ckpt_writer_destroy(r->ckpt);
     merak_optim_destroy(r->opt);
     merak_data_close(r->data);
@@ -534,6 +544,18 @@ static int agree_signal(run *r, int sig)
 }
 
 /* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
+/* The parameters whole on rank 0 (collective over the world), and there
+ * a sample's text (*text malloc'd; NULL elsewhere).  0 or -1 with err. */
+static int take_sample(run *r, char **text, size_t *len, char *err, size_t errlen)
+{
+    merak_gathered w;
+    int rc = merak_stage_gather(r->stage, &w, err, errlen);
+    if (rc == 0 && r->sampler)
+        rc = merak_train_sample(r->sampler, &w, text, len, err, errlen);
+    merak_gathered_free(&w);
+    return rc;
+}
+
 static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
@@ -587,6 +609,12 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
                                               r->step + 1 == a->steps);
         if (evaluated && evaluate(r, &val, err, errlen) < 0)
             return alone(r, err, errlen);
+        /* a sample, after every sample_every-th update and the last */
+        char *sample = NULL;
+        size_t sample_len = 0;
+        if (a->sample_every && ((r->step + 1) % a->sample_every == 0 || r->step + 1 == a->steps) &&
+            take_sample(r, &sample, &sample_len, err, errlen) < 0)
+            return alone(r, err, errlen);
         if (!rank0)
             continue;
         merak_step_info info = {
@@ -599,10 +627,14 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         merak_stage_step_stats(r->stage, &info);
         if (metrics && merak_metrics_write(metrics, &info, err, errlen) < 0) {
             metrics_failed = 1;   /* everyone stops at the next agreement */
+            free(sample);
             continue;
         }
         if (a->on_step)
             a->on_step(&info, a->user);
+        if (sample && a->on_sample)
+            a->on_sample(r->step, sample, sample_len, a->user);
+        free(sample);
     }
     /* after the last step (or a stop) metrics can still have failed */
     double failed = metrics_failed;
@@ -882,6 +914,10 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     if (!failed && rank0 && check_outputs(&r, err, errlen) < 0)
         failed = 1;
     if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
+        failed = 1;
+    if (!failed && rank0 && a->sample_every &&
+        !(r.sampler = merak_train_sampler_create(g, so.kernels, a->sample_prompt, a->tokenizer,
+                                                 a->sample_tokens > 0 ? a->sample_tokens : 64, a->seed, err, errlen)))
         failed = 1;
     merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
     /* Activations and gradients over the asked backend: the stage's

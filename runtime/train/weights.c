@@ -117,19 +117,24 @@ static int read_param(const merak_st_file *f, const char *path, const merak_tens
     return 0;
 }
 
-int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
-                       size_t errlen)
+/* The n parameters of an executor or a decoder (obj) from the file: the
+ * i-th is graph tensor tensor(obj, i) of g, read in graph layout (host
+ * memory) and handed to put(obj, i, values), which copies it to the
+ * backend `backend` names. */
+static int load_each(const merak_graph *g, const char *path, int n, int (*tensor)(const void *obj, int i),
+                     int (*put)(void *obj, int i, const float *host), void *obj, const char *backend, char *err,
+                     size_t errlen)
 {
     merak_st_file *f;
     if (merak_st_open(path, &f, err, errlen) < 0)
         return -1;
     int rc = 0;
     read_bufs b = {0};
-    float *dst = NULL;                  /* the parameter (host), then copied to the executor */
+    float *dst = NULL;                  /* the parameter (host), then put */
     size_t dst_n = 0;
-    for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
-        const merak_tensor *t = &g->tensors[merak_exec_param_tensor(e, i)];
-        size_t pn = merak_exec_param_elems(e, i);
+    for (int i = 0; i < n && rc == 0; i++) {
+        const merak_tensor *t = &g->tensors[tensor(obj, i)];
+        size_t pn = (size_t)merak_tensor_elems(t);
         if (pn > dst_n) {
             float *p = realloc(dst, pn * sizeof *p);
             if (!p) {
@@ -140,15 +145,33 @@ int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, ch
             dst_n = pn;
         }
         rc = read_finite(f, path, t, dst, &b, err, errlen);
-        if (rc == 0 && merak_exec_param_write(e, i, dst) < 0)
-            rc = merak_errf(err, errlen, "%s: copying '%s' to the %s backend failed", path, t->name,
-                            merak_exec_kernels(e)->name);
+        if (rc == 0 && put(obj, i, dst) < 0)
+            rc = merak_errf(err, errlen, "%s: copying '%s' to the %s backend failed", path, t->name, backend);
     }
     free(b.tmp);
     free(b.whole);
     free(dst);
     merak_st_close(f);
     return rc;
+}
+
+static int exec_tensor(const void *e, int i) { return merak_exec_param_tensor(e, i); }
+static int exec_put(void *e, int i, const float *host) { return merak_exec_param_write(e, i, host); }
+static int decoder_tensor(const void *d, int i) { return merak_decoder_param_tensor(d, i); }
+static int decoder_put(void *d, int i, const float *host) { return merak_decoder_param_write(d, i, host); }
+
+int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
+                       size_t errlen)
+{
+    return load_each(g, path, merak_exec_num_params(e), exec_tensor, exec_put, e, merak_exec_kernels(e)->name,
+                     err, errlen);
+}
+
+int merak_weights_load_decoder(const merak_graph *g, merak_decoder *d, const char *path, char *err,
+                               size_t errlen)
+{
+    return load_each(g, path, merak_decoder_num_params(d), decoder_tensor, decoder_put, d,
+                     merak_decoder_kernels(d)->name, err, errlen);
 }
 
 /* Buffers Hugging Face files carry beside the parameters, which the model
@@ -179,8 +202,7 @@ int merak_weights_extra(const merak_graph *model, const char *path, char *err, s
         if (t < 0)
             t = merak_graph_find(model, prefixed);
         if ((t < 0 || model->tensors[t].kind != MERAK_T_PARAM) && !is_buffer(name))
-            rc = merak_errf(err, errlen, "%s: tensor '%s' is not a parameter of the model (--init-extra loads "
-                            "the model's tensors from a file that has others)", path, name);
+            rc = merak_errf(err, errlen, "%s: tensor '%s' is not a parameter of the model", path, name);
     }
     merak_st_close(f);
     return rc;

@@ -596,6 +596,64 @@ static void op_attention_bwd(const merak_kernels *K, int on_gpu, void **p, const
         free(scratch);
 }
 
+/* Decoding: the T new positions [pos, pos+T) against caches whose first
+ * pos rows hold random keys and values. */
+typedef struct {
+    attn_arg a;
+    int pos, cap;
+} cached_arg;
+
+/* buffers: out, kc, vc, q(kv), k, v */
+static void op_attention_cached_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                                    double *ret)
+{
+    const cached_arg *c = arg;
+    float *q, *k, *v;
+    (void)ret;
+    attn_split(&c->a, F(p[3]), F(p[4]), F(p[5]), &q, &k, &v);
+    const size_t ns = K->attention_cached_scratch_elems(&c->a.s, c->cap) * sizeof(float);
+    float *scratch = on_gpu ? dmalloc(ns) : xmalloc(ns);
+    K->attention_cached_fwd(&c->a.s, c->pos, c->cap, F(p[0]), F(p[1]), F(p[2]), q, k, v, scratch);
+    if (on_gpu) {
+        merak_cuda_synchronize();
+        merak_cuda_free(scratch);
+    } else
+        free(scratch);
+}
+
+static void test_attention_cached(const char *tag, int B, int T, int pos, int nh, int nkv, int hd,
+                                  float theta, int fused)
+{
+    cached_arg c;
+    char name[160];
+    memset(&c, 0, sizeof c);
+    c.a.s.B = B, c.a.s.T = T, c.a.s.n_head = nh, c.a.s.n_kv_head = nkv, c.a.s.head_dim = hd;
+    c.a.s.rope_theta = theta;
+    c.a.fused = fused;
+    c.pos = pos, c.cap = pos + T + 3;
+    const size_t BT = (size_t)B * T, C = (size_t)nh * hd, Ckv = (size_t)nkv * hd;
+    size_t nq, nk;
+    if (fused) {
+        c.a.s.q_stride = c.a.s.k_stride = c.a.s.v_stride = (int)(C + 2 * Ckv);
+        nq = BT * (C + 2 * Ckv), nk = 0;
+    } else {
+        c.a.s.q_stride = (int)C, c.a.s.k_stride = c.a.s.v_stride = (int)Ckv;
+        nq = BT * C, nk = BT * Ckv;
+    }
+    const size_t ncache = (size_t)B * c.cap * Ckv;
+    buf bufs[] = {
+        {.name = "out", .kind = OUT_FWD, .n = BT * C},
+        {.name = "kc", .kind = OUT_ACC, .n = ncache, .lo = -1, .hi = 1},
+        {.name = "vc", .kind = OUT_ACC, .n = ncache, .lo = -1, .hi = 1},
+        {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .lo = -1, .hi = 1},
+        {.name = "k", .kind = IN_F, .n = nk, .lo = -1, .hi = 1},
+        {.name = "v", .kind = IN_F, .n = nk, .lo = -1, .hi = 1},
+    };
+    snprintf(name, sizeof name, "attention_cached_fwd %s B=%d T=%d pos=%d nh=%d nkv=%d hd=%d rope=%g %s",
+             tag, B, T, pos, nh, nkv, hd, (double)theta, fused ? "fused qkv" : "separate q,k,v");
+    run_case(name, bufs, NB(bufs), op_attention_cached_fwd, &c, 0);
+}
+
 static void test_attention(const char *tag, int B, int T, int nh, int nkv, int hd, float theta,
                            int fused)
 {
@@ -950,6 +1008,10 @@ int main(void)
     test_attention("long", 1, 300, 2, 2, 64, 10000.0f, 0);
     test_attention("batched-gqa", 3, 129, 6, 2, 64, 10000.0f, 0);
     test_attention("wide-head", 1, 5, 2, 1, 320, 10000.0f, 1);
+    test_attention_cached("gpt2-token", 2, 1, 37, 3, 3, 8, 0.0f, 1);
+    test_attention_cached("llama-prompt", 1, 19, 0, 4, 2, 16, 10000.0f, 0);
+    test_attention_cached("llama-token", 3, 1, 200, 6, 2, 64, 500000.0f, 0);
+    test_attention_cached("chunk", 2, 33, 70, 4, 1, 96, 10000.0f, 1);
 
     test_pointwise(100003);
     test_crossentropy(9, 1000, 0);

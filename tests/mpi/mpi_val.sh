@@ -4,8 +4,9 @@
 # layout as in one process (within 1e-6 relative; the replicas split the
 # windows, pipelines run forward only, tensor parallelism sums partial
 # results), and the one-process value equals the independent PyTorch
-# reference's on the same windows (within 1e-5).  Bad options and too small
-# a validation set are refused.
+# reference's on the same windows (within 1e-5).  Samples while training
+# (--sample-every) run in a 3D layout.  Bad options and too small a
+# validation set are refused.
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
@@ -50,6 +51,14 @@ for layout in "1 1 1" "2 1 1" "1 2 1" "1 1 2" "2 2 2" "1 1 2 interleaved" "2 1 2
         fail "($dp,$tp,$pp) $sched tp-overlap $overlap: val_loss differs"
 done
 grep -q "| val loss [0-9.]* |" "$WORK/got.out" || fail "the progress line has no val loss"
+
+# samples while training (--sample-every): every rank takes part (the
+# parameters gathered whole on rank 0), rank 0 prints after steps 2 and 5
+"$WRAP" 8 "$TRAIN" $common --micro-batches $M --dp 2 --tp 2 --pp 2 --sample-every 3 --prompt "int " \
+    --sample-tokens 16 > "$WORK/sample.out" 2>&1 || { cat "$WORK/sample.out" >&2; fail "(2,2,2) with samples failed"; }
+[ "$(grep -c "^sample after step [25]: " "$WORK/sample.out")" -eq 2 ] ||
+    { cat "$WORK/sample.out" >&2; fail "(2,2,2): not one sample after steps 2 and 5"; }
+echo "(2,2,2): samples after steps 2 and 5"
 
 # the PyTorch reference on the same windows (no dropout there: the preset model)
 PY=${TORCH_PYTHON:-/usr/bin/python3}

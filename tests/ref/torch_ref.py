@@ -8,6 +8,7 @@ Subcommands:
   init     create HF-named weights and write a safetensors file
   train    train on an llm.c token shard, write per-step metrics as JSONL
   bench    time training steps on random data
+  generate greedy generation from weights (token ids in and out)
   selftest compare the vectorised models against naive, loop-based versions
 
 Always run with Debian's python: /usr/bin/python3 tests/ref/torch_ref.py ...
@@ -516,6 +517,43 @@ def cmd_bench(a):
     print("torch tokens_per_s=%.1f step_ms=%.3f" % (B * T * M / step_s, step_s * 1e3))
 
 
+def cmd_generate(a):
+    """Greedy generation, the whole sequence recomputed for every token (no
+    key/value cache): the token ids, and on stderr the smallest gap between
+    the two largest logits seen (how close a step came to a tie).  With
+    --check, the reference follows the given tokens and checks each was a
+    greedy choice: a float rounding may break a near-tie either way, a bug
+    picks a token clearly below the maximum."""
+    setup_torch(a.threads)
+    cfg = Config.load(a.config)
+    p = load_params(cfg, a.weights)
+    ids = [int(x) for x in a.prompt.split()]
+    if not ids:
+        die("empty prompt")
+    check = [int(x) for x in a.check.split()] if a.check is not None else None
+    steps = len(check) if check is not None else a.max_tokens
+    out, gap, worst = [], float("inf"), 0.0
+    with torch.no_grad():
+        for i in range(steps):
+            logits = forward(cfg, p, torch.tensor([ids], dtype=torch.long))[0, -1]
+            top = torch.topk(logits, 2).values
+            gap = min(gap, float(top[0] - top[1]))
+            nxt = int(torch.argmax(logits))   # the first of equal maxima
+            out.append(nxt)
+            if check is not None:   # teacher-forced: follow the tokens checked
+                worst = max(worst, float(top[0] - logits[check[i]]))
+                nxt = check[i]
+            ids.append(nxt)
+    print(" ".join(str(t) for t in out))
+    print("torch_ref: smallest top-2 logit gap %.3e" % gap, file=sys.stderr)
+    if check is not None:
+        same = sum(1 for x, y in zip(out, check) if x == y)
+        print("torch_ref: %d of %d checked tokens are the greedy choice; the largest logit is at most "
+              "%.3e above theirs (tolerance %.1e)" % (same, steps, worst, a.tolerance), file=sys.stderr)
+        if worst > a.tolerance:
+            sys.exit(1)
+
+
 # ---------------------------------------------------------------------------
 # selftest: naive, loop-based formulations compared with the vectorised ones
 
@@ -774,6 +812,18 @@ def main(argv=None):
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--warmup-steps", type=int, default=2)
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("generate", help="greedy tokens, recomputing the whole sequence")
+    s.add_argument("--config", required=True)
+    s.add_argument("--weights", required=True)
+    s.add_argument("--prompt", required=True, help="token ids separated by spaces")
+    s.add_argument("--max-tokens", type=int, default=0)
+    s.add_argument("--check", default=None,
+                   help="token ids another implementation generated greedily: each must be the greedy "
+                        "choice after the ones before it, up to --tolerance (exit 1 if not)")
+    s.add_argument("--tolerance", type=float, default=1e-4)
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(fn=cmd_generate)
 
     s = sub.add_parser("selftest", help="check against naive loop formulations")
     s.add_argument("--threads", type=int, default=1)

@@ -746,7 +746,7 @@ static const setup_fn OPS[] = {
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
 #define CHECKS_PER_OP 5
-#define NEXTRA 9
+#define NEXTRA 13
 
 /* ------------------------------------------------------------------ per-op checks */
 
@@ -937,6 +937,7 @@ static void check_threads(setup_fn setup)
     X(layernorm_fwd) X(layernorm_bwd_x) X(layernorm_bwd_w) X(rmsnorm_fwd)            \
     X(rmsnorm_bwd_x) X(rmsnorm_bwd_w) X(linear_fwd) X(linear_bwd_x) X(linear_bwd_w)  \
     X(attention_fwd) X(attention_bwd) X(attention_scratch_elems) X(gelu_fwd)         \
+    X(attention_cached_fwd) X(attention_cached_scratch_elems)                        \
     X(gelu_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add_fwd) X(accumulate) X(dropout_fwd)  \
     X(dropout_bwd) X(crossentropy_stats) X(crossentropy_bwd) X(adamw) X(sumsq) X(scale)
 
@@ -982,6 +983,77 @@ static void check_probs(void)
     tap(ok && e64 <= 1e-12 && e32 <= 1e-6,
         "attention probs: causal zeros, rows sum to 1 (err f64 %.1e, f32 %.1e)", e64, e32);
     free_case(&c);
+}
+
+/* Decoding with a key/value cache, the sequence fed in random pieces,
+ * gives attention_fwd's output over the whole sequence, and the cache
+ * holds its rotated keys (double table: equal up to rounding). */
+static void check_cached_attention(void)
+{
+    merak_attn_shape s;
+    s.B = rng_int(1, 2);
+    s.T = rng_int(1, 80);
+    s.n_kv_head = rng_int(1, 3);
+    s.n_head = s.n_kv_head * rng_int(1, 3);
+    s.head_dim = 2 * rng_int(1, 6);
+    s.rope_theta = rng_int(0, 1) ? 10000.0f : 0.0f;
+    const int fused = rng_int(0, 1), C = s.n_head * s.head_dim, Ckv = s.n_kv_head * s.head_dim;
+    const int W = C + 2 * Ckv, cap = s.T + rng_int(0, 5);
+    s.q_stride = s.k_stride = s.v_stride = fused ? W : 0;
+    if (!fused)
+        s.q_stride = C, s.k_stride = s.v_stride = Ckv;
+    const size_t BT = (size_t)s.B * s.T;
+    /* q, k, v: fused, three column blocks of one (BT, W) buffer; else three buffers */
+    double *x = xcalloc(BT * W, sizeof(double));
+    for (size_t i = 0; i < BT * W; i++)
+        x[i] = rng_sym(1.0);
+    const double *q = x, *k = fused ? x + C : x + BT * C, *v = fused ? x + C + Ckv : k + BT * Ckv;
+    double *out = xcalloc(BT * C, sizeof(double)), *probs = xcalloc(BT * s.n_head * s.T, sizeof(double));
+    double *qr = xcalloc(BT * C, sizeof(double)), *kr = xcalloc(BT * Ckv, sizeof(double));
+    KD->attention_fwd(&s, out, probs, s.rope_theta > 0 ? qr : NULL, s.rope_theta > 0 ? kr : NULL, q, k, v);
+
+    double *kc = xcalloc((size_t)s.B * cap * Ckv, sizeof(double)), *vc = xcalloc((size_t)s.B * cap * Ckv, sizeof(double));
+    double *o = xcalloc(BT * C, sizeof(double)), *piece = xcalloc(BT * C, sizeof(double));
+    double err = 0, kerr = 0;
+    int pieces = 0;
+    for (int pos = 0; pos < s.T; pieces++) {
+        merak_attn_shape p = s;
+        p.T = rng_int(1, s.T - pos);
+        /* the piece's rows of every batch row, gathered into (B, p.T, .) */
+        const int qs = s.q_stride, ks = s.k_stride;
+        double *pq = xcalloc((size_t)s.B * p.T * W, sizeof(double));
+        double *pk = fused ? pq + C : pq + (size_t)s.B * p.T * C;
+        double *pv = fused ? pq + C + Ckv : pk + (size_t)s.B * p.T * Ckv;
+        for (int b = 0; b < s.B; b++)
+            for (int t = 0; t < p.T; t++) {
+                const size_t src = (size_t)b * s.T + pos + t, dst = (size_t)b * p.T + t;
+                memcpy(pq + dst * qs, q + src * qs, (size_t)C * sizeof(double));
+                memcpy(pk + dst * ks, k + src * ks, (size_t)Ckv * sizeof(double));
+                memcpy(pv + dst * ks, v + src * ks, (size_t)Ckv * sizeof(double));
+            }
+        double *scratch = xcalloc(KD->attention_cached_scratch_elems(&p, cap), sizeof(double));
+        KD->attention_cached_fwd(&p, pos, cap, piece, kc, vc, pq, pk, pv, scratch);
+        for (int b = 0; b < s.B; b++)
+            memcpy(o + ((size_t)b * s.T + pos) * C, piece + (size_t)b * p.T * C,
+                   (size_t)p.T * C * sizeof(double));
+        free(scratch);
+        free(pq);
+        pos += p.T;
+    }
+    for (size_t i = 0; i < BT * C; i++)
+        err = dmax(err, fabs(o[i] - out[i]));
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            for (int c = 0; c < Ckv; c++) {
+                const size_t bt = (size_t)b * s.T + t, at = ((size_t)b * cap + t) * Ckv + c;
+                const double want = s.rope_theta > 0 ? kr[bt * Ckv + c] : k[bt * s.k_stride + c];
+                kerr = dmax(kerr, fabs(kc[at] - want) + fabs(vc[at] - v[bt * s.v_stride + c]));
+            }
+    tap(err <= 1e-12 && kerr == 0.0,
+        "cached attention B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s in %d pieces = attention_fwd "
+        "(err %.1e, cache err %.1e)", s.B, s.T, s.n_head, s.n_kv_head, s.head_dim, s.rope_theta,
+        fused ? "fused" : "strided", pieces, err, kerr);
+    free(x), free(out), free(probs), free(qr), free(kr), free(kc), free(vc), free(o), free(piece);
 }
 
 /* The vocabulary split in shards (as tensor parallelism splits it): the
@@ -1205,6 +1277,8 @@ int main(void)
         check_threads(OPS[i]);
     }
     check_probs();
+    for (int i = 0; i < 4; i++)
+        check_cached_attention();
     check_ce_shards();
     check_dropout_p0();
     check_dropout_stats();

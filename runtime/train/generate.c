@@ -1,0 +1,339 @@
+/*
+ * generate.c - sampling and the generation loop (see generate.h).
+ */
+#include "generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errf.h"
+#include "graph/graph.h"
+#include "grow.h"
+#include "mix64.h"
+#include "pipe/stage.h"
+#include "tokenizer.h"
+
+int merak_sampling_check(const merak_sampling *s, char *err, size_t errlen)
+{
+    if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
+        return merak_errf(err, errlen, "--temperature must be a number >= 0 (0: greedy), not %g", s->temperature);
+    if (s->top_k < 0)
+        return merak_errf(err, errlen, "--top-k must be >= 0 (0: every token), not %d", s->top_k);
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return merak_errf(err, errlen, "--top-p must be in (0, 1], not %g", s->top_p);
+    return 0;
+}
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+struct merak_sampler {
+    merak_sampling opts;
+    uint64_t rng;
+    int V;
+    cand *c;        /* the candidates, most likely first */
+    double *p;      /* their unnormalised probabilities */
+};
+
+merak_sampler *merak_sampler_create(const merak_sampling *s, int V)
+{
+    merak_sampler *sm = calloc(1, sizeof *sm);
+    if (!sm)
+        return NULL;
+    sm->opts = *s;
+    sm->rng = merak_mix64(s->seed);
+    sm->V = V;
+    sm->c = malloc((size_t)V * sizeof *sm->c);
+    sm->p = malloc((size_t)V * sizeof *sm->p);
+    if (V < 1 || !sm->c || !sm->p) {
+        merak_sampler_free(sm);
+        return NULL;
+    }
+    return sm;
+}
+
+void merak_sampler_free(merak_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->c);
+    free(s->p);
+    free(s);
+}
+
+/* Most likely first; equal logits by id. */
+static int by_logit(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Uniform in [0, 1), from the sampler's counter. */
+static double uniform(merak_sampler *s)
+{
+    s->rng += MERAK_GOLDEN;
+    return (double)(merak_mix64(s->rng) >> 11) * 0x1.0p-53;
+}
+
+int32_t merak_sampler_next(merak_sampler *s, const float *logits)
+{
+    const int V = s->V;
+    if (s->opts.temperature == 0.0f) {
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return best;
+    }
+    for (int i = 0; i < V; i++)
+        s->c[i] = (cand){logits[i] / s->opts.temperature, i};
+    qsort(s->c, (size_t)V, sizeof *s->c, by_logit);
+    int m = s->opts.top_k > 0 && s->opts.top_k < V ? s->opts.top_k : V;
+    double sum = 0.0;
+    for (int i = 0; i < m; i++)
+        sum += s->p[i] = exp((double)s->c[i].logit - (double)s->c[0].logit);
+    if (s->opts.top_p < 1.0f) {
+        double cum = 0.0;
+        for (int i = 0; i < m; i++) {
+            cum += s->p[i];
+            if (cum >= s->opts.top_p * sum) {
+                m = i + 1, sum = cum;
+                break;
+            }
+        }
+    }
+    const double u = uniform(s) * sum;
+    double cum = 0.0;
+    for (int i = 0; i < m; i++) {
+        cum += s->p[i];
+        if (u < cum)
+            return s->c[i].id;
+    }
+    return s->c[m - 1].id;   /* u within rounding of sum */
+}
+
+int merak_generate(merak_decoder *d, merak_sampler *s, const int32_t *prompt, int n, int max_tokens,
+                   int64_t eot, int no_cache, int (*emit)(void *ctx, int32_t id), void *ctx, char *err,
+                   size_t errlen)
+{
+    if (max_tokens <= 0)
+        return 0;
+    const int V = merak_decoder_vocab(d);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *seq = no_cache ? malloc(((size_t)n + (size_t)max_tokens) * sizeof *seq) : NULL;
+    if (!logits || (no_cache && !seq)) {
+        free(logits);
+        free(seq);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    if (seq)
+        for (int i = 0; i < n; i++)
+            seq[i] = prompt[i];
+    int made = 0, len = n;
+    merak_decoder_reset(d);
+    int rc = merak_decoder_feed(d, prompt, n, logits, err, errlen);
+    while (rc == 0) {
+        const int32_t id = merak_sampler_next(s, logits);
+        made++;
+        if (emit(ctx, id) < 0 || id == eot || made == max_tokens)
+            break;
+        if (seq) {   /* recompute everything, the new token last */
+            seq[len++] = id;
+            merak_decoder_reset(d);
+            rc = merak_decoder_feed(d, seq, len, logits, err, errlen);
+        } else {
+            rc = merak_decoder_feed(d, &id, 1, logits, err, errlen);
+        }
+    }
+    free(logits);
+    free(seq);
+    return rc < 0 ? -1 : made;
+}
+
+/* ------------------------------------------------------------------ text */
+
+int merak_prompt_encode(merak_tokenizer *tok, const char *text, size_t n, int32_t **ids, int *len, char *err,
+                        size_t errlen)
+{
+    if (n > (size_t)INT32_MAX)
+        return merak_errf(err, errlen, "the prompt is too long (%zu bytes)", n);
+    int32_t *out = malloc((n ? n : 1) * sizeof *out);   /* a token per byte at most */
+    if (!out)
+        return merak_errf(err, errlen, "out of memory");
+    if (!tok) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = (unsigned char)text[i];
+        *ids = out;
+        *len = (int)n;
+        return 0;
+    }
+    uint32_t *u = NULL;
+    size_t m = 0, cap = 0;
+    if (merak_tokenizer_encode(tok, text, n, &u, &m, &cap, err, errlen) != 0) {
+        free(out);
+        free(u);
+        return -1;
+    }
+    for (size_t i = 0; i < m; i++)
+        out[i] = (int32_t)u[i];
+    free(u);
+    *ids = out;
+    *len = (int)m;
+    return 0;
+}
+
+const unsigned char *merak_token_text(const merak_tokenizer *tok, int32_t id, unsigned char *byte, size_t *len)
+{
+    static const unsigned char replacement[] = {0xEF, 0xBF, 0xBD};   /* U+FFFD */
+    const unsigned char *b = NULL;
+    if (tok) {
+        b = merak_tokenizer_bytes(tok, (uint32_t)id, len);
+    } else if (id >= 0 && id < 256) {
+        *byte = (unsigned char)id;
+        b = byte;
+        *len = 1;
+    }
+    if (!b) {
+        b = replacement;
+        *len = sizeof replacement;
+    }
+    return b;
+}
+
+/* ------------------------------------------------------------------ samples during training */
+
+struct merak_train_sampler {
+    merak_decoder *d;
+    merak_tokenizer *tok;
+    merak_sampling opts;
+    int32_t *prompt;
+    int n, tokens;
+    int64_t eot;
+};
+
+void merak_train_sampler_free(merak_train_sampler *s)
+{
+    if (!s)
+        return;
+    merak_decoder_destroy(s->d);
+    merak_tokenizer_free(s->tok);
+    free(s->prompt);
+    free(s);
+}
+
+merak_train_sampler *merak_train_sampler_create(const merak_graph *g, const merak_kernels *k, const char *prompt,
+                                                const char *tokenizer, int tokens, uint64_t seed, char *err,
+                                                size_t errlen)
+{
+    merak_train_sampler *s = calloc(1, sizeof *s);
+    if (!s) {
+        merak_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->opts = (merak_sampling){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = seed};
+    s->tokens = tokens;
+    s->eot = -1;
+    const int vocab = merak_graph_loss_vocab(g);
+    if (tokenizer) {
+        if (merak_tokenizer_load(tokenizer, &s->tok, err, errlen) != 0)
+            goto fail;
+        if (merak_tokenizer_vocab_size(s->tok) > (uint32_t)vocab) {
+            merak_errf(err, errlen, "%s: its %u tokens are more than the model's vocabulary of %d", tokenizer,
+                       merak_tokenizer_vocab_size(s->tok), vocab);
+            goto fail;
+        }
+        s->eot = merak_tokenizer_eot(s->tok);
+    }
+    const char *text = prompt ? prompt : "";
+    if (merak_prompt_encode(s->tok, text, strlen(text), &s->prompt, &s->n, err, errlen) < 0)
+        goto fail;
+    if (s->n == 0) {   /* the start of a document */
+        if (s->eot < 0) {
+            merak_errf(err, errlen, "the sample's prompt is empty and %s", s->tok ? "the tokenizer has no end-of-text token"
+                                                                            : "a byte-level model has no end-of-text token");
+            goto fail;
+        }
+        s->prompt[s->n++] = (int32_t)s->eot;
+    }
+    for (int i = 0; i < s->n; i++)
+        if (s->prompt[i] >= vocab) {
+            merak_errf(err, errlen, "the sample's prompt has token %d, outside the model's vocabulary of %d",
+                       (int)s->prompt[i], vocab);
+            goto fail;
+        }
+    int P = INT32_MAX;   /* a learned position table's rows */
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].type == MERAK_OP_POS_EMBEDDING && g->tensors[g->ops[i].in[1]].shape[0] < P)
+            P = (int)g->tensors[g->ops[i].in[1]].shape[0];
+    if (s->n + s->tokens - 1 > P) {
+        merak_errf(err, errlen, "the sample's prompt (%d tokens) and %d tokens are more than the model's %d positions",
+                   s->n, s->tokens, P);
+        goto fail;
+    }
+    if (!(s->d = merak_decoder_create(g, k, s->n + s->tokens - 1, err, errlen)))
+        goto fail;
+    return s;
+fail:
+    merak_train_sampler_free(s);
+    return NULL;
+}
+
+typedef struct text_buf {
+    const merak_tokenizer *tok;
+    int64_t eot;
+    char *v;
+    size_t n, cap;
+} text_buf;
+
+static int append_token(void *ctx, int32_t id)
+{
+    text_buf *b = ctx;
+    if (id == b->eot)
+        return 0;
+    unsigned char byte;
+    size_t len;
+    const unsigned char *p = merak_token_text(b->tok, id, &byte, &len);
+    if (merak_grow((void **)&b->v, &b->cap, b->n + len + 1, 1) != 0)
+        return -1;
+    memcpy(b->v + b->n, p, len);
+    b->n += len;
+    b->v[b->n] = '\0';
+    return 0;
+}
+
+int merak_train_sample(merak_train_sampler *s, const merak_gathered *w, char **text, size_t *len, char *err,
+                       size_t errlen)
+{
+    for (int i = 0; i < merak_decoder_num_params(s->d); i++) {
+        const int t = merak_decoder_param_tensor(s->d, i);
+        int j = 0;
+        while (j < w->n && w->tensors[j] != t)
+            j++;
+        if (j == w->n)
+            return merak_errf(err, errlen, "sampling: parameter %d of the model was not gathered", t);
+        if (merak_decoder_param_write(s->d, i, w->data[j]) < 0)
+            return merak_errf(err, errlen, "sampling: copying parameters to the %s backend failed",
+                              merak_decoder_kernels(s->d)->name);
+    }
+    merak_sampler *sm = merak_sampler_create(&s->opts, merak_decoder_vocab(s->d));
+    text_buf b = {s->tok, s->eot, NULL, 0, 0};
+    if (!sm || merak_grow((void **)&b.v, &b.cap, 1, 1) != 0) {
+        merak_sampler_free(sm);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    b.v[0] = '\0';
+    int made = merak_generate(s->d, sm, s->prompt, s->n, s->tokens, s->eot, 0, append_token, &b, err, errlen);
+    merak_sampler_free(sm);
+    if (made < 0) {
+        free(b.v);
+        return -1;
+    }
+    *text = b.v;
+    *len = b.n;
+    return 0;
+}
