@@ -10,6 +10,7 @@
 #ifndef MERAK_MIX64_H
 #define MERAK_MIX64_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -26,6 +27,18 @@ static inline MERAK_HOST_DEVICE uint64_t merak_mix64(uint64_t z)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+/* FNV-1a over n bytes: turns a name (a parameter's, a token's text) into
+ * 64 bits, which merak_mix64 then spreads (initialisation keys) or a hash
+ * table indexes (the tokenizer's). */
+static inline uint64_t merak_fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
 }
 
 #endif /* MERAK_MIX64_H */

@@ -215,11 +215,8 @@ int main(int argc, char **argv)
 
     merak_tokenizer *tok = NULL;
     if (o.tokenizer) {
-        if (merak_tokenizer_load(o.tokenizer, &tok, err, sizeof err) != 0)
+        if (merak_model_tokenizer(o.tokenizer, cfg.vocab_size, &tok, err, sizeof err) < 0)
             cli_die("%s", err);
-        if (merak_tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size)
-            cli_die("%s: its %u tokens are more than the vocabulary of %d of model %s", o.tokenizer,
-                    merak_tokenizer_vocab_size(tok), cfg.vocab_size, o.model);
     } else if (!o.ids && cfg.vocab_size < 256) {
         cli_die("model %s has a vocabulary of %d, too small for a token per byte (give --tokenizer or --ids)",
                 o.model, cfg.vocab_size);
@@ -242,14 +239,8 @@ int main(int argc, char **argv)
     int n;
     int32_t *prompt = prompt_ids(&o, text, nbytes, tok, cfg.vocab_size, &n);
     free(text);
-    if (n == 0) {   /* an empty prompt starts a document */
-        if (eot < 0)
-            cli_die("the prompt is empty (and there is no end-of-text token to start from)");
-        free(prompt);
-        if (!(prompt = malloc(sizeof *prompt)))
-            cli_die("out of memory");
-        prompt[n++] = (int32_t)eot;
-    }
+    if (merak_prompt_start(&prompt, &n, eot, err, sizeof err) < 0)   /* an empty prompt starts a document */
+        cli_die("%s", err);
     const int P = cfg.max_positions;
     if (n > P)
         cli_die("the prompt's %d tokens are more than the %d positions of model %s", n, P, o.model);

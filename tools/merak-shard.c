@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 
+#include "clock.h"
 #include "data.h"
 #include "file.h"
 #include "grow.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define VERSION "0.1.0"
 
@@ -40,21 +40,6 @@ static void usage(FILE *out)
             "  -t, --tokenizer=FILE  a tokenizer.json (byte-level BPE)\n"
             "      --help            print this help and exit\n"
             "      --version         print the version and exit\n");
-}
-
-/* A growable array of n elements of size sz. */
-typedef struct vec {
-    void *v;
-    size_t n, cap;
-} vec;
-
-static int reserve(vec *a, size_t more, size_t sz) { return merak_grow(&a->v, &a->cap, a->n + more, sz); }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 int main(int argc, char **argv)
@@ -119,63 +104,57 @@ int main(int argc, char **argv)
         merak_tokenizer_free(tok);
         return 1;
     }
-    vec text = {0}, ids = {0};
+    char *text = NULL;          /* the file being read */
+    size_t ntext = 0;
+    uint32_t *ids = NULL;       /* every token so far */
+    size_t nids = 0, cap = 0;
     uint64_t bytes = 0;
     int rc = 0;
-    const double t0 = now_s();
+    const double t0 = merak_now();
     for (int i = optind; i < argc && rc == 0; i++) {
-        free(text.v);
-        text.v = NULL;
-        char *data;
-        if (merak_file_read_all(argv[i], &data, &text.n, err, sizeof err) != 0) {
+        free(text);
+        text = NULL;
+        if (merak_file_read_all(argv[i], &text, &ntext, err, sizeof err) != 0) {
             fprintf(stderr, "merak-shard: %s\n", err);
             rc = 1;
             break;
         }
-        text.v = data;
-        bytes += text.n;
+        bytes += ntext;
+        /* room for the file as bytes, or for the separator (the encoder grows the rest) */
+        if (merak_grow((void **)&ids, &cap, nids + (tok ? 1 : ntext), sizeof *ids) != 0) {
+            fprintf(stderr, "merak-shard: %s: out of memory\n", argv[i]);
+            rc = 1;
+            break;
+        }
         if (!tok) { /* a byte per token */
-            if (reserve(&ids, text.n, sizeof(uint32_t)) != 0) {
-                fprintf(stderr, "merak-shard: %s: out of memory\n", argv[i]);
-                rc = 1;
-                break;
-            }
-            for (size_t j = 0; j < text.n; j++)
-                ((uint32_t *)ids.v)[ids.n++] = ((const unsigned char *)text.v)[j];
+            for (size_t j = 0; j < ntext; j++)
+                ids[nids++] = (unsigned char)text[j];
             continue;
         }
-        if (i > optind) { /* the documents' separator */
-            if (reserve(&ids, 1, sizeof(uint32_t)) != 0) {
-                fprintf(stderr, "merak-shard: %s: out of memory\n", argv[i]);
-                rc = 1;
-                break;
-            }
-            ((uint32_t *)ids.v)[ids.n++] = (uint32_t)eot;
-        }
-        uint32_t *v = ids.v;
-        if (merak_tokenizer_encode(tok, text.v, text.n, &v, &ids.n, &ids.cap, err, sizeof err) != 0) {
+        if (i > optind) /* the documents' separator */
+            ids[nids++] = (uint32_t)eot;
+        if (merak_tokenizer_encode(tok, text, ntext, &ids, &nids, &cap, err, sizeof err) != 0) {
             fprintf(stderr, "merak-shard: %s: %s\n", argv[i], err);
             rc = 1;
         }
-        ids.v = v;
     }
-    const double secs = now_s() - t0;
-    if (rc == 0 && merak_shard_write(out, ids.v, ids.n, err, sizeof(err)) != 0) {
+    const double secs = merak_now() - t0;
+    if (rc == 0 && merak_shard_write(out, ids, nids, err, sizeof(err)) != 0) {
         fprintf(stderr, "merak-shard: %s\n", err);
         rc = 1;
     }
     if (rc == 0 && tok)
         rc = printf("merak-shard: wrote %llu tokens to %s (%llu bytes of text, %d document%s, "
                     "vocabulary %u, %.1f MB/s)\n",
-                    (unsigned long long)ids.n, out, (unsigned long long)bytes, argc - optind,
+                    (unsigned long long)nids, out, (unsigned long long)bytes, argc - optind,
                     argc - optind == 1 ? "" : "s", merak_tokenizer_vocab_size(tok),
                     secs > 0 ? bytes / secs / 1e6 : 0.0) < 0;
     else if (rc == 0)
-        rc = printf("merak-shard: wrote %llu tokens to %s\n", (unsigned long long)ids.n, out) < 0;
+        rc = printf("merak-shard: wrote %llu tokens to %s\n", (unsigned long long)nids, out) < 0;
     if (rc == 0 && fflush(stdout) != 0)
         rc = 1;
-    free(text.v);
-    free(ids.v);
+    free(text);
+    free(ids);
     merak_tokenizer_free(tok);
     return rc;
 }

@@ -408,6 +408,9 @@ static void print_banner(const merak_run_info *ri, void *user)
     for (int p = 0; p < ri->pp; p++)
         printf("%s stage %d %.3f MiB", p ? " |" : "", p, ri->stage_device_bytes[p] / (1 << 20));
     printf("\n");
+    if (ri->staged_comm)
+        printf("device cuda: %d ranks; their collectives and point-to-point go through MPI, "
+               "staged in host memory\n", ri->world);
     if (ri->pp > 1) {
         int Q = ri->pp * merak_args_virtual_stages(c->a);
         printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : MERAK_PARTITION_DEFAULT);

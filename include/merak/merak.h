@@ -249,6 +249,9 @@ typedef struct merak_run_info {
      * activations, buffers; bytes), measured when training starts, by
      * which time the runtime has allocated all it will */
     const double *stage_device_bytes;
+    /* 1 when device buffers go through MPI staged in host memory (the cuda
+     * device with several ranks: NCCL is not built yet) */
+    int staged_comm;
 } merak_run_info;
 
 /* What the trainer reports about checkpoints, on rank 0. */

@@ -559,8 +559,9 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
 
 /* ============================================================== cached attention
  * Decoding against a key/value cache: rows [pos, pos+T) of kc (rotated)
- * and vc come from k and v; Q (scratch, B,T,nh*hd) is q rotated at
- * positions pos+t; then per (b,h), as attention_fwd, over L = pos+T keys:
+ * and vc come from k and v; the queries Q are q rotated at positions pos+t
+ * (in scratch, B,T,nh*hd), or q itself without RoPE; then per (b,h), as
+ * attention_fwd, over L = pos+T keys:
  *   S (T,L) = Q_h Kc_g^T / sqrt(hd) ; row t softmax over [0, pos+t] ;
  *   out_h = S Vc_g.
  * scratch: Q (B,T,nh*hd), then S (B,nh,T,cap). */
@@ -577,7 +578,11 @@ static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv, L = pos + T;
     const ptrdiff_t BT = (ptrdiff_t)B * T;
+    const int rope = s->rope_theta > 0;
+    /* the queries: rotated into scratch with RoPE, else q itself */
     REAL *Q = scratch, *S = scratch + (size_t)BT * C;
+    const REAL *Qry = rope ? Q : q;
+    const int qld = rope ? C : s->q_stride;
 
     OMP(parallel for if ((size_t)BT * (C + Ckv) >= PAR_MIN / 4) schedule(static))
     for (ptrdiff_t bt = 0; bt < BT; bt++) {
@@ -586,11 +591,10 @@ static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap
         REAL *krow = kc + (b * (size_t)cap + (size_t)t) * Ckv;
         REAL *vrow = vc + (b * (size_t)cap + (size_t)t) * Ckv;
         const REAL *qs = q + (size_t)bt * s->q_stride, *ks = k + (size_t)bt * s->k_stride;
-        if (s->rope_theta > 0) {
+        if (rope) {
             FN(rope_row_fwd)(Q + (size_t)bt * C, qs, nh, hd, t, s->rope_theta);
             FN(rope_row_fwd)(krow, ks, nkv, hd, t, s->rope_theta);
         } else {
-            memcpy(Q + (size_t)bt * C, qs, (size_t)C * sizeof(REAL));
             memcpy(krow, ks, (size_t)Ckv * sizeof(REAL));
         }
         memcpy(vrow, v + (size_t)bt * s->v_stride, (size_t)Ckv * sizeof(REAL));
@@ -606,7 +610,7 @@ static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap
         const REAL *Vg = vc + b * (size_t)cap * Ckv + (size_t)g * hd;
         REAL *P = S + (size_t)bh * T * L;
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, L, hd, scale,
-             Q + b * T * C + (size_t)h * hd, C, Kg, Ckv, 0, P, L);
+             Qry + b * T * qld + (size_t)h * hd, qld, Kg, Ckv, 0, P, L);
         for (int t = 0; t < T; t++)
             FN(softmax_causal_row)(P + (size_t)t * L, pos + t, L);
         GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, L, 1, P, L, Vg, Ckv, 0,

@@ -64,6 +64,7 @@ static struct cuda_backend {
     char err[256];
     lt_entry cache[LT_CACHE];
     int ncache;
+    unsigned evict;   /* with the cache full, the next slot a new shape replaces */
 } cb;
 
 /* cuBLASLt is loaded when the backend starts, not linked: the library alone
@@ -239,12 +240,11 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                                cublasLtMatrixLayout_t lc)
 {
-    static lt_entry uncached;
     for (int i = 0; i < cb.ncache; i++)
         if (!memcmp(&cb.cache[i].key, key, sizeof *key))
             return &cb.cache[i];
 
-    lt_entry *e = cb.ncache < LT_CACHE ? &cb.cache[cb.ncache] : &uncached;
+    lt_entry fresh, *e = &fresh;
     memset(e, 0, sizeof *e);
     e->key = *key;
 
@@ -285,9 +285,13 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
         }
     }
     lt.MatmulPreferenceDestroy(pref);
-    if (ret && e != &uncached)
-        cb.ncache++;
-    return ret;
+    if (!ret)
+        return NULL;
+    /* kept in a free slot, else in place of the oldest (decoding asks for
+     * a new shape every token; training's shapes come back) */
+    lt_entry *slot = &cb.cache[cb.ncache < LT_CACHE ? cb.ncache++ : (int)(cb.evict++ % LT_CACHE)];
+    *slot = fresh;
+    return slot;
 }
 
 /* How many products one lt_matmul call does, and their strides. */
@@ -608,7 +612,7 @@ static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs,
 }
 
 /* Decoding against a key/value cache: kv_append writes rows [pos, pos+T)
- * of kc, vc and the rotated queries Q (scratch); then attention_fwd's two
+ * of kc, vc (and with RoPE the rotated queries Q, in scratch); then attention_fwd's two
  * products over L = pos+T cached keys, and the softmax of query t over
  * [0, pos+t].  scratch: Q (B,T,nh*hd), S (B,nh,T,cap). */
 static void k_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out,
@@ -620,10 +624,12 @@ static void k_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, 
         return;
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, L = pos + T;
-    float *Q = scratch, *S = scratch + (size_t)s->B * T * C;
+    /* the queries: rotated into scratch with RoPE, else q itself */
+    const int rope = s->rope_theta > 0;
+    float *S = scratch + (size_t)s->B * T * C;
     LAUNCH("attention_cached_fwd(append)",
-           merak_cuda_launch_kv_append(STREAM, s, pos, cap, Q, kc, vc, q, k, v));
-    if (attn_scores(s, L, Q, C, kc, Ckv, (size_t)cap * Ckv, S) < 0)
+           merak_cuda_launch_kv_append(STREAM, s, pos, cap, scratch, kc, vc, q, k, v));
+    if (attn_scores(s, L, rope ? scratch : q, rope ? C : s->q_stride, kc, Ckv, (size_t)cap * Ckv, S) < 0)
         return;
     LAUNCH("attention_cached_fwd(softmax)",
            merak_cuda_launch_attn_softmax(STREAM, S, (size_t)s->B * nh * T, T, L, pos));

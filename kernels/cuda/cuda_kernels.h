@@ -113,7 +113,8 @@ int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, 
  * attn_softmax: rows of L scores -> causal softmax rows (row r is query
  * pos + r % T; zeros after it; training has L = T, pos = 0).  kv_append
  * (decoding): rows [pos, pos+T) of the caches kc, vc (B,cap,nkv*hd) from
- * k (rotated) and v, and Q (B,T,nh*hd) = q rotated.  attn_dsoftmax: dS (holding dP) :=
+ * k and v, and with RoPE, k rotated and Q (B,T,nh*hd) = q rotated (Q is
+ * not written without it).  attn_dsoftmax: dS (holding dP) :=
  * P (dP - rowsum(P dP)) scale, causal.  attn_bwd_add: dq += rot^T(dQ),
  * dk += rot^T(dK), dv += dV from dense (B,T,heads*hd) gradients. */
 int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,

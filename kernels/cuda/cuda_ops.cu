@@ -358,8 +358,6 @@ __global__ void bias_add_k(float *out, const float *b, size_t n, int O)
 
 struct attn_p {
     int B, T, nh, nkv, hd;
-    int rep;       /* nh / nkv */
-    float scale;   /* 1/sqrt(hd) */
     float theta;   /* rope base, 0 = none */
 };
 
@@ -395,42 +393,39 @@ __device__ void rope_bwd_add(float *row, const float *g, float theta, int t, int
     }
 }
 
-/* Elements j and j + hd/2 of a head's row at position t, rotated (theta >
- * 0) or copied:
- *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin */
-__device__ __forceinline__ void rope_pair(float *dst, const float *src, float theta, int t, int j,
-                                          int hd)
+/* The rows [pos, pos+T) of every batch row of a cache (B, cap, C) from
+ * src (B*T rows of stride ss): element e of those B*T*C. */
+__device__ __forceinline__ void cache_put(float *cache, const float *src, size_t e, int C, int ss,
+                                          int T, int pos, int cap)
 {
-    const int half = hd / 2;
-    const float x0 = src[j], x1 = src[j + half];
-    if (theta > 0.0f) {
-        float c, s;
-        rope_cs(theta, t, j, hd, &c, &s);
-        dst[j] = x0 * c - x1 * s;
-        dst[j + half] = x1 * c + x0 * s;
-    } else {
-        dst[j] = x0;
-        dst[j + half] = x1;
-    }
+    const size_t bt = e / C, row = bt / T * cap + pos + bt % T;
+    const int c = (int)(e % C);
+    cache[row * C + c] = src[bt * ss + c];
 }
 
-/* The dense queries Q (B,T,nh*hd) and rows [pos, pos+T) of the keys kc
- * (B,cap,nkv*hd) from q and k (row strides qs, ks), rotated at positions
- * pos+t when theta > 0 (else copied); with vc, its rows [pos, pos+T) from
- * v (row stride vs).  Training's RoPE: pos 0, cap T, no vc (qr, kr saved
- * for the backward); decoding: the key/value cache. */
+/* Queries and keys of B*T token rows at positions pos + t.  With RoPE
+ * (theta > 0): Q (B,T,nh*hd) = q rotated and kc's rows [pos, pos+T) (kc
+ * (B,cap,nkv*hd)) = k rotated, pair by pair:
+ *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin
+ * Without RoPE, Q is not written (the queries are q) and k is copied into
+ * kc element by element.  With vc, v goes into vc's rows the same way.
+ * q, k, v have row strides qs, ks, vs.  Training's RoPE: pos 0, cap T, no
+ * vc (qr, kr saved for the backward); decoding: the key/value cache. */
 __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const float *k,
                            const float *v, attn_p p, int qs, int ks, int vs, int pos, int cap)
 {
     const int half = p.hd / 2, heads = p.nh + p.nkv, Ckv = p.nkv * p.hd;
-    const size_t BT = (size_t)p.B * p.T, nrot = BT * heads * half, n = nrot + (vc ? BT * Ckv : 0);
+    const size_t BT = (size_t)p.B * p.T;
+    const size_t nrot = p.theta > 0.0f ? BT * heads * half : 0, nk = p.theta > 0.0f ? 0 : BT * Ckv;
+    const size_t n = nrot + nk + (vc ? BT * Ckv : 0);
     GRID_STRIDE(i, n)
     {
-        if (i >= nrot) { /* a value */
-            const size_t e = i - nrot, bt = e / Ckv;
-            const int c = (int)(e % Ckv);
-            const size_t row = bt / p.T * cap + pos + bt % p.T;
-            vc[row * Ckv + c] = v[bt * vs + c];
+        if (i >= nrot + nk) {
+            cache_put(vc, v, i - nrot - nk, Ckv, vs, p.T, pos, cap);
+            continue;
+        }
+        if (i >= nrot) {
+            cache_put(kc, k, i - nrot, Ckv, ks, p.T, pos, cap);
             continue;
         }
         const int j = (int)(i % half);
@@ -447,7 +442,11 @@ __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const
             src = k + bt * ks + (size_t)(hh - p.nh) * p.hd;
             dst = kc + (bt / p.T * cap + t) * Ckv + (size_t)(hh - p.nh) * p.hd;
         }
-        rope_pair(dst, src, p.theta, t, j, p.hd);
+        float c, s;
+        rope_cs(p.theta, t, j, p.hd, &c, &s);
+        const float x0 = src[j], x1 = src[j + half];
+        dst[j] = x0 * c - x1 * s;
+        dst[j + half] = x1 * c + x0 * s;
     }
 }
 
@@ -520,8 +519,6 @@ static attn_p attn_params(const merak_attn_shape *s)
     p.nh = s->n_head;
     p.nkv = s->n_kv_head;
     p.hd = s->head_dim;
-    p.rep = s->n_head / s->n_kv_head;
-    p.scale = (float)(1.0 / sqrt((double)s->head_dim));
     p.theta = s->rope_theta;
     return p;
 }
@@ -881,7 +878,8 @@ int merak_cuda_launch_kv_append(void *stream, const merak_attn_shape *s, int pos
                                 const float *v)
 {
     const attn_p p = attn_params(s);
-    const size_t n = (size_t)p.B * p.T * ((p.nh + p.nkv) * (p.hd / 2) + p.nkv * p.hd);
+    const int rows = p.theta > 0.0f ? (p.nh + p.nkv) * (p.hd / 2) : p.nkv * p.hd; /* q, k */
+    const size_t n = (size_t)p.B * p.T * (rows + p.nkv * p.hd);
     if (n)
         qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(Q, kc, vc, q, k, v, p, s->q_stride,
                                                            s->k_stride, s->v_stride, pos, cap);

@@ -312,7 +312,8 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
     if (!on_device(g, buf))
         return g->coll->broadcast(g, buf, bytes, root);
     void *h = stage_in(g, buf, bytes, g->rank == root);
-    return h ? staged(g, NULL, g->coll->broadcast(g, h, bytes, root), buf, h, bytes, 1) : -1;
+    /* only the receivers' buffers change */
+    return h ? staged(g, NULL, g->coll->broadcast(g, h, bytes, root), buf, h, bytes, g->rank != root) : -1;
 }
 
 int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)

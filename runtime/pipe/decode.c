@@ -58,8 +58,8 @@ static int check_graph(merak_decoder *d, char *err, size_t errlen)
         case MERAK_OP_POS_EMBEDDING: {
             const merak_tensor *wpe = &g->tensors[o->in[1]];
             if (wpe->shape[0] < d->ctx)
-                return merak_errf(err, errlen, "%d positions are more than the %lld of '%s'", d->ctx,
-                                  (long long)wpe->shape[0], wpe->name);
+                return merak_errf(err, errlen, "generation needs %d positions (prompt and tokens), more than the "
+                                  "model's %lld ('%s')", d->ctx, (long long)wpe->shape[0], wpe->name);
             break;
         }
         default: break;

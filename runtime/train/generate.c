@@ -187,6 +187,35 @@ int merak_prompt_encode(merak_tokenizer *tok, const char *text, size_t n, int32_
     return 0;
 }
 
+int merak_prompt_start(int32_t **ids, int *n, int64_t eot, char *err, size_t errlen)
+{
+    if (*n > 0)
+        return 0;
+    if (eot < 0)
+        return merak_errf(err, errlen, "the prompt is empty and there is no end-of-text token to start a "
+                                       "document from");
+    int32_t *one = realloc(*ids, sizeof *one);
+    if (!one)
+        return merak_errf(err, errlen, "out of memory");
+    one[0] = (int32_t)eot;
+    *ids = one;
+    *n = 1;
+    return 0;
+}
+
+int merak_model_tokenizer(const char *path, int vocab, merak_tokenizer **out, char *err, size_t errlen)
+{
+    if (merak_tokenizer_load(path, out, err, errlen) != 0)
+        return -1;
+    if (merak_tokenizer_vocab_size(*out) <= (uint32_t)vocab)
+        return 0;
+    merak_errf(err, errlen, "%s: its %u tokens are more than the vocabulary of %d of the model", path,
+               merak_tokenizer_vocab_size(*out), vocab);
+    merak_tokenizer_free(*out);
+    *out = NULL;
+    return -1;
+}
+
 const unsigned char *merak_token_text(const merak_tokenizer *tok, int32_t id, unsigned char *byte, size_t *len)
 {
     static const unsigned char replacement[] = {0xEF, 0xBF, 0xBD};   /* U+FFFD */
@@ -240,41 +269,21 @@ merak_train_sampler *merak_train_sampler_create(const merak_graph *g, const mera
     s->eot = -1;
     const int vocab = merak_graph_loss_vocab(g);
     if (tokenizer) {
-        if (merak_tokenizer_load(tokenizer, &s->tok, err, errlen) != 0)
+        if (merak_model_tokenizer(tokenizer, vocab, &s->tok, err, errlen) < 0)
             goto fail;
-        if (merak_tokenizer_vocab_size(s->tok) > (uint32_t)vocab) {
-            merak_errf(err, errlen, "%s: its %u tokens are more than the model's vocabulary of %d", tokenizer,
-                       merak_tokenizer_vocab_size(s->tok), vocab);
-            goto fail;
-        }
         s->eot = merak_tokenizer_eot(s->tok);
     }
     const char *text = prompt ? prompt : "";
-    if (merak_prompt_encode(s->tok, text, strlen(text), &s->prompt, &s->n, err, errlen) < 0)
+    if (merak_prompt_encode(s->tok, text, strlen(text), &s->prompt, &s->n, err, errlen) < 0 ||
+        merak_prompt_start(&s->prompt, &s->n, s->eot, err, errlen) < 0)
         goto fail;
-    if (s->n == 0) {   /* the start of a document */
-        if (s->eot < 0) {
-            merak_errf(err, errlen, "the sample's prompt is empty and %s", s->tok ? "the tokenizer has no end-of-text token"
-                                                                            : "a byte-level model has no end-of-text token");
-            goto fail;
-        }
-        s->prompt[s->n++] = (int32_t)s->eot;
-    }
     for (int i = 0; i < s->n; i++)
         if (s->prompt[i] >= vocab) {
             merak_errf(err, errlen, "the sample's prompt has token %d, outside the model's vocabulary of %d",
                        (int)s->prompt[i], vocab);
             goto fail;
         }
-    int P = INT32_MAX;   /* a learned position table's rows */
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].type == MERAK_OP_POS_EMBEDDING && g->tensors[g->ops[i].in[1]].shape[0] < P)
-            P = (int)g->tensors[g->ops[i].in[1]].shape[0];
-    if (s->n + s->tokens - 1 > P) {
-        merak_errf(err, errlen, "the sample's prompt (%d tokens) and %d tokens are more than the model's %d positions",
-                   s->n, s->tokens, P);
-        goto fail;
-    }
+    /* the decoder refuses more positions than a learned position table has */
     if (!(s->d = merak_decoder_create(g, k, s->n + s->tokens - 1, err, errlen)))
         goto fail;
     return s;
@@ -288,6 +297,7 @@ typedef struct text_buf {
     int64_t eot;
     char *v;
     size_t n, cap;
+    int oom;
 } text_buf;
 
 static int append_token(void *ctx, int32_t id)
@@ -298,8 +308,10 @@ static int append_token(void *ctx, int32_t id)
     unsigned char byte;
     size_t len;
     const unsigned char *p = merak_token_text(b->tok, id, &byte, &len);
-    if (merak_grow((void **)&b->v, &b->cap, b->n + len + 1, 1) != 0)
+    if (merak_grow((void **)&b->v, &b->cap, b->n + len + 1, 1) != 0) {
+        b->oom = 1;
         return -1;
+    }
     memcpy(b->v + b->n, p, len);
     b->n += len;
     b->v[b->n] = '\0';
@@ -321,7 +333,7 @@ int merak_train_sample(merak_train_sampler *s, const merak_gathered *w, char **t
                               merak_decoder_kernels(s->d)->name);
     }
     merak_sampler *sm = merak_sampler_create(&s->opts, merak_decoder_vocab(s->d));
-    text_buf b = {s->tok, s->eot, NULL, 0, 0};
+    text_buf b = {s->tok, s->eot, NULL, 0, 0, 0};
     if (!sm || merak_grow((void **)&b.v, &b.cap, 1, 1) != 0) {
         merak_sampler_free(sm);
         return merak_errf(err, errlen, "out of memory");
@@ -329,9 +341,9 @@ int merak_train_sample(merak_train_sampler *s, const merak_gathered *w, char **t
     b.v[0] = '\0';
     int made = merak_generate(s->d, sm, s->prompt, s->n, s->tokens, s->eot, 0, append_token, &b, err, errlen);
     merak_sampler_free(sm);
-    if (made < 0) {
+    if (made < 0 || b.oom) {
         free(b.v);
-        return -1;
+        return made < 0 ? -1 : merak_errf(err, errlen, "sampling: out of memory");
     }
     *text = b.v;
     *len = b.n;

@@ -45,6 +45,12 @@ struct merak_tokenizer;
  * into *ids (malloc'd, *len of them).  0, or -1 with err. */
 int merak_prompt_encode(struct merak_tokenizer *tok, const char *text, size_t n, int32_t **ids, int *len,
                         char *err, size_t errlen);
+/* An empty prompt (*n == 0) starts a document: *ids becomes the token eot
+ * alone.  0, or -1 with err when there is none (eot < 0). */
+int merak_prompt_start(int32_t **ids, int *n, int64_t eot, char *err, size_t errlen);
+/* The tokenizer at path (tokenizer.json) for a model of vocab tokens:
+ * 0, or -1 with err when it cannot be read or has more ids than that. */
+int merak_model_tokenizer(const char *path, int vocab, struct merak_tokenizer **out, char *err, size_t errlen);
 /* The bytes token id stands for (*len of them): tok's, or the byte id
  * (tok NULL); U+FFFD for an id that has none. */
 const unsigned char *merak_token_text(const struct merak_tokenizer *tok, int32_t id, unsigned char *byte,

@@ -20,10 +20,7 @@ static uint64_t mix64(uint64_t z) { return merak_mix64(z + MERAK_GOLDEN); }
 
 static uint64_t name_key(uint64_t seed, const char *name)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    return mix64(seed ^ mix64(h));
+    return mix64(seed ^ mix64(merak_fnv1a(name, strlen(name))));
 }
 
 /* Uniform in (0, 1]: 53 random bits, never 0 so log() is finite. */

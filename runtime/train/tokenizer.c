@@ -17,7 +17,6 @@
 
 #include <jansson.h>
 #include <pcre2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +80,10 @@ struct merak_tokenizer {
     size_t ncached;
     uint32_t *sym;                 /* BPE working symbols */
     size_t sym_cap;
+    size_t *link;                  /* BPE: the symbols' next and prev (2 n) */
+    size_t link_cap;
+    struct bpe_pair *heap;         /* BPE: candidate merges, the best first */
+    size_t heap_cap;
     char *mapped;                  /* a piece as vocab text */
     size_t mapped_cap;
     char *err;
@@ -89,21 +92,13 @@ struct merak_tokenizer {
 
 /* ------------------------------------------------------------------ helpers */
 
-static int fail(merak_tokenizer *t, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (t->err && t->errlen)
-        vsnprintf(t->err, t->errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+/* One line into the caller's buffer the tokenizer keeps; -1. */
+#define fail(t, ...) merak_errf((t)->err, (t)->errlen, __VA_ARGS__)
 
+/* Never 0: a slot's 0 means empty. */
 static uint64_t hash_bytes(const unsigned char *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
+    const uint64_t h = merak_fnv1a(p, n);
     return h ? h : 1;
 }
 
@@ -474,6 +469,8 @@ void merak_tokenizer_free(merak_tokenizer *t)
     free(t->arena);
     free(t->cids);
     free(t->sym);
+    free(t->link);
+    free(t->heap);
     free(t->mapped);
     json_decref(t->root);
     free(t);
@@ -515,9 +512,65 @@ static int emit(merak_tokenizer *t, out_ids *o, const uint32_t *v, size_t n)
 }
 
 /* The ids of one piece by byte-pair merges, into t->sym[0, *n). */
+/* A candidate merge of the symbols at positions left and right (right is
+ * left's neighbour when it was pushed; a, b their ids then). */
+typedef struct bpe_pair {
+    uint32_t rank, id, a, b;
+    size_t left, right;
+} bpe_pair;
+
+/* Heap order: the lowest rank, then the leftmost (the merge a left-to-right
+ * scan for the lowest rank picks). */
+static int pair_before(const bpe_pair *x, const bpe_pair *y)
+{
+    return x->rank != y->rank ? x->rank < y->rank : x->left < y->left;
+}
+
+static void heap_push(merak_tokenizer *t, size_t *len, bpe_pair e)
+{
+    size_t i = (*len)++;
+    for (; i > 0 && pair_before(&e, &t->heap[(i - 1) / 2]); i = (i - 1) / 2)
+        t->heap[i] = t->heap[(i - 1) / 2];
+    t->heap[i] = e;
+}
+
+static bpe_pair heap_pop(merak_tokenizer *t, size_t *len)
+{
+    const bpe_pair top = t->heap[0], last = t->heap[--*len];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *len)
+            break;
+        if (c + 1 < *len && pair_before(&t->heap[c + 1], &t->heap[c]))
+            c++;
+        if (!pair_before(&t->heap[c], &last))
+            break;
+        t->heap[i] = t->heap[c];
+        i = c;
+    }
+    if (*len)
+        t->heap[i] = last;
+    return top;
+}
+
+/* Pushes the merge of the symbols at left and right, if there is one. */
+static void push_pair(merak_tokenizer *t, size_t *len, size_t left, size_t right)
+{
+    const merge_slot *m = merge_find(t, t->sym[left], t->sym[right]);
+    if (m->key)
+        heap_push(t, len, (bpe_pair){m->rank, m->id, t->sym[left], t->sym[right], left, right});
+}
+
+/* The ids of one piece into t->sym[0, *nout): its bytes' tokens, merged by
+ * rank, the lowest first and the leftmost among equals, until no pair
+ * merges.  A linked list of symbols and a heap of candidate merges (stale
+ * ones skipped when they come up) make it O(n log n) in the piece's length. */
 static int bpe(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nout)
 {
-    if (merak_grow((void **)&t->sym, &t->sym_cap, n ? n : 1, sizeof *t->sym) < 0)
+    if (merak_grow((void **)&t->sym, &t->sym_cap, n ? n : 1, sizeof *t->sym) < 0 ||
+        merak_grow((void **)&t->link, &t->link_cap, 2 * n + 1, sizeof *t->link) < 0 ||
+        merak_grow((void **)&t->heap, &t->heap_cap, 2 * n + 1, sizeof *t->heap) < 0)
         return fail(t, "out of memory");
     if (t->ignore_merges) { /* a piece that is a token is that token */
         if (merak_grow((void **)&t->mapped, &t->mapped_cap, 3 * n + 1, 1) < 0)
@@ -532,26 +585,38 @@ static int bpe(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nou
             return 0;
         }
     }
+    /* next[i], prev[i]: the live neighbours (n and SIZE_MAX at the ends); a
+     * symbol merged into its left neighbour gets next = SIZE_MAX */
+    size_t *next = t->link, *prev = t->link + n;
     for (size_t i = 0; i < n; i++) {
         if (t->byte_id[p[i]] < 0)
             return fail(t, "byte 0x%02x has no token in the vocabulary", p[i]);
         t->sym[i] = (uint32_t)t->byte_id[p[i]];
+        next[i] = i + 1;
+        prev[i] = i ? i - 1 : SIZE_MAX;
     }
-    size_t m = n;
-    for (;;) {
-        uint32_t best = UINT32_MAX, id = 0;
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < m; i++) {
-            const merge_slot *s = merge_find(t, t->sym[i], t->sym[i + 1]);
-            if (s->key && s->rank < best)
-                best = s->rank, id = s->id, at = i;
+    size_t heap = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        push_pair(t, &heap, i, i + 1);
+    while (heap) {
+        const bpe_pair e = heap_pop(t, &heap);
+        const size_t l = e.left, r = e.right;
+        /* stale: a side was merged away or changed since it was pushed */
+        if (next[l] != r || t->sym[l] != e.a || t->sym[r] != e.b)
+            continue;
+        t->sym[l] = e.id;
+        next[l] = next[r];
+        next[r] = SIZE_MAX;
+        if (next[l] < n) {
+            prev[next[l]] = l;
+            push_pair(t, &heap, l, next[l]);
         }
-        if (best == UINT32_MAX)
-            break;
-        t->sym[at] = id;
-        memmove(t->sym + at + 1, t->sym + at + 2, (m - at - 2) * sizeof *t->sym);
-        m--;
+        if (prev[l] != SIZE_MAX)
+            push_pair(t, &heap, prev[l], l);
     }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i = next[i])
+        t->sym[m++] = t->sym[i];
     *nout = m;
     return 0;
 }

@@ -224,20 +224,20 @@ static const merak_devmem cuda_devmem = {merak_cuda_is_device_ptr, merak_cuda_me
 
 /* The backend's kernels for a.device on this grid, or NULL with err.  On
  * GPUs with several ranks, communication goes through MPI in host memory
- * (NCCL is not built yet; it also refuses ranks that share a GPU). */
-static const merak_kernels *pick_kernels(const merak_args *a, int world, int rank0, char *err,
+ * (NCCL is not built yet; it also refuses ranks that share a GPU): *staged
+ * says so. */
+static const merak_kernels *pick_kernels(const merak_args *a, int world, int *staged, char *err,
                                          size_t errlen)
 {
     const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
+    *staged = 0;
 #ifdef HAVE_CUDA
     if (k && world > 1 && strcmp(k->name, "cuda") == 0) {
         merak_comm_set_devmem(g_comm, &cuda_devmem);
-        if (rank0)
-            printf("device cuda: %d ranks; their collectives and point-to-point go through MPI, "
-                   "staged in host memory\n", world);
+        *staged = 1;
     }
 #else
-    (void)world, (void)rank0;
+    (void)world;
 #endif
     return k;
 }
@@ -543,7 +543,6 @@ static int agree_signal(run *r, int sig)
     return sig;
 }
 
-/* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
 /* The parameters whole on rank 0 (collective over the world), and there
  * a sample's text (*text malloc'd; NULL elsewhere).  0 or -1 with err. */
 static int take_sample(run *r, char **text, size_t *len, char *err, size_t errlen)
@@ -556,6 +555,7 @@ static int take_sample(run *r, char **text, size_t *len, char *err, size_t errle
     return rc;
 }
 
+/* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
 static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
@@ -603,11 +603,20 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             checkpoint(r, r->step + 1, err, errlen) < 0)
             return -1;
         double t1 = merak_now();
+        /* the step's numbers, before the evaluation and the sample move
+         * bytes of their own */
+        merak_step_info info = {
+            .step = r->step, .steps = a->steps, .loss = r->loss, .grad_norm = r->norm,
+            .lr = r->step_lr, .skipped = r->skipped, .val_loss = NAN,
+            .tokens_per_s = (double)a->micro_batch * a->seq_len * M * r->grid->dp / (t1 - t0),
+            .step_ms = (t1 - t0) * 1e3,
+            .eta_s = (t1 - t_start) / (r->step - r->step0 + 1) * (a->steps - r->step - 1),
+        };
+        merak_stage_step_stats(r->stage, &info);
         /* the validation set, after every eval_every-th update and the last */
-        double val = NAN;
-        const int evaluated = a->val_data && ((a->eval_every && (r->step + 1) % a->eval_every == 0) ||
-                                              r->step + 1 == a->steps);
-        if (evaluated && evaluate(r, &val, err, errlen) < 0)
+        info.evaluated = a->val_data && ((a->eval_every && (r->step + 1) % a->eval_every == 0) ||
+                                         r->step + 1 == a->steps);
+        if (info.evaluated && evaluate(r, &info.val_loss, err, errlen) < 0)
             return alone(r, err, errlen);
         /* a sample, after every sample_every-th update and the last */
         char *sample = NULL;
@@ -617,14 +626,6 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
             return alone(r, err, errlen);
         if (!rank0)
             continue;
-        merak_step_info info = {
-            .step = r->step, .steps = a->steps, .loss = r->loss, .grad_norm = r->norm,
-            .lr = r->step_lr, .skipped = r->skipped, .evaluated = evaluated, .val_loss = val,
-            .tokens_per_s = (double)a->micro_batch * a->seq_len * M * r->grid->dp / (t1 - t0),
-            .step_ms = (t1 - t0) * 1e3,
-            .eta_s = (t1 - t_start) / (r->step - r->step0 + 1) * (a->steps - r->step - 1),
-        };
-        merak_stage_step_stats(r->stage, &info);
         if (metrics && merak_metrics_write(metrics, &info, err, errlen) < 0) {
             metrics_failed = 1;   /* everyone stops at the next agreement */
             free(sample);
@@ -881,9 +882,10 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     int *bounds = malloc((size_t)(gr->pp * V + 1) * sizeof *bounds);
     int *starts = malloc((size_t)(gr->pp * V) * sizeof *starts);
     double predicted = 0;
+    int staged = 0;   /* device buffers through MPI in host memory */
     if (!bounds || !starts)
         failed = merak_errf(err, errlen, "out of memory") < 0;
-    else if (!(so.kernels = pick_kernels(a, gr->world, rank0, err, errlen)))
+    else if (!(so.kernels = pick_kernels(a, gr->world, &staged, err, errlen)))
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         failed = 1;
@@ -933,7 +935,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
                                  table.bytes, table.layers, table.recomputed, starts, predicted,
-                                 table.bytes + 3 * gr->pp};
+                                 table.bytes + 3 * gr->pp, staged};
             a->on_start(&ri, a->user);
         }
         if (r.resume[0])

@@ -23,8 +23,9 @@ for arch in gpt2 llama; do
     g --temperature 0 --max-tokens 48 --device cuda --no-cache > "$WORK/cuda.nc" || fail "$arch: cuda --no-cache"
     cmp -s "$WORK/cpu" "$WORK/cuda" || fail "$arch: cpu $(cat "$WORK/cpu") / cuda $(cat "$WORK/cuda")"
     cmp -s "$WORK/cuda" "$WORK/cuda.nc" || fail "$arch: the GPU's cache and recomputing differ"
-    g --max-tokens 48 --device cuda --seed 4 > "$WORK/s1"
-    g --max-tokens 48 --device cuda --seed 4 > "$WORK/s2"
+    g --max-tokens 48 --device cuda --seed 4 > "$WORK/s1" || fail "$arch: sampling on the GPU failed"
+    g --max-tokens 48 --device cuda --seed 4 > "$WORK/s2" || fail "$arch: sampling on the GPU failed"
+    [ "$(wc -w < "$WORK/s1")" -eq 48 ] || fail "$arch: the GPU sampled $(wc -w < "$WORK/s1") tokens, not 48"
     cmp -s "$WORK/s1" "$WORK/s2" || fail "$arch: a seed sampled different tokens on the GPU"
     echo "$arch: the GPU's 48 greedy tokens are the CPU's, with and without the cache"
 done

@@ -1012,6 +1012,7 @@ int main(void)
     test_attention_cached("llama-prompt", 1, 19, 0, 4, 2, 16, 10000.0f, 0);
     test_attention_cached("llama-token", 3, 1, 200, 6, 2, 64, 500000.0f, 0);
     test_attention_cached("chunk", 2, 33, 70, 4, 1, 96, 10000.0f, 1);
+    test_attention_cached("odd-head", 2, 3, 11, 3, 3, 5, 0.0f, 1);
 
     test_pointwise(100003);
     test_crossentropy(9, 1000, 0);

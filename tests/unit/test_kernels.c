@@ -995,8 +995,8 @@ static void check_cached_attention(void)
     s.T = rng_int(1, 80);
     s.n_kv_head = rng_int(1, 3);
     s.n_head = s.n_kv_head * rng_int(1, 3);
-    s.head_dim = 2 * rng_int(1, 6);
     s.rope_theta = rng_int(0, 1) ? 10000.0f : 0.0f;
+    s.head_dim = s.rope_theta > 0 ? 2 * rng_int(1, 6) : rng_int(1, 12);   /* RoPE needs pairs */
     const int fused = rng_int(0, 1), C = s.n_head * s.head_dim, Ckv = s.n_kv_head * s.head_dim;
     const int W = C + 2 * Ckv, cap = s.T + rng_int(0, 5);
     s.q_stride = s.k_stride = s.v_stride = fused ? W : 0;

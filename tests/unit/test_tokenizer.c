@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
 #include "tap.h"
 #include "tokenizer.h"
 
@@ -65,18 +66,9 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 2; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
         char *buf = NULL;
         size_t n = 0;
-        if (f) {
-            fseek(f, 0, SEEK_END);
-            long sz = ftell(f);
-            fseek(f, 0, SEEK_SET);
-            buf = malloc(sz > 0 ? (size_t)sz : 1);
-            n = buf ? fread(buf, 1, (size_t)sz, f) : 0;
-            fclose(f);
-        }
-        if (tap_ok(buf != NULL, "read %s", argv[i]))
+        if (tap_ok(merak_file_read_all(argv[i], &buf, &n, err, sizeof err) == 0, "read %s", argv[i]))
             round_trip(argv[i], buf, n);
         free(buf);
     }
