@@ -4,10 +4,13 @@
 # config.json checkpoints carry), llm.c token shards, tensor-parallel rules
 # (applied to tiny GPT-2), and checkpoints (a hostile manifest, or a
 # hostile parameter file under a manifest that vouches for it, read whole
-# and as a tensor-parallel shard), and the Slurm plugin's option values
-# and plugstack.conf arguments.  Each fuzz/fuzz_*.c target is built with clang's
-# libFuzzer, AddressSanitizer and UBSan from the parser's own sources, and
-# runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
+# and as a tensor-parallel shard), the Slurm plugin's option values and
+# plugstack.conf arguments, byte-level BPE tokenizer.json files, device
+# profiles, and placement requests with the Slurm strings topo reads, on
+# real hwloc topologies and hand-built nodes (the placement's invariants
+# checked).  Each
+# fuzz/fuzz_*.c target is built with clang's libFuzzer, AddressSanitizer
+# and UBSan from the parser's own sources, and runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
 # sanitizer report or failed property fails the test and names the input.
 # A longer run: FUZZ_SECONDS=3600 sh tests/fuzz.sh (see README.md).
 # Skips (77) without clang or libFuzzer.
@@ -33,12 +36,35 @@ build shard "$S/runtime/train/data.c" "$S/runtime/train/atomic.c"
 build tp_rules "$S"/runtime/graph/*.c "$S/runtime/names.c"
 build spank_args "$S/spank/spank_args.c" "$S/runtime/pipe/policy.c" "$S/runtime/names.c"
 build tokenizer "$S/runtime/train/tokenizer.c"
+build device -DMERAK_PKGDATADIR="\"/nonexistent\"" "$S/runtime/plan/device.c" "$S"/runtime/graph/*.c "$S/runtime/names.c"
+# shellcheck disable=SC2046
+build topo $(ls "$S"/topo/*.c | grep -v '/errf\.c$') -lhwloc
 build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" \
     "$S"/runtime/graph/*.c "$S/runtime/names.c"
 
 # seeds: one valid input of each kind (the fuzzer mutates from there)
 mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt" "$WORK/spank_args" \
-    "$WORK/tokenizer"
+    "$WORK/tokenizer" "$WORK/device" "$WORK/topo"
+# a device profile (with measured rates per op kind), and a table of one
+printf '{"memory_gb": 80, "matmul_tflops": 400, "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
+ "latency_us": 8, "reserved_gb": 1.5, "ops": {"linear": {"forward": 3.5e14, "backward": 3e14}}}\n' > "$WORK/device/one"
+printf '{"devices": {"cpu": {"memory_gb": 16, "matmul_tflops": 0.05, "memory_gbps": 10, "intra_node_gbps": 5,
+ "inter_node_gbps": 1, "latency_us": 0}}}\n' > "$WORK/device/table"
+# placements on three real topologies (request bytes, the node, a string):
+# 8 tasks per node, tp 2, pp 2 with a GPU list; 4 tasks, tp 4 on two
+# nodes, cyclic, with a tasks-per-node string; 16 tasks, tp 8, pp 2 with a
+# NIC list; and a hand-built node with two GPUs and a NIC
+mkdir -p "$WORK/topologies"
+for f in authored-pcie-2s-8xL40S-4xCX6 real-hwloc-test-power8-4xP100-nvlink real-hwloc-test-nvidiaDGX2-reduced; do
+    cp "$FIX/topologies/$f.xml" "$WORK/topologies/"
+done
+FUZZ_TOPOLOGIES=$WORK/topologies
+export FUZZ_TOPOLOGIES
+printf '\007\001\001\000\000\0030,1' > "$WORK/topo/a"
+printf '\003\003\000\202\001\0074(x2),4' > "$WORK/topo/b"
+printf '\017\007\001\000\002\007^mlx5_1' > "$WORK/topo/c"
+printf '\001\001\000\000\003\0030,1gpu 0000:1b:00.0 0 0\ngpu 0000:3b:00.0 1 -1\nnic mlx5_0 0000:1c:00.0 0 0\n' \
+    > "$WORK/topo/d"
 # the byte-level BPE fixture (every byte a token, two merges, an added
 # token) and a text after it; the first two bytes give the JSON's length
 "${TORCH_PYTHON:-/usr/bin/python3}" - "$FIX/tokenizer-bytes.json" "$WORK/tokenizer/seed" <<'PYEOF'
@@ -72,7 +98,7 @@ printf '\000' | cat - "$WORK/ck/step_00000000/manifest.json" > "$WORK/ckpt/manif
 printf '\001' | cat - "$WORK/ck/step_00000000/model-pp000-tp000.safetensors" > "$WORK/ckpt/model"
 
 status=0
-for t in safetensors config shard tp_rules spank_args ckpt tokenizer; do
+for t in safetensors config shard tp_rules spank_args ckpt tokenizer device topo; do
     cd "$WORK"
     if "$WORK/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$WORK/crash-$t-" "$WORK/$t" > "$WORK/$t.log" 2>&1; then

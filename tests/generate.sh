@@ -38,6 +38,10 @@ for arch in gpt2 llama; do
         2> /dev/null || fail "$arch: torch_ref.py generate failed"
     "$PY" "$REF" generate --config "$cfg" --weights "$w" --prompt "$prompt" --check "$(cat "$WORK/$arch.cache")" \
         > /dev/null 2> "$WORK/check.err" || { cat "$WORK/check.err" >&2; fail "$arch: a token is not the greedy choice"; }
+    # the same check through the reference's key/value cache (bench_generate.sh times it)
+    "$PY" "$REF" generate --cache --config "$cfg" --weights "$w" --prompt "$prompt" --check "$(cat "$WORK/$arch.cache")" \
+        > /dev/null 2> "$WORK/check-cache.err" ||
+        { cat "$WORK/check-cache.err" >&2; fail "$arch: through torch_ref's cache, a token is not the greedy choice"; }
     if cmp -s "$WORK/$arch.cache" "$WORK/$arch.torch"; then same="the same 48 tokens"; else same="a near-tie broken the other way"; fi
     echo "$arch: $same as PyTorch ($(tail -1 "$WORK/check.err" | sed 's/^torch_ref: //'))"
 

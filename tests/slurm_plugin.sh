@@ -175,10 +175,28 @@ args="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --ste
 # Open MPI's own transports as under mpirun in the other tests: its ucx
 # components (pml and osc) initialise UCX's memory hooks, which crash under
 # AddressSanitizer.
-OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0 \
-sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=4 \
-    "$TRAIN" $args --metrics "$WORK/srun.jsonl" > "$WORK/train.log" 2>&1 ||
-    { tail -20 "$WORK/train.log" >&2; fail "srun --mpi=pmix merak-train failed"; }
+OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0
+export OMPI_MCA_pml OMPI_MCA_osc OMPI_MCA_btl OMPI_MCA_btl_base_warn_component_unused
+# mpi_srun LOG ARGS...: srun --mpi=pmix ARGS into LOG.  Tried again (twice
+# at most) when a rank crashed inside MPI_Init, before anything of
+# merak-train ran: on this virtual cluster Open MPI 4.1's btl/tcp now and
+# then calls a NULL receive callback there (SIGSEGV at address 0 from
+# mca_btl_tcp.so under libevent, in MPI_Init's progress loop; about 1 srun
+# in 15, with or without btl_tcp_if_include), a bug of the MPI library and
+# not of this project.  A crash after MPI_Init fails at once.
+mpi_srun() {
+    log=$1; shift
+    for try in 1 2 3; do
+        sbx srun --mpi=pmix "$@" > "$log" 2>&1 && return 0
+        grep -q 'Caught signal 11\|AddressSanitizer: SEGV' "$log" && ! grep -q '^merak-train \|^step ' "$log" ||
+            return 1
+        echo "note: a rank crashed inside MPI_Init (Open MPI's btl/tcp), try $try of 3" >&2
+    done
+    return 1
+}
+mpi_srun "$WORK/train.log" -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=4 \
+    "$TRAIN" $args --metrics "$WORK/srun.jsonl" ||
+    { tail -60 "$WORK/train.log" >&2; fail "srun --mpi=pmix merak-train failed"; }
 grep -q 'dp 2 tp 2 pp 2 on 8 rank' "$WORK/train.log" || { head -3 "$WORK/train.log" >&2; fail "not dp=tp=pp=2"; }
 paste -d ' ' "$WORK/one.jsonl" "$WORK/srun.jsonl" | sed 's/[{}",:]/ /g' |
     awk '{ for (i = 1; i <= NF; i++) if ($i == "loss") v[++k] = $(i + 1)
@@ -196,19 +214,18 @@ paste -d ' ' "$WORK/one.jsonl" "$WORK/srun.jsonl" | sed 's/[{}",:]/ /g' |
 K="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1 --lr-schedule constant"
 strain() {   # strain LOG ARGS...: merak-train under srun, dp=tp=pp=2 on the 2 nodes
     log=$1; shift
-    OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0 \
-    sbx srun --mpi=pmix -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=2 "$@" > "$log" 2>&1
+    mpi_srun "$log" -N2 --ntasks-per-node=4 --merak-tp=2 --merak-pp=2 --merak-microbatches=2 "$@"
 }
 started=$(date +%s)
 strain "$WORK/err" --time=1 --signal=USR1@20 "$TRAIN" $K --steps 1000000 --save "$WORK/ck" \
-    --metrics "$WORK/sig.jsonl" || { tail -20 "$WORK/err" >&2; fail "srun --signal: merak-train did not exit 0"; }
+    --metrics "$WORK/sig.jsonl" || { tail -60 "$WORK/err" >&2; fail "srun --signal: merak-train did not exit 0"; }
 took=$(($(date +%s) - started))
 stop=$(stopped_at 10 "$WORK/ck")
 n=$((stop + 2))
 strain "$WORK/res.log" "$TRAIN" $K --steps $n --save "$WORK/ck" --resume latest --metrics "$WORK/sig.jsonl" ||
-    { tail -20 "$WORK/res.log" >&2; fail "srun: --resume latest failed"; }
+    { tail -60 "$WORK/res.log" >&2; fail "srun: --resume latest failed"; }
 strain "$WORK/unb.log" "$TRAIN" $K --steps $n --metrics "$WORK/unb.jsonl" ||
-    { tail -20 "$WORK/unb.log" >&2; fail "srun: the unbroken run failed"; }
+    { tail -60 "$WORK/unb.log" >&2; fail "srun: the unbroken run failed"; }
 [ "$(sed 's/"tokens_per_s".*//' "$WORK/sig.jsonl")" = "$(sed 's/"tokens_per_s".*//' "$WORK/unb.jsonl")" ] ||
     fail "srun --signal at step $stop, resumed to $n: losses differ from the unbroken run"
 echo "ok: srun --signal=USR1@20 stopped all 8 tasks after step $stop ($took s in) with a checkpoint, exit 0;" \

@@ -76,6 +76,8 @@ static void usage(FILE *out)
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
         "  --p2p B                 pipeline send/receive over mpi or ucx (UCX tag API) (default mpi)\n"
+        "  --comm-timeout S        a rank blocked S seconds in one collective or transfer ends the job,\n"
+        "                          naming the peers (0: never; default MERAK_COMM_TIMEOUT, else 600)\n"
         "Running and output:\n"
         "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
         "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
@@ -119,7 +121,7 @@ enum {
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-    OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER,
+    OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER, OPT_COMM_TIMEOUT,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -192,6 +194,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"zero", required_argument, 0, OPT_ZERO},
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
         {"p2p", required_argument, 0, OPT_P2P},
+        {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
         {"device", required_argument, 0, OPT_DEVICE},
         {"save", required_argument, 0, OPT_CKPT},
         {"save-every", required_argument, 0, OPT_CKPT_EVERY},
@@ -216,7 +219,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     a->threads = ncpu > 0 ? (int)ncpu : 1;
     *t = (tool_opts){.model = "tiny-gpt2", .log_every = 1};
     opterr = 0;
-    int c, mbs_given = 0, vs_given = 0, tpo_given = 0;
+    int c, mbs_given = 0, vs_given = 0, tpo_given = 0, timeout_given = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_MODEL: t->model = optarg; break;
@@ -266,6 +269,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_ZERO: a->zero = (int)cli_parse_int("--zero", optarg, 0, 1); break;
         case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_P2P: a->p2p = optarg; break;
+        case OPT_COMM_TIMEOUT:
+            a->comm_timeout = cli_parse_double("--comm-timeout", optarg, 0, 1e9);
+            timeout_given = 1;
+            break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_CKPT: a->save = optarg; break;
         case OPT_CKPT_EVERY: a->save_every = (int)cli_parse_int("--save-every", optarg, 1, INT_MAX); break;
@@ -305,6 +312,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     env_int("MERAK_MICROBATCHES", mbs_given, &a->micro_batches);
     env_int("MERAK_VIRTUAL_STAGES", vs_given, &a->virtual_stages);
     env_int("MERAK_TP_OVERLAP", tpo_given, &a->tp_overlap);
+    const char *timeout = getenv("MERAK_COMM_TIMEOUT");
+    if (!timeout_given && timeout && *timeout)
+        a->comm_timeout = cli_parse_double("MERAK_COMM_TIMEOUT", timeout, 0, 1e9);
     /* the degrees too (the plugin's layout): a bad value is the usage
      * error the flag's would be */
     env_int("MERAK_DP", a->dp, &a->dp);

@@ -334,6 +334,13 @@ typedef struct merak_args {
     /* Point-to-point between pipeline stages: "mpi" (NULL) or "ucx" (UCX's
      * tag API, worker addresses exchanged over MPI; UCX_* variables apply). */
     const char *p2p;
+    /* Seconds a rank may wait in one collective or transfer before it
+     * decides a peer has died or stopped: it writes one line naming itself,
+     * the operation and the group or peer, and exits with status 1, which
+     * ends the job (0: wait for ever; MERAK_COMM_TIMEOUT_DEFAULT unless
+     * set).  It must be longer than any pause of one rank that the others
+     * wait through (a large save_weights written by rank 0). */
+    double comm_timeout;
     /* Where tensors live and kernels run: "cpu" (NULL) or "cuda" (one
      * process, on the GPU MERAK_GPU names, else the first). */
     const char *device;
@@ -396,6 +403,8 @@ typedef struct merak_args {
 /* The partition method when merak_args.partition is NULL: the planner's
  * fastest predicted step. */
 #define MERAK_PARTITION_DEFAULT "autopipe"
+/* merak_args.comm_timeout's default, seconds (PyTorch's NCCL default). */
+#define MERAK_COMM_TIMEOUT_DEFAULT 600.0
 
 void merak_args_default(merak_args *a);
 /* Checks every argument that does not need the graph or the files: ranges,

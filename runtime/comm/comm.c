@@ -102,6 +102,7 @@ void merak_comm_finalize(merak_comm *c)
 {
     if (!c)
         return;
+    merak_watch_stop(c);
     if (c->mpi)
         merak_comm_mpi_free(c);   /* ends MPI if we started it */
     free(c->hosts);
@@ -286,6 +287,60 @@ static void fresh(merak_req *req)
         req->staged.host = NULL;
 }
 
+/* The backend's collectives and blocking point-to-point, timed by the
+ * watchdog while they block (a request only starts the operation:
+ * merak_wait is timed). */
+static int coll_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
+{
+    if (!req)
+        merak_watch_enter(g, "all-reduce", -1);
+    const int rc = g->coll->allreduce(g, buf, n, req);
+    merak_watch_leave(g);
+    return rc;
+}
+
+static int coll_broadcast(merak_group *g, void *buf, size_t bytes, int root)
+{
+    merak_watch_enter(g, "broadcast", -1);
+    const int rc = g->coll->broadcast(g, buf, bytes, root);
+    merak_watch_leave(g);
+    return rc;
+}
+
+static int coll_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
+{
+    merak_watch_enter(g, "reduce-scatter", -1);
+    const int rc = g->coll->reduce_scatter(g, send, recv, counts);
+    merak_watch_leave(g);
+    return rc;
+}
+
+static int coll_allgather(merak_group *g, float *buf, const int *counts)
+{
+    merak_watch_enter(g, "all-gather", -1);
+    const int rc = g->coll->allgather(g, buf, counts);
+    merak_watch_leave(g);
+    return rc;
+}
+
+static int p2p_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    if (!req)
+        merak_watch_enter(g, "a send", peer);
+    const int rc = g->p2p->send(g, buf, bytes, peer, tag, req);
+    merak_watch_leave(g);
+    return rc;
+}
+
+static int p2p_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    if (!req)
+        merak_watch_enter(g, "a receive", peer);
+    const int rc = g->p2p->recv(g, buf, bytes, peer, tag, req);
+    merak_watch_leave(g);
+    return rc;
+}
+
 int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
 {
     fresh(req);
@@ -293,14 +348,19 @@ int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
     if (g->size == 1)
         return done(req);
     if (!on_device(g, buf))
-        return g->coll->allreduce(g, buf, n, req);
+        return coll_allreduce(g, buf, n, req);
     float *h = stage_in(g, buf, n * sizeof *buf, 1);
-    return h ? staged(g, req, g->coll->allreduce(g, h, n, req), buf, h, n * sizeof *buf, 1) : -1;
+    return h ? staged(g, req, coll_allreduce(g, h, n, req), buf, h, n * sizeof *buf, 1) : -1;
 }
 
 int merak_allreduce_f64(merak_group *g, double *buf, size_t n)
 {
-    return g->size == 1 ? 0 : g->coll->allreduce_f64(g, buf, n);
+    if (g->size == 1)
+        return 0;
+    merak_watch_enter(g, "all-reduce", -1);
+    const int rc = g->coll->allreduce_f64(g, buf, n);
+    merak_watch_leave(g);
+    return rc;
 }
 
 int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
@@ -310,10 +370,10 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
     if (g->size == 1)
         return 0;
     if (!on_device(g, buf))
-        return g->coll->broadcast(g, buf, bytes, root);
+        return coll_broadcast(g, buf, bytes, root);
     void *h = stage_in(g, buf, bytes, g->rank == root);
     /* only the receivers' buffers change */
-    return h ? staged(g, NULL, g->coll->broadcast(g, h, bytes, root), buf, h, bytes, g->rank != root) : -1;
+    return h ? staged(g, NULL, coll_broadcast(g, h, bytes, root), buf, h, bytes, g->rank != root) : -1;
 }
 
 int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
@@ -328,7 +388,7 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
             memmove(recv, send, n * sizeof *send);
             return 0;
         }
-        return g->coll->reduce_scatter(g, send, recv, counts);
+        return coll_reduce_scatter(g, send, recv, counts);
     }
     float *hs = stage_in(g, send, n * sizeof *send, 1);
     if (!hs)
@@ -336,7 +396,7 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
     if (g->size == 1) /* the sum of one: the copy back is the result */
         return staged(g, NULL, 0, recv, hs, mine, 1);
     float *hr = stage_in(g, recv, mine, 0);
-    int rc = hr ? g->coll->reduce_scatter(g, hs, hr, counts) : -1;
+    int rc = hr ? coll_reduce_scatter(g, hs, hr, counts) : -1;
     free(hs);
     return hr ? staged(g, NULL, rc, recv, hr, mine, 1) : -1;
 }
@@ -350,9 +410,9 @@ int merak_allgather(merak_group *g, float *buf, const int *counts)
     if (g->size == 1)
         return 0;
     if (!on_device(g, buf))
-        return g->coll->allgather(g, buf, counts);
+        return coll_allgather(g, buf, counts);
     float *h = stage_in(g, buf, n * sizeof *buf, 1);
-    return h ? staged(g, NULL, g->coll->allgather(g, h, counts), buf, h, n * sizeof *buf, 1) : -1;
+    return h ? staged(g, NULL, coll_allgather(g, h, counts), buf, h, n * sizeof *buf, 1) : -1;
 }
 
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
@@ -363,9 +423,9 @@ int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag,
     if (!g->p2p || peer < 0 || peer >= g->size || peer == g->rank)
         return merak_comm_fail(g, "send to %s: no such peer", merak_group_peer(g, peer, who, sizeof who));
     if (!on_device(g, buf))
-        return g->p2p->send(g, buf, bytes, peer, tag, req);
+        return p2p_send(g, buf, bytes, peer, tag, req);
     void *h = stage_in(g, buf, bytes, 1);
-    return h ? staged(g, req, g->p2p->send(g, h, bytes, peer, tag, req), NULL, h, bytes, 0) : -1;
+    return h ? staged(g, req, p2p_send(g, h, bytes, peer, tag, req), NULL, h, bytes, 0) : -1;
 }
 
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
@@ -376,12 +436,20 @@ int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak
         return merak_comm_fail(g, "receive from %s: no such peer",
                                merak_group_peer(g, peer, who, sizeof who));
     if (!on_device(g, buf))
-        return g->p2p->recv(g, buf, bytes, peer, tag, req);
+        return p2p_recv(g, buf, bytes, peer, tag, req);
     void *h = stage_in(g, buf, bytes, 0);
-    return h ? staged(g, req, g->p2p->recv(g, h, bytes, peer, tag, req), buf, h, bytes, 1) : -1;
+    return h ? staged(g, req, p2p_recv(g, h, bytes, peer, tag, req), buf, h, bytes, 1) : -1;
 }
 
-int merak_wait(merak_req *req) { return finish(req, req->active ? req->ops->wait(req) : 0); }
+int merak_wait(merak_req *req)
+{
+    if (!req->active)
+        return finish(req, 0);
+    merak_watch_enter(req->group, req->peer < 0 ? "waiting for a collective" : "waiting for a transfer", req->peer);
+    const int rc = req->ops->wait(req);
+    merak_watch_leave(req->group);
+    return finish(req, rc);
+}
 
 int merak_test(merak_req *req)
 {

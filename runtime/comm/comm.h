@@ -88,6 +88,13 @@ typedef struct merak_devmem {
     int (*to_device)(void *dst, const void *src, size_t bytes);
 } merak_devmem;
 void merak_comm_set_devmem(merak_comm *c, const merak_devmem *m);
+/* A blocking collective, or a wait for a transfer, that makes no progress
+ * for `seconds` ends this process with one line on stderr naming this
+ * rank, the operation and the group's ranks or the peer (the launcher then
+ * ends the job): a dead or stopped rank never hangs the others.  0 turns
+ * the watchdog off; a job of one process needs none.  0, or -1 with err
+ * (seconds out of range, no thread). */
+int merak_comm_set_timeout(merak_comm *c, double seconds, char *err, size_t errlen);
 /* Ends MPI if merak_comm_init started it. */
 void merak_comm_finalize(merak_comm *c);
 /* Ends the whole job with status (a failing rank takes every rank down). */

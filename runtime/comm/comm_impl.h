@@ -11,6 +11,7 @@
 #include "comm.h"
 
 typedef struct merak_ucx merak_ucx;
+typedef struct merak_watchdog merak_watchdog;
 
 /* Collectives of a group of two or more ranks (a group of one needs none). */
 typedef struct merak_coll_ops {
@@ -55,6 +56,7 @@ struct merak_comm {
     int have[MERAK_GROUP_COUNT_];
     char (*hosts)[64];               /* [world size] host of each world rank */
     const merak_devmem *devmem;      /* device buffers staged through host memory; NULL: none */
+    merak_watchdog *watchdog;        /* the communication timeout (watchdog.c), or NULL */
     char err[512];
 };
 
@@ -65,6 +67,14 @@ extern const merak_p2p_ops merak_mpi_p2p, merak_ucx_p2p;
 int merak_comm_fail(merak_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "pipeline rank 1 (rank 5 on host)" for group rank r, into buf. */
 const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len);
+
+/* The communication timeout (watchdog.c): a blocking operation on g (what:
+ * a string literal, "all-reduce"; peer: the group rank waited for, or -1)
+ * begins and ends; no-ops without a timeout.  merak_watch_stop ends the
+ * watchdog thread (merak_comm_finalize does). */
+void merak_watch_enter(merak_group *g, const char *what, int peer);
+void merak_watch_leave(merak_group *g);
+void merak_watch_stop(merak_comm *c);
 
 /* The MPI side (comm_mpi.c): world, groups and host names over MPI. */
 int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t errlen);

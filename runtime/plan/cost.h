@@ -1,17 +1,6 @@
 /*
- * cost.h - the planner's cost model: what a device does per second, and
- * what each op of a graph costs on it.
- *
- * Device profiles live in an editable JSON file (data/devices.json,
- * installed as $(pkgdatadir)/devices.json; MERAK_DEVICES names another):
- *   {"devices": {"h100-80g": {"memory_gb": 80, "matmul_tflops": 400,
- *     "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
- *     "latency_us": 8}, ...}}
- * A profile file of its own (merak-plan --calibrate writes one) holds one
- * device object at the top level.  A profile may also hold measured rates
- * per op kind, "ops": {"linear": {"forward": r, "backward": r}, ...}, in
- * FLOP/s for linear and attention and bytes/s for the others (forward
- * bytes, for the backward too); an op kind it lists is timed by them.
+ * cost.h - the planner's cost model: what each op of a graph costs on a
+ * device (device.h gives its rates), and measuring those rates.
  *
  * An op's forward takes the longer of its FLOPs at the matrix rate (linear
  * and attention; other ops do no matrix work) and its bytes at the memory
@@ -24,36 +13,10 @@
 
 #include <stddef.h>
 
-#include <stdio.h>
-
+#include "device.h"
 #include "graph/graph.h"
 #include "kernels.h"
 #include "partition.h"
-
-typedef struct merak_device {
-    double memory;           /* bytes per device */
-    double matmul;           /* FLOP/s of linear and attention */
-    double mem_bw;           /* bytes/s the element-wise ops see */
-    double intra, inter;     /* bytes/s one way: a link inside a node, between nodes */
-    double latency;          /* seconds per message */
-    double reserved;         /* bytes the device's context and libraries take (optional
-                              * "reserved_gb"; 0 if absent) */
-    /* measured work per second of each op kind's forward and backward
-     * (FLOP/s for linear and attention, bytes/s for the rest); 0: from the
-     * rates above */
-    double op_fwd[MERAK_OP_COUNT_], op_bwd[MERAK_OP_COUNT_];
-} merak_device;
-
-/* The device profile `name`: a key of the devices file (MERAK_DEVICES, else
- * the installed one), or a path (containing '/' or ending in .json) to a
- * file holding one profile or a devices table (whose only or `name`d
- * entry is taken).  0, or -1 with one line naming the file and the field;
- * -2 for a name the devices file lacks (the line lists the known ones). */
-int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen);
-
-/* Writes d as a profile file's JSON (one device at the top level); 0, or
- * -1 if the stream failed. */
-int merak_device_write(const merak_device *d, FILE *f);
 
 /* Measures the local device with kernels k: runs the forward and backward
  * of g (in one process, its micro-batch shape) `reps` times after one

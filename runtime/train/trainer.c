@@ -59,6 +59,7 @@ void merak_args_default(merak_args *a)
     a->clip = 1.0f;
     a->seed = 1337;
     a->threads = 1;
+    a->comm_timeout = MERAK_COMM_TIMEOUT_DEFAULT;
 }
 
 int merak_have_cuda(void)
@@ -91,6 +92,9 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
     if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1) || !(a->eps >= 0) ||
         !(a->weight_decay >= 0) || !(a->clip >= 0))
         return merak_errf(err, errlen, "AdamW settings out of range");
+    if (!(a->comm_timeout >= 0 && a->comm_timeout <= 1e9))
+        return merak_errf(err, errlen, "communication timeout %g s is out of range (0: none, up to 1e9)",
+                          a->comm_timeout);
     if (a->dp < 0 || a->tp < 0 || a->pp < 0 || a->zero < 0 || a->zero > 1 || !(a->bucket_mb >= 0))
         return merak_errf(err, errlen, "parallel settings out of range (dp=%d tp=%d pp=%d zero=%d bucket %g MiB)",
                           a->dp, a->tp, a->pp, a->zero, a->bucket_mb);
@@ -885,6 +889,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     int staged = 0;   /* device buffers through MPI in host memory */
     if (!bounds || !starts)
         failed = merak_errf(err, errlen, "out of memory") < 0;
+    else if (merak_comm_set_timeout(g_comm, a->comm_timeout, err, errlen) < 0)
+        failed = 1;
     else if (!(so.kernels = pick_kernels(a, gr->world, &staged, err, errlen)))
         failed = 1;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)

@@ -253,11 +253,12 @@ def gelu_tanh(x):
 
 
 def causal_attention(q, k, v):
-    """q [B,H,T,hd], k/v [B,H,T,hd] -> [B,H,T,hd]."""
-    T = q.shape[-2]
+    """q [B,H,T,hd], k/v [B,H,S,hd] -> [B,H,T,hd]: the T queries are the
+    last T of the S positions (S > T when earlier keys come from a cache)."""
+    T, S = q.shape[-2], k.shape[-2]
     hd = q.shape[-1]
     att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    mask = torch.ones(T, S, dtype=torch.bool).triu(1 + S - T)
     att = att.masked_fill(mask, float("-inf"))
     att = torch.softmax(att, dim=-1)
     return torch.matmul(att, v)
@@ -286,13 +287,28 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def gpt2_forward(cfg, p, ids):
+class KVCache:
+    """Each layer's keys and values of the positions run so far: forward()
+    given one runs only the new positions."""
+    def __init__(self):
+        self.pos, self.kv = 0, {}
+
+    def extend(self, i, k, v):
+        if i in self.kv:
+            k = torch.cat((self.kv[i][0], k), dim=-2)
+            v = torch.cat((self.kv[i][1], v), dim=-2)
+        self.kv[i] = (k, v)
+        return k, v
+
+
+def gpt2_forward(cfg, p, ids, cache=None):
     B, T = ids.shape
     C, nh, hd = cfg.C, cfg.nh, cfg.hd
-    if T > cfg.P:
-        die("seq-len %d exceeds n_positions %d" % (T, cfg.P))
+    t0 = cache.pos if cache is not None else 0
+    if t0 + T > cfg.P:
+        die("seq-len %d exceeds n_positions %d" % (t0 + T, cfg.P))
     wte = p["transformer.wte.weight"]
-    x = wte[ids] + p["transformer.wpe.weight"][:T].unsqueeze(0)
+    x = wte[ids] + p["transformer.wpe.weight"][t0:t0 + T].unsqueeze(0)
     for i in range(cfg.L):
         pre = "transformer.h.%d." % i
         h = F.layer_norm(x, (C,), p[pre + "ln_1.weight"], p[pre + "ln_1.bias"], cfg.eps)
@@ -301,21 +317,27 @@ def gpt2_forward(cfg, p, ids):
         q = q.reshape(B, T, nh, hd).transpose(1, 2)
         k = k.reshape(B, T, nh, hd).transpose(1, 2)
         v = v.reshape(B, T, nh, hd).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.extend(i, k, v)
         y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + torch.matmul(y, p[pre + "attn.c_proj.weight"]) + p[pre + "attn.c_proj.bias"]
         h = F.layer_norm(x, (C,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], cfg.eps)
         h = gelu_tanh(torch.matmul(h, p[pre + "mlp.c_fc.weight"]) + p[pre + "mlp.c_fc.bias"])
         x = x + torch.matmul(h, p[pre + "mlp.c_proj.weight"]) + p[pre + "mlp.c_proj.bias"]
     x = F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], cfg.eps)
+    if cache is not None:
+        cache.pos += T
     return torch.matmul(x, wte.t())
 
 
-def llama_forward(cfg, p, ids):
+def llama_forward(cfg, p, ids, cache=None):
     B, T = ids.shape
     nh, nkv, hd = cfg.nh, cfg.nkv, cfg.hd
     rep = nh // nkv
+    t0 = cache.pos if cache is not None else 0
     x = p["model.embed_tokens.weight"][ids]
-    cos, sin = rope_cos_sin(cfg, T, x.dtype)
+    cos, sin = rope_cos_sin(cfg, t0 + T, x.dtype)
+    cos, sin = cos[t0:], sin[t0:]
     for i in range(cfg.L):
         pre = "model.layers.%d." % i
         h = rms_norm(x, p[pre + "input_layernorm.weight"], cfg.eps)
@@ -324,6 +346,8 @@ def llama_forward(cfg, p, ids):
         v = torch.matmul(h, p[pre + "self_attn.v_proj.weight"].t()).reshape(B, T, nkv, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if cache is not None:
+            k, v = cache.extend(i, k, v)
         if rep > 1:  # head h uses kv head h // rep
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
@@ -334,14 +358,16 @@ def llama_forward(cfg, p, ids):
         u = torch.matmul(h, p[pre + "mlp.up_proj.weight"].t())
         x = x + torch.matmul(F.silu(g) * u, p[pre + "mlp.down_proj.weight"].t())
     x = rms_norm(x, p["model.norm.weight"], cfg.eps)
+    if cache is not None:
+        cache.pos += T
     head = p["model.embed_tokens.weight"] if cfg.tied else p["lm_head.weight"]
     return torch.matmul(x, head.t())
 
 
-def forward(cfg, p, ids):
+def forward(cfg, p, ids, cache=None):
     if cfg.arch == "gpt2":
-        return gpt2_forward(cfg, p, ids)
-    return llama_forward(cfg, p, ids)
+        return gpt2_forward(cfg, p, ids, cache)
+    return llama_forward(cfg, p, ids, cache)
 
 
 # ---------------------------------------------------------------------------
@@ -518,12 +544,13 @@ def cmd_bench(a):
 
 
 def cmd_generate(a):
-    """Greedy generation, the whole sequence recomputed for every token (no
-    key/value cache): the token ids, and on stderr the smallest gap between
-    the two largest logits seen (how close a step came to a tie).  With
-    --check, the reference follows the given tokens and checks each was a
-    greedy choice: a float rounding may break a near-tie either way, a bug
-    picks a token clearly below the maximum."""
+    """Greedy generation, the whole sequence recomputed for every token
+    (with --cache, a key/value cache: the prompt once, then one position
+    per token): the token ids, and on stderr the smallest gap between the
+    two largest logits seen (how close a step came to a tie) and the rate.
+    With --check, the reference follows the given tokens and checks each
+    was a greedy choice: a float rounding may break a near-tie either way,
+    a bug picks a token clearly below the maximum."""
     setup_torch(a.threads)
     cfg = Config.load(a.config)
     p = load_params(cfg, a.weights)
@@ -533,9 +560,12 @@ def cmd_generate(a):
     check = [int(x) for x in a.check.split()] if a.check is not None else None
     steps = len(check) if check is not None else a.max_tokens
     out, gap, worst = [], float("inf"), 0.0
+    cache = KVCache() if a.cache else None
+    t0 = time.perf_counter()
     with torch.no_grad():
         for i in range(steps):
-            logits = forward(cfg, p, torch.tensor([ids], dtype=torch.long))[0, -1]
+            new = ids[cache.pos:] if cache is not None else ids
+            logits = forward(cfg, p, torch.tensor([new], dtype=torch.long), cache)[0, -1]
             top = torch.topk(logits, 2).values
             gap = min(gap, float(top[0] - top[1]))
             nxt = int(torch.argmax(logits))   # the first of equal maxima
@@ -544,8 +574,11 @@ def cmd_generate(a):
                 worst = max(worst, float(top[0] - logits[check[i]]))
                 nxt = check[i]
             ids.append(nxt)
+    secs = time.perf_counter() - t0
     print(" ".join(str(t) for t in out))
     print("torch_ref: smallest top-2 logit gap %.3e" % gap, file=sys.stderr)
+    print("torch_ref: %d tokens in %.3f s (%.2f tokens/s%s)"
+          % (steps, secs, steps / secs if secs > 0 else 0.0, ", cache" if a.cache else ""), file=sys.stderr)
     if check is not None:
         same = sum(1 for x, y in zip(out, check) if x == y)
         print("torch_ref: %d of %d checked tokens are the greedy choice; the largest logit is at most "
@@ -813,7 +846,7 @@ def main(argv=None):
     s.add_argument("--warmup-steps", type=int, default=2)
     s.set_defaults(fn=cmd_bench)
 
-    s = sub.add_parser("generate", help="greedy tokens, recomputing the whole sequence")
+    s = sub.add_parser("generate", help="greedy tokens, recomputing the whole sequence or with --cache")
     s.add_argument("--config", required=True)
     s.add_argument("--weights", required=True)
     s.add_argument("--prompt", required=True, help="token ids separated by spaces")
@@ -822,6 +855,8 @@ def main(argv=None):
                    help="token ids another implementation generated greedily: each must be the greedy "
                         "choice after the ones before it, up to --tolerance (exit 1 if not)")
     s.add_argument("--tolerance", type=float, default=1e-4)
+    s.add_argument("--cache", action="store_true",
+                   help="a key/value cache: each token runs one position, not the whole sequence")
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(fn=cmd_generate)
 

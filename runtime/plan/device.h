@@ -1,0 +1,50 @@
+/*
+ * device.h - device profiles: what a device does per second and holds,
+ * read from and written to JSON (the planner's cost model, cost.h, times
+ * ops with them).
+ *
+ * Profiles live in an editable JSON file (data/devices.json, installed as
+ * $(pkgdatadir)/devices.json; MERAK_DEVICES names another):
+ *   {"devices": {"h100-80g": {"memory_gb": 80, "matmul_tflops": 400,
+ *     "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
+ *     "latency_us": 8}, ...}}
+ * A profile file of its own (merak-plan --calibrate writes one) holds one
+ * device object at the top level.  A profile may also hold measured rates
+ * per op kind, "ops": {"linear": {"forward": r, "backward": r}, ...}, in
+ * FLOP/s for linear and attention and bytes/s for the others (forward
+ * bytes, for the backward too); an op kind it lists is timed by them.
+ */
+#ifndef MERAK_DEVICE_H
+#define MERAK_DEVICE_H
+
+#include <stdio.h>
+
+#include "graph/graph.h"
+
+typedef struct merak_device {
+    double memory;           /* bytes per device */
+    double matmul;           /* FLOP/s of linear and attention */
+    double mem_bw;           /* bytes/s the element-wise ops see */
+    double intra, inter;     /* bytes/s one way: a link inside a node, between nodes */
+    double latency;          /* seconds per message */
+    double reserved;         /* bytes the device's context and libraries take (optional
+                              * "reserved_gb"; 0 if absent) */
+    /* measured work per second of each op kind's forward and backward
+     * (FLOP/s for linear and attention, bytes/s for the rest); 0: from the
+     * rates above */
+    double op_fwd[MERAK_OP_COUNT_], op_bwd[MERAK_OP_COUNT_];
+} merak_device;
+
+/* The device profile `name`: a key of the devices file (MERAK_DEVICES, else
+ * the installed one), or a path (containing '/' or ending in .json) to a
+ * file holding one profile or a devices table (whose only or `name`d
+ * entry is taken).  0, or -1 with one line naming the file and the field;
+ * -2 for a name the devices file lacks (the line lists the known ones). */
+int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen);
+
+/* Writes d as a profile file's JSON (one device at the top level), every
+ * number in the fewest digits that read back as the same double: what
+ * merak_device_load reads from it is d.  0, or -1 if the stream failed. */
+int merak_device_write(const merak_device *d, FILE *f);
+
+#endif
