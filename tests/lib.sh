@@ -62,6 +62,18 @@ expect_job_fails() {
     fi
 }
 
+# rank_pid MARKER RANK JOB: prints the pid of the merak-train of MPI rank
+# RANK among those whose command line holds "--metrics MARKER"; kills JOB
+# and fails if there is none (call it as victim=$(rank_pid ...) || exit 1).
+rank_pid() {
+    for p in $(pgrep -f -- "--metrics $1"); do
+        r=$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        [ "$r" = "$2" ] && { echo "$p"; return 0; }
+    done
+    kill "$3"
+    fail "no merak-train of MPI rank $2 found"
+}
+
 # wait_lines FILE N JOB: waits until FILE (a metrics file) has N lines, at
 # most 120 s; if not, kills JOB and fails.
 wait_lines() {

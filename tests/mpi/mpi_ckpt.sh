@@ -69,12 +69,7 @@ MERAK_MPI_TIMEOUT=120 "$WRAP" 8 "$TRAIN" $K --steps 1000000 --save "$WORK/s" --m
     > "$WORK/out" 2> "$WORK/err" &
 job=$!
 wait_lines "$marker" 5 $job
-victim=
-for p in $(pgrep -f -- "--metrics $marker"); do
-    r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-    [ "$r" = 5 ] && victim=$p
-done
-[ -n "$victim" ] || { kill $job; fail "no process of MPI rank 5 found"; }
+victim=$(rank_pid "$marker" 5 $job) || exit 1
 kill -TERM "$victim"
 set +e; wait $job; rc=$?; set -e
 [ "$rc" -eq 0 ] || { cat "$WORK/err"; fail "SIGTERM to rank 5: the job exited $rc"; }

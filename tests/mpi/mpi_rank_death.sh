@@ -19,12 +19,8 @@ pids=$(pgrep -f -- "--metrics $marker" | sort -n)
 count=$(echo "$pids" | wc -w)
 [ "$count" -ge 8 ] || { kill $job; fail "expected 8 merak-train processes, found $count"; }
 # The victim: a rank that is not rank 0, found by its MPI rank.
-victim= rank=
-for p in $pids; do
-    r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-    if [ -n "$r" ] && [ "$r" -eq 5 ]; then victim=$p rank=$r; fi
-done
-[ -n "$victim" ] || { kill $job; fail "no process of MPI rank 5 found"; }
+rank=5
+victim=$(rank_pid "$marker" $rank $job) || exit 1
 start=$(date +%s)
 kill -9 "$victim"
 set +e

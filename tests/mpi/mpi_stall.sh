@@ -21,12 +21,7 @@ stall() {   # stall NAME ENV [FLAGS...]: the job (ENV: VAR=VALUE or ""), rank 5 
         --metrics "$marker" "$@" > "$WORK/out" 2> "$WORK/err" &
     job=$!
     wait_lines "$marker" 3 $job
-    victim=
-    for p in $(pgrep -f -- "--metrics $marker"); do
-        r=$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-        [ "$r" = 5 ] && victim=$p
-    done
-    [ -n "$victim" ] || { kill $job; fail "$name: no process of MPI rank 5 found"; }
+    victim=$(rank_pid "$marker" 5 $job) || exit 1
     start=$(date +%s)
     kill -STOP "$victim"
     set +e
