@@ -72,10 +72,10 @@ static void write_files(void)
     }
     char p[128];
     snprintf(p, sizeof p, "%s/model-pp000-tp000.safetensors", dir);
-    if (merak_st_write(p, pe, n, keys, (const char *const *)vals, n, err, sizeof err) < 0)
+    if (merak_st_write(p, pe, n, keys, (const char *const *)vals, n, NULL, NULL, err, sizeof err) < 0)
         abort();
     snprintf(p, sizeof p, "%s/optim-pp000-tp000.safetensors", dir);
-    if (merak_st_write(p, oe, 2 * n, keys, (const char *const *)vals, n, err, sizeof err) < 0)
+    if (merak_st_write(p, oe, 2 * n, keys, (const char *const *)vals, n, NULL, NULL, err, sizeof err) < 0)
         abort();
     for (int i = 0; i < n; i++)
         free(vals[i]);

@@ -1,26 +1,28 @@
 /*
- * fuzz_topo.c - libFuzzer target: the inputs of a placement that topo
- * itself parses and acts on, over real node topologies.
+ * fuzz_topo.c - libFuzzer target: node topologies and the inputs of a
+ * placement that topo parses and acts on.
  *
- * The nodes are the hwloc XML files of tests/fixtures/topologies (a
- * PCIe server, a POWER8 with NVLink, a DGX-2), loaded once from
- * $FUZZ_TOPOLOGIES (a directory), plus one built by hand: a synthetic
- * CPU node to which the input adds GPUs and NICs through the API.  The
- * XML itself is not fuzzed: hwloc parses it, and hwloc 2.9's own parser
- * crashes on some malformed files (a NULL cpuset in
- * hwloc_bitmap_compare_first after 81 mutations), which is hwloc's to
- * fix; merak-topo's bad-input tests cover files that are not topologies.
+ * The node is one of: the hwloc XML files of tests/fixtures/topologies
+ * (a PCIe server, a POWER8 with NVLink, a DGX-2), loaded once from
+ * $FUZZ_TOPOLOGIES (a directory); a synthetic CPU node to which the input
+ * adds GPUs and NICs through the API; or the input's own bytes as an hwloc
+ * XML file.  hwloc 2.9 crashes on some malformed XML (a NULL cpuset in
+ * hwloc_bitmap_compare_first); merak_topo_node_load reads a file in a
+ * child process first and refuses one that crashes it, so such a file
+ * must come back as an error, never a crash.
  *
  * Input: 4 bytes of request (tasks per node, tp, pp, nodes and the
  * distribution), a byte choosing the node, a length byte L and L bytes of
  * text, then the rest.  The text is tried as every string topo takes
  * (SLURM_TASKS_PER_NODE, --distribution, a CUDA_VISIBLE_DEVICES list,
- * NCCL_IB_HCA's NIC list); for the hand-built node the rest is lines of
- * "gpu BUSID NUMA SWITCH" and "nic NAME BUSID NUMA SWITCH".  A node is
- * queried whole and placed; a placement that is made must number every
- * rank once, with coordinates that give the rank, each tensor-parallel
- * group on one node and no GPU given to two tasks.
+ * NCCL_IB_HCA's NIC list); the rest is the XML, or for the hand-built node
+ * lines of "gpu BUSID NUMA SWITCH" and "nic NAME BUSID NUMA SWITCH".  A
+ * node is queried whole and placed; a placement that is made must number
+ * every rank once, with coordinates that give the rank, each
+ * tensor-parallel group on one node and no GPU given to two tasks.
  */
+#include "memfile.h" /* first: it asks for _GNU_SOURCE */
+
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -205,8 +207,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     text[L] = '\0';
     memcpy(rest, data + 6 + L, size - 6 - L);
     rest[size - 6 - L] = '\0';
-    const int pick = data[4] % (nfixtures + 1);
-    merak_topo_node *built = pick == nfixtures ? hand_built(rest) : NULL;
+    const int pick = data[4] % (nfixtures + 2);
+    merak_topo_node *built = NULL;
+    char err[512];
+    if (pick == nfixtures) {
+        built = hand_built(rest);
+    } else if (pick == nfixtures + 1) {
+        const int rc = merak_topo_node_load(&built, fuzz_file(data + 6 + L, size - 6 - L), err, sizeof err);
+        if ((rc == 0) != (built != NULL) || (rc != 0 && !err[0]))
+            abort();   /* a node, or a reason */
+        if (!built) {
+            free(text);
+            free(rest);
+            return 0;
+        }
+    }
     const merak_topo_node *node = built ? built : fixtures[pick];
     query(node);
     place(node, data);
@@ -215,7 +230,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     merak_topo_node *copy = NULL;
     const int ng = merak_topo_node_ngpus(node);
     int *all = malloc(((size_t)ng + 1) * sizeof *all);
-    char err[512];
     if (!all)
         abort();
     for (int i = 0; i < ng; i++)

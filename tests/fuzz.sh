@@ -6,11 +6,11 @@
 # hostile parameter file under a manifest that vouches for it, read whole
 # and as a tensor-parallel shard), the Slurm plugin's option values and
 # plugstack.conf arguments, byte-level BPE tokenizer.json files, device
-# profiles, and placement requests with the Slurm strings topo reads, on
-# real hwloc topologies and hand-built nodes (the placement's invariants
-# checked).  Each
-# fuzz/fuzz_*.c target is built with clang's libFuzzer, AddressSanitizer
-# and UBSan from the parser's own sources, and runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
+# profiles, and hwloc XML topologies, real and hand-built nodes with the
+# placement requests and Slurm strings topo reads (the placement's
+# invariants checked).  Each fuzz/fuzz_*.c target is built with clang's
+# libFuzzer, AddressSanitizer and UBSan from the parser's own sources, and
+# runs FUZZ_SECONDS (default 5) from a small seed corpus; a crash, leak,
 # sanitizer report or failed property fails the test and names the input.
 # A longer run: FUZZ_SECONDS=3600 sh tests/fuzz.sh (see README.md).
 # Skips (77) without clang or libFuzzer.
@@ -53,7 +53,8 @@ printf '{"devices": {"cpu": {"memory_gb": 16, "matmul_tflops": 0.05, "memory_gbp
 # placements on three real topologies (request bytes, the node, a string):
 # 8 tasks per node, tp 2, pp 2 with a GPU list; 4 tasks, tp 4 on two
 # nodes, cyclic, with a tasks-per-node string; 16 tasks, tp 8, pp 2 with a
-# NIC list; and a hand-built node with two GPUs and a NIC
+# NIC list; a hand-built node with two GPUs and a NIC; and an XML file
+# of the input's own (the one that hwloc loads in a child first)
 mkdir -p "$WORK/topologies"
 for f in authored-pcie-2s-8xL40S-4xCX6 real-hwloc-test-power8-4xP100-nvlink real-hwloc-test-nvidiaDGX2-reduced; do
     cp "$FIX/topologies/$f.xml" "$WORK/topologies/"
@@ -65,6 +66,7 @@ printf '\003\003\000\202\001\0074(x2),4' > "$WORK/topo/b"
 printf '\017\007\001\000\002\007^mlx5_1' > "$WORK/topo/c"
 printf '\001\001\000\000\003\0030,1gpu 0000:1b:00.0 0 0\ngpu 0000:3b:00.0 1 -1\nnic mlx5_0 0000:1c:00.0 0 0\n' \
     > "$WORK/topo/d"
+{ printf '\007\001\001\000\004\0030,1'; cat "$FIX/topologies/real-hwloc-test-power8-4xP100-nvlink.xml"; } > "$WORK/topo/e"
 # the byte-level BPE fixture (every byte a token, two merges, an added
 # token) and a text after it; the first two bytes give the JSON's length
 "${TORCH_PYTHON:-/usr/bin/python3}" - "$FIX/tokenizer-bytes.json" "$WORK/tokenizer/seed" <<'PYEOF'

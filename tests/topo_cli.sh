@@ -165,6 +165,8 @@ refuse 2 "unexpected argument" --input "$H100" extra
 refuse 1 "cannot read" --input "$WORK/missing.xml"
 printf '<topology version="2.0"><garbage' > "$WORK/bad.xml"
 refuse 1 "not an hwloc XML topology" --input "$WORK/bad.xml"
+# a mutated topology (from fuzzing) that hwloc 2.9 itself crashes on
+refuse 1 "not a well-formed hwloc XML topology (hwloc crashed reading it" --input "$FIX/topology-hwloc-crash.xml"
 
 [ -n "$PY" ] || skip "python3 not found: the JSON output was not checked"
 echo "PASS"

@@ -9,9 +9,13 @@
 #include "topo_internal.h"
 
 #include <errno.h>  /* errno, EINVAL, ENOMEM */
+#include <signal.h> /* signal, strsignal's numbers */
 #include <stdio.h>  /* fopen, snprintf */
 #include <stdlib.h> /* calloc, free, getenv, qsort */
 #include <string.h> /* strcmp, strdup, strerror */
+#include <sys/resource.h> /* setrlimit */
+#include <sys/wait.h>     /* waitpid */
+#include <unistd.h>       /* fork, _exit */
 
 #define VENDOR_NVIDIA 0x10de
 #define VENDOR_AMD 0x1002
@@ -292,6 +296,55 @@ nomem:
     return topo_errf(err, errlen, ENOMEM, "%s: out of memory reading the topology", source);
 }
 
+/* A new hwloc topology that keeps I/O objects, reading xml_path if not
+ * NULL; 0, or -1 with errno. */
+static int topology_init(hwloc_topology_t *t, const char *xml_path)
+{
+    if (hwloc_topology_init(t) != 0)
+        return -1;
+    /* I/O objects are dropped by default, also from XML: keep GPUs, NICs and
+     * the bridges above them. */
+    if (hwloc_topology_set_io_types_filter(*t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
+        (xml_path && hwloc_topology_set_xml(*t, xml_path) != 0)) {
+        int e = errno;
+        hwloc_topology_destroy(*t);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+/* hwloc reads some malformed XML files into a crash (hwloc 2.9: a NULL
+ * cpuset in hwloc_bitmap_compare_first), which would take the caller
+ * down with it: a child process reads the file first.  0 if it got through
+ * (loaded or refused it), else the signal that ended it. */
+static int xml_crashes_hwloc(const char *xml_path)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;   /* no child: read it here, as without the check */
+    if (pid == 0) {
+        /* a crash here is the answer: no core file, no report (a
+         * sanitizer's or UCX's handler would print one) */
+        const struct rlimit none = {0, 0};
+        setrlimit(RLIMIT_CORE, &none);
+        const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+        for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
+            signal(fatal[i], SIG_DFL);
+        hwloc_topology_t t;
+        if (topology_init(&t, xml_path) == 0) {
+            (void)hwloc_topology_load(t);
+            hwloc_topology_destroy(t);
+        }
+        _exit(0);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return 0;
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
 int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err, size_t errlen)
 {
     if (!node)
@@ -303,20 +356,14 @@ int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err
             return topo_errf(err, errlen, errno, "%s: cannot read: %s", xml_path, strerror(errno));
         fclose(fp);
     }
+    int sig = xml_path ? xml_crashes_hwloc(xml_path) : 0;
+    if (sig)
+        return topo_errf(err, errlen, EINVAL, "%s: not a well-formed hwloc XML topology (hwloc crashed reading it: %s)",
+                         xml_path, strsignal(sig));
     hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0)
-        return topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc_topology_init failed");
-    /* I/O objects are dropped by default, also from XML: keep GPUs, NICs and
-     * the bridges above them. */
-    if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0) {
-        int e = errno;
-        hwloc_topology_destroy(t);
-        return topo_errf(err, errlen, e, "hwloc cannot keep I/O devices: %s", strerror(e));
-    }
-    if (xml_path && hwloc_topology_set_xml(t, xml_path) != 0) {
-        hwloc_topology_destroy(t);
-        return topo_errf(err, errlen, EINVAL, "%s: not an hwloc XML topology", xml_path);
-    }
+    if (topology_init(&t, xml_path) != 0)
+        return xml_path ? topo_errf(err, errlen, EINVAL, "%s: not an hwloc XML topology", xml_path)
+                        : topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc cannot start: %s", strerror(errno));
     if (hwloc_topology_load(t) != 0) {
         int e = errno;
         hwloc_topology_destroy(t);

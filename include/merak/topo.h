@@ -84,7 +84,8 @@ const char *merak_topo_path_name(int path);
  * On success stores a new node in *node (free it with
  * merak_topo_node_destroy()) and returns 0.  The hwloc topology is not kept.
  * Returns -1 if the file cannot be read or is not an hwloc XML topology, or
- * hwloc fails.
+ * hwloc fails.  A file is read by a child process first: one that crashes
+ * hwloc (some malformed files do) is refused instead of crashing the caller.
  */
 int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err, size_t errlen);
 

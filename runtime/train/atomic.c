@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h> /* crc32_z */
 
 struct merak_atomic {
     FILE *fp;   /* on tmp */
@@ -28,6 +29,9 @@ struct merak_atomic {
     char *tmp;  /* DIR/.NAME.XXXXXX */
     char *dir;  /* PATH's directory, synced after the rename */
     int werr;   /* errno of the first failed merak_atomic_write, or 0 */
+    int summing;        /* merak_atomic_checksum was called */
+    uint32_t crc;       /* CRC-32 of the bytes merak_atomic_write took */
+    uint64_t bytes;     /* and how many */
 };
 
 static void atomic_free(merak_atomic *a)
@@ -114,7 +118,24 @@ int merak_atomic_write(merak_atomic *a, const void *buf, size_t len)
         a->werr = errno ? errno : EIO;
         return -1;
     }
+    if (a->summing) {
+        a->crc = (uint32_t)crc32_z(a->crc, buf, len);
+        a->bytes += len;
+    }
     return 0;
+}
+
+void merak_atomic_checksum(merak_atomic *a)
+{
+    a->summing = 1;
+    a->crc = (uint32_t)crc32_z(0, Z_NULL, 0);
+    a->bytes = 0;
+}
+
+void merak_atomic_sum(const merak_atomic *a, uint32_t *crc, uint64_t *bytes)
+{
+    *crc = a->crc;
+    *bytes = a->bytes;
 }
 
 /* Makes the rename durable.  Filesystems that cannot sync a directory say

@@ -19,6 +19,7 @@
 #define MERAK_ATOMIC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct merak_atomic merak_atomic;
@@ -34,6 +35,14 @@ FILE *merak_atomic_file(merak_atomic *a);
 /* Writes LEN bytes.  The first failure is kept and reported by commit; later
  * writes do nothing, so callers need not check each one.  Returns 0 or -1. */
 int merak_atomic_write(merak_atomic *a, const void *buf, size_t len);
+
+/* From now on keeps the CRC-32 (zlib's, as merak_file_crc32 computes it)
+ * and the count of the bytes merak_atomic_write takes, so a caller that
+ * writes a whole file through it has the file's checksum without reading
+ * it back (bytes written to merak_atomic_file's stream are not counted).
+ * merak_atomic_sum gives them, before commit. */
+void merak_atomic_checksum(merak_atomic *a);
+void merak_atomic_sum(const merak_atomic *a, uint32_t *crc, uint64_t *bytes);
 
 /* Makes the written bytes PATH (see above) and frees the handle.  Returns 0,
  * or -1 with one line in err naming PATH and strerror.  A failure to sync the

@@ -219,8 +219,7 @@ static void *write_files(void *arg)
     int n[2] = {j->nparams, MOMENTS * j->nparams};
     for (int f = 0; f < 2 && !j->failed; f++)
         if (merak_st_write(j->path[f], j->entries[f], n[f], j->keys, (const char *const *)j->vals, j->nparams,
-                           j->err, sizeof j->err) < 0 ||
-            merak_file_crc32(j->path[f], &j->crc[f], &j->bytes[f], j->err, sizeof j->err) < 0)
+                           &j->crc[f], &j->bytes[f], j->err, sizeof j->err) < 0)
             j->failed = 1;
     j->seconds = merak_now() - j->t0;
     atomic_store(&w->busy, 0);

@@ -639,7 +639,7 @@ fail:
 
 int merak_st_write(const char *path, const merak_st_entry *entries, int n,
                    const char *const *meta_keys, const char *const *meta_vals, int nmeta,
-                   char *err, size_t errlen)
+                   uint32_t *crc, uint64_t *bytes, char *err, size_t errlen)
 {
     if (n < 0 || nmeta < 0 || (n > 0 && !entries)) {
         merak_errf(err, errlen, "%s: bad tensor or metadata count", path);
@@ -655,6 +655,8 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
         free(hdr);
         return -1;
     }
+    if (crc)
+        merak_atomic_checksum(a);
     uint8_t lenbuf[8];
     for (int i = 0; i < 8; i++)
         lenbuf[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
@@ -668,6 +670,8 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
         if (nelem > 0)
             merak_atomic_write(a, entries[i].data, nelem * sizeof(float));
     }
+    if (crc)
+        merak_atomic_sum(a, crc, bytes);
     return merak_atomic_commit(a, err, errlen);
 }
 

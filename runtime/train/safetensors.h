@@ -61,10 +61,11 @@ typedef struct merak_st_entry {
 } merak_st_entry;
 
 /* Writes N float32 tensors (in the given order) and optional string metadata
- * (meta_keys[i] -> meta_vals[i], nmeta pairs) to PATH atomically.
- * Returns 0 or -1 with err set. */
+ * (meta_keys[i] -> meta_vals[i], nmeta pairs) to PATH atomically.  With crc
+ * (and bytes) not NULL, also the file's CRC-32 and size, summed while
+ * writing.  Returns 0 or -1 with err set. */
 int merak_st_write(const char *path, const merak_st_entry *entries, int n,
                    const char *const *meta_keys, const char *const *meta_vals,
-                   int nmeta, char *err, size_t errlen);
+                   int nmeta, uint32_t *crc, uint64_t *bytes, char *err, size_t errlen);
 
 #endif /* MERAK_SAFETENSORS_H */

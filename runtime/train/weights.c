@@ -256,7 +256,7 @@ int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
     if (rc == 0) {
         const char *keys[] = {"format", "producer", "model"};
         const char *vals[] = {"pt", "merak " MERAK_VERSION_STRING, model_name ? model_name : ""};
-        rc = merak_st_write(path, entries, n, keys, vals, 3, err, errlen);
+        rc = merak_st_write(path, entries, n, keys, vals, 3, NULL, NULL, err, errlen);
     }
     for (int i = 0; i < n; i++)
         free(copies[i]);

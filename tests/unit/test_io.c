@@ -18,6 +18,7 @@
 
 #include "atomic.h"
 #include "data.h"
+#include "file.h"
 #include "merak/merak.h"
 #include "safetensors.h"
 #include "tap.h"
@@ -223,9 +224,15 @@ static void test_st_roundtrip(void)
     };
     const char *keys[] = {"format", "step"}, *vals[] = {"pt", "42"};
     const char *path = tmp_path("round.safetensors");
-    int rc = merak_st_write(path, e, 4, keys, vals, 2, err, sizeof(err));
+    uint32_t crc = 0, file_crc = 1;
+    uint64_t summed = 0, file_bytes = 1;
+    int rc = merak_st_write(path, e, 4, keys, vals, 2, &crc, &summed, err, sizeof(err));
     tap_ok(rc == 0, "safetensors: write 4 tensors + metadata%s%s", rc ? ": " : "", rc ? err : "");
     tap_ok(no_temporaries(tmpdir), "safetensors: no temporary file left behind");
+    const int read_back = merak_file_crc32(path, &file_crc, &file_bytes, err, sizeof(err));
+    tap_ok(read_back == 0 && crc == file_crc && summed == file_bytes,
+           "safetensors: the CRC-32 summed while writing is the file's (%08x, %llu bytes; read back %08x, %llu)",
+           (unsigned)crc, (unsigned long long)summed, (unsigned)file_crc, (unsigned long long)file_bytes);
 
     size_t len = 0;
     uint8_t *raw = read_bytes(path, &len);
@@ -276,17 +283,17 @@ static void test_st_roundtrip(void)
         {.name = "a", .ndim = 1, .shape = {2}, .data = h0},
     };
     const char *dpath = tmp_path("dup.safetensors");
-    rc = merak_st_write(dpath, dup, 2, NULL, NULL, 0, err, sizeof(err));
+    rc = merak_st_write(dpath, dup, 2, NULL, NULL, 0, NULL, NULL, err, sizeof(err));
     tap_ok(rc != 0 && err_mentions(err, dpath, "duplicate") && !exists(dpath) &&
            no_temporaries(tmpdir),
        "safetensors: write refuses duplicate names");
     merak_st_entry meta_name = {.name = "__metadata__", .ndim = 1, .shape = {2}, .data = h0};
-    rc = merak_st_write(dpath, &meta_name, 1, NULL, NULL, 0, err, sizeof(err));
+    rc = merak_st_write(dpath, &meta_name, 1, NULL, NULL, 0, NULL, NULL, err, sizeof(err));
     tap_ok(rc != 0 && !exists(dpath), "safetensors: write refuses a tensor named __metadata__");
     merak_st_entry negdim = {.name = "x", .ndim = 1, .shape = {-1}, .data = h0};
-    rc = merak_st_write(dpath, &negdim, 1, NULL, NULL, 0, err, sizeof(err));
+    rc = merak_st_write(dpath, &negdim, 1, NULL, NULL, 0, NULL, NULL, err, sizeof(err));
     tap_ok(rc != 0 && err_mentions(err, dpath, "shape"), "safetensors: write refuses a bad shape");
-    rc = merak_st_write(tmp_path("no/such/dir/x.safetensors"), e, 1, NULL, NULL, 0, err,
+    rc = merak_st_write(tmp_path("no/such/dir/x.safetensors"), e, 1, NULL, NULL, 0, NULL, NULL, err,
                         sizeof(err));
     tap_ok(rc != 0 && err_mentions(err, "no/such/dir", NULL),
        "safetensors: write into a missing directory fails cleanly");
@@ -499,7 +506,7 @@ static void test_st_fuzz(void)
     const char *src = tmp_path("fuzz_src.safetensors"), *path = tmp_path("fuzz.safetensors");
     size_t len = 0;
     uint8_t *orig = NULL;
-    if (merak_st_write(src, e, 3, k, vals, 1, err, sizeof(err)) != 0 ||
+    if (merak_st_write(src, e, 3, k, vals, 1, NULL, NULL, err, sizeof(err)) != 0 ||
         !(orig = read_bytes(src, &len))) {
         tap_ok(0, "safetensors fuzz: set up (%s)", err);
         return;
