@@ -80,30 +80,118 @@ static double uniform(merak_sampler *s)
     return (double)(merak_mix64(s->rng) >> 11) * 0x1.0p-53;
 }
 
+/* Top-p over the whole vocabulary first sorts this many of the most likely. */
+enum { TOP_P_FIRST = 1024 };
+
+/* 1 if candidate a is less likely than b (by_logit's order, reversed). */
+static int worse(const cand *a, const cand *b) { return by_logit(a, b) > 0; }
+
+/* Moves the k most likely of c[0..n) to c[0..k), most likely first: a heap
+ * of the k best seen, its worst at the root (n log k, not a sort of n). */
+static void keep_best(cand *c, int n, int k)
+{
+    for (int i = 0; i < n; i++) {
+        if (i >= k && !worse(&c[0], &c[i]))
+            continue;
+        int at;
+        if (i < k) {               /* grow the heap: sift c[i] up */
+            const cand x = c[i];
+            for (at = i; at > 0 && worse(&x, &c[(at - 1) / 2]); at = (at - 1) / 2)
+                c[at] = c[(at - 1) / 2];
+            c[at] = x;
+            continue;
+        }
+        const cand x = c[i];       /* replace the worst: sift x down */
+        for (at = 0;;) {
+            int child = 2 * at + 1;
+            if (child >= k)
+                break;
+            if (child + 1 < k && worse(&c[child + 1], &c[child]))
+                child++;
+            if (!worse(&c[child], &x))
+                break;
+            c[at] = c[child];
+            at = child;
+        }
+        c[at] = x;
+    }
+    qsort(c, (size_t)k, sizeof *c, by_logit);
+}
+
 int32_t merak_sampler_next(merak_sampler *s, const float *logits)
 {
     const int V = s->V;
-    if (s->opts.temperature == 0.0f) {
+    const float t = s->opts.temperature;
+    if (t == 0.0f) {
         int32_t best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best])
                 best = i;
         return best;
     }
-    for (int i = 0; i < V; i++)
-        s->c[i] = (cand){logits[i] / s->opts.temperature, i};
-    qsort(s->c, (size_t)V, sizeof *s->c, by_logit);
     int m = s->opts.top_k > 0 && s->opts.top_k < V ? s->opts.top_k : V;
-    double sum = 0.0;
-    for (int i = 0; i < m; i++)
-        sum += s->p[i] = exp((double)s->c[i].logit - (double)s->c[0].logit);
-    if (s->opts.top_p < 1.0f) {
+    if (m == V && s->opts.top_p >= 1.0f) {
+        /* every token: drawn in id order, no sort */
+        float top = logits[0];
+        for (int i = 1; i < V; i++)
+            top = logits[i] > top ? logits[i] : top;
+        double sum = 0.0;
+        for (int i = 0; i < V; i++)
+            sum += s->p[i] = exp((double)(logits[i] / t) - (double)(top / t));
+        const double u = uniform(s) * sum;
         double cum = 0.0;
-        for (int i = 0; i < m; i++) {
+        int last = 0;
+        for (int i = 0; i < V; i++) {
             cum += s->p[i];
-            if (cum >= s->opts.top_p * sum) {
-                m = i + 1, sum = cum;
-                break;
+            if (u < cum)
+                return i;
+            last = s->p[i] > 0 ? i : last;
+        }
+        return last;   /* u within rounding of sum: the last token that can be drawn */
+    }
+    for (int i = 0; i < V; i++)
+        s->c[i] = (cand){logits[i] / t, i};
+    double sum = 0.0;
+    int sorted = 0;
+    if (m == V && V > TOP_P_FIRST) {
+        /* top-p alone: a trained model's nucleus is usually a few hundred
+         * tokens, so the TOP_P_FIRST most likely are sorted first, and all
+         * only when they hold less than top_p of the probability (at once
+         * when even TOP_P_FIRST tokens as likely as the first could not) */
+        float top = s->c[0].logit;
+        for (int i = 1; i < V; i++)
+            top = s->c[i].logit > top ? s->c[i].logit : top;
+        for (int i = 0; i < V; i++)
+            sum += exp((double)s->c[i].logit - (double)top);
+        if (s->opts.top_p * sum <= TOP_P_FIRST) {
+            keep_best(s->c, V, TOP_P_FIRST);
+            double cum = 0.0;
+            for (int i = 0; i < TOP_P_FIRST && !sorted; i++) {
+                cum += s->p[i] = exp((double)s->c[i].logit - (double)top);
+                if (cum >= s->opts.top_p * sum)
+                    m = i + 1, sum = cum, sorted = 1;
+            }
+            if (!sorted)   /* keep_best dropped the others: all of them again */
+                for (int i = 0; i < V; i++)
+                    s->c[i] = (cand){logits[i] / t, i};
+        }
+    }
+    if (!sorted) {
+        if (m < V)
+            keep_best(s->c, V, m);
+        else
+            qsort(s->c, (size_t)V, sizeof *s->c, by_logit);
+        sum = 0.0;
+        for (int i = 0; i < m; i++)
+            sum += s->p[i] = exp((double)s->c[i].logit - (double)s->c[0].logit);
+        if (s->opts.top_p < 1.0f) {
+            double cum = 0.0;
+            for (int i = 0; i < m; i++) {
+                cum += s->p[i];
+                if (cum >= s->opts.top_p * sum) {
+                    m = i + 1, sum = cum;
+                    break;
+                }
             }
         }
     }
