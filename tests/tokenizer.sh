@@ -107,6 +107,8 @@ bad norm '{"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {},
 bad pre '{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "pre-tokenizer 'Whitespace' is not supported"
 bad regex '{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "split pattern at offset 1: missing closing parenthesis"
 bad json '{"model": ' "json.json: line 1"
+bad hugeid '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 2000000000}, "merges": []}}' "vocab entry 'b' has id 2000000000, past the largest id merak takes (16777215)"
+bad hugeadded '{"added_tokens": [{"id": 16777216, "content": "<x>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}' "added token '<x>' has id 16777216, past the largest id merak takes (16777215)"
 expect_exit 1 "nothing.json: cannot open: No such file" "$SHARD" --tokenizer "$WORK/nothing.json" -o "$WORK/x.bin" "$C/spaces.txt"
 mkfifo "$WORK/fifo.json"
 expect_exit 1 "fifo.json: not a regular file" "$SHARD" --tokenizer "$WORK/fifo.json" -o "$WORK/x.bin" "$C/spaces.txt"

@@ -31,6 +31,10 @@
 #define MAX_STAGES 8
 #define CACHE_SLOTS (1u << 17)
 #define CACHE_BYTES ((size_t)64 << 20)
+/* Token ids index tables of the whole id range: an id far past any real
+ * vocabulary (the largest have some 256k tokens) is a broken file, not a
+ * reason to map gigabytes. */
+#define MAX_ID ((1 << 24) - 1)
 
 typedef struct stage {
     pcre2_code *re;    /* NULL: no split */
@@ -244,8 +248,11 @@ static int load_model(merak_tokenizer *t, const char *path, json_t *m)
     json_t *v;
     json_object_foreach(t->vocab, key, v) {
         json_int_t id = json_integer_value(v);
-        if (!json_is_integer(v) || id < 0 || id >= (json_int_t)1 << 31)
+        if (!json_is_integer(v) || id < 0)
             return fail(t, "%s: vocab entry '%s' has no valid id", path, key);
+        if (id > MAX_ID)
+            return fail(t, "%s: vocab entry '%s' has id %lld, past the largest id merak takes (%d)", path, key,
+                        (long long)id, MAX_ID);
         if ((uint32_t)id + 1 > t->nvocab)
             t->nvocab = (uint32_t)id + 1;
     }
@@ -309,9 +316,11 @@ static int load_added(merak_tokenizer *t, const char *path, json_t *list)
     json_array_foreach(list, i, e) {
         const char *c = json_string_value(json_object_get(e, "content"));
         json_t *id = json_object_get(e, "id");
-        if (!c || !*c || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= (json_int_t)1 << 31)
+        if (!c || !*c || !json_is_integer(id) || json_integer_value(id) < 0)
             return fail(t, "%s: added token %zu has no content or id", path, i);
+        if (json_integer_value(id) > MAX_ID)
+            return fail(t, "%s: added token '%s' has id %lld, past the largest id merak takes (%d)", path, c,
+                        (long long)json_integer_value(id), MAX_ID);
         if (json_is_true(json_object_get(e, "lstrip")) || json_is_true(json_object_get(e, "rstrip")) ||
             json_is_true(json_object_get(e, "single_word")))
             return fail(t, "%s: added token '%s': lstrip, rstrip and single_word are not supported",
