@@ -1,10 +1,12 @@
 /*
  * test_tokenizer.c - decoding round-trips: test_tokenizer TOKENIZER.json
- * FILE... encodes each FILE (and then every byte value 0..255, invalid
+ * FILE... (without arguments: the fixture tokenizer, and the ids the
+ * tokenizers library gives for a few texts, hard-coded) encodes each FILE (and then every byte value 0..255, invalid
  * UTF-8 and all, and a text of added tokens glued to words) and checks that
  * the tokens' bytes give back the input exactly, that every id is inside
  * the vocabulary, and that encoding twice gives the same ids.  TAP.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,17 +56,54 @@ static void round_trip(const char *what, const char *text, size_t n)
     free(again);
 }
 
+/* Without arguments (make check): the fixture tokenizer (every byte a
+ * token, merges "Ġ t" and "Ġt h", the added token <|endoftext|>) gives the
+ * ids the Hugging Face tokenizers library (0.20.3) gave for these texts,
+ * with no Python needed to check them. */
+static void fixed_ids(void)
+{
+    static const struct {
+        const char *what, *text;
+        int n;
+        uint32_t ids[16];
+    } cases[] = {
+        {"' the thin one'", " the thin one", 9, {257, 68, 257, 72, 77, 220, 78, 77, 68}},
+        {"'the<|endoftext|> then'", "the<|endoftext|> then", 7, {83, 71, 68, 258, 257, 68, 77}},
+        {"'a', two newlines, two spaces, 'b'", "a\n\n  b", 6, {64, 198, 198, 220, 220, 65}},
+        {"' tthh'", " tthh", 4, {256, 83, 71, 71}},
+        {"'caf\xc3\xa9 \xf0\x9f\x98\x80 42'", "caf\xc3\xa9 \xf0\x9f\x98\x80 42", 13,
+         {66, 64, 69, 127, 102, 220, 172, 253, 246, 222, 220, 19, 17}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char err[512] = "";
+        uint32_t *ids = NULL;
+        size_t len = 0, cap = 0;
+        int rc = merak_tokenizer_encode(g_tok, cases[c].text, strlen(cases[c].text), &ids, &len, &cap, err,
+                                        sizeof err);
+        char got[256] = "";
+        for (size_t i = 0, k = 0; i < len && k < sizeof got - 12; i++)
+            k += (size_t)snprintf(got + k, sizeof got - k, "%s%u", i ? " " : "", (unsigned)ids[i]);
+        tap_ok(rc == 0 && len == (size_t)cases[c].n && !memcmp(ids, cases[c].ids, len * sizeof *ids),
+               "fixture: %s encodes to the library's %d ids (got %s%s)", cases[c].what, cases[c].n, got, err);
+        free(ids);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    char err[512];
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_tokenizer TOKENIZER.json [FILE...]\n");
-        return 2;
+    char err[512], fixture[4096];
+    const char *path = argc > 1 ? argv[1] : NULL;
+    if (!path) {
+        const char *src = getenv("MERAK_SRCDIR");
+        snprintf(fixture, sizeof fixture, "%s/tests/fixtures/tokenizer-bytes.json", src ? src : ".");
+        path = fixture;
     }
-    if (merak_tokenizer_load(argv[1], &g_tok, err, sizeof err) < 0) {
-        printf("not ok 1 - load %s: %s\n1..1\n", argv[1], err);
+    if (merak_tokenizer_load(path, &g_tok, err, sizeof err) < 0) {
+        printf("not ok 1 - load %s: %s\n1..1\n", path, err);
         return 1;
     }
+    if (argc < 2)
+        fixed_ids();
     for (int i = 2; i < argc; i++) {
         char *buf = NULL;
         size_t n = 0;
