@@ -14,7 +14,6 @@
  * The waiting thread is stuck inside MPI, so the watchdog cannot return
  * an error through it: exiting is the one way out.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -80,6 +80,21 @@ static double uniform(merak_sampler *s)
     return (double)(merak_mix64(s->rng) >> 11) * 0x1.0p-53;
 }
 
+/* The index of p[0..m) that u (uniform in [0, the sum of p)) falls on; the
+ * last one that can be drawn (p > 0) when rounding leaves u past the end. */
+static int pick(const double *p, int m, double u)
+{
+    double cum = 0.0;
+    int last = 0;
+    for (int i = 0; i < m; i++) {
+        cum += p[i];
+        if (u < cum)
+            return i;
+        last = p[i] > 0 ? i : last;
+    }
+    return last;
+}
+
 /* Top-p over the whole vocabulary first sorts this many of the most likely. */
 enum { TOP_P_FIRST = 1024 };
 
@@ -138,16 +153,7 @@ int32_t merak_sampler_next(merak_sampler *s, const float *logits)
         double sum = 0.0;
         for (int i = 0; i < V; i++)
             sum += s->p[i] = exp((double)(logits[i] / t) - (double)(top / t));
-        const double u = uniform(s) * sum;
-        double cum = 0.0;
-        int last = 0;
-        for (int i = 0; i < V; i++) {
-            cum += s->p[i];
-            if (u < cum)
-                return i;
-            last = s->p[i] > 0 ? i : last;
-        }
-        return last;   /* u within rounding of sum: the last token that can be drawn */
+        return pick(s->p, V, uniform(s) * sum);
     }
     for (int i = 0; i < V; i++)
         s->c[i] = (cand){logits[i] / t, i};
@@ -195,14 +201,7 @@ int32_t merak_sampler_next(merak_sampler *s, const float *logits)
             }
         }
     }
-    const double u = uniform(s) * sum;
-    double cum = 0.0;
-    for (int i = 0; i < m; i++) {
-        cum += s->p[i];
-        if (u < cum)
-            return s->c[i].id;
-    }
-    return s->c[m - 1].id;   /* u within rounding of sum */
+    return s->c[pick(s->p, m, uniform(s) * sum)].id;
 }
 
 int merak_generate(merak_decoder *d, merak_sampler *s, const int32_t *prompt, int n, int max_tokens,
