@@ -29,7 +29,7 @@ struct merak_ucx {
     MPI_Comm comm;
     int size, rank;
     ucp_ep_h *eps;                   /* [size], NULL for this rank */
-    unsigned idle;                   /* progress calls in a row that moved nothing */
+    unsigned idle;                   /* waiting progress calls in a row that moved nothing */
 };
 
 /* What a request in flight keeps in merak_req.impl. */
@@ -47,9 +47,14 @@ static ucp_tag_t make_tag(int src, int tag)
     return ((ucp_tag_t)(uint32_t)src << 32) | (uint32_t)tag;
 }
 
-static void progress(merak_ucx *u)
+/* Lets transfers move (between other work: a test, a poll); did any? */
+static int progress(merak_ucx *u) { return ucp_worker_progress(u->worker) != 0; }
+
+/* The same while waiting: when nothing moves for a while, yields the core
+ * (to the ranks sharing it) on every further call. */
+static void wait_progress(merak_ucx *u)
 {
-    if (ucp_worker_progress(u->worker))
+    if (progress(u))
         u->idle = 0;
     else if (++u->idle >= SPIN_BEFORE_YIELD)
         sched_yield();
@@ -167,7 +172,7 @@ static void drain(merak_ucx *u, void **reqs, int n)
         if (!reqs[i])
             continue;
         while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS)
-            progress(u);
+            wait_progress(u);
         ucp_request_free(reqs[i]);
     }
 }
@@ -233,7 +238,7 @@ static void close_ucx(merak_ucx *u)
     if (MPI_Ibarrier(u->comm, &b) == MPI_SUCCESS) {
         int done = 0;
         while (MPI_Test(&b, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
-            progress(u);
+            wait_progress(u);
     }
     free_ucx(u);
 }
@@ -273,13 +278,13 @@ static int req_wait(merak_req *req)
 {
     int rc;
     while ((rc = check(req)) == 0)
-        progress(req->group->ucx);
+        wait_progress(req->group->ucx);
     return rc < 0 ? -1 : 0;
 }
 
 static int req_test(merak_req *req)
 {
-    progress(req->group->ucx);
+    (void)progress(req->group->ucx);
     return check(req);
 }
 
@@ -329,6 +334,6 @@ static int ucx_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, 
     return started(g, r, peer, bytes, req);
 }
 
-static void ucx_progress(merak_group *g) { progress(g->ucx); }
+static void ucx_progress(merak_group *g) { (void)progress(g->ucx); }
 
 const merak_p2p_ops merak_ucx_p2p = {ucx_send, ucx_recv, ucx_progress};

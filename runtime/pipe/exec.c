@@ -88,6 +88,8 @@ struct merak_exec {
     size_t *ready;
     void (*hook)(void *ctx, size_t from);
     void *hook_ctx;
+    void (*poll)(void *ctx);   /* after every op (merak_exec_set_poll) */
+    void *poll_ctx;
 };
 
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
@@ -565,6 +567,12 @@ void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from),
     e->hook_ctx = ctx;
 }
 
+void merak_exec_set_poll(merak_exec *e, void (*fn)(void *ctx), void *ctx)
+{
+    e->poll = fn;
+    e->poll_ctx = ctx;
+}
+
 int merak_exec_zero_grads(merak_exec *e)
 {
     return e->k->zero(e->grads, e->flat_n * sizeof(float));
@@ -1023,11 +1031,12 @@ static double synced_now(const merak_exec *e)
 
 static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
-    if (!e->op_fwd)
-        return run_op(e, slot, i, sb, ps);
-    double t0 = synced_now(e);
+    double t0 = e->op_fwd ? synced_now(e) : 0;
     int rc = run_op(e, slot, i, sb, ps);
-    (ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] += synced_now(e) - t0;
+    if (e->op_fwd)
+        (ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] += synced_now(e) - t0;
+    if (e->poll)
+        e->poll(e->poll_ctx);
     return rc;
 }
 
@@ -1184,8 +1193,11 @@ int merak_exec_backward_weight(merak_exec *e, int slot)
     if (check_recomputed(e, slot) < 0)
         return -1;
     const chunk *c = chunk_of(e, slot);
-    for (int i = c->end - 1; i >= c->begin; i--)
+    for (int i = c->end - 1; i >= c->begin; i--) {
         weight_step(e, slot, i, WHOLE);
+        if (e->poll)
+            e->poll(e->poll_ctx);
+    }
     pool_release(e, slot);
     return 0;
 }

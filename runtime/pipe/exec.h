@@ -163,6 +163,15 @@ int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
  * the last backward of an interleaved step).  fn NULL removes it. */
 void merak_exec_set_grad_hook(merak_exec *e, void (*fn)(void *ctx, size_t from), void *ctx);
 
+/* Polling: while set, fn(ctx) runs after every op of every pass (forward,
+ * recompute, backward, weight gradients), so that communication the caller
+ * has in flight moves while the slice computes.  MPI moves a large message
+ * only while both its ranks are inside MPI (unless the transport copies it
+ * in one go, as shared memory's single-copy does), and a stage that posts
+ * a send and then computes for a whole forward holds the message up for
+ * that long.  fn NULL removes it. */
+void merak_exec_set_poll(merak_exec *e, void (*fn)(void *ctx), void *ctx);
+
 /* Evaluation (on 1) or training (0, the default): in evaluation dropout
  * keeps every value, as a model in eval mode does. */
 void merak_exec_set_eval(merak_exec *e, int on);

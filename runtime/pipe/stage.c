@@ -68,6 +68,7 @@ struct merak_stage {
     size_t done_early;            /* floats reduced while the backward still ran */
     double wait_s;                /* waiting for the reductions after the backward */
     int dp_failed;
+    int pp_failed;                /* a pipeline transfer failed while polled */
     /* ZeRO-1: this rank updates floats [zlo, zhi) of the flat buffers */
     int *zcounts;                 /* [dp] floats per dp rank; NULL without ZeRO */
     size_t zlo, zhi;              /* without ZeRO: 0, flat_n */
@@ -131,7 +132,6 @@ static void grad_ready(void *ctx, size_t from)
             s->dp_failed = 1;
         s->launched = lo;
     }
-    dp_progress(s);
 }
 
 /* Buckets: launches the rest of the flat buffer and waits for every bucket. */
@@ -256,6 +256,31 @@ static int optimizer_step(merak_stage *s, const merak_stage_hooks *h, char *err,
     return 0;
 }
 
+/* Executor poll, after every op: the pipeline receives and sends and the
+ * data-parallel buckets in flight move while this stage computes (MPI
+ * moves a large message only while both ranks are inside MPI: without
+ * this, where shared memory has no single-copy, an activation sent before
+ * a forward waited for the end of it, and every stage ran at the pace of
+ * those waits; bench/RESULTS.md section 9).  A transfer that fails here is
+ * over; pp_failed reports it after the instruction. */
+static void poll_req(merak_stage *s, merak_req *r)
+{
+    if (r->active && merak_test(r) < 0)
+        s->pp_failed = 1;
+}
+
+static void poll_comm(void *ctx)
+{
+    merak_stage *s = ctx;
+    for (int i = 0; i < s->sched.nslots; i++) {
+        poll_req(s, &s->act_req[i]);
+        poll_req(s, &s->grad_req[i]);
+    }
+    for (int i = 0; i < s->nsends; i++)
+        poll_req(s, &s->sends[i]);
+    dp_progress(s);
+}
+
 /* Message tags: an activation or (grad 1) a gradient of micro-batch mb
  * for the receiver's chunk c. */
 static int tag(const merak_stage *s, int c, int mb, int grad) { return (c * s->M + mb) * 2 + grad; }
@@ -263,8 +288,8 @@ static int tag(const merak_stage *s, int c, int mb, int grad) { return (c * s->M
 /* Runs one instruction; returns 0 or -1 with err.  Chunk c's activation
  * goes to the next stage's chunk c, or from the last stage to the first
  * stage's chunk c+1; gradients come back the same way. */
-static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_instr *in, char *err,
-                     size_t errlen)
+static int dispatch(merak_stage *s, const merak_stage_hooks *h, const merak_instr *in, char *err,
+                    size_t errlen)
 {
     const int slot = in->slot, mb = in->mb, c = in->chunk, p = s->grid->pp_rank, pp = s->grid->pp;
     const int prev = p > 0 ? p - 1 : pp - 1, next = p + 1 < pp ? p + 1 : 0;
@@ -309,6 +334,16 @@ static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_ins
     case MERAK_I_OPTIMIZER_STEP: return optimizer_step(s, h, err, errlen);
     default: return merak_errf(err, errlen, "unknown instruction %d", (int)in->kind);
     }
+}
+
+/* Runs one instruction, and reports a transfer that its polls saw fail. */
+static int run_instr(merak_stage *s, const merak_stage_hooks *h, const merak_instr *in, char *err,
+                     size_t errlen)
+{
+    int rc = dispatch(s, h, in, err, errlen);
+    if (rc == 0 && s->pp_failed)
+        rc = comm_failed(s, "a pipeline transfer", err, errlen);
+    return rc;
 }
 
 /* Bytes moved so far by the tp, pp, dp and tied groups. */
@@ -746,6 +781,8 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     eo.plan_only = s->plan_only;
     if (merak_exec_create(g, &eo, &s->e, err, errlen) < 0)
         return -1;
+    if (gr->pp > 1 || gr->dp > 1)
+        merak_exec_set_poll(s->e, poll_comm, s);
     merak_exec_set_loss_scale(s->e, 1.0f / (float)(o->micro_batches * gr->dp));
     for (int c = 0; c < s->V; c++) {
         int q = c * S + p;

@@ -183,6 +183,9 @@ static void fill_tokens(const merak_graph *g, merak_exec *e, int s, int V, unsig
 
 static double loss_of(merak_exec *e) { merak_exec_forward(e, 0, 7); return merak_exec_loss(e, 0); }
 
+/* An executor poll that counts its calls. */
+static void count_poll(void *ctx) { ++*(int *)ctx; }
+
 static void test_model_gradients(const char *preset)
 {
     merak_model_config c;
@@ -235,10 +238,18 @@ static void test_model_gradients(const char *preset)
     float *grads = merak_exec_grads_flat(e, &n), *ref = malloc(n * sizeof *ref);
     memcpy(ref, grads, n * sizeof *ref);
     merak_exec_zero_grads(e);
+    int polls[3] = {0, 0, 0};
+    merak_exec_set_poll(e, count_poll, &polls[0]);
     merak_exec_forward(e, 0, 7);
+    merak_exec_set_poll(e, count_poll, &polls[1]);
     merak_exec_backward_input(e, 0);
+    merak_exec_set_poll(e, count_poll, &polls[2]);
     merak_exec_backward_weight(e, 0);
+    merak_exec_set_poll(e, NULL, NULL);
     tap_ok(memcmp(ref, grads, n * sizeof *ref) == 0, "%s: split backward equals fused backward bitwise", preset);
+    tap_ok(polls[0] == g->nops && polls[1] == g->nops && polls[2] == g->nops,
+           "%s: the poll ran after each of the %d ops of the forward, input and weight passes (%d, %d, %d)", preset,
+           g->nops, polls[0], polls[1], polls[2]);
 
     /* Two micro-batches in two slots, both forwards before the backwards
      * (gpipe order), equal the two run one after the other. */
