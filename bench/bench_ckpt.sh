@@ -23,13 +23,9 @@ set -eu
 BUILDDIR=${1:-.}
 MODEL=${2:-gpt2}
 THREADS=${3:-1}
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-ckpt.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-: "${MERAK_DEVICES:=$SRC/data/devices.json}"
-export MERAK_DEVICES
-find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP/c.txt"
-"$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_ckpt "$BUILDDIR" merak-train merak-shard
+bench_shard "$TMP/d.bin"
 T="$BUILDDIR/merak-train --model $MODEL --data $TMP/d.bin --micro-batch 1 --seq-len 64 --threads $THREADS"
 now() { date +%s.%N; }
 

@@ -18,11 +18,9 @@ B=${B:-8}
 T=${T:-1024}
 REPS=${REPS:-5}
 PYTHON=${PYTHON:-python3}
-die() { echo "bench_cuda_ops: $*" >&2; exit 1; }
-[ -d "$BUILDDIR" ] || die "usage: $0 BUILDDIR"
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_cuda_ops "$BUILDDIR"
 make -s -C "$BUILDDIR" bench/bench_cuda_ops >/dev/null || die "cannot build bench/bench_cuda_ops (a CUDA build?)"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_cuda_ops.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT INT TERM
 "$BUILDDIR/bench/bench_cuda_ops" --batch "$B" --seq-len "$T" --reps "$REPS" > "$TMP/merak.txt" ||
     die "bench_cuda_ops failed"
 cat > "$TMP/torch_ops.py" <<'EOF'

@@ -32,7 +32,6 @@
 set -eu
 
 BUILDDIR=${1:-.}
-SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
 MODELS=${MODELS:-"gpt2-124m llama-125m"}
 THREADS=${THREADS:-"1 2"}
 PROMPT=${PROMPT:-16}
@@ -41,19 +40,11 @@ NOCACHE_TOKENS=${NOCACHE_TOKENS:-32}
 REPS=${REPS:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
 TORCH_OMP_WAIT_POLICY=${TORCH_OMP_WAIT_POLICY:-passive}
+
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_generate "$BUILDDIR" merak-generate
+bench_need "$PYTHON" torch
 REF=$SRCDIR/tests/ref/torch_ref.py
-
-die() { echo "bench_generate: $*" >&2; exit 1; }
-[ -x "$BUILDDIR/merak-generate" ] || die "$BUILDDIR/merak-generate not found (usage: $0 BUILDDIR)"
-BUILDDIR=$(cd "$BUILDDIR" && pwd)
-if ! "$PYTHON" -c 'import torch' > /dev/null 2>&1; then
-    echo "bench_generate: skipped: $PYTHON cannot import torch"
-    exit 0
-fi
-. "$(dirname "$0")/lib.sh"   # median
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_generate.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT INT TERM
 
 cat > "$TMP/gpt2-124m.json" <<'EOF'
 {"model_type":"gpt2","vocab_size":50257,"n_positions":1024,"n_embd":768,"n_layer":12,"n_head":12,"n_inner":null,"layer_norm_epsilon":1e-5,"initializer_range":0.02,"tie_word_embeddings":true,"activation_function":"gelu_new","resid_pdrop":0.0,"embd_pdrop":0.0,"attn_pdrop":0.0}

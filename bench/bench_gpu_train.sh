@@ -27,7 +27,6 @@
 set -eu
 
 BUILDDIR=${1:-.}
-SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
 MODELS=${MODELS:-"gpt2 gpt2-medium"}
 T=${T:-1024}
 B=${B:-8}
@@ -39,15 +38,12 @@ PYTHON=${PYTHON:-python3}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-66.9}
 
-die() { echo "bench_gpu_train: $*" >&2; exit 1; }
-[ -x "$BUILDDIR/merak-train" ] || die "$BUILDDIR/merak-train not found (usage: $0 BUILDDIR)"
-BUILDDIR=$(cd "$BUILDDIR" && pwd)
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_gpu_train "$BUILDDIR" merak-train merak-shard
 if ! "$PYTHON" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
     echo "bench_gpu_train: skipped: $PYTHON has no torch with a CUDA device"
     exit 0
 fi
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_gpu_train.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT INT TERM
 
 # GPT-2's vocabulary over the project's text: byte values are valid token ids.
 find "$SRCDIR" \( -name .git -o -name autom4te.cache \) -prune -o -type f \
@@ -118,8 +114,6 @@ print("params %d" % nparams)
 print("peak_mib %.0f" % (torch.cuda.max_memory_allocated() / 2**20))
 for t in times: print("ms %.4f" % t)
 EOF
-
-. "$(dirname "$0")/lib.sh"   # median
 NSTEPS=$((WARMUP + STEPS))
 TOK=$((B * M * T))
 echo "# bench_gpu_train: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), B=$B M=$M T=$T ($TOK tokens/step), $WARMUP warm-up + $STEPS timed steps"

@@ -15,17 +15,14 @@
 set -eu
 BUILDDIR=${1:-.}
 TRAIN=$BUILDDIR/merak-train
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-overlap.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP/c.txt"
-"$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_overlap "$BUILDDIR" merak-train merak-shard
+bench_shard "$TMP/d.bin"
 for mode in buckets flush; do
     mb=1; [ $mode = flush ] && mb=1000
-    mpirun -np 2 --bind-to none "$TRAIN" --model demo-gpt2 --data "$TMP/d.bin" --micro-batch 8 \
+    quiet mpirun -np 2 --bind-to none "$TRAIN" --model demo-gpt2 --data "$TMP/d.bin" --micro-batch 8 \
         --seq-len 128 --micro-batches 2 --steps 10 --threads 1 --dp 2 --bucket-mb $mb \
-        --metrics "$TMP/$mode.jsonl" > /dev/null 2>&1
+        --metrics "$TMP/$mode.jsonl"
 done
 python3 - "$TMP" <<'PYEOF'
 import json, statistics, sys

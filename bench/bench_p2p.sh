@@ -12,19 +12,16 @@
 set -eu
 BUILDDIR=${1:-.}
 TRAIN=$BUILDDIR/merak-train
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-p2p.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP/c.txt"
-"$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_p2p "$BUILDDIR" merak-train merak-shard
+bench_shard "$TMP/d.bin"
 for layout in "1 1 2" "2 2 2"; do
     set -- $layout
     np=$(($1 * $2 * $3))
     for p2p in mpi ucx; do
-        mpirun -np $np --oversubscribe --bind-to none "$TRAIN" --model demo-gpt2 --data "$TMP/d.bin" \
+        quiet mpirun -np $np --oversubscribe --bind-to none "$TRAIN" --model demo-gpt2 --data "$TMP/d.bin" \
             --micro-batch 4 --seq-len 64 --micro-batches 8 --steps 12 --threads 1 \
-            --dp $1 --tp $2 --pp $3 --p2p $p2p --metrics "$TMP/$1$2$3.$p2p.jsonl" > /dev/null 2>&1
+            --dp $1 --tp $2 --pp $3 --p2p $p2p --metrics "$TMP/$1$2$3.$p2p.jsonl"
     done
 done
 python3 - "$TMP" <<'PYEOF'

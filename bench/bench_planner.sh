@@ -21,14 +21,9 @@
 set -eu
 BUILDDIR=${1:-.}
 NP=${2:-2}
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-plan.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-: "${MERAK_DEVICES:=$SRC/data/devices.json}"
-export MERAK_DEVICES
-find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP/c.txt"
-"$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_planner "$BUILDDIR" merak-train merak-shard merak-plan
+bench_shard "$TMP/d.bin"
 "$BUILDDIR/merak-plan" --calibrate "$TMP/here.json" --model demo-gpt2 --micro-batch 4 --seq-len 128 --threads 1 \
     --repeat 5 > "$TMP/calib.txt"
 for M in 2 4 8; do

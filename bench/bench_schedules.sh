@@ -12,23 +12,22 @@
 # forward to last backward) with the measured one: the ratio is
 # measured/simulated, 1.00 when the pipeline runs as the schedule says.
 # Prints one row per schedule: step ms, pipeline ms measured, simulated,
-# ratio.
+# ratio.  SCHEDULES (environment) lists the runs, SCHEDULE:RECOMPUTE each
+# (default: all six rows of bench/RESULTS.md section 9).
 set -eu
 BUILDDIR=${1:-.}
 PP=${2:-2}
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-sched.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP/c.txt"
-"$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+SCHEDULES=${SCHEDULES:-"gpipe:none 1f1b:none 1f1b:full scp:full zb-h1:none interleaved:none"}
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_schedules "$BUILDDIR" merak-train merak-shard merak-trace
+bench_shard "$TMP/d.bin"
 M=$((4 * PP))
 printf '%-22s %9s %13s %13s %9s\n' schedule "step ms" "pipeline ms" "simulated ms" ratio
-for run in gpipe:none 1f1b:none 1f1b:full scp:full zb-h1:none interleaved:none; do
+for run in $SCHEDULES; do
     s=${run%:*} rc=${run#*:}
-    mpirun -np "$PP" --bind-to none "$BUILDDIR/merak-train" --model demo-gpt2 --data "$TMP/d.bin" \
+    quiet mpirun -np "$PP" --bind-to none "$BUILDDIR/merak-train" --model demo-gpt2 --data "$TMP/d.bin" \
         --micro-batch 4 --seq-len 128 --micro-batches $M --steps 3 --threads 1 --pp "$PP" \
-        --schedule "$s" --recompute "$rc" --trace "$TMP/t.json" > /dev/null 2>&1
+        --schedule "$s" --recompute "$rc" --trace "$TMP/t.json"
     "$BUILDDIR/merak-trace" "$TMP/t.json" --simulate --json > "$TMP/s.json"
     python3 - "$TMP/s.json" "$s, recompute $rc" <<'PYEOF'
 import json, sys

@@ -20,12 +20,10 @@ BUILDDIR=${1:-.}
 VOCAB=${VOCAB:-8000}
 COPIES=${COPIES:-4}
 PYTHON=${PYTHON:-/usr/bin/python3}
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-[ -x "$BUILDDIR/merak-shard" ] || { echo "bench_tokenizer: $BUILDDIR/merak-shard not found" >&2; exit 1; }
-"$PYTHON" -c 'import tokenizers, numpy' 2>/dev/null || { echo "bench_tokenizer: skipped: $PYTHON has no tokenizers"; exit 0; }
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_tok.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT INT TERM
-find "$SRC" \( -name .git -o -name autom4te.cache -o -name build -o -name 'build-*' -o -name .gpu \) -prune -o \
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_tokenizer "$BUILDDIR" merak-shard
+bench_need "$PYTHON" tokenizers numpy
+find "$SRCDIR" \( -name .git -o -name autom4te.cache -o -name build -o -name 'build-*' -o -name .gpu \) -prune -o \
     -type f \( -name '*.[ch]' -o -name '*.md' -o -name '*.[178]' \) -print | LC_ALL=C sort > "$TMP/list"
 i=0
 while [ $i -lt "$COPIES" ]; do

@@ -16,17 +16,14 @@ set -eu
 BUILDDIR=${1:-.}
 TP=${2:-2}
 B=${3:-8}
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-tpo.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-find "$SRC/runtime" "$SRC/kernels/cpu" -name '*.[ch]' | sort | xargs cat > "$TMP/c.txt"
-"$BUILDDIR/merak-shard" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_tp_overlap "$BUILDDIR" merak-train merak-shard merak-trace
+bench_shard "$TMP/d.bin"
 for K in 1 2 4; do
     [ $((B % K)) -eq 0 ] || continue
-    mpirun -np "$TP" --bind-to none "$BUILDDIR/merak-train" --model demo-gpt2 --data "$TMP/d.bin" \
+    quiet mpirun -np "$TP" --bind-to none "$BUILDDIR/merak-train" --model demo-gpt2 --data "$TMP/d.bin" \
         --micro-batch "$B" --seq-len 128 --micro-batches 2 --steps 7 --threads 1 --tp "$TP" \
-        --tp-overlap $K --trace "$TMP/t$K.json" > /dev/null 2>&1
+        --tp-overlap $K --trace "$TMP/t$K.json"
     for step in 2 3 4 5 6; do
         "$BUILDDIR/merak-trace" "$TMP/t$K.json" --step $step --json
     done > "$TMP/s$K.jsonl"

@@ -20,20 +20,16 @@
 # Prints one line per layout and group: measured, analytic, ratio.
 set -eu
 BUILDDIR=${1:-.}
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_traffic "$BUILDDIR" merak-train merak-shard
 TRAIN=$BUILDDIR/merak-train
-SHARD=$BUILDDIR/merak-shard
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/merak-traffic.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-find "$SRC/runtime" -name '*.c' | sort | head -8 | xargs cat > "$TMP/c.txt"
-"$SHARD" -o "$TMP/d.bin" "$TMP/c.txt" > /dev/null
+bench_shard "$TMP/d.bin"
 for layout in "2 1 1 0" "2 1 1 1" "1 2 1 0" "1 4 1 0" "2 2 1 0" "1 1 2 0" "2 2 2 0"; do
     set -- $layout
     np=$(($1 * $2 * $3))
-    mpirun -np $np --oversubscribe --bind-to none "$TRAIN" --model tiny-gpt2 --data "$TMP/d.bin" \
+    quiet mpirun -np $np --oversubscribe --bind-to none "$TRAIN" --model tiny-gpt2 --data "$TMP/d.bin" \
         --micro-batch 2 --seq-len 16 --micro-batches 4 --steps 3 --threads 1 --dp $1 --tp $2 --pp $3 \
-        --zero $4 --metrics "$TMP/m.$1$2$3$4.jsonl" > /dev/null 2>&1
+        --zero $4 --metrics "$TMP/m.$1$2$3$4.jsonl"
 done
 python3 - "$TMP" <<'PYEOF'
 import json, sys

@@ -38,7 +38,6 @@
 set -eu
 
 BUILDDIR=${1:-.}
-SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
 MODELS=${MODELS:-"demo-gpt2 demo-llama"}
 THREADS=${THREADS:-"1 2"}
 B=${B:-8}
@@ -50,19 +49,9 @@ REPS=${REPS:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
 TORCH_OMP_WAIT_POLICY=${TORCH_OMP_WAIT_POLICY-passive}
 
-die() { echo "bench_train: $*" >&2; exit 1; }
-
-[ -x "$BUILDDIR/merak-train" ] || die "$BUILDDIR/merak-train not found (usage: $0 BUILDDIR)"
-[ -x "$BUILDDIR/merak-shard" ] || die "$BUILDDIR/merak-shard not found (usage: $0 BUILDDIR)"
-BUILDDIR=$(cd "$BUILDDIR" && pwd)
-
-if ! "$PYTHON" -c 'import torch' >/dev/null 2>&1; then
-    echo "bench_train: skipped: $PYTHON cannot import torch"
-    exit 0
-fi
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_train.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT INT TERM
+. "$(dirname "$0")/lib.sh"
+bench_setup bench_train "$BUILDDIR" merak-train merak-shard
+bench_need "$PYTHON" torch
 
 # ---------------------------------------------------------------- configs
 cat > "$TMP/demo-gpt2.json" <<'EOF'
@@ -104,8 +93,6 @@ for i in range(n):
     R.train_step(cfg, params, opt, lambda j: data.batch((i * M + j) % W, B, T), M, 1.0)
     print("%.6f" % ((time.perf_counter() - t0) * 1e3), flush=True)
 EOF
-
-. "$(dirname "$0")/lib.sh"   # median
 
 NSTEPS=$((WARMUP + STEPS))
 TOK=$((B * M * T))
