@@ -86,18 +86,20 @@ typedef struct merak_attn_shape {
     /* dw (O,K) += dout^T @ inp ; db (O) += colsum(dout) if db != NULL */           \
     void (*linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *inp,    \
                          int N, int K, int O);                                     \
-    /* Causal softmax attention.  out (B,T,nh*hd); probs (B,nh,T,T) saved.      \
-     * With rope_theta > 0, qr (B,T,nh*hd) and kr (B,T,nkv*hd) receive the       \
-     * rotated q and k (saved for backward); otherwise they are unused (NULL).   \
-     * Scores are scaled by 1/sqrt(hd); query head h uses kv head              \
-     * h / (nh/nkv). */                                                          \
-    void (*attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,       \
+    /* Causal softmax attention.  out (B,T,nh*hd); lse (B,nh,T) saved: each  \
+     * query row's log-sum-exp of its scaled scores, from which the backward  \
+     * rebuilds the probabilities (no T x T matrix is kept from forward to     \
+     * backward).  With rope_theta > 0, qr (B,T,nh*hd) and kr (B,T,nkv*hd)     \
+     * receive the rotated q and k (saved for backward); otherwise they are    \
+     * unused (NULL).  Scores are scaled by 1/sqrt(hd); query head h uses kv   \
+     * head h / (nh/nkv).  scratch holds attention_scratch_elems(s) elements, \
+     * for the forward and the backward alike. */                              \
+    void (*attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *lse,         \
                           REAL *qr, REAL *kr, const REAL *q, const REAL *k,        \
-                          const REAL *v);                                          \
-    /* dq, dk, dv have the strides of q, k, v.  scratch holds                    \
-     * attention_scratch_elems(s) elements. */                                   \
+                          const REAL *v, REAL *scratch);                           \
+    /* dq, dk, dv have the strides of q, k, v. */                               \
     void (*attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,           \
-                          REAL *dv, const REAL *dout, const REAL *probs,           \
+                          REAL *dv, const REAL *dout, const REAL *lse,             \
                           const REAL *qr, const REAL *kr, const REAL *q,           \
                           const REAL *k, const REAL *v, REAL *scratch);            \
     size_t (*attention_scratch_elems)(const merak_attn_shape *s);                  \

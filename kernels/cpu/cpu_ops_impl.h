@@ -365,27 +365,40 @@ static void FN(rope_row_bwd)(REAL *dst, const REAL *src, int nheads, int hd, int
 /* ============================================================== attention
  * Causal softmax attention, grouped-query: query head h reads kv head
  * g = h / (nh/nkv).  q (B,T,.) has row stride q_stride, head h at column h*hd;
- * k, v likewise with nkv heads.  Per (b,h) it is three GEMMs (single-threaded
- * BLAS calls, one OpenMP task per head) over blocks of ATT_BLK query rows, a
- * block computing only the columns t2 < its last row + 1.
- * fwd: [rope: qr (B,T,nh*hd) = rot(q), kr (B,T,nkv*hd) = rot(k); Q,K = qr,kr]
- *      probs (B,nh,T,T) = softmax_{t2<=t}(Q[t].K[t2] / sqrt(hd)), 0 above diag
- *      out (B,T,nh*hd)  = probs @ V
- * bwd: dP = dout @ V^T ; dS = P * (dP - rowsum(P*dP)) / sqrt(hd)   per (b,h)
- *      dQ = dS @ K                                                 per (b,h)
- *      dK = sum_h dS^T @ Q ; dV = sum_h P^T @ dout (h in group)    per (b,g)
+ * k, v likewise with nkv heads.  Work goes in blocks of ATT_BLK query rows
+ * (single-threaded BLAS calls, one OpenMP task per head), a block computing
+ * only the columns t2 < its last row + 1; no T x T matrix is ever whole.
+ * fwd, per (b,h): [rope: qr (B,T,nh*hd) = rot(q), kr (B,T,nkv*hd) = rot(k);
+ *                  Q,K = qr,kr]
+ *      S = Q[t].K[t2] / sqrt(hd) ; P = softmax_{t2<=t}(S), 0 above diag
+ *      lse (B,nh,T) = log sum_{t2<=t} exp(S[t,t2])   (saved)
+ *      out (B,T,nh*hd) = P @ V
+ * bwd, per (b,g), the group's heads in order, block by block:
+ *      P = exp(S - lse) rebuilt from Q, K ; dP = dout @ V^T
+ *      dS = P * (dP - rowsum(P*dP)) / sqrt(hd)
+ *      dQ = dS @ K ; dK += dS^T @ Q ; dV += P^T @ dout
  *      rope: dq += rot^T(dQ), dk += rot^T(dK), else dq += dQ, dk += dK;
  *      dv += dV.
- * scratch: dS (B,nh,T,T), dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd). */
-static size_t FN(attention_scratch_elems)(const merak_attn_shape *s)
+ * scratch: fwd, a block of scores per (b,h); bwd, two blocks (P, dS) per
+ * (b,g), then dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd).  Indexed by
+ * head, not thread, so results do not depend on the thread count. */
+static size_t FN(attention_block_elems)(const merak_attn_shape *s)
 {
-    const size_t B = (size_t)s->B, T = (size_t)s->T;
-    return B * (size_t)s->n_head * T * T +
-           B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
+    return (size_t)imin(s->T, ATT_BLK) * (size_t)s->T;
 }
 
-/* p (T) := softmax(p[0..t]) in place, zeros after t; sum of exps in double */
-static void FN(softmax_causal_row)(REAL *p, int t, int T)
+static size_t FN(attention_scratch_elems)(const merak_attn_shape *s)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T, blk = FN(attention_block_elems)(s);
+    const size_t fwd = B * (size_t)s->n_head * blk;
+    const size_t bwd = B * (size_t)s->n_kv_head * 2 * blk +
+                       B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
+    return fwd > bwd ? fwd : bwd;
+}
+
+/* p (n >= t+1) := softmax(p[0..t]) in place, zeros after t up to n; returns
+ * the log-sum-exp of p[0..t] (the sum of exps in double) */
+static REAL FN(softmax_causal_row)(REAL *p, int t, int n)
 {
     REAL mx = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++)
@@ -399,13 +412,23 @@ static void FN(softmax_causal_row)(REAL *p, int t, int T)
     const REAL inv = (REAL)(1.0 / sum);
     for (int t2 = 0; t2 <= t; t2++)
         p[t2] *= inv;
-    for (int t2 = t + 1; t2 < T; t2++)
+    for (int t2 = t + 1; t2 < n; t2++)
         p[t2] = 0;
+    return mx + (REAL)log(sum);
 }
 
-static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
+/* Rows [r0, r1) of a head's scores: S[0:m, 0:r1] = scale * Q[r0:r1] @ K[0:r1]^T
+ * (row stride ld) */
+static void FN(attn_scores)(REAL *S, int ld, int r0, int r1, int hd, REAL scale, const REAL *Qh, int qs,
+                            const REAL *Kg, int ks)
+{
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd, scale, Qh + (size_t)r0 * qs, qs, Kg, ks, 0,
+         S, ld);
+}
+
+static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *lse,
                               REAL *qr, REAL *kr, const REAL *q, const REAL *k,
-                              const REAL *v)
+                              const REAL *v, REAL *scratch)
 {
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
@@ -413,6 +436,7 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
     int qs = s->q_stride, ks = s->k_stride;
     const int vs = s->v_stride;
     const ptrdiff_t BT = (ptrdiff_t)B * T;
+    const size_t blk = FN(attention_block_elems)(s);
 
     if (s->rope_theta > 0) {
         const float theta = s->rope_theta;
@@ -435,24 +459,22 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *probs,
         const REAL *Qh = Q + b * T * qs + (size_t)h * hd;
         const REAL *Kg = K + b * T * ks + (size_t)g * hd;
         const REAL *Vg = v + b * T * vs + (size_t)g * hd;
-        REAL *P = probs + (size_t)bh * T * T;
+        REAL *P = scratch + (size_t)bh * blk, *L = lse + (size_t)bh * T;
         REAL *O = out + b * T * C + (size_t)h * hd;
         for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
             const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
-            /* P[r0:r1, 0:r1] = scale * Q[r0:r1] @ K[0:r1]^T */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, scale,
-                 Qh + (size_t)r0 * qs, qs, Kg, ks, 0, P + (size_t)r0 * T, T);
+            FN(attn_scores)(P, r1, r0, r1, hd, scale, Qh, qs, Kg, ks);
             for (int t = r0; t < r1; t++)
-                FN(softmax_causal_row)(P + (size_t)t * T, t, T);
-            /* O[r0:r1] = P[r0:r1, 0:r1] @ V[0:r1] */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1,
-                 P + (size_t)r0 * T, T, Vg, vs, 0, O + (size_t)r0 * C, C);
+                L[t] = FN(softmax_causal_row)(P + (size_t)(t - r0) * r1, t, r1);
+            /* O[r0:r1] = P[0:m, 0:r1] @ V[0:r1] */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1, P, r1, Vg, vs, 0,
+                 O + (size_t)r0 * C, C);
         }
     }
 }
 
 static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
-                              REAL *dv, const REAL *dout, const REAL *probs,
+                              REAL *dv, const REAL *dout, const REAL *lse,
                               const REAL *qr, const REAL *kr, const REAL *q,
                               const REAL *k, const REAL *v, REAL *scratch)
 {
@@ -464,72 +486,61 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
     const int vs = s->v_stride;
     const ptrdiff_t BT = (ptrdiff_t)B * T;
     const REAL scale = (REAL)(1.0 / sqrt((double)hd));
+    const size_t blk = FN(attention_block_elems)(s);
+    const ptrdiff_t kvheads = (ptrdiff_t)B * nkv;
 
-    REAL *dS = scratch;                            /* (B,nh,T,T) */
-    REAL *dQ = dS + (size_t)B * nh * T * T;        /* (B,T,nh*hd) */
-    REAL *dK = dQ + (size_t)BT * C;                /* (B,T,nkv*hd) */
-    REAL *dV = dK + (size_t)BT * Ckv;              /* (B,T,nkv*hd) */
-    const int par = (size_t)BT * T * hd >= PAR_MIN; /* worth threads */
+    REAL *dQ = scratch + (size_t)kvheads * 2 * blk;  /* (B,T,nh*hd) */
+    REAL *dK = dQ + (size_t)BT * C;                   /* (B,T,nkv*hd) */
+    REAL *dV = dK + (size_t)BT * Ckv;                 /* (B,T,nkv*hd) */
+    const int par = (size_t)BT * T * hd >= PAR_MIN;  /* worth threads */
     (void)par; /* without OpenMP */
 
-    /* per (b,h): dS, dQ */
-    const ptrdiff_t heads = (ptrdiff_t)B * nh;
-    OMP(parallel for if (par && heads > 1) schedule(dynamic, 1))
-    for (ptrdiff_t bh = 0; bh < heads; bh++) {
-        const size_t b = (size_t)(bh / nh);
-        const int h = (int)(bh % nh), g = h / grp;
-        const REAL *Kg = K + b * T * ks + (size_t)g * hd;
-        const REAL *Vg = v + b * T * vs + (size_t)g * hd;
-        const REAL *G = dout + b * T * C + (size_t)h * hd;
-        const REAL *P = probs + (size_t)bh * T * T;
-        REAL *S = dS + (size_t)bh * T * T;
-        REAL *DQ = dQ + b * T * C + (size_t)h * hd;
-        for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
-            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
-            /* dP[r0:r1, 0:r1] = dout[r0:r1] @ V[0:r1]^T */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, 1,
-                 G + (size_t)r0 * C, C, Vg, vs, 0, S + (size_t)r0 * T, T);
-            for (int t = r0; t < r1; t++) {
-                const REAL *p = P + (size_t)t * T;
-                REAL *ds = S + (size_t)t * T;
-                double acc = 0.0;
-                for (int t2 = 0; t2 <= t; t2++)
-                    acc += (double)p[t2] * ds[t2];
-                const REAL pdp = (REAL)acc;
-                for (int t2 = 0; t2 <= t; t2++)
-                    ds[t2] = p[t2] * (ds[t2] - pdp) * scale;
-                for (int t2 = t + 1; t2 < T; t2++)
-                    ds[t2] = 0;
-            }
-            /* dQ[r0:r1] = dS[r0:r1, 0:r1] @ K[0:r1] */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1,
-                 S + (size_t)r0 * T, T, Kg, ks, 0, DQ + (size_t)r0 * C, C);
-        }
-    }
-
-    /* per (b,g): dK, dV, the group's heads added in head order */
-    const ptrdiff_t kvheads = (ptrdiff_t)B * nkv;
+    /* per (b,g): every head of the group, block by block */
     OMP(parallel for if (par && kvheads > 1) schedule(dynamic, 1))
     for (ptrdiff_t bg = 0; bg < kvheads; bg++) {
         const size_t b = (size_t)(bg / nkv);
         const int g = (int)(bg % nkv);
+        const REAL *Kg = K + b * T * ks + (size_t)g * hd;
+        const REAL *Vg = v + b * T * vs + (size_t)g * hd;
+        REAL *P = scratch + (size_t)bg * 2 * blk, *S = P + blk;
         REAL *DK = dK + b * T * Ckv + (size_t)g * hd;
         REAL *DV = dV + b * T * Ckv + (size_t)g * hd;
-        for (int c0 = 0; c0 < T; c0 += ATT_BLK) {
-            const int n = imin(T, c0 + ATT_BLK) - c0, rows = T - c0;
-            for (int j = 0; j < grp; j++) {
-                const int h = g * grp + j;
-                const size_t bh = b * nh + (size_t)h;
-                const REAL *S = dS + bh * T * T + (size_t)c0 * T + c0;
-                const REAL *P = probs + bh * T * T + (size_t)c0 * T + c0;
-                const REAL *Qh = Q + (b * T + c0) * qs + (size_t)h * hd;
-                const REAL *G = dout + (b * T + c0) * C + (size_t)h * hd;
-                /* dK[c0:c1] (+)= dS[c0:T, c0:c1]^T @ Q[c0:T] */
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, rows, 1, S, T, Qh, qs,
-                     j ? 1 : 0, DK + (size_t)c0 * Ckv, Ckv);
-                /* dV[c0:c1] (+)= P[c0:T, c0:c1]^T @ dout[c0:T] */
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, rows, 1, P, T, G, C,
-                     j ? 1 : 0, DV + (size_t)c0 * Ckv, Ckv);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < hd; i++)
+                DK[(size_t)t * Ckv + i] = DV[(size_t)t * Ckv + i] = 0;
+        for (int j = 0; j < grp; j++) {
+            const int h = g * grp + j;
+            const REAL *Qh = Q + b * T * qs + (size_t)h * hd;
+            const REAL *G = dout + b * T * C + (size_t)h * hd;
+            const REAL *L = lse + (b * nh + (size_t)h) * T;
+            REAL *DQ = dQ + b * T * C + (size_t)h * hd;
+            for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+                const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+                /* P[0:m, 0:r1] = exp(S - lse), rebuilt; dP = dout[r0:r1] @ V[0:r1]^T */
+                FN(attn_scores)(P, r1, r0, r1, hd, scale, Qh, qs, Kg, ks);
+                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, 1, G + (size_t)r0 * C, C, Vg, vs, 0,
+                     S, r1);
+                for (int t = r0; t < r1; t++) {
+                    REAL *p = P + (size_t)(t - r0) * r1, *ds = S + (size_t)(t - r0) * r1;
+                    double acc = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        p[t2] = R_EXP(p[t2] - L[t]);
+                        acc += (double)p[t2] * ds[t2];
+                    }
+                    const REAL pdp = (REAL)acc;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        ds[t2] = p[t2] * (ds[t2] - pdp) * scale;
+                    for (int t2 = t + 1; t2 < r1; t2++)
+                        p[t2] = ds[t2] = 0;
+                }
+                /* dQ[r0:r1] = dS @ K[0:r1] ; dK[0:r1] += dS^T @ Q[r0:r1] ;
+                 * dV[0:r1] += P^T @ dout[r0:r1] */
+                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1, S, r1, Kg, ks, 0,
+                     DQ + (size_t)r0 * C, C);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, m, 1, S, r1, Qh + (size_t)r0 * qs, qs, 1,
+                     DK, Ckv);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, m, 1, P, r1, G + (size_t)r0 * C, C, 1,
+                     DV, Ckv);
             }
         }
     }

@@ -522,19 +522,24 @@ static void k_linear_bwd_w(float *dw, float *db, const float *dout, const float 
 }
 
 /* ------------------------------------------------------------------ attention
- * Causal attention as GEMMs, the CPU backend's algorithm (kernels/cpu):
+ * Causal attention as GEMMs, the CPU backend's arithmetic (kernels/cpu):
  *   fwd  S = scale Q K^T ; P = causal softmax(S) (zeros above the diagonal,
- *        saved as probs) ; out = P V
- *   bwd  dP = dout V^T ; dS = P (dP - rowsum(P dP)) scale ;
+ *        in scratch) ; lse = each row's log-sum-exp (saved) ; out = P V
+ *   bwd  P = exp(scale Q K^T - lse), rebuilt in scratch ; dP = dout V^T ;
+ *        dS = P (dP - rowsum(P dP)) scale ;
  *        dQ = dS K ; dK = sum over the group's heads dS^T Q ;
  *        dV = sum over the group's heads P^T dout ; then dq += rot^T(dQ),
  *        dk += rot^T(dK), dv += dV (rot = RoPE, or the identity).
  * Query head h = g*rep + r reads kv head g.  One strided-batched cuBLASLt
  * product covers the nkv heads with the same r of one batch row (their
  * strides are uniform: rep*hd apart in q, hd apart in k and v, rep*T*T apart
- * in probs), so a product is B*rep calls; the group's heads are summed in r
- * order (beta 0, then 1), as the CPU backend does.
- * scratch: dS (B,nh,T,T), dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd). */
+ * in P), so a product is B*rep calls; the group's heads are summed in r
+ * order (beta 0, then 1).
+ * Batch rows go one at a time through the T x T buffers.
+ * scratch: P (nh,T,T), dS (nh,T,T), then dQ (B,T,nh*hd), dK (B,T,nkv*hd),
+ * dV (B,T,nkv*hd): one batch row of one layer, where every layer's
+ * probabilities were kept before (a fused kernel, flash-attention style,
+ * is what removes the T x T buffers for good). */
 
 /* Row-major C (M,N) = alpha op(A) op(B) + beta C over bt.count products:
  * cuBLASLt, column-major, computes C^T = op(B)^T op(A)^T. */
@@ -589,8 +594,9 @@ static int attn_mix(const merak_attn_shape *s, int L, const float *P, const floa
     return cb.failed ? -1 : 0;
 }
 
-static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs, float *qr,
-                            float *kr, const float *q, const float *k, const float *v)
+static void k_attention_fwd(const merak_attn_shape *s, float *out, float *lse, float *qr,
+                            float *kr, const float *q, const float *k, const float *v,
+                            float *scratch)
 {
     if (cb.failed || !attn_shape_ok(s, "attention_fwd") || s->B <= 0 || s->T <= 0 ||
         s->head_dim <= 0)
@@ -604,11 +610,18 @@ static void k_attention_fwd(const merak_attn_shape *s, float *out, float *probs,
         Q = qr, qs = C;
         K = kr, ks = nkv * hd;
     }
-    if (attn_scores(s, T, Q, qs, K, ks, (size_t)T * ks, probs) < 0)
-        return;
-    LAUNCH("attention_fwd(softmax)",
-           merak_cuda_launch_attn_softmax(STREAM, probs, (size_t)s->B * nh * T, T, T, 0));
-    (void)attn_mix(s, T, probs, v, vs, (size_t)T * vs, out);
+    /* one batch row at a time: its probabilities P (nh,T,T) in scratch */
+    merak_attn_shape one = *s;
+    one.B = 1;
+    float *P = scratch;
+    for (int b = 0; b < s->B && !cb.failed; b++) {
+        if (attn_scores(&one, T, Q + (size_t)b * T * qs, qs, K + (size_t)b * T * ks, ks, 0, P) < 0)
+            return;
+        LAUNCH("attention_fwd(softmax)",
+               merak_cuda_launch_attn_softmax(STREAM, P, lse + (size_t)b * nh * T, (size_t)nh * T, T, T, 0));
+        if (attn_mix(&one, T, P, v + (size_t)b * T * vs, vs, 0, out + (size_t)b * T * C) < 0)
+            return;
+    }
 }
 
 /* Decoding against a key/value cache: kv_append writes rows [pos, pos+T)
@@ -632,7 +645,7 @@ static void k_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, 
     if (attn_scores(s, L, rope ? scratch : q, rope ? C : s->q_stride, kc, Ckv, (size_t)cap * Ckv, S) < 0)
         return;
     LAUNCH("attention_cached_fwd(softmax)",
-           merak_cuda_launch_attn_softmax(STREAM, S, (size_t)s->B * nh * T, T, L, pos));
+           merak_cuda_launch_attn_softmax(STREAM, S, NULL, (size_t)s->B * nh * T, T, L, pos));
     (void)attn_mix(s, L, S, vc, Ckv, (size_t)cap * Ckv, out);
 }
 
@@ -645,12 +658,12 @@ static size_t k_attention_cached_scratch_elems(const merak_attn_shape *s, int ca
 static size_t k_attention_scratch_elems(const merak_attn_shape *s)
 {
     const size_t B = (size_t)s->B, T = (size_t)s->T;
-    return B * (size_t)s->n_head * T * T +
+    return 2 * (size_t)s->n_head * T * T +
            B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
 }
 
 static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
-                            const float *dout, const float *probs, const float *qr,
+                            const float *dout, const float *lse, const float *qr,
                             const float *kr, const float *q, const float *k, const float *v,
                             float *scratch)
 {
@@ -664,35 +677,41 @@ static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, flo
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
     const float scale = (float)(1.0 / sqrt((double)hd));
     const long long TT = (long long)T * T;
-    float *dS = scratch;
-    float *dQ = dS + (size_t)B * nh * TT;
-    float *dK = dQ + (size_t)B * T * C;
-    float *dV = dK + (size_t)B * T * Ckv;
+    float *P = scratch;                       /* one batch row's (nh,T,T) */
+    float *dS = P + (size_t)nh * TT;          /* (nh,T,T) */
+    float *dQ = dS + (size_t)nh * TT;         /* (B,T,nh*hd) */
+    float *dK = dQ + (size_t)B * T * C;       /* (B,T,nkv*hd) */
+    float *dV = dK + (size_t)B * T * Ckv;     /* (B,T,nkv*hd) */
+    merak_attn_shape one = *s;
+    one.B = 1;
 
-    for (int b = 0; b < B && !cb.failed; b++)
-        for (int r = 0; r < rep; r++) /* dP = dout V^T */
-            if (rm_gemm(0, 1, T, T, hd, 1.0f, dout + ((size_t)b * T * C + (size_t)r * hd), C,
-                        (long long)rep * hd, v + (size_t)b * T * vs, vs, hd, 0.0f,
-                        dS + ((size_t)b * nh + r) * TT, T, rep * TT, nkv) < 0)
+    for (int b = 0; b < B && !cb.failed; b++) {
+        const float *Qb = Q + (size_t)b * T * qs, *Kb = K + (size_t)b * T * ks;
+        const float *Gb = dout + (size_t)b * T * C;
+        /* P rebuilt from the scores and lse; dP = dout V^T; dS */
+        if (attn_scores(&one, T, Qb, qs, Kb, ks, 0, P) < 0)
+            return;
+        LAUNCH("attention_bwd(probs)",
+               merak_cuda_launch_attn_probs(STREAM, P, lse + (size_t)b * nh * T, (size_t)nh * T, T));
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 1, T, T, hd, 1.0f, Gb + (size_t)r * hd, C, (long long)rep * hd,
+                        v + (size_t)b * T * vs, vs, hd, 0.0f, dS + (size_t)r * TT, T, rep * TT, nkv) < 0)
                 return;
-    LAUNCH("attention_bwd(softmax)",
-           merak_cuda_launch_attn_dsoftmax(STREAM, dS, probs, (size_t)B * nh * T, T, scale));
-    for (int b = 0; b < B && !cb.failed; b++)
-        for (int r = 0; r < rep; r++) {
-            const float *Sb = dS + ((size_t)b * nh + r) * TT;
-            const float *Pb = probs + ((size_t)b * nh + r) * TT;
+        LAUNCH("attention_bwd(softmax)",
+               merak_cuda_launch_attn_dsoftmax(STREAM, dS, P, (size_t)nh * T, T, scale));
+        /* dQ = dS K ; dK = sum_r dS^T Q ; dV = sum_r P^T dout */
+        for (int r = 0; r < rep && !cb.failed; r++) {
+            const float *Sr = dS + (size_t)r * TT, *Pr = P + (size_t)r * TT;
             const float beta = r ? 1.0f : 0.0f;
-            if (rm_gemm(0, 0, T, hd, T, 1.0f, Sb, T, rep * TT, K + (size_t)b * T * ks, ks, hd,
-                        0.0f, dQ + ((size_t)b * T * C + (size_t)r * hd), C,
-                        (long long)rep * hd, nkv) < 0 ||
-                rm_gemm(1, 0, T, hd, T, 1.0f, Sb, T, rep * TT,
-                        Q + ((size_t)b * T * qs + (size_t)r * hd), qs, (long long)rep * hd, beta,
-                        dK + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0 ||
-                rm_gemm(1, 0, T, hd, T, 1.0f, Pb, T, rep * TT,
-                        dout + ((size_t)b * T * C + (size_t)r * hd), C, (long long)rep * hd, beta,
-                        dV + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0)
+            if (rm_gemm(0, 0, T, hd, T, 1.0f, Sr, T, rep * TT, Kb, ks, hd, 0.0f,
+                        dQ + ((size_t)b * T * C + (size_t)r * hd), C, (long long)rep * hd, nkv) < 0 ||
+                rm_gemm(1, 0, T, hd, T, 1.0f, Sr, T, rep * TT, Qb + (size_t)r * hd, qs, (long long)rep * hd,
+                        beta, dK + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0 ||
+                rm_gemm(1, 0, T, hd, T, 1.0f, Pr, T, rep * TT, Gb + (size_t)r * hd, C, (long long)rep * hd,
+                        beta, dV + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0)
                 return;
         }
+    }
     LAUNCH("attention_bwd(add)",
            merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
 }

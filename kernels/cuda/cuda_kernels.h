@@ -111,7 +111,9 @@ int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, 
 /* Attention's pointwise parts; its GEMMs are cuBLASLt's (cuda_glue.c).
  * rope_fwd: qr, kr = the RoPE rotation of q, k (strides of s).
  * attn_softmax: rows of L scores -> causal softmax rows (row r is query
- * pos + r % T; zeros after it; training has L = T, pos = 0).  kv_append
+ * pos + r % T; zeros after it; training has L = T, pos = 0), and each
+ * row's log-sum-exp into lse unless NULL.  attn_probs: rows of T scores ->
+ * the same probabilities, rebuilt from lse (the backward).  kv_append
  * (decoding): rows [pos, pos+T) of the caches kc, vc (B,cap,nkv*hd) from
  * k and v, and with RoPE, k rotated and Q (B,T,nh*hd) = q rotated (Q is
  * not written without it).  attn_dsoftmax: dS (holding dP) :=
@@ -119,7 +121,9 @@ int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, 
  * dk += rot^T(dK), dv += dV from dense (B,T,heads*hd) gradients. */
 int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
                                const float *q, const float *k);
-int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T, int L, int pos);
+int merak_cuda_launch_attn_softmax(void *stream, float *P, float *lse, size_t rows, int T, int L,
+                                   int pos);
+int merak_cuda_launch_attn_probs(void *stream, float *P, const float *lse, size_t rows, int T);
 int merak_cuda_launch_kv_append(void *stream, const merak_attn_shape *s, int pos, int cap,
                                 float *Q, float *kc, float *vc, const float *q, const float *k,
                                 const float *v);

@@ -452,9 +452,10 @@ __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const
 
 /* Causal softmax of the score rows P (rows of L scores; row r is query
  * i = pos + r % T), in place: P[0..i] becomes softmax(P[0..i]), P[i+1..L)
- * zero.  Training: L = T, pos = 0.  One block per row; each thread reads
- * and writes its own elements. */
-__global__ void attn_softmax_k(float *P, int T, int L, int pos)
+ * zero; lse[r] (unless NULL) = the log-sum-exp of P[0..i].  Training: L = T,
+ * pos = 0.  One block per row; each thread reads and writes its own
+ * elements. */
+__global__ void attn_softmax_k(float *P, float *lse, int T, int L, int pos)
 {
     __shared__ float red[33];
     const size_t row = blockIdx.x;
@@ -470,9 +471,24 @@ __global__ void attn_softmax_k(float *P, int T, int L, int pos)
         p[j] = e;
         sum += e;
     }
-    const float inv = 1.0f / block_sum(sum, red);
+    const float tot = block_sum(sum, red), inv = 1.0f / tot;
+    if (lse && threadIdx.x == 0)
+        lse[row] = mx + logf(tot);
     for (int j = threadIdx.x; j < L; j += blockDim.x)
         p[j] = j <= i ? p[j] * inv : 0.0f;
+}
+
+/* The probabilities rebuilt from the scores (rows of T) and each row's
+ * log-sum-exp, in place: P[j] = exp(P[j] - lse[r]) for j <= i = r % T,
+ * zero after.  One block per row. */
+__global__ void attn_probs_k(float *P, const float *lse, int T)
+{
+    const size_t row = blockIdx.x;
+    const int i = (int)(row % (size_t)T);
+    const float l = lse[row];
+    float *p = P + row * (size_t)T;
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        p[j] = j <= i ? expf(p[j] - l) : 0.0f;
 }
 
 /* dS (rows of T, holding dP = dout V^T) := P (dP - sum_j P dP) scale on the
@@ -866,10 +882,18 @@ int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *q
     return cudaGetLastError();
 }
 
-int merak_cuda_launch_attn_softmax(void *stream, float *P, size_t rows, int T, int L, int pos)
+int merak_cuda_launch_attn_softmax(void *stream, float *P, float *lse, size_t rows, int T, int L,
+                                   int pos)
 {
     if (rows)
-        attn_softmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, T, L, pos);
+        attn_softmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, lse, T, L, pos);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_probs(void *stream, float *P, const float *lse, size_t rows, int T)
+{
+    if (rows)
+        attn_probs_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, lse, T);
     return cudaGetLastError();
 }
 

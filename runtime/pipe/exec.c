@@ -68,7 +68,7 @@ struct merak_exec {
     float *pact, *pgrad;        /* npool buffers each */
     int *pool_of;               /* [nslots] buffer the slot holds, or -1 */
     unsigned char *pool_busy;   /* [npool] */
-    float *scratch;        /* attention backward, shared by all slots */
+    float *scratch;        /* the attention kernels', shared by all slots */
 
     float loss_scale;
     uint64_t *seed;        /* [nslots] dropout seed of the slot's forward */
@@ -143,7 +143,7 @@ static size_t saved_floats(const merak_graph *g, const merak_op *o)
     case MERAK_OP_CROSS_ENTROPY: return 2 * (size_t)rows_of(x);  /* lse, per-row losses */
     case MERAK_OP_ATTENTION: {
         merak_attn_shape s = merak_exec_attn_shape(g, o);
-        size_t n = round_up((size_t)s.B * s.n_head * s.T * s.T);  /* probs */
+        size_t n = round_up((size_t)s.B * s.n_head * s.T);        /* lse */
         if (s.rope_theta > 0)                                     /* rotated q, k */
             n += round_up((size_t)s.B * s.T * s.n_head * s.head_dim) +
                  (size_t)s.B * s.T * s.n_kv_head * s.head_dim;
@@ -652,14 +652,14 @@ static float *sval(const merak_exec *e, int slot, int t, sub sb) { return sub_of
 static float *sgrad(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, grad(e, slot, t), t, sb); }
 
 /* An attention op's saved values, laid out as saved_floats() counts them
- * for the whole micro-batch s: probs (B,nh,T,T), then with RoPE the rotated
+ * for the whole micro-batch s: lse (B,nh,T), then with RoPE the rotated
  * qr (B,T,nh*hd) and kr; the sub-batch's parts of each. */
 static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_shape *s, sub sb,
-                       float **probs, float **qr, float **kr)
+                       float **lse, float **qr, float **kr)
 {
     float *base = saved(e, slot, op);
-    size_t np = (size_t)s->B * s->n_head * s->T * s->T, nq = (size_t)s->B * s->T * s->n_head * s->head_dim;
-    *probs = base + part(np, sb);
+    size_t np = (size_t)s->B * s->n_head * s->T, nq = (size_t)s->B * s->T * s->n_head * s->head_dim;
+    *lse = base + part(np, sb);
     *qr = *kr = NULL;
     if (s->rope_theta > 0) {
         *qr = base + round_up(np) + part(nq, sb);
@@ -843,11 +843,11 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
         break;
     case MERAK_OP_ATTENTION: {
         merak_attn_shape s = merak_exec_attn_shape(g, o);
-        float *q, *kk, *v, *probs, *qr, *kr;
+        float *q, *kk, *v, *lse, *qr, *kr;
         merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-        attn_saved(e, slot, i, &s, sb, &probs, &qr, &kr);
+        attn_saved(e, slot, i, &s, sb, &lse, &qr, &kr);
         s.B /= sb.K;
-        k->attention_fwd(&s, out, probs, qr, kr, q, kk, v);
+        k->attention_fwd(&s, out, lse, qr, kr, q, kk, v, e->scratch);
         break;
     }
     case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
@@ -910,13 +910,13 @@ static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
         break;
     case MERAK_OP_ATTENTION: {
         merak_attn_shape s = merak_exec_attn_shape(g, o);
-        float *q, *kk, *v, *dq, *dk, *dv, *probs, *qr, *kr;
+        float *q, *kk, *v, *dq, *dk, *dv, *lse, *qr, *kr;
         merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
         merak_exec_attn_qkv(o, d0, d1, o->nin > 2 ? sgrad(e, slot, o->in[2], sb) : NULL, &dq, &dk, &dv);
-        attn_saved(e, slot, i, &s, sb, &probs, &qr, &kr);
+        attn_saved(e, slot, i, &s, sb, &lse, &qr, &kr);
         s.B /= sb.K;
         if (dq)
-            k->attention_bwd(&s, dq, dk, dv, dout, probs, qr, kr, q, kk, v, e->scratch);
+            k->attention_bwd(&s, dq, dk, dv, dout, lse, qr, kr, q, kk, v, e->scratch);
         break;
     }
     case MERAK_OP_GELU: if (d0) k->gelu_bwd(d0, dout, in0, n); break;

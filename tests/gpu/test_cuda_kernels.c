@@ -566,18 +566,36 @@ static void attn_split(const attn_arg *a, float *q0, float *k0, float *v0, float
     }
 }
 
-/* buffers: out, probs, qr, kr, q(kv), k, v */
+/* The attention kernels' scratch, on the side the call runs. */
+static float *attn_scratch(const merak_kernels *K, int on_gpu, const attn_arg *a)
+{
+    const size_t ns = K->attention_scratch_elems(&a->s) * sizeof(float);
+    return on_gpu ? dmalloc(ns) : xmalloc(ns);
+}
+
+static void attn_scratch_free(int on_gpu, float *scratch)
+{
+    if (on_gpu) {
+        merak_cuda_synchronize(); /* the kernels use scratch until they finish */
+        merak_cuda_free(scratch);
+    } else
+        free(scratch);
+}
+
+/* buffers: out, lse, qr, kr, q(kv), k, v */
 static void op_attention_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
                              double *ret)
 {
     const attn_arg *a = arg;
     float *q, *k, *v;
-    (void)on_gpu, (void)ret;
+    (void)ret;
     attn_split(a, F(p[4]), F(p[5]), F(p[6]), &q, &k, &v);
-    K->attention_fwd(&a->s, F(p[0]), F(p[1]), F(p[2]), F(p[3]), q, k, v);
+    float *scratch = attn_scratch(K, on_gpu, a);
+    K->attention_fwd(&a->s, F(p[0]), F(p[1]), F(p[2]), F(p[3]), q, k, v, scratch);
+    attn_scratch_free(on_gpu, scratch);
 }
 
-/* buffers: dq(kv), dk, dv, dout, probs, qr, kr, q(kv), k, v */
+/* buffers: dq(kv), dk, dv, dout, lse, qr, kr, q(kv), k, v */
 static void op_attention_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
                              double *ret)
 {
@@ -586,14 +604,9 @@ static void op_attention_bwd(const merak_kernels *K, int on_gpu, void **p, const
     (void)ret;
     attn_split(a, F(p[7]), F(p[8]), F(p[9]), &q, &k, &v);
     attn_split(a, F(p[0]), F(p[1]), F(p[2]), &dq, &dk, &dv);
-    const size_t ns = K->attention_scratch_elems(&a->s) * sizeof(float);
-    float *scratch = on_gpu ? dmalloc(ns) : xmalloc(ns);
+    float *scratch = attn_scratch(K, on_gpu, a);
     K->attention_bwd(&a->s, dq, dk, dv, F(p[3]), F(p[4]), F(p[5]), F(p[6]), q, k, v, scratch);
-    if (on_gpu) {
-        merak_cuda_synchronize(); /* the kernels read scratch until they finish */
-        merak_cuda_free(scratch);
-    } else
-        free(scratch);
+    attn_scratch_free(on_gpu, scratch);
 }
 
 /* Decoding: the T new positions [pos, pos+T) against caches whose first
@@ -678,17 +691,19 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
     float *q0 = rand_array(nq, -1, 1), *k0 = nk ? rand_array(nk, -1, 1) : NULL;
     float *v0 = nk ? rand_array(nk, -1, 1) : NULL;
     float *out = xmalloc(BT * C * sizeof(float));
-    float *probs = xmalloc((size_t)B * nh * T * T * sizeof(float));
+    float *lse = xmalloc((size_t)B * nh * T * sizeof(float));
     float *qr = rope ? xmalloc(BT * C * sizeof(float)) : NULL;
     float *kr = rope ? xmalloc(BT * Ckv * sizeof(float)) : NULL;
     float *q, *k, *v;
     attn_split(&a, q0, k0, v0, &q, &k, &v);
-    g_cpu->attention_fwd(&a.s, out, probs, qr, kr, q, k, v);
+    float *scratch = attn_scratch(g_cpu, 0, &a);
+    g_cpu->attention_fwd(&a.s, out, lse, qr, kr, q, k, v, scratch);
+    free(scratch);
 
     const char *kind = fused ? "fused qkv" : "separate q,k,v";
     buf fwd[] = {
         {.name = "out", .kind = OUT_FWD, .n = BT * C},
-        {.name = "probs", .kind = OUT_FWD, .n = (size_t)B * nh * T * T},
+        {.name = "lse", .kind = OUT_FWD, .n = (size_t)B * nh * T},
         {.name = "qr", .kind = OUT_FWD, .n = rope ? BT * C : 0},
         {.name = "kr", .kind = OUT_FWD, .n = rope ? BT * Ckv : 0},
         {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .preset = q0},
@@ -704,7 +719,7 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
         {.name = "dk", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
         {.name = "dv", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
         {.name = "dout", .kind = IN_F, .n = BT * C, .lo = -1, .hi = 1},
-        {.name = "probs", .kind = IN_F, .n = (size_t)B * nh * T * T, .preset = probs},
+        {.name = "lse", .kind = IN_F, .n = (size_t)B * nh * T, .preset = lse},
         {.name = "qr", .kind = IN_F, .n = rope ? BT * C : 0, .preset = qr},
         {.name = "kr", .kind = IN_F, .n = rope ? BT * Ckv : 0, .preset = kr},
         {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .preset = q0},
@@ -714,7 +729,7 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
     snprintf(name, sizeof name, "attention_bwd %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
              B, T, nh, nkv, hd, (double)theta, kind);
     run_case(name, bwd, NB(bwd), op_attention_bwd, &a, 0);
-    free(q0), free(k0), free(v0), free(out), free(probs), free(qr), free(kr);
+    free(q0), free(k0), free(v0), free(out), free(lse), free(qr), free(kr);
 }
 
 /* ------------------------------------------------------------------ pointwise */

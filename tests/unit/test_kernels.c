@@ -9,7 +9,7 @@
  *   - float table against double table on the same inputs,
  *   - float results bitwise identical with 1 and 2 threads.
  * Plus AdamW against a hand-written torch formula, sumsq, scale, dropout
- * properties and attention probabilities.
+ * properties and the attention's saved log-sum-exp.
  *
  * Shapes and values are random each run.  The seed is printed as a TAP
  * comment; MERAK_TEST_SEED=<n> reproduces a run.
@@ -420,14 +420,14 @@ static void lin_setup_nobias(opcase *c, int big)
 }
 
 /* ------------------------------------------------------------------ attention
- * outputs: o[0] out, o[1] probs, o[2] qr, o[3] kr, o[4] scratch */
+ * outputs: o[0] out, o[1] lse, o[2] qr, o[3] kr, o[4] scratch */
 
 static void attn_fwd(opcase *c, int f32)
 {
     const int rope = c->as.rope_theta > 0;
     DISPATCH(c, f32,
              KT->attention_fwd(&c->as, o[0], o[1], rope ? o[2] : NULL, rope ? o[3] : NULL,
-                               x[c->qi] + c->qoff, x[c->ki] + c->koff, x[c->vi] + c->voff));
+                               x[c->qi] + c->qoff, x[c->ki] + c->koff, x[c->vi] + c->voff, o[4]));
 }
 static void attn_bwd(opcase *c, int f32)
 {
@@ -523,7 +523,7 @@ static void attn_common(opcase *c, int B, int T, int nh, int nkv, int hd, int pa
         c->qi = 0, c->ki = 1, c->vi = 2;
     }
     add_o(c, BT * nh * hd);
-    add_o(c, (size_t)B * nh * T * T);
+    add_o(c, (size_t)B * nh * T);
     add_o(c, theta > 0 ? BT * nh * hd : 0);
     add_o(c, theta > 0 ? BT * nkv * hd : 0);
     add_o(c, KD->attention_scratch_elems(s));
@@ -955,7 +955,9 @@ static void check_table(void)
         "both tables are complete, the float one is named \"cpu\"");
 }
 
-static void check_probs(void)
+/* The saved log-sum-exp of every query row equals the one of its scores
+ * worked out here (with RoPE, from the double table's rotated q and k). */
+static void check_lse(void)
 {
     opcase c;
     memset(&c, 0, sizeof c);
@@ -964,24 +966,32 @@ static void check_probs(void)
     c.fwd(&c, 0);
     c.fwd(&c, 1);
     const merak_attn_shape *s = &c.as;
-    const int T = s->T;
+    const int T = s->T, nh = s->n_head, hd = s->head_dim, grp = nh / s->n_kv_head;
+    const int rope = s->rope_theta > 0;
+    const double *q = rope ? c.od[2] : c.xd[c.qi] + c.qoff, *k = rope ? c.od[3] : c.xd[c.ki] + c.koff;
+    const int qs = rope ? nh * hd : s->q_stride, ks = rope ? s->n_kv_head * hd : s->k_stride;
     double e64 = 0, e32 = 0;
-    int ok = 1;
-    for (size_t r = 0; r < (size_t)s->B * s->n_head * T; r++) {
-        const int t = (int)(r % T);
-        double s64 = 0, s32 = 0;
-        for (int t2 = 0; t2 < T; t2++) {
-            const double p = c.od[1][r * T + t2], pf = c.of[1][r * T + t2];
-            if (t2 > t && (p != 0.0 || pf != 0.0f))
-                ok = 0;
-            if (p < 0 || p > 1 || pf < 0 || pf > 1)
-                ok = 0;
-            s64 += p, s32 += pf;
-        }
-        e64 = dmax(e64, fabs(s64 - 1)), e32 = dmax(e32, fabs(s32 - 1));
-    }
-    tap(ok && e64 <= 1e-12 && e32 <= 1e-6,
-        "attention probs: causal zeros, rows sum to 1 (err f64 %.1e, f32 %.1e)", e64, e32);
+    for (int b = 0; b < s->B; b++)
+        for (int h = 0; h < nh; h++)
+            for (int t = 0; t < T; t++) {
+                const double *qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                double mx = -INFINITY, sum = 0, sc[64];
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const double *kt = k + ((size_t)b * T + t2) * ks + (size_t)(h / grp) * hd;
+                    double d = 0;
+                    for (int i = 0; i < hd; i++)
+                        d += qt[i] * kt[i];
+                    mx = dmax(mx, sc[t2] = d / sqrt((double)hd));
+                }
+                for (int t2 = 0; t2 <= t; t2++)
+                    sum += exp(sc[t2] - mx);
+                const double want = mx + log(sum);
+                const size_t r = ((size_t)b * nh + h) * T + t;
+                e64 = dmax(e64, fabs(c.od[1][r] - want));
+                e32 = dmax(e32, fabs(c.of[1][r] - want));
+            }
+    tap(T <= 64 && e64 <= 1e-12 && e32 <= 1e-5,
+        "attention lse: every row's log-sum-exp of its scores (err f64 %.1e, f32 %.1e)", e64, e32);
     free_case(&c);
 }
 
@@ -1008,9 +1018,11 @@ static void check_cached_attention(void)
     for (size_t i = 0; i < BT * W; i++)
         x[i] = rng_sym(1.0);
     const double *q = x, *k = fused ? x + C : x + BT * C, *v = fused ? x + C + Ckv : k + BT * Ckv;
-    double *out = xcalloc(BT * C, sizeof(double)), *probs = xcalloc(BT * s.n_head * s.T, sizeof(double));
+    double *out = xcalloc(BT * C, sizeof(double)), *lse = xcalloc(BT * s.n_head, sizeof(double));
     double *qr = xcalloc(BT * C, sizeof(double)), *kr = xcalloc(BT * Ckv, sizeof(double));
-    KD->attention_fwd(&s, out, probs, s.rope_theta > 0 ? qr : NULL, s.rope_theta > 0 ? kr : NULL, q, k, v);
+    double *ascratch = xcalloc(KD->attention_scratch_elems(&s), sizeof(double));
+    KD->attention_fwd(&s, out, lse, s.rope_theta > 0 ? qr : NULL, s.rope_theta > 0 ? kr : NULL, q, k, v, ascratch);
+    free(ascratch);
 
     double *kc = xcalloc((size_t)s.B * cap * Ckv, sizeof(double)), *vc = xcalloc((size_t)s.B * cap * Ckv, sizeof(double));
     double *o = xcalloc(BT * C, sizeof(double)), *piece = xcalloc(BT * C, sizeof(double));
@@ -1053,7 +1065,7 @@ static void check_cached_attention(void)
         "cached attention B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s in %d pieces = attention_fwd "
         "(err %.1e, cache err %.1e)", s.B, s.T, s.n_head, s.n_kv_head, s.head_dim, s.rope_theta,
         fused ? "fused" : "strided", pieces, err, kerr);
-    free(x), free(out), free(probs), free(qr), free(kr), free(kc), free(vc), free(o), free(piece);
+    free(x), free(out), free(lse), free(qr), free(kr), free(kc), free(vc), free(o), free(piece);
 }
 
 /* The vocabulary split in shards (as tensor parallelism splits it): the
@@ -1276,7 +1288,7 @@ int main(void)
         free_case(&c);
         check_threads(OPS[i]);
     }
-    check_probs();
+    check_lse();
     for (int i = 0; i < 4; i++)
         check_cached_attention();
     check_ce_shards();
