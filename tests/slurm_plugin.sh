@@ -64,7 +64,28 @@ bash "$MERAK_SRCDIR/tests/slurm/start.sh" > "$WORK/start.log" 2>&1 || {
     cat "$WORK/start.log" >&2
     fail "the throw-away cluster did not start"
 }
-sbx() { env ${SBX_PRELOAD:+LD_PRELOAD=$SBX_PRELOAD} "$SBX_DIR/bin/sbx" "$@"; }
+# sbx ARGS...: a command of the throw-away cluster, with AddressSanitizer
+# preloaded when the plugin needs it.  Each gets SBX_LIMIT seconds (default
+# 300); one that runs out is cancelled and run once more.  Under
+# AddressSanitizer a slurmstepd can deadlock in the task it forks: GCC 12's
+# libasan has no fork handlers, so the child can inherit an allocator lock
+# that another of slurmstepd's threads held (seen once, 2026-11-24: the
+# child asleep in the allocator under setup_env's free, its srun waiting
+# forever).  Each try's output is kept apart; the last one's is shown.
+sbx() {
+    for sbx_try in 1 2; do
+        sbx_rc=0
+        timeout "${SBX_LIMIT:-300}" env ${SBX_PRELOAD:+LD_PRELOAD=$SBX_PRELOAD} "$SBX_DIR/bin/sbx" "$@" \
+            > "$WORK/sbx.out" 2> "$WORK/sbx.err" || sbx_rc=$?
+        if [ "$sbx_rc" -ne 124 ] || [ "$sbx_try" -eq 2 ]; then
+            cat "$WORK/sbx.out"
+            cat "$WORK/sbx.err" >&2
+            return "$sbx_rc"
+        fi
+        echo "note: '$*' ran out of ${SBX_LIMIT:-300} s (a task stuck in slurmstepd's fork?); cancelled, once more" >&2
+        "$SBX_DIR/bin/sbx" scancel -u "$(id -un)" > /dev/null 2>&1 || true
+    done
+}
 plugstack() { echo "required $P $*" > "$SBX_DIR/etc/plugstack.conf.new" && mv "$SBX_DIR/etc/plugstack.conf.new" "$SBX_DIR/etc/plugstack.conf"; }
 
 # refused EXPECTED ARGS...: srun fails and says EXPECTED.
