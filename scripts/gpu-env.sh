@@ -13,6 +13,13 @@
 #       (default /tmp/merak-gpu).  Prints what it found.
 #       Then `. $MERAK_GPU_ROOT/env.sh` sets PATH, LD_LIBRARY_PATH,
 #       OPAL_PREFIX and MERAK_DEVICES for the build's programs.
+#   scripts/gpu-env.sh test OUT      after build: the GPU tests (make check of
+#       tests/gpu), compute-sanitizer's memcheck over the kernel tests and a
+#       generation, the GPU's name; every log into OUT.
+#   scripts/gpu-env.sh bench OUT [NAME...]   after build: the benchmarks
+#       NAME (cuda_ops, gpu_train, schedules; default all three), each into
+#       OUT/NAME.txt; schedules is bench_schedules.sh on 4 ranks of the
+#       machine's CPUs, with the shared-memory transport's settings first.
 #
 # The packages are unpacked with dpkg -x into $MERAK_GPU_ROOT/prefix and
 # found through pkgconf's sysroot; Open MPI is relocated there with
@@ -128,8 +135,58 @@ build)
     sed -n '/Merak .* configured/,/^ *prefix *:/p' "$root/configure.log"
     echo "gpu-env.sh: built in $root/build; '. $root/env.sh' sets up a shell for its programs"
     ;;
+test)
+    out=${2:?usage: scripts/gpu-env.sh test OUT}
+    [ -f "$root/env.sh" ] || die "no build in $root: run 'scripts/gpu-env.sh build' first"
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    . "$root/env.sh"
+    cd "$root/build"
+    nvidia-smi -L > "$out/gpu.txt" 2>&1 || true
+    rc=0
+    make check TESTS="tests/gpu/test_cuda_kernels tests/gpu/train_cuda.sh tests/gpu/mpi_cuda.sh tests/gpu/generate_cuda.sh" \
+        > "$out/check.txt" 2>&1 || rc=1
+    cp tests/gpu/*.log "$out/" 2>/dev/null || true
+    if command -v compute-sanitizer > /dev/null; then
+        compute-sanitizer --tool memcheck --error-exitcode 3 ./tests/gpu/test_cuda_kernels \
+            > "$out/memcheck-kernels.txt" 2>&1 || rc=1
+        head -c 20000 "$root/src/README.md" > "$out/text.txt"
+        ./merak-shard -o "$out/data.bin" "$out/text.txt" > /dev/null &&
+            ./merak-train --model tiny-llama --data "$out/data.bin" --steps 1 --micro-batch 2 --seq-len 32 \
+                --save-weights "$out/w.safetensors" > /dev/null 2>&1 &&
+            compute-sanitizer --tool memcheck --error-exitcode 3 ./merak-generate --device cuda --model tiny-llama \
+                --weights "$out/w.safetensors" --ids --prompt "1 2 3" --max-tokens 8 > "$out/memcheck-generate.txt" 2>&1 ||
+            rc=1
+        rm -f "$out/text.txt" "$out/data.bin" "$out/w.safetensors"
+    else
+        echo "no compute-sanitizer on PATH" > "$out/memcheck-kernels.txt"
+    fi
+    grep -E '^(PASS|FAIL|SKIP|ERROR|# )' "$out/check.txt" | tail -12
+    grep -h 'ERROR SUMMARY' "$out"/memcheck-*.txt 2>/dev/null || true
+    exit $rc
+    ;;
+bench)
+    out=${2:?usage: scripts/gpu-env.sh bench OUT [cuda_ops gpu_train schedules]}
+    shift 2
+    [ -f "$root/env.sh" ] || die "no build in $root: run 'scripts/gpu-env.sh build' first"
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    . "$root/env.sh"
+    cd "$root/build"
+    for b in ${*:-cuda_ops gpu_train schedules}; do
+        case $b in
+        cuda_ops|gpu_train) sh "$root/src/bench/bench_$b.sh" . > "$out/$b.txt" 2>&1 || echo "bench_$b failed" >> "$out/$b.txt" ;;
+        schedules)
+            { ompi_info --param btl vader --level 9 | grep -E 'single_copy_mechanism"|btl_vader_eager_limit"' || true
+              OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OPENBLAS_NUM_THREADS=1 sh "$root/src/bench/bench_schedules.sh" . 4
+            } > "$out/$b.txt" 2>&1 || echo "bench_schedules failed" >> "$out/$b.txt" ;;
+        *) die "no benchmark '$b' (cuda_ops, gpu_train, schedules)" ;;
+        esac
+        tail -20 "$out/$b.txt"
+    done
+    ;;
 *)
-    echo "usage: scripts/gpu-env.sh fetch|build [DIR]" >&2
+    echo "usage: scripts/gpu-env.sh fetch|build [DIR] | test OUT | bench OUT [NAME...]" >&2
     exit 2
     ;;
 esac
