@@ -147,19 +147,20 @@ test)
     make check TESTS="tests/gpu/test_cuda_kernels tests/gpu/train_cuda.sh tests/gpu/mpi_cuda.sh tests/gpu/generate_cuda.sh" \
         > "$out/check.txt" 2>&1 || rc=1
     cp tests/gpu/*.log "$out/" 2>/dev/null || true
-    if command -v compute-sanitizer > /dev/null; then
-        compute-sanitizer --tool memcheck --error-exitcode 3 ./tests/gpu/test_cuda_kernels \
+    cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+    if [ -x "$cs" ]; then
+        "$cs" --tool memcheck --error-exitcode 3 ./tests/gpu/test_cuda_kernels \
             > "$out/memcheck-kernels.txt" 2>&1 || rc=1
         head -c 20000 "$root/src/README.md" > "$out/text.txt"
         ./merak-shard -o "$out/data.bin" "$out/text.txt" > /dev/null &&
             ./merak-train --model tiny-llama --data "$out/data.bin" --steps 1 --micro-batch 2 --seq-len 32 \
                 --save-weights "$out/w.safetensors" > /dev/null 2>&1 &&
-            compute-sanitizer --tool memcheck --error-exitcode 3 ./merak-generate --device cuda --model tiny-llama \
+            "$cs" --tool memcheck --error-exitcode 3 ./merak-generate --device cuda --model tiny-llama \
                 --weights "$out/w.safetensors" --ids --prompt "1 2 3" --max-tokens 8 > "$out/memcheck-generate.txt" 2>&1 ||
             rc=1
         rm -f "$out/text.txt" "$out/data.bin" "$out/w.safetensors"
     else
-        echo "no compute-sanitizer on PATH" > "$out/memcheck-kernels.txt"
+        echo "no compute-sanitizer (PATH, \$CUDA_HOME/bin)" > "$out/memcheck-kernels.txt"
     fi
     grep -E '^(PASS|FAIL|SKIP|ERROR|# )' "$out/check.txt" | tail -12
     grep -h 'ERROR SUMMARY' "$out"/memcheck-*.txt 2>/dev/null || true
