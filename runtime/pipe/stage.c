@@ -468,25 +468,37 @@ double merak_stage_loss_sum(const merak_stage *s)
 /* Every parameter once (the tied copy on the last stage left out, a
  * parameter tensor parallelism keeps whole counted on tp rank 0), over the
  * floats this rank holds reduced: everything on dp rank 0, or its ZeRO
- * share. */
+ * share.  Parameters counted one after another are summed as one range of
+ * the flat buffer (its alignment gaps hold zeros): a device backend reads
+ * back one number per range, not per parameter. */
 double merak_stage_grad_sumsq(const merak_stage *s)
 {
     const merak_grid *gr = s->grid;
     if (!s->zcounts && gr->dp_rank != 0)
         return 0;
-    size_t n;
+    const int np = merak_exec_num_params(s->e);
+    size_t n, lo = 0, hi = 0;   /* the range gathered so far, [lo, hi) (empty: lo == hi) */
     const float *g0 = merak_exec_grads_flat(s->e, &n);
     double ss = 0;
-    for (int i = 0; i < merak_exec_num_params(s->e); i++) {
+    for (int i = 0; i < np; i++) {
         const merak_tensor *t = &s->g->tensors[merak_exec_param_tensor(s->e, i)];
-        if ((s->last && s->tied[i]) || (t->shard_dim < 0 && gr->tp_rank != 0))
-            continue;
         size_t a = (size_t)(merak_exec_param_grad(s->e, i) - g0), b = a + merak_exec_param_elems(s->e, i);
         a = a < s->zlo ? s->zlo : a;
         b = b > s->zhi ? s->zhi : b;
-        if (a < b)
-            ss += s->k->sumsq(g0 + a, b - a);
+        if (a >= b)
+            continue;   /* none of it in this rank's share */
+        const int counted = !(s->last && s->tied[i]) && !(t->shard_dim < 0 && gr->tp_rank != 0);
+        if (counted && lo < hi && a >= hi) {
+            hi = b;     /* the next parameter of the flat buffer: the range grows */
+            continue;
+        }
+        if (lo < hi)
+            ss += s->k->sumsq(g0 + lo, hi - lo);
+        lo = counted ? a : 0;
+        hi = counted ? b : 0;
     }
+    if (lo < hi)
+        ss += s->k->sumsq(g0 + lo, hi - lo);
     return ss;
 }
 
