@@ -1,6 +1,7 @@
 /*
  * cuda_glue.c - the CUDA backend's table, its cuBLASLt GEMMs (linear, attention), its
- * memory and its error state.  The device kernels are in cuda_ops.cu.
+ * memory and its error state.  The device kernels are in one .cu file per
+ * op family (cuda_common.cuh lists them).
  *
  * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
  * transposes (a row-major (r,c) buffer is a column-major (c,r) matrix), FP32

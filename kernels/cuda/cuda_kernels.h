@@ -19,8 +19,9 @@
  * NaN).  Callers check merak_cuda_status() at convenient points (after a
  * step, after a test).  Nothing here prints or aborts.
  *
- * Built from cuda_glue.c (gcc: table, cuBLASLt, memory) and cuda_ops.cu
- * (nvcc: the device kernels and their launchers).
+ * Built from cuda_glue.c (gcc: table, cuBLASLt, memory) and one .cu file per
+ * op family, embed.cu to optim.cu (nvcc: the device kernels and their
+ * launchers).
  */
 #ifndef MERAK_CUDA_KERNELS_H
 #define MERAK_CUDA_KERNELS_H
@@ -70,7 +71,7 @@ int merak_cuda_synchronize(void);
 
 #ifdef MERAK_CUDA_INTERNAL
 /* ---------------------------------------------------------------------------
- * Internal: the launchers of cuda_ops.cu, called by cuda_glue.c only.
+ * Internal: the launchers of the .cu files, called by cuda_glue.c only.
  * Each enqueues its kernels on `stream` (a cudaStream_t) and returns the
  * cudaError_t of the launch (0 = cudaSuccess).  Shapes and semantics are
  * those of the kernels.h entry of the same name.

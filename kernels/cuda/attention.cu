@@ -1,0 +1,254 @@
+/*
+ * attention.cu - the pieces of causal attention around its cuBLASLt
+ * products (cuda_glue.c): RoPE, the key/value cache, the causal softmax and
+ * its backward, the gradients brought back to q, k and v.
+ *
+ * Conventions shared by every kernel file: cuda_common.cuh.
+ */
+#include "cuda_common.cuh"
+
+struct attn_p {
+    int B, T, nh, nkv, hd;
+    float theta;   /* rope base, 0 = none */
+};
+
+/* cos/sin of the RoPE angle t * inv_freq[j], inv_freq[j] = 1/theta^(2j/hd),
+ * all in float as Hugging Face (and the CPU backend) compute them. */
+__device__ __forceinline__ void rope_cs(float theta, int t, int j, int hd, float *c,
+                                        float *s)
+{
+    const float inv = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
+    const float ang = (float)t * inv;
+    *c = cosf(ang);
+    *s = sinf(ang);
+}
+
+/* row (hd) += g, the gradient of a row at position t taken with respect to
+ * its rotated values, brought back through the rotation (with theta > 0):
+ *   row[j] += g[j] cos + g[j+hd/2] sin ; row[j+hd/2] += g[j+hd/2] cos - g[j] sin
+ * Block-wide; g may be in shared memory. */
+__device__ void rope_bwd_add(float *row, const float *g, float theta, int t, int hd)
+{
+    if (theta > 0.0f) {
+        const int half = hd / 2;
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            float c, s;
+            rope_cs(theta, t, j, hd, &c, &s);
+            const float g0 = g[j], g1 = g[j + half];
+            row[j] += g0 * c + g1 * s;
+            row[j + half] += g1 * c - g0 * s;
+        }
+    } else {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            row[d] += g[d];
+    }
+}
+
+/* The rows [pos, pos+T) of every batch row of a cache (B, cap, C) from
+ * src (B*T rows of stride ss): element e of those B*T*C. */
+__device__ __forceinline__ void cache_put(float *cache, const float *src, size_t e, int C, int ss,
+                                          int T, int pos, int cap)
+{
+    const size_t bt = e / C, row = bt / T * cap + pos + bt % T;
+    const int c = (int)(e % C);
+    cache[row * C + c] = src[bt * ss + c];
+}
+
+/* Queries and keys of B*T token rows at positions pos + t.  With RoPE
+ * (theta > 0): Q (B,T,nh*hd) = q rotated and kc's rows [pos, pos+T) (kc
+ * (B,cap,nkv*hd)) = k rotated, pair by pair:
+ *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin
+ * Without RoPE, Q is not written (the queries are q) and k is copied into
+ * kc element by element.  With vc, v goes into vc's rows the same way.
+ * q, k, v have row strides qs, ks, vs.  Training's RoPE: pos 0, cap T, no
+ * vc (qr, kr saved for the backward); decoding: the key/value cache. */
+__global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const float *k,
+                           const float *v, attn_p p, int qs, int ks, int vs, int pos, int cap)
+{
+    const int half = p.hd / 2, heads = p.nh + p.nkv, Ckv = p.nkv * p.hd;
+    const size_t BT = (size_t)p.B * p.T;
+    const size_t nrot = p.theta > 0.0f ? BT * heads * half : 0, nk = p.theta > 0.0f ? 0 : BT * Ckv;
+    const size_t n = nrot + nk + (vc ? BT * Ckv : 0);
+    GRID_STRIDE(i, n)
+    {
+        if (i >= nrot + nk) {
+            cache_put(vc, v, i - nrot - nk, Ckv, vs, p.T, pos, cap);
+            continue;
+        }
+        if (i >= nrot) {
+            cache_put(kc, k, i - nrot, Ckv, ks, p.T, pos, cap);
+            continue;
+        }
+        const int j = (int)(i % half);
+        const size_t rest = i / half;
+        const int hh = (int)(rest % heads);
+        const size_t bt = rest / heads;
+        const int t = pos + (int)(bt % p.T);
+        const float *src;
+        float *dst;
+        if (hh < p.nh) {
+            src = q + bt * qs + (size_t)hh * p.hd;
+            dst = Q + bt * p.nh * p.hd + (size_t)hh * p.hd;
+        } else {
+            src = k + bt * ks + (size_t)(hh - p.nh) * p.hd;
+            dst = kc + (bt / p.T * cap + t) * Ckv + (size_t)(hh - p.nh) * p.hd;
+        }
+        float c, s;
+        rope_cs(p.theta, t, j, p.hd, &c, &s);
+        const float x0 = src[j], x1 = src[j + half];
+        dst[j] = x0 * c - x1 * s;
+        dst[j + half] = x1 * c + x0 * s;
+    }
+}
+
+/* Causal softmax of the score rows P (rows of L scores; row r is query
+ * i = pos + r % T), in place: P[0..i] becomes softmax(P[0..i]), P[i+1..L)
+ * zero; lse[r] (unless NULL) = the log-sum-exp of P[0..i].  Training: L = T,
+ * pos = 0.  One block per row; each thread reads and writes its own
+ * elements. */
+__global__ void attn_softmax_k(float *P, float *lse, int T, int L, int pos)
+{
+    __shared__ float red[33];
+    const size_t row = blockIdx.x;
+    const int i = pos + (int)(row % (size_t)T);
+    float *p = P + row * (size_t)L;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x)
+        mx = fmaxf(mx, p[j]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+        const float e = expf(p[j] - mx);
+        p[j] = e;
+        sum += e;
+    }
+    const float tot = block_sum(sum, red), inv = 1.0f / tot;
+    if (lse && threadIdx.x == 0)
+        lse[row] = mx + logf(tot);
+    for (int j = threadIdx.x; j < L; j += blockDim.x)
+        p[j] = j <= i ? p[j] * inv : 0.0f;
+}
+
+/* The probabilities rebuilt from the scores (rows of T) and each row's
+ * log-sum-exp, in place: P[j] = exp(P[j] - lse[r]) for j <= i = r % T,
+ * zero after.  One block per row. */
+__global__ void attn_probs_k(float *P, const float *lse, int T)
+{
+    const size_t row = blockIdx.x;
+    const int i = (int)(row % (size_t)T);
+    const float l = lse[row];
+    float *p = P + row * (size_t)T;
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        p[j] = j <= i ? expf(p[j] - l) : 0.0f;
+}
+
+/* dS (rows of T, holding dP = dout V^T) := P (dP - sum_j P dP) scale on the
+ * causal part, zero above it.  One block per row. */
+__global__ void attn_dsoftmax_k(float *dS, const float *P, int T, float scale)
+{
+    __shared__ float red[33];
+    const size_t row = blockIdx.x;
+    const int i = (int)(row % (size_t)T);
+    const float *p = P + row * (size_t)T;
+    float *ds = dS + row * (size_t)T;
+    float acc = 0.0f;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x)
+        acc += p[j] * ds[j];
+    const float tot = block_sum(acc, red);
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        ds[j] = j <= i ? p[j] * (ds[j] - tot) * scale : 0.0f;
+}
+
+/* One block per token row bt: dq += rot^T(dQ), dk += rot^T(dK) for every
+ * head (plain adds without RoPE), dv += dV.  dQ (B,T,nh*hd), dK and dV
+ * (B,T,nkv*hd) are dense; dq, dk, dv have the row strides of q, k, v. */
+__global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const float *dQ,
+                               const float *dK, const float *dV, attn_p p, int dqs, int dks,
+                               int dvs)
+{
+    const size_t bt = blockIdx.x;
+    const int t = (int)(bt % (size_t)p.T), hd = p.hd, C = p.nh * hd, Ckv = p.nkv * hd;
+    for (int h = 0; h < p.nh; h++)
+        rope_bwd_add(dq + bt * dqs + (size_t)h * hd, dQ + bt * C + (size_t)h * hd, p.theta, t,
+                     hd);
+    for (int g = 0; g < p.nkv; g++)
+        rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.theta,
+                     t, hd);
+    for (int c = threadIdx.x; c < Ckv; c += blockDim.x)
+        dv[bt * dvs + c] += dV[bt * Ckv + c];
+}
+
+static attn_p attn_params(const merak_attn_shape *s)
+{
+    attn_p p;
+    p.B = s->B;
+    p.T = s->T;
+    p.nh = s->n_head;
+    p.nkv = s->n_kv_head;
+    p.hd = s->head_dim;
+    p.theta = s->rope_theta;
+    return p;
+}
+
+extern "C" {
+
+int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
+                               const float *q, const float *k)
+{
+    const attn_p p = attn_params(s);
+    const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
+    if (n)
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, NULL, p, s->q_stride,
+                                                           s->k_stride, 0, 0, p.T);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_softmax(void *stream, float *P, float *lse, size_t rows, int T, int L,
+                                   int pos)
+{
+    if (rows)
+        attn_softmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, lse, T, L, pos);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_probs(void *stream, float *P, const float *lse, size_t rows, int T)
+{
+    if (rows)
+        attn_probs_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(P, lse, T);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_kv_append(void *stream, const merak_attn_shape *s, int pos, int cap,
+                                float *Q, float *kc, float *vc, const float *q, const float *k,
+                                const float *v)
+{
+    const attn_p p = attn_params(s);
+    const int rows = p.theta > 0.0f ? (p.nh + p.nkv) * (p.hd / 2) : p.nkv * p.hd; /* q, k */
+    const size_t n = (size_t)p.B * p.T * (rows + p.nkv * p.hd);
+    if (n)
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(Q, kc, vc, q, k, v, p, s->q_stride,
+                                                           s->k_stride, s->v_stride, pos, cap);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, size_t rows,
+                                    int T, float scale)
+{
+    if (rows)
+        attn_dsoftmax_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(dS, P, T, scale);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
+                                   float *dk, float *dv, const float *dQ, const float *dK,
+                                   const float *dV)
+{
+    const attn_p p = attn_params(s);
+    const size_t rows = (size_t)p.B * p.T;
+    if (rows)
+        attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
+            dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

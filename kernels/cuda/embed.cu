@@ -1,0 +1,131 @@
+/*
+ * embed.cu - token and position embeddings, forward and weight gradient.
+ *
+ * Conventions shared by every kernel file: cuda_common.cuh.
+ */
+#include <cub/device/device_radix_sort.cuh> /* stable sort of token ids (embedding_bwd_w) */
+
+#include "cuda_common.cuh"
+
+/* out (N,C) = wte[ids - v0] ; wte (V,C), a shard of the vocabulary: ids
+ * outside [v0, v0+V) give zero rows */
+__global__ void embedding_fwd_k(float *out, const int32_t *ids, const float *wte, int N,
+                                int C, int v0, int V)
+{
+    const size_t n = (size_t)N * C;
+    GRID_STRIDE(i, n)
+    {
+        size_t row = i / C, c = i % C;
+        const long long r = (long long)ids[row] - v0;
+        out[i] = (r >= 0 && r < V) ? wte[(size_t)r * C + c] : 0.0f;
+    }
+}
+
+__global__ void iota_k(int32_t *x, int N)
+{
+    GRID_STRIDE(i, (size_t)N) x[i] = (int32_t)i;
+}
+
+/* One block per position p of the stably sorted ids; the block at the start
+ * of a run of equal ids adds the rows of that run, in increasing row order
+ * (the order a sequential loop over rows would use), into dwte[id]. */
+__global__ void embedding_bwd_runs_k(float *dwte, const float *dout, const int32_t *keys,
+                                     const int32_t *rows, int N, int C, int v0, int V)
+{
+    const int p = blockIdx.x;
+    const int32_t id = keys[p];
+    if ((p > 0 && keys[p - 1] == id) || (long long)id - v0 < 0 || (long long)id - v0 >= V)
+        return;
+    int q = p + 1;
+    while (q < N && keys[q] == id)
+        q++;
+    float *dst = dwte + (size_t)(id - v0) * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dst[c];
+        for (int r = p; r < q; r++)
+            acc += dout[(size_t)rows[r] * C + c];
+        dst[c] = acc;
+    }
+}
+
+/* out (B,T,C) = inp + wpe[t] */
+__global__ void posemb_fwd_k(float *out, const float *inp, const float *wpe, size_t n,
+                             size_t TC)
+{
+    GRID_STRIDE(i, n) out[i] = inp[i] + wpe[i % TC];
+}
+
+/* dwpe[t,c] += sum over b (in order) of dout[b,t,c] */
+__global__ void posemb_bwd_w_k(float *dwpe, const float *dout, int B, size_t TC)
+{
+    GRID_STRIDE(i, TC)
+    {
+        float acc = 0.0f;
+        for (int b = 0; b < B; b++)
+            acc += dout[(size_t)b * TC + i];
+        dwpe[i] += acc;
+    }
+}
+
+extern "C" {
+
+int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
+                                    const float *wte, int N, int C, int v0, int V)
+{
+    const size_t n = (size_t)N * C;
+    if (n == 0)
+        return cudaSuccess;
+    embedding_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, ids, wte, N, C, v0, V);
+    return cudaGetLastError();
+}
+
+/* dwte (V,C) += dout (N,C) scattered by ids: a stable radix sort of the ids
+ * (rows keep their order within an id), then one block per run of equal ids. */
+int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
+                                      const int32_t *ids, int N, int C, int v0, int V)
+{
+    cudaStream_t st = STREAM(stream);
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    size_t temp = 0;
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(NULL, temp, (const int32_t *)NULL,
+                                                    (int32_t *)NULL, (const int32_t *)NULL,
+                                                    (int32_t *)NULL, N, 0, 32, st);
+    if (e != cudaSuccess)
+        return e;
+    const size_t a = align256((size_t)N * sizeof(int32_t));
+    char *ws = (char *)merak_cuda_scratch(3 * a + align256(temp));
+    if (!ws)
+        return cudaErrorMemoryAllocation;
+    int32_t *keys = (int32_t *)ws, *rows_in = (int32_t *)(ws + a),
+            *rows = (int32_t *)(ws + 2 * a);
+    void *tmp = ws + 3 * a;
+    iota_k<<<ew_grid((size_t)N), NT, 0, st>>>(rows_in, N);
+    e = cub::DeviceRadixSort::SortPairs(tmp, temp, ids, keys, rows_in, rows, N, 0, 32, st);
+    if (e != cudaSuccess)
+        return e;
+    embedding_bwd_runs_k<<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
+                                 const float *wpe, int B, int T, int C)
+{
+    const size_t TC = (size_t)T * C, n = (size_t)B * TC;
+    if (n == 0)
+        return cudaSuccess;
+    posemb_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, wpe, n, TC);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout, int B,
+                                   int T, int C)
+{
+    const size_t TC = (size_t)T * C;
+    if (TC == 0 || B <= 0)
+        return cudaSuccess;
+    posemb_bwd_w_k<<<ew_grid(TC), NT, 0, STREAM(stream)>>>(dwpe, dout, B, TC);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

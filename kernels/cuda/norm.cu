@@ -1,0 +1,269 @@
+/*
+ * norm.cu - layer norm and RMS norm, and the column reductions their
+ * weight gradients and linear biases need.
+ *
+ * Conventions shared by every kernel file: cuda_common.cuh.
+ */
+#include "cuda_common.cuh"
+
+/* One block per row n: out (N,C) = (x-mean)*rstd*w + b (two-pass variance). */
+__global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int C, float eps)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C;
+    float *y = out + n * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += x[c];
+    const float m = block_sum(s, sh) / C;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    const float r = 1.0f / sqrtf(block_sum(v, sh) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float o = (x[c] - m) * r * w[c];
+        y[c] = b ? o + b[c] : o;
+    }
+    if (threadIdx.x == 0) {
+        if (mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = r;
+    }
+}
+
+/* dinp += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd, dnorm = dout*w */
+__global__ void layernorm_bwd_x_k(float *dinp, const float *dout, const float *inp,
+                                  const float *w, const float *mean, const float *rstd,
+                                  int C)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C, *g = dout + n * C;
+    float *dx = dinp + n * C;
+    const float m = mean[n], r = rstd[n];
+    float a = 0.0f, bb = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float norm = (x[c] - m) * r, dn = g[c] * w[c];
+        a += dn;
+        bb += dn * norm;
+    }
+    a = block_sum(a, sh) / C;
+    bb = block_sum(bb, sh) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float norm = (x[c] - m) * r, dn = g[c] * w[c];
+        dx[c] += (dn - a - norm * bb) * r;
+    }
+}
+
+/* One block per row: rstd = 1/sqrt(mean(x^2)+eps), out = x*rstd*w */
+__global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const float *w,
+                              int C, float eps)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C;
+    float *y = out + n * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += x[c] * x[c];
+    const float r = 1.0f / sqrtf(block_sum(s, sh) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[c] = x[c] * r * w[c];
+    if (threadIdx.x == 0 && rstd)
+        rstd[n] = r;
+}
+
+/* dinp += rstd*dout*w - x * rstd^3 * mean(dout*w*x) */
+__global__ void rmsnorm_bwd_x_k(float *dinp, const float *dout, const float *inp,
+                                const float *w, const float *rstd, int C)
+{
+    __shared__ float sh[33];
+    const size_t n = blockIdx.x;
+    const float *x = inp + n * C, *g = dout + n * C;
+    float *dx = dinp + n * C;
+    const float r = rstd[n];
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += g[c] * w[c] * x[c];
+    const float k = block_sum(s, sh) / C * r * r * r;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dx[c] += r * g[c] * w[c] - x[c] * k;
+}
+
+/* Column reductions: 32 columns x CR_Y row lanes per block, CR_ROWS rows per
+ * chunk; the chunk partial sums are then added in chunk order. */
+#define CR_Y 8
+#define CR_ROWS 256
+
+enum { CR_COLSUM = 0, CR_LAYERNORM = 1, CR_RMSNORM = 2 };
+
+/* Stage 1: block (32 columns, CR_Y row lanes) x chunk of `rows` rows.
+ * part0/part1 (nchunks, C): the chunk's partial sums of
+ *   COLSUM:    dout                                   (part0)
+ *   LAYERNORM: dout*(x-mean)*rstd (dw), dout (db)     (part0, part1)
+ *   RMSNORM:   dout*x*rstd (dw)                       (part0)  */
+template <int MODE>
+__global__ void colred_partial_k(float *part0, float *part1, const float *dout,
+                                 const float *inp, const float *mean, const float *rstd,
+                                 int N, int C, int rows)
+{
+    __shared__ float s0[CR_Y][33], s1[CR_Y][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
+    const int r0 = blockIdx.y * rows;
+    const int r1 = min(N, r0 + rows);
+    float a0 = 0.0f, a1 = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += CR_Y) {
+            const size_t idx = (size_t)r * C + c;
+            const float d = dout[idx];
+            if (MODE == CR_COLSUM) {
+                a0 += d;
+            } else if (MODE == CR_LAYERNORM) {
+                a0 += d * ((inp[idx] - mean[r]) * rstd[r]);
+                a1 += d;
+            } else {
+                a0 += d * (inp[idx] * rstd[r]);
+            }
+        }
+    }
+    s0[ty][tx] = a0;
+    s1[ty][tx] = a1;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t0 = 0.0f, t1 = 0.0f;
+        for (int y = 0; y < CR_Y; y++) {
+            t0 += s0[y][tx];
+            t1 += s1[y][tx];
+        }
+        part0[(size_t)blockIdx.y * C + c] = t0;
+        if (MODE == CR_LAYERNORM)
+            part1[(size_t)blockIdx.y * C + c] = t1;
+    }
+}
+
+/* Stage 2: dst[c] += sum over chunks (in order) of part[k, c]; dst1 may be NULL. */
+__global__ void colred_final_k(float *dst0, float *dst1, const float *part0,
+                               const float *part1, int nchunks, int C)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float t0 = 0.0f, t1 = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+        t0 += part0[(size_t)k * C + c];
+        if (dst1)
+            t1 += part1[(size_t)k * C + c];
+    }
+    if (dst0)
+        dst0[c] += t0;
+    if (dst1)
+        dst1[c] += t1;
+}
+
+/* Runs both stages; the chunking depends on N only. */
+template <int MODE>
+static int colred(cudaStream_t st, float *dst0, float *dst1, const float *dout,
+                  const float *inp, const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    int rows = CR_ROWS;
+    int nchunks = (N + rows - 1) / rows;
+    while (nchunks > 65535) { /* gridDim.y limit: bigger chunks, still shape-only */
+        rows *= 2;
+        nchunks = (N + rows - 1) / rows;
+    }
+    const int nq = MODE == CR_LAYERNORM ? 2 : 1;
+    float *part = (float *)merak_cuda_scratch((size_t)nq * nchunks * C * sizeof(float));
+    if (!part)
+        return cudaErrorMemoryAllocation;
+    float *part1 = nq == 2 ? part + (size_t)nchunks * C : NULL;
+    dim3 grid((C + 31) / 32, nchunks), block(32, CR_Y);
+    colred_partial_k<MODE><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C,
+                                                   rows);
+    colred_final_k<<<(C + NT - 1) / NT, NT, 0, st>>>(dst0, MODE == CR_LAYERNORM ? dst1 : NULL,
+                                                     part, part1, nchunks, C);
+    return cudaGetLastError();
+}
+
+/* out (N,O) += b[o] */
+__global__ void bias_add_k(float *out, const float *b, size_t n, int O)
+{
+    GRID_STRIDE(i, n) out[i] += b[i % O];
+}
+
+extern "C" {
+
+int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b,
+                                    int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    layernorm_fwd_k<<<N, NT, 0, STREAM(stream)>>>(out, mean, rstd, inp, w, b, C, eps);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_layernorm_bwd_x(void *stream, float *dinp, const float *dout,
+                                      const float *inp, const float *w,
+                                      const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    layernorm_bwd_x_k<<<N, NT, 0, STREAM(stream)>>>(dinp, dout, inp, w, mean, rstd, C);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
+                                      const float *dout, const float *inp,
+                                      const float *mean, const float *rstd, int N, int C)
+{
+    return colred<CR_LAYERNORM>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+}
+
+int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const float *inp,
+                                  const float *w, int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    rmsnorm_fwd_k<<<N, NT, 0, STREAM(stream)>>>(out, rstd, inp, w, C, eps);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout,
+                                    const float *inp, const float *w, const float *rstd,
+                                    int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    rmsnorm_bwd_x_k<<<N, NT, 0, STREAM(stream)>>>(dinp, dout, inp, w, rstd, C);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
+                                    const float *inp, const float *rstd, int N, int C)
+{
+    return colred<CR_RMSNORM>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O)
+{
+    const size_t n = (size_t)N * O;
+    if (n == 0)
+        return cudaSuccess;
+    bias_add_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, b, n, O);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O)
+{
+    return colred<CR_COLSUM>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+}
+
+} /* extern "C" */
