@@ -1,11 +1,15 @@
 /*
- * attention.cu - the pieces of causal attention around its cuBLASLt
- * products (cuda_glue.c): RoPE, the key/value cache, the causal softmax and
- * its backward, the gradients brought back to q, k and v.
+ * attention.cu - causal attention: the fused kernels (flash.h: forward,
+ * dq, dk and dv, one row per thread, no T x T matrix) for head dimensions
+ * up to FLASH_HD, and for the others and for decoding the pieces around
+ * cuBLASLt products (cuda_glue.c): the causal softmax and its backward;
+ * for both, RoPE, the key/value cache and the gradients brought back to
+ * q, k and v.
  *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
 #include "cuda_common.cuh"
+#include "flash.h"
 
 struct attn_p {
     int B, T, nh, nkv, hd;
@@ -190,6 +194,123 @@ static attn_p attn_params(const merak_attn_shape *s)
     return p;
 }
 
+/* ------------------------------------------------------------------ fused (flash.h) */
+
+/* Forward: block = FLASH_FWD_ROWS query rows of head h of batch row b,
+ * the longest (last) rows first; keys and values FLASH_FWD_KEYS at a time. */
+__global__ void __launch_bounds__(FLASH_FWD_ROWS)
+    flash_fwd_k(float *out, float *lse, const float *Q, const float *K, const float *V, flash_p p)
+{
+    __shared__ __align__(16) float Ks[FLASH_FWD_KEYS * FLASH_HD];
+    __shared__ __align__(16) float Vs[FLASH_FWD_KEYS * FLASH_HD];
+    const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * FLASH_FWD_ROWS;
+    const int h = blockIdx.y, b = blockIdx.z, g = h / (p.nh / p.nkv);
+    const int i = i0 + threadIdx.x;
+    const bool on = i < p.T;
+    flash_fwd_row r;
+    if (on)
+        flash_fwd_begin(&r, Q, &p, b, h, i);
+    const int end = flash_keys_end(i0, FLASH_FWD_ROWS, p.T);
+    for (int j0 = 0; j0 < end; j0 += FLASH_FWD_KEYS) {
+        __syncthreads(); /* nobody reads the previous tile any more */
+        flash_tile_load(Ks, FLASH_FWD_KEYS, K, p.ks, &p, b, g, j0, 1.0f, threadIdx.x, blockDim.x);
+        flash_tile_load(Vs, FLASH_FWD_KEYS, V, p.vs, &p, b, g, j0, 1.0f, threadIdx.x, blockDim.x);
+        __syncthreads();
+        if (on)
+            flash_fwd_tile(&r, Ks, Vs, j0, min(FLASH_FWD_KEYS, p.T - j0), i);
+    }
+    if (on)
+        flash_fwd_end(&r, out, lse, &p, b, h, i);
+}
+
+/* dq and D: block = FLASH_DQ_ROWS query rows, each thread's dout row in
+ * shared memory; two passes over the keys (D, then dq). */
+__global__ void __launch_bounds__(FLASH_DQ_ROWS)
+    flash_dq_k(float *dQ, float *D, const float *dout, const float *lse, const float *Q,
+               const float *K, const float *V, flash_p p)
+{
+    __shared__ __align__(16) float Ks[FLASH_DQ_KEYS * FLASH_HD];
+    __shared__ __align__(16) float Vs[FLASH_DQ_KEYS * FLASH_HD];
+    __shared__ __align__(16) float dOs[FLASH_DQ_ROWS * FLASH_PITCH];
+    const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * FLASH_DQ_ROWS;
+    const int h = blockIdx.y, b = blockIdx.z, g = h / (p.nh / p.nkv);
+    const int i = i0 + threadIdx.x;
+    const bool on = i < p.T;
+    float *dO = dOs + threadIdx.x * FLASH_PITCH;
+    flash_dq_row r;
+    if (on)
+        flash_dq_begin(&r, dO, Q, dout, lse, &p, b, h, i);
+    const int end = flash_keys_end(i0, FLASH_DQ_ROWS, p.T);
+    for (int pass = 0; pass < 2; pass++)
+        for (int j0 = 0; j0 < end; j0 += FLASH_DQ_KEYS) {
+            __syncthreads();
+            flash_tile_load(Ks, FLASH_DQ_KEYS, K, p.ks, &p, b, g, j0, 1.0f, threadIdx.x, blockDim.x);
+            flash_tile_load(Vs, FLASH_DQ_KEYS, V, p.vs, &p, b, g, j0, 1.0f, threadIdx.x, blockDim.x);
+            __syncthreads();
+            if (!on)
+                continue;
+            const int n = min(FLASH_DQ_KEYS, p.T - j0);
+            if (pass == 0)
+                flash_dq_delta(&r, dO, Ks, Vs, j0, n, i);
+            else
+                flash_dq_tile(&r, dO, Ks, Vs, j0, n, i);
+        }
+    if (on)
+        flash_dq_end(&r, dQ, D, &p, b, h, i);
+}
+
+/* dk, dv: block = FLASH_DK_ROWS key rows of kv head g, the first (which
+ * the most queries see) first; each thread's v row and dk sum in shared
+ * memory; the queries of the group's heads FLASH_DK_QUERIES at a time. */
+__global__ void __launch_bounds__(FLASH_DK_ROWS)
+    flash_dkv_k(float *dK, float *dV, const float *dout, const float *lse, const float *D,
+                const float *Q, const float *K, const float *V, flash_p p)
+{
+    __shared__ __align__(16) float Qs[FLASH_DK_QUERIES * FLASH_HD];
+    __shared__ __align__(16) float dOs[FLASH_DK_QUERIES * FLASH_HD];
+    __shared__ float ls[FLASH_DK_QUERIES], Ds[FLASH_DK_QUERIES];
+    __shared__ __align__(16) float own[2 * FLASH_DK_ROWS * FLASH_PITCH];
+    const int j0 = (int)blockIdx.x * FLASH_DK_ROWS;
+    const int g = blockIdx.y, b = blockIdx.z, rep = p.nh / p.nkv;
+    const int j = j0 + threadIdx.x;
+    const bool on = j < p.T;
+    float *Vown = own + threadIdx.x * FLASH_PITCH;
+    float *dKown = own + (FLASH_DK_ROWS + threadIdx.x) * FLASH_PITCH;
+    flash_dk_row r;
+    if (on)
+        flash_dk_begin(&r, Vown, dKown, K, V, &p, b, g, j);
+    for (int rr = 0; rr < rep; rr++) {
+        const int h = g * rep + rr;
+        for (int i0 = j0; i0 < p.T; i0 += FLASH_DK_QUERIES) {
+            __syncthreads();
+            flash_tile_load(Qs, FLASH_DK_QUERIES, Q, p.qs, &p, b, h, i0, p.scale, threadIdx.x,
+                            blockDim.x);
+            flash_tile_load(dOs, FLASH_DK_QUERIES, dout, p.nh * p.hd, &p, b, h, i0, 1.0f,
+                            threadIdx.x, blockDim.x);
+            flash_dk_stats_load(ls, Ds, lse, D, &p, b, h, i0, threadIdx.x, blockDim.x);
+            __syncthreads();
+            if (on)
+                flash_dk_tile(&r, Vown, dKown, Qs, dOs, ls, Ds, i0, min(FLASH_DK_QUERIES, p.T - i0), j);
+        }
+    }
+    if (on)
+        flash_dk_end(&r, dKown, dK, dV, &p, b, g, j);
+}
+
+static flash_p flash_params(const merak_attn_shape *s, int qs, int ks)
+{
+    flash_p p;
+    p.T = s->T;
+    p.nh = s->n_head;
+    p.nkv = s->n_kv_head;
+    p.hd = s->head_dim;
+    p.qs = qs;
+    p.ks = ks;
+    p.vs = s->v_stride;
+    p.scale = (float)(1.0 / sqrt((double)s->head_dim));
+    return p;
+}
+
 extern "C" {
 
 int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
@@ -248,6 +369,34 @@ int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, floa
     if (rows)
         attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
             dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_flash_fwd(void *stream, const merak_attn_shape *s, float *out, float *lse,
+                                const float *q, int qs, const float *k, int ks, const float *v)
+{
+    const flash_p p = flash_params(s, qs, ks);
+    if (s->B > 0 && s->T > 0) {
+        const dim3 grid((unsigned)((s->T + FLASH_FWD_ROWS - 1) / FLASH_FWD_ROWS),
+                        (unsigned)s->n_head, (unsigned)s->B);
+        flash_fwd_k<<<grid, FLASH_FWD_ROWS, 0, STREAM(stream)>>>(out, lse, q, k, v, p);
+    }
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_flash_bwd(void *stream, const merak_attn_shape *s, float *dQ, float *dK,
+                                float *dV, float *D, const float *dout, const float *lse,
+                                const float *q, int qs, const float *k, int ks, const float *v)
+{
+    const flash_p p = flash_params(s, qs, ks);
+    if (s->B > 0 && s->T > 0) {
+        const dim3 gq((unsigned)((s->T + FLASH_DQ_ROWS - 1) / FLASH_DQ_ROWS),
+                      (unsigned)s->n_head, (unsigned)s->B);
+        flash_dq_k<<<gq, FLASH_DQ_ROWS, 0, STREAM(stream)>>>(dQ, D, dout, lse, q, k, v, p);
+        const dim3 gk((unsigned)((s->T + FLASH_DK_ROWS - 1) / FLASH_DK_ROWS),
+                      (unsigned)s->n_kv_head, (unsigned)s->B);
+        flash_dkv_k<<<gk, FLASH_DK_ROWS, 0, STREAM(stream)>>>(dK, dV, dout, lse, D, q, k, v, p);
+    }
     return cudaGetLastError();
 }
 

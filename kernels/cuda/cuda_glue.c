@@ -30,6 +30,7 @@
 
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h"
+#include "flash.h" /* FLASH_HD: the widest head the fused attention takes */
 #include "memcount.h"
 
 /* cuBLASLt workspace (NVIDIA recommends 32 MiB on Hopper). */
@@ -523,14 +524,19 @@ static void k_linear_bwd_w(float *dw, float *db, const float *dout, const float 
 }
 
 /* ------------------------------------------------------------------ attention
- * Causal attention as GEMMs, the CPU backend's arithmetic (kernels/cpu):
+ * Head dimensions up to FLASH_HD: the fused kernels of flash.h (forward:
+ * out and lse; backward: dense dQ, dK, dV in scratch with D, each row's
+ * sum of P dP), no T x T matrix.  Scratch: D (B,nh,T), dQ (B,T,nh*hd),
+ * dK (B,T,nkv*hd), dV (B,T,nkv*hd).
+ *
+ * Wider heads (and decoding, below), as GEMMs, the CPU backend's
+ * arithmetic (kernels/cpu):
  *   fwd  S = scale Q K^T ; P = causal softmax(S) (zeros above the diagonal,
  *        in scratch) ; lse = each row's log-sum-exp (saved) ; out = P V
  *   bwd  P = exp(scale Q K^T - lse), rebuilt in scratch ; dP = dout V^T ;
  *        dS = P (dP - rowsum(P dP)) scale ;
  *        dQ = dS K ; dK = sum over the group's heads dS^T Q ;
- *        dV = sum over the group's heads P^T dout ; then dq += rot^T(dQ),
- *        dk += rot^T(dK), dv += dV (rot = RoPE, or the identity).
+ *        dV = sum over the group's heads P^T dout.
  * Query head h = g*rep + r reads kv head g.  One strided-batched cuBLASLt
  * product covers the nkv heads with the same r of one batch row (their
  * strides are uniform: rep*hd apart in q, hd apart in k and v, rep*T*T apart
@@ -538,9 +544,10 @@ static void k_linear_bwd_w(float *dw, float *db, const float *dout, const float 
  * order (beta 0, then 1).
  * Batch rows go one at a time through the T x T buffers.
  * scratch: P (nh,T,T), dS (nh,T,T), then dQ (B,T,nh*hd), dK (B,T,nkv*hd),
- * dV (B,T,nkv*hd): one batch row of one layer, where every layer's
- * probabilities were kept before (a fused kernel, flash-attention style,
- * is what removes the T x T buffers for good). */
+ * dV (B,T,nkv*hd).
+ *
+ * Both end with dq += rot^T(dQ), dk += rot^T(dK), dv += dV (rot = RoPE,
+ * or the identity). */
 
 /* Row-major C (M,N) = alpha op(A) op(B) + beta C over bt.count products:
  * cuBLASLt, column-major, computes C^T = op(B)^T op(A)^T. */
@@ -611,6 +618,11 @@ static void k_attention_fwd(const merak_attn_shape *s, float *out, float *lse, f
         Q = qr, qs = C;
         K = kr, ks = nkv * hd;
     }
+    if (hd <= FLASH_HD) {
+        LAUNCH("attention_fwd(fused)",
+               merak_cuda_launch_flash_fwd(STREAM, s, out, lse, Q, qs, K, ks, v));
+        return;
+    }
     /* one batch row at a time: its probabilities P (nh,T,T) in scratch */
     merak_attn_shape one = *s;
     one.B = 1;
@@ -659,8 +671,10 @@ static size_t k_attention_cached_scratch_elems(const merak_attn_shape *s, int ca
 static size_t k_attention_scratch_elems(const merak_attn_shape *s)
 {
     const size_t B = (size_t)s->B, T = (size_t)s->T;
-    return 2 * (size_t)s->n_head * T * T +
-           B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
+    const size_t grads = B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
+    if (s->head_dim <= FLASH_HD)
+        return B * (size_t)s->n_head * T + grads;
+    return 2 * (size_t)s->n_head * T * T + grads;
 }
 
 static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
@@ -676,6 +690,15 @@ static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, flo
     const int rope = s->rope_theta > 0;
     const float *Q = rope ? qr : q, *K = rope ? kr : k;
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
+    if (hd <= FLASH_HD) {
+        float *D = scratch, *dQ = D + (size_t)B * nh * T;
+        float *dK = dQ + (size_t)B * T * C, *dV = dK + (size_t)B * T * Ckv;
+        LAUNCH("attention_bwd(fused)", merak_cuda_launch_flash_bwd(STREAM, s, dQ, dK, dV, D, dout,
+                                                                   lse, Q, qs, K, ks, v));
+        LAUNCH("attention_bwd(add)",
+               merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
+        return;
+    }
     const float scale = (float)(1.0 / sqrt((double)hd));
     const long long TT = (long long)T * T;
     float *P = scratch;                       /* one batch row's (nh,T,T) */

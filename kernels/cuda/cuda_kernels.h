@@ -133,6 +133,16 @@ int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, siz
 int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
                                    float *dk, float *dv, const float *dQ, const float *dK,
                                    const float *dV);
+/* The fused attention (flash.h), head_dim <= FLASH_HD; q, k are the
+ * rotated copies with RoPE (row strides qs, ks), v has s->v_stride.
+ * flash_fwd: out (B,T,nh*hd) and lse (B,nh,T).  flash_bwd: dense dQ
+ * (B,T,nh*hd), dK and dV (B,T,nkv*hd) overwritten, with respect to the
+ * q and k given; D (B,nh,T) is its working space. */
+int merak_cuda_launch_flash_fwd(void *stream, const merak_attn_shape *s, float *out, float *lse,
+                                const float *q, int qs, const float *k, int ks, const float *v);
+int merak_cuda_launch_flash_bwd(void *stream, const merak_attn_shape *s, float *dQ, float *dK,
+                                float *dV, float *D, const float *dout, const float *lse,
+                                const float *q, int qs, const float *k, int ks, const float *v);
 int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n);
 int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
                                const float *inp, size_t n);

@@ -14,7 +14,9 @@
  *   - the CUDA run leaves its inputs untouched.
  * Shapes are small and odd on purpose (unaligned GEMM sizes and bias, fused
  * strided qkv, grouped-query attention with RoPE, head dims that do not
- * divide the block, T larger than a block).  MERAK_TEST_SEED=<n> changes the
+ * divide the block, T larger than a block).  Attention takes both of the
+ * backend's paths: the fused kernels (head dims up to FLASH_HD = 64: 8, 16,
+ * 64) and the cuBLASLt products (96, 320).  MERAK_TEST_SEED=<n> changes the
  * random values.
  */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
