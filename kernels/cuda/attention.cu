@@ -247,13 +247,8 @@ __global__ void __launch_bounds__(FLASH_DQ_ROWS)
             flash_tile_load(Ks, FLASH_DQ_KEYS, K, p.ks, &p, b, g, j0, 1.0f, threadIdx.x, blockDim.x);
             flash_tile_load(Vs, FLASH_DQ_KEYS, V, p.vs, &p, b, g, j0, 1.0f, threadIdx.x, blockDim.x);
             __syncthreads();
-            if (!on)
-                continue;
-            const int n = min(FLASH_DQ_KEYS, p.T - j0);
-            if (pass == 0)
-                flash_dq_delta(&r, dO, Ks, Vs, j0, n, i);
-            else
-                flash_dq_tile(&r, dO, Ks, Vs, j0, n, i);
+            if (on)
+                flash_dq_tile(&r, dO, Ks, Vs, j0, min(FLASH_DQ_KEYS, p.T - j0), i, pass);
         }
     if (on)
         flash_dq_end(&r, dQ, D, &p, b, h, i);

@@ -33,6 +33,7 @@
 #define MERAK_FLASH_H
 
 #ifdef __CUDACC__
+#define FLASH_STATIC_ASSERT static_assert
 #define FLASH_FN static __device__ __forceinline__
 #define FLASH_UNROLL _Pragma("unroll")
 typedef float4 flash_f4;
@@ -42,7 +43,9 @@ FLASH_FN void flash_st4(float *p, flash_f4 v) { *(float4 *)p = v; }
  * rather than keep them in registers since the scores read them: that
  * would be FLASH_CH * FLASH_HD values, and ptxas, which merges repeated
  * plain loads, spilled kilobytes per thread.  A volatile load is never
- * merged. */
+ * merged.  Without a "memory" clobber it is ordered against other threads'
+ * stores by the __syncthreads between a tile's load and its use, and the
+ * thread's own stores (flash_axpy_s) go to other rows. */
 FLASH_FN flash_f4 flash_ld4_again(const float *p)
 {
     flash_f4 v;
@@ -54,6 +57,7 @@ FLASH_FN flash_f4 flash_ld4_again(const float *p)
 #else
 #include <math.h>
 #include <stddef.h>
+#define FLASH_STATIC_ASSERT _Static_assert
 #define FLASH_FN static inline
 #define FLASH_UNROLL
 typedef struct flash_f4 {
@@ -81,6 +85,11 @@ FLASH_FN void flash_st4(float *p, flash_f4 v) { p[0] = v.x, p[1] = v.y, p[2] = v
 #define FLASH_DQ_KEYS 32    /* dq: keys and values in shared memory */
 #define FLASH_DK_ROWS 64    /* dk, dv: key rows (threads) of a block */
 #define FLASH_DK_QUERIES 16 /* dk, dv: queries (with dout, lse, D) in shared memory */
+
+FLASH_STATIC_ASSERT(FLASH_HD % 4 == 0, "rows are read as float4");
+FLASH_STATIC_ASSERT(FLASH_FWD_KEYS % FLASH_CH == 0 && FLASH_DQ_KEYS % FLASH_CH == 0,
+                    "a chunk never reads past its tile");
+FLASH_STATIC_ASSERT(FLASH_DK_QUERIES == FLASH_CH, "flash_dk_tile takes a tile as one chunk");
 
 /* One attention call.  The q, k, v the kernels read have row strides qs,
  * ks, vs (the rotated copies with RoPE); out, dQ (B,T,nh*hd), dK, dV
@@ -200,6 +209,9 @@ FLASH_FN void flash_axpy_s(float *own, const float *w, const float *S)
 /* The keys [0, end) that the query rows [i0, i0+rows) see. */
 FLASH_FN int flash_keys_end(int i0, int rows, int T) { return i0 + rows < T ? i0 + rows : T; }
 
+/* How many of a tile's n keys, from key j0 on, query i sees (<= 0: none). */
+FLASH_FN int flash_seen(int i, int j0, int n) { return i - j0 + 1 < n ? i - j0 + 1 : n; }
+
 /* ------------------------------------------------------------------ forward */
 
 typedef struct flash_fwd_row {
@@ -224,7 +236,7 @@ FLASH_FN void flash_fwd_begin(flash_fwd_row *r, const float *Q, const flash_p *p
 FLASH_FN void flash_fwd_tile(flash_fwd_row *r, const float *Ks, const float *Vs, int j0, int n,
                              int i)
 {
-    const int last = i - j0 + 1 < n ? i - j0 + 1 : n;
+    const int last = flash_seen(i, j0, n);
     for (int c0 = 0; c0 < last; c0 += FLASH_CH) {
         float s[FLASH_CH];
         float mx = -INFINITY;
@@ -294,28 +306,21 @@ FLASH_FN void flash_dq_probs(const flash_dq_row *r, const float *dO, const float
         pr[c] = c0 + c < last ? expf(pr[c] - r->lse) : 0.0f;
 }
 
-/* First pass: D += sum of P dP over the tile's keys that row i sees. */
-FLASH_FN void flash_dq_delta(flash_dq_row *r, const float *dO, const float *Ks, const float *Vs,
-                             int j0, int n, int i)
-{
-    const int last = i - j0 + 1 < n ? i - j0 + 1 : n;
-    for (int c0 = 0; c0 < last; c0 += FLASH_CH) {
-        float pr[FLASH_CH], dp[FLASH_CH];
-        flash_dq_probs(r, dO, Ks, Vs, c0, last, pr, dp);
-        FLASH_UNROLL
-        for (int c = 0; c < FLASH_CH; c++)
-            r->D += pr[c] * dp[c];
-    }
-}
-
-/* Second pass: dq += sum of dS k over the tile's keys that row i sees. */
+/* Folds the tile's keys that row i sees into it: pass 0 sums D = sum of
+ * P dP, pass 1 (after every key's pass 0) adds dS k into dq. */
 FLASH_FN void flash_dq_tile(flash_dq_row *r, const float *dO, const float *Ks, const float *Vs,
-                            int j0, int n, int i)
+                            int j0, int n, int i, int pass)
 {
-    const int last = i - j0 + 1 < n ? i - j0 + 1 : n;
+    const int last = flash_seen(i, j0, n);
     for (int c0 = 0; c0 < last; c0 += FLASH_CH) {
         float pr[FLASH_CH], dp[FLASH_CH];
         flash_dq_probs(r, dO, Ks, Vs, c0, last, pr, dp);
+        if (pass == 0) {
+            FLASH_UNROLL
+            for (int c = 0; c < FLASH_CH; c++)
+                r->D += pr[c] * dp[c];
+            continue;
+        }
         FLASH_UNROLL
         for (int c = 0; c < FLASH_CH; c++)
             pr[c] *= dp[c] - r->D; /* dS */

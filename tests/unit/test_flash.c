@@ -129,15 +129,10 @@ static void emu_bwd(const flash_p *p, int B, float *dQ, float *dK, float *dV, fl
                             flash_tile_load(Vs, FLASH_DQ_KEYS, V, p->vs, p, b, g, j0, 1.0f, t,
                                             FLASH_DQ_ROWS);
                         }
-                        const int n = imin(FLASH_DQ_KEYS, p->T - j0);
-                        for (int t = 0; t < FLASH_DQ_ROWS; t++) {
-                            if (i0 + t >= p->T)
-                                continue;
-                            if (pass == 0)
-                                flash_dq_delta(&r[t], dOs + t * FLASH_PITCH, Ks, Vs, j0, n, i0 + t);
-                            else
-                                flash_dq_tile(&r[t], dOs + t * FLASH_PITCH, Ks, Vs, j0, n, i0 + t);
-                        }
+                        for (int t = 0; t < FLASH_DQ_ROWS; t++)
+                            if (i0 + t < p->T)
+                                flash_dq_tile(&r[t], dOs + t * FLASH_PITCH, Ks, Vs, j0,
+                                              imin(FLASH_DQ_KEYS, p->T - j0), i0 + t, pass);
                     }
                 for (int t = 0; t < FLASH_DQ_ROWS; t++)
                     if (i0 + t < p->T)
