@@ -43,6 +43,15 @@ typedef struct merak_attn_shape {
     float rope_theta;
 } merak_attn_shape;
 
+/* A stretch of one AdamW step: n elements of p and g from element at, of
+ * m and v from element m_at (the moments may cover a shard of p), with
+ * weight decay iff decay.  A step over many parameters is one call over
+ * their spans (one launch on a GPU, which runs a block per span). */
+typedef struct merak_adamw_span {
+    size_t at, m_at, n;
+    int decay;
+} merak_adamw_span;
+
 /*
  * One backend's kernels for one element type.  REAL is float for the table the
  * runtime uses; the CPU backend also instantiates a double-precision copy for
@@ -145,8 +154,10 @@ typedef struct merak_attn_shape {
     void (*crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *lse,   \
                              const int32_t *targets, int N, int V, int v0,         \
                              float scale);                                         \
-    /* torch.optim.AdamW, one step (t >= 1) on n elements */                      \
-    void (*adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, size_t n, float lr,    \
+    /* torch.optim.AdamW, one step (t >= 1) over the spans (see             \
+     * merak_adamw_span; an array from alloc, filled through copy) */           \
+    void (*adamw)(REAL *p, const REAL *g, REAL *m, REAL *v,                        \
+                  const merak_adamw_span *spans, int nspans, float lr,             \
                   float beta1, float beta2, float eps, float weight_decay, int t); \
     /* sum of squares, accumulated in double */                                    \
     double (*sumsq)(const REAL *x, size_t n);                                      \

@@ -788,8 +788,9 @@ static void FN(crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *
  *   p += (-lr/(1-b1^t)) * m / denom
  * Scalars are formed in double and rounded to REAL, as torch does with
  * Python-float hyperparameters. */
-static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, int t)
+static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, const merak_adamw_span *spans,
+                      int nspans, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, int t)
 {
     const double b1 = beta1, b2 = beta2;
     const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
@@ -799,16 +800,25 @@ static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, size_t n, float 
     const REAL bc2s = (REAL)sqrt(bc2), reps = (REAL)eps;
     const REAL nstep = (REAL)(-(double)lr / bc1);
     const int small = fabs((double)w1) < 0.5;
-    OMP(parallel for if (n >= PAR_MIN) schedule(static))
-    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
-        const REAL gi = g[i];
-        REAL mi = m[i];
-        mi = small ? mi + w1 * (gi - mi) : gi - (gi - mi) * c1;
-        const REAL vi = v[i] * rb2 + c2 * gi * gi;
-        const REAL denom = R_SQRT(vi) / bc2s + reps;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay + nstep * mi / denom;
+    size_t total = 0;
+    for (int s = 0; s < nspans; s++)
+        total += spans[s].n;
+    /* elementwise: any split over threads gives the same bits */
+    OMP(parallel for if (nspans > 1 && total >= PAR_MIN) schedule(static))
+    for (int s = 0; s < nspans; s++) {
+        REAL *ps = p + spans[s].at, *ms = m + spans[s].m_at, *vs = v + spans[s].m_at;
+        const REAL *gs = g + spans[s].at;
+        const REAL dec = spans[s].decay ? decay : 1;
+        for (size_t i = 0; i < spans[s].n; i++) {
+            const REAL gi = gs[i];
+            REAL mi = ms[i];
+            mi = small ? mi + w1 * (gi - mi) : gi - (gi - mi) * c1;
+            const REAL vi = vs[i] * rb2 + c2 * gi * gi;
+            const REAL denom = R_SQRT(vi) / bc2s + reps;
+            ms[i] = mi;
+            vs[i] = vi;
+            ps[i] = ps[i] * dec + nstep * mi / denom;
+        }
     }
 }
 

@@ -798,9 +798,11 @@ static void k_crossentropy_bwd(float *dlogits, const float *logits, const float 
 }
 
 /* torch.optim.AdamW: the scalars in double on the host, as torch's
- * Python-float hyperparameters are, then rounded to float for the step. */
-static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t)
+ * Python-float hyperparameters are, then rounded to float for the step;
+ * one launch for all the spans. */
+static void k_adamw(float *p, const float *g, float *m, float *v, const merak_adamw_span *spans,
+                    int nspans, float lr, float beta1, float beta2, float eps, float weight_decay,
+                    int t)
 {
     const double b1 = beta1, b2 = beta2;
     const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
@@ -808,8 +810,8 @@ static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
     const float w1 = (float)(1.0 - b1), c2 = (float)(1.0 - b2);
     const float nstep = (float)(-(double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
-    LAUNCH("adamw", merak_cuda_launch_adamw(STREAM, p, g, m, v, n, decay, w1, beta2, c2,
-                                            nstep, bc2_sqrt, eps));
+    LAUNCH("adamw", merak_cuda_launch_adamw(STREAM, p, g, m, v, spans, nspans, decay, w1, beta2,
+                                            c2, nstep, bc2_sqrt, eps));
 }
 
 /* Synchronises: the scalar is copied back. */

@@ -163,12 +163,13 @@ int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
                                        const float *lse, const int32_t *targets, int N, int V,
                                        int v0, float scale);
-/* One AdamW step; the scalars are computed on the host as torch does:
+/* One AdamW step over the spans (device memory), a block each; the scalars
+ * are computed on the host as torch does (decay for the spans with decay set):
  * decay = 1-lr*wd, w1 = 1-beta1, c2 = 1-beta2, nstep = -lr/(1-beta1^t),
  * bc2_sqrt = sqrt(1-beta2^t). */
 int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
-                            size_t n, float decay, float w1, float beta2, float c2,
-                            float nstep, float bc2_sqrt, float eps);
+                            const merak_adamw_span *spans, int nspans, float decay, float w1,
+                            float beta2, float c2, float nstep, float bc2_sqrt, float eps);
 /* *result (a device double) = sum of x^2, in a fixed order. */
 int merak_cuda_launch_sumsq(void *stream, double *result, const float *x, size_t n);
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s);

@@ -15,21 +15,24 @@
  *       its mirror, as the CPU backend writes it)
  *   v = v*b2 + c2*g*g, c2 = 1-b2
  *   p += nstep * m / (sqrt(v)/bc2_sqrt + eps), nstep = -lr/(1-b1^t) */
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float decay,
-                        float w1, float b2, float c2, float nstep, float bc2_sqrt, float eps)
+__global__ void adamw_k(float *p, const float *g, float *m, float *v,
+                        const merak_adamw_span *spans, float decay, float w1, float b2, float c2,
+                        float nstep, float bc2_sqrt, float eps)
 {
+    const merak_adamw_span sp = spans[blockIdx.x]; /* one block per span */
     const bool small = fabsf(w1) < 0.5f;
-    const float c1 = 1.0f - w1;
-    GRID_STRIDE(i, n)
-    {
-        const float gi = g[i];
-        float mi = m[i];
+    const float c1 = 1.0f - w1, dec = sp.decay ? decay : 1.0f;
+    float *ps = p + sp.at, *ms = m + sp.m_at, *vs = v + sp.m_at;
+    const float *gs = g + sp.at;
+    for (size_t i = threadIdx.x; i < sp.n; i += blockDim.x) {
+        const float gi = gs[i];
+        float mi = ms[i];
         mi = small ? mi + w1 * (gi - mi) : gi - (gi - mi) * c1;
-        const float vi = v[i] * b2 + c2 * gi * gi;
+        const float vi = vs[i] * b2 + c2 * gi * gi;
         const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay + nstep * mi / denom;
+        ms[i] = mi;
+        vs[i] = vi;
+        ps[i] = ps[i] * dec + nstep * mi / denom;
     }
 }
 
@@ -62,13 +65,13 @@ __global__ void sumsq_final_k(double *result, const double *part)
 extern "C" {
 
 int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
-                            size_t n, float decay, float w1, float beta2, float c2,
-                            float nstep, float bc2_sqrt, float eps)
+                            const merak_adamw_span *spans, int nspans, float decay, float w1,
+                            float beta2, float c2, float nstep, float bc2_sqrt, float eps)
 {
-    if (n == 0)
+    if (nspans <= 0)
         return cudaSuccess;
-    adamw_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(p, g, m, v, n, decay, w1, beta2, c2,
-                                                   nstep, bc2_sqrt, eps);
+    adamw_k<<<(unsigned)nspans, NT, 0, STREAM(stream)>>>(p, g, m, v, spans, decay, w1, beta2, c2,
+                                                        nstep, bc2_sqrt, eps);
     return cudaGetLastError();
 }
 

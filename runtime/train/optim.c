@@ -2,27 +2,74 @@
  * optim.c - AdamW (torch.optim.AdamW semantics) over a range of the
  * executor's flat parameter buffer, and global-norm gradient clipping.
  * The moments live in the executor's backend memory, next to the
- * parameters they update.
+ * parameters they update, and so does the list of spans a step runs over
+ * (made once: each parameter's part of the range, cut into spans of at
+ * most SPAN elements), so that a step is one kernel call.
  */
 #include <stdlib.h>
 
 #include "train.h"
+
+/* Elements of a span at most: enough blocks for a GPU to fill every
+ * multiprocessor (GPT-2 124M: about 1900), few enough for a CPU thread to
+ * take a cache's worth at once. */
+#define SPAN 65536
 
 struct merak_optim {
     merak_adamw_opts opts;
     const merak_kernels *k;
     size_t lo, hi;       /* the floats of the flat parameter buffer this state covers */
     float *m, *v;        /* moments of floats [lo, hi) */
-    unsigned char *decay; /* [nparams] 1 if weight decay applies */
+    merak_adamw_span *spans; /* backend memory */
+    int nspans;
     int t;               /* steps taken */
 };
+
+/* The spans of [lo, hi) in parameter order; NULL with *n = 0 if none,
+ * or NULL and *n = -1 when out of memory. */
+static merak_adamw_span *make_spans(const merak_graph *g, const merak_exec *e, size_t lo, size_t hi,
+                                   int *n)
+{
+    size_t total;
+    float *p0 = merak_exec_params_flat(e, &total);
+    merak_adamw_span *sp = NULL;
+    int count = 0, cap = 0;
+    *n = 0;
+    for (int i = 0; i < merak_exec_num_params(e); i++) {
+        /* the part of parameter i inside [lo, hi) */
+        size_t a = (size_t)(merak_exec_param_data(e, i) - p0), b = a + merak_exec_param_elems(e, i);
+        if (a < lo)
+            a = lo;
+        if (b > hi)
+            b = hi;
+        /* Decay embeddings, heads and projections, never biases or norm gains. */
+        const int decay = g->tensors[merak_exec_param_tensor(e, i)].ndim >= 2;
+        for (; a < b; a += SPAN) {
+            if (count == cap) {
+                cap = cap ? 2 * cap : 64;
+                merak_adamw_span *grown = realloc(sp, (size_t)cap * sizeof *sp);
+                if (!grown) {
+                    free(sp);
+                    *n = -1;
+                    return NULL;
+                }
+                sp = grown;
+            }
+            sp[count].at = a;
+            sp[count].m_at = a - lo;
+            sp[count].n = b - a < SPAN ? b - a : SPAN;
+            sp[count++].decay = decay;
+        }
+    }
+    *n = count;
+    return sp;
+}
 
 merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
                                 const merak_adamw_opts *opts, size_t lo, size_t hi)
 {
     merak_optim *o = calloc(1, sizeof *o);
     size_t n = hi > lo ? hi - lo : 0;
-    int np = merak_exec_num_params(e);
     if (!o)
         return NULL;
     o->opts = *opts;
@@ -31,14 +78,16 @@ merak_optim *merak_optim_create(const merak_graph *g, const merak_exec *e,
     o->hi = hi;
     o->m = o->k->alloc((n ? n : 1) * sizeof *o->m);
     o->v = o->k->alloc((n ? n : 1) * sizeof *o->v);
-    o->decay = calloc(np ? (size_t)np : 1, 1);
-    if (!o->m || !o->v || !o->decay) {
+    merak_adamw_span *spans = make_spans(g, e, lo, hi, &o->nspans);
+    const size_t bytes = (o->nspans > 0 ? (size_t)o->nspans : 1) * sizeof *spans;
+    o->spans = o->nspans >= 0 ? o->k->alloc(bytes) : NULL;
+    if (!o->m || !o->v || !o->spans ||
+        (o->nspans > 0 && o->k->copy(o->spans, spans, bytes, MERAK_COPY_H2D) < 0)) {
+        free(spans);
         merak_optim_destroy(o);
         return NULL;
     }
-    /* Decay embeddings, heads and projections, never biases or norm gains. */
-    for (int i = 0; i < np; i++)
-        o->decay[i] = g->tensors[merak_exec_param_tensor(e, i)].ndim >= 2;
+    free(spans);
     return o;
 }
 
@@ -48,7 +97,7 @@ void merak_optim_destroy(merak_optim *o)
         return;
     o->k->free(o->m);
     o->k->free(o->v);
-    free(o->decay);
+    o->k->free(o->spans);
     free(o);
 }
 
@@ -70,18 +119,8 @@ void merak_optim_step(merak_optim *o, merak_exec *e, float lr)
     o->t++;
     size_t n;
     float *p0 = merak_exec_params_flat(e, &n), *g0 = merak_exec_grads_flat(e, &n);
-    for (int i = 0; i < merak_exec_num_params(e); i++) {
-        /* the part of parameter i inside [lo, hi) */
-        size_t a = (size_t)(merak_exec_param_data(e, i) - p0), b = a + merak_exec_param_elems(e, i);
-        if (a < o->lo)
-            a = o->lo;
-        if (b > o->hi)
-            b = o->hi;
-        if (a >= b)
-            continue;
-        o->k->adamw(p0 + a, g0 + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr, o->opts.beta1,
-                    o->opts.beta2, o->opts.eps, o->decay[i] ? o->opts.weight_decay : 0.0f, o->t);
-    }
+    o->k->adamw(p0, g0, o->m, o->v, o->spans, o->nspans, lr, o->opts.beta1, o->opts.beta2,
+                o->opts.eps, o->opts.weight_decay, o->t);
 }
 
 int merak_optim_read(const merak_optim *o, float *m, float *v)

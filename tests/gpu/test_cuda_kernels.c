@@ -955,13 +955,32 @@ typedef struct {
     int t;
 } adam_arg;
 
+/* Spans over [n/10, n) as a ZeRO shard's: moments of the shard only
+ * (m_at from 0), decay off on the second of three. */
 static void op_adamw(const merak_kernels *K, int on_gpu, void **p, const void *arg,
                      double *ret)
 {
     const adam_arg *a = arg;
-    (void)on_gpu, (void)ret;
-    K->adamw(F(p[0]), F(p[1]), F(p[2]), F(p[3]), a->n, a->lr, a->b1, a->b2, a->eps, a->wd,
+    const size_t lo = a->n / 10, third = (a->n - lo) / 3;
+    merak_adamw_span sp[3];
+    for (int k = 0; k < 3; k++) {
+        sp[k].at = lo + (size_t)k * third;
+        sp[k].m_at = (size_t)k * third;
+        sp[k].n = k < 2 ? third : a->n - lo - 2 * third;
+        sp[k].decay = k != 1;
+    }
+    merak_adamw_span *spans = sp;
+    (void)ret;
+    if (on_gpu) {
+        spans = dmalloc(sizeof sp);
+        merak_cuda_memcpy_h2d(spans, sp, sizeof sp);
+    }
+    K->adamw(F(p[0]), F(p[1]), F(p[2]), F(p[3]), spans, 3, a->lr, a->b1, a->b2, a->eps, a->wd,
              a->t);
+    if (on_gpu) {
+        merak_cuda_synchronize();
+        merak_cuda_free(spans);
+    }
 }
 
 static void test_adamw(size_t n)

@@ -1185,14 +1185,23 @@ static void ref_adamw(double *p, const double *g, double *m, double *v, size_t n
     }
 }
 
+/* One step over random spans of [lo, n): moments of n - lo elements (a
+ * ZeRO shard), decay on or off per span; elements outside untouched. */
 static void check_adamw(void)
 {
-    const size_t n = (size_t)rng_int(100, 400);
+    const size_t n = (size_t)rng_int(100, 400), lo = (size_t)rng_int(0, 40), nm = n - lo;
     const int steps = 6;
     const float b1 = 0.9f, b2 = rng_int(0, 1) ? 0.95f : 0.999f, eps = 1e-8f, wd = 0.1f;
-    double *pr = xcalloc(n, 8), *mr = xcalloc(n, 8), *vr = xcalloc(n, 8), *gr = xcalloc(n, 8);
-    double *pd = xcalloc(n, 8), *md = xcalloc(n, 8), *vd = xcalloc(n, 8);
-    float *pf = xcalloc(n, 4), *mf = xcalloc(n, 4), *vf = xcalloc(n, 4), *gf = xcalloc(n, 4);
+    double *pr = xcalloc(n, 8), *mr = xcalloc(nm, 8), *vr = xcalloc(nm, 8), *gr = xcalloc(n, 8);
+    double *pd = xcalloc(n, 8), *md = xcalloc(nm, 8), *vd = xcalloc(nm, 8);
+    float *pf = xcalloc(n, 4), *mf = xcalloc(nm, 4), *vf = xcalloc(nm, 4), *gf = xcalloc(n, 4);
+    merak_adamw_span sp[8];
+    int ns = 0;
+    for (size_t a = lo; a < n && ns < 8; ns++) {
+        const size_t len = ns == 7 ? n - a : (size_t)rng_int(1, (int)(n - a));
+        sp[ns].at = a, sp[ns].m_at = a - lo, sp[ns].n = len, sp[ns].decay = rng_int(0, 1);
+        a += len;
+    }
     for (size_t i = 0; i < n; i++)
         pf[i] = (float)rng_sym(1.0), pr[i] = pd[i] = pf[i];
     for (int t = 1; t <= steps; t++) {
@@ -1203,19 +1212,21 @@ static void check_adamw(void)
             gf[i] = i % 17 == 0 ? 0.0f : (float)rng_sym(mag);
             gr[i] = gf[i];
         }
-        ref_adamw(pr, gr, mr, vr, n, lr, b1, b2, eps, wd, t);
-        KD->adamw(pd, gr, md, vd, n, lr, b1, b2, eps, wd, t);
-        KF->adamw(pf, gf, mf, vf, n, lr, b1, b2, eps, wd, t);
+        for (int k = 0; k < ns; k++)
+            ref_adamw(pr + sp[k].at, gr + sp[k].at, mr + sp[k].m_at, vr + sp[k].m_at, sp[k].n, lr,
+                      b1, b2, eps, sp[k].decay ? wd : 0.0, t);
+        KD->adamw(pd, gr, md, vd, sp, ns, lr, b1, b2, eps, wd, t);
+        KF->adamw(pf, gf, mf, vf, sp, ns, lr, b1, b2, eps, wd, t);
     }
-    const double ed = dmax(relerr_dd(pd, pr, n), dmax(relerr_dd(md, mr, n), relerr_dd(vd, vr, n)));
+    const double ed = dmax(relerr_dd(pd, pr, n), dmax(relerr_dd(md, mr, nm), relerr_dd(vd, vr, nm)));
     double ep = 0;
     for (size_t i = 0; i < n; i++)
         ep = dmax(ep, fabs(pf[i] - pr[i]) / dmax(fabs(pr[i]), 1e-2));
-    const double ef = dmax(ep, dmax(relerr_fd(mf, mr, n), relerr_fd(vf, vr, n)));
-    tap(ed <= 1e-12, "adamw (double table) matches torch formula over %d steps (err %.1e)",
-        steps, ed);
-    tap(ef <= 2e-6, "adamw (float table) matches torch formula over %d steps (err %.1e)", steps,
-        ef);
+    const double ef = dmax(ep, dmax(relerr_fd(mf, mr, nm), relerr_fd(vf, vr, nm)));
+    tap(ed <= 1e-12, "adamw (double table) matches torch formula over %d steps, %d spans (err %.1e)",
+        steps, ns, ed);
+    tap(ef <= 2e-6, "adamw (float table) matches torch formula over %d steps, %d spans (err %.1e)",
+        steps, ns, ef);
     free(pr), free(mr), free(vr), free(gr), free(pd), free(md), free(vd);
     free(pf), free(mf), free(vf), free(gf);
 }
