@@ -53,6 +53,21 @@ typedef struct lt_entry {
     cublasLtMatmulAlgo_t algo;
 } lt_entry;
 
+/* Copies to the device of at most STAGE_BYTES (a micro-batch's token ids,
+ * a span table) go through NSTAGE page-locked buffers in turn: the source
+ * is copied into the next buffer once that buffer's previous transfer has
+ * finished (its event), and the transfer is queued on the stream, so the
+ * host goes on queueing work instead of waiting for the device to drain.
+ * Larger copies (weights) wait for their transfer. */
+#define STAGE_BYTES ((size_t)1 << 20)
+#define NSTAGE 4
+
+typedef struct stage_buf {
+    void *host;        /* page-locked, STAGE_BYTES */
+    cudaEvent_t done;  /* recorded after its last transfer */
+    int pending;       /* a transfer from it was queued */
+} stage_buf;
+
 /* The backend's one context: one device, one stream, one host thread. */
 static struct cuda_backend {
     int initialised, usable;
@@ -67,6 +82,9 @@ static struct cuda_backend {
     lt_entry cache[LT_CACHE];
     int ncache;
     unsigned evict;   /* with the cache full, the next slot a new shape replaces */
+    stage_buf stage[NSTAGE];
+    int nstage;       /* buffers made so far; -1: page-locked memory refused, copies wait */
+    int stage_next;
 } cb;
 
 /* cuBLASLt is loaded when the backend starts, not linked: the library alone
@@ -146,10 +164,45 @@ void merak_cuda_free(void *dptr)
         cuda_ok(cudaFree(dptr), "cudaFree");
 }
 
+/* The staging buffer for the next small copy, made on first use; NULL
+ * when page-locked memory is refused (the copy then waits). */
+static stage_buf *stage_take(void)
+{
+    if (cb.nstage < 0)
+        return NULL;
+    stage_buf *b = &cb.stage[cb.stage_next];
+    if (cb.stage_next == cb.nstage) { /* not made yet */
+        if (cudaHostAlloc(&b->host, STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError(); /* not sticky: plain copies still work */
+            if (b->host)
+                cudaFreeHost(b->host);
+            b->host = NULL;
+            cb.nstage = -1;
+            return NULL;
+        }
+        cb.nstage++;
+    }
+    cb.stage_next = (cb.stage_next + 1) % NSTAGE;
+    return b;
+}
+
 int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return 0;
+    stage_buf *b = bytes <= STAGE_BYTES ? stage_take() : NULL;
+    if (b) {
+        if (b->pending && !cuda_ok(cudaEventSynchronize(b->done), "cudaEventSynchronize(staging)"))
+            return -1;
+        memcpy(b->host, src, bytes);
+        b->pending = 1;
+        if (!cuda_ok(cudaMemcpyAsync(dst, b->host, bytes, cudaMemcpyHostToDevice, cb.stream),
+                     "cudaMemcpyAsync(h2d, staged)") ||
+            !cuda_ok(cudaEventRecord(b->done, cb.stream), "cudaEventRecord(staging)"))
+            return -1;
+        return 0;
+    }
     if (!cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb.stream),
                  "cudaMemcpyAsync(h2d)") ||
         !cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))

@@ -57,7 +57,9 @@ const merak_kernels *merak_kernels_cuda(void);
 int merak_cuda_status(char *err, size_t errlen);
 
 /* Device memory helpers (cudaMalloc & co.).  They return NULL / -1 on
- * failure and also record the error for merak_cuda_status. */
+ * failure and also record the error for merak_cuda_status.  memcpy_h2d
+ * returns once src may be reused: up to 1 MiB through page-locked staging
+ * buffers without waiting for the device, more after the transfer. */
 void *merak_cuda_malloc(size_t bytes);
 void merak_cuda_free(void *dptr);
 int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
