@@ -128,36 +128,25 @@ FLASH_FN void flash_tile_load(float *S, int n, const float *X, int xs, const fla
     }
 }
 
-/* s[c] = a . S[c], c < FLASH_CH: a in registers, S rows of FLASH_HD in
- * shared memory that the whole warp reads.  Column-major over the chunk,
- * so each step keeps only the FLASH_CH sums and one float4 alive. */
-FLASH_FN void flash_scores_r(float *s, const float *a, const float *S)
+/* s[c] = a . S[c], c < FLASH_CH, S rows of FLASH_HD in shared memory that
+ * the whole warp reads; a in registers (a_own 0) or the thread's own row
+ * of shared memory (a_own 1, read as float4, once per step; a register
+ * array is read element by element so it stays in registers).  Column-
+ * major over the chunk, so each step keeps only the FLASH_CH sums and one
+ * float4 alive.  a_own is a constant at every call: inlined, the branch
+ * goes away. */
+FLASH_FN void flash_scores(float *s, const float *a, int a_own, const float *S)
 {
     FLASH_UNROLL
     for (int c = 0; c < FLASH_CH; c++)
         s[c] = 0.0f;
     FLASH_UNROLL
     for (int d = 0; d < FLASH_HD; d += 4) {
-        FLASH_UNROLL
-        for (int c = 0; c < FLASH_CH; c++) {
-            const flash_f4 v = flash_ld4(S + (size_t)c * FLASH_HD + d);
-            s[c] += a[d] * v.x;
-            s[c] += a[d + 1] * v.y;
-            s[c] += a[d + 2] * v.z;
-            s[c] += a[d + 3] * v.w;
-        }
-    }
-}
-
-/* The same with a a thread's own row of shared memory, read once per step. */
-FLASH_FN void flash_scores_s(float *s, const float *a, const float *S)
-{
-    FLASH_UNROLL
-    for (int c = 0; c < FLASH_CH; c++)
-        s[c] = 0.0f;
-    FLASH_UNROLL
-    for (int d = 0; d < FLASH_HD; d += 4) {
-        const flash_f4 u = flash_ld4(a + d);
+        flash_f4 u;
+        if (a_own)
+            u = flash_ld4(a + d);
+        else
+            u.x = a[d], u.y = a[d + 1], u.z = a[d + 2], u.w = a[d + 3];
         FLASH_UNROLL
         for (int c = 0; c < FLASH_CH; c++) {
             const flash_f4 v = flash_ld4(S + (size_t)c * FLASH_HD + d);
@@ -240,7 +229,7 @@ FLASH_FN void flash_fwd_tile(flash_fwd_row *r, const float *Ks, const float *Vs,
     for (int c0 = 0; c0 < last; c0 += FLASH_CH) {
         float s[FLASH_CH];
         float mx = -INFINITY;
-        flash_scores_r(s, r->q, Ks + (size_t)c0 * FLASH_HD);
+        flash_scores(s, r->q, 0, Ks + (size_t)c0 * FLASH_HD);
         FLASH_UNROLL
         for (int c = 0; c < FLASH_CH; c++) {
             if (c0 + c >= last)
@@ -299,8 +288,8 @@ FLASH_FN void flash_dq_begin(flash_dq_row *r, float *dO, const float *Q, const f
 FLASH_FN void flash_dq_probs(const flash_dq_row *r, const float *dO, const float *Ks,
                              const float *Vs, int c0, int last, float *pr, float *dp)
 {
-    flash_scores_r(pr, r->q, Ks + (size_t)c0 * FLASH_HD);
-    flash_scores_s(dp, dO, Vs + (size_t)c0 * FLASH_HD);
+    flash_scores(pr, r->q, 0, Ks + (size_t)c0 * FLASH_HD);
+    flash_scores(dp, dO, 1, Vs + (size_t)c0 * FLASH_HD);
     FLASH_UNROLL
     for (int c = 0; c < FLASH_CH; c++)
         pr[c] = c0 + c < last ? expf(pr[c] - r->lse) : 0.0f;
@@ -380,8 +369,8 @@ FLASH_FN void flash_dk_tile(flash_dk_row *r, const float *V, float *dK, const fl
     if (i0 + n <= j)
         return;
     float pr[FLASH_CH], ds[FLASH_CH];
-    flash_scores_r(pr, r->k, Qs);
-    flash_scores_s(ds, V, dOs); /* dP */
+    flash_scores(pr, r->k, 0, Qs);
+    flash_scores(ds, V, 1, dOs); /* dP */
     FLASH_UNROLL
     for (int c = 0; c < FLASH_CH; c++) {
         pr[c] = c < n && i0 + c >= j ? expf(pr[c] - ls[c]) : 0.0f;
