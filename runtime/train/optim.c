@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 
+#include "grow.h"
 #include "train.h"
 
 /* Elements of a span at most: enough blocks for a GPU to fill every
@@ -33,7 +34,8 @@ static merak_adamw_span *make_spans(const merak_graph *g, const merak_exec *e, s
     size_t total;
     float *p0 = merak_exec_params_flat(e, &total);
     merak_adamw_span *sp = NULL;
-    int count = 0, cap = 0;
+    size_t cap = 0;
+    int count = 0;
     *n = 0;
     for (int i = 0; i < merak_exec_num_params(e); i++) {
         /* the part of parameter i inside [lo, hi) */
@@ -45,15 +47,10 @@ static merak_adamw_span *make_spans(const merak_graph *g, const merak_exec *e, s
         /* Decay embeddings, heads and projections, never biases or norm gains. */
         const int decay = g->tensors[merak_exec_param_tensor(e, i)].ndim >= 2;
         for (; a < b; a += SPAN) {
-            if (count == cap) {
-                cap = cap ? 2 * cap : 64;
-                merak_adamw_span *grown = realloc(sp, (size_t)cap * sizeof *sp);
-                if (!grown) {
-                    free(sp);
-                    *n = -1;
-                    return NULL;
-                }
-                sp = grown;
+            if (merak_grow((void **)&sp, &cap, (size_t)count + 1, sizeof *sp) < 0) {
+                free(sp);
+                *n = -1;
+                return NULL;
             }
             sp[count].at = a;
             sp[count].m_at = a - lo;
