@@ -6,9 +6,7 @@
 # bench_setup NAME BUILDDIR [PROGRAM...]: NAME starts die's messages;
 # BUILDDIR must hold every PROGRAM, and becomes an absolute path; SRCDIR is
 # the source tree; TMP a fresh directory, removed when the script ends;
-# mpirun may run as root; merak's programs read the source tree's device
-# profiles (make install puts them where they look by default) unless
-# MERAK_DEVICES names others.
+# mpirun may run as root.
 bench_setup() {
     BENCH=$1
     BUILDDIR=$2
@@ -23,8 +21,6 @@ bench_setup() {
     trap 'rm -rf "$TMP"' EXIT
     trap 'exit 130' INT TERM
     if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-    : "${MERAK_DEVICES:=$SRCDIR/data/devices.json}"
-    export MERAK_DEVICES
 }
 
 die() { echo "${BENCH:-bench}: $*" >&2; exit 1; }

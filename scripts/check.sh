@@ -2,7 +2,8 @@
 # check.sh - the README's second command: installs the dependencies, builds
 # Merak with warnings as errors under AddressSanitizer and UBSan in build-check/,
 # runs the whole test suite, then checks the release tarball (make distcheck,
-# which runs the valgrind test in its sanitizer-free build).
+# which runs the valgrind test in its sanitizer-free build and loads the
+# installed modulefiles) and builds it with EasyBuild (tests/easybuild.sh).
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -38,5 +39,10 @@ if [ "$must" -ne 0 ]; then
     exit 1
 fi
 # The tarball's build has no sanitizers: valgrind runs there (and only there).
+# make installcheck, part of distcheck, loads the installed modulefiles
+# under Lmod (tests/modules.sh).
 make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-werror" TESTS=tests/valgrind.sh
+# EasyBuild (from PyPI) on the release tarball distcheck has just checked.
+version=$(sed -n 's/^PACKAGE_VERSION = //p' Makefile)
+sh ../tests/easybuild.sh "merak-$version.tar.gz" || { summary; echo "check.sh: the easyconfig test failed"; exit 1; }
 summary

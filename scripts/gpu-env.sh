@@ -12,7 +12,7 @@
 #       CUDA (--with-cuda --enable-werror) and builds, in $MERAK_GPU_ROOT
 #       (default /tmp/merak-gpu).  Prints what it found.
 #       Then `. $MERAK_GPU_ROOT/env.sh` sets PATH, LD_LIBRARY_PATH,
-#       OPAL_PREFIX and MERAK_DEVICES for the build's programs.
+#       and OPAL_PREFIX for the build's programs.
 #   scripts/gpu-env.sh test OUT      after build: the GPU tests (make check of
 #       tests/gpu), compute-sanitizer's memcheck over the kernel tests and a
 #       generation, the GPU's name; every log into OUT.
@@ -52,7 +52,6 @@ env_lines() {
     echo "export OPAL_PREFIX=$p/usr"
     echo "export PATH=$root/build:$p/usr/bin:\$PATH"
     echo "export LD_LIBRARY_PATH=$p/usr/lib/$multiarch:$p/usr/lib/$multiarch/openblas-pthread:$p/usr/lib/$multiarch/openmpi/lib${nccl_lib:+:$nccl_lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-    echo "export MERAK_DEVICES=$root/src/data/devices.json"
 }
 
 case $cmd in

@@ -10,8 +10,8 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential autoconf automake libtool pkg-config make git
       libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev hwloc
       libopenblas-dev libjansson-dev zlib1g-dev libpcre2-dev
-      python3 python3-torch python3-numpy python3-pip valgrind mandoc groff-base bsdextrautils clang libclang-rt-14-dev
-      slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev
+      python3 python3-torch python3-numpy python3-pip python3-venv valgrind mandoc groff-base bsdextrautils clang libclang-rt-14-dev
+      slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev lmod
       iproute2 util-linux procps"
 missing=
 for p in $pkgs; do
@@ -40,4 +40,18 @@ if ! /usr/bin/python3 -c 'import tokenizers' 2>/dev/null; then
     echo "install-deps.sh: installing tokenizers from PyPI"
     /usr/bin/python3 -m pip install -q --break-system-packages --no-deps 'tokenizers==0.20.3'
 fi
+# EasyBuild (not packaged by Debian), pinned, for the easyconfig's test
+# (tests/easybuild.sh): from PyPI into its own virtual environment, with
+# EasyBuild's easyconfigs (the dependencies' recipes).
+eb_version=5.4.1
+eb_dir=/opt/merak-deps/easybuild-$eb_version
+if [ ! -x "$eb_dir/bin/eb" ]; then
+    echo "install-deps.sh: installing EasyBuild $eb_version from PyPI into $eb_dir"
+    rm -rf "$eb_dir"
+    mkdir -p /opt/merak-deps
+    { /usr/bin/python3 -m venv "$eb_dir" &&
+      "$eb_dir/bin/pip" install -q "easybuild-framework==$eb_version" "easybuild-easyblocks==$eb_version" \
+          "easybuild-easyconfigs==$eb_version"; } || { rm -rf "$eb_dir"; exit 1; }
+fi
+ln -sfn "easybuild-$eb_version" /opt/merak-deps/easybuild
 echo "install-deps.sh: all dependencies present"

@@ -46,29 +46,24 @@ void merak_spank_site_init(merak_spank_site *s)
 
 static const char *const binds[] = {"none", "closest", NULL};
 
-/* Stores an integer option in [min, max], refusing a different second
- * value. */
+/* Stores an integer option in [min, max]. */
 static int set_int(int *slot, const char *name, const char *value, long min, long max, char *err, size_t errlen)
 {
     long v = positive(value, max);
     if (v < min)
         return merak_errf(err, errlen, "invalid --%s value '%s' (expected a whole number from %ld to %ld)", name,
                     value ? value : "", min, max);
-    if (*slot && *slot != v)
-        return merak_errf(err, errlen, "--%s given twice with different values (%d and %ld)", name, *slot, v);
     *slot = (int)v;
     return 0;
 }
 
 /* Stores a value merak-train's parser accepted (valid: 0 or -1), refusing
- * a different second value and one that does not fit. */
+ * one that does not fit. */
 static int set_word(char *slot, size_t cap, const char *name, const char *value, int valid, const char *accepted,
                     char *err, size_t errlen)
 {
     if (valid < 0 || strlen(value) >= cap)
         return merak_errf(err, errlen, "invalid --%s value '%s' (expected %s)", name, value ? value : "", accepted);
-    if (*slot && strcmp(slot, value) != 0)
-        return merak_errf(err, errlen, "--%s given twice with different values (%s and %s)", name, slot, value);
     snprintf(slot, cap, "%s", value);
     return 0;
 }
@@ -108,8 +103,6 @@ int merak_spank_set_option(merak_spank_opts *o, int which, const char *value, ch
         if (b < 0)
             return merak_errf(err, errlen, "invalid --merak-bind value '%s' (expected closest or none)",
                         value ? value : "");
-        if (o->bind != MERAK_BIND_UNSET && o->bind != b)
-            return merak_errf(err, errlen, "--merak-bind given twice with different values");
         o->bind = b;
         rc = 0;
         break;

@@ -38,10 +38,11 @@ typedef struct merak_spank_site {
 void merak_spank_opts_init(merak_spank_opts *o);
 void merak_spank_site_init(merak_spank_site *s);
 
-/* Applies --<option>=value (value NULL for a flag).  Slurm may call an
- * option's callback twice with the same value; a second, different value is
- * an error.  Returns 0, or -1 with one line in err naming the option and
- * what it accepts. */
+/* Applies --<option>=value (value NULL for a flag).  A later value
+ * replaces an earlier one, as with Slurm's own options: sbatch's command
+ * line over the script's #SBATCH lines, an inner srun's over its job's.
+ * Returns 0, or -1 with one line in err naming the option and what it
+ * accepts (the earlier value then stays). */
 int merak_spank_set_option(merak_spank_opts *o, int which, const char *value, char *err, size_t errlen);
 
 /* Applies one plugstack.conf argument ("bind=none", "max_tp=8",

@@ -48,7 +48,7 @@ expect 2 "partition 'custom:0,x': 'x' is not a block number" -- $D --partition c
 expect 2 "partition 'custom:0,3' starts 2 stages, not 1" -- $D --partition custom:0,3
 expect 2 "device profile 'cpu': only the autopipe partition uses one (partition parameters)" -- $D --device-profile cpu \
     --partition parameters
-expect 2 "device profile 'tpu9' is not in .*devices.json (cpu, a100-80g, h100-80g, h200)" -- $D --partition autopipe --device-profile tpu9
+expect 2 "device profile 'tpu9' is not in the built-in profiles (known: cpu, a100-80g, h100-80g, h200)" -- $D --partition autopipe --device-profile tpu9
 expect 1 "device profiles: .*nofile.json: cannot open: No such file" -- $D --partition autopipe --device-profile "$WORK/nofile.json"
 
 # Outputs are checked before the first step: a finished run is never lost

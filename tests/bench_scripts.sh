@@ -1,6 +1,6 @@
 #!/bin/sh
 # The benchmark scripts run from a build directory with nothing installed
-# (no MERAK_DEVICES either), and what they print holds up:
+# (and no MERAK_DEVICES), and what they print holds up:
 # bench_traffic.sh's bytes per group equal the analytic volume on every row
 # that has a formula, and bench_schedules.sh traces two schedules and
 # simulates them (a row each, every number positive).  No time is judged

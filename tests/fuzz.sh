@@ -36,7 +36,8 @@ build shard "$S/runtime/train/data.c" "$S/runtime/train/atomic.c"
 build tp_rules "$S"/runtime/graph/*.c "$S/runtime/names.c"
 build spank_args "$S/spank/spank_args.c" "$S/runtime/pipe/policy.c" "$S/runtime/names.c"
 build tokenizer "$S/runtime/train/tokenizer.c"
-build device -DMERAK_PKGDATADIR="\"/nonexistent\"" "$S/runtime/plan/device.c" "$S"/runtime/graph/*.c "$S/runtime/names.c"
+build device -DMERAK_PKGDATADIR="\"/nonexistent\"" "$S/runtime/plan/device.c" "$MERAK_BUILDDIR/runtime/plan/devices_builtin.c" \
+    "$S"/runtime/graph/*.c "$S/runtime/names.c"
 # shellcheck disable=SC2046
 build topo $(ls "$S"/topo/*.c | grep -v '/errf\.c$') -lhwloc
 build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" \

@@ -13,7 +13,13 @@
 # job without --merak options untouched; an sbatch job; GPU, cores and NIC
 # from a DGX H100 topology file; a site limit; and merak-train under
 # srun --mpi=pmix with dp=tp=pp=2 across both nodes matching one process,
-# and stopped by srun --signal with a checkpoint it resumes from bitwise.
+# and stopped by srun --signal with a checkpoint it resumes from bitwise;
+# then the installed job scripts (examples/slurm): one node as written, a
+# preemptible job that checkpoints on SIGUSR1 and requeues itself, and a
+# plan-first job.  The plugin is enabled as an administrator does: the
+# plugstack drop-in `make install` writes (installed here under a
+# DESTDIR, whose prefix its path is given) in a plugstack.conf.d folder
+# that plugstack.conf includes, site arguments on its line.
 # Skips (77) unless root with Slurm, munge and the built plugin.
 . "$(dirname "$0")/lib.sh"
 PLUGIN=$MERAK_BUILDDIR/.libs/spank_merak.so
@@ -41,16 +47,27 @@ if [ -z "${SBX_MODE:-}" ]; then
 fi
 export SBX_MODE
 echo "cluster: 2 nodes, $SBX_MODE mode"
-mkdir -p "$SBX_DIR/plugins"
-cp "$PLUGIN" "$SBX_DIR/plugins/spank_merak.so"
-P=$SBX_DIR/plugins/spank_merak.so
+# make install into a DESTDIR: the plugin, its drop-in and the examples.
+D=$WORK/root
+make -s -C "$MERAK_BUILDDIR" install DESTDIR="$D" > "$WORK/install.log" 2>&1 ||
+    { tail -20 "$WORK/install.log" >&2; fail "make install DESTDIR=$D failed"; }
+dropin=$(find "$D" -path '*/plugstack.conf.d/merak.conf')
+[ -n "$dropin" ] || fail "make install wrote no plugstack.conf.d/merak.conf"
+examples=$(dirname "$(find "$D" -name preemptible.sbatch)")
+[ -d "$examples" ] || fail "make install put no job scripts in place"
+installed=$(sed -n 's/^required \([^ ]*spank_merak\.so\).*/\1/p' "$dropin")
+P=$D$installed
+[ -f "$P" ] || fail "the drop-in's plugin $installed was not installed"
+mkdir -p "$SBX_DIR/etc/plugstack.conf.d"
+# The drop-in as linked into plugstack.conf.d, its path under the DESTDIR.
+sed "s|^required $installed|required $P|" "$dropin" > "$SBX_DIR/etc/plugstack.conf.d/merak.conf"
 # A plugin built with AddressSanitizer needs its runtime loaded first in
 # srun, sbatch and slurmstepd (their leaks are not ours to check).
 if grep -q __asan_init "$P"; then
     SBX_PRELOAD=$(gcc -print-file-name=libasan.so)
     export SBX_PRELOAD ASAN_OPTIONS=detect_leaks=0
 fi
-export SBX_PLUGSTACK="required $P"
+export SBX_PLUGSTACK="include $SBX_DIR/etc/plugstack.conf.d/*.conf"
 cleanup() {
     rc=$?
     if [ "$rc" -ne 0 ] && [ -d "$SBX_DIR/log" ]; then   # what the daemons saw, for a failure in CI
@@ -86,7 +103,13 @@ sbx() {
         "$SBX_DIR/bin/sbx" scancel -u "$(id -un)" > /dev/null 2>&1 || true
     done
 }
-plugstack() { echo "required $P $*" > "$SBX_DIR/etc/plugstack.conf.new" && mv "$SBX_DIR/etc/plugstack.conf.new" "$SBX_DIR/etc/plugstack.conf"; }
+# plugstack ARGS: the site arguments on the drop-in's required line, as an
+# administrator edits them (the file replaced whole: Slurm reads it at
+# every step).
+plugstack() {
+    sed "s|^required $P.*|required $P $*|" "$SBX_DIR/etc/plugstack.conf.d/merak.conf" > "$WORK/merak.conf.new" &&
+        mv "$WORK/merak.conf.new" "$SBX_DIR/etc/plugstack.conf.d/merak.conf"
+}
 
 # refused EXPECTED ARGS...: srun fails and says EXPECTED.
 refused() {
@@ -252,7 +275,74 @@ strain "$WORK/unb.log" "$TRAIN" $K --steps $n --metrics "$WORK/unb.jsonl" ||
 echo "ok: srun --signal=USR1@20 stopped all 8 tasks after step $stop ($took s in) with a checkpoint, exit 0;" \
      "resumed to $n bitwise"
 
-# 10. every node is idle again (a remote failure can drain a node); a node
+# 10. the installed job scripts (examples/slurm), submitted as a user
+# would, scaled to this machine: a tiny model on the CPU backend for a few
+# steps (their variables), merak-train on PATH instead of `module load`
+# (MODULE=), each on one node (Open MPI's shared memory: the btl/tcp crash
+# above stays out of jobs that cannot retry it).
+# ex_sbatch OUT [VAR=VALUE...] -- SBATCH_ARGS...: sbx sbatch in a subshell
+# that exports the job's variables (--export=ALL passes them on).
+ex_sbatch() {
+    (
+        export PATH="$MERAK_BUILDDIR:$PATH" MODULE= MODEL=tiny-gpt2 DEVICE=cpu DATA="$WORK/data.bin" MICRO_BATCH=2 \
+            SEQ_LEN=16 MICRO_BATCHES=2 EXTRA_ARGS="--threads 1" OMPI_MCA_btl=self,vader OUT="$1"
+        shift
+        while [ "$1" != -- ]; do export "${1?}"; shift; done
+        shift
+        sbx sbatch "$@"
+    )
+}
+# 10a. one node, every #SBATCH line as written (8 tasks, 8 GPUs, --merak-tp=2).
+ex_sbatch "$WORK/ex1" STEPS=3 -- --wait -o "$WORK/ex1.out" "$examples/train-1node.sbatch" > /dev/null ||
+    { tail -30 "$WORK/ex1.out" >&2; fail "examples/slurm/train-1node.sbatch failed"; }
+grep -q 'dp 4 tp 2 pp 1 on 8 rank' "$WORK/ex1.out" || { head -5 "$WORK/ex1.out" >&2; fail "train-1node.sbatch: not dp 4 x tp 2"; }
+[ "$(wc -l < "$WORK/ex1/metrics.jsonl")" -eq 3 ] && [ -s "$WORK/ex1/model.safetensors" ] && [ -f "$WORK/ex1/ckpt/step_00000003/DONE" ] ||
+    fail "train-1node.sbatch: no 3 steps of metrics, weights and checkpoint in its OUT folder"
+echo "ok: examples/slurm/train-1node.sbatch as written: dp 4 x tp 2 on 8 tasks of one node, 3 steps, weights and checkpoint"
+
+# 10b. the preemptible job, scaled to one node of 8 tasks (tp 2; dp 2 x pp 2
+# as written): SIGUSR1 to its batch shell, as --signal=B:USR1@120 sends it,
+# once it trains; every rank stops after the same step with a checkpoint,
+# the script requeues the job, and the second run goes on from there to the
+# last step.  Slurm holds a requeued job back for a while: released at once.
+id=$(ex_sbatch "$WORK/ex2" STEPS=40 SAVE_EVERY=1000 -- --parsable -N1 --ntasks-per-node=8 --merak-tp=2 \
+    -o "$WORK/ex2.out" "$examples/preemptible.sbatch") || fail "sbatch preemptible.sbatch failed"
+for _ in $(seq 600); do
+    [ "$(cat "$WORK/ex2/metrics.jsonl" 2> /dev/null | wc -l)" -ge 2 ] && break
+    sleep 0.2
+done
+sbx scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 $id failed"
+for _ in $(seq 600); do
+    st=$(sbx scontrol -o show job "$id" 2> /dev/null || true)
+    case $st in
+    *JobState=PENDING*Restarts=1*|*Restarts=1*JobState=PENDING*)
+        sbx scontrol update JobId="$id" StartTime=now > /dev/null 2>&1 || true ;;
+    *JobState=COMPLETED*|*JobState=FAILED*|*JobState=CANCELLED*|*JobState=TIMEOUT*|*JobState=NODE_FAIL*) break ;;
+    esac
+    sleep 0.5
+done
+echo "$st" | grep -q 'JobState=COMPLETED' && echo "$st" | grep -q 'Restarts=1 ' ||
+    { cat "$WORK/ex2.out" >&2; fail "preemptible.sbatch: not completed after one requeue: $(echo "$st" | grep -o 'JobState=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')"; }
+stop=$(sed -n 's/^merak-train: stopped by signal 10 after step \([0-9]*\);.*/\1/p' "$WORK/ex2.out" | head -n 1)
+[ -n "$stop" ] && grep -q 'requeueing job' "$WORK/ex2.out" && grep -q "resumed from .*step_0*$stop at step $stop" "$WORK/ex2.out" ||
+    { cat "$WORK/ex2.out" >&2; fail "preemptible.sbatch: no stop, requeue and resume in its output"; }
+steps=$(metric "$WORK/ex2/metrics.jsonl" step | sort -n -u | tr '\n' ' ')
+[ "$steps" = "$(seq 0 39 | tr '\n' ' ')" ] || fail "preemptible.sbatch: the two runs' steps are '$steps', not 0 to 39 once each"
+[ -f "$WORK/ex2/ckpt/step_00000040/DONE" ] || fail "preemptible.sbatch: no final checkpoint"
+echo "ok: examples/slurm/preemptible.sbatch: SIGUSR1 stopped it after step $stop with a checkpoint, it requeued itself," \
+     "the second run resumed there and ended at step 40"
+
+# 10c. the plan-first job on one node of 8 tasks: merak-plan --auto picks
+# the layout for the tiny model, srun runs it.
+ex_sbatch "$WORK/ex3" STEPS=2 GPU_PROFILE=cpu GLOBAL_BATCH=16 -- --wait -N1 --ntasks-per-node=8 \
+    -o "$WORK/ex3.out" "$examples/plan-first.sbatch" > /dev/null ||
+    { tail -30 "$WORK/ex3.out" >&2; fail "examples/slurm/plan-first.sbatch failed"; }
+chose=$(sed -n 's/^merak-plan chose \(dp [0-9]* x tp [0-9]* x pp [0-9]*\),.*/\1/p' "$WORK/ex3.out")
+[ -n "$chose" ] && grep -q "$(echo "$chose" | sed 's/dp \([0-9]*\) x tp \([0-9]*\) x pp \([0-9]*\)/dp \1 tp \2 pp \3 on 8 rank/')" "$WORK/ex3.out" &&
+    [ "$(wc -l < "$WORK/ex3/metrics.jsonl")" -eq 2 ] || { cat "$WORK/ex3.out" >&2; fail "plan-first.sbatch did not train the layout merak-plan chose"; }
+echo "ok: examples/slurm/plan-first.sbatch: merak-plan chose $chose for 8 tasks, srun trained it"
+
+# 11. every node is idle again (a remote failure can drain a node); a node
 # may still be completing the last job for a moment on a loaded machine.
 for _ in $(seq 120); do
     st=$(sbx sinfo -h -N -o '%t' | sort -u | tr '\n' ' ')

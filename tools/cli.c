@@ -1,12 +1,15 @@
 /*
  * cli.c - the tools' shared error and number helpers (see cli.h).
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -84,4 +87,13 @@ void cli_model(const char *name, merak_model_config *cfg)
     }
     if (merak_model_config_check(cfg, err, sizeof err) < 0)
         cli_die("%s: %s", name, err);
+}
+
+int cli_default_threads(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }

@@ -23,6 +23,12 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 long cli_parse_int(const char *flag, const char *s, long lo, long hi);
 double cli_parse_double(const char *flag, const char *s, double lo, double hi);
 
+/* The default of --threads: the cores this process may run on (its CPU
+ * affinity, which the Slurm plugin, mpirun --bind-to or taskset set), so
+ * ranks bound to their own cores do not each start a thread per core of
+ * the node; all online cores when the affinity cannot be read. */
+int cli_default_threads(void);
+
 /* The model --model names (a preset or a config.json), checked: an unknown
  * preset is a usage error, a bad file exits 1, each with one line. */
 void cli_model(const char *name, merak_model_config *cfg);

@@ -50,7 +50,7 @@ static void usage(FILE *out)
             "  --no-cache         recompute the whole sequence for every token (slow;\n"
             "                     checks the key/value cache)\n"
             "  --device D         cpu (default) or cuda\n"
-            "  --threads N        CPU threads for the kernels (default: all cores)\n"
+            "  --threads N        CPU threads for the kernels (default: the cores it may run on)\n"
             "  --help, --version\n");
 }
 
@@ -86,8 +86,7 @@ static void parse(int argc, char **argv, opts *o)
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (opts){.device = "cpu", .max_tokens = 64, .threads = ncpu > 0 ? (int)ncpu : 1, .eot = LLONG_MIN,
+    *o = (opts){.device = "cpu", .max_tokens = 64, .threads = cli_default_threads(), .eot = LLONG_MIN,
                 .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}};
     int c, threads_given = 0;
     opterr = 0;

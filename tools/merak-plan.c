@@ -71,7 +71,8 @@ static void usage(FILE *out)
         "  --calibrate FILE        time every op of a model's forward and backward here and write\n"
         "                          the measured device profile to FILE\n"
         "  --device D              calibrate the cpu (default) or the cuda kernels\n"
-        "  --threads N             CPU threads for the kernels (default: all cores)\n"
+        "  --threads N             CPU threads for the kernels (default: the cores it may\n"
+        "                          run on)\n"
         "  --repeat R              timed passes, after one warm-up (default 3)\n"
         "  --device-profile D      profile whose links the calibrated one keeps (default cpu;\n"
         "                          h100-80g with --device cuda)\n"
@@ -182,9 +183,8 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (plan_opts){.costs = {1, 2, 1, 1, 0}, .model = "demo-gpt2", .gpu = "h100-80g", .device = "cpu",
-                     .threads = ncpu > 0 ? (int)ncpu : 1, .repeat = 3, .gpus_per_node = 8};
+                     .threads = cli_default_threads(), .repeat = 3, .gpus_per_node = 8};
     unsigned char given[OPT_END_ - OPT_SIM] = {0};
     opterr = 0;
     int c;

@@ -80,7 +80,8 @@ static void usage(FILE *out)
         "                          naming the peers (0: never; default MERAK_COMM_TIMEOUT, else 600)\n"
         "Running and output:\n"
         "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
-        "  --threads N             CPU threads for kernels and BLAS (default: all cores)\n"
+        "  --threads N             CPU threads for kernels and BLAS (default: the cores\n"
+        "                          this process may run on)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
         "  --val-data GLOB         validation shards: their first --eval-batches windows are\n"
         "                          evaluated (forward only, no dropout) as val_loss\n"
@@ -214,9 +215,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     merak_args_default(a);
-    a->threads = ncpu > 0 ? (int)ncpu : 1;
+    a->threads = cli_default_threads();
     *t = (tool_opts){.model = "tiny-gpt2", .log_every = 1};
     opterr = 0;
     int c, mbs_given = 0, vs_given = 0, tpo_given = 0, timeout_given = 0;

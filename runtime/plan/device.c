@@ -1,11 +1,13 @@
 /*
  * device.c - device profiles in JSON (device.h).
  */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h> /* nextafter, HUGE_VAL */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* access */
 
 #include "device.h"
 #include "errf.h"
@@ -113,48 +115,113 @@ int merak_device_write(const merak_device *d, FILE *f)
     return ferror(f) ? -1 : 0;
 }
 
-int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen)
+/* The JSON of a file (NULL with err naming it). */
+static json_t *load_file(const char *file, char *err, size_t errlen)
 {
-    size_t len = strlen(name);
-    int is_path = strchr(name, '/') || (len > 5 && strcmp(name + len - 5, ".json") == 0);
-    const char *file = is_path ? name : getenv("MERAK_DEVICES");
-    if (!file || !*file)
-        file = MERAK_PKGDATADIR "/devices.json";
-    json_error_t je;
     char why[512];
     FILE *f = merak_file_fopen(file, why, sizeof why);
-    if (!f)
-        return merak_errf(err, errlen, "device profiles: %s", why);
+    if (!f) {
+        merak_errf(err, errlen, "device profiles: %s", why);
+        return NULL;
+    }
+    json_error_t je;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
     fclose(f);
     if (!root)
-        return merak_errf(err, errlen, "%s:%d: %s", file, je.line, je.text);
+        merak_errf(err, errlen, "%s:%d: %s", file, je.line, je.text);
+    return root;
+}
+
+/* A profile named by path: a file of one profile, or a devices table whose
+ * only entry is taken. */
+static int load_path(const char *path, merak_device *d, char *err, size_t errlen)
+{
+    json_t *root = load_file(path, err, errlen);
+    if (!root)
+        return -1;
     json_t *table = json_object_get(root, "devices");
     int rc;
-    if (is_path && !table) {   /* one profile at the top level */
-        const char *base = strrchr(name, '/');
-        rc = read_profile(root, file, base ? base + 1 : name, d, err, errlen);
+    if (!table) {
+        const char *base = strrchr(path, '/');
+        rc = read_profile(root, path, base ? base + 1 : path, d, err, errlen);
     } else if (!json_is_object(table)) {
-        rc = merak_errf(err, errlen, "%s: no \"devices\" object", file);
-    } else if (is_path) {      /* a table given by path: its only entry */
-        const char *key = json_object_size(table) == 1 ? json_object_iter_key(json_object_iter(table)) : NULL;
-        rc = key ? read_profile(json_object_get(table, key), file, key, d, err, errlen)
-                 : merak_errf(err, errlen, "%s: %zu devices; give one of them by name", file,
-                              json_object_size(table));
-    } else if (json_object_get(table, name)) {
-        rc = read_profile(json_object_get(table, name), file, name, d, err, errlen);
+        rc = merak_errf(err, errlen, "%s: no \"devices\" object", path);
     } else {
-        char known[256] = "";
-        const char *key;
-        json_t *v;
-        json_object_foreach(table, key, v) {
-            (void)v;
-            size_t k = strlen(known);
-            snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", key);
-        }
-        merak_errf(err, errlen, "device profile '%s' is not in %s (%s)", name, file, known);
-        rc = -2;
+        const char *key = json_object_size(table) == 1 ? json_object_iter_key(json_object_iter(table)) : NULL;
+        rc = key ? read_profile(json_object_get(table, key), path, key, d, err, errlen)
+                 : merak_errf(err, errlen, "%s: %zu devices; give one of them by name", path, json_object_size(table));
     }
     json_decref(root);
     return rc;
+}
+
+/* A profile named by key, looked up in three tables, the first that has it
+ * winning: the file MERAK_DEVICES names (it must be readable), the
+ * installed $(pkgdatadir)/devices.json (skipped when absent, as in a build
+ * tree), and the built-in copy of data/devices.json. */
+static int load_named(const char *name, merak_device *d, char *err, size_t errlen)
+{
+    const char *env = getenv("MERAK_DEVICES");
+    struct {
+        const char *file;
+        json_t *root, *table;
+    } src[] = {{env && *env ? env : NULL, NULL, NULL}, {MERAK_PKGDATADIR "/devices.json", NULL, NULL},
+               {"built-in devices.json", NULL, NULL}};
+    enum { NSRC = sizeof src / sizeof src[0], BUILTIN = NSRC - 1 };
+    int rc = 1;   /* 1: not found yet */
+    for (int i = 0; i < NSRC && rc == 1; i++) {
+        if (!src[i].file || (i == 1 && access(src[i].file, F_OK) != 0 && errno == ENOENT))
+            continue;
+        if (i == BUILTIN) {
+            json_error_t je;
+            src[i].root = json_loads(merak_devices_builtin, JSON_REJECT_DUPLICATES, &je);
+            if (!src[i].root)   /* data/devices.json is checked by the build's tests */
+                rc = merak_errf(err, errlen, "%s:%d: %s", src[i].file, je.line, je.text);
+        } else if (!(src[i].root = load_file(src[i].file, err, errlen))) {
+            rc = -1;
+        }
+        if (rc != 1)
+            break;
+        src[i].table = json_object_get(src[i].root, "devices");
+        if (!json_is_object(src[i].table))
+            rc = merak_errf(err, errlen, "%s: no \"devices\" object", src[i].file);
+        else if (json_object_get(src[i].table, name))
+            rc = read_profile(json_object_get(src[i].table, name), src[i].file, name, d, err, errlen);
+    }
+    if (rc == 1) {   /* every table read, none has it: say which were and what they hold */
+        char where[1024] = "", known[512] = "";
+        for (int i = 0; i < NSRC; i++) {
+            if (!src[i].table)
+                continue;
+            int later = 0;   /* "A, B or C" */
+            for (int j = i + 1; j < NSRC; j++)
+                later += src[j].table != NULL;
+            size_t w = strlen(where);
+            snprintf(where + w, sizeof where - w, "%s%s%s", !w ? "" : later ? ", " : " or ",
+                     i == BUILTIN ? "the built-in profiles" : src[i].file, i == 0 ? " (MERAK_DEVICES)" : "");
+            const char *key;
+            json_t *v;
+            json_object_foreach(src[i].table, key, v) {
+                int dup = 0;
+                for (int j = 0; j < i && !dup; j++)
+                    dup = src[j].table && json_object_get(src[j].table, key);
+                size_t k = strlen(known);
+                if (!dup)
+                    snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", key);
+            }
+        }
+        merak_errf(err, errlen, "device profile '%s' is not in %s (known: %s)", name, where, known);
+        rc = -2;
+    }
+    for (int i = 0; i < NSRC; i++)
+        json_decref(src[i].root);
+    return rc;
+}
+
+int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen)
+{
+    size_t len = strlen(name);
+    if (strchr(name, '/') || (len > 5 && strcmp(name + len - 5, ".json") == 0))
+        return load_path(name, d, err, errlen);
+    return load_named(name, d, err, errlen);
 }

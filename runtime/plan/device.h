@@ -3,8 +3,13 @@
  * read from and written to JSON (the planner's cost model, cost.h, times
  * ops with them).
  *
- * Profiles live in an editable JSON file (data/devices.json, installed as
- * $(pkgdatadir)/devices.json; MERAK_DEVICES names another):
+ * Profiles live in editable JSON files.  data/devices.json is compiled into
+ * libmerak (merak_devices_builtin below), so programs find it in the build
+ * tree and installed alike; make install also puts it in
+ * $(pkgdatadir)/devices.json, where a site edits or adds profiles, and
+ * MERAK_DEVICES names a file of one's own.  A name is looked up in
+ * MERAK_DEVICES, then the installed file, then the built-in table: each
+ * file extends the tables below it and overrides their entries by name.
  *   {"devices": {"h100-80g": {"memory_gb": 80, "matmul_tflops": 400,
  *     "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
  *     "latency_us": 8}, ...}}
@@ -35,11 +40,16 @@ typedef struct merak_device {
     double op_fwd[MERAK_OP_COUNT_], op_bwd[MERAK_OP_COUNT_];
 } merak_device;
 
-/* The device profile `name`: a key of the devices file (MERAK_DEVICES, else
- * the installed one), or a path (containing '/' or ending in .json) to a
+/* The text of data/devices.json, made into C by the build (Makefile.am). */
+extern const char merak_devices_builtin[];
+
+/* The device profile `name`: a key of the devices tables (MERAK_DEVICES,
+ * the installed file, the built-in table; the first that has it), or a path (containing '/' or ending in .json) to a
  * file holding one profile or a devices table (whose only or `name`d
  * entry is taken).  0, or -1 with one line naming the file and the field;
- * -2 for a name the devices file lacks (the line lists the known ones). */
+ * -2 for a name no table has (the line names the tables read and every
+ * profile they hold).  A MERAK_DEVICES file that cannot be read, or an
+ * installed file that exists but cannot, is an error (-1), never skipped. */
 int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen);
 
 /* Writes d as a profile file's JSON (one device at the top level), every

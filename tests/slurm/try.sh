@@ -25,7 +25,6 @@ fi
 bash "$here/start.sh"
 sbx() { env ${SBX_PRELOAD:+LD_PRELOAD=$SBX_PRELOAD} "$SBX_DIR/bin/sbx" "$@"; }
 src=$(cd "$here/../.." && pwd)
-export MERAK_DEVICES=${MERAK_DEVICES:-$src/data/devices.json}   # not installed yet: the source tree's profiles
 find "$src/runtime" -name '*.c' | sort | xargs cat > "$SBX_DIR/corpus.txt"
 "$build/merak-shard" -o "$SBX_DIR/data.bin" "$SBX_DIR/corpus.txt" > /dev/null
 set -x

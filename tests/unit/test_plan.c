@@ -362,6 +362,51 @@ static void test_real_graphs(void)
 
 /* ------------------------------------------------------------------ profiles */
 
+/* The built-in table is data/devices.json byte for byte; MERAK_DEVICES
+ * overrides its entries by name and adds to them. */
+static void test_profile_tables(void)
+{
+    merak_device d;
+    const char *src = getenv("MERAK_SRCDIR");
+    char path[512], *text = NULL;
+    snprintf(path, sizeof path, "%s/data/devices.json", src ? src : ".");
+    FILE *f = fopen(path, "rb");
+    size_t n = 0;
+    if (f && (text = calloc(1, 1 << 20)))
+        n = fread(text, 1, (1 << 20) - 1, f);
+    if (f)
+        fclose(f);
+    tap_ok(n > 0 && strcmp(text, merak_devices_builtin) == 0, "the built-in profiles are %s (%zu bytes)", path, n);
+    free(text);
+
+    const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(path, sizeof path, "%s/merak-test-devices-%d.json", dir, (int)getpid());
+    f = fopen(path, "w");
+    fputs("{\"devices\": {\"cpu\": {\"memory_gb\": 3, \"matmul_tflops\": 0.5, \"memory_gbps\": 10, "
+          "\"intra_node_gbps\": 5, \"inter_node_gbps\": 1, \"latency_us\": 1},\n"
+          "\"tpu9\": {\"memory_gb\": 32, \"matmul_tflops\": 100, \"memory_gbps\": 900, "
+          "\"intra_node_gbps\": 50, \"inter_node_gbps\": 10, \"latency_us\": 2}}}", f);
+    fclose(f);
+    setenv("MERAK_DEVICES", path, 1);
+    int rc = merak_device_load("cpu", &d, err, sizeof err);
+    tap_ok(rc == 0 && d.memory == 3e9, "MERAK_DEVICES overrides a built-in profile (cpu: %g GB)", d.memory / 1e9);
+    tap_ok(merak_device_load("tpu9", &d, err, sizeof err) == 0 && d.matmul == 100e12, "MERAK_DEVICES adds a profile");
+    tap_ok(merak_device_load("h100-80g", &d, err, sizeof err) == 0 && d.matmul == 400e12,
+           "a profile MERAK_DEVICES lacks comes from below it");
+    rc = merak_device_load("tpu10", &d, err, sizeof err);
+    tap_ok(rc == -2 && strstr(err, "(MERAK_DEVICES)") && strstr(err, "built-in") && strstr(err, "(known: cpu, tpu9, a100-80g, h100-80g, h200)"),
+           "an unknown name lists every table and every profile once: %s", err);
+    f = fopen(path, "w");
+    fputs("{\"devices\": [1]}", f);
+    fclose(f);
+    tap_ok(merak_device_load("cpu", &d, err, sizeof err) == -1 && strstr(err, "no \"devices\" object"),
+           "a bad MERAK_DEVICES file is an error, not skipped: %s", err);
+    remove(path);
+    tap_ok(merak_device_load("cpu", &d, err, sizeof err) == -1 && strstr(err, "cannot open"),
+           "a missing MERAK_DEVICES file is an error: %s", err);
+    unsetenv("MERAK_DEVICES");
+}
+
 static void test_profiles(void)
 {
     merak_device d;
@@ -504,6 +549,7 @@ static void test_layout_bound(void)
 
 int main(void)
 {
+    unsetenv("MERAK_DEVICES");   /* the built-in and installed tables only */
     test_graph_partition();
     test_tied_ends();
     test_methods();
@@ -511,6 +557,7 @@ int main(void)
     test_brute_force();
     test_real_graphs();
     test_profiles();
+    test_profile_tables();
     test_calibrate();
     test_layout_bound();
     return tap_done();
