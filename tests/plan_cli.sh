@@ -248,7 +248,10 @@ expect 2 "gpus 8 is not divisible by tp x pp = 3 x 1" --gpus 8 --model tiny-gpt2
 expect 2 "dp x tp x pp = 3 x 2 x 1 = 6, but --gpus is 8" --gpus 8 --model tiny-gpt2 --tp 2 --dp 3
 expect 2 "tp=8 does not divide the 4 GPUs of a node" --gpus 8 --gpus-per-node 4 --model tiny-gpt2 --tp 8
 expect 2 "global-batch 7 is not a multiple of dp x micro-batch = 8 x 1" --gpus 8 --model tiny-gpt2 --global-batch 7
-expect 2 "auto picks dp, tp and pp itself" --gpus 8 --model tiny-gpt2 --auto --dp 2
+# a degree given with --auto is fixed, the rest searched
+"$PLAN" $A --auto --pp 2 --json | "$PY" -c 'import json,sys; b=json.load(sys.stdin)["best"]; sys.exit(b["pp"] != 2)' ||
+    fail "--auto --pp 2 did not keep pp 2"
+echo "ok: --auto --pp 2 searches dp and tp with pp 2"
 expect 2 "stages does not go with --gpus" --gpus 8 --model tiny-gpt2 --stages 2
 expect 2 "recompute: recompute 'most' is not" --gpus 8 --model tiny-gpt2 --recompute most
 expect 2 "seq-len 99999 is beyond the model's" --gpus 8 --model tiny-gpt2 --seq-len 99999

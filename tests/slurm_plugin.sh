@@ -248,6 +248,17 @@ paste -d ' ' "$WORK/one.jsonl" "$WORK/srun.jsonl" | sed 's/[{}",:]/ /g' |
          END { printf "ok: srun --mpi=pmix merak-train dp=tp=pp=2 on 2 nodes: %d steps, worst loss difference to one process %.1e\n", n, w
                exit !(n == 6 && w <= 1e-5) }' || fail "srun-launched training differs from one process"
 
+# 9a. merak-train --auto under plain srun (no --merak option): the layout
+# from srun's step (8 tasks, 4 a node), trained like one process.
+mpi_srun "$WORK/auto.log" -N2 --ntasks-per-node=4 "$TRAIN" $args --auto --global-batch 16 --metrics "$WORK/auto.jsonl" ||
+    { tail -40 "$WORK/auto.log" >&2; fail "srun --mpi=pmix merak-train --auto failed"; }
+grep -q '^auto: [0-9]* layouts of 8 rank(s) (4 per node)' "$WORK/auto.log" || { head -3 "$WORK/auto.log" >&2; fail "--auto did not plan 8 ranks, 4 a node"; }
+paste -d ' ' "$WORK/one.jsonl" "$WORK/auto.jsonl" | sed 's/[{}",:]/ /g' |
+    awk '{ for (i = 1; i <= NF; i++) if ($i == "loss") v[++k] = $(i + 1)
+           d = (v[1] - v[2]) / v[1]; if (d < 0) d = -d; if (d > w) w = d; k = 0; n++ }
+         END { exit !(n == 6 && w <= 1e-5) }' || fail "srun merak-train --auto differs from one process"
+echo "ok: srun --mpi=pmix -N2 --ntasks-per-node=4 merak-train --auto: $(sed -n 's/^auto: chose \([^|]*\) |.*/\1/p' "$WORK/auto.log"), like one process"
+
 # 9b. Slurm's warning signal mid-training: srun --signal=USR1@20 in a job
 # of one minute sends SIGUSR1 to every task when slurmctld's periodic check
 # finds the job within 20 s (plus the check's period) of its end, some

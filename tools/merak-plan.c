@@ -33,6 +33,7 @@
 #include "merak/merak.h"
 #include "pipe/schedule.h"
 #include "pipesvg.h"
+#include "plan/auto.h"
 #include "plan/cost.h"
 #include "plan/layout.h"
 #include "plan/partition.h"
@@ -269,8 +270,6 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         o->seq_len = o->seq_len ? o->seq_len : 128;
     }
     if (o->mode == MODE_LAYOUT) {
-        if (o->autoplan && (o->dp || o->tp || o->pp))
-            cli_die_usage("--auto picks dp, tp and pp itself: give it without --dp, --tp and --pp");
         if (o->schedule_name && o->virtual_stages && o->schedule != MERAK_SCHEDULE_INTERLEAVED)
             cli_die_usage("--virtual-stages needs --schedule interleaved");
         if (!given[OPT_MODEL - OPT_SIM])
@@ -681,206 +680,77 @@ static void plan_layout(const plan_opts *o)
     merak_graph_destroy(c.g);
 }
 
-/* One layout --auto tried that fits. */
-typedef struct candidate {
-    merak_layout L;
-    const char *rc_name;
-    double bound, step, tokens_per_s, mfu, peak;
-} candidate;
-
-static int by_bound(const void *a, const void *b)
-{
-    double x = ((const candidate *)a)->bound, y = ((const candidate *)b)->bound;
-    return x < y ? -1 : x > y;
-}
-
-static int by_step(const void *a, const void *b)
-{
-    double x = ((const candidate *)a)->step, y = ((const candidate *)b)->step;
-    return x < y ? -1 : x > y;
-}
-
-enum { AUTO_SHOWN = 6 };   /* the best and its runners-up */
-/* autopipe's budget per partition in a search (a fiftieth of one run's) */
-#define AUTO_SEARCH_WORK 4e6
-
-/* What the candidates of one run share, freed at its end. */
-typedef struct auto_store {
-    void **p;
-    size_t n, cap;
-} auto_store;
-
-static void *keep(auto_store *k, void *p)
-{
-    if (!p || (k->n == k->cap && !(k->p = realloc(k->p, (k->cap = k->cap ? 2 * k->cap : 64) * sizeof *k->p))))
-        cli_die("out of memory");
-    return k->p[k->n++] = p;
-}
-
-/* --auto: every dp x tp x pp of the GPUs with tp inside a node, every
- * schedule, recomputation policy and ZeRO setting not fixed by a flag.
- * Every layout's memory and a lower bound of its step come first (no
- * simulation); then the fitting ones are simulated in the order of their
- * bounds until no bound can beat the AUTO_SHOWN-th fastest step: the
- * same answer as simulating them all. */
+/* --auto: the library's search (plan/auto.h, as merak-train --auto asks
+ * it) over every layout of the GPUs (--dp, --tp, --pp fix a degree) and
+ * every schedule, recomputation policy and ZeRO setting not fixed by a
+ * flag; the fastest printed in full, then its runners-up. */
 static void plan_auto(const plan_opts *o)
 {
     char err[1024];
     plan_ctx c;
     plan_setup(o, &c);
-    static const char *policies[] = {"none", "stage-aware", "full"};
-    const int nsched = o->schedule_name ? 1 : MERAK_SCHEDULE_COUNT_;
-    const char *const *rcs = o->recompute_name ? &o->recompute_name : policies;
-    const int nrc = o->recompute_name ? 1 : 3;
-    candidate *cand = NULL;
-    size_t ncand = 0, cap = 0, tried = 0, simulated = 0;
-    auto_store store = {0};
-    double smallest = -1;   /* the least memory any layout needs, when none fits */
-    const int G = c.gpus_per_node;
-    const merak_graph *g = c.g;
-    const int blocks = merak_layout_blocks(g);
-    if (blocks < 1)
-        cli_die("out of memory");
-    merak_graph **shards = calloc((size_t)G + 1, sizeof *shards);
-    if (!shards)
-        cli_die("out of memory");
-    for (int tp = 1; tp <= G; tp++) {
-        if (G % tp || o->gpus % tp)
-            continue;
-        if (tp > 1 && !(shards[tp] = merak_graph_shard(g, tp, 0, NULL, 0, err, sizeof err)))
-            continue;   /* the model does not split tp ways (heads, vocabulary) */
-        for (int pp = 1; pp <= o->gpus / tp && pp <= blocks; pp++) {
-            int dp = o->gpus / tp / pp;
-            if ((o->gpus / tp) % pp || c.global_batch % ((long)dp * o->micro_batch))
-                continue;
-            /* one chunk per stage, and interleaved's chunks (--virtual-stages, else 2) */
-            const int chunks = o->virtual_stages ? o->virtual_stages : 2;
-            for (int V = 1; V <= chunks; V += chunks - 1) {
-                merak_schedule_kind fixed = o->schedule;
-                if (V > 1 && (pp < 2 || (o->schedule_name && fixed != MERAK_SCHEDULE_INTERLEAVED) ||
-                              pp * V > blocks))
-                    continue;
-                if (V == 1 && o->schedule_name && fixed == MERAK_SCHEDULE_INTERLEAVED)
-                    continue;
-                merak_recompute none = {MERAK_RECOMPUTE_NONE, 0};
-                merak_layout L = plan_layout_of(&c, dp, tp, pp, V > 1 ? MERAK_SCHEDULE_INTERLEAVED
-                                                : MERAK_SCHEDULE_GPIPE, &none);
-                L.virtual_stages = V;
-                L.shard = shards[tp];
-                L.search_work = AUTO_SEARCH_WORK;
-                int Q = pp * V, *starts = keep(&store, malloc((size_t)Q * sizeof *starts));
-                int *bounds = keep(&store, malloc((size_t)(Q + 1) * sizeof *bounds));
-                /* one cut for all the schedules (each checks its own M in the plan) */
-                int rc = merak_layout_cut(g, &L, &c.d, starts, bounds, NULL, err, sizeof err);
-                if (rc == -1)
-                    cli_die("%s", err);
-                L.starts = starts;
-                L.bounds = bounds;
-                L.skip_above = 1e-300;   /* memory and bounds only, for now */
-                for (int k = 0; k < nsched && rc == 0; k++) {
-                    L.schedule = o->schedule_name ? fixed : (merak_schedule_kind)k;
-                    if ((V > 1) != (L.schedule == MERAK_SCHEDULE_INTERLEAVED))
-                        continue;
-                    /* ZeRO-1 as asked, else both ways when there is a dp group to shard over */
-                    int zlo = o->zero_given ? o->zero : 0, zhi = o->zero_given ? o->zero : dp > 1;
-                    for (int z = zlo; z <= zhi; z++)
-                        for (int i = 0; i < nrc; i++) {
-                            merak_layout_result r;
-                            L.zero = z;
-                            if (merak_recompute_parse(rcs[i], &L.recompute, err, sizeof err) < 0)
-                                cli_die_usage("--recompute: %s", err);
-                            int st = merak_layout_plan(g, &L, &c.d, &r, err, sizeof err);
-                            if (st == -1)
-                                cli_die("%s", err);
-                            if (st < 0)
-                                continue;   /* this schedule or policy cannot run here */
-                            tried++;
-                            double peak = r.stage[r.worst].mem_total;
-                            if (!r.fits && (smallest < 0 || peak < smallest))
-                                smallest = peak;
-                            if (r.fits) {
-                                if (ncand == cap && !(cand = realloc(cand, (cap = cap ? 2 * cap : 64) * sizeof *cand)))
-                                    cli_die("out of memory");
-                                cand[ncand++] = (candidate){L, rcs[i], r.bound, 0, 0, 0, peak};
-                            }
-                            merak_layout_result_free(&r);
-                        }
-                }
-            }
-        }
-    }
-    if (ncand == 0) {
-        if (smallest < 0)
+    merak_recompute check;
+    if (o->recompute_name && merak_recompute_parse(o->recompute_name, &check, err, sizeof err) < 0)
+        cli_die_usage("--recompute: %s", err);
+    merak_auto_query q = {.gpus = o->gpus, .gpus_per_node = c.gpus_per_node, .micro_batch = o->micro_batch,
+                          .global_batch = c.global_batch, .dp = o->dp, .tp = o->tp, .pp = o->pp, .schedule = o->schedule_name ? (int)o->schedule : -1,
+                          .virtual_stages = o->virtual_stages, .layers = c.cfg.n_layer, .recompute = o->recompute_name,
+                          .zero = o->zero_given ? o->zero : -1, .partition = o->partition};
+    merak_auto_result res;
+    int rc = merak_layout_auto(c.g, &q, &c.d, &res, err, sizeof err);
+    if (rc == -2)
+        cli_die_usage("%s", err);
+    if (rc < 0)
+        cli_die("%s", err);
+    if (res.count == 0) {
+        if (res.leanest == 0)
             cli_die_usage("no layout of %d GPUs can run %s with a global batch of %ld (micro-batch %d)", o->gpus,
                           o->model, c.global_batch, o->micro_batch);
         cli_die("no layout of %d GPUs fits %s: the leanest of the %zu tried needs %.2f GB on a %s of %.2f GB",
-                o->gpus, o->model, tried, gb(smallest), o->gpu, gb(c.d.memory));
+                o->gpus, o->model, res.tried, gb(res.leanest), o->gpu, gb(c.d.memory));
     }
-    /* simulate in the order of the bounds while one can still make the list */
-    qsort(cand, ncand, sizeof *cand, by_bound);
-    double cutoff = -1;   /* the AUTO_SHOWN-th fastest step simulated so far */
-    for (size_t i = 0; i < ncand && (cutoff < 0 || cand[i].bound < cutoff); i++) {
-        merak_layout_result r;
-        cand[i].L.skip_above = 0;
-        if (merak_layout_plan(g, &cand[i].L, &c.d, &r, err, sizeof err) < 0)
-            cli_die("%s", err);
-        cand[i].step = r.step, cand[i].tokens_per_s = r.tokens_per_s, cand[i].mfu = r.mfu;
-        merak_layout_result_free(&r);
-        simulated = i + 1;
-        if (simulated >= AUTO_SHOWN) {
-            qsort(cand, simulated, sizeof *cand, by_step);
-            cutoff = cand[AUTO_SHOWN - 1].step;
-        }
-    }
-    qsort(cand, simulated, sizeof *cand, by_step);
     /* the winner, planned in full */
+    const merak_auto_choice *best = &res.choice[0];
     merak_layout_result r;
-    if (merak_layout_plan(g, &cand[0].L, &c.d, &r, err, sizeof err) < 0)
+    if (merak_layout_plan(c.g, &best->L, &c.d, &r, err, sizeof err) < 0)
         cli_die("%s", err);
-    const int shown = simulated < AUTO_SHOWN ? (int)simulated : AUTO_SHOWN;
     if (o->json) {
         json_t *ru = json_array();
-        for (int i = 1; i < shown; i++) {
-            const candidate *b = &cand[i];
+        for (int i = 1; i < res.count; i++) {
+            const merak_auto_choice *b = &res.choice[i];
             json_array_append_new(ru, json_pack("{s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:f, s:f, s:f, s:f}", "dp",
                                                 b->L.dp, "tp", b->L.tp, "pp", b->L.pp, "schedule",
                                                 merak_schedule_name(b->L.schedule), "virtual_stages",
                                                 merak_virtual_stages(b->L.schedule, b->L.virtual_stages), "recompute",
-                                                b->rc_name, "zero", b->L.zero, "micro_batches", b->L.micro_batches,
+                                                b->recompute, "zero", b->L.zero, "micro_batches", b->L.micro_batches,
                                                 "step_s", b->step, "tokens_per_s", b->tokens_per_s, "mfu", b->mfu,
                                                 "peak_memory", b->peak));
         }
-        put_json(json_pack("{s:I, s:I, s:I, s:o, s:o}", "layouts_tried", (json_int_t)tried, "layouts_fitting",
-                           (json_int_t)ncand, "layouts_simulated", (json_int_t)simulated, "runners_up", ru, "best",
-                           layout_json(&c, &cand[0].L, cand[0].rc_name, &r)),
+        put_json(json_pack("{s:I, s:I, s:I, s:o, s:o}", "layouts_tried", (json_int_t)res.tried, "layouts_fitting",
+                           (json_int_t)res.fitting, "layouts_simulated", (json_int_t)res.simulated, "runners_up", ru,
+                           "best", layout_json(&c, &best->L, best->recompute, &r)),
                  JSON_REAL_PRECISION(15));
     } else {
-        printf("auto: %zu layouts tried, %zu fit, %zu simulated (the rest cannot be faster); the fastest:\n", tried,
-               ncand, simulated);
-        print_layout(&c, &cand[0].L, cand[0].rc_name, &r);
+        printf("auto: %zu layouts tried, %zu fit, %zu simulated (the rest cannot be faster); the fastest:\n",
+               res.tried, res.fitting, res.simulated);
+        print_layout(&c, &best->L, best->recompute, &r);
     }
-    if (!o->json && shown > 1) {
+    if (!o->json && res.count > 1) {
         printf("runners-up:\n%5s %4s %4s %-14s %-13s %4s %5s %10s %12s %6s %9s\n", "dp", "tp", "pp", "schedule",
                "recompute", "zero", "M", "step s", "tokens/s", "MFU", "peak GB");
-        for (int i = 1; i < shown; i++) {
-            const candidate *b = &cand[i];
+        for (int i = 1; i < res.count; i++) {
+            const merak_auto_choice *b = &res.choice[i];
             char sched[32];   /* interleaved/V: its chunks per stage */
             int V = merak_virtual_stages(b->L.schedule, b->L.virtual_stages);
             snprintf(sched, sizeof sched, V > 1 ? "%s/%d" : "%s", merak_schedule_name(b->L.schedule), V);
             printf("%5d %4d %4d %-14s %-13s %4d %5d %10.4g %12.4g %5.1f%% %9.2f\n", b->L.dp, b->L.tp, b->L.pp, sched,
-                   b->rc_name, b->L.zero, b->L.micro_batches, b->step, b->tokens_per_s, 100 * b->mfu, gb(b->peak));
+                   b->recompute, b->L.zero, b->L.micro_batches, b->step, b->tokens_per_s, 100 * b->mfu, gb(b->peak));
         }
     }
     if (fflush(stdout) != 0 || ferror(stdout))
         cli_die("writing the answer: %s", strerror(errno));
     merak_layout_result_free(&r);
-    free(cand);
-    for (size_t i = 0; i < store.n; i++)
-        free(store.p[i]);
-    free(store.p);
-    for (int tp = 0; tp <= G; tp++)
-        merak_graph_destroy(shards[tp]);
-    free(shards);
+    merak_auto_result_free(&res);
     merak_graph_destroy(c.g);
 }
 

@@ -26,6 +26,9 @@
 typedef struct tool_opts {
     const char *model;
     int log_every;
+    int autoplan;            /* --auto */
+    long global_batch;       /* --global-batch, 0: none */
+    int zero_given, mbs_given;
 } tool_opts;
 
 
@@ -56,6 +59,11 @@ static void usage(FILE *out)
         "  --clip C                clip the global gradient norm to C, 0 = off (default 1.0)\n"
         "  --seed S                initialisation and dropout seed (default 1337)\n"
         "Parallelism (under mpirun -np N or srun --mpi=pmix):\n"
+        "  --auto                  choose dp, tp, pp, the schedule, recomputation and ZeRO as\n"
+        "                          merak-plan --auto would for the ranks launched (the flags\n"
+        "                          below that are given constrain it); prints the choice\n"
+        "  --global-batch S        sequences per step over all replicas: micro-batches per\n"
+        "                          replica S/(dp*B) (--auto default: B per rank)\n"
         "  --dp N                  data-parallel replicas (default MERAK_DP, else ranks/(tp*pp))\n"
         "  --tp N                  tensor-parallel degree (default MERAK_TP, else 1)\n"
         "  --tp-rules FILE         tensor-parallel rules: 'PATTERN column|row|vocab|replicated' lines\n"
@@ -122,7 +130,7 @@ enum {
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-    OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER, OPT_COMM_TIMEOUT,
+    OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER, OPT_COMM_TIMEOUT, OPT_AUTO, OPT_GBATCH,
 };
 
 static void set_schedule(merak_args *a, const char *v) { a->schedule = v; }
@@ -181,6 +189,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"metrics", required_argument, 0, OPT_METRICS},
         {"log-every", required_argument, 0, OPT_LOGEVERY},
         {"save-weights", required_argument, 0, OPT_SAVE},
+        {"auto", no_argument, 0, OPT_AUTO},
+        {"global-batch", required_argument, 0, OPT_GBATCH},
         {"dp", required_argument, 0, OPT_DP},
         {"tp", required_argument, 0, OPT_TP},
         {"pp", required_argument, 0, OPT_PP},
@@ -266,7 +276,12 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_PART: a->partition = optarg; break;
         case OPT_PROFILE: a->profile = optarg; break;
         case OPT_TPRULES: a->tp_rules = optarg; break;
-        case OPT_ZERO: a->zero = (int)cli_parse_int("--zero", optarg, 0, 1); break;
+        case OPT_ZERO:
+            a->zero = (int)cli_parse_int("--zero", optarg, 0, 1);
+            t->zero_given = 1;
+            break;
+        case OPT_AUTO: t->autoplan = 1; break;
+        case OPT_GBATCH: t->global_batch = cli_parse_int("--global-batch", optarg, 1, 1L << 40); break;
         case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_P2P: a->p2p = optarg; break;
         case OPT_COMM_TIMEOUT:
@@ -310,6 +325,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     a->schedule = env_name("MERAK_SCHEDULE", a->schedule, set_schedule);
     a->recompute = env_name("MERAK_RECOMPUTE", a->recompute, set_recompute);
     env_int("MERAK_MICROBATCHES", mbs_given, &a->micro_batches);
+    const char *mbs_env = getenv("MERAK_MICROBATCHES");
+    t->mbs_given = mbs_given || (mbs_env && *mbs_env);
     env_int("MERAK_VIRTUAL_STAGES", vs_given, &a->virtual_stages);
     env_int("MERAK_TP_OVERLAP", tpo_given, &a->tp_overlap);
     const char *timeout = getenv("MERAK_COMM_TIMEOUT");
@@ -322,6 +339,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     env_int("MERAK_PP", a->pp, &a->pp);
     if (!a->data)
         cli_die_usage("--data is required");
+    if (t->global_batch && t->mbs_given)
+        cli_die_usage("--global-batch and --micro-batches (or MERAK_MICROBATCHES) both set the batch: give one");
+    if (t->autoplan && t->mbs_given)
+        cli_die_usage("--auto chooses the micro-batches: give --global-batch instead of --micro-batches");
     if (!a->save && (a->save_every || a->keep_last))
         cli_die_usage("%s needs --save DIR", a->save_every ? "--save-every" : "--keep-last");
     if (a->resume && strcmp(a->resume, "latest") == 0 && !a->save)
@@ -484,6 +505,23 @@ static void print_sample(int step, const char *text, size_t len, void *user)
     fflush(stdout);
 }
 
+/* --auto's choice and its runners-up, as merak-plan --auto ranks them. */
+static void print_auto(const merak_auto_report *r)
+{
+    printf("auto: %zu layouts of %d rank(s) (%d per node) on %s (%.2f GB each): %zu fit, %zu simulated\n", r->tried,
+           r->world, r->per_node, r->profile, r->memory / 1e9, r->fitting, r->simulated);
+    for (int i = 0; i < r->count; i++) {
+        const merak_auto_layout *l = &r->layout[i];
+        char sched[40];
+        snprintf(sched, sizeof sched, l->virtual_stages > 1 ? "%s/%d" : "%s", l->schedule, l->virtual_stages);
+        printf("%s dp %d x tp %d x pp %d, %s, recompute %s, zero %d, %d micro-batch(es) per replica | "
+               "predicted step %.4g s, %.4g tokens/s, peak %.3g GB\n", i ? "  runner-up" : "auto: chose",
+               l->dp, l->tp, l->pp, sched, l->recompute, l->zero, l->micro_batches, l->step_s, l->tokens_per_s,
+               l->peak_bytes / 1e9);
+    }
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     merak_args ta;
@@ -517,6 +555,18 @@ int main(int argc, char **argv)
     ta.stop = &stop_requested;
     ta.model = &cfg;
 
+    /* --auto: every rank runs the same search alone (plan/auto.h) */
+    merak_auto_report rep;
+    if (t.autoplan) {
+        if (!t.zero_given)
+            ta.zero = -1;   /* searched */
+        int rc = merak_args_auto(&ta, g, t.global_batch, &rep, err, sizeof err);
+        if (rc == -2)
+            cli_die_usage("--auto: %s", err);
+        if (rc < 0)
+            cli_die("--auto: %s", err);
+    }
+
     if (merak_init(ta.dp, ta.tp, ta.pp, err, sizeof err) < 0) {
         merak_graph_destroy(g);
         if (err[0])
@@ -524,6 +574,17 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     catch_signals();
+    if (t.autoplan && merak_rank() == 0)
+        print_auto(&rep);
+    if (t.global_batch && !t.autoplan) {
+        /* the replicas the grid has: every rank knows its degrees */
+        int tp = ta.tp ? ta.tp : 1, pp = ta.pp ? ta.pp : 1;
+        long dp = ta.dp ? ta.dp : merak_world_size() / (tp * pp), per = dp * ta.micro_batch;
+        if (t.global_batch % per || t.global_batch / per > (1 << 20))
+            cli_die_usage("--global-batch %ld is not a whole number (up to %d) of dp x micro-batch = %ld x %d "
+                          "sequences", t.global_batch, 1 << 20, dp, ta.micro_batch);
+        ta.micro_batches = (int)(t.global_batch / per);
+    }
 
     int steps = merak_train(g, &ta, err, sizeof err);
     merak_graph_destroy(g);

@@ -423,6 +423,51 @@ const char *merak_recompute_names(void);
 const char *merak_partition_names(void);
 /* 1 if this build has the CUDA backend. */
 int merak_have_cuda(void);
+/* The device profile the arguments time operations with: profile, else
+ * "h100-80g" with device "cuda", else "cpu". */
+const char *merak_args_profile(const merak_args *a);
+
+/* ---- automated 3D parallelism (merak-train --auto) */
+enum { MERAK_AUTO_LAYOUTS = 6 };
+
+/* One layout the search planned. */
+typedef struct merak_auto_layout {
+    int dp, tp, pp;
+    const char *schedule;        /* its name */
+    int virtual_stages;          /* interleaved's model chunks per stage, else 1 */
+    const char *recompute;       /* the policy's name */
+    int zero;                    /* 1: ZeRO-1 */
+    int micro_batches;           /* per replica and step */
+    double step_s, tokens_per_s, mfu;
+    double peak_bytes;           /* what its fullest rank holds */
+} merak_auto_layout;
+
+typedef struct merak_auto_report {
+    int world, per_node;         /* the ranks planned for, and per node */
+    const char *profile;         /* the device profile (merak_args_profile) */
+    double memory;               /* bytes one device holds, by the profile */
+    long global_batch;           /* sequences per step */
+    size_t tried, fitting, simulated;   /* layouts that can run, fit, were simulated */
+    int count;                   /* layouts below: the chosen one, then its runners-up */
+    merak_auto_layout layout[MERAK_AUTO_LAYOUTS];
+} merak_auto_report;
+
+/* Chooses the layout of a for the ranks this process was launched with
+ * (read from the launcher's environment, so every rank finds the same
+ * answer alone, before merak_init), as merak-plan --auto answers the same
+ * question: of every dp x tp x pp with tp inside a node, and every
+ * schedule, recomputation policy and ZeRO setting a leaves open (dp, tp,
+ * pp 0; schedule and recompute NULL; zero -1), the fastest step the
+ * planner predicts on a's device profile whose every rank fits in the
+ * device's memory, for global_batch sequences per step of micro_batch
+ * each (0: micro_batch per rank).  g is the model built for one
+ * micro-batch.  Sets a's dp, tp, pp, schedule, virtual_stages, recompute,
+ * zero and micro_batches; fills rep (may be NULL).  0; -2 with one line in
+ * err for a question that cannot be asked (the batch does not split over
+ * any layout, a bad name); -1 with err when no layout fits (the line says
+ * the least memory one needs) or on another failure. */
+int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, merak_auto_report *rep, char *err,
+                    size_t errlen);
 
 /* Starts the runtime on a dp x tp x pp grid of ranks (Merak's
  * merak.init(dp, tp, pp)); 0 for a degree takes it from MERAK_DP/TP/PP, dp

@@ -20,6 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The ranks this process was launched with and how many share its node,
+ * from the launcher's environment before MPI starts (Open MPI's mpirun,
+ * srun with PMIx or PMI-2, a PMI launcher such as MPICH's): 1 and 1 when
+ * not launched.  0, or -1 with one line in err when the numbers say that
+ * nodes hold different numbers of ranks, or a launcher gives none. */
+int merak_launch_size(int *world, int *per_node, char *err, size_t errlen);
+
 /* ---- grid arithmetic (pure) */
 typedef struct merak_grid {
     int dp, tp, pp;                 /* degrees */

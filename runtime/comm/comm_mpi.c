@@ -302,6 +302,20 @@ int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t
             err[0] = 0; /* one report per job */
         return -1;
     }
+    /* The same degrees on every rank, checked: flags, environment or
+     * merak-train --auto's search (each node's view of the job) could
+     * differ, and a grid built from two layouts would not fit together. */
+    int have[3] = {c->grid.dp, c->grid.tp, c->grid.pp}, lo[3], hi[3];
+    if (MPI_Allreduce(have, lo, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        MPI_Allreduce(have, hi, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return merak_errf(err, errlen, "MPI_Allreduce of the degrees failed");
+    if (memcmp(lo, hi, sizeof lo) != 0) {
+        merak_errf(err, errlen, "the ranks disagree on the layout (dp %d to %d, tp %d to %d, pp %d to %d): their "
+                   "flags, MERAK_* variables or nodes differ", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
+        if (mpi_rank != 0 && err && errlen)
+            err[0] = 0; /* one report per job */
+        return -1;
+    }
     /* a rank alone: its message, then every rank's agreement below */
     char mine[512] = "";
     int bad = merak_grid_check_env(&c->grid, mine, sizeof mine) < 0, any = 0;

@@ -838,8 +838,7 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
     int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);
     merak_graph *shard = NULL;
     if (costed) {
-        const char *profile = a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
-        rc = merak_device_load(profile, &dev, err, errlen);
+        rc = merak_device_load(merak_args_profile(a), &dev, err, errlen);
         /* the shard autopipe times, made here: a model that does not split
          * is the runtime error it is everywhere else (the stage's too) */
         if (rc == 0 && gr->tp > 1 && !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))

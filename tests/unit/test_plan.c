@@ -12,6 +12,7 @@
 
 #include "kernels.h"
 #include "merak/merak.h"
+#include "comm/comm.h"
 #include "plan/cost.h"
 #include "pipe/schedule.h"
 #include "plan/layout.h"
@@ -407,6 +408,49 @@ static void test_profile_tables(void)
     unsetenv("MERAK_DEVICES");
 }
 
+/* The job size --auto plans for, from each launcher's variables. */
+static void test_launch_size(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_STEP_NUM_TASKS",
+                                 "SLURM_STEP_TASKS_PER_NODE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
+    enum { NV = sizeof vars / sizeof *vars };
+    static const struct {
+        const char *set[NV];   /* a value per variable, NULL: unset */
+        int rc, world, per_node;
+        const char *why;
+    } cases[] = {
+        {{NULL}, 0, 1, 1, "not launched: one rank"},
+        {{"8", "4"}, 0, 8, 4, "mpirun: 8 ranks, 4 on this node"},
+        {{"8"}, 0, 8, 8, "mpirun without a local size: one node"},
+        {{"8", "3"}, -1, 0, 0, "mpirun: 3 here of 8 cannot be the same on every node"},
+        {{"x", "4"}, -1, 0, 0, "mpirun: a size that is no number"},
+        {{NULL, NULL, "16", "4(x4)", "0"}, 0, 16, 4, "srun with PMIx: 4(x4)"},
+        {{NULL, NULL, "8", "4,4", NULL, "3"}, 0, 8, 4, "srun with PMI-2: 4,4"},
+        {{NULL, NULL, "6", "4,2", "0"}, -1, 0, 0, "srun: 4 and 2 tasks on two nodes"},
+        {{NULL, NULL, "8", "4(y2)", "0"}, -1, 0, 0, "srun: a malformed tasks-per-node"},
+        {{NULL, NULL, "8", "4(x2)"}, 0, 1, 1, "srun's variables in a batch script without MPI: one rank"},
+        {{NULL, NULL, NULL, NULL, NULL, "0", "6", "2"}, 0, 6, 2, "a PMI launcher: 6 ranks, 2 here"},
+        {{NULL, NULL, NULL, NULL, "0"}, -1, 0, 0, "PMIx without a size: refused, not guessed"},
+    };
+    char *saved[NV];
+    for (int v = 0; v < NV; v++) {
+        const char *s = getenv(vars[v]);
+        saved[v] = s ? strdup(s) : NULL;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        for (int v = 0; v < NV; v++)
+            cases[i].set[v] ? setenv(vars[v], cases[i].set[v], 1) : unsetenv(vars[v]);
+        int world = 0, per_node = 0;
+        int rc = merak_launch_size(&world, &per_node, err, sizeof err);
+        tap_ok(rc == cases[i].rc && (rc < 0 ? err[0] != 0 : world == cases[i].world && per_node == cases[i].per_node),
+               "launch size, %s: %d, %d x %d%s%s", cases[i].why, rc, world, per_node, rc ? ": " : "", rc ? err : "");
+    }
+    for (int v = 0; v < NV; v++) {
+        saved[v] ? setenv(vars[v], saved[v], 1) : unsetenv(vars[v]);
+        free(saved[v]);
+    }
+}
+
 static void test_profiles(void)
 {
     merak_device d;
@@ -558,6 +602,7 @@ int main(void)
     test_real_graphs();
     test_profiles();
     test_profile_tables();
+    test_launch_size();
     test_calibrate();
     test_layout_bound();
     return tap_done();
