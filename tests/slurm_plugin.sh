@@ -62,7 +62,8 @@ mkdir -p "$SBX_DIR/etc/plugstack.conf.d"
 # The drop-in as linked into plugstack.conf.d, its path under the DESTDIR.
 sed "s|^required $installed|required $P|" "$dropin" > "$SBX_DIR/etc/plugstack.conf.d/merak.conf"
 # A plugin built with AddressSanitizer needs its runtime loaded first in
-# srun, sbatch and slurmstepd (their leaks are not ours to check).
+# srun, sbatch and slurmstepd (their leaks are not ours to check); slurmd,
+# which only opens it, loads it late (tests/slurm/start.sh says why).
 if grep -q __asan_init "$P"; then
     SBX_PRELOAD=$(gcc -print-file-name=libasan.so)
     export SBX_PRELOAD ASAN_OPTIONS=detect_leaks=0
@@ -101,6 +102,11 @@ sbx() {
         fi
         echo "note: '$*' ran out of ${SBX_LIMIT:-300} s (a task stuck in slurmstepd's fork?); cancelled, once more" >&2
         "$SBX_DIR/bin/sbx" scancel -u "$(id -un)" > /dev/null 2>&1 || true
+        # the cancelled step's nodes back to idle before the second try
+        for _ in $(seq 120); do
+            [ "$("$SBX_DIR/bin/sbx" sinfo -h -N -o '%t' 2> /dev/null | sort -u | tr '\n' ' ')" = "idle " ] && break
+            sleep 0.5
+        done
     done
 }
 # plugstack ARGS: the site arguments on the drop-in's required line, as an

@@ -34,7 +34,7 @@ SBX_TASK_PLUGIN=${SBX_TASK_PLUGIN:-task/none}
 SBX_MPI_DEFAULT=${SBX_MPI_DEFAULT:-none}
 SBX_PLUGSTACK=${SBX_PLUGSTACK:-}        # plugstack.conf content (lines)
 SBX_DEBUG=${SBX_DEBUG:-info}            # SlurmctldDebug / SlurmdDebug
-SBX_PRELOAD=${SBX_PRELOAD:-}            # LD_PRELOAD for slurmd and its slurmstepd (a sanitizer runtime)
+SBX_PRELOAD=${SBX_PRELOAD:-}            # LD_PRELOAD for slurmstepd (a sanitizer runtime), not slurmd
 
 t0=$EPOCHREALTIME
 log() { awk -v a="$t0" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN{printf "[sbx %6.2fs] %s\n", b-a, m}'; }
@@ -242,6 +242,23 @@ if [ "$SBX_UTS" = 1 ]; then
 	UFLAGS+=(--uts)
 	HOSTS_ARG=$R/etc/hosts
 fi
+# A sanitizer runtime is preloaded only into slurmstepd, which runs the
+# sanitized SPANK plugin, through a wrapper slurmd runs as its slurmstepd
+# (-d): a multi-threaded slurmd under GCC 12's libasan, which has no fork
+# handlers, can deadlock in the child it forks for a step (an allocator
+# lock another thread held), and the node then stops answering for the
+# rest of the run (seen 2026-11-28: slurmd n1 silent after a step, then
+# "Nodes n1 not responding").  slurmd itself only opens the plugin (the
+# slurmd context, where it registers nothing): it may load the runtime
+# late (verify_asan_link_order=0), its own allocations stay glibc's.
+STEPD=() SLURMD_ENV=(SBX=1)
+if [ -n "$SBX_PRELOAD" ]; then
+	SLURMD_ENV=(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0")
+	stepd=$(command -v slurmstepd) || die "no slurmstepd"
+	printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$SBX_PRELOAD" "$(readlink -f "$stepd")" > "$R/bin/slurmstepd-preload"
+	chmod 755 "$R/bin/slurmstepd-preload"
+	STEPD=(-d "$R/bin/slurmstepd-preload")
+fi
 MY_PIDNS=$(readlink /proc/self/ns/pid)
 for i in $(seq 1 "$SBX_NODES"); do
 	n=n$i
@@ -250,8 +267,8 @@ for i in $(seq 1 "$SBX_NODES"); do
 	# setsid: own session, so the node survives the shell that ran start.sh.
 	# setsid, nsenter and unshare exec each other: $! ends up as unshare's PID.
 	# env execs unshare: $! stays unshare's PID
-	setsid "${pre[@]}" env ${SBX_PRELOAD:+LD_PRELOAD=$SBX_PRELOAD} unshare "${UFLAGS[@]}" sh -c "$NODE_INIT" sbx-init \
-		"$n" "$HOSTS_ARG" slurmd -D -N "$n" -f "$SLURM_CONF" \
+	setsid "${pre[@]}" env "${SLURMD_ENV[@]}" unshare "${UFLAGS[@]}" sh -c "$NODE_INIT" sbx-init \
+		"$n" "$HOSTS_ARG" slurmd -D -N "$n" -f "$SLURM_CONF" "${STEPD[@]}" \
 		</dev/null >>"$R/log/node-$n.out" 2>&1 &
 	upid=$!
 	init="" ; ns=""
