@@ -529,8 +529,6 @@ static void calibrate(const plan_opts *o)
 
 /* ------------------------------------------------------------------ layouts */
 
-/* The most micro-batches per replica a layout plans (as merak-train takes). */
-#define MAX_MICRO_BATCHES (1 << 20)
 
 /* What every layout of a run shares: the model, built for one
  * micro-batch, the device and the batch. */
@@ -575,9 +573,9 @@ static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, me
     if (c->global_batch % per != 0)
         cli_die_usage("--global-batch %ld is not a multiple of dp x micro-batch = %d x %d", c->global_batch, dp,
                       o->micro_batch);
-    if (c->global_batch / per > MAX_MICRO_BATCHES)
+    if (c->global_batch / per > MERAK_MAX_MICRO_BATCHES)
         cli_die_usage("--global-batch %ld makes %ld micro-batches per replica, more than %d", c->global_batch,
-                      c->global_batch / per, MAX_MICRO_BATCHES);
+                      c->global_batch / per, MERAK_MAX_MICRO_BATCHES);
     return (merak_layout){.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = c->gpus_per_node, .schedule = kind,
                           .virtual_stages = o->virtual_stages, .recompute = *rc,
                           .micro_batches = (int)(c->global_batch / per),
@@ -693,8 +691,9 @@ static void plan_auto(const plan_opts *o)
     if (o->recompute_name && merak_recompute_parse(o->recompute_name, &check, err, sizeof err) < 0)
         cli_die_usage("--recompute: %s", err);
     merak_auto_query q = {.gpus = o->gpus, .gpus_per_node = c.gpus_per_node, .micro_batch = o->micro_batch,
-                          .global_batch = c.global_batch, .dp = o->dp, .tp = o->tp, .pp = o->pp, .schedule = o->schedule_name ? (int)o->schedule : -1,
-                          .virtual_stages = o->virtual_stages, .layers = c.cfg.n_layer, .recompute = o->recompute_name,
+                          .global_batch = c.global_batch, .dp = o->dp, .tp = o->tp, .pp = o->pp,
+                          .schedule = o->schedule_name ? (int)o->schedule : -1, .virtual_stages = o->virtual_stages,
+                          .layers = c.cfg.n_layer, .recompute = o->recompute_name,
                           .zero = o->zero_given ? o->zero : -1, .partition = o->partition};
     merak_auto_result res;
     int rc = merak_layout_auto(c.g, &q, &c.d, &res, err, sizeof err);

@@ -10,8 +10,6 @@
 #include "graph/graph.h"
 #include "pipe/policy.h"
 
-/* The most micro-batches per replica a layout plans (as merak-train takes). */
-#define MAX_MICRO_BATCHES (1 << 20)
 /* autopipe's budget per partition in a search (a fiftieth of one run's) */
 #define AUTO_SEARCH_WORK 4e6
 
@@ -98,9 +96,9 @@ static int try_layout(search *s, const merak_graph *g, const merak_auto_query *q
     const char *const *rcs = q->recompute ? &q->recompute : policies;
     const int nrc = q->recompute ? 1 : 3;
     const long per = (long)dp * q->micro_batch;
-    if (q->global_batch / per > MAX_MICRO_BATCHES)
+    if (q->global_batch / per > MERAK_MAX_MICRO_BATCHES)
         return merak_errf(err, errlen, "--global-batch %ld makes %ld micro-batches per replica, more than %d",
-                          q->global_batch, q->global_batch / per, MAX_MICRO_BATCHES),
+                          q->global_batch, q->global_batch / per, MERAK_MAX_MICRO_BATCHES),
                -2;
     merak_layout L = {.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = s->G,
                       .schedule = V > 1 ? MERAK_SCHEDULE_INTERLEAVED : MERAK_SCHEDULE_GPIPE, .virtual_stages = V,

@@ -162,15 +162,15 @@ static int load_path(const char *path, merak_device *d, char *err, size_t errlen
 static int load_named(const char *name, merak_device *d, char *err, size_t errlen)
 {
     const char *env = getenv("MERAK_DEVICES");
+    enum { ENV, INSTALLED, BUILTIN, NSRC };
     struct {
         const char *file;
         json_t *root, *table;
-    } src[] = {{env && *env ? env : NULL, NULL, NULL}, {MERAK_PKGDATADIR "/devices.json", NULL, NULL},
-               {"built-in devices.json", NULL, NULL}};
-    enum { NSRC = sizeof src / sizeof src[0], BUILTIN = NSRC - 1 };
+    } src[NSRC] = {{env && *env ? env : NULL, NULL, NULL}, {MERAK_PKGDATADIR "/devices.json", NULL, NULL},
+                   {"built-in devices.json", NULL, NULL}};
     int rc = 1;   /* 1: not found yet */
     for (int i = 0; i < NSRC && rc == 1; i++) {
-        if (!src[i].file || (i == 1 && access(src[i].file, F_OK) != 0 && errno == ENOENT))
+        if (!src[i].file || (i == INSTALLED && access(src[i].file, F_OK) != 0 && errno == ENOENT))
             continue;
         if (i == BUILTIN) {
             json_error_t je;
@@ -198,7 +198,7 @@ static int load_named(const char *name, merak_device *d, char *err, size_t errle
                 later += src[j].table != NULL;
             size_t w = strlen(where);
             snprintf(where + w, sizeof where - w, "%s%s%s", !w ? "" : later ? ", " : " or ",
-                     i == BUILTIN ? "the built-in profiles" : src[i].file, i == 0 ? " (MERAK_DEVICES)" : "");
+                     i == BUILTIN ? "the built-in profiles" : src[i].file, i == ENV ? " (MERAK_DEVICES)" : "");
             const char *key;
             json_t *v;
             json_object_foreach(src[i].table, key, v) {

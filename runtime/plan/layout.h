@@ -36,6 +36,9 @@
 #include "graph/graph.h"
 #include "pipe/policy.h"
 
+/* The most micro-batches per replica a layout plans (as merak-train takes). */
+#define MERAK_MAX_MICRO_BATCHES (1 << 20)
+
 typedef struct merak_layout {
     int dp, tp, pp;
     int gpus_per_node;           /* ranks per node; tp must divide it */

@@ -251,7 +251,7 @@ fi
 # "Nodes n1 not responding").  slurmd itself only opens the plugin (the
 # slurmd context, where it registers nothing): it may load the runtime
 # late (verify_asan_link_order=0), its own allocations stay glibc's.
-STEPD=() SLURMD_ENV=(SBX=1)
+STEPD=() SLURMD_ENV=()
 if [ -n "$SBX_PRELOAD" ]; then
 	SLURMD_ENV=(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0")
 	stepd=$(command -v slurmstepd) || die "no slurmstepd"
