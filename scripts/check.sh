@@ -29,7 +29,7 @@ summary() {
 }
 if [ "$status" -ne 0 ]; then
     for f in $(find . -name '*.log' -path '*tests*'); do
-        grep -q '^:test-result: \(FAIL\|ERROR\|XPASS\)' "${f%.log}.trs" 2>/dev/null && { echo "=== $f"; tail -50 "$f"; }
+        grep -q '^:test-result: \(FAIL\|ERROR\|XPASS\)' "${f%.log}.trs" 2>/dev/null && { echo "=== $f"; grep '^FAIL' "$f" | head -n 5; echo "--- its last 50 lines"; tail -50 "$f"; }
     done
     summary
     exit "$status"

@@ -14,7 +14,7 @@ export OPENBLAS_NUM_THREADS=1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/merak-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+fail() { fail_msg="$*"; echo "FAIL: $*" >&2; exit 1; }   # fail_msg: for an EXIT trap
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
 # A byte-level shard made from the project's own sources (about 100k tokens).
