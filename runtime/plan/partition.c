@@ -356,7 +356,8 @@ typedef struct search {
     predictor *p;
     int *cur, *best;
     double best_t;
-    double total;            /* every block's forward + backward */
+    double *rest;            /* [(P + 1) * (n + 1)]: rest[r * (n + 1) + i], see rest_bounds */
+    double *cin;             /* [P]: the transfer costs of the cuts up to cur[k] (branch) */
     long steps;              /* cut positions tried */
     int have;                /* best holds a partition */
 } search;
@@ -401,40 +402,134 @@ static void descend(search *s)
     }
 }
 
+/* A lower bound on the step from stage k alone, holding blocks [a, e):
+ * its first forward cannot start before the stages before it ran
+ * micro-batch 0's (F<), its first backward not before that micro-batch
+ * went through the stages after it and back (F> + B>) nor before its own
+ * P - k warm-up and first steady forwards; then it runs the rest of its M
+ * forwards and M backwards one at a time, and its last backward still has
+ * the earlier stages' backwards to go (B<):
+ *   step >= F< + B< + M (F_k + B_k) + max(0, F> + B> - (P - 1 - k) F_k).
+ * A transfer is paid twice on each path through its cut (the activation
+ * one way, its gradient back): cin sums the cuts known before stage k's
+ * end (its own included), cout those known after it. */
+static double stage_bound(const predictor *p, int k, int a, int e, double cin, double cout)
+{
+    const int n = p->b->n;
+    const double F = p->pf[e] - p->pf[a], B = p->pb[e] - p->pb[a];
+    const double after = p->pf[n] - p->pf[e] + p->pb[n] - p->pb[e] + 2 * cout;
+    const double idle = after - (p->P - 1 - k) * F;
+    return p->pf[a] + p->pb[a] + 2 * cin + p->M * (F + B) + (idle > 0 ? idle : 0);
+}
+
+/* The transfer cost of the cut before block i when a stage starts there
+ * (none before the first). */
+static double cut_cost(const predictor *p, int i) { return i > 0 && i < p->b->n ? p->b->comm[i] : 0; }
+
+/* rest[r * (n + 1) + i]: the least, over every way to cut blocks [i, n)
+ * into the last r stages (within the ends' constraints), of the largest
+ * stage_bound among them, each stage knowing the cuts at its own two ends
+ * only; DBL_MAX where none exists.  A dynamic programme over the suffixes,
+ * O(P n^2); the exact search's bound for the stages it has not cut yet.
+ * 0, or -1 out of memory. */
+static int rest_bounds(search *s)
+{
+    const predictor *p = s->p;
+    const int P = p->P, n = p->b->n;
+    s->rest = malloc((size_t)(P + 1) * (size_t)(n + 1) * sizeof *s->rest);
+    if (!s->rest)
+        return -1;
+    double *g = s->rest;
+    for (int r = 0; r <= P; r++)
+        for (int i = 0; i <= n; i++)
+            g[(size_t)r * (n + 1) + i] = r == 0 && i == n ? 0 : DBL_MAX;
+    for (int r = 1; r <= P; r++) {
+        const int k = P - r;   /* the stage that starts at i */
+        for (int i = k; i <= n - r; i++) {
+            if (k > 0 && !start_ok(p->b, P, k, i))
+                continue;
+            double best = DBL_MAX;
+            for (int e = i + 1; e <= n - (r - 1); e++) {
+                double next = g[(size_t)(r - 1) * (n + 1) + e];
+                if (next == DBL_MAX)
+                    continue;
+                double mine = stage_bound(p, k, i, e, cut_cost(p, i), cut_cost(p, e)), m = mine > next ? mine : next;
+                if (m < best)
+                    best = m;
+            }
+            g[(size_t)r * (n + 1) + i] = best;
+        }
+    }
+    return 0;
+}
+
+/* A lower bound on the step from stages i..k of s->cur (stage k ends
+ * before block e; more cuts after it cost cout at least), through the
+ * cycle that links them: stage i's backward of micro-batch x precedes its
+ * forward of x + P - i, which runs through stages i+1..k, whose last runs
+ * the backward of x + L (L = k - i + 1 stages) after it, which comes back
+ * to stage i.  So stage i's backwards x and x + L start at least D apart,
+ * D the window's forwards, backwards and transfers both ways, while stage
+ * i's forward of x + P - i exists; the rest as in stage_bound, of which
+ * this is the one-stage case (i = k). */
+static double window_bound(const search *s, int i, int k, int e, double cout)
+{
+    predictor *p = s->p;
+    p->work += 4;   /* about as long as 4 of a prediction's ops */
+    const int n = p->b->n, a = s->cur[i], end = i < k ? s->cur[i + 1] : e, w = p->P - 1 - i, L = k - i + 1;
+    const double M = p->M, F = p->pf[end] - p->pf[a], B = p->pb[end] - p->pb[a];
+    const double after = p->pf[n] - p->pf[end] + p->pb[n] - p->pb[end] + 2 * (s->cin[k] - s->cin[i] + cout);
+    const double D = p->pf[e] + p->pb[e] - p->pf[a] - p->pb[a] + 2 * (s->cin[k] - s->cin[i]);
+    /* the first backward: after micro-batch 0 went through and back, and
+     * after the warm-up's forwards */
+    double t = p->pf[a] + s->cin[i] + (F + after > (w + 1) * F ? F + after : (w + 1) * F);
+    const int m = M - 2 - w >= 0 ? (p->M - 2 - w) / L + 1 : 0;   /* jumps of L backwards */
+    const double fwd_left = M - 1 - w - (double)m * L;
+    t += m * D + (M - (double)m * L) * B + (fwd_left > 0 ? fwd_left * F : 0);
+    return t + p->pb[a] + s->cin[i];   /* the last backward's way back to stage 0 */
+}
+
 /* Branch and bound over the starts of stages k.. given stages 0..k-1 in
- * s->cur (stage k starts at block a).  The bound: stage c cannot start
- * before the first micro-batch's forwards of the stages before it, then
- * runs M forwards and M backwards, and its last backward still has the
- * earlier stages' backwards to go:
- *   step >= F(<c) + M (F_c + B_c) + B(<c).
- * For the stages not yet cut, one of them holds at least an even share of
- * what is left, after at least everything already cut. */
+ * s->cur (stage k starts at block a; lb the largest bound of stages
+ * 0..k-1).  Each stage's bound over the windows that end at it
+ * (window_bound) and rest_bounds' for the stages after it (every one of
+ * which also pays the cuts up to a twice) prune; within the budget the
+ * search is exact: the partition it returns has the least predicted step
+ * of all. */
 static void branch(search *s, int k, int a, double lb)
 {
     predictor *p = s->p;
     const int P = p->P, n = p->b->n;
-    const double M = p->M, before = p->pf[a] + p->pb[a];
     const double limit = s->best_t * (1 - 1e-12);
     if (p->work >= work_budget(p->b) || s->steps >= SEARCH_STEPS * work_budget(p->b) / SEARCH_WORK)
         return;
     s->cur[k] = a;
+    s->cin[k] = k > 0 ? s->cin[k - 1] + cut_cost(p, a) : 0;
+    const double cin = s->cin[k], before = p->pf[a] + p->pb[a] + 2 * cin;
     if (k == P - 1) {
-        double mine = before + M * (s->total - before);
-        if ((lb > mine ? lb : mine) < limit)
+        double mine = lb;
+        for (int i = k; i >= 0 && mine < limit; i--) {
+            double x = window_bound(s, i, k, n, 0);
+            mine = x > mine ? x : mine;
+        }
+        if (mine < limit)
             consider(s, s->cur);
         return;
     }
     for (int e = a + 1; e <= n - (P - k - 1) && s->steps++ < SEARCH_STEPS * work_budget(p->b) / SEARCH_WORK; e++) {
         if (!start_ok(p->b, P, k + 1, e))
             continue;
-        double upto = p->pf[e] + p->pb[e];
-        double mine = before + M * (upto - before);
-        if (mine >= limit)
+        if (before + p->M * (p->pf[e] + p->pb[e] - p->pf[a] - p->pb[a]) >= limit)
             break;   /* longer stages only cost more */
-        double rest = upto + M * (s->total - upto) / (P - k - 1);
-        if (rest >= limit)
+        if (s->rest[(size_t)(P - k - 1) * (n + 1) + e] + 2 * cin >= limit)
             continue;
-        branch(s, k + 1, e, lb > mine ? lb : mine);
+        double mine = lb;
+        for (int i = k; i >= 0 && mine < limit; i--) {
+            double x = window_bound(s, i, k, e, cut_cost(p, e));
+            mine = x > mine ? x : mine;
+        }
+        if (mine < limit)
+            branch(s, k + 1, e, mine);
     }
 }
 
@@ -443,8 +538,9 @@ static int autopipe(const merak_blocks *b, int P, int M, int *starts, double *st
     predictor p;
     if (predictor_init(&p, b, P, M, err, errlen) < 0)
         return -1;
-    search s = {.p = &p, .cur = malloc((size_t)P * sizeof *s.cur), .best = starts, .best_t = DBL_MAX};
-    int rc = s.cur ? 0 : merak_errf(err, errlen, "out of memory");
+    search s = {.p = &p, .cur = malloc((size_t)P * sizeof *s.cur), .cin = malloc((size_t)P * sizeof *s.cin),
+                .best = starts, .best_t = DBL_MAX};
+    int rc = s.cur && s.cin ? 0 : merak_errf(err, errlen, "out of memory");
     /* Seeds: the min-max of forward + backward (AutoPipe's), uniform's and
      * parameters' partitions. */
     const int seeds[] = {AUTOPIPE, UNIFORM, PARAMETERS};
@@ -455,12 +551,14 @@ static int autopipe(const merak_blocks *b, int P, int M, int *starts, double *st
             consider(&s, s.cur);
     if (rc == 0) {
         descend(&s);
-        s.total = p.pf[b->n] + p.pb[b->n];
-        branch(&s, 0, 0, 0);
+        if (rest_bounds(&s) < 0)
+            rc = merak_errf(err, errlen, "out of memory");
+        else
+            branch(&s, 0, 0, 0);
     }
     if (rc == 0 && step)
         *step = s.best_t;
-    free(s.cur);
+    free(s.cur), free(s.cin), free(s.rest);
     predictor_free(&p);
     return rc;
 }

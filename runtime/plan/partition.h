@@ -19,7 +19,13 @@
  *                the critical stage, then an exact branch and bound over
  *                every partition that can still beat the best found,
  *                within an evaluation budget (Merak's planner ignores
- *                communication; here each cut costs its transfer time)
+ *                communication; here each cut costs its transfer time).
+ *                Its bounds: each stage's own work and the pipeline's
+ *                fill and drain around it, the cycles through every run
+ *                of stages (a backward waits for a forward that went
+ *                through them and back), and a dynamic programme over the
+ *                stages not yet cut; on a GPT-2-XL chain of 98 blocks at
+ *                8 stages the search ends in milliseconds, exact
  *   custom:S0,S1,...  the user's first block of each stage (S0 = 0)
  *
  * The step time a partition is judged by is the 1F1B schedule's, from an
