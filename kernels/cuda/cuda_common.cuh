@@ -3,9 +3,9 @@
  * block size, the launch grid of elementwise kernels, and the warp and block
  * reductions (fixed xor-shuffle trees, so results do not depend on timing).
  *
- * Layout of kernels/cuda: cuda_glue.c holds the kernel table, cuBLASLt (the
- * GEMMs of linear and attention), memory and the error state; one .cu file
- * per op family holds its device kernels and the extern "C" launchers that
+ * Layout of kernels/cuda: cuda_glue.c holds the kernel table and cuBLASLt
+ * (the GEMMs of linear and attention), cuda_mem.c the device, memory, the
+ * stream and the error state; one .cu file per op family holds its device kernels and the extern "C" launchers that
  * enqueue them (declared in cuda_kernels.h): embed.cu, norm.cu, attention.cu,
  * pointwise.cu, loss.cu, optim.cu.  Shapes and semantics: kernels.h.
  *

@@ -1,7 +1,8 @@
 /*
- * cuda_glue.c - the CUDA backend's table, its cuBLASLt GEMMs (linear, attention), its
- * memory and its error state.  The device kernels are in one .cu file per
- * op family (cuda_common.cuh lists them).
+ * cuda_glue.c - the CUDA backend's table and its cuBLASLt GEMMs (linear,
+ * attention).  Its device, memory, stream and error state are in
+ * cuda_mem.c; the device kernels are in one .cu file per op family
+ * (cuda_common.cuh lists them).
  *
  * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
  * transposes (a row-major (r,c) buffer is a column-major (c,r) matrix), FP32
@@ -53,38 +54,16 @@ typedef struct lt_entry {
     cublasLtMatmulAlgo_t algo;
 } lt_entry;
 
-/* Copies to the device of at most STAGE_BYTES (a micro-batch's token ids,
- * a span table) go through NSTAGE page-locked buffers in turn: the source
- * is copied into the next buffer once that buffer's previous transfer has
- * finished (its event), and the transfer is queued on the stream, so the
- * host goes on queueing work instead of waiting for the device to drain.
- * Larger copies (weights) wait for their transfer. */
-#define STAGE_BYTES ((size_t)1 << 20)
-#define NSTAGE 4
-
-typedef struct stage_buf {
-    void *host;        /* page-locked, STAGE_BYTES */
-    cudaEvent_t done;  /* recorded after its last transfer */
-    int pending;       /* a transfer from it was queued */
-} stage_buf;
-
-/* The backend's one context: one device, one stream, one host thread. */
+/* The backend's cuBLASLt state (cuda_mem.c holds the device's, its stream
+ * and the first error). */
 static struct cuda_backend {
     int initialised, usable;
-    cudaStream_t stream; /* NULL: the legacy default stream */
     cublasLtHandle_t lt;
     void *lt_ws;
-    void *scratch;
-    size_t scratch_bytes;
     double *d_sumsq; /* sumsq's device result */
-    int failed;
-    char err[256];
     lt_entry cache[LT_CACHE];
     int ncache;
     unsigned evict;   /* with the cache full, the next slot a new shape replaces */
-    stage_buf stage[NSTAGE];
-    int nstage;       /* buffers made so far; -1: page-locked memory refused, copies wait */
-    int stage_next;
 } cb;
 
 /* cuBLASLt is loaded when the backend starts, not linked: the library alone
@@ -97,185 +76,12 @@ static struct { LT_FUNCTIONS(LT_POINTER) } lt;
 
 /* ------------------------------------------------------------------ errors */
 
-static void record(const char *what, const char *detail)
-{
-    if (cb.failed)
-        return;
-    cb.failed = 1;
-    snprintf(cb.err, sizeof cb.err, "cuda backend: %s: %s", what, detail);
-}
-
-/* 1 if e is cudaSuccess, else records it and returns 0. */
-static int cuda_ok(cudaError_t e, const char *what)
-{
-    if (e == cudaSuccess)
-        return 1;
-    record(what, cudaGetErrorString(e));
-    return 0;
-}
-
 static int lt_ok(cublasStatus_t st, const char *what)
 {
     if (st == CUBLAS_STATUS_SUCCESS)
         return 1;
-    record(what, lt.GetStatusString(st));
+    merak_cuda_record(what, lt.GetStatusString(st));
     return 0;
-}
-
-int merak_cuda_status(char *err, size_t errlen)
-{
-    if (!cb.failed)
-        return 0;
-    if (err && errlen)
-        snprintf(err, errlen, "%s", cb.err);
-    return -1;
-}
-
-/* ------------------------------------------------------------------ device, memory */
-
-int merak_cuda_available(void)
-{
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* no driver / no device: not an error here */
-        return 0;
-    }
-    return n > 0 ? n : 0;
-}
-
-int merak_cuda_set_device(int device)
-{
-    return cuda_ok(cudaSetDevice(device), "cudaSetDevice") ? 0 : -1;
-}
-
-void *merak_cuda_malloc(size_t bytes)
-{
-    void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError(); /* out of memory is not sticky: caller handles NULL */
-        return NULL;
-    }
-    return p;
-}
-
-void merak_cuda_free(void *dptr)
-{
-    if (dptr)
-        cuda_ok(cudaFree(dptr), "cudaFree");
-}
-
-/* The staging buffer for the next small copy, made on first use; NULL
- * when page-locked memory is refused (the copy then waits). */
-static stage_buf *stage_take(void)
-{
-    if (cb.nstage < 0)
-        return NULL;
-    stage_buf *b = &cb.stage[cb.stage_next];
-    if (cb.stage_next == cb.nstage) { /* not made yet */
-        if (cudaHostAlloc(&b->host, STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
-            cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming) != cudaSuccess) {
-            (void)cudaGetLastError(); /* not sticky: plain copies still work */
-            if (b->host)
-                cudaFreeHost(b->host);
-            b->host = NULL;
-            cb.nstage = -1;
-            return NULL;
-        }
-        cb.nstage++;
-    }
-    cb.stage_next = (cb.stage_next + 1) % NSTAGE;
-    return b;
-}
-
-int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
-{
-    if (!bytes)
-        return 0;
-    stage_buf *b = bytes <= STAGE_BYTES ? stage_take() : NULL;
-    if (b) {
-        if (b->pending && !cuda_ok(cudaEventSynchronize(b->done), "cudaEventSynchronize(staging)"))
-            return -1;
-        memcpy(b->host, src, bytes);
-        b->pending = 1;
-        if (!cuda_ok(cudaMemcpyAsync(dst, b->host, bytes, cudaMemcpyHostToDevice, cb.stream),
-                     "cudaMemcpyAsync(h2d, staged)") ||
-            !cuda_ok(cudaEventRecord(b->done, cb.stream), "cudaEventRecord(staging)"))
-            return -1;
-        return 0;
-    }
-    if (!cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb.stream),
-                 "cudaMemcpyAsync(h2d)") ||
-        !cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))
-        return -1;
-    return 0;
-}
-
-int merak_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes)
-{
-    if (!bytes)
-        return 0;
-    if (!cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb.stream),
-                 "cudaMemcpyAsync(d2h)") ||
-        !cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))
-        return -1;
-    return 0;
-}
-
-int merak_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes)
-{
-    if (!bytes)
-        return 0;
-    return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb.stream),
-                   "cudaMemcpyAsync(d2d)")
-               ? 0
-               : -1;
-}
-
-int merak_cuda_memset(void *dst, int value, size_t bytes)
-{
-    if (!bytes)
-        return 0;
-    return cuda_ok(cudaMemsetAsync(dst, value, bytes, cb.stream), "cudaMemsetAsync") ? 0 : -1;
-}
-
-int merak_cuda_is_device_ptr(const void *p)
-{
-    struct cudaPointerAttributes at;
-    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-        (void)cudaGetLastError(); /* an unknown pointer: host memory */
-        return 0;
-    }
-    return at.type == cudaMemoryTypeDevice;
-}
-
-int merak_cuda_synchronize(void)
-{
-    return cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize") ? 0 : -1;
-}
-
-/* Grows geometrically; the old arena may still be read by enqueued kernels,
- * so the stream is drained before it is freed (rare: sizes settle after the
- * first step). */
-void *merak_cuda_scratch(size_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    if (bytes <= cb.scratch_bytes)
-        return cb.scratch;
-    size_t want = cb.scratch_bytes * 2 > bytes ? cb.scratch_bytes * 2 : bytes;
-    if (cb.scratch) {
-        if (!cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize(scratch)") ||
-            !cuda_ok(cudaFree(cb.scratch), "cudaFree(scratch)"))
-            return NULL;
-        cb.scratch = NULL;
-        cb.scratch_bytes = 0;
-    }
-    if (!cuda_ok(cudaMalloc(&cb.scratch, want), "cudaMalloc(scratch)")) {
-        cb.scratch = NULL;
-        return NULL;
-    }
-    cb.scratch_bytes = want;
-    return cb.scratch;
 }
 
 /* ------------------------------------------------------------------ cuBLASLt */
@@ -437,11 +243,11 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const flo
         if (bias)
             rc = 1;
         else
-            record("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
+            merak_cuda_record("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
         goto out;
     }
     if (lt_ok(lt.Matmul(cb.lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &e->algo,
-                             cb.lt_ws, LT_WORKSPACE_BYTES, cb.stream),
+                             cb.lt_ws, LT_WORKSPACE_BYTES, merak_cuda_stream()),
               "cublasLtMatmul"))
         rc = 0;
 out:
@@ -458,12 +264,12 @@ out:
 
 /* ------------------------------------------------------------------ the table */
 
-#define STREAM ((void *)cb.stream)
+#define STREAM ((void *)merak_cuda_stream())
 /* Enqueues one launcher unless an error already happened; records its error. */
 #define LAUNCH(name, call)                                                    \
     do {                                                                      \
-        if (!cb.failed)                                                       \
-            cuda_ok((cudaError_t)(call), name);                               \
+        if (!merak_cuda_failed())                                                       \
+            merak_cuda_ok((cudaError_t)(call), name);                               \
     } while (0)
 
 static void k_embedding_fwd(float *out, const int32_t *ids, const float *wte, int N, int C,
@@ -537,7 +343,7 @@ static void k_rmsnorm_bwd_w(float *dw, const float *dout, const float *inp,
 static void k_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
                          int K, int O)
 {
-    if (cb.failed || N <= 0 || O <= 0)
+    if (merak_cuda_failed() || N <= 0 || O <= 0)
         return;
     if (K <= 0) { /* empty sum: out = b (or 0) */
         if (merak_cuda_memset(out, 0, (size_t)N * O * sizeof(float)) == 0 && b)
@@ -558,7 +364,7 @@ static void k_linear_fwd(float *out, const float *inp, const float *w, const flo
 /* dinp (N,K) += dout (N,O) @ w (O,K).  Column-major: dinp^T (K,N) += W^T (K,O) dout^T (O,N). */
 static void k_linear_bwd_x(float *dinp, const float *dout, const float *w, int N, int K, int O)
 {
-    if (cb.failed || N <= 0 || K <= 0 || O <= 0)
+    if (merak_cuda_failed() || N <= 0 || K <= 0 || O <= 0)
         return;
     (void)lt_matmul(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, K, 1.0f, NULL, LT_ONE);
 }
@@ -568,7 +374,7 @@ static void k_linear_bwd_x(float *dinp, const float *dout, const float *w, int N
 static void k_linear_bwd_w(float *dw, float *db, const float *dout, const float *inp, int N,
                            int K, int O)
 {
-    if (cb.failed || N <= 0 || O <= 0)
+    if (merak_cuda_failed() || N <= 0 || O <= 0)
         return;
     if (K > 0 && dw)
         (void)lt_matmul(0, 1, K, O, N, 1.0f, inp, K, dout, O, dw, K, 1.0f, NULL, LT_ONE);
@@ -616,7 +422,7 @@ static int attn_shape_ok(const merak_attn_shape *s, const char *what)
 {
     if (s->n_kv_head > 0 && s->n_head > 0 && s->n_head % s->n_kv_head == 0)
         return 1;
-    record(what, "n_head is not a positive multiple of n_kv_head");
+    merak_cuda_record(what, "n_head is not a positive multiple of n_kv_head");
     return 0;
 }
 
@@ -629,13 +435,13 @@ static int attn_scores(const merak_attn_shape *s, int L, const float *Q, int qs,
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim, rep = nh / nkv;
     const float scale = (float)(1.0 / sqrt((double)hd));
     const long long TL = (long long)T * L;
-    for (int b = 0; b < s->B && !cb.failed; b++)
+    for (int b = 0; b < s->B && !merak_cuda_failed(); b++)
         for (int r = 0; r < rep; r++)
             if (rm_gemm(0, 1, T, L, hd, scale, Q + ((size_t)b * T * qs + (size_t)r * hd), qs,
                         (long long)rep * hd, K + (size_t)b * kb, ks, hd, 0.0f,
                         S + ((size_t)b * nh + r) * TL, L, rep * TL, nkv) < 0)
                 return -1;
-    return cb.failed ? -1 : 0;
+    return merak_cuda_failed() ? -1 : 0;
 }
 
 /* out (B,T,nh*hd) = P V per head, P (B,nh,T,L): V rows of stride vs, batch
@@ -646,20 +452,20 @@ static int attn_mix(const merak_attn_shape *s, int L, const float *P, const floa
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim, rep = nh / nkv;
     const int C = nh * hd;
     const long long TL = (long long)T * L;
-    for (int b = 0; b < s->B && !cb.failed; b++)
+    for (int b = 0; b < s->B && !merak_cuda_failed(); b++)
         for (int r = 0; r < rep; r++)
             if (rm_gemm(0, 0, T, hd, L, 1.0f, P + ((size_t)b * nh + r) * TL, L, rep * TL,
                         V + (size_t)b * vb, vs, hd, 0.0f, out + ((size_t)b * T * C + (size_t)r * hd), C,
                         (long long)rep * hd, nkv) < 0)
                 return -1;
-    return cb.failed ? -1 : 0;
+    return merak_cuda_failed() ? -1 : 0;
 }
 
 static void k_attention_fwd(const merak_attn_shape *s, float *out, float *lse, float *qr,
                             float *kr, const float *q, const float *k, const float *v,
                             float *scratch)
 {
-    if (cb.failed || !attn_shape_ok(s, "attention_fwd") || s->B <= 0 || s->T <= 0 ||
+    if (merak_cuda_failed() || !attn_shape_ok(s, "attention_fwd") || s->B <= 0 || s->T <= 0 ||
         s->head_dim <= 0)
         return;
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
@@ -680,7 +486,7 @@ static void k_attention_fwd(const merak_attn_shape *s, float *out, float *lse, f
     merak_attn_shape one = *s;
     one.B = 1;
     float *P = scratch;
-    for (int b = 0; b < s->B && !cb.failed; b++) {
+    for (int b = 0; b < s->B && !merak_cuda_failed(); b++) {
         if (attn_scores(&one, T, Q + (size_t)b * T * qs, qs, K + (size_t)b * T * ks, ks, 0, P) < 0)
             return;
         LAUNCH("attention_fwd(softmax)",
@@ -698,7 +504,7 @@ static void k_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, 
                                    float *kc, float *vc, const float *q, const float *k,
                                    const float *v, float *scratch)
 {
-    if (cb.failed || !attn_shape_ok(s, "attention_cached_fwd") || s->B <= 0 || s->T <= 0 ||
+    if (merak_cuda_failed() || !attn_shape_ok(s, "attention_cached_fwd") || s->B <= 0 || s->T <= 0 ||
         s->head_dim <= 0)
         return;
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
@@ -735,7 +541,7 @@ static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, flo
                             const float *kr, const float *q, const float *k, const float *v,
                             float *scratch)
 {
-    if (cb.failed || !attn_shape_ok(s, "attention_bwd") || s->B <= 0 || s->T <= 0 ||
+    if (merak_cuda_failed() || !attn_shape_ok(s, "attention_bwd") || s->B <= 0 || s->T <= 0 ||
         s->head_dim <= 0)
         return;
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
@@ -762,7 +568,7 @@ static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, flo
     merak_attn_shape one = *s;
     one.B = 1;
 
-    for (int b = 0; b < B && !cb.failed; b++) {
+    for (int b = 0; b < B && !merak_cuda_failed(); b++) {
         const float *Qb = Q + (size_t)b * T * qs, *Kb = K + (size_t)b * T * ks;
         const float *Gb = dout + (size_t)b * T * C;
         /* P rebuilt from the scores and lse; dP = dout V^T; dS */
@@ -777,7 +583,7 @@ static void k_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, flo
         LAUNCH("attention_bwd(softmax)",
                merak_cuda_launch_attn_dsoftmax(STREAM, dS, P, (size_t)nh * T, T, scale));
         /* dQ = dS K ; dK = sum_r dS^T Q ; dV = sum_r P^T dout */
-        for (int r = 0; r < rep && !cb.failed; r++) {
+        for (int r = 0; r < rep && !merak_cuda_failed(); r++) {
             const float *Sr = dS + (size_t)r * TT, *Pr = P + (size_t)r * TT;
             const float beta = r ? 1.0f : 0.0f;
             if (rm_gemm(0, 0, T, hd, T, 1.0f, Sr, T, rep * TT, Kb, ks, hd, 0.0f,
@@ -872,7 +678,7 @@ static double k_sumsq(const float *x, size_t n)
 {
     double r = NAN;
     LAUNCH("sumsq", merak_cuda_launch_sumsq(STREAM, cb.d_sumsq, x, n));
-    if (cb.failed || merak_cuda_memcpy_d2h(&r, cb.d_sumsq, sizeof r) != 0)
+    if (merak_cuda_failed() || merak_cuda_memcpy_d2h(&r, cb.d_sumsq, sizeof r) != 0)
         return NAN;
     return r;
 }
@@ -986,12 +792,12 @@ static int lt_load(void)
 #endif
     if (!h) {
         const char *why = dlerror();
-        record("loading " LT_SONAME, why ? why : "not found");
+        merak_cuda_record("loading " LT_SONAME, why ? why : "not found");
         return -1;
     }
 #define LT_RESOLVE(name)                                                   \
     if (!(*(void **)&lt.name = dlsym(h, "cublasLt" #name))) {             \
-        record("loading " LT_SONAME, "cublasLt" #name " is missing");       \
+        merak_cuda_record("loading " LT_SONAME, "cublasLt" #name " is missing");       \
         dlclose(h);                                                        \
         return -1;                                                         \
     }
@@ -1004,11 +810,10 @@ static int backend_init(void)
 {
     if (!merak_cuda_available() || lt_load() < 0)
         return -1;
-    cb.stream = NULL;
     if (!lt_ok(lt.Create(&cb.lt), "cublasLtCreate"))
         return -1;
-    if (!cuda_ok(cudaMalloc(&cb.lt_ws, LT_WORKSPACE_BYTES), "cudaMalloc(cuBLASLt workspace)") ||
-        !cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))
+    if (!merak_cuda_ok(cudaMalloc(&cb.lt_ws, LT_WORKSPACE_BYTES), "cudaMalloc(cuBLASLt workspace)") ||
+        !merak_cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))
         return -1;
     return 0;
 }

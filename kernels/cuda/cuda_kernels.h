@@ -19,7 +19,8 @@
  * NaN).  Callers check merak_cuda_status() at convenient points (after a
  * step, after a test).  Nothing here prints or aborts.
  *
- * Built from cuda_glue.c (gcc: table, cuBLASLt, memory) and one .cu file per
+ * Built from cuda_glue.c (gcc: table, cuBLASLt), cuda_mem.c (gcc: device,
+ * memory, stream, errors) and one .cu file per
  * op family, embed.cu to optim.cu (nvcc: the device kernels and their
  * launchers).
  */
@@ -72,16 +73,27 @@ int merak_cuda_is_device_ptr(const void *p);
 int merak_cuda_synchronize(void);
 
 #ifdef MERAK_CUDA_INTERNAL
+#include <cuda_runtime_api.h> /* cudaError_t, cudaStream_t */
 /* ---------------------------------------------------------------------------
- * Internal: the launchers of the .cu files, called by cuda_glue.c only.
+ * Internal: the launchers of the .cu files, called by cuda_glue.c only,
+ * and the device state they share (cuda_mem.c).
  * Each enqueues its kernels on `stream` (a cudaStream_t) and returns the
  * cudaError_t of the launch (0 = cudaSuccess).  Shapes and semantics are
  * those of the kernels.h entry of the same name.
  * ------------------------------------------------------------------------- */
 
-/* Scratch device memory shared by the launchers (cuda_glue.c).  Valid until
- * the next call; NULL on failure.  Stream-ordered use only. */
+/* cuda_mem.c, which calls none of the others.  Scratch device memory
+ * shared by the launchers: valid until the next call; NULL on failure.
+ * Stream-ordered use only. */
 void *merak_cuda_scratch(size_t bytes);
+/* The backend's first error: record keeps the first (what: the call;
+ * detail: why); ok records e unless it is cudaSuccess and says whether it
+ * was; failed: one has been recorded (merak_cuda_status reads it). */
+void merak_cuda_record(const char *what, const char *detail);
+int merak_cuda_ok(cudaError_t e, const char *what);
+int merak_cuda_failed(void);
+/* The stream every launch and copy is queued on. */
+cudaStream_t merak_cuda_stream(void);
 
 int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
                                     const float *wte, int N, int C, int v0, int V);

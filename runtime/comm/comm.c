@@ -3,8 +3,8 @@
  * trivial case of a group of one rank, and dispatch to the group's
  * backend tables (comm_impl.h).  Also the one-process grid, which needs no
  * MPI at all, and the agreement on failures every phase of a job uses.
+ * What every part of runtime/comm says about groups is in group.c.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +13,6 @@
 #include "comm_impl.h"
 #include "errf.h"
 #include "names.h"
-
-static const char *const group_names[MERAK_GROUP_COUNT_] = {"world", "tp", "dp", "pp", "tied"};
-
-const char *merak_group_name(merak_group_kind k) { return group_names[k]; }
 
 /* Point-to-point backends by name: the one table. */
 static const char *const p2p_names[] = {"mpi", "ucx"};
@@ -112,12 +108,6 @@ void merak_comm_finalize(merak_comm *c)
 const merak_grid *merak_comm_grid(const merak_comm *c) { return &c->grid; }
 const char *merak_comm_error(const merak_comm *c) { return c->err; }
 
-const char *merak_comm_where(const merak_comm *c, int rank, char *buf, size_t len)
-{
-    snprintf(buf, len, "rank %d on %s", rank, c->hosts ? c->hosts[rank] : "?");
-    return buf;
-}
-
 typedef struct host_rank {
     const char *host;
     int rank;
@@ -147,26 +137,6 @@ int merak_comm_nodes(const merak_comm *c, int *node)
     }
     free(hr);
     return 0;
-}
-
-const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len)
-{
-    char where[96];
-    if (r < 0 || r >= g->size)
-        snprintf(buf, len, "%s rank %d (not in the group)", group_names[g->kind], r);
-    else
-        snprintf(buf, len, "%s rank %d (%s)", group_names[g->kind], r,
-                 merak_comm_where(g->comm, g->world[r], where, sizeof where));
-    return buf;
-}
-
-int merak_comm_fail(merak_group *g, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->comm->err, sizeof g->comm->err, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k)

@@ -1,7 +1,8 @@
 /*
  * comm_impl.h - inside runtime/comm: the group and comm objects and the
  * operation tables each backend fills.  comm.c dispatches through them;
- * comm_mpi.c and comm_ucx.c implement them.
+ * comm_mpi.c and comm_ucx.c implement them; group.c holds what all of
+ * them say about groups (and calls none of them).
  */
 #ifndef MERAK_COMM_IMPL_H
 #define MERAK_COMM_IMPL_H
@@ -63,7 +64,7 @@ struct merak_comm {
 extern const merak_coll_ops merak_mpi_coll;
 extern const merak_p2p_ops merak_mpi_p2p, merak_ucx_p2p;
 
-/* Records why an operation on g failed (one line) and returns -1. */
+/* group.c.  Records why an operation on g failed (one line) and returns -1. */
 int merak_comm_fail(merak_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "pipeline rank 1 (rank 5 on host)" for group rank r, into buf. */
 const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len);

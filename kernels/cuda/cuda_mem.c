@@ -1,0 +1,218 @@
+/*
+ * cuda_mem.c - the CUDA backend's device, memory and error state: the
+ * first error (every call after it is a no-op until the caller reads it),
+ * device memory, page-locked staging of small copies, the launchers'
+ * scratch arena and the one stream.  The table (cuda_glue.c) and the .cu
+ * launchers call it; it calls neither.
+ */
+#include <cuda_runtime_api.h> /* cudaMalloc, cudaMemcpyAsync, streams, errors */
+#include <stdio.h>
+#include <string.h>
+
+#define MERAK_CUDA_INTERNAL
+#include "cuda_kernels.h"
+
+/* Copies to the device of at most STAGE_BYTES (a micro-batch's token ids,
+ * a span table) go through NSTAGE page-locked buffers in turn: the source
+ * is copied into the next buffer once that buffer's previous transfer has
+ * finished (its event), and the transfer is queued on the stream, so the
+ * host goes on queueing work instead of waiting for the device to drain.
+ * Larger copies (weights) wait for their transfer. */
+#define STAGE_BYTES ((size_t)1 << 20)
+#define NSTAGE 4
+
+typedef struct stage_buf {
+    void *host;        /* page-locked, STAGE_BYTES */
+    cudaEvent_t done;  /* recorded after its last transfer */
+    int pending;       /* a transfer from it was queued */
+} stage_buf;
+
+/* The device side of the backend: one device, one stream, one host thread. */
+static struct cuda_mem {
+    cudaStream_t stream; /* NULL: the legacy default stream */
+    void *scratch;
+    size_t scratch_bytes;
+    int failed;
+    char err[256];
+    stage_buf stage[NSTAGE];
+    int nstage;       /* buffers made so far; -1: page-locked memory refused, copies wait */
+    int stage_next;
+} cb;
+
+cudaStream_t merak_cuda_stream(void) { return cb.stream; }
+
+int merak_cuda_failed(void) { return cb.failed; }
+
+/* ------------------------------------------------------------------ errors */
+
+void merak_cuda_record(const char *what, const char *detail)
+{
+    if (cb.failed)
+        return;
+    cb.failed = 1;
+    snprintf(cb.err, sizeof cb.err, "cuda backend: %s: %s", what, detail);
+}
+
+int merak_cuda_ok(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 1;
+    merak_cuda_record(what, cudaGetErrorString(e));
+    return 0;
+}
+
+int merak_cuda_status(char *err, size_t errlen)
+{
+    if (!cb.failed)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", cb.err);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ device, memory */
+
+int merak_cuda_available(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: not an error here */
+        return 0;
+    }
+    return n > 0 ? n : 0;
+}
+
+int merak_cuda_set_device(int device)
+{
+    return merak_cuda_ok(cudaSetDevice(device), "cudaSetDevice") ? 0 : -1;
+}
+
+void *merak_cuda_malloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is not sticky: caller handles NULL */
+        return NULL;
+    }
+    return p;
+}
+
+void merak_cuda_free(void *dptr)
+{
+    if (dptr)
+        merak_cuda_ok(cudaFree(dptr), "cudaFree");
+}
+
+/* The staging buffer for the next small copy, made on first use; NULL
+ * when page-locked memory is refused (the copy then waits). */
+static stage_buf *stage_take(void)
+{
+    if (cb.nstage < 0)
+        return NULL;
+    stage_buf *b = &cb.stage[cb.stage_next];
+    if (cb.stage_next == cb.nstage) { /* not made yet */
+        if (cudaHostAlloc(&b->host, STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError(); /* not sticky: plain copies still work */
+            if (b->host)
+                cudaFreeHost(b->host);
+            b->host = NULL;
+            cb.nstage = -1;
+            return NULL;
+        }
+        cb.nstage++;
+    }
+    cb.stage_next = (cb.stage_next + 1) % NSTAGE;
+    return b;
+}
+
+int merak_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    stage_buf *b = bytes <= STAGE_BYTES ? stage_take() : NULL;
+    if (b) {
+        if (b->pending && !merak_cuda_ok(cudaEventSynchronize(b->done), "cudaEventSynchronize(staging)"))
+            return -1;
+        memcpy(b->host, src, bytes);
+        b->pending = 1;
+        if (!merak_cuda_ok(cudaMemcpyAsync(dst, b->host, bytes, cudaMemcpyHostToDevice, cb.stream),
+                     "cudaMemcpyAsync(h2d, staged)") ||
+            !merak_cuda_ok(cudaEventRecord(b->done, cb.stream), "cudaEventRecord(staging)"))
+            return -1;
+        return 0;
+    }
+    if (!merak_cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb.stream),
+                 "cudaMemcpyAsync(h2d)") ||
+        !merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))
+        return -1;
+    return 0;
+}
+
+int merak_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!merak_cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb.stream),
+                 "cudaMemcpyAsync(d2h)") ||
+        !merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize"))
+        return -1;
+    return 0;
+}
+
+int merak_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    return merak_cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb.stream),
+                   "cudaMemcpyAsync(d2d)")
+               ? 0
+               : -1;
+}
+
+int merak_cuda_memset(void *dst, int value, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    return merak_cuda_ok(cudaMemsetAsync(dst, value, bytes, cb.stream), "cudaMemsetAsync") ? 0 : -1;
+}
+
+int merak_cuda_is_device_ptr(const void *p)
+{
+    struct cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an unknown pointer: host memory */
+        return 0;
+    }
+    return at.type == cudaMemoryTypeDevice;
+}
+
+int merak_cuda_synchronize(void)
+{
+    return merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize") ? 0 : -1;
+}
+
+/* Grows geometrically; the old arena may still be read by enqueued kernels,
+ * so the stream is drained before it is freed (rare: sizes settle after the
+ * first step). */
+void *merak_cuda_scratch(size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (bytes <= cb.scratch_bytes)
+        return cb.scratch;
+    size_t want = cb.scratch_bytes * 2 > bytes ? cb.scratch_bytes * 2 : bytes;
+    if (cb.scratch) {
+        if (!merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize(scratch)") ||
+            !merak_cuda_ok(cudaFree(cb.scratch), "cudaFree(scratch)"))
+            return NULL;
+        cb.scratch = NULL;
+        cb.scratch_bytes = 0;
+    }
+    if (!merak_cuda_ok(cudaMalloc(&cb.scratch, want), "cudaMalloc(scratch)")) {
+        cb.scratch = NULL;
+        return NULL;
+    }
+    cb.scratch_bytes = want;
+    return cb.scratch;
+}
