@@ -196,4 +196,35 @@ const merak_kernels *merak_kernels_cpu(void);
 /* Threads the CPU kernels and BLAS may use (>= 1). */
 void merak_kernels_cpu_set_threads(int nthreads);
 
+/* ---------------------------------------------------------------------------
+ * The backends by name (backend.c): the one place a name (--device) picks
+ * one.  Everything else asks the entry.
+ * ------------------------------------------------------------------------- */
+typedef struct merak_backend {
+    const char *name;       /* "cpu", "cuda" */
+    const char *label;      /* for messages: "CPU", "CUDA" */
+    int built;              /* compiled into this library */
+    int host;               /* runs on the host: tensors in process memory (the
+                             * ranks of a node share it), --threads sets its threads */
+    const char *profile;    /* the device profile (data/devices.json) assumed for it */
+    /* device memory seen from the host, for data that must pass through
+     * host memory (NULL for a host backend): is p the backend's memory;
+     * copies that return when the data is there, 0 or -1 */
+    int (*is_device)(const void *p);
+    int (*to_host)(void *dst, const void *src, size_t bytes);
+    int (*to_device)(void *dst, const void *src, size_t bytes);
+} merak_backend;
+
+/* The backend named `name` (NULL: "cpu"), built or not; NULL if no
+ * backend has that name. */
+const merak_backend *merak_backend_find(const char *name);
+/* "cpu or cuda", for messages. */
+const char *merak_backend_names(void);
+/* The kernels of backend `name` (NULL: "cpu"): the CPU's with `threads`
+ * threads, or a GPU's (the one MERAK_GPU names, else this rank's place on
+ * its node over the GPUs it sees, else the current one) when this library
+ * was built with CUDA and a GPU answers; NULL with one line in err
+ * otherwise. */
+const merak_kernels *merak_kernels_open(const char *name, int threads, char *err, size_t errlen);
+
 #endif /* MERAK_KERNELS_H */

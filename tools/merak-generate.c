@@ -121,9 +121,10 @@ static void parse(int argc, char **argv, opts *o)
         cli_die_usage("no model: give --model (a preset or a config.json)");
     if (!o->weights)
         cli_die_usage("no weights: give --weights FILE (safetensors)");
-    if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
-        cli_die_usage("--device must be cpu or cuda, not '%s'", o->device);
-    if (threads_given && strcmp(o->device, "cpu") != 0)
+    const merak_backend *be = merak_backend_find(o->device);
+    if (!be)
+        cli_die_usage("--device must be %s, not '%s'", merak_backend_names(), o->device);
+    if (threads_given && !be->host)
         cli_die_usage("--threads is for the cpu kernels (not --device %s)", o->device);
     if (o->ids && o->tokenizer)
         cli_die_usage("--ids and --tokenizer do not go together (--ids reads and writes token ids)");

@@ -213,8 +213,8 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         case OPT_REPEAT: o->repeat = (int)cli_parse_int("--repeat", optarg, 1, 1000); break;
         case OPT_PROFILE: o->base = optarg; break;
         case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
-                cli_die_usage("--device: '%s' is not cpu or cuda", optarg);
+            if (!merak_backend_find(optarg))
+                cli_die_usage("--device: '%s' is not %s", optarg, merak_backend_names());
             o->device = optarg;
             break;
         case OPT_PART: {
@@ -262,10 +262,11 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         if (given[opts[i].val - OPT_SIM] && !(option_modes(opts[i].val) & o->mode))
             cli_die_usage("--%s does not go with %s", opts[i].name, mode_flag(o->mode));
     if (o->mode == MODE_CALIB) {
-        if (given[OPT_THREADS - OPT_SIM] && strcmp(o->device, "cuda") == 0)
-            cli_die_usage("--threads is for the cpu kernels (not --device cuda)");
+        const merak_backend *be = merak_backend_find(o->device);
+        if (given[OPT_THREADS - OPT_SIM] && !be->host)
+            cli_die_usage("--threads is for the cpu kernels (not --device %s)", o->device);
         if (!o->base)   /* the links a GPU's profile keeps: the H100's, as merak-train's default */
-            o->base = strcmp(o->device, "cuda") == 0 ? "h100-80g" : "cpu";
+            o->base = be->profile;
         o->micro_batch = o->micro_batch ? o->micro_batch : 4;
         o->seq_len = o->seq_len ? o->seq_len : 128;
     }
@@ -498,10 +499,10 @@ static void calibrate(const plan_opts *o)
     size_t free_b = 0, total_b = 0;
     if (k->capacity && k->capacity(&free_b, &total_b) == 0) {
         d.memory = (double)total_b;
-        if (strcmp(k->name, "cuda") == 0)
+        if (!merak_backend_find(k->name)->host)
             d.reserved = (double)(total_b - free_b);
     }
-    if (strcmp(k->name, "cpu") == 0)
+    if (merak_backend_find(k->name)->host)
         printf("calibrating on %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
                o->model, o->micro_batch, o->seq_len, o->threads, o->repeat);
     else

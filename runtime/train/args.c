@@ -3,12 +3,11 @@
  * no process grid (merak.h), below both the step loop (trainer.c) and the
  * checkpoints (ckpt.c), which read them.
  */
-#include "config.h" /* HAVE_CUDA */
-
 #include <string.h>
 
 #include "comm/comm.h"
 #include "errf.h"
+#include "kernels.h"
 #include "merak/merak.h"
 #include "pipe/policy.h"
 #include "plan/partition.h"
@@ -32,14 +31,7 @@ void merak_args_default(merak_args *a)
     a->comm_timeout = MERAK_COMM_TIMEOUT_DEFAULT;
 }
 
-int merak_have_cuda(void)
-{
-#ifdef HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
-}
+int merak_have_cuda(void) { return merak_backend_find("cuda")->built; }
 
 int merak_args_virtual_stages(const merak_args *a)
 {
@@ -105,11 +97,12 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
                           a->profile, method);
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
-    if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
-        return merak_errf(err, errlen, "device '%s' is not cpu or cuda", a->device);
-    if (a->device && strcmp(a->device, "cuda") == 0 && !merak_have_cuda()) {
-        merak_errf(err, errlen, "device cuda: this merak was built without CUDA "
-                                "(configure found no CUDA toolkit, or --without-cuda)");
+    const merak_backend *be = merak_backend_find(a->device);
+    if (!be)
+        return merak_errf(err, errlen, "device '%s' is not %s", a->device, merak_backend_names());
+    if (!be->built) {
+        merak_errf(err, errlen, "device %s: this merak was built without %s (configure found no %s toolkit, or "
+                                "--without-%s)", be->name, be->label, be->label, be->name);
         return -2;
     }
     return 0;

@@ -7,6 +7,7 @@
 
 #include "comm/comm.h"
 #include "errf.h"
+#include "kernels.h"
 #include "merak/merak.h"
 #include "pipe/policy.h"
 #include "plan/auto.h"
@@ -14,7 +15,8 @@
 
 const char *merak_args_profile(const merak_args *a)
 {
-    return a->profile ? a->profile : a->device && strcmp(a->device, "cuda") == 0 ? "h100-80g" : "cpu";
+    const merak_backend *be = merak_backend_find(a->device);
+    return a->profile ? a->profile : be ? be->profile : "cpu";
 }
 
 int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, merak_auto_report *rep, char *err,

@@ -94,11 +94,6 @@ int merak_metrics_close(merak_metrics *m, char *err, size_t errlen);
 /* ---- the timeline (--trace)
  * Every rank's recorded events to rank 0, which writes them to PATH as one
  * Chrome trace (collective over the world).  0, or -1 with err. */
-/* The kernels of the backend a user names (--device): "cpu" (NULL too)
- * with `threads` threads, or "cuda" (the GPU MERAK_GPU names, else the
- * current one) when this library was built with CUDA and a GPU answers;
- * NULL with one line in err otherwise. */
-const merak_kernels *merak_kernels_open(const char *device, int threads, char *err, size_t errlen);
 
 struct merak_comm;
 struct merak_trace;

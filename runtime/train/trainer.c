@@ -19,8 +19,6 @@
  * (a peer died, a write failed) returns -2 with the rank and host named,
  * and the caller ends the job.
  */
-#include "config.h" /* HAVE_CUDA */
-
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,14 +32,12 @@
 #include "data.h"
 #include "errf.h"
 #include "generate.h"
+#include "kernels.h"
 #include "mix64.h"
 #include "pipe/stage.h"
 #include "plan/cost.h"
 #include "plan/layout.h"
 #include "train.h"
-#ifdef HAVE_CUDA
-#include "cuda/cuda_kernels.h"
-#endif
 
 /* Checks the graph has what the step loop feeds and reads; returns the
  * vocabulary size (the loss's logits width) or -1. */
@@ -64,83 +60,27 @@ static int check_graph(const merak_graph *g, const merak_args *a, char *err, siz
     return merak_graph_loss_vocab(g);
 }
 
-const merak_kernels *merak_kernels_open(const char *device, int threads, char *err, size_t errlen)
-{
-    if (!device || strcmp(device, "cpu") == 0) {
-        merak_kernels_cpu_set_threads(threads);
-        return merak_kernels_cpu();
-    }
-    if (strcmp(device, "cuda") != 0) {
-        merak_errf(err, errlen, "device '%s' is not cpu or cuda", device);
-        return NULL;
-    }
-#ifdef HAVE_CUDA
-    if (!merak_cuda_available()) {
-        merak_errf(err, errlen, "device cuda: no usable GPU (the CUDA runtime finds no device or no driver)");
-        return NULL;
-    }
-    /* The GPU: MERAK_GPU (the Slurm plugin's placement), else this rank's
-     * place on its node (mpirun's or srun's local rank) over the GPUs it
-     * sees, else the first. */
-    const char *gpu = getenv("MERAK_GPU"), *from = "MERAK_GPU";
-    char why[256] = "", pick[32];
-    if (!gpu || !*gpu) {
-        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-        from = "OMPI_COMM_WORLD_LOCAL_RANK";
-        if (!local) {
-            local = getenv("SLURM_LOCALID");
-            from = "SLURM_LOCALID";
-        }
-        const int n = merak_cuda_available();
-        if (local && *local && n > 0) {
-            snprintf(pick, sizeof pick, "%d", atoi(local) % n);
-            gpu = pick;
-        }
-    }
-    if (gpu && *gpu && merak_cuda_set_device(atoi(gpu)) < 0) {
-        merak_cuda_status(why, sizeof why);
-        merak_errf(err, errlen, "device cuda: GPU %s (from %s): %s", gpu, from, why);
-        return NULL;
-    }
-    const merak_kernels *k = merak_kernels_cuda();
-    if (!k) {
-        merak_cuda_status(why, sizeof why);
-        merak_errf(err, errlen, "device cuda: the backend did not start: %s", why);
-    }
-    return k;
-#else
-    merak_errf(err, errlen, "device cuda: this merak was built without CUDA");
-    return NULL;
-#endif
-}
-
 /* ------------------------------------------------------------------ the runtime */
 
 /* The runtime's process grid, from merak_init (or the first merak_train). */
 static merak_comm *g_comm;
 
-#ifdef HAVE_CUDA
-static const merak_devmem cuda_devmem = {merak_cuda_is_device_ptr, merak_cuda_memcpy_d2h,
-                                         merak_cuda_memcpy_h2d};
-#endif
-
 /* The backend's kernels for a.device on this grid, or NULL with err.  On
- * GPUs with several ranks, communication goes through MPI in host memory
- * (NCCL is not built yet; it also refuses ranks that share a GPU): *staged
- * says so. */
+ * a device backend with several ranks, communication goes through MPI in
+ * host memory (NCCL is not built yet; it also refuses ranks that share a
+ * GPU): *staged says so. */
 static const merak_kernels *pick_kernels(const merak_args *a, int world, int *staged, char *err,
                                          size_t errlen)
 {
+    static merak_devmem devmem;   /* the comm keeps a pointer to it */
+    const merak_backend *be = merak_backend_find(a->device);
     const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
     *staged = 0;
-#ifdef HAVE_CUDA
-    if (k && world > 1 && strcmp(k->name, "cuda") == 0) {
-        merak_comm_set_devmem(g_comm, &cuda_devmem);
+    if (k && world > 1 && !be->host) {
+        devmem = (merak_devmem){be->is_device, be->to_host, be->to_device};
+        merak_comm_set_devmem(g_comm, &devmem);
         *staged = 1;
     }
-#else
-    (void)world;
-#endif
     return k;
 }
 
@@ -662,7 +602,8 @@ static int check_outputs(const run *r, char *err, size_t errlen)
 static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so, char *err, size_t errlen)
 {
     const merak_grid *gr = r->grid;
-    const int n = gr->world, shared = strcmp(so->kernels->name, "cpu") == 0;
+    const merak_backend *be = merak_backend_find(so->kernels->name);
+    const int n = gr->world, shared = be && be->host;
     merak_stage_mem m;
     size_t free_b, total_b;
     double *v = calloc(2 * (size_t)n, sizeof *v);
