@@ -12,26 +12,6 @@
 
 #include "comm_impl.h"
 #include "errf.h"
-#include "names.h"
-
-/* Point-to-point backends by name: the one table. */
-static const char *const p2p_names[] = {"mpi", "ucx"};
-static const merak_p2p_ops *const p2p_backends[] = {&merak_mpi_p2p, &merak_ucx_p2p};
-enum { NP2P = sizeof p2p_names / sizeof p2p_names[0] };
-
-static const merak_p2p_ops *p2p_find(const char *name)
-{
-    int i = merak_name_find(p2p_names, NP2P, name);
-    return i < 0 ? NULL : p2p_backends[i];
-}
-
-int merak_p2p_check(const char *name) { return p2p_find(name) ? 0 : -1; }
-
-const char *merak_p2p_names(void)
-{
-    static char names[64];
-    return merak_names_join(p2p_names, NP2P, names, sizeof names);
-}
 
 /* ------------------------------------------------------------------ the comm */
 
@@ -84,7 +64,7 @@ int merak_comm_init(merak_comm **out, int dp, int tp, int pp, char *err, size_t 
     if (!c)
         return merak_errf(err, errlen, "out of memory");
     int over_mpi = launched_by_mpi() || dp > 1 || tp > 1 || pp > 1;
-    if ((over_mpi ? merak_comm_mpi_init(c, dp, tp, pp, err, errlen)
+    if ((over_mpi ? merak_world_backend()->init(c, dp, tp, pp, err, errlen)
                   : init_single(c, err, errlen)) < 0) {
         c->started_mpi = 0;   /* MPI ends at exit, after rank 0 has reported */
         merak_comm_finalize(c);
@@ -100,7 +80,7 @@ void merak_comm_finalize(merak_comm *c)
         return;
     merak_watch_stop(c);
     if (c->mpi)
-        merak_comm_mpi_free(c);   /* ends MPI if we started it */
+        merak_world_backend()->free(c);   /* ends MPI if we started it */
     free(c->hosts);
     free(c);
 }
@@ -435,17 +415,16 @@ void merak_group_progress(merak_group *g)
 
 int merak_group_set_p2p(merak_group *g, const char *name, char *err, size_t errlen)
 {
-    const merak_p2p_ops *ops = p2p_find(name);
+    const merak_p2p_ops *ops = merak_p2p_find(name);
     if (!ops)
         return merak_errf(err, errlen, "p2p '%s' is not %s", name, merak_p2p_names());
     if (g->size == 1 || g->p2p == ops)
         return 0;
-    if (g->ucx)
-        merak_ucx_close(g);
-    if (ops == &merak_ucx_p2p && merak_ucx_open(g, err, errlen) < 0) {
-        g->p2p = &merak_mpi_p2p;
+    if (g->p2p->close)
+        g->p2p->close(g);
+    g->p2p = merak_p2p_find(NULL);   /* the world's own, until ops is open */
+    if (ops->open && ops->open(g, err, errlen) < 0)
         return -1;
-    }
     g->p2p = ops;
     return 0;
 }

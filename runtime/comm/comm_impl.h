@@ -1,8 +1,10 @@
 /*
  * comm_impl.h - inside runtime/comm: the group and comm objects and the
- * operation tables each backend fills.  comm.c dispatches through them;
- * comm_mpi.c and comm_ucx.c implement them; group.c holds what all of
- * them say about groups (and calls none of them).
+ * operation tables each backend fills.  comm.c dispatches through them
+ * and names no backend; backends.c is the one list of them by name;
+ * comm_mpi.c (the world, collectives, point-to-point) and comm_ucx.c
+ * (point-to-point) implement them; group.c holds what all of them say
+ * about groups (and calls none of them).
  */
 #ifndef MERAK_COMM_IMPL_H
 #define MERAK_COMM_IMPL_H
@@ -11,7 +13,6 @@
 
 #include "comm.h"
 
-typedef struct merak_ucx merak_ucx;
 typedef struct merak_watchdog merak_watchdog;
 
 /* Collectives of a group of two or more ranks (a group of one needs none). */
@@ -23,8 +24,14 @@ typedef struct merak_coll_ops {
     int (*allgather)(merak_group *g, float *buf, const int *counts);
 } merak_coll_ops;
 
-/* Point-to-point; blocking when req is NULL. */
+/* Point-to-point; blocking when req is NULL.  A backend with state of its
+ * own on a group opens it (collective over the group's MPI communicator:
+ * 0, or -1 with err on every member) into g->p2p_state and closes it
+ * (flushes and waits for every peer); NULL when there is none. */
 typedef struct merak_p2p_ops {
+    const char *name;                   /* merak_group_set_p2p's, --p2p's */
+    int (*open)(merak_group *g, char *err, size_t errlen);
+    void (*close)(merak_group *g);
     int (*send)(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
     int (*recv)(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
     void (*progress)(merak_group *g);   /* lets transfers move; may be a no-op */
@@ -45,7 +52,7 @@ struct merak_group {
     const merak_coll_ops *coll;      /* NULL for a group of one */
     const merak_p2p_ops *p2p;        /* NULL for a group of one */
     MPI_Comm mpi;                    /* MPI_COMM_NULL without MPI */
-    merak_ucx *ucx;                  /* UCX point-to-point state, or NULL */
+    void *p2p_state;                 /* the point-to-point backend's own (its open), or NULL */
 };
 
 struct merak_comm {
@@ -61,8 +68,24 @@ struct merak_comm {
     char err[512];
 };
 
+/* The process world of a job launched by mpirun or srun: its groups,
+ * their collectives and point-to-point, and the host of every rank (init:
+ * 0, or -1 with err); free ends what init began. */
+typedef struct merak_world_ops {
+    const char *name;
+    int (*init)(merak_comm *c, int dp, int tp, int pp, char *err, size_t errlen);
+    void (*free)(merak_comm *c);
+} merak_world_ops;
+
+/* The backends (comm_mpi.c, comm_ucx.c), named in backends.c only. */
 extern const merak_coll_ops merak_mpi_coll;
 extern const merak_p2p_ops merak_mpi_p2p, merak_ucx_p2p;
+extern const merak_world_ops merak_mpi_world;
+
+/* backends.c: the point-to-point backend named `name` (NULL: the
+ * world's own), or NULL; the world's backend. */
+const merak_p2p_ops *merak_p2p_find(const char *name);
+const merak_world_ops *merak_world_backend(void);
 
 /* group.c.  Records why an operation on g failed (one line) and returns -1. */
 int merak_comm_fail(merak_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -77,14 +100,5 @@ void merak_watch_enter(merak_group *g, const char *what, int peer);
 void merak_watch_leave(merak_group *g);
 void merak_watch_stop(merak_comm *c);
 
-/* The MPI side (comm_mpi.c): world, groups and host names over MPI. */
-int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t errlen);
-void merak_comm_mpi_free(merak_comm *c);
-
-/* The UCX side (comm_ucx.c), for one group: collective over g's MPI
- * communicator.  Open: 0, or -1 with err on every member.  Close flushes
- * and waits for every peer. */
-int merak_ucx_open(merak_group *g, char *err, size_t errlen);
-void merak_ucx_close(merak_group *g);
 
 #endif /* MERAK_COMM_IMPL_H */

@@ -205,7 +205,7 @@ static int mpi_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, 
     return 0;
 }
 
-const merak_p2p_ops merak_mpi_p2p = {mpi_send, mpi_recv, NULL};
+const merak_p2p_ops merak_mpi_p2p = {.name = "mpi", .send = mpi_send, .recv = mpi_recv};
 
 /* ------------------------------------------------------------------ groups */
 
@@ -274,7 +274,7 @@ static int gather_hosts(merak_comm *c)
                          c->world) == MPI_SUCCESS ? 0 : -1;
 }
 
-int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t errlen)
+static int mpi_world_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t errlen)
 {
     int inited = 0;
     MPI_Initialized(&inited);
@@ -348,14 +348,14 @@ int merak_comm_mpi_init(merak_comm *c, int dp, int tp, int pp, char *err, size_t
     return ok ? 0 : merak_errf(err, errlen, "cannot create the process groups");
 }
 
-void merak_comm_mpi_free(merak_comm *c)
+static void mpi_world_free(merak_comm *c)
 {
     for (int k = MERAK_GROUP_TP; k < MERAK_GROUP_COUNT_; k++) {
         merak_group *g = &c->groups[k];
         if (!c->have[k])
             continue;
-        if (g->ucx)
-            merak_ucx_close(g);
+        if (g->p2p && g->p2p->close)
+            g->p2p->close(g);
         MPI_Comm_free(&g->mpi);
         free(g->world);
     }
@@ -365,6 +365,8 @@ void merak_comm_mpi_free(merak_comm *c)
     if (c->started_mpi)
         MPI_Finalize();
 }
+
+const merak_world_ops merak_mpi_world = {.name = "mpi", .init = mpi_world_init, .free = mpi_world_free};
 
 _Noreturn void merak_comm_abort(merak_comm *c, int status)
 {

@@ -21,6 +21,7 @@
 #include "comm_impl.h"
 #include "errf.h"
 
+typedef struct merak_ucx merak_ucx;
 struct merak_ucx {
     ucp_context_h ctx;
     ucp_worker_h worker;
@@ -179,7 +180,7 @@ static void drain(merak_ucx *u, void **reqs, int n)
 
 static void close_ucx(merak_ucx *u);
 
-int merak_ucx_open(merak_group *g, char *err, size_t errlen)
+static int ucx_open(merak_group *g, char *err, size_t errlen)
 {
     MPI_Comm comm = g->mpi;
     merak_ucx *u = calloc(1, sizeof *u);
@@ -202,14 +203,14 @@ int merak_ucx_open(merak_group *g, char *err, size_t errlen)
         close_ucx(u);
         return -1;
     }
-    g->ucx = u;
+    g->p2p_state = u;
     return 0;
 }
 
-void merak_ucx_close(merak_group *g)
+static void ucx_close(merak_group *g)
 {
-    close_ucx(g->ucx);
-    g->ucx = NULL;
+    close_ucx(g->p2p_state);
+    g->p2p_state = NULL;
 }
 
 static void close_ucx(merak_ucx *u)
@@ -278,13 +279,13 @@ static int req_wait(merak_req *req)
 {
     int rc;
     while ((rc = check(req)) == 0)
-        wait_progress(req->group->ucx);
+        wait_progress((merak_ucx *)req->group->p2p_state);
     return rc < 0 ? -1 : 0;
 }
 
 static int req_test(merak_req *req)
 {
-    (void)progress(req->group->ucx);
+    (void)progress((merak_ucx *)req->group->p2p_state);
     return check(req);
 }
 
@@ -314,7 +315,7 @@ static int started(merak_group *g, ucs_status_ptr_t r, int peer, size_t expect, 
 
 static int ucx_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
-    merak_ucx *u = g->ucx;
+    merak_ucx *u = g->p2p_state;
     if (!u->eps[peer])
         return fail(g, 1, peer, "no endpoint");
     ucp_request_param_t p = {.op_attr_mask = 0};
@@ -329,11 +330,12 @@ static int ucx_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, 
     /* Always a request (UCX 1.13 leaves recv_info unfilled when a receive
      * completes at once), so the received length can be checked. */
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(g->ucx->worker, buf, bytes, make_tag(peer, tag),
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(((merak_ucx *)g->p2p_state)->worker, buf, bytes, make_tag(peer, tag),
                                           (ucp_tag_t)-1, &p);
     return started(g, r, peer, bytes, req);
 }
 
-static void ucx_progress(merak_group *g) { (void)progress(g->ucx); }
+static void ucx_progress(merak_group *g) { (void)progress(g->p2p_state); }
 
-const merak_p2p_ops merak_ucx_p2p = {ucx_send, ucx_recv, ucx_progress};
+const merak_p2p_ops merak_ucx_p2p = {.name = "ucx", .open = ucx_open, .close = ucx_close, .send = ucx_send,
+                                     .recv = ucx_recv, .progress = ucx_progress};
