@@ -108,7 +108,8 @@ void merak_comm_finalize(merak_comm *c);
 _Noreturn void merak_comm_abort(merak_comm *c, int status);
 
 const merak_grid *merak_comm_grid(const merak_comm *c);
-/* Why the last failed operation failed: one line naming the call, the group
+/* Why the first failed operation failed (later failures are its
+ * consequences and do not replace it): one line naming the call, the group
  * and, for point-to-point, the peer's rank and host. */
 const char *merak_comm_error(const merak_comm *c);
 /* "rank R on HOST" for world rank r, into buf; returns buf. */

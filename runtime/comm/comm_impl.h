@@ -87,7 +87,8 @@ extern const merak_world_ops merak_mpi_world;
 const merak_p2p_ops *merak_p2p_find(const char *name);
 const merak_world_ops *merak_world_backend(void);
 
-/* group.c.  Records why an operation on g failed (one line) and returns -1. */
+/* group.c.  Records why an operation on g failed (one line; the first
+ * failure stays, later ones are its consequences) and returns -1. */
 int merak_comm_fail(merak_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "pipeline rank 1 (rank 5 on host)" for group rank r, into buf. */
 const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len);

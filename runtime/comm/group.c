@@ -32,6 +32,8 @@ const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len)
 
 int merak_comm_fail(merak_group *g, const char *fmt, ...)
 {
+    if (g->comm->err[0])
+        return -1;   /* the first failure is the cause; what follows it, its echo */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g->comm->err, sizeof g->comm->err, fmt, ap);
