@@ -21,6 +21,7 @@
  */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
 #include "kernels.h"           /* merak_kernels, merak_kernels_cpu */
+#include "../unit/tap.h"
 #include "mix64.h"
 
 #include <math.h>
@@ -32,36 +33,6 @@
 
 #define RTOL 1e-4
 #define ATOL 5e-5 /* times the largest |cpu| of the buffer */
-
-/* ------------------------------------------------------------------ TAP */
-
-static int g_ntest, g_nfail;
-
-/* Records one test; returns ok so callers can add diagnostics. */
-static int tap(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    g_ntest++;
-    if (!ok)
-        g_nfail++;
-    printf("%s %d - ", ok ? "ok" : "not ok", g_ntest);
-    vprintf(fmt, ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-    va_end(ap);
-    return ok;
-}
-
-static void diag(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("# ", stdout);
-    vprintf(fmt, ap);
-    fputc('\n', stdout);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------ RNG */
 
@@ -212,34 +183,34 @@ static void run_case(const char *name, buf *bufs, int nb, op_fn fn, const void *
                 inputs_ok = 0;
     }
     if (merak_cuda_status(err, sizeof err)) {
-        tap(0, "%s: CUDA error: %s", name, err);
+        tap_ok(0, "%s: CUDA error: %s", name, err);
         printf("Bail out! the CUDA backend is in an error state\n");
         exit(1);
     }
-    tap(inputs_ok, "%s: inputs untouched", name);
+    tap_ok(inputs_ok, "%s: inputs untouched", name);
 
     for (int i = 0; i < nb; i++) {
         buf *b = &bufs[i];
         if (!b->n || b->kind == IN_F || b->kind == IN_I)
             continue;
         if (flags & EXACT) {
-            tap(!memcmp(b->gpu[0], b->cpu, b->n * 4), "%s: %s bitwise equal to cpu", name,
+            tap_ok(!memcmp(b->gpu[0], b->cpu, b->n * 4), "%s: %s bitwise equal to cpu", name,
                 b->name);
         } else {
             size_t w;
             const double r = compare(b->gpu[0], b->cpu, b->n, &w);
-            if (!tap(r <= 1.0, "%s: %s matches cpu (err/tol %.3g)", name, b->name, r))
-                diag("%s[%zu]: cuda %.9g cpu %.9g", b->name, w,
+            if (!tap_ok(r <= 1.0, "%s: %s matches cpu (err/tol %.3g)", name, b->name, r))
+                tap_diag("%s[%zu]: cuda %.9g cpu %.9g", b->name, w,
                      (double)((float *)b->gpu[0])[w], (double)((float *)b->cpu)[w]);
         }
-        tap(!memcmp(b->gpu[0], b->gpu[1], b->n * 4), "%s: %s bitwise reproducible", name,
+        tap_ok(!memcmp(b->gpu[0], b->gpu[1], b->n * 4), "%s: %s bitwise reproducible", name,
             b->name);
     }
     if (flags & HAS_RET) {
         const double tol = 1e-12 * fabs(ret_cpu) + 1e-300;
-        if (!tap(fabs(ret_gpu[0] - ret_cpu) <= tol, "%s: result matches cpu", name))
-            diag("cuda %.17g cpu %.17g", ret_gpu[0], ret_cpu);
-        tap(!memcmp(&ret_gpu[0], &ret_gpu[1], sizeof(double)), "%s: result bitwise reproducible",
+        if (!tap_ok(fabs(ret_gpu[0] - ret_cpu) <= tol, "%s: result matches cpu", name))
+            tap_diag("cuda %.17g cpu %.17g", ret_gpu[0], ret_cpu);
+        tap_ok(!memcmp(&ret_gpu[0], &ret_gpu[1], sizeof(double)), "%s: result bitwise reproducible",
             name);
     }
 
@@ -1019,8 +990,8 @@ int main(void)
     const char *seed = getenv("MERAK_TEST_SEED");
     if (seed)
         g_rng = strtoull(seed, NULL, 10);
-    diag("seed %llu", (unsigned long long)g_rng);
-    tap(g_gpu->name && !strcmp(g_gpu->name, "cuda"), "table name is \"cuda\"");
+    tap_diag("seed %llu", (unsigned long long)g_rng);
+    tap_ok(g_gpu->name && !strcmp(g_gpu->name, "cuda"), "table name is \"cuda\"");
 
     test_embedding(37, 50, 11, 0);
     test_embedding(60, 20, 7, 5); /* a shard: ids before and after it */
@@ -1057,7 +1028,6 @@ int main(void)
     test_adamw(1000);
 
     char err[256] = "";
-    tap(merak_cuda_status(err, sizeof err) == 0, "no CUDA error recorded %s", err);
-    printf("1..%d\n", g_ntest);
-    return g_nfail ? 1 : 0;
+    tap_ok(merak_cuda_status(err, sizeof err) == 0, "no CUDA error recorded %s", err);
+    return tap_done();
 }

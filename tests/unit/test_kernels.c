@@ -16,6 +16,7 @@
  */
 #include "cpu/cpu_kernels.h"
 #include "mix64.h"
+#include "tap.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -26,34 +27,6 @@
 #include <time.h>
 
 #define PI 3.14159265358979323846
-
-/* ------------------------------------------------------------------ TAP */
-
-static int g_ntest, g_nfail;
-
-static void diag(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("# ", stdout);
-    vprintf(fmt, ap);
-    fputc('\n', stdout);
-    va_end(ap);
-}
-
-static void tap(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    g_ntest++;
-    if (!ok)
-        g_nfail++;
-    printf("%s %d - ", ok ? "ok" : "not ok", g_ntest);
-    vprintf(fmt, ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------ RNG (splitmix64) */
 
@@ -765,7 +738,7 @@ static void describe(const opcase *c)
                        c->T, c->N, c->C, c->V, c->K, c->O, c->P, c->n);
     }
     (void)len;
-    diag("%s: %s", c->name, buf);
+    tap_diag("%s: %s", c->name, buf);
 }
 
 /* forward (double table) against the naive reference */
@@ -775,7 +748,7 @@ static void check_ref(opcase *c)
     c->fwd(c, 0);
     c->ref(c, want);
     const double err = relerr_dd(c->od[0], want, c->on[0]);
-    tap(err <= 1e-12, "%s: forward matches naive double reference (rel err %.2e)", c->name, err);
+    tap_ok(err <= 1e-12, "%s: forward matches naive double reference (rel err %.2e)", c->name, err);
     free(want);
 }
 
@@ -807,7 +780,7 @@ static void check_grad(opcase *c)
         }
         acc_err = dmax(acc_err, e / m);
     }
-    tap(acc_err <= 1e-12, "%s: backward accumulates (twice = 2x gradient, err %.2e)", c->name,
+    tap_ok(acc_err <= 1e-12, "%s: backward accumulates (twice = 2x gradient, err %.2e)", c->name,
         acc_err);
 
     /* central differences of L = sum(out * R) on a random subset */
@@ -840,14 +813,14 @@ static void check_grad(opcase *c)
             if (e > we)
                 we = e;
             if (e > 1e-6 && bad++ < 5)
-                diag("%s: d%s[%zu] analytic %.12g numeric %.12g", c->name, c->xname[i], k, a,
+                tap_diag("%s: d%s[%zu] analytic %.12g numeric %.12g", c->name, c->xname[i], k, a,
                      num);
         }
-        diag("%s: d%s max rel err %.2e over %d coords", c->name, c->xname[i], we, ncoord);
+        tap_diag("%s: d%s max rel err %.2e over %d coords", c->name, c->xname[i], we, ncoord);
         worst = dmax(worst, we);
     }
     c->fwd(c, 0);
-    tap(worst <= 1e-6, "%s: gradients match finite differences (rel err %.2e)", c->name, worst);
+    tap_ok(worst <= 1e-6, "%s: gradients match finite differences (rel err %.2e)", c->name, worst);
 
     for (int i = 0; i < c->nx; i++) {
         free(g0[i]);
@@ -873,7 +846,7 @@ static void check_f32(opcase *c)
     for (int j = 0; j < c->ncmp; j++) {
         const double e = relerr_fd(c->of[j], c->od[j], c->on[j]);
         if (e > 1e-5)
-            diag("%s: output %d rel err %.2e", c->name, j, e);
+            tap_diag("%s: output %d rel err %.2e", c->name, j, e);
         worst = dmax(worst, e);
     }
     c->bwd(c, 0);
@@ -881,10 +854,10 @@ static void check_f32(opcase *c)
     for (int i = 0; i < c->nx; i++) {
         const double e = relerr_fd(c->gf[i], c->gd[i], c->xn[i]);
         if (e > 1e-5)
-            diag("%s: d%s rel err %.2e", c->name, c->xname[i], e);
+            tap_diag("%s: d%s rel err %.2e", c->name, c->xname[i], e);
         worst = dmax(worst, e);
     }
-    tap(worst <= 1e-5, "%s: float table agrees with double table (rel err %.2e)", c->name,
+    tap_ok(worst <= 1e-5, "%s: float table agrees with double table (rel err %.2e)", c->name,
         worst);
 }
 
@@ -923,7 +896,7 @@ static void check_threads(setup_fn setup)
         same &= memcmp(snap[ns], c.of[j], c.on[j] * sizeof(float)) == 0;
     for (int i = 0; i < c.nx; i++, ns++)
         same &= memcmp(snap[ns], c.gf[i], c.xn[i] * sizeof(float)) == 0;
-    tap(same, "%s: float fwd+bwd bitwise identical with 1 and 2 threads", c.name);
+    tap_ok(same, "%s: float fwd+bwd bitwise identical with 1 and 2 threads", c.name);
     for (int j = 0; j < ns; j++)
         free(snap[j]);
     merak_kernels_cpu_set_threads(1);
@@ -947,11 +920,11 @@ static void check_table(void)
 #define CHECK_ENTRY(e)                                                               \
     if (!KF->e || !KD->e) {                                                          \
         missing++;                                                                   \
-        diag("missing entry %s", #e);                                                \
+        tap_diag("missing entry %s", #e);                                                \
     }
     TABLE_ENTRIES(CHECK_ENTRY)
 #undef CHECK_ENTRY
-    tap(!missing && KF->name && strcmp(KF->name, "cpu") == 0 && KD->name,
+    tap_ok(!missing && KF->name && strcmp(KF->name, "cpu") == 0 && KD->name,
         "both tables are complete, the float one is named \"cpu\"");
 }
 
@@ -990,7 +963,7 @@ static void check_lse(void)
                 e64 = dmax(e64, fabs(c.od[1][r] - want));
                 e32 = dmax(e32, fabs(c.of[1][r] - want));
             }
-    tap(T <= 64 && e64 <= 1e-12 && e32 <= 1e-5,
+    tap_ok(T <= 64 && e64 <= 1e-12 && e32 <= 1e-5,
         "attention lse: every row's log-sum-exp of its scores (err f64 %.1e, f32 %.1e)", e64, e32);
     free_case(&c);
 }
@@ -1061,7 +1034,7 @@ static void check_cached_attention(void)
                 const double want = s.rope_theta > 0 ? kr[bt * Ckv + c] : k[bt * s.k_stride + c];
                 kerr = dmax(kerr, fabs(kc[at] - want) + fabs(vc[at] - v[bt * s.v_stride + c]));
             }
-    tap(err <= 1e-12 && kerr == 0.0,
+    tap_ok(err <= 1e-12 && kerr == 0.0,
         "cached attention B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s in %d pieces = attention_fwd "
         "(err %.1e, cache err %.1e)", s.B, s.T, s.n_head, s.n_kv_head, s.head_dim, s.rope_theta,
         fused ? "fused" : "strided", pieces, err, kerr);
@@ -1114,7 +1087,7 @@ static void check_ce_shards(void)
             for (int j = 0; j < vn; j++)
                 gerr = dmax(gerr, fabs(ds[(size_t)n * vn + j] - dx[(size_t)n * V + v0 + j]));
     }
-    tap(err <= 2e-6 && gerr <= 1e-6,
+    tap_ok(err <= 2e-6 && gerr <= 1e-6,
         "cross-entropy over %d vocabulary shards = whole vocabulary (loss err %.1e, grad err %.1e)",
         S, err, gerr);
     free(x), free(dx), free(ds), free(lse), free(tl), free(sl), free(st), free(shard), free(tg);
@@ -1132,7 +1105,7 @@ static void check_dropout_p0(void)
     KF->dropout_bwd(d, x, n, 0.0f, 42, 0);
     for (size_t i = 0; i < n; i++)
         ok &= d[i] == d0[i] + x[i];
-    tap(ok, "dropout p=0: forward is a copy, backward adds dout");
+    tap_ok(ok, "dropout p=0: forward is a copy, backward adds dout");
     free(x), free(y), free(d), free(d0);
 }
 
@@ -1164,7 +1137,7 @@ static void check_dropout_stats(void)
             scerr = dmax(scerr, fabs(y1[i] - x[i] / (1.0 - p)) / (x[i] / (1.0 - p)));
     }
     const double frac = (double)kept / n, fdiff = (double)differ / n;
-    tap(memcmp(y1, y2, n * sizeof(float)) == 0 && maskok && fabs(frac - (1 - p)) < 0.006 &&
+    tap_ok(memcmp(y1, y2, n * sizeof(float)) == 0 && maskok && fabs(frac - (1 - p)) < 0.006 &&
             fdiff > 0.3 && scerr < 1e-6,
         "dropout: same seed same mask (also run in pieces), documented hash, keep rate %.4f, %.3f differ "
         "with seed+1, scale err %.1e",
@@ -1223,9 +1196,9 @@ static void check_adamw(void)
     for (size_t i = 0; i < n; i++)
         ep = dmax(ep, fabs(pf[i] - pr[i]) / dmax(fabs(pr[i]), 1e-2));
     const double ef = dmax(ep, dmax(relerr_fd(mf, mr, nm), relerr_fd(vf, vr, nm)));
-    tap(ed <= 1e-12, "adamw (double table) matches torch formula over %d steps, %d spans (err %.1e)",
+    tap_ok(ed <= 1e-12, "adamw (double table) matches torch formula over %d steps, %d spans (err %.1e)",
         steps, ns, ed);
-    tap(ef <= 2e-6, "adamw (float table) matches torch formula over %d steps, %d spans (err %.1e)",
+    tap_ok(ef <= 2e-6, "adamw (float table) matches torch formula over %d steps, %d spans (err %.1e)",
         steps, ns, ef);
     free(pr), free(mr), free(vr), free(gr), free(pd), free(md), free(vd);
     free(pf), free(mf), free(vf), free(gf);
@@ -1248,7 +1221,7 @@ static void check_sumsq(void)
     merak_kernels_cpu_set_threads(1);
     const int ok = fabs(sd - want) <= 1e-12 * want && fabs(sf - want) <= 1e-12 * want &&
                    sf2 == sf && KF->sumsq(xf, 0) == 0.0 && KD->sumsq(xd, 1) == xd[0] * xd[0];
-    tap(ok, "sumsq (n=%zu) matches a double sum (err %.1e), thread-independent", n,
+    tap_ok(ok, "sumsq (n=%zu) matches a double sum (err %.1e), thread-independent", n,
         fabs(sf - want) / want);
     free(xd), free(xf);
 }
@@ -1266,7 +1239,7 @@ static void check_scale(void)
     int ok = 1;
     for (size_t i = 0; i < n; i++)
         ok &= yf[i] == xf[i] * s && yd[i] == xd[i] * (double)s;
-    tap(ok, "scale: x *= s exactly (n=%zu, s=%g)", n, (double)s);
+    tap_ok(ok, "scale: x *= s exactly (n=%zu, s=%g)", n, (double)s);
     free(xd), free(yd), free(xf), free(yf);
 }
 
@@ -1282,9 +1255,8 @@ int main(void)
     KD = merak_kernels_cpu_f64();
     merak_kernels_cpu_set_threads(1);
 
-    const int plan = NOPS * CHECKS_PER_OP + NEXTRA;
-    printf("1..%d\n", plan);
-    diag("seed %llu (MERAK_TEST_SEED=%llu reproduces this run)", (unsigned long long)seed,
+    tap_plan(NOPS * CHECKS_PER_OP + NEXTRA);
+    tap_diag("seed %llu (MERAK_TEST_SEED=%llu reproduces this run)", (unsigned long long)seed,
          (unsigned long long)seed);
 
     check_table();
@@ -1309,11 +1281,7 @@ int main(void)
     check_sumsq();
     check_scale();
 
-    if (g_ntest != plan) {
-        diag("ran %d tests, planned %d", g_ntest, plan);
-        return 1;
-    }
-    if (g_nfail)
-        diag("%d of %d tests failed (seed %llu)", g_nfail, g_ntest, (unsigned long long)seed);
-    return g_nfail ? 1 : 0;
+    if (tap_failed)
+        tap_diag("seed %llu", (unsigned long long)seed);
+    return tap_done();
 }
