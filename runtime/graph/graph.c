@@ -10,6 +10,7 @@
  * tripping over a -1 tensor id).
  */
 #include <fnmatch.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include "file.h"
 #include "graph.h"
+#include "grow.h"
 
 static const char *const op_names[MERAK_OP_COUNT_] = {
     [MERAK_OP_EMBEDDING] = "embedding",
@@ -169,14 +171,9 @@ static int check_shape(merak_graph *g, const char *name, int ndim, const int64_t
 static int add_tensor(merak_graph *g, const char *name, merak_tensor_kind kind,
                       merak_dtype dtype, int ndim, const int64_t *shape)
 {
-    if (g->ntensors == g->cap_tensors) {
-        int cap = g->cap_tensors ? 2 * g->cap_tensors : 64;
-        merak_tensor *t = realloc(g->tensors, (size_t)cap * sizeof *t);
-        if (!t)
-            return fail(g, "out of memory");
-        g->tensors = t;
-        g->cap_tensors = cap;
-    }
+    if (g->ntensors == INT_MAX ||
+        merak_grow((void **)&g->tensors, &g->cap_tensors, (size_t)g->ntensors + 1, sizeof *g->tensors) < 0)
+        return fail(g, "out of memory");
     merak_tensor *t = &g->tensors[g->ntensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -296,14 +293,8 @@ static int add_op(merak_graph *g, merak_op *o, merak_dtype dtype, int ndim,
     memcpy(dims, shape, (size_t)ndim * sizeof *dims);
     shape = dims;
     snprintf(name, sizeof name, "%s.%d", merak_op_name(o->type), g->nops);
-    if (g->nops == g->cap_ops) {
-        int cap = g->cap_ops ? 2 * g->cap_ops : 64;
-        merak_op *ops = realloc(g->ops, (size_t)cap * sizeof *ops);
-        if (!ops)
-            return fail(g, "out of memory");
-        g->ops = ops;
-        g->cap_ops = cap;
-    }
+    if (g->nops == INT_MAX || merak_grow((void **)&g->ops, &g->cap_ops, (size_t)g->nops + 1, sizeof *g->ops) < 0)
+        return fail(g, "out of memory");
     int t = add_tensor(g, name, MERAK_T_ACT, dtype, ndim, shape);
     if (t < 0)
         return -1;
@@ -579,7 +570,8 @@ int merak_tp_rules_read(const char *path, merak_tp_rule **out, int *nout, char *
         return -1;
     }
     char line[512];
-    int lineno = 0, n = 0, cap = 0, rc = 0;
+    int lineno = 0, n = 0, rc = 0;
+    size_t cap = 0;
     merak_tp_rule *rules = NULL;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         lineno++;
@@ -604,15 +596,10 @@ int merak_tp_rules_read(const char *path, merak_tp_rule **out, int *nout, char *
                      lineno, kind);
             rc = -1;
         } else {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                merak_tp_rule *r = realloc(rules, (size_t)cap * sizeof *r);
-                if (!r) {
-                    snprintf(err, errlen, "%s: out of memory", path);
-                    rc = -1;
-                    break;
-                }
-                rules = r;
+            if (merak_grow((void **)&rules, &cap, (size_t)n + 1, sizeof *rules) < 0) {
+                snprintf(err, errlen, "%s: out of memory", path);
+                rc = -1;
+                break;
             }
             snprintf(rules[n].pattern, sizeof rules[n].pattern, "%s", pat);
             rules[n].attr = attr;

@@ -91,9 +91,11 @@ typedef struct merak_op {
 struct merak_graph {
     int tp, tp_rank;           /* 1, 0 unless made by merak_graph_shard */
     merak_tensor *tensors;
-    int ntensors, cap_tensors;
+    int ntensors;
+    size_t cap_tensors;
     merak_op *ops;
-    int nops, cap_ops;
+    int nops;
+    size_t cap_ops;
     int nparams;               /* distinct (untied) parameters */
     int loss;                  /* tensor id of the loss, or -1 */
     char err[256];             /* the first building error; once set, building

@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "errf.h"
+#include "grow.h"
 #include "stage.h"
 #include "trace.h"
 
@@ -46,8 +47,9 @@ struct merak_stage {
     int32_t *ids_h, *tgt_h;       /* host window buffers (B*T) */
     merak_req *act_req, *grad_req;/* per slot */
     merak_req *sends;             /* posted sends, waited by WAIT_SENDS */
-    int *send_slot;               /* [cap_sends] the slot each send reads */
-    int nsends, cap_sends;
+    int *send_slot;               /* [nsends] the slot each send reads */
+    int nsends;
+    size_t cap_sends, cap_slots;  /* sends' and send_slot's (merak_grow) */
     int layers, recomputed;       /* this stage's layers, and how many it recomputes */
     unsigned char *tied;          /* [nparams] 1 if the param is shared with the other end stage */
     double loss_sum;              /* this step's micro-batch losses (last stage) */
@@ -179,17 +181,9 @@ static int reduce_dp(merak_stage *s)
 
 static int post_send(merak_stage *s, int slot, const void *buf, size_t bytes, int peer, int tag)
 {
-    if (s->nsends == s->cap_sends) {
-        int cap = s->cap_sends ? 2 * s->cap_sends : 16;
-        merak_req *r = realloc(s->sends, (size_t)cap * sizeof *r);
-        if (r)
-            s->sends = r;
-        int *q = r ? realloc(s->send_slot, (size_t)cap * sizeof *q) : NULL;
-        if (!q)
-            return -1;
-        s->send_slot = q;
-        s->cap_sends = cap;
-    }
+    if (merak_grow((void **)&s->sends, &s->cap_sends, (size_t)s->nsends + 1, sizeof *s->sends) < 0 ||
+        merak_grow((void **)&s->send_slot, &s->cap_slots, (size_t)s->nsends + 1, sizeof *s->send_slot) < 0)
+        return -1;
     memset(&s->sends[s->nsends], 0, sizeof *s->sends);
     s->send_slot[s->nsends] = slot;
     return merak_send(s->pp_g, buf, bytes, peer, tag, &s->sends[s->nsends++]);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "trace.h"
 
 const char *merak_trace_kind_name(int kind)
@@ -46,15 +47,9 @@ void merak_trace_add(merak_trace *t, int lane, int kind, int mb, int chunk, doub
 {
     if (t->failed)
         return;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 4096;
-        merak_trace_event *ev = realloc(t->ev, cap * sizeof *ev);
-        if (!ev) {
-            t->failed = 1;
-            return;
-        }
-        t->ev = ev;
-        t->cap = cap;
+    if (merak_grow((void **)&t->ev, &t->cap, t->n + 1, sizeof *t->ev) < 0) {
+        t->failed = 1;
+        return;
     }
     t->ev[t->n++] = (merak_trace_event){start - t->origin, end - t->origin, kind, mb, chunk, t->step, lane};
 }

@@ -8,6 +8,7 @@
 #include "auto.h"
 #include "errf.h"
 #include "graph/graph.h"
+#include "grow.h"
 #include "pipe/policy.h"
 
 /* autopipe's budget per partition in a search (a fiftieth of one run's) */
@@ -49,27 +50,17 @@ static void *keep(search *s, void *p)
 {
     if (!p)
         return NULL;
-    if (s->nkept == s->capkept) {
-        size_t cap = s->capkept ? 2 * s->capkept : 64;
-        void **k = realloc(s->kept, cap * sizeof *k);
-        if (!k) {
-            free(p);
-            return NULL;
-        }
-        s->kept = k, s->capkept = cap;
+    if (merak_grow((void **)&s->kept, &s->capkept, s->nkept + 1, sizeof *s->kept) < 0) {
+        free(p);
+        return NULL;
     }
     return s->kept[s->nkept++] = p;
 }
 
 static int add_candidate(search *s, const candidate *c)
 {
-    if (s->ncand == s->capcand) {
-        size_t cap = s->capcand ? 2 * s->capcand : 64;
-        candidate *n = realloc(s->cand, cap * sizeof *n);
-        if (!n)
-            return -1;
-        s->cand = n, s->capcand = cap;
-    }
+    if (merak_grow((void **)&s->cand, &s->capcand, s->ncand + 1, sizeof *s->cand) < 0)
+        return -1;
     s->cand[s->ncand++] = *c;
     return 0;
 }

@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "errf.h"
 #include "file.h"
+#include "grow.h"
 #include "safetensors.h"
 
 #define MOMENTS MERAK_CKPT_MOMENTS
@@ -452,8 +453,9 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
 
 typedef struct prune_ctx {
     int keep, now;
-    int *steps, n, cap;
+    int *steps, n;
     char (*paths)[PATH_MAX];
+    size_t cap_steps, cap_paths;
 } prune_ctx;
 
 static void prune_fn(void *ctx, int step, int complete, const char *path)
@@ -465,16 +467,9 @@ static void prune_fn(void *ctx, int step, int complete, const char *path)
         rm_tree(path);   /* never loadable: a write that died */
         return;
     }
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 16;
-        int *s = realloc(c->steps, (size_t)cap * sizeof *s);
-        char(*p)[PATH_MAX] = s ? realloc(c->paths, (size_t)cap * sizeof *p) : NULL;
-        if (s)
-            c->steps = s;
-        if (!p)
-            return;
-        c->paths = p, c->cap = cap;
-    }
+    if (merak_grow((void **)&c->steps, &c->cap_steps, (size_t)c->n + 1, sizeof *c->steps) < 0 ||
+        merak_grow((void **)&c->paths, &c->cap_paths, (size_t)c->n + 1, sizeof *c->paths) < 0)
+        return;
     c->steps[c->n] = step;
     snprintf(c->paths[c->n++], PATH_MAX, "%s", path);
 }
@@ -483,7 +478,7 @@ static void prune_fn(void *ctx, int step, int complete, const char *path)
  * ones older than step now. */
 static void prune(const char *root, int keep, int now)
 {
-    prune_ctx c = {keep, now, NULL, 0, 0, NULL};
+    prune_ctx c = {.keep = keep, .now = now};
     if (scan(root, prune_fn, &c) == 0 && keep > 0)
         for (int removed = 0; removed < c.n - (keep - 1); removed++) {   /* and the new one */
             int oldest = -1;
