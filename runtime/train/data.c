@@ -2,14 +2,14 @@
  * data.c - token shards in llm.c's format and the window convention
  * (see data.h).
  *
- * Shards are mapped read-only and validated completely when opened, including
- * a scan of every token against the vocabulary: an out-of-range token would
- * otherwise surface hours later as an out-of-bounds embedding lookup.
+ * Shards are validated completely when opened, including a scan of every
+ * token against the vocabulary: an out-of-range token would otherwise
+ * surface hours later as an out-of-bounds embedding lookup.  They stay
+ * open and each window is read with pread, its length and tokens checked
+ * again: a shard truncated or rewritten while a run reads it is an error
+ * naming it, never a SIGBUS (a mapping's pages past a shrunken end) or
+ * ids past the vocabulary fed to the model.
  */
-#ifndef _DEFAULT_SOURCE
-#define _DEFAULT_SOURCE /* glob, mmap */
-#endif
-
 #include "data.h"
 #include "atomic.h"
 #include "errf.h"
@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,9 +28,7 @@
 
 typedef struct shard {
     char *path;
-    void *map;            /* whole file, read-only */
-    size_t map_len;
-    const uint8_t *tokens; /* map + HEADER_BYTES */
+    int fd;               /* open for the run; -1 once closed */
     uint64_t n;           /* token count */
     int tok_bytes;        /* 2 (version 1) or 4 (version 2) */
 } shard;
@@ -41,6 +38,7 @@ struct merak_data {
     int nshard;
     shard *shards;
     uint64_t ntokens;
+    int vocab_size;
 };
 
 static uint32_t load_u32(const uint8_t *p)
@@ -48,10 +46,11 @@ static uint32_t load_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static uint32_t token_at(const shard *s, uint64_t i)
+/* Token i of a buffer of tokens of tok_bytes each. */
+static uint32_t token_in(const uint8_t *buf, int tok_bytes, uint64_t i)
 {
-    const uint8_t *p = s->tokens + i * (uint64_t)s->tok_bytes;
-    return s->tok_bytes == 2 ? (uint32_t)(p[0] | p[1] << 8) : load_u32(p);
+    const uint8_t *p = buf + i * (uint64_t)tok_bytes;
+    return tok_bytes == 2 ? (uint32_t)(p[0] | p[1] << 8) : load_u32(p);
 }
 
 static int path_cmp(const void *a, const void *b)
@@ -59,81 +58,89 @@ static int path_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Maps and validates one shard into s (s->path already set). */
+/* Reads n bytes of s at offset off into buf: 0; -1 with err when the file
+ * ends first (it was truncated after it was opened) or the read fails. */
+static int read_at(const shard *s, void *buf, size_t n, uint64_t off, const char *when, char *err,
+                   size_t errlen)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = pread(s->fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return merak_errf(err, errlen, "%s: read failed %s: %s", s->path, when, strerror(errno));
+        if (r == 0) {
+            struct stat st;
+            long long now = fstat(s->fd, &st) == 0 ? (long long)st.st_size : -1;
+            return merak_errf(err, errlen, "%s: the shard changed %s: it is %lld bytes now, %llu when it was "
+                              "opened (rewrite shards beside a run, not under it)", s->path, when, now,
+                              (unsigned long long)(HEADER_BYTES + s->n * (uint64_t)s->tok_bytes));
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* The first token of buf[0..n) (tokens of s) not below vocab_size: its
+ * index, or n when all are. */
+static uint64_t first_bad(const shard *s, const uint8_t *buf, uint64_t n, int vocab_size)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (token_in(buf, s->tok_bytes, i) >= (uint32_t)vocab_size)
+            return i;
+    return n;
+}
+
+/* Opens and validates one shard into s (s->path already set). */
 static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
 {
     const char *path = s->path;
-    int fd = merak_file_open(path, err, errlen);
-    if (fd < 0)
+    s->fd = merak_file_open(path, err, errlen);
+    if (s->fd < 0)
         return -1;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        merak_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
+    if (fstat(s->fd, &st) != 0)
+        return merak_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     uint64_t size = (uint64_t)st.st_size;
-    if (size < HEADER_BYTES) {
-        merak_errf(err, errlen, "%s: truncated: %llu bytes, shorter than the %d-byte header", path,
-               (unsigned long long)size, HEADER_BYTES);
-        close(fd);
+    if (size < HEADER_BYTES)
+        return merak_errf(err, errlen, "%s: truncated: %llu bytes, shorter than the %d-byte header", path,
+                          (unsigned long long)size, HEADER_BYTES);
+    uint8_t h[HEADER_BYTES];
+    if (read_at(s, h, sizeof h, 0, "while it was opened", err, errlen) < 0)
         return -1;
-    }
-    if (size > SIZE_MAX) {
-        merak_errf(err, errlen, "%s: too large to map", path);
-        close(fd);
-        return -1;
-    }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    /* The mapping keeps the file alive; the descriptor is no longer needed. */
-    if (close(fd) != 0 && map != MAP_FAILED) {
-        merak_errf(err, errlen, "%s: close: %s", path, strerror(errno));
-        munmap(map, (size_t)size);
-        return -1;
-    }
-    if (map == MAP_FAILED) {
-        merak_errf(err, errlen, "%s: mmap: %s", path, strerror(map_errno));
-        return -1;
-    }
-    s->map = map;
-    s->map_len = (size_t)size;
-    s->tokens = (const uint8_t *)map + HEADER_BYTES;
-
-    const uint8_t *h = map;
     int32_t magic = (int32_t)load_u32(h), version = (int32_t)load_u32(h + 4);
     int32_t count = (int32_t)load_u32(h + 8);
-    if (magic != MERAK_SHARD_MAGIC) {
-        merak_errf(err, errlen, "%s: bad magic %d (expected %d)", path, magic, MERAK_SHARD_MAGIC);
-        return -1;
-    }
-    if (version != 1 && version != 2) {
-        merak_errf(err, errlen, "%s: unsupported version %d (expected 1 or 2)", path, version);
-        return -1;
-    }
-    if (count < 0) {
-        merak_errf(err, errlen, "%s: negative token count %d in the header", path, count);
-        return -1;
-    }
+    if (magic != MERAK_SHARD_MAGIC)
+        return merak_errf(err, errlen, "%s: bad magic %d (expected %d)", path, magic, MERAK_SHARD_MAGIC);
+    if (version != 1 && version != 2)
+        return merak_errf(err, errlen, "%s: unsupported version %d (expected 1 or 2)", path, version);
+    if (count < 0)
+        return merak_errf(err, errlen, "%s: negative token count %d in the header", path, count);
     s->tok_bytes = version == 1 ? 2 : 4;
     s->n = (uint64_t)count;
     uint64_t expect = HEADER_BYTES + s->n * (uint64_t)s->tok_bytes;
-    if (size != expect) {
-        merak_errf(err, errlen, "%s: %s: %llu bytes, but the header's %llu tokens need %llu", path,
-               size < expect ? "truncated" : "oversized", (unsigned long long)size,
-               (unsigned long long)s->n, (unsigned long long)expect);
-        return -1;
+    if (size != expect)
+        return merak_errf(err, errlen, "%s: %s: %llu bytes, but the header's %llu tokens need %llu", path,
+                          size < expect ? "truncated" : "oversized", (unsigned long long)size,
+                          (unsigned long long)s->n, (unsigned long long)expect);
+    /* every token against the vocabulary, a chunk at a time */
+    enum { CHUNK = 1 << 16 };
+    uint8_t *buf = malloc((size_t)CHUNK * (size_t)s->tok_bytes);
+    if (!buf)
+        return merak_errf(err, errlen, "%s: out of memory", path);
+    int rc = 0;
+    for (uint64_t i = 0; i < s->n && rc == 0; i += CHUNK) {
+        uint64_t m = s->n - i < CHUNK ? s->n - i : CHUNK;
+        rc = read_at(s, buf, (size_t)m * (size_t)s->tok_bytes, HEADER_BYTES + i * (uint64_t)s->tok_bytes,
+                     "while it was opened", err, errlen);
+        uint64_t bad = rc == 0 ? first_bad(s, buf, m, vocab_size) : m;
+        if (bad < m)
+            rc = merak_errf(err, errlen, "%s: token %llu is %u, not below the vocab size %d "
+                            "(the model's; the shard's tokenizer has a larger vocabulary)", path,
+                            (unsigned long long)(i + bad), token_in(buf, s->tok_bytes, bad), vocab_size);
     }
-    for (uint64_t i = 0; i < s->n; i++) {
-        uint32_t t = token_at(s, i);
-        if (t >= (uint32_t)vocab_size) {
-            merak_errf(err, errlen, "%s: token %llu is %u, not below the vocab size %d "
-                   "(the model's; the shard's tokenizer has a larger vocabulary)", path,
-                   (unsigned long long)i, t, vocab_size);
-            return -1;
-        }
-    }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 void merak_data_close(merak_data *d)
@@ -141,8 +148,8 @@ void merak_data_close(merak_data *d)
     if (!d)
         return;
     for (int i = 0; i < d->nshard; i++) {
-        if (d->shards[i].map)
-            munmap(d->shards[i].map, d->shards[i].map_len);
+        if (d->shards[i].fd >= 0)
+            close(d->shards[i].fd);
         free(d->shards[i].path);
     }
     free(d->shards);
@@ -180,6 +187,8 @@ int merak_data_open(const char *pattern, int vocab_size, merak_data **out, char 
     qsort(g.gl_pathv, g.gl_pathc, sizeof(char *), path_cmp);
 
     merak_data *d = calloc(1, sizeof(*d));
+    if (d)
+        d->vocab_size = vocab_size;
     if (!d || !(d->pattern = strdup(pattern)) ||
         !(d->shards = calloc(g.gl_pathc, sizeof(*d->shards)))) {
         merak_errf(err, errlen, "%s: out of memory", pattern);
@@ -187,6 +196,7 @@ int merak_data_open(const char *pattern, int vocab_size, merak_data **out, char 
     }
     for (size_t i = 0; i < g.gl_pathc; i++) {
         shard *s = &d->shards[d->nshard];
+        s->fd = -1;
         if (!(s->path = strdup(g.gl_pathv[i]))) {
             merak_errf(err, errlen, "%s: out of memory", g.gl_pathv[i]);
             goto fail;
@@ -261,14 +271,27 @@ int merak_data_window(const merak_data *d, uint64_t w, int B, int T, int32_t *in
         merak_errf(err, errlen, "%s: window lookup failed", d->pattern);
         return -1;
     }
-    /* Tokens were checked against the vocabulary (an int) at open, so they
-     * fit in int32_t. */
-    uint64_t base = w * bt;
-    for (uint64_t i = 0; i < bt; i++) {
-        inputs[i] = (int32_t)token_at(s, base + i);
-        targets[i] = (int32_t)token_at(s, base + i + 1);
+    /* Read again, and checked again: the shard may have changed since it
+     * was opened.  Below the vocabulary (an int), tokens fit in int32_t. */
+    const uint64_t base = w * bt, bytes = (bt + 1) * (uint64_t)s->tok_bytes;
+    uint8_t *buf = bytes <= SIZE_MAX ? malloc((size_t)bytes) : NULL;
+    if (!buf)
+        return merak_errf(err, errlen, "%s: out of memory reading a window of %llu tokens", s->path,
+                          (unsigned long long)(bt + 1));
+    char when[64];
+    snprintf(when, sizeof when, "while training (its window %llu)", (unsigned long long)w);
+    int rc = read_at(s, buf, (size_t)bytes, HEADER_BYTES + base * (uint64_t)s->tok_bytes, when, err, errlen);
+    uint64_t bad = rc == 0 ? first_bad(s, buf, bt + 1, d->vocab_size) : bt + 1;
+    if (bad <= bt)
+        rc = merak_errf(err, errlen, "%s: the shard changed while training: token %llu is %u now, not below the "
+                        "vocab size %d (rewrite shards beside a run, not under it)", s->path,
+                        (unsigned long long)(base + bad), token_in(buf, s->tok_bytes, bad), d->vocab_size);
+    for (uint64_t i = 0; rc == 0 && i < bt; i++) {
+        inputs[i] = (int32_t)token_in(buf, s->tok_bytes, i);
+        targets[i] = (int32_t)token_in(buf, s->tok_bytes, i + 1);
     }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 static void store_u32(uint8_t *p, uint32_t v)

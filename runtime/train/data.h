@@ -19,10 +19,11 @@
 
 typedef struct merak_data merak_data;
 
-/* Opens every file matching PATTERN (glob(3), sorted), maps it and validates
- * it: header magic and version, file size equal to header + count * token
+/* Opens every file matching PATTERN (glob(3), sorted) and validates it:
+ * header magic and version, file size equal to header + count * token
  * size, every token < vocab_size.  Returns 0, or -1 with one line in err
- * naming the file and the problem (for a bad token: its position and value). */
+ * naming the file and the problem (for a bad token: its position and
+ * value).  The files stay open until merak_data_close. */
 int merak_data_open(const char *pattern, int vocab_size, merak_data **out,
                     char *err, size_t errlen);
 void merak_data_close(merak_data *d);
@@ -35,7 +36,9 @@ uint64_t merak_data_num_tokens(const merak_data *d);   /* over all shards */
 uint64_t merak_data_num_windows(const merak_data *d, int B, int T);
 
 /* Fills inputs and targets (B*T each) from global window w (taken mod the
- * number of windows).  Returns 0, or -1 with err set if there is no window. */
+ * number of windows), read from its shard now.  Returns 0, or -1 with err
+ * set if there is no window, or if the shard changed since it was opened
+ * (shorter, or a token no longer below the vocabulary: named). */
 int merak_data_window(const merak_data *d, uint64_t w, int B, int T,
                       int32_t *inputs, int32_t *targets, char *err, size_t errlen);
 

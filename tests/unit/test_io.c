@@ -738,6 +738,49 @@ static void shard_refuse(const char *what, long off, uint32_t val, long newlen,
     merak_data_close(d);
 }
 
+/* A shard that changes under a run is an error naming it when a window
+ * of it is read, never a SIGBUS or ids past the vocabulary: rewritten in
+ * place with a token past the vocabulary, then truncated (windows before
+ * the cut still read).  A shard replaced by a new file (merak-shard
+ * renames one into place) reads as it was when it was opened. */
+static void test_shard_changes(void)
+{
+    char err[512] = "";
+    uint32_t tok[40], other[40];
+    for (int i = 0; i < 40; i++)
+        tok[i] = (uint32_t)i, other[i] = 200;
+    const char *path = tmp_path("live.bin");
+    merak_data *d = NULL;
+    int32_t in[8], tg[8];
+    int rc = merak_shard_write(path, tok, 40, err, sizeof(err));
+    rc = rc ? rc : merak_data_open(path, 256, &d, err, sizeof(err));
+    rc = rc ? rc : merak_data_window(d, 3, 1, 8, in, tg, err, sizeof(err));
+    tap_ok(rc == 0 && in[0] == 24 && tg[7] == 32, "a live shard: window 3 reads tokens 24-32%s%s", rc ? ": " : "",
+           rc ? err : "");
+    if (rc != 0) {
+        merak_data_close(d);
+        return;
+    }
+    /* tokens 30 and 31 become 300 and 0: 300 is past the vocabulary */
+    rc = patch_file(path, 1024 + 30 * 2, 300, -1) ? -2 : merak_data_window(d, 3, 1, 8, in, tg, err, sizeof(err));
+    tap_ok(rc == -1 && err_mentions(err, path, "changed while training") && strstr(err, "300"),
+           "a shard rewritten in place under a run: %s", err);
+    rc = patch_file(path, -1, 0, 1024 + 20 * 2) ? -2 : merak_data_window(d, 3, 1, 8, in, tg, err, sizeof(err));
+    tap_ok(rc == -1 && err_mentions(err, path, "1064 bytes now"), "a shard truncated under a run: %s", err);
+    rc = merak_data_window(d, 1, 1, 8, in, tg, err, sizeof(err));
+    tap_ok(rc == 0 && in[0] == 8 && tg[7] == 16, "a truncated shard's windows before the cut still read%s%s",
+           rc ? ": " : "", rc ? err : "");
+    merak_data_close(d);
+    d = NULL;
+    rc = merak_shard_write(path, tok, 40, err, sizeof(err));
+    rc = rc ? rc : merak_data_open(path, 256, &d, err, sizeof(err));
+    rc = rc ? rc : merak_shard_write(path, other, 40, err, sizeof(err));
+    rc = rc ? rc : merak_data_window(d, 3, 1, 8, in, tg, err, sizeof(err));
+    tap_ok(rc == 0 && in[0] == 24, "a shard replaced by a new file: the run reads the one it opened%s%s",
+           rc ? ": " : "", rc ? err : "");
+    merak_data_close(d);
+}
+
 static void test_shard_refusals(void)
 {
     char err[512];
@@ -1155,6 +1198,7 @@ int main(void)
     test_st_fuzz();
     test_shards();
     test_shard_refusals();
+    test_shard_changes();
     test_shard_fuzz();
     test_presets();
     test_config_files();
