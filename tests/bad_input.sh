@@ -15,6 +15,10 @@ expect() {
 expect 2 "unknown model 'gpt5'" -- --model gpt5 $D
 expect 2 "not an integer" -- $D --steps abc
 expect 2 "out of range" -- $D --micro-batch 0
+# AdamW: epsilon above 0 (0 divides 0 by 0), betas below 1, the open end said
+expect 2 "--eps: 0 is out of range (0, 1\]" -- $D --eps 0
+expect 2 "--beta1: 1 is out of range \[0, 1)" -- $D --beta1 1
+expect 2 "--beta2: -0.5 is out of range \[0, 1)" -- $D --beta2 -0.5
 expect 2 "not constant or cosine" -- $D --lr-schedule linear
 expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr

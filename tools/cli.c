@@ -65,16 +65,21 @@ long cli_parse_int(const char *flag, const char *s, long lo, long hi)
     return v;
 }
 
-double cli_parse_double(const char *flag, const char *s, double lo, double hi)
+double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !isfinite(v))
         cli_die_usage("%s: '%s' is not a number", flag, s);
-    if (v < lo || v > hi)
-        cli_die_usage("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
+    if (v < lo || v > hi || (lo_open && v == lo) || (hi_open && v == hi))
+        cli_die_usage("%s: %g is out of range %c%g, %g%c", flag, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
     return v;
+}
+
+double cli_parse_double(const char *flag, const char *s, double lo, double hi)
+{
+    return cli_parse_double_in(flag, s, lo, 0, hi, 0);
 }
 
 void cli_model(const char *name, merak_model_config *cfg)

@@ -22,6 +22,9 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
  * usage error naming the flag. */
 long cli_parse_int(const char *flag, const char *s, long lo, long hi);
 double cli_parse_double(const char *flag, const char *s, double lo, double hi);
+/* The same with either end open (lo_open: v > lo; hi_open: v < hi), the
+ * range printed as it is: "(0, 1]". */
+double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open);
 
 /* The default of --threads: the cores this process may run on (its CPU
  * affinity, which the Slurm plugin, mpirun --bind-to or taskset set), so

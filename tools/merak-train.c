@@ -250,9 +250,9 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             break;
         case OPT_MINLR: a->min_lr = (float)cli_parse_double("--min-lr", optarg, 0, 10); break;
         case OPT_WD: a->weight_decay = (float)cli_parse_double("--weight-decay", optarg, 0, 10); break;
-        case OPT_B1: a->beta1 = (float)cli_parse_double("--beta1", optarg, 0, 0.999999999); break;
-        case OPT_B2: a->beta2 = (float)cli_parse_double("--beta2", optarg, 0, 0.999999999); break;
-        case OPT_EPS: a->eps = (float)cli_parse_double("--eps", optarg, 0, 1); break;
+        case OPT_B1: a->beta1 = (float)cli_parse_double_in("--beta1", optarg, 0, 0, 1, 1); break;
+        case OPT_B2: a->beta2 = (float)cli_parse_double_in("--beta2", optarg, 0, 0, 1, 1); break;
+        case OPT_EPS: a->eps = (float)cli_parse_double_in("--eps", optarg, 0, 1, 1, 0); break;
         case OPT_CLIP: a->clip = (float)cli_parse_double("--clip", optarg, 0, 1e30); break;
         case OPT_SEED: a->seed = (uint64_t)cli_parse_int("--seed", optarg, 0, LONG_MAX); break;
         case OPT_THREADS: a->threads = (int)cli_parse_int("--threads", optarg, 1, 4096); break;

@@ -51,9 +51,12 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
         return merak_errf(err, errlen, "micro-batch, sequence length, micro-batches and threads must be positive");
     if (!(a->lr >= 0) || !(a->min_lr >= 0) || a->min_lr > a->lr)
         return merak_errf(err, errlen, "learning rates %g (min %g) are not usable", a->lr, a->min_lr);
-    if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1) || !(a->eps >= 0) ||
-        !(a->weight_decay >= 0) || !(a->clip >= 0))
-        return merak_errf(err, errlen, "AdamW settings out of range");
+    if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1) || !(a->weight_decay >= 0) ||
+        !(a->clip >= 0))
+        return merak_errf(err, errlen, "AdamW settings out of range (beta1 %g and beta2 %g in [0, 1), weight decay "
+                          "%g and clip %g not negative)", a->beta1, a->beta2, a->weight_decay, a->clip);
+    if (!(a->eps > 0))   /* 0: a parameter whose gradient stays 0 divides 0 by 0 */
+        return merak_errf(err, errlen, "AdamW epsilon %g must be positive", a->eps);
     if (!(a->comm_timeout >= 0 && a->comm_timeout <= 1e9))
         return merak_errf(err, errlen, "communication timeout %g s is out of range (0: none, up to 1e9)",
                           a->comm_timeout);
