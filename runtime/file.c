@@ -1,7 +1,9 @@
 /*
  * file.c - regular files for reading (file.h).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,4 +113,36 @@ int merak_file_crc32(const char *path, uint32_t *crc, uint64_t *bytes, char *err
     *crc = (uint32_t)c;
     *bytes = total;
     return 0;
+}
+
+int merak_file_same(const char *out, const char *in)
+{
+    struct stat x, y;
+    return out && in && stat(out, &x) == 0 && stat(in, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+int merak_file_not_input(const char *flag, const char *out, const char *what, const char *in, char *err,
+                         size_t errlen)
+{
+    if (!merak_file_same(out, in))
+        return 0;
+    if (strcmp(out, in) == 0)
+        return merak_errf(err, errlen, "%s %s is %s, which it reads: it would be overwritten", flag, out, what);
+    return merak_errf(err, errlen, "%s %s is %s (%s), which it reads: it would be overwritten", flag, out, what,
+                      in);
+}
+
+int merak_file_not_in_dir(const char *flag, const char *out, const char *what, const char *dir, char *err,
+                          size_t errlen)
+{
+    DIR *d = dir ? opendir(dir) : NULL;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && d && (e = readdir(d));) {
+        char path[PATH_MAX];
+        if (e->d_name[0] != '.' && snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
+            rc = merak_file_not_input(flag, out, what, path, err, errlen);
+    }
+    if (d)
+        closedir(d);
+    return rc;
 }

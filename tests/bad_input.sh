@@ -63,10 +63,26 @@ before() {
     ! grep -q "^step" "$WORK/out" || fail "$*: trained before refusing"
 }
 before "cannot create a file in $WORK/no-such-dir" --save-weights "$WORK/no-such-dir/w.safetensors"
-before "save-weights $WORK/data.bin is a data shard the run reads" --save-weights "$WORK/data.bin"
-before "metrics $WORK/data.bin is a data shard the run reads" --metrics "$WORK/data.bin"
+before "save-weights $WORK/data.bin is a data shard, which it reads: it would be overwritten" --save-weights "$WORK/data.bin"
+before "metrics $WORK/data.bin is a data shard" --metrics "$WORK/data.bin"
 before "$WORK: not a regular file, so it cannot be written" --save-weights "$WORK"
 before "trace $WORK/m.json is also the --metrics file" --metrics "$WORK/m.json" --trace "$WORK/m.json"
+# ... nor any other file it reads, through links: the validation shards,
+# the tp-rules, the device profiles, the checkpoint it resumes
+ln -s data.bin "$WORK/link.bin"
+before "save-weights $WORK/link.bin is a data shard ($WORK/data.bin), which it reads" --save-weights "$WORK/link.bin"
+cp "$WORK/data.bin" "$WORK/val.bin"
+before "metrics $WORK/val.bin is a validation shard" --val-data "$WORK/val.bin" --eval-every 1 --metrics "$WORK/val.bin"
+printf '*.attn.c_attn.weight column\n' > "$WORK/rules.txt"
+before "trace $WORK/rules.txt is the --tp-rules file" --tp-rules "$WORK/rules.txt" --trace "$WORK/rules.txt"
+cp "$MERAK_SRCDIR/data/devices.json" "$WORK/devices.json"
+MERAK_DEVICES="$WORK/devices.json" before "metrics $WORK/devices.json is the device profiles file (MERAK_DEVICES)" \
+    --metrics "$WORK/devices.json"
+"$TRAIN" --model tiny-gpt2 $D --save "$WORK/ck" > /dev/null || fail "a one-step checkpoint"
+ck=$(ls -d "$WORK"/ck/step_*)
+before "save-weights $ck/config.json is a file of the checkpoint it resumes" --save "$WORK/ck" --resume latest \
+    --save-weights "$ck/config.json"
+[ -s "$ck/config.json" ] && [ -f "$ck/DONE" ] || fail "the resumed checkpoint was touched"
 # Inputs that are not regular files are refused, never waited on (a FIFO
 # with no writer would block an open forever: each case has 30 s).
 mkfifo "$WORK/fifo"
@@ -180,4 +196,36 @@ expect 1 "step 0: OPTIMIZER_STEP: loss .*nan, gradient norm .*: not finite, trai
 [ "$(grep -c "skipped: not finite, no update" "$WORK/out")" -eq 3 ] && [ "$(grep -c '"loss": null, .*"skipped": true' \
     "$WORK/nan.jsonl")" -eq 3 ] || { cat "$WORK/out" "$WORK/nan.jsonl"; fail "--on-nan skip: steps not reported skipped"; }
 expect 2 "on-nan: 'ignore' is not skip or abort" -- $D --on-nan ignore
+
+# Outputs never overwrite inputs, in every tool: refused before any work,
+# the input left as it was (the model's config.json, merak-shard's input,
+# merak-trace's trace, the checkpoint merak-ckpt exports, the profiles
+# merak-plan --calibrate reads).
+B=$MERAK_BUILDDIR
+untouched() { cmp -s "$1" "$WORK/kept" || fail "$1 was changed"; }
+printf '{"model_type": "gpt2", "vocab_size": 256, "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64}\n' \
+    > "$WORK/cfg.json"
+cp "$WORK/cfg.json" "$WORK/kept"
+expect 1 "metrics $WORK/cfg.json is the --model config file, which it reads" -- --model "$WORK/cfg.json" $D \
+    --metrics "$WORK/cfg.json"
+untouched "$WORK/cfg.json"
+expect_exit 1 "calibrate $WORK/cfg.json is the --model config file" "$B/merak-plan" --calibrate "$WORK/cfg.json" \
+    --model "$WORK/cfg.json"
+untouched "$WORK/cfg.json"
+cp "$WORK/devices.json" "$WORK/kept"
+MERAK_DEVICES="$WORK/devices.json" expect_exit 1 "calibrate $WORK/devices.json is the device profiles file" \
+    "$B/merak-plan" --calibrate "$WORK/devices.json" --model tiny-gpt2
+untouched "$WORK/devices.json"
+printf 'some text to shard\n' > "$WORK/text.txt"
+cp "$WORK/text.txt" "$WORK/kept"
+expect_exit 1 "o $WORK/text.txt is an input, which it reads" "$SHARD" -o "$WORK/text.txt" "$WORK/kept" "$WORK/text.txt"
+untouched "$WORK/text.txt"
+"$TRAIN" --model tiny-gpt2 $D --trace "$WORK/tr.json" > /dev/null || fail "a traced step"
+cp "$WORK/tr.json" "$WORK/kept"
+expect_exit 1 "svg $WORK/tr.json is the trace, which it reads" "$B/merak-trace" "$WORK/tr.json" --svg "$WORK/tr.json"
+untouched "$WORK/tr.json"
+w=$(ls "$ck"/model-*.safetensors | head -n 1)
+cp "$w" "$WORK/kept"
+expect_exit 1 "o $w is a file of the checkpoint" "$B/merak-ckpt" export "$ck" -o "$w"
+untouched "$w"
 echo "bad_input: ok"

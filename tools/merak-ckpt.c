@@ -15,6 +15,7 @@
 
 #include "ckpt.h"
 #include "cli.h"
+#include "file.h"
 #include "graph/graph.h"
 #include "merak/merak.h"
 #include "train.h"
@@ -150,6 +151,8 @@ static int export(const char *spec, const char *out)
     char dir[PATH_MAX], err[1024];
     merak_model_config cfg;
     merak_ckpt *c = open_ckpt(spec, NULL, dir, sizeof dir);
+    if (merak_file_not_in_dir("-o", out, "a file of the checkpoint", dir, err, sizeof err) < 0)
+        cli_die("%s", err);
     merak_graph *g = ckpt_model(c, dir, &cfg);
     int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? own_params(g, ids) : 0;
     float **data = calloc((size_t)n + 1, sizeof *data);

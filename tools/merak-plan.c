@@ -480,6 +480,14 @@ static void calibrate(const plan_opts *o)
     char err[1024];
     merak_model_config cfg;
     merak_device d;
+    /* the profile tables it reads, a profile or model given as a file */
+    if (merak_file_not_input("--calibrate", o->calibrate, "the device profiles file (MERAK_DEVICES)",
+                             getenv("MERAK_DEVICES"), err, sizeof err) < 0 ||
+        merak_file_not_input("--calibrate", o->calibrate, "the installed device profiles",
+                             MERAK_PKGDATADIR "/devices.json", err, sizeof err) < 0 ||
+        merak_file_not_input("--calibrate", o->calibrate, "the --device-profile file", o->base, err, sizeof err) < 0 ||
+        merak_file_not_input("--calibrate", o->calibrate, "the --model config file", o->model, err, sizeof err) < 0)
+        cli_die("%s", err);
     cli_model(o->model, &cfg);
     if (o->seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", o->seq_len, cfg.max_positions);

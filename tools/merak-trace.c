@@ -296,6 +296,9 @@ int main(int argc, char **argv)
         cli_die_usage(optind == argc ? "which trace? give one FILE.json" : "one trace at a time ('%s' is extra)",
                       argv[optind + 1 < argc ? optind + 1 : optind]);
     const char *path = argv[optind];
+    char ferr[512];
+    if (merak_file_not_input("--svg", svg, "the trace", path, ferr, sizeof ferr) < 0)
+        cli_die("%s", ferr);
     trace t;
     load(path, &t);
     int step = want >= 0 ? (int)want : t.last_step;

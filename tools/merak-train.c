@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "file.h"
 #include "merak/merak.h"
 
 
@@ -536,6 +537,11 @@ int main(int argc, char **argv)
 
     merak_model_config cfg;
     cli_model(t.model, &cfg);
+    /* the model's config.json is an input too (the library checks the rest) */
+    const char *outs[] = {ta.save_weights, ta.metrics, ta.trace}, *flags[] = {"--save-weights", "--metrics", "--trace"};
+    for (int i = 0; i < 3; i++)
+        if (merak_file_not_input(flags[i], outs[i], "the --model config file", t.model, err, sizeof err) < 0)
+            cli_die("%s", err);
     if (ta.seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
     /* interleaved: each model chunk the same number of transformer layers */

@@ -31,6 +31,7 @@
 #include "comm/comm.h"
 #include "data.h"
 #include "errf.h"
+#include "file.h"
 #include "generate.h"
 #include "kernels.h"
 #include "mix64.h"
@@ -538,18 +539,34 @@ static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
     return 0;
 }
 
-/* Are a and b the same existing file? */
-static int same_file(const char *a, const char *b)
+/* Output FLAG OUT is none of the files the run reads: the --init weights,
+ * data and validation shards, the tokenizer, the tp-rules, the device
+ * profiles MERAK_DEVICES names, every file of the checkpoint it resumes.
+ * 0, or -1 with err naming both. */
+static int not_an_input(const run *r, const char *flag, const char *out, char *err, size_t errlen)
 {
-    struct stat x, y;
-    return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+    const merak_args *a = r->a;
+    if (merak_file_not_input(flag, out, "the --init weights", a->init, err, errlen) < 0 ||
+        merak_file_not_input(flag, out, "the --tokenizer file", a->tokenizer, err, errlen) < 0 ||
+        merak_file_not_input(flag, out, "the --tp-rules file", a->tp_rules, err, errlen) < 0 ||
+        merak_file_not_input(flag, out, "the device profiles file (MERAK_DEVICES)", getenv("MERAK_DEVICES"), err,
+                             errlen) < 0)
+        return -1;
+    for (int s = 0; r->data && s < merak_data_num_shards(r->data); s++)
+        if (merak_file_not_input(flag, out, "a data shard", merak_data_shard_path(r->data, s), err, errlen) < 0)
+            return -1;
+    for (int s = 0; r->val && s < merak_data_num_shards(r->val); s++)
+        if (merak_file_not_input(flag, out, "a validation shard", merak_data_shard_path(r->val, s), err, errlen) < 0)
+            return -1;
+    return merak_file_not_in_dir(flag, out, "a file of the checkpoint it resumes", r->resume[0] ? r->resume : NULL,
+                                 err, errlen);
 }
 
 /* Before the first step, on rank 0, which writes them: every file the run
  * will write can be written (merak_atomic_probe), and none is a file it
- * reads (a data shard, the --init weights) or another of its outputs, so
- * that a finished run is never lost to its last write, nor its data to its
- * metrics.  0, or -1 with err. */
+ * reads (not_an_input) or another of its outputs, so that a finished run
+ * is never lost to its last write, nor its data to its metrics.  0, or -1
+ * with err. */
 static int check_outputs(const run *r, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
@@ -577,15 +594,10 @@ static int check_outputs(const run *r, char *err, size_t errlen)
     for (int i = 0; i < 3; i++) {
         if (!out[i])
             continue;
-        if (merak_atomic_probe(out[i], err, errlen) < 0)
+        if (not_an_input(r, flag[i], out[i], err, errlen) < 0 || merak_atomic_probe(out[i], err, errlen) < 0)
             return -1;
-        if (same_file(out[i], a->init))
-            return merak_errf(err, errlen, "%s %s is the --init weights file the run reads", flag[i], out[i]);
-        for (int s = 0; r->data && s < merak_data_num_shards(r->data); s++)
-            if (same_file(out[i], merak_data_shard_path(r->data, s)))
-                return merak_errf(err, errlen, "%s %s is a data shard the run reads", flag[i], out[i]);
         for (int j = 0; j < i; j++)
-            if (out[j] && (same_file(out[i], out[j]) || strcmp(out[i], out[j]) == 0))
+            if (out[j] && (merak_file_same(out[i], out[j]) || strcmp(out[i], out[j]) == 0))
                 return merak_errf(err, errlen, "%s %s is also the %s file", flag[i], out[i], flag[j]);
     }
     return 0;
