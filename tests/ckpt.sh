@@ -88,11 +88,15 @@ capture sh -c "ulimit -f 1000; exec $TRAIN $C --steps 4 --save $WORK/ck4 --resum
 [ "$rc" -eq 1 ] && grep -q "checkpoint step 4: .*-pp000-tp000.safetensors: write failed: File too large" "$WORK/err" ||
     { cat "$WORK/err"; fail "--on-save-error stop: exit $rc"; }
 [ "$(ls "$WORK/ck4")" = "step_00000002" ] || fail "after a failed save: $(ls "$WORK/ck4")"
-capture sh -c "ulimit -f 1000; exec $TRAIN $C --steps 4 --save $WORK/ck4 --resume latest --on-save-error continue"
-[ "$rc" -eq 0 ] && grep -q "warning: checkpoint step 4: .*File too large (training goes on" "$WORK/err" ||
+# continue: a save every step from step 3; the one of step 3 fails and
+# training goes on; so does the last one's, step 4, and a run whose end was
+# never saved has lost it: exit 1, saying so
+capture sh -c "ulimit -f 1000; exec $TRAIN $C --steps 4 --save $WORK/ck4 --save-every 1 --resume latest --on-save-error continue"
+[ "$rc" -eq 1 ] && grep -q "warning: checkpoint step 3: .*File too large (training goes on" "$WORK/err" &&
+    grep -q "checkpoint step 4: .*File too large (the run's last checkpoint: a failure to write it ends the run even with --on-save-error continue)" "$WORK/err" ||
     { cat "$WORK/err"; fail "--on-save-error continue: exit $rc"; }
 [ "$(ls -A "$WORK/ck4")" = "step_00000002" ] || fail "after a failed save: $(ls -A "$WORK/ck4")"
-echo "ok: failed saves stop or continue, the earlier checkpoint kept"
+echo "ok: failed saves stop or continue, the last one ends the run, the earlier checkpoint kept"
 
 # 7. SIGTERM mid-run: a checkpoint at the step reached, exit 0, and
 # --resume latest goes on bitwise (a constant learning rate, so the run's

@@ -131,6 +131,7 @@ typedef struct run {
     uint64_t seed;                /* dropout (the checkpoint's when resumed) */
     merak_ckpt_writer *ckpt;      /* when a->save */
     int saved;                    /* the step of the last checkpoint started, or -1 */
+    int final_save;               /* the save in flight is the run's last: it must be written */
     char resume[4096];            /* the checkpoint resumed from, or "" */
     double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
     int diverged;                 /* every rank found the same bad loss or norm */
@@ -310,16 +311,23 @@ static void report(const run *r, merak_checkpoint_event ev, int step, const char
 }
 
 /* A finished save (done->path set) to rank 0's callback; a failed one
- * (rc < 0) too, and then it ends the run unless the user said continue.
- * Returns 0 to go on, -1 (every rank alike) to stop. */
-static int saved(run *r, int rc, const merak_ckpt_done *done, char *err)
+ * (rc < 0) too, and then it ends the run unless the user said continue
+ * and it is not the run's last (a run whose end was never saved has lost
+ * it).  Returns 0 to go on, -1 (every rank alike) to stop. */
+static int saved(run *r, int rc, const merak_ckpt_done *done, char *err, size_t errlen)
 {
     if (rc == 0) {
         if (done->path[0])
             report(r, MERAK_CHECKPOINT_SAVED, done->step, done->path, done->bytes, done->seconds, NULL);
         return 0;
     }
-    if (!r->a->save_error_continue)
+    if (r->final_save && r->a->save_error_continue && err[0]) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", err);
+        merak_errf(err, errlen, "%s (the run's last checkpoint: a failure to write it ends the run even with "
+                   "--on-save-error continue)", why);
+    }
+    if (!r->a->save_error_continue || r->final_save)
         return -1;   /* the run ends with the error */
     report(r, MERAK_CHECKPOINT_FAILED, r->saved, NULL, 0, 0, err);
     err[0] = 0;
@@ -333,19 +341,21 @@ static int checkpoint_finish(run *r, char *err, size_t errlen)
     if (!r->ckpt || !merak_ckpt_in_flight(r->ckpt))
         return 0;
     int rc = merak_ckpt_finish(r->ckpt, r->comm, &done, err, errlen);
-    return saved(r, rc, &done, err);
+    return saved(r, rc, &done, err, errlen);
 }
 
 /* Starts the checkpoint after `step` steps, once a save in flight is
- * finished.  Collective; 0, or -1 (every rank alike). */
-static int checkpoint(run *r, int step, char *err, size_t errlen)
+ * finished; last: the run's last (saved() fails the run when it cannot be
+ * written).  Collective; 0, or -1 (every rank alike). */
+static int checkpoint(run *r, int step, int last, char *err, size_t errlen)
 {
     merak_ckpt_state st = {step, consumed_at(r, step), r->seed, merak_optim_steps(r->opt)};
     if (checkpoint_finish(r, err, errlen) < 0)
         return -1;
     r->saved = step;
+    r->final_save = last;
     int rc = merak_ckpt_save(r->ckpt, r->comm, r->stage, r->opt, r->a, &st, err, errlen);
-    return saved(r, rc, &(merak_ckpt_done){0}, err);
+    return saved(r, rc, &(merak_ckpt_done){0}, err, errlen);
 }
 
 /* "rank R on HOST: step S: why" for a failure of this rank alone; -2. */
@@ -443,7 +453,7 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         /* a periodic checkpoint: its copy (and a wait for the previous
          * one's writers) counts in the step's time */
         if (r->ckpt && a->save_every && (r->step + 1) % a->save_every == 0 && r->step + 1 < a->steps &&
-            checkpoint(r, r->step + 1, err, errlen) < 0)
+            checkpoint(r, r->step + 1, 0, err, errlen) < 0)
             return -1;
         double t1 = merak_now();
         /* the step's numbers, before the evaluation and the sample move
@@ -489,8 +499,9 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
     if (failed > 0)
         return -1;   /* rank 0 has the message */
     /* the end, or a stop: the last checkpoint, written through */
-    if (r->ckpt && r->saved != r->step && checkpoint(r, r->step, err, errlen) < 0)
+    if (r->ckpt && r->saved != r->step && checkpoint(r, r->step, 1, err, errlen) < 0)
         return -1;
+    r->final_save = 1;   /* also when the last step's save was already in flight */
     if (checkpoint_finish(r, err, errlen) < 0)
         return -1;
     return r->step;
