@@ -95,7 +95,7 @@ capture sh -c "ulimit -f 1000; exec $TRAIN $C --steps 4 --save $WORK/ck4 --save-
 [ "$rc" -eq 1 ] && grep -q "warning: checkpoint step 3: .*File too large (training goes on" "$WORK/err" &&
     grep -q "checkpoint step 4: .*File too large (the run's last checkpoint: a failure to write it ends the run even with --on-save-error continue)" "$WORK/err" ||
     { cat "$WORK/err"; fail "--on-save-error continue: exit $rc"; }
-[ "$(ls -A "$WORK/ck4")" = "step_00000002" ] || fail "after a failed save: $(ls -A "$WORK/ck4")"
+[ "$(ls -A "$WORK/ck4" | grep -v '^\.lock$')" = "step_00000002" ] || fail "after a failed save: $(ls -A "$WORK/ck4")"
 echo "ok: failed saves stop or continue, the last one ends the run, the earlier checkpoint kept"
 
 # 7. SIGTERM mid-run: a checkpoint at the step reached, exit 0, and
@@ -164,3 +164,19 @@ expect_exit 2 "export needs -o" "$CKPT" export "$CK"
 expect_exit 2 "import needs --model" "$CKPT" import "$WORK/full.st" -o "$WORK/imp3"
 expect_exit 2 "unknown command 'show'" "$CKPT" show "$CK"
 echo "ok: merak-ckpt inspect, export (= --save-weights), import (= --init)"
+
+# 11. Two runs never write into one --save directory: the first holds its
+# lock (.lock names it), the second is refused before any work naming the
+# first; after a stop the first's checkpoint is whole and the directory
+# takes the next run.
+"$TRAIN" $C --steps 100000 --lr-schedule constant --save "$WORK/ck11" --metrics "$WORK/a11.jsonl" \
+    > "$WORK/a11.log" 2>&1 &
+a11=$!
+for _ in $(seq 600); do [ -s "$WORK/a11.jsonl" ] && break; sleep 0.1; done
+expect_exit 1 "save $WORK/ck11: another run writes checkpoints there (pid $a11 on " "$TRAIN" $C --steps 2 \
+    --save "$WORK/ck11"
+kill -TERM "$a11"
+wait "$a11" || { cat "$WORK/a11.log"; fail "the first run did not stop cleanly"; }
+"$TRAIN" $C --steps 2 --save "$WORK/ck11" --resume latest > /dev/null 2>&1 ||
+    fail "after the first run ended, its directory did not take the next one"
+echo "ok: a second run writing into one --save directory is refused, naming the first"

@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "atomic.h"
@@ -125,6 +127,49 @@ int merak_ckpt_newest(const char *root)
     newest_ctx c = {-1, ""};
     scan(root, newest_fn, &c);
     return c.step;
+}
+
+int merak_ckpt_lock(const char *root, int *fd, char *err, size_t errlen)
+{
+    char path[PATH_MAX], holder[256] = "";
+    if ((size_t)snprintf(path, sizeof path, "%s/.lock", root) >= sizeof path)
+        return merak_errf(err, errlen, "--save %s: the path is too long", root);
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (*fd < 0)
+        return merak_errf(err, errlen, "--save %s: cannot open %s: %s", root, path, strerror(errno));
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(*fd, F_SETLK, &fl) != 0) {
+        int e = errno;
+        ssize_t n = pread(*fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(*fd);
+        *fd = -1;
+        if (e == EACCES || e == EAGAIN)
+            return merak_errf(err, errlen, "--save %s: another run writes checkpoints there (%s): save elsewhere, "
+                              "or wait for it to end", root, holder[0] ? holder : "its lock file names none");
+        if (e == ENOLCK || e == ENOSYS || e == EOPNOTSUPP || e == EINVAL)
+            return 0;   /* a file system without locks (NFS without lockd): the run goes on unguarded */
+        return merak_errf(err, errlen, "--save %s: cannot lock %s: %s", root, path, strerror(e));
+    }
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    char since[32] = "?";
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    int len = snprintf(holder, sizeof holder, "pid %ld on %s, since %s\n", (long)getpid(), host, since);
+    /* the note of the holder is for another run's message: the lock holds without it */
+    int noted = ftruncate(*fd, 0) == 0 && pwrite(*fd, holder, (size_t)len, 0) == len;
+    (void)noted;
+    return 0;
+}
+
+void merak_ckpt_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd);   /* releases the lock */
 }
 
 int merak_ckpt_find(const char *spec, const char *root, char *out, size_t outlen, char *err, size_t errlen)

@@ -96,6 +96,15 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
 /* The step of the newest complete checkpoint under ROOT, or -1. */
 int merak_ckpt_newest(const char *root);
 
+/* Claims ROOT for this run (its rank 0 calls it before it writes there):
+ * a POSIX record lock (fcntl, which NFS and Lustre keep) on ROOT/.lock,
+ * which names its holder, held until merak_ckpt_unlock or the process
+ * ends, so two runs never write into one directory (a file system
+ * without record locks: 0 and *fd -1, unguarded).  0 with *fd; -1 with
+ * err naming the other run when it holds ROOT, or why the lock failed. */
+int merak_ckpt_lock(const char *root, int *fd, char *err, size_t errlen);
+void merak_ckpt_unlock(int fd);
+
 /* The checkpoint SPEC names: a checkpoint directory (it must be complete),
  * or a directory of them ("latest" is ROOT), whose newest complete one is
  * taken.  1 with its path in out; 0 when ROOT holds none yet; -1 with err

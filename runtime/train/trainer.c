@@ -132,6 +132,7 @@ typedef struct run {
     merak_ckpt_writer *ckpt;      /* when a->save */
     int saved;                    /* the step of the last checkpoint started, or -1 */
     int final_save;               /* the save in flight is the run's last: it must be written */
+    int lock_fd;                  /* rank 0's lock on --save (merak_ckpt_lock), or -1 */
     char resume[4096];            /* the checkpoint resumed from, or "" */
     double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
     int diverged;                 /* every rank found the same bad loss or norm */
@@ -377,6 +378,7 @@ static void run_free(run *r)
     merak_data_close(r->val);
     merak_stage_destroy(r->stage);
     merak_trace_free(&r->trace);
+    merak_ckpt_unlock(r->lock_fd);
 }
 
 /* The stop signal every rank reports: the highest number any rank
@@ -578,7 +580,7 @@ static int not_an_input(const run *r, const char *flag, const char *out, char *e
  * reads (not_an_input) or another of its outputs, so that a finished run
  * is never lost to its last write, nor its data to its metrics.  0, or -1
  * with err. */
-static int check_outputs(const run *r, char *err, size_t errlen)
+static int check_outputs(run *r, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
     if (a->save) {
@@ -589,6 +591,8 @@ static int check_outputs(const run *r, char *err, size_t errlen)
             return merak_errf(err, errlen, "--save %s: cannot make the directory: %s", a->save, strerror(errno));
         if (stat(a->save, &st) != 0 || !S_ISDIR(st.st_mode))
             return merak_errf(err, errlen, "--save %s: not a directory", a->save);
+        if (merak_ckpt_lock(a->save, &r->lock_fd, err, errlen) < 0)
+            return -1;
         snprintf(probe, sizeof probe, "%s/step_probe", a->save);
         if (merak_atomic_probe(probe, err, errlen) < 0)
             return -1;
@@ -735,7 +739,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     }
 
     run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD),
-             .seed = a->seed, .saved = -1,
+             .seed = a->seed, .saved = -1, .lock_fd = -1,
              .eval_batches = a->eval_batches > 0 ? a->eval_batches : 4 * gr->dp};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
