@@ -137,7 +137,13 @@ int32_t merak_sampler_next(merak_sampler *s, const float *logits)
 {
     const int V = s->V;
     const float t = s->opts.temperature;
-    if (t == 0.0f) {
+    /* A temperature so small that a logit over it overflows is the limit
+     * of the distribution as t -> 0: the largest logit (else inf - inf
+     * made every weight NaN and picked token 0). */
+    int tiny = 0;
+    for (int i = 0; t > 0.0f && i < V && !tiny; i++)
+        tiny = !isfinite(logits[i] / t);
+    if (t == 0.0f || tiny) {
         int32_t best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best])

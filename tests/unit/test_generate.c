@@ -103,6 +103,17 @@ static void test_greedy(void)
     tap_ok(a == 1 && b == 1, "temperature 0 takes the largest logit, the lower id of two equal ones (got %d, %d)",
            a, b);
     merak_sampler_free(s);
+    /* a temperature at which the logits over it overflow: greedy, its limit */
+    const float big[5] = {1.0f, 2.0f, 0.5f, 3.0f, -1.0f};
+    o.temperature = 1e-45f;
+    s = merak_sampler_create(&o, 5);
+    a = s ? merak_sampler_next(s, big) : -1;
+    o.top_k = 2, o.top_p = 0.5f;
+    merak_sampler *s2 = merak_sampler_create(&o, 5);
+    b = s2 ? merak_sampler_next(s2, big) : -1;
+    tap_ok(a == 3 && b == 3, "temperature 1e-45 (logits over it overflow) takes the largest logit, as 0 does "
+           "(got %d, %d)", a, b);
+    merak_sampler_free(s), merak_sampler_free(s2);
 }
 
 static void test_distributions(void)
