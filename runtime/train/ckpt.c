@@ -264,7 +264,8 @@ static void *write_files(void *arg)
     job *j = &w->job;
     int n[2] = {j->nparams, MOMENTS * j->nparams};
     for (int f = 0; f < 2 && !j->failed; f++)
-        if (merak_st_write(j->path[f], j->entries[f], n[f], j->keys, (const char *const *)j->vals, j->nparams,
+        if (merak_st_finite(j->path[f], j->entries[f], n[f], j->err, sizeof j->err) < 0 ||
+            merak_st_write(j->path[f], j->entries[f], n[f], j->keys, (const char *const *)j->vals, j->nparams,
                            &j->crc[f], &j->bytes[f], j->err, sizeof j->err) < 0)
             j->failed = 1;
     j->seconds = merak_now() - j->t0;

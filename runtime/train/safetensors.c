@@ -691,3 +691,18 @@ void merak_st_shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
     if (k < len)
         snprintf(buf + k, len - k, "]");
 }
+
+int merak_st_finite(const char *path, const merak_st_entry *e, int n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        size_t elems = 1;
+        for (int d = 0; d < e[i].ndim; d++)
+            elems *= (size_t)e[i].shape[d];
+        for (size_t k = 0; k < elems; k++)
+            if (!isfinite(e[i].data[k]))
+                return merak_errf(err, errlen, "%s: not written: tensor '%s' holds %g at element %zu (the run "
+                                  "diverged; weights that are not finite are never saved)", path, e[i].name,
+                                  (double)e[i].data[k], k);
+    }
+    return 0;
+}

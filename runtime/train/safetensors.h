@@ -60,6 +60,12 @@ typedef struct merak_st_entry {
     const float *data;                 /* float32, row-major, prod(shape) elements */
 } merak_st_entry;
 
+/* Nothing that is not finite is saved (a diverged run's weights would
+ * load as garbage, and the loader refuses them): 0 when every element of
+ * the n entries is finite, else -1 with err "PATH: not written: tensor
+ * NAME holds nan at element K ...". */
+int merak_st_finite(const char *path, const merak_st_entry *e, int n, char *err, size_t errlen);
+
 /* Writes N float32 tensors (in the given order) and optional string metadata
  * (meta_keys[i] -> meta_vals[i], nmeta pairs) to PATH atomically.  With crc
  * (and bytes) not NULL, also the file's CRC-32 and size, summed while

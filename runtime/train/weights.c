@@ -253,6 +253,8 @@ int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
             en->data = copies[i];
         }
     }
+    if (rc == 0)
+        rc = merak_st_finite(path, entries, n, err, errlen);
     if (rc == 0) {
         const char *keys[] = {"format", "producer", "model"};
         const char *vals[] = {"pt", "merak " MERAK_VERSION_STRING, model_name ? model_name : ""};

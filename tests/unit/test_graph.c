@@ -6,8 +6,10 @@
  */
 #include <malloc.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "merak/merak.h"
@@ -477,6 +479,39 @@ static void test_init(void)
     tap_ok(memcmp(all, part, 1000 * sizeof *part) != 0, "different parameters get different values");
 }
 
+/* Weights that are not finite are never saved: one NaN in one tensor
+ * refuses the file, naming the tensor and the element, and writes
+ * nothing; the same finite tensors are written. */
+static void test_save_finite(void)
+{
+    merak_graph *g = build("tiny-gpt2", 2, 8);
+    int p = -1;
+    for (int t = 0; g && t < g->ntensors && p < 0; t++)
+        if (g->tensors[t].kind == MERAK_T_PARAM && g->tensors[t].layout != MERAK_HF_TRANSPOSED)
+            p = t;
+    size_t n = p >= 0 ? (size_t)merak_tensor_elems(&g->tensors[p]) : 0;
+    float *w = calloc(n ? n : 1, sizeof *w);
+    char path[] = "/tmp/merak-test-finite-XXXXXX";
+    err[0] = 0;
+    int fd = mkstemp(path);
+    if (!g || p < 0 || !w || fd < 0) {
+        tap_ok(0, "save finite: set-up failed");
+        free(w), merak_graph_destroy(g);
+        return;
+    }
+    close(fd);
+    unlink(path);
+    const float *data[1] = {w};
+    int ok = merak_weights_save_arrays(g, 1, &p, data, path, NULL, err, sizeof err) == 0 && access(path, F_OK) == 0;
+    unlink(path);
+    w[n / 2] = NAN;
+    int refused = merak_weights_save_arrays(g, 1, &p, data, path, NULL, err, sizeof err) < 0 &&
+                  strstr(err, g->tensors[p].name) && strstr(err, "nan") && access(path, F_OK) != 0;
+    tap_ok(ok && refused, "weights with a NaN are not saved: %s", err);
+    free(w);
+    merak_graph_destroy(g);
+}
+
 static void test_lr(void)
 {
     merak_lr s = {MERAK_LR_COSINE, 1e-3f, 1e-4f, 10, 110};
@@ -615,6 +650,7 @@ int main(void)
     test_recompute("tiny-gpt2");
     test_recompute("tiny-llama");
     test_init();
+    test_save_finite();
     test_lr();
     test_tp_shard();
     return tap_done();
