@@ -66,7 +66,18 @@ expect_exit 1 "is of a gpt2 model, this run trains a llama" "$TRAIN" $C --model 
 sed 's/"n_layer": 2/"n_layer": 3/' "$WORK/ck3/step_00000002/config.json" > "$WORK/deeper.json"
 expect_exit 1 "checkpoint's model has n_layer 2, this run's 3" "$TRAIN" $C --model "$WORK/deeper.json" --steps 4 \
     --resume "$WORK/ck3/step_00000002"
+# an edited manifest: DONE vouches for it (CRC-32 and size), so any edit
+# is refused by name; under a DONE from before the checksum (its step
+# only) a manifest is judged on its own
+sed 's/"consumed": 2/"consumed": 3/' "$WORK/ck3/step_00000002/manifest.json" > "$WORK/m.json"
+cmp -s "$WORK/m.json" "$WORK/ck3/step_00000002/manifest.json" && fail "the manifest holds no \"consumed\": 2"
+cp "$WORK/m.json" "$WORK/ck3/step_00000002/manifest.json"
+expect_exit 1 "manifest.json: changed after the checkpoint was written" "$TRAIN" $C --steps 4 \
+    --resume "$WORK/ck3/step_00000002"
+expect_exit 1 "manifest.json: changed after the checkpoint was written" "$MERAK_BUILDDIR/merak-ckpt" inspect \
+    "$WORK/ck3/step_00000002"
 echo '{}' > "$WORK/ck3/step_00000002/manifest.json"
+echo 'step 2' > "$WORK/ck3/step_00000002/DONE"
 expect_exit 1 "not a merak checkpoint manifest" "$TRAIN" $C --steps 4 --resume "$WORK/ck3/step_00000002"
 expect_exit 1 "holds no complete checkpoint" "$TRAIN" $C --steps 4 --resume "$WORK"
 

@@ -578,14 +578,20 @@ static int write_manifest(merak_ckpt_writer *w, const merak_grid *gr, const doub
             }
         }
     snprintf(path, sizeof path, "%s/manifest.json", w->dir);
-    char *text = json_dumps(w->manifest, JSON_INDENT(2) | JSON_REAL_PRECISION(9)), done[32];
+    char *text = json_dumps(w->manifest, JSON_INDENT(2) | JSON_REAL_PRECISION(9)), done[128];
     if (!text)
         return merak_errf(err, errlen, "out of memory writing the manifest");
     int rc = write_text(path, text, err, errlen);
     free(text);
+    /* DONE vouches for the manifest, which vouches for every other file */
+    uint32_t crc;
+    uint64_t bytes;
+    if (rc < 0 || merak_file_crc32(path, &crc, &bytes, err, errlen) < 0)
+        return -1;
     snprintf(path, sizeof path, "%s/DONE", w->dir);
-    snprintf(done, sizeof done, "step %d", w->step);
-    return rc < 0 ? -1 : write_text(path, done, err, errlen);
+    snprintf(done, sizeof done, "step %d\n" MERAK_CKPT_DONE_MANIFEST "%08x bytes %llu", w->step, (unsigned)crc,
+             (unsigned long long)bytes);
+    return write_text(path, done, err, errlen);
 }
 
 int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *done, char *err, size_t errlen)

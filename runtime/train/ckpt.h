@@ -8,7 +8,8 @@
  *       ...                              (dp rank 0 of every stage and shard writes its pair)
  *       manifest.json                    model, layout, step, data position, RNG, optimizer,
  *                                        library version, every file with its size and CRC-32
- *       DONE                             written last: the checkpoint is complete
+ *       DONE                             written last: the checkpoint is complete; holds
+ *                                        the step and the manifest's CRC-32 and size
  *
  * Tensors carry the model's (Hugging Face) names in graph layout (linear
  * weights [out, in]); a moment is NAME.exp_avg or NAME.exp_avg_sq.  Each
@@ -28,6 +29,12 @@
  */
 #ifndef MERAK_CKPT_H
 #define MERAK_CKPT_H
+
+/* DONE's second line, before the manifest's CRC-32 (8 hex digits) and
+ * size: "manifest.json crc32 1a2b3c4d bytes 2048".  A manifest that
+ * does not match is refused; a DONE without the line (merak before
+ * 2026-11-28) is taken as it is. */
+#define MERAK_CKPT_DONE_MANIFEST "manifest.json crc32 "
 
 #include <stddef.h>
 #include <stdint.h>

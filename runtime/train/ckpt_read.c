@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "errf.h"
@@ -176,12 +177,47 @@ static int read_meta(const char *path, json_t *m, merak_ckpt_meta *mt, char *err
     return 0;
 }
 
+/* The manifest is the one DONE vouches for (its CRC-32 and size, when
+ * there is a DONE that holds them): an edit of it is refused, never used.
+ * 0, or -1 with err. */
+static int manifest_vouched(const char *dir, const char *manifest, char *err, size_t errlen)
+{
+    char path[FILE_PATH], *done = NULL;
+    size_t n;
+    snprintf(path, sizeof path, "%s/DONE", dir);
+    if (access(path, F_OK) != 0)
+        return 0;   /* no DONE: whether the checkpoint is complete is judged where that matters */
+    if (merak_file_read_all(path, &done, &n, err, errlen) < 0)
+        return -1;
+    const char *line = strstr(done, MERAK_CKPT_DONE_MANIFEST);
+    unsigned want_crc;
+    unsigned long long want_bytes;
+    int vouched = line && sscanf(line + strlen(MERAK_CKPT_DONE_MANIFEST), "%8x bytes %llu", &want_crc,
+                                 &want_bytes) == 2;
+    free(done);
+    if (!line)
+        return 0;   /* a DONE from before DONE held the manifest's checksum */
+    if (!vouched)
+        return merak_errf(err, errlen, "%s: its manifest line is damaged", path);
+    uint32_t crc;
+    uint64_t bytes;
+    if (merak_file_crc32(manifest, &crc, &bytes, err, errlen) < 0)
+        return -1;
+    if (crc != want_crc || bytes != want_bytes)
+        return merak_errf(err, errlen, "%s: changed after the checkpoint was written (CRC-32 %08x, %llu bytes; DONE "
+                          "says %08x, %llu bytes): it is not used", manifest, (unsigned)crc, (unsigned long long)bytes,
+                          want_crc, want_bytes);
+    return 0;
+}
+
 int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, int world, merak_ckpt **out,
                     char *err, size_t errlen)
 {
     char path[FILE_PATH];
     *out = NULL;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (manifest_vouched(dir, path, err, errlen) < 0)
+        return -1;
     FILE *fp = merak_file_fopen(path, err, errlen);
     if (!fp)
         return -1;
