@@ -176,6 +176,25 @@ expect_exit 2 "import needs --model" "$CKPT" import "$WORK/full.st" -o "$WORK/im
 expect_exit 2 "unknown command 'show'" "$CKPT" show "$CK"
 echo "ok: merak-ckpt inspect, export (= --save-weights), import (= --init)"
 
+# 12. A resume reads what the saved run read: another micro-batch, or a
+# shard that grew, is refused naming it; --resume-data-change goes on,
+# saying what differs.
+"$TRAIN" $C --steps 2 --save "$WORK/ck12" > /dev/null 2>&1 || fail "save failed"
+expect_exit 1 "this run does not read what the checkpoint's did: the micro-batch: 4 now, 2 in the checkpoint" \
+    "$TRAIN" $C --steps 3 --micro-batch 4 --resume "$WORK/ck12/step_00000002"
+mkdir "$WORK/d12"
+cp "$WORK/data.bin" "$WORK/d12/a.bin"
+cp "$WORK/data.bin" "$WORK/d12/b.bin"
+C12=${C#--data $WORK/data.bin }   # the same flags, the data a glob of two shards
+expect_exit 1 "the data: 2 shard(s) now, 1 in the checkpoint ($WORK/d12/b.bin is new)" \
+    "$TRAIN" --data "$WORK/d12/*.bin" $C12 --steps 3 --resume "$WORK/ck12/step_00000002"
+"$TRAIN" --data "$WORK/d12/*.bin" $C12 --steps 3 --resume "$WORK/ck12/step_00000002" --resume-data-change \
+    > "$WORK/out" 2> "$WORK/err" &&
+    grep -q "note: --resume-data-change: the data: 2 shard(s) now, 1 in the checkpoint" "$WORK/err" ||
+    { cat "$WORK/err"; fail "--resume-data-change did not go on, saying what differs"; }
+expect_exit 2 "resume-data-change goes with --resume" "$TRAIN" $C --steps 1 --resume-data-change
+echo "ok: a resume with other data is refused naming it, unless --resume-data-change"
+
 # 11. Two runs never write into one --save directory: the first holds its
 # lock (.lock names it), the second is refused before any work naming the
 # first; after a stop the first's checkpoint is whole and the directory

@@ -40,7 +40,7 @@ build device -DMERAK_PKGDATADIR="\"/nonexistent\"" "$S/runtime/plan/device.c" "$
     "$S"/runtime/graph/*.c "$S/runtime/names.c"
 # shellcheck disable=SC2046
 build topo $(ls "$S"/topo/*.c | grep -v '/errf\.c$') -lhwloc
-build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" \
+build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c" "$S/runtime/train/data.c" \
     "$S"/runtime/graph/*.c "$S/runtime/names.c"
 
 # seeds: one valid input of each kind (the fuzzer mutates from there)

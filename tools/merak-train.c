@@ -112,6 +112,8 @@ static void usage(FILE *out)
         "  --keep-last K           keep the newest K checkpoints (default 0: all)\n"
         "  --resume DIR|latest     go on from a checkpoint (or the newest in DIR); latest: the newest\n"
         "                          in --save DIR, or step 0 when there is none yet\n"
+        "  --resume-data-change    resume although the data, micro-batch or sequence length are not\n"
+        "                          the checkpoint's (saying what differs; refused otherwise)\n"
         "  --on-save-error A       stop or continue when a checkpoint cannot be written (default stop)\n"
         "  --on-nan A              abort or skip a step whose loss or gradient norm is NaN or Inf\n"
         "                          (skip: no update, the step reported skipped; default abort)\n"
@@ -130,7 +132,7 @@ enum {
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
-    OPT_ON_SAVE_ERROR, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
+    OPT_ON_SAVE_ERROR, OPT_RESUME_DATA_CHANGE, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
     OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER, OPT_COMM_TIMEOUT, OPT_AUTO, OPT_GBATCH,
 };
 
@@ -212,6 +214,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"save-every", required_argument, 0, OPT_CKPT_EVERY},
         {"keep-last", required_argument, 0, OPT_KEEP},
         {"resume", required_argument, 0, OPT_RESUME},
+        {"resume-data-change", no_argument, 0, OPT_RESUME_DATA_CHANGE},
         {"on-save-error", required_argument, 0, OPT_ON_SAVE_ERROR},
         {"on-nan", required_argument, 0, OPT_ON_NAN},
         {"init-extra", no_argument, 0, OPT_INIT_EXTRA},
@@ -294,6 +297,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_CKPT_EVERY: a->save_every = (int)cli_parse_int("--save-every", optarg, 1, INT_MAX); break;
         case OPT_KEEP: a->keep_last = (int)cli_parse_int("--keep-last", optarg, 1, INT_MAX); break;
         case OPT_RESUME: a->resume = optarg; break;
+        case OPT_RESUME_DATA_CHANGE: a->resume_data_change = 1; break;
         case OPT_ON_SAVE_ERROR:
             if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "continue") != 0)
                 cli_die_usage("--on-save-error: '%s' is not stop or continue", optarg);
@@ -346,6 +350,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         cli_die_usage("--auto chooses the micro-batches: give --global-batch instead of --micro-batches");
     if (!a->save && (a->save_every || a->keep_last))
         cli_die_usage("%s needs --save DIR", a->save_every ? "--save-every" : "--keep-last");
+    if (a->resume_data_change && !a->resume)
+        cli_die_usage("--resume-data-change goes with --resume");
     if (a->resume && strcmp(a->resume, "latest") == 0 && !a->save)
         cli_die_usage("--resume latest needs --save DIR to look in");
     if (!a->val_data && (a->eval_every || a->eval_batches))
@@ -471,6 +477,8 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
     case MERAK_CHECKPOINT_RESUMED:
         printf("resumed from %s at step %d (%.1f MB, loaded in %.2f s)\n", ci->path, ci->step, ci->bytes / 1e6,
                ci->seconds);
+        if (ci->error)
+            fprintf(stderr, "%s: note: --resume-data-change: %s\n", cli_prog, ci->error);
         break;
     case MERAK_CHECKPOINT_NONE:
         printf("no checkpoint in %s yet: starting at step 0\n", ci->path);

@@ -267,7 +267,8 @@ typedef struct merak_checkpoint_info {
     const char *path;       /* its directory (NONE: the directory searched) */
     double bytes, seconds;  /* SAVED: every file; from the copy to the last byte on disk;
                              * RESUMED: every file; rank 0's time to load its part */
-    const char *error;      /* FAILED */
+    const char *error;      /* FAILED; RESUMED: what differs from the checkpoint's data
+                             * (resume_data_change), or NULL */
 } merak_checkpoint_info;
 
 /* Training arguments (the MerakArguments of the paper).  Start from
@@ -391,6 +392,11 @@ typedef struct merak_args {
     const char *val_data;
     int eval_every, eval_batches;
     const char *resume;
+    /* A resumed run reads what the saved one read: the same micro-batch,
+     * sequence length and shards (in order, with their token counts), or
+     * it is refused naming the difference; 1 goes on anyway, on_checkpoint
+     * saying what differs (RESUMED, in error). */
+    int resume_data_change;
     int save_error_continue;
     /* The model's configuration, recorded in checkpoints and checked
      * against theirs on resume (may be NULL). */

@@ -26,6 +26,7 @@
 #include "atomic.h"
 #include "ckpt.h"
 #include "clock.h"
+#include "data.h"
 #include "errf.h"
 #include "file.h"
 #include "grow.h"
@@ -228,6 +229,7 @@ struct merak_ckpt_writer {
     int in_flight, step;
     char dir[PATH_MAX];
     json_t *manifest;                 /* rank 0: the manifest but its files */
+    const merak_data *data;           /* rank 0: the run's shards, for the manifest; or NULL */
     char *config;                     /* rank 0: the model's config.json, or NULL */
     job job;
     pthread_t thread;
@@ -302,6 +304,7 @@ void merak_ckpt_writer_destroy(merak_ckpt_writer *w)
 }
 
 int merak_ckpt_busy(const merak_ckpt_writer *w) { return atomic_load(&w->busy); }
+void merak_ckpt_writer_data(merak_ckpt_writer *w, const merak_data *d) { w->data = d; }
 int merak_ckpt_in_flight(const merak_ckpt_writer *w) { return w->in_flight; }
 
 /* Rank 0's manifest of this save, its files added when they are written. */
@@ -448,6 +451,13 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
         json_decref(w->manifest);
         free(w->config);
         w->manifest = manifest_new(gr, a, st, a->model);
+        if (w->manifest && w->data) {   /* the shards, in window order, with their tokens */
+            json_t *list = json_array();
+            for (int i = 0; list && i < merak_data_num_shards(w->data); i++)
+                json_array_append_new(list, json_pack("{s:s, s:I}", "path", merak_data_shard_path(w->data, i), "tokens",
+                                                      (json_int_t)merak_data_shard_tokens(w->data, i)));
+            json_object_set_new(json_object_get(w->manifest, "data"), "shards", list);
+        }
         w->config = a->model ? merak_model_config_json(a->model) : NULL;
         failed = !w->manifest || (a->model && !w->config)
                      ? merak_errf(err, errlen, "out of memory writing the manifest") < 0

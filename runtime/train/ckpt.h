@@ -100,6 +100,21 @@ int merak_ckpt_in_flight(const merak_ckpt_writer *w);
 int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *done, char *err,
                       size_t errlen);
 
+/* The data the run reads (rank 0's, which reads token ids): its shards,
+ * with their token counts, go into every manifest after this call, so a
+ * resume can tell whether it reads what the saved run read. */
+struct merak_data;
+void merak_ckpt_writer_data(merak_ckpt_writer *w, const struct merak_data *d);
+
+/* What decides the next batches of a run resumed from DIR: its micro-batch
+ * and sequence length, and (when the manifest lists them) its shards, in
+ * order, with their token counts, against a's and d's.  0 when they are
+ * the same or the checkpoint had read no batch yet; 1 with what differs in why ("the data: train_001.bin has 1000
+ * tokens, the checkpoint's had 900"); -1 with err when the manifest
+ * cannot be read. */
+int merak_ckpt_data_differs(const char *dir, const merak_args *a, const struct merak_data *d, char *why,
+                            size_t whylen, char *err, size_t errlen);
+
 /* The step of the newest complete checkpoint under ROOT, or -1. */
 int merak_ckpt_newest(const char *root);
 

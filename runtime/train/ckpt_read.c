@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "data.h"
 #include "errf.h"
 #include "file.h"
 #include "grow.h"
@@ -208,6 +209,53 @@ static int manifest_vouched(const char *dir, const char *manifest, char *err, si
                           "says %08x, %llu bytes): it is not used", manifest, (unsigned)crc, (unsigned long long)bytes,
                           want_crc, want_bytes);
     return 0;
+}
+
+int merak_ckpt_data_differs(const char *dir, const merak_args *a, const merak_data *d, char *why, size_t whylen,
+                            char *err, size_t errlen)
+{
+    char path[FILE_PATH];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (manifest_vouched(dir, path, err, errlen) < 0)
+        return -1;
+    FILE *fp = merak_file_fopen(path, err, errlen);
+    if (!fp)
+        return -1;
+    json_error_t je;
+    json_t *m = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
+    fclose(fp);
+    if (!m)
+        return merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+    json_t *layout = json_object_get(m, "layout"), *shards = json_object_get(json_object_get(m, "data"), "shards");
+    const json_int_t mb = json_integer_value(json_object_get(layout, "micro_batch")),
+                     T = json_integer_value(json_object_get(layout, "seq_len"));
+    int rc = 0;
+    if (json_integer_value(json_object_get(json_object_get(m, "data"), "consumed")) <= 0)
+        ;   /* no batch read yet (step 0, an import): whatever it reads next is its first */
+    else if (mb != a->micro_batch)
+        rc = 1, snprintf(why, whylen, "the micro-batch: %d now, %lld in the checkpoint", a->micro_batch, (long long)mb);
+    else if (T != a->seq_len)
+        rc = 1, snprintf(why, whylen, "the sequence length: %d now, %lld in the checkpoint", a->seq_len, (long long)T);
+    else if (d && json_is_array(shards)) {
+        const int n = merak_data_num_shards(d), was = (int)json_array_size(shards);
+        for (int i = 0; rc == 0 && i < (n > was ? n : was); i++) {
+            json_t *e = json_array_get(shards, (size_t)i);
+            const char *p = json_string_value(json_object_get(e, "path"));
+            const json_int_t tok = json_integer_value(json_object_get(e, "tokens"));
+            if (i >= n)
+                rc = 1, snprintf(why, whylen, "the data: %d shard(s) now, %d in the checkpoint (%s is missing)", n,
+                                 was, p ? p : "?");
+            else if (i >= was)
+                rc = 1, snprintf(why, whylen, "the data: %d shard(s) now, %d in the checkpoint (%s is new)", n, was,
+                                 merak_data_shard_path(d, i));
+            else if ((uint64_t)tok != merak_data_shard_tokens(d, i))
+                rc = 1, snprintf(why, whylen, "the data: shard %d, %s, has %llu tokens now; the checkpoint's, %s, had "
+                                 "%lld", i, merak_data_shard_path(d, i),
+                                 (unsigned long long)merak_data_shard_tokens(d, i), p ? p : "?", (long long)tok);
+        }
+    }
+    json_decref(m);
+    return rc;
 }
 
 int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, int world, merak_ckpt **out,

@@ -224,6 +224,11 @@ const char *merak_data_shard_path(const merak_data *d, int i)
 
 uint64_t merak_data_num_tokens(const merak_data *d) { return d->ntokens; }
 
+uint64_t merak_data_shard_tokens(const merak_data *d, int i)
+{
+    return i >= 0 && i < d->nshard ? d->shards[i].n : 0;
+}
+
 /* Windows of shard s: each needs B*T tokens plus one for the last target. */
 static uint64_t shard_windows(const shard *s, uint64_t bt)
 {

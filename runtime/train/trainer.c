@@ -134,6 +134,7 @@ typedef struct run {
     int final_save;               /* the save in flight is the run's last: it must be written */
     int lock_fd;                  /* rank 0's lock on --save (merak_ckpt_lock), or -1 */
     char resume[4096];            /* the checkpoint resumed from, or "" */
+    char data_change[512];        /* rank 0: how its data differ (resume_data_change), or "" */
     double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
     int diverged;                 /* every rank found the same bad loss or norm */
     int skipped;                  /* and skipped the step's update (on_nan_skip) */
@@ -575,6 +576,27 @@ static int not_an_input(const run *r, const char *flag, const char *out, char *e
                                  err, errlen);
 }
 
+/* On rank 0, which reads the token ids: a resumed run reads what the
+ * saved one read (merak_ckpt_data_differs), or says so: refused, or with
+ * resume_data_change noted for on_checkpoint.  And the checkpoints it
+ * writes record its shards.  0, or -1 with err. */
+static int resumed_data(run *r, char *err, size_t errlen)
+{
+    if (r->ckpt && r->data)
+        merak_ckpt_writer_data(r->ckpt, r->data);
+    if (!r->resume[0])
+        return 0;
+    char why[400];
+    int rc = merak_ckpt_data_differs(r->resume, r->a, r->data, why, sizeof why, err, errlen);
+    if (rc <= 0)
+        return rc;
+    if (!r->a->resume_data_change)
+        return merak_errf(err, errlen, "%s: this run does not read what the checkpoint's did: %s (its next batches "
+                          "would be others; --resume-data-change goes on anyway)", r->resume, why);
+    snprintf(r->data_change, sizeof r->data_change, "%s", why);
+    return 0;
+}
+
 /* Before the first step, on rank 0, which writes them: every file the run
  * will write can be written (merak_atomic_probe), and none is a file it
  * reads (not_an_input) or another of its outputs, so that a finished run
@@ -786,6 +808,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     merak_metrics *metrics = NULL;
     if (!failed && rank0 && check_outputs(&r, err, errlen) < 0)
         failed = 1;
+    if (!failed && rank0 && resumed_data(&r, err, errlen) < 0)
+        failed = 1;
     if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
         failed = 1;
     if (!failed && rank0 && a->sample_every &&
@@ -810,7 +834,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
             a->on_start(&ri, a->user);
         }
         if (r.resume[0])
-            report(&r, MERAK_CHECKPOINT_RESUMED, r.step0, r.resume, r.resume_bytes, r.resume_s, NULL);
+            report(&r, MERAK_CHECKPOINT_RESUMED, r.step0, r.resume, r.resume_bytes, r.resume_s,
+                   r.data_change[0] ? r.data_change : NULL);
         else if (a->resume)
             report(&r, MERAK_CHECKPOINT_NONE, 0, a->save, 0, 0, NULL);
         n = steps(&r, metrics, err, errlen);
