@@ -193,6 +193,9 @@ expect_exit 1 "the data: 2 shard(s) now, 1 in the checkpoint ($WORK/d12/b.bin is
     grep -q "note: --resume-data-change: the data: 2 shard(s) now, 1 in the checkpoint" "$WORK/err" ||
     { cat "$WORK/err"; fail "--resume-data-change did not go on, saying what differs"; }
 expect_exit 2 "resume-data-change goes with --resume" "$TRAIN" $C --steps 1 --resume-data-change
+"$TRAIN" $C --steps 1 --resume "$WORK/ck12/step_00000002" > "$WORK/out" 2> "$WORK/err" &&
+    grep -q "note: nothing to train: the checkpoint is at step 2 and --steps is 1" "$WORK/err" ||
+    { cat "$WORK/err"; fail "--steps below the checkpoint's step: no note"; }
 echo "ok: a resume with other data is refused naming it, unless --resume-data-change"
 
 # 11. Two runs never write into one --save directory: the first holds its

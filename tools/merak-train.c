@@ -479,6 +479,9 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
                ci->seconds);
         if (ci->error)
             fprintf(stderr, "%s: note: --resume-data-change: %s\n", cli_prog, ci->error);
+        if (ci->step >= ((banner_ctx *)user)->a->steps)
+            fprintf(stderr, "%s: note: nothing to train: the checkpoint is at step %d and --steps is %d (the "
+                    "steps in all, not more of them)\n", cli_prog, ci->step, ((banner_ctx *)user)->a->steps);
         break;
     case MERAK_CHECKPOINT_NONE:
         printf("no checkpoint in %s yet: starting at step 0\n", ci->path);
