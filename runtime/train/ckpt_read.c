@@ -211,21 +211,31 @@ static int manifest_vouched(const char *dir, const char *manifest, char *err, si
     return 0;
 }
 
-int merak_ckpt_data_differs(const char *dir, const merak_args *a, const merak_data *d, char *why, size_t whylen,
-                            char *err, size_t errlen)
+/* DIR's manifest (path: its path), the one DONE vouches for, parsed; NULL
+ * with err. */
+static json_t *manifest_load(const char *dir, char *path, size_t pathlen, char *err, size_t errlen)
 {
-    char path[FILE_PATH];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    snprintf(path, pathlen, "%s/manifest.json", dir);
     if (manifest_vouched(dir, path, err, errlen) < 0)
-        return -1;
+        return NULL;
     FILE *fp = merak_file_fopen(path, err, errlen);
     if (!fp)
-        return -1;
+        return NULL;
     json_error_t je;
     json_t *m = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
     fclose(fp);
     if (!m)
-        return merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+        merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+    return m;
+}
+
+int merak_ckpt_data_differs(const char *dir, const merak_args *a, const merak_data *d, char *why, size_t whylen,
+                            char *err, size_t errlen)
+{
+    char path[FILE_PATH];
+    json_t *m = manifest_load(dir, path, sizeof path, err, errlen);
+    if (!m)
+        return -1;
     json_t *layout = json_object_get(m, "layout"), *shards = json_object_get(json_object_get(m, "data"), "shards");
     const json_int_t mb = json_integer_value(json_object_get(layout, "micro_batch")),
                      T = json_integer_value(json_object_get(layout, "seq_len"));
@@ -263,17 +273,9 @@ int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, 
 {
     char path[FILE_PATH];
     *out = NULL;
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (manifest_vouched(dir, path, err, errlen) < 0)
-        return -1;
-    FILE *fp = merak_file_fopen(path, err, errlen);
-    if (!fp)
-        return -1;
-    json_error_t je;
-    json_t *m = json_loadf(fp, JSON_REJECT_DUPLICATES, &je), *files;
-    fclose(fp);
+    json_t *m = manifest_load(dir, path, sizeof path, err, errlen), *files;
     if (!m)
-        return merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+        return -1;
     merak_ckpt *c = calloc(1, sizeof *c);
     int rc = -1;
     if (!c) {
