@@ -59,6 +59,17 @@ static int say(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
+int merak_backend_check(const char *name, char *err, size_t errlen)
+{
+    const merak_backend *be = merak_backend_find(name);
+    if (!be)
+        return say(err, errlen, "device '%s' is not %s", name, merak_backend_names());
+    if (!be->built)
+        return say(err, errlen, "device %s: this merak was built without %s (configure found no %s toolkit, or "
+                   "--without-%s)", be->name, be->label, be->label, be->name) - 1;
+    return 0;
+}
+
 #ifdef HAVE_CUDA
 static const merak_kernels *open_cuda(char *err, size_t errlen)
 {
@@ -100,17 +111,9 @@ static const merak_kernels *open_cuda(char *err, size_t errlen)
 
 const merak_kernels *merak_kernels_open(const char *name, int threads, char *err, size_t errlen)
 {
-    const merak_backend *be = merak_backend_find(name);
-    if (!be) {
-        say(err, errlen, "device '%s' is not %s", name, merak_backend_names());
+    if (merak_backend_check(name, err, errlen) < 0)
         return NULL;
-    }
-    if (!be->built) {
-        say(err, errlen, "device %s: this merak was built without %s (configure found no %s toolkit, or "
-                         "--without-%s)", be->name, be->label, be->label, be->name);
-        return NULL;
-    }
-    if (be->host) {
+    if (merak_backend_find(name)->host) {
         merak_kernels_cpu_set_threads(threads);
         return merak_kernels_cpu();
     }

@@ -220,6 +220,10 @@ typedef struct merak_backend {
 const merak_backend *merak_backend_find(const char *name);
 /* "cpu or cuda", for messages. */
 const char *merak_backend_names(void);
+/* Can backend `name` (NULL: "cpu") run here?  0; -1 with one line in err
+ * when no backend has that name; -2 when this library was built without
+ * it. */
+int merak_backend_check(const char *name, char *err, size_t errlen);
 /* The kernels of backend `name` (NULL: "cpu"): the CPU's with `threads`
  * threads, or a GPU's (the one MERAK_GPU names, else this rank's place on
  * its node over the GPUs it sees, else the current one) when this library

@@ -92,12 +92,13 @@ int main(int argc, char **argv)
     }
 
     char err[512];
-    for (int i = optind; i <= argc; i++)   /* argv[argc]: the tokenizer */
-        if (merak_file_not_input("-o", out, i < argc ? "an input" : "the --tokenizer file", i < argc ? argv[i] : tokfile,
-                                 err, sizeof err) < 0) {
-            fprintf(stderr, "merak-shard: %s\n", err);
-            return 1;
-        }
+    int same = merak_file_not_input("-o", out, "the --tokenizer file", tokfile, err, sizeof err);
+    for (int i = optind; i < argc && same == 0; i++)
+        same = merak_file_not_input("-o", out, "an input", argv[i], err, sizeof err);
+    if (same < 0) {
+        fprintf(stderr, "merak-shard: %s\n", err);
+        return 1;
+    }
     merak_tokenizer *tok = NULL;
     if (tokfile && merak_tokenizer_load(tokfile, &tok, err, sizeof err) != 0) {
         fprintf(stderr, "merak-shard: %s\n", err);

@@ -100,13 +100,8 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
                           a->profile, method);
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
-    const merak_backend *be = merak_backend_find(a->device);
-    if (!be)
-        return merak_errf(err, errlen, "device '%s' is not %s", a->device, merak_backend_names());
-    if (!be->built) {
-        merak_errf(err, errlen, "device %s: this merak was built without %s (configure found no %s toolkit, or "
-                                "--without-%s)", be->name, be->label, be->label, be->name);
-        return -2;
-    }
+    int device = merak_backend_check(a->device, err, errlen);
+    if (device < 0)
+        return device;   /* -2: built without it, a usage error */
     return 0;
 }
