@@ -6,7 +6,9 @@
 #      below: train -> plan -> pipe -> graph, pipe -> comm, ...; the
 #      kernels and topo at the bottom, the spank plugin on topo and the
 #      runtime's name tables);
-#   3. no include cycle among the source tree's headers.
+#   3. no include cycle among the source tree's headers;
+#   4. ops are dispatched through the op table (runtime/graph/ops.h):
+#      outside runtime/graph, at most a handful of `case MERAK_OP_...`.
 # A folder the table does not name fails the test: add it here and to
 # DESIGN.md together.
 . "$(dirname "$0")/lib.sh"
@@ -140,9 +142,26 @@ for h in sorted(headers):
     if h not in state:
         walk(h, [h])
 
+# 4. the op table: code outside runtime/graph asks an op's entry, not its kind
+HANDFUL = 4
+cases = []
+for d, ds, fs in os.walk(src):
+    ds[:] = [x for x in ds if not x.startswith((".", "build")) and x not in ("autom4te.cache", "tests", "graph")]
+    for f in fs:
+        if f.endswith((".c", ".h", ".cu", ".cuh", ".cpp")):
+            path = os.path.join(d, f)
+            for n, line in enumerate(open(path, errors="replace"), 1):
+                if re.search(r"\bcase\s+MERAK_OP_", line):
+                    cases.append(f"{os.path.relpath(path, src)}:{n}")
+if len(cases) > HANDFUL:
+    bad += 1
+    print(f"{len(cases)} 'case MERAK_OP_' outside runtime/graph (at most {HANDFUL}; dispatch through the "
+          "op table, runtime/graph/ops.h): " + " ".join(cases))
+
 nobj = len(undefs)
 nedge = sum(len(v) for v in edges.values())
-print(f"{nobj} objects, {nedge} calls between them, {len(seen)} folder directions, {len(headers)} headers: "
+print(f"{nobj} objects, {nedge} calls between them, {len(seen)} folder directions, {len(headers)} headers, "
+      f"{len(cases)} op cases outside runtime/graph: "
       + ("ok" if not bad else f"{bad} problem(s)"))
 sys.exit(1 if bad else 0)
 EOF

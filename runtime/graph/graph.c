@@ -1,6 +1,8 @@
 /*
  * graph.c - building the model graph: tensors, parameters, ops, shape
- * inference and the per-op cost model (FLOPs and bytes).
+ * inference and the per-op cost model (FLOPs and bytes).  Each op kind's
+ * builder is its shape rule; everything else about a kind is its entry in
+ * the op table (ops.c).
  *
  * Every builder call validates its arguments and either appends exactly one
  * tensor (and op) or changes nothing and leaves a message in g->err.  The
@@ -20,27 +22,6 @@
 #include "file.h"
 #include "graph.h"
 #include "grow.h"
-
-static const char *const op_names[MERAK_OP_COUNT_] = {
-    [MERAK_OP_EMBEDDING] = "embedding",
-    [MERAK_OP_POS_EMBEDDING] = "pos_embedding",
-    [MERAK_OP_LAYERNORM] = "layernorm",
-    [MERAK_OP_RMSNORM] = "rmsnorm",
-    [MERAK_OP_LINEAR] = "linear",
-    [MERAK_OP_ATTENTION] = "attention",
-    [MERAK_OP_GELU] = "gelu",
-    [MERAK_OP_SWIGLU] = "swiglu",
-    [MERAK_OP_ADD] = "add",
-    [MERAK_OP_DROPOUT] = "dropout",
-    [MERAK_OP_CROSS_ENTROPY] = "cross_entropy",
-    [MERAK_OP_TP_COPY] = "tp_copy",
-    [MERAK_OP_TP_REDUCE] = "tp_reduce",
-};
-
-const char *merak_op_name(merak_op_type t)
-{
-    return (t >= 0 && t < MERAK_OP_COUNT_) ? op_names[t] : "?";
-}
 
 /* Has a building call on g failed?  Then the graph is final. */
 static int failed(const merak_graph *g) { return g->err[0] != 0; }
@@ -80,14 +61,6 @@ const char *merak_graph_error(const merak_graph *g) { return g->err; }
 int merak_graph_num_ops(const merak_graph *g) { return g->nops; }
 int merak_graph_num_tensors(const merak_graph *g) { return g->ntensors; }
 int merak_graph_num_params(const merak_graph *g) { return g->nparams; }
-
-int64_t merak_tensor_elems(const merak_tensor *t)
-{
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
-    return n;
-}
 
 int64_t merak_graph_param_elems(const merak_graph *g)
 {
@@ -528,6 +501,29 @@ int merak_op_tp_reduce(merak_graph *g, int x, int bias)
     merak_op o = new_op(MERAK_OP_TP_REDUCE, bias >= 0 ? 2 : 1, (int[]){x, bias});
     o.flops = bias >= 0 ? (double)merak_tensor_elems(&g->tensors[x]) : 0;
     return add_op(g, &o, MERAK_F32, g->tensors[x].ndim, g->tensors[x].shape);
+}
+
+/* The shape rule of an op kind is its builder: op o (of another graph)
+ * added to g over the inputs in (ids in g), with o's attributes. */
+int merak_graph_readd(merak_graph *g, const merak_op *o, const int *in)
+{
+    switch (o->type) {
+    case MERAK_OP_EMBEDDING: return merak_op_embedding(g, in[0], in[1]);
+    case MERAK_OP_POS_EMBEDDING: return merak_op_pos_embedding(g, in[0], in[1]);
+    case MERAK_OP_LAYERNORM: return merak_op_layernorm(g, in[0], in[1], in[2], o->eps);
+    case MERAK_OP_RMSNORM: return merak_op_rmsnorm(g, in[0], in[1], o->eps);
+    case MERAK_OP_LINEAR: return merak_op_linear(g, in[0], in[1], in[2]);
+    case MERAK_OP_ATTENTION:
+        return merak_op_attention(g, in[0], in[1], in[2], o->n_head, o->n_kv_head, o->rope_theta);
+    case MERAK_OP_GELU: return merak_op_gelu(g, in[0]);
+    case MERAK_OP_SWIGLU: return merak_op_swiglu(g, in[0], in[1]);
+    case MERAK_OP_ADD: return merak_op_add(g, in[0], in[1]);
+    case MERAK_OP_DROPOUT: return merak_op_dropout(g, in[0], o->p);
+    case MERAK_OP_CROSS_ENTROPY: return merak_op_cross_entropy(g, in[0], in[1]);
+    case MERAK_OP_TP_COPY: return merak_op_tp_copy(g, in[0]);
+    case MERAK_OP_TP_REDUCE: return merak_op_tp_reduce(g, in[0], in[1]);
+    default: return fail(g, "op kind %d is not one this library builds", (int)o->type);
+    }
 }
 
 /* ------------------------------------------------------------------ tensor-parallel rules */

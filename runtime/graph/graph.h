@@ -102,10 +102,22 @@ struct merak_graph {
                                 * calls change nothing and return -1 */
 };
 
+/* The op kind's name (the op table, ops.h). */
 const char *merak_op_name(merak_op_type t);
 
+/* Op o of another graph added to g over inputs in (ids in g; in[j] for
+ * o->in[j]), with o's attributes, by its kind's builder (the shape rule):
+ * the new output's id, or -1 with g's error. */
+int merak_graph_readd(merak_graph *g, const merak_op *o, const int *in);
+
 /* Number of elements of a tensor. */
-int64_t merak_tensor_elems(const merak_tensor *t);
+static inline int64_t merak_tensor_elems(const merak_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
 
 /* The tensor whose storage a parameter uses (follows ties). */
 int merak_graph_param_root(const merak_graph *g, int tensor);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "ops.h"
 
 /* How an activation of the whole graph is held on this rank. */
 typedef struct tstate {
@@ -369,14 +370,7 @@ static int whole_op(pass *p, int i)
             return -1;
         }
     }
-    merak_graph *l = p->l;
-    int t = -1;
-    switch (o->type) {
-    case MERAK_OP_POS_EMBEDDING: t = merak_op_pos_embedding(l, in[0], in[1]); break;
-    case MERAK_OP_LAYERNORM: t = merak_op_layernorm(l, in[0], in[1], in[2], o->eps); break;
-    case MERAK_OP_RMSNORM: t = merak_op_rmsnorm(l, in[0], in[1], o->eps); break;
-    default: return failf(p, "tp=%d: op %d (%s) cannot be sharded", p->tp, i, merak_op_name(o->type));
-    }
+    int t = merak_graph_readd(p->l, o, in);
     tstate s = {0};
     return set_out(p, o->out, last_op_src(p, i, t), &s);
 }
@@ -389,14 +383,10 @@ static int elementwise(pass *p, int i)
     if (o->nin > 1 && !same_state(s, &p->st[o->in[1]]))
         return failf(p, "tp=%d: op %d (%s) adds a split tensor to a whole one; check the "
                      "tensor-parallel rules", p->tp, i, merak_op_name(o->type));
-    int a = p->map[o->in[0]], b = o->nin > 1 ? p->map[o->in[1]] : -1, t = -1;
-    switch (o->type) {
-    case MERAK_OP_GELU: t = merak_op_gelu(p->l, a); break;
-    case MERAK_OP_DROPOUT: t = merak_op_dropout(p->l, a, o->p); break;
-    case MERAK_OP_SWIGLU: t = merak_op_swiglu(p->l, a, b); break;
-    case MERAK_OP_ADD: t = merak_op_add(p->l, a, b); break;
-    default: break;
-    }
+    int in[MERAK_OP_MAX_IN];
+    for (int k = 0; k < MERAK_OP_MAX_IN; k++)
+        in[k] = k < o->nin && o->in[k] >= 0 ? p->map[o->in[k]] : -1;
+    int t = merak_graph_readd(p->l, o, in);
     tstate copy = *s;
     return set_out(p, o->out, last_op_src(p, i, t), &copy);
 }
@@ -432,16 +422,16 @@ merak_graph *merak_graph_shard(const merak_graph *g, int tp, int rank,
         p.l->tp_rank = rank;
     }
     for (int i = 0; rc == 0 && i < g->nops; i++) {
-        switch (g->ops[i].type) {
-        case MERAK_OP_LINEAR: rc = linear(&p, i); break;
-        case MERAK_OP_EMBEDDING: rc = embedding(&p, i); break;
-        case MERAK_OP_ATTENTION: rc = attention(&p, i); break;
-        case MERAK_OP_CROSS_ENTROPY: rc = cross_entropy(&p, i); break;
-        case MERAK_OP_GELU:
-        case MERAK_OP_DROPOUT:
-        case MERAK_OP_SWIGLU:
-        case MERAK_OP_ADD: rc = elementwise(&p, i); break;
-        default: rc = whole_op(&p, i); break;
+        switch (merak_op_kind_of(&g->ops[i])->shard) {
+        case MERAK_SHARD_LINEAR: rc = linear(&p, i); break;
+        case MERAK_SHARD_EMBEDDING: rc = embedding(&p, i); break;
+        case MERAK_SHARD_ATTENTION: rc = attention(&p, i); break;
+        case MERAK_SHARD_LOSS: rc = cross_entropy(&p, i); break;
+        case MERAK_SHARD_ELEMENTWISE: rc = elementwise(&p, i); break;
+        case MERAK_SHARD_WHOLE: rc = whole_op(&p, i); break;
+        case MERAK_SHARD_NONE:
+            rc = failf(&p, "tp=%d: op %d (%s) cannot be sharded", tp, i, merak_op_name(g->ops[i].type));
+            break;
         }
     }
     free(p.map);

@@ -1,6 +1,7 @@
 /*
  * decode.c - the generation decoder (see decode.h): the graph's ops over
- * the rows of new positions, attention against a key/value cache.
+ * the rows of new positions, attention against a key/value cache, each op
+ * run by its op table entry's decode (graph/ops.h).
  */
 #include "decode.h"
 
@@ -10,6 +11,7 @@
 #include "errf.h"
 #include "exec.h"
 #include "graph/graph.h"
+#include "graph/ops.h"
 
 /* Rows of new positions one piece runs at once. */
 #define PIECE_ROWS 64
@@ -41,7 +43,7 @@ static int check_graph(merak_decoder *d, char *err, size_t errlen)
     if (g->tp != 1)
         return merak_errf(err, errlen, "generation runs a whole model, not a %d-way tensor-parallel shard", g->tp);
     if (g->loss < 0 || g->tensors[g->loss].producer < 0 ||
-        g->ops[g->tensors[g->loss].producer].type != MERAK_OP_CROSS_ENTROPY)
+        !merak_op_kind_of(&g->ops[g->tensors[g->loss].producer])->loss)
         return merak_errf(err, errlen, "the model has no cross-entropy loss, whose logits generation samples");
     d->loss_op = g->tensors[g->loss].producer;
     d->logits = g->ops[d->loss_op].in[0];
@@ -50,20 +52,8 @@ static int check_graph(merak_decoder *d, char *err, size_t errlen)
         const merak_op *o = &g->ops[i];
         if (!runs(d, i))
             continue;
-        switch (o->type) {
-        case MERAK_OP_TP_COPY:
-        case MERAK_OP_TP_REDUCE:
-        case MERAK_OP_CROSS_ENTROPY:
+        if (!merak_op_kind_of(o)->decode)
             return merak_errf(err, errlen, "generation cannot run op %d (%s) of the model", i, merak_op_name(o->type));
-        case MERAK_OP_POS_EMBEDDING: {
-            const merak_tensor *wpe = &g->tensors[o->in[1]];
-            if (wpe->shape[0] < d->ctx)
-                return merak_errf(err, errlen, "generation needs %d positions (prompt and tokens), more than the "
-                                  "model's %lld ('%s')", d->ctx, (long long)wpe->shape[0], wpe->name);
-            break;
-        }
-        default: break;
-        }
         for (int j = 0; j < o->nin; j++) {
             const merak_tensor *t = o->in[j] >= 0 ? &g->tensors[o->in[j]] : NULL;
             if (t && t->kind == MERAK_T_INPUT && t->dtype != MERAK_I32)
@@ -112,15 +102,13 @@ static int allocate(merak_decoder *d, char *err, size_t errlen)
         }
         if (!(d->buf[o->out] = alloc_floats(d, rows * (size_t)width(&g->tensors[o->out]))))
             goto oom;
-        if (o->type == MERAK_OP_ATTENTION) {
-            merak_attn_shape s = merak_exec_attn_shape(g, o);
-            s.B = 1, s.T = d->rows;
-            const size_t cache = (size_t)d->ctx * (size_t)(o->n_kv_head * o->head_dim);
-            if (!(d->kc[i] = alloc_floats(d, cache)) || !(d->vc[i] = alloc_floats(d, cache)))
-                goto oom;
-            size_t n = d->k->attention_cached_scratch_elems(&s, d->ctx);
-            scratch = n > scratch ? n : scratch;
-        }
+        const merak_op_kind *kd = merak_op_kind_of(o);
+        size_t cache = 0, n = 0;
+        if (kd->decode_plan && kd->decode_plan(g, o, d->k, d->rows, d->ctx, &cache, &n, err, errlen) < 0)
+            return -1;
+        if (cache && (!(d->kc[i] = alloc_floats(d, cache)) || !(d->vc[i] = alloc_floats(d, cache))))
+            goto oom;
+        scratch = n > scratch ? n : scratch;
     }
     if (scratch && !(d->scratch = alloc_floats(d, scratch)))
         goto oom;
@@ -193,48 +181,16 @@ int merak_decoder_param_write(merak_decoder *d, int i, const float *host)
 void merak_decoder_reset(merak_decoder *d) { d->pos = 0; }
 int merak_decoder_pos(const merak_decoder *d) { return d->pos; }
 
-/* Op o over the N rows of positions [pos, pos+N). */
-static void run_op(merak_decoder *d, const merak_op *o, int i, int N)
+/* Op i over the N rows of positions [pos, pos+N). */
+static void run_op(merak_decoder *d, int i, int N)
 {
-    const merak_graph *g = d->g;
-    const merak_kernels *k = d->k;
-    float *out = d->buf[o->out];
-    float *in0 = d->buf[o->in[0]];
-    float *in1 = o->nin > 1 && o->in[1] >= 0 ? d->buf[o->in[1]] : NULL;
-    float *in2 = o->nin > 2 && o->in[2] >= 0 ? d->buf[o->in[2]] : NULL;
-    const int C = (int)width(&g->tensors[o->in[0]]), Cout = (int)width(&g->tensors[o->out]);
-    const size_t n = (size_t)N * (size_t)Cout;
-    switch (o->type) {
-    case MERAK_OP_EMBEDDING:
-        k->embedding_fwd(out, (const int32_t *)d->buf[o->in[0]], in1, N, Cout, o->v0,
-                         (int)g->tensors[o->in[1]].shape[0]);
-        break;
-    case MERAK_OP_POS_EMBEDDING:
-        k->posemb_fwd(out, in0, in1 + (size_t)d->pos * (size_t)C, 1, N, C);
-        break;
-    case MERAK_OP_LAYERNORM:
-        k->layernorm_fwd(out, d->stats, d->stats + d->rows, in0, in1, in2, N, C, o->eps);
-        break;
-    case MERAK_OP_RMSNORM:
-        k->rmsnorm_fwd(out, d->stats, in0, in1, N, C, o->eps);
-        break;
-    case MERAK_OP_LINEAR:
-        k->linear_fwd(out, in0, in1, in2, N, C, Cout);
-        break;
-    case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = merak_exec_attn_shape(g, o);
-        float *q, *kk, *v;
-        merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-        s.B = 1, s.T = N;
-        k->attention_cached_fwd(&s, d->pos, d->ctx, out, d->kc[i], d->vc[i], q, kk, v, d->scratch);
-        break;
-    }
-    case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
-    case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
-    case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
-    case MERAK_OP_DROPOUT: k->dropout_fwd(out, in0, n, 0.0f, 0, 0); break;   /* evaluation */
-    default: break;   /* check_graph let no other op through */
-    }
+    const merak_op *o = &d->g->ops[i];
+    merak_op_io io = {.g = d->g, .o = o, .k = d->k, .y = d->buf[o->out], .saved = d->stats,
+                      .scratch = d->scratch, .rows = N, .rows_all = d->rows, .seq = N, .eval = 1,
+                      .pos = d->pos, .ctx = d->ctx, .kcache = d->kc[i], .vcache = d->vc[i]};
+    for (int j = 0; j < o->nin && j < 3; j++)
+        io.x[j] = o->in[j] >= 0 ? d->buf[o->in[j]] : NULL;
+    merak_op_kind_of(o)->decode(&io);   /* check_graph let no other op through */
 }
 
 int merak_decoder_feed(merak_decoder *d, const int32_t *ids, int n, float *logits, char *err,
@@ -259,7 +215,7 @@ int merak_decoder_feed(merak_decoder *d, const int32_t *ids, int n, float *logit
                 return merak_errf(err, errlen, "copying token ids to the %s backend failed", d->k->name);
         for (int i = 0; i < g->nops; i++)
             if (runs(d, i))
-                run_op(d, &g->ops[i], i, N);
+                run_op(d, i, N);
         d->pos += N;
     }
     const float *last = (const float *)d->buf[d->logits] + (size_t)(N - 1) * (size_t)d->vocab;

@@ -1,6 +1,8 @@
 /*
  * exec.c - the executor: memory plan, then forward and split backward over a
- * slice of the graph's ops, dispatching each op to the backend's kernels.
+ * slice of the graph's ops, each op run through its entry of the op table
+ * (graph/ops.h) on the sub-batch's parts of its tensors; the executor adds
+ * what needs its state: the tensor-parallel sums, the loss's reduction.
  *
  * Tensor memory is the backend's (its alloc, zero and copy hooks), so the
  * same executor runs on host or device memory.  Only small per-row values
@@ -16,9 +18,9 @@
 #include "errf.h"
 #include "exec.h"
 #include "graph/graph.h"
+#include "graph/ops.h"
 #include "mix64.h"
 
-#define ALIGN_FLOATS 16 /* 64-byte alignment of every buffer carved from an arena */
 
 /* One op range of the slice, with its slots' arenas: slot slot0 + j's
  * values are act_floats floats at act + act_base + j * act_floats (and its
@@ -92,11 +94,11 @@ struct merak_exec {
     void *poll_ctx;
 };
 
-static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+static size_t round_up(size_t n) { return merak_align_floats(n); }
 
 /* n zeroed floats of the backend's memory (never a zero-size request) */
 /* What alloc_floats asks the backend for. */
-static size_t alloc_bytes(size_t n) { return (n ? n : ALIGN_FLOATS) * sizeof(float); }
+static size_t alloc_bytes(size_t n) { return (n ? n : MERAK_ALIGN_FLOATS) * sizeof(float); }
 static float *alloc_floats(const merak_kernels *k, size_t n) { return k->alloc(alloc_bytes(n)); }
 
 /* Records why a forward or backward failed; returns -1. */
@@ -113,45 +115,6 @@ static int fail(merak_exec *e, const char *fmt, ...)
 /* Rows N, feature width C of a (.., C) tensor. */
 static int64_t rows_of(const merak_tensor *t) { return merak_tensor_elems(t) / t->shape[t->ndim - 1]; }
 static int64_t cols_of(const merak_tensor *t) { return t->shape[t->ndim - 1]; }
-
-merak_attn_shape merak_exec_attn_shape(const merak_graph *g, const merak_op *o)
-{
-    const merak_tensor *q = &g->tensors[o->in[0]];
-    merak_attn_shape s;
-    s.B = (int)q->shape[0];
-    s.T = (int)q->shape[1];
-    s.n_head = o->n_head;
-    s.n_kv_head = o->n_kv_head;
-    s.head_dim = o->head_dim;
-    if (o->fused_qkv) {
-        s.q_stride = s.k_stride = s.v_stride = (int)q->shape[2];
-    } else {
-        s.q_stride = o->n_head * o->head_dim;
-        s.k_stride = s.v_stride = o->n_kv_head * o->head_dim;
-    }
-    s.rope_theta = o->rope_theta;
-    return s;
-}
-
-/* Floats an op keeps from forward to backward. */
-static size_t saved_floats(const merak_graph *g, const merak_op *o)
-{
-    const merak_tensor *x = &g->tensors[o->in[0]];
-    switch (o->type) {
-    case MERAK_OP_LAYERNORM: return 2 * (size_t)rows_of(x);      /* mean, rstd */
-    case MERAK_OP_RMSNORM: return (size_t)rows_of(x);            /* rstd */
-    case MERAK_OP_CROSS_ENTROPY: return 2 * (size_t)rows_of(x);  /* lse, per-row losses */
-    case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = merak_exec_attn_shape(g, o);
-        size_t n = round_up((size_t)s.B * s.n_head * s.T);        /* lse */
-        if (s.rope_theta > 0)                                     /* rotated q, k */
-            n += round_up((size_t)s.B * s.T * s.n_head * s.head_dim) +
-                 (size_t)s.B * s.T * s.n_kv_head * s.head_dim;
-        return n;
-    }
-    default: return 0;
-    }
-}
 
 /* Checks the chunks (op ranges in order, slots) into e->ch. */
 static int set_chunks(merak_exec *e, const merak_exec_opts *opts, char *err, size_t errlen)
@@ -237,19 +200,17 @@ static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use,
         /* An op whose output is kept keeps its saved values too and is not
          * re-run: the recompute only rebuilds what was dropped. */
         e->dropped[i] = e->pooled[o->out];
-        size_t sv = saved_floats(g, o);
+        const merak_op_kind *kd = merak_op_kind_of(o);
+        size_t sv = kd->saved_floats ? kd->saved_floats(g, o) : 0;
         if (sv) {
             size_t *av = e->dropped[i] ? &pool_act : &ch->act_floats;
             e->save_off[i] = (int64_t)*av;
             *av += round_up(sv);
         }
-        if (o->type == MERAK_OP_ATTENTION) {
-            merak_attn_shape as = merak_exec_attn_shape(g, o);
-            size_t sn = e->k->attention_scratch_elems(&as);
-            if (sn > *scratch_n)
-                *scratch_n = sn;
-        }
-        if (o->type == MERAK_OP_CROSS_ENTROPY) {
+        size_t sn = kd->scratch_floats ? kd->scratch_floats(g, o, e->k) : 0;
+        if (sn > *scratch_n)
+            *scratch_n = sn;
+        if (kd->loss) {
             /* host: lse, target logits and targets per row, then the
              * vocabulary shards' statistics */
             size_t rows = (size_t)rows_of(&g->tensors[o->in[0]]);
@@ -613,18 +574,6 @@ static uint64_t op_seed(uint64_t seed, int op)
     return merak_mix64(seed + MERAK_GOLDEN * (uint64_t)(op + 1));
 }
 
-void merak_exec_attn_qkv(const merak_op *o, float *base_q, float *base_k, float *base_v, float **q,
-                         float **k, float **v)
-{
-    if (o->fused_qkv) {
-        *q = base_q;
-        *k = base_q ? base_q + (size_t)o->n_head * o->head_dim : NULL;
-        *v = base_q ? base_q + (size_t)(o->n_head + o->n_kv_head) * o->head_dim : NULL;
-    } else {
-        *q = base_q, *k = base_k, *v = base_v;
-    }
-}
-
 /* ------------------------------------------------------------------ sub-batches
  *
  * With tp_overlap K > 1 a micro-batch runs as K sub-batches along the
@@ -650,22 +599,6 @@ static float *sub_of(const merak_exec *e, float *p, int t, sub sb)
 
 static float *sval(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, val(e, slot, t), t, sb); }
 static float *sgrad(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, grad(e, slot, t), t, sb); }
-
-/* An attention op's saved values, laid out as saved_floats() counts them
- * for the whole micro-batch s: lse (B,nh,T), then with RoPE the rotated
- * qr (B,T,nh*hd) and kr; the sub-batch's parts of each. */
-static void attn_saved(const merak_exec *e, int slot, int op, const merak_attn_shape *s, sub sb,
-                       float **lse, float **qr, float **kr)
-{
-    float *base = saved(e, slot, op);
-    size_t np = (size_t)s->B * s->n_head * s->T, nq = (size_t)s->B * s->T * s->n_head * s->head_dim;
-    *lse = base + part(np, sb);
-    *qr = *kr = NULL;
-    if (s->rope_theta > 0) {
-        *qr = base + round_up(np) + part(nq, sb);
-        *kr = base + round_up(np) + round_up(nq) + part((size_t)s->B * s->T * s->n_kv_head * s->head_dim, sb);
-    }
-}
 
 /* ------------------------------------------------------------------ tensor parallelism */
 
@@ -717,64 +650,74 @@ static int vocab_combine(merak_exec *e, int op, float *lse, const float *tlogit,
     return copy(e, lse, lse_h, row, MERAK_COPY_H2D, op);
 }
 
-/* The cross-entropy op's forward on the sub-batch's N of the micro-batch's
- * Nall rows: shard statistics on the backend, the loss summed on the host
- * (ignored targets count as 0); the last sub-batch writes the mean. */
-static int crossentropy_forward(merak_exec *e, int slot, int op, sub sb, float *out, const float *logits,
-                                const int32_t *targets, int N, int Nall, int C)
+/* The loss op's forward after its kernels: the rows' statistics to the
+ * host (the vocabulary shards' combined), the loss summed there (ignored
+ * targets count as 0); the micro-batch's last sub-batch writes the mean. */
+static int loss_reduce(merak_exec *e, int slot, int op, const merak_op_io *io)
 {
-    const merak_op *o = &e->g->ops[op];
+    const int N = io->rows, Nall = io->rows_all;
     size_t row = (size_t)N * sizeof(float);
-    /* saved: lse (Nall), tlogit (Nall) */
-    float *lse = saved(e, slot, op) + part((size_t)Nall, sb), *tlogit = lse + Nall;
+    float *lse, *tlogit;
+    merak_op_loss_rows(io, &lse, &tlogit);
     float *lse_h = e->host, *tl_h = lse_h + N;
     int32_t *tg_h = (int32_t *)(tl_h + N);
-    e->k->crossentropy_stats(lse, tlogit, logits, targets, N, C, o->v0);
-    if (o->vocab_parallel ? vocab_combine(e, op, lse, tlogit, lse_h, tl_h, N) < 0
-                          : copy(e, lse_h, lse, row, MERAK_COPY_D2H, op) < 0 ||
-                                copy(e, tl_h, tlogit, row, MERAK_COPY_D2H, op) < 0)
+    if (io->o->vocab_parallel ? vocab_combine(e, op, lse, tlogit, lse_h, tl_h, N) < 0
+                              : copy(e, lse_h, lse, row, MERAK_COPY_D2H, op) < 0 ||
+                                    copy(e, tl_h, tlogit, row, MERAK_COPY_D2H, op) < 0)
         return -1;
-    if (copy(e, tg_h, targets, (size_t)N * sizeof *targets, MERAK_COPY_D2H, op) < 0)
+    if (copy(e, tg_h, io->x[1], (size_t)N * sizeof *tg_h, MERAK_COPY_D2H, op) < 0)
         return -1;
-    double sum = sb.k ? e->loss[slot] : 0;
+    double sum = io->part ? e->loss[slot] : 0;
     for (int r = 0; r < N; r++)
         sum += tg_h[r] < 0 ? 0 : (double)lse_h[r] - (double)tl_h[r];
     e->loss[slot] = sum;
-    if (sb.k < sb.K - 1)
+    if (io->part < Nall / N - 1)
         return 0;
     e->loss[slot] = sum / Nall;
     float loss = (float)e->loss[slot];
-    return copy(e, out, &loss, sizeof loss, MERAK_COPY_H2D, op);
+    return copy(e, io->y, &loss, sizeof loss, MERAK_COPY_H2D, op);
 }
 
-/* The two tensor-parallel ops around their sum, one place for the
- * blocking and the sub-pipelined paths: TP_REDUCE's forward sums a copy of
- * its input in its output and then adds its bias; TP_COPY's backward sums
- * its output's gradient and then passes it on to its input's.  tp_before
- * returns the buffer to sum (NULL if the copy failed); n: its floats. */
-static float *tp_before(merak_exec *e, int slot, int i, sub sb, int backward, size_t *n)
+/* Op i's kernel call for the slot's sub-batch: the sub-batch's parts of
+ * its tensors and their gradients, parameters whole (ops.h). */
+static merak_op_io op_io(const merak_exec *e, int slot, int i, sub sb)
 {
-    const merak_op *o = &e->g->ops[i];
-    *n = (size_t)merak_tensor_elems(&e->g->tensors[o->in[0]]) / (size_t)sb.K;
-    if (backward)
-        return sgrad(e, slot, o->out, sb);
-    float *out = sval(e, slot, o->out, sb);
-    return copy(e, out, sval(e, slot, o->in[0], sb), *n * sizeof(float), MERAK_COPY_D2D, i) < 0 ? NULL : out;
-}
-
-static void tp_after(merak_exec *e, int slot, int i, sub sb, int backward)
-{
-    const merak_op *o = &e->g->ops[i];
-    const merak_tensor *x = &e->g->tensors[o->in[0]];
-    if (!backward) {
-        if (o->in[1] >= 0) /* the bias, added once after the sum: a (N,C) + (1,C) broadcast */
-            e->k->posemb_fwd(sval(e, slot, o->out, sb), sval(e, slot, o->out, sb), val(e, slot, o->in[1]),
-                             (int)(rows_of(x) / sb.K), 1, (int)cols_of(x));
-        return;
+    const merak_graph *g = e->g;
+    const merak_op *o = &g->ops[i];
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    merak_op_io io = {.g = g, .o = o, .k = e->k, .scratch = e->scratch, .part = sb.k, .eval = e->eval,
+                      .loss_scale = e->loss_scale, .seed = op_seed(e->seed[slot], o->src)};
+    /* a row: a row of a float tensor's last dimension, an element of token ids */
+    io.rows_all = (int)(merak_tensor_elems(x) / (x->dtype == MERAK_I32 ? 1 : cols_of(x)));
+    io.rows = io.rows_all / sb.K;
+    io.seq = x->ndim >= 2 ? (int)x->shape[1] : 1;
+    io.saved = e->save_off[i] >= 0 ? saved(e, slot, i) : NULL;
+    for (int j = 0; j < o->nin && j < 3; j++) {
+        const int t = o->in[j];
+        io.x[j] = sval(e, slot, t, sb);
+        io.dx[j] = t >= 0 && e->param_of[t] < 0 ? sgrad(e, slot, t, sb) : NULL;
+        if (j > 0)
+            io.dw[j - 1] = grad(e, slot, t);
     }
-    float *d0 = e->param_of[o->in[0]] < 0 ? sgrad(e, slot, o->in[0], sb) : NULL;
-    if (d0)
-        e->k->accumulate(d0, sgrad(e, slot, o->out, sb), (size_t)merak_tensor_elems(x) / (size_t)sb.K);
+    io.y = sval(e, slot, o->out, sb);
+    io.dy = sgrad(e, slot, o->out, sb);
+    return io;
+}
+
+/* What an op that sums over the tp group sums, in place: its output
+ * forward, its output's gradient backward; n: its floats. */
+static float *sum_buffer(const merak_exec *e, int slot, int i, sub sb, int backward, size_t *n)
+{
+    const int out = e->g->ops[i].out;
+    *n = (size_t)merak_tensor_elems(&e->g->tensors[out]) / (size_t)sb.K;
+    return backward ? sgrad(e, slot, out, sb) : sval(e, slot, out, sb);
+}
+
+static int forward_kernels(merak_exec *e, int i, const merak_op_kind *kd, const merak_op_io *io)
+{
+    if (kd->forward(io) < 0)
+        return fail(e, "op %d: a %s memory copy failed", i, e->k->name);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -806,75 +749,25 @@ static void pool_release(merak_exec *e, int slot)
  * coll_start (up to starting the sum) and coll_finish (what follows it). */
 static int overlapped(const merak_exec *e, int i, int backward)
 {
-    return e->K > 1 && e->g->ops[i].type == (backward ? MERAK_OP_TP_COPY : MERAK_OP_TP_REDUCE);
+    return e->K > 1 && merak_op_kind_of(&e->g->ops[i])->sum == (backward ? MERAK_SUM_BACKWARD : MERAK_SUM_FORWARD);
 }
 
 /* Forward of op i for the sub-batch (blocking sums). */
 static int op_forward(merak_exec *e, int slot, int i, sub sb)
 {
-    const merak_graph *g = e->g;
-    const merak_kernels *k = e->k;
-    const merak_op *o = &g->ops[i];
-    const merak_tensor *x = &g->tensors[o->in[0]];
-    float *out = sval(e, slot, o->out, sb);
-    float *in0 = sval(e, slot, o->in[0], sb);
-    float *in1 = sval(e, slot, o->in[1], sb);
-    float *in2 = o->nin > 2 ? sval(e, slot, o->in[2], sb) : NULL;
-    int Nall = (int)rows_of(x), N = Nall / sb.K, C = (int)cols_of(x);
-    size_t n = (size_t)merak_tensor_elems(x) / (size_t)sb.K;
-    switch (o->type) {
-    case MERAK_OP_EMBEDDING: /* ids (B,T): every element is a row */
-        k->embedding_fwd(out, (const int32_t *)in0, in1, (int)n, (int)cols_of(&g->tensors[o->out]),
-                         o->v0, (int)g->tensors[o->in[1]].shape[0]);
-        break;
-    case MERAK_OP_POS_EMBEDDING:
-        k->posemb_fwd(out, in0, in1, (int)x->shape[0] / sb.K, (int)x->shape[1], C);
-        break;
-    case MERAK_OP_LAYERNORM: {
-        float *s = saved(e, slot, i) + part((size_t)Nall, sb);   /* mean (Nall), rstd (Nall) */
-        k->layernorm_fwd(out, s, s + Nall, in0, in1, in2, N, C, o->eps);
-        break;
-    }
-    case MERAK_OP_RMSNORM:
-        k->rmsnorm_fwd(out, saved(e, slot, i) + part((size_t)Nall, sb), in0, in1, N, C, o->eps);
-        break;
-    case MERAK_OP_LINEAR:
-        k->linear_fwd(out, in0, in1, in2, N, C, (int)cols_of(&g->tensors[o->out]));
-        break;
-    case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = merak_exec_attn_shape(g, o);
-        float *q, *kk, *v, *lse, *qr, *kr;
-        merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-        attn_saved(e, slot, i, &s, sb, &lse, &qr, &kr);
-        s.B /= sb.K;
-        k->attention_fwd(&s, out, lse, qr, kr, q, kk, v, e->scratch);
-        break;
-    }
-    case MERAK_OP_GELU: k->gelu_fwd(out, in0, n); break;
-    case MERAK_OP_SWIGLU: k->swiglu_fwd(out, in0, in1, n); break;
-    case MERAK_OP_ADD: k->add_fwd(out, in0, in1, n); break;
-    case MERAK_OP_DROPOUT:
-        k->dropout_fwd(out, in0, n, e->eval ? 0.0f : o->p, op_seed(e->seed[slot], o->src),
-                       part((size_t)merak_tensor_elems(x), sb));
-        break;
-    case MERAK_OP_CROSS_ENTROPY:
-        if (crossentropy_forward(e, slot, i, sb, out, in0, (const int32_t *)in1, N, Nall, C) < 0)
+    const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    const merak_op_io io = op_io(e, slot, i, sb);
+    if (forward_kernels(e, i, kd, &io) < 0)
+        return -1;
+    if (kd->sum == MERAK_SUM_FORWARD) {
+        size_t n;
+        float *buf = sum_buffer(e, slot, i, sb, 0, &n);
+        if (tp_sum(e, buf, n, i) < 0)
             return -1;
-        break;
-    case MERAK_OP_TP_COPY:
-        if (copy(e, out, in0, n * sizeof(float), MERAK_COPY_D2D, i) < 0)
-            return -1;
-        break;
-    case MERAK_OP_TP_REDUCE: {
-        float *buf = tp_before(e, slot, i, sb, 0, &n);
-        if (!buf || tp_sum(e, buf, n, i) < 0)
-            return -1;
-        tp_after(e, slot, i, sb, 0);
-        break;
+        if (kd->finish)
+            kd->finish(&io);
     }
-    default: break;
-    }
-    return 0;
+    return kd->loss ? loss_reduce(e, slot, i, &io) : 0;
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -882,67 +775,16 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
 /* Input-gradient part of op i's backward for the sub-batch (blocking sums). */
 static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
 {
-    const merak_graph *g = e->g;
-    const merak_kernels *k = e->k;
-    const merak_op *o = &g->ops[i];
-    const merak_tensor *x = &g->tensors[o->in[0]];
-    const float *dout = sgrad(e, slot, o->out, sb);
-    float *in0 = sval(e, slot, o->in[0], sb), *in1 = sval(e, slot, o->in[1], sb);
-    float *in2 = o->nin > 2 ? sval(e, slot, o->in[2], sb) : NULL;
-    /* Parameters' gradients belong to the weight part. */
-    float *d0 = e->param_of[o->in[0]] < 0 ? sgrad(e, slot, o->in[0], sb) : NULL;
-    float *d1 = (o->in[1] >= 0 && e->param_of[o->in[1]] < 0) ? sgrad(e, slot, o->in[1], sb) : NULL;
-    int Nall = (int)rows_of(x), N = Nall / sb.K, C = (int)cols_of(x);
-    size_t n = (size_t)merak_tensor_elems(x) / (size_t)sb.K;
-    switch (o->type) {
-    case MERAK_OP_EMBEDDING: break; /* token ids have no gradient */
-    case MERAK_OP_POS_EMBEDDING: if (d0) k->accumulate(d0, dout, n); break;
-    case MERAK_OP_LAYERNORM: {
-        float *s = saved(e, slot, i) + part((size_t)Nall, sb);
-        if (d0) k->layernorm_bwd_x(d0, dout, in0, in1, s, s + Nall, N, C);
-        break;
-    }
-    case MERAK_OP_RMSNORM:
-        if (d0) k->rmsnorm_bwd_x(d0, dout, in0, in1, saved(e, slot, i) + part((size_t)Nall, sb), N, C);
-        break;
-    case MERAK_OP_LINEAR:
-        if (d0) k->linear_bwd_x(d0, dout, in1, N, C, (int)cols_of(&g->tensors[o->out]));
-        break;
-    case MERAK_OP_ATTENTION: {
-        merak_attn_shape s = merak_exec_attn_shape(g, o);
-        float *q, *kk, *v, *dq, *dk, *dv, *lse, *qr, *kr;
-        merak_exec_attn_qkv(o, in0, in1, in2, &q, &kk, &v);
-        merak_exec_attn_qkv(o, d0, d1, o->nin > 2 ? sgrad(e, slot, o->in[2], sb) : NULL, &dq, &dk, &dv);
-        attn_saved(e, slot, i, &s, sb, &lse, &qr, &kr);
-        s.B /= sb.K;
-        if (dq)
-            k->attention_bwd(&s, dq, dk, dv, dout, lse, qr, kr, q, kk, v, e->scratch);
-        break;
-    }
-    case MERAK_OP_GELU: if (d0) k->gelu_bwd(d0, dout, in0, n); break;
-    case MERAK_OP_SWIGLU: if (d0) k->swiglu_bwd(d0, d1, dout, in0, in1, n); break;
-    case MERAK_OP_ADD:
-        if (d0) k->accumulate(d0, dout, n);
-        if (d1) k->accumulate(d1, dout, n);
-        break;
-    case MERAK_OP_DROPOUT:
-        if (d0)
-            k->dropout_bwd(d0, dout, n, o->p, op_seed(e->seed[slot], o->src),
-                           part((size_t)merak_tensor_elems(x), sb));
-        break;
-    case MERAK_OP_CROSS_ENTROPY:
-        /* The graph's loss is the mean over the micro-batch's rows: scale by 1/Nall. */
-        if (d0)
-            k->crossentropy_bwd(d0, in0, saved(e, slot, i) + part((size_t)Nall, sb), (const int32_t *)in1, N,
-                                C, o->v0, e->loss_scale / (float)Nall);
-        break;
-    case MERAK_OP_TP_COPY: /* the input's gradient is the group's sum */
-        if (tp_sum(e, tp_before(e, slot, i, sb, 1, &n), n, i) < 0)
+    const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    if (kd->sum == MERAK_SUM_BACKWARD) {
+        size_t n;
+        float *buf = sum_buffer(e, slot, i, sb, 1, &n);
+        if (tp_sum(e, buf, n, i) < 0)
             return -1;
-        tp_after(e, slot, i, sb, 1);
-        break;
-    case MERAK_OP_TP_REDUCE: if (d0) k->accumulate(d0, dout, n); break;
-    default: break;
+    }
+    if (kd->backward_input) {
+        const merak_op_io io = op_io(e, slot, i, sb);
+        kd->backward_input(&io);
     }
     return 0;
 }
@@ -951,39 +793,10 @@ static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
  * into the parameters' gradients. */
 static void op_backward_weight(merak_exec *e, int slot, int i, sub sb)
 {
-    const merak_graph *g = e->g;
-    const merak_kernels *k = e->k;
-    const merak_op *o = &g->ops[i];
-    const merak_tensor *x = &g->tensors[o->in[0]];
-    const float *dout = sgrad(e, slot, o->out, sb);
-    float *in0 = sval(e, slot, o->in[0], sb);
-    float *dw = grad(e, slot, o->in[1]);
-    float *db = o->nin > 2 ? grad(e, slot, o->in[2]) : NULL;
-    int Nall = (int)rows_of(x), N = Nall / sb.K, C = (int)cols_of(x);
-    switch (o->type) {
-    case MERAK_OP_EMBEDDING:
-        k->embedding_bwd_w(dw, dout, (const int32_t *)in0, (int)(merak_tensor_elems(x) / sb.K),
-                           (int)cols_of(&g->tensors[o->out]), o->v0,
-                           (int)g->tensors[o->in[1]].shape[0]);
-        break;
-    case MERAK_OP_TP_REDUCE: /* the bias: column sums of the gradient */
-        if (dw) k->posemb_bwd_w(dw, dout, N, 1, C);
-        break;
-    case MERAK_OP_POS_EMBEDDING:
-        k->posemb_bwd_w(dw, dout, (int)x->shape[0] / sb.K, (int)x->shape[1], C);
-        break;
-    case MERAK_OP_LAYERNORM: {
-        float *s = saved(e, slot, i) + part((size_t)Nall, sb);
-        k->layernorm_bwd_w(dw, db, dout, in0, s, s + Nall, N, C);
-        break;
-    }
-    case MERAK_OP_RMSNORM:
-        k->rmsnorm_bwd_w(dw, dout, in0, saved(e, slot, i) + part((size_t)Nall, sb), N, C);
-        break;
-    case MERAK_OP_LINEAR:
-        k->linear_bwd_w(dw, db, dout, in0, N, C, (int)cols_of(&g->tensors[o->out]));
-        break;
-    default: break; /* ops without parameters */
+    const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    if (kd->backward_weight) {
+        const merak_op_io io = op_io(e, slot, i, sb);
+        kd->backward_weight(&io);
     }
 }
 
@@ -1049,10 +862,14 @@ void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd)
 /* Overlapped op i, sub-batch sb: everything up to starting its sum. */
 static int coll_start(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
+    const int back = ps >= P_BACKWARD_INPUT;
+    if (!back) {
+        const merak_op_io io = op_io(e, slot, i, sb);
+        if (forward_kernels(e, i, merak_op_kind_of(&e->g->ops[i]), &io) < 0)
+            return -1;
+    }
     size_t n;
-    float *buf = tp_before(e, slot, i, sb, ps >= P_BACKWARD_INPUT, &n);
-    if (!buf)
-        return -1;
+    float *buf = sum_buffer(e, slot, i, sb, back, &n);
     if (e->tp->start(e->tp->ctx, buf, n, sb.k) < 0)
         return fail(e, "op %d: starting the tensor-parallel sum of sub-batch %d failed", i, sb.k);
     return 0;
@@ -1063,7 +880,14 @@ static int coll_finish(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
     if (e->tp->wait(e->tp->ctx, sb.k) < 0)
         return fail(e, "op %d: the tensor-parallel sum of sub-batch %d failed", i, sb.k);
-    tp_after(e, slot, i, sb, ps >= P_BACKWARD_INPUT);
+    const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    const merak_op_io io = op_io(e, slot, i, sb);
+    if (ps < P_BACKWARD_INPUT) {
+        if (kd->finish)
+            kd->finish(&io);
+    } else if (kd->backward_input) {
+        kd->backward_input(&io);
+    }
     if (ps == P_BACKWARD)
         weight_step(e, slot, i, sb);
     return 0;

@@ -176,13 +176,4 @@ void merak_exec_set_poll(merak_exec *e, void (*fn)(void *ctx), void *ctx);
  * keeps every value, as a model in eval mode does. */
 void merak_exec_set_eval(merak_exec *e, int on);
 
-/* ---- the attention op's kernel arguments (also the decoder's, decode.h)
- * The shape of attention op o of g for its whole micro-batch, and its q, k,
- * v pointers from the buffers of its inputs (a fused op: three column
- * blocks of the one input's rows). */
-struct merak_op;
-merak_attn_shape merak_exec_attn_shape(const merak_graph *g, const struct merak_op *o);
-void merak_exec_attn_qkv(const struct merak_op *o, float *in0, float *in1, float *in2, float **q,
-                         float **k, float **v);
-
 #endif /* MERAK_EXEC_H */

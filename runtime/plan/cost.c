@@ -8,6 +8,7 @@
 #include "cost.h"
 #include "errf.h"
 #include "file.h"
+#include "graph/ops.h"
 #include "pipe/exec.h"
 
 double merak_allreduce_time(double bytes, int n, double bw, double latency)
@@ -18,7 +19,7 @@ double merak_allreduce_time(double bytes, int n, double bw, double latency)
 /* Linear layers and attention are timed by their FLOPs, the rest by their bytes. */
 static int by_flops(merak_op_type t)
 {
-    return t == MERAK_OP_LINEAR || t == MERAK_OP_ATTENTION;
+    return merak_op_kind_get(t)->cost == MERAK_COST_FLOPS;
 }
 
 void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *fwd, double *bwd)
@@ -26,32 +27,27 @@ void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *f
     const merak_op *o = &g->ops[i];
     double mem = o->bytes / d->mem_bw;
     double out = 4.0 * (double)merak_tensor_elems(&g->tensors[o->out]);
-    if (d->op_fwd[o->type] > 0 && o->type != MERAK_OP_TP_REDUCE && o->type != MERAK_OP_TP_COPY) {
+    const merak_op_cost cost = merak_op_kind_of(o)->cost;
+    const int sums = cost == MERAK_COST_SUM_FORWARD || cost == MERAK_COST_SUM_BACKWARD;
+    if (d->op_fwd[o->type] > 0 && !sums) {
         double work = by_flops(o->type) ? o->flops : o->bytes;
         *fwd = work / d->op_fwd[o->type];
         *bwd = work / d->op_bwd[o->type];
         return;
     }
-    switch (o->type) {
-    case MERAK_OP_LINEAR:
-    case MERAK_OP_ATTENTION: {
+    if (cost == MERAK_COST_FLOPS) {
         double t = o->flops / d->matmul;
         *fwd = t > mem ? t : mem;
         *bwd = 2 * *fwd;
-        break;
-    }
-    case MERAK_OP_TP_REDUCE:   /* sums forward, passes the gradient */
+    } else if (cost == MERAK_COST_SUM_FORWARD) {   /* sums forward, passes the gradient */
         *fwd = merak_allreduce_time(out, g->tp, d->intra, d->latency) + mem;
         *bwd = 0;
-        break;
-    case MERAK_OP_TP_COPY:     /* passes forward, sums the gradient */
+    } else if (cost == MERAK_COST_SUM_BACKWARD) {  /* passes forward, sums the gradient */
         *fwd = 0;
         *bwd = merak_allreduce_time(out, g->tp, d->intra, d->latency);
-        break;
-    default:
+    } else {
         *fwd = mem;
         *bwd = 2 * mem;
-        break;
     }
 }
 
@@ -145,7 +141,7 @@ int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int rep
             continue;
         d->op_fwd[t] = work[t] / tf[t];
         d->op_bwd[t] = work[t] / tb[t];
-        if (!by_flops((merak_op_type)t) && t != MERAK_OP_EMBEDDING && t != MERAK_OP_CROSS_ENTROPY)
+        if (merak_op_kind_get((merak_op_type)t)->cost == MERAK_COST_STREAM)
             mem_work += work[t], mem_t += tf[t];
     }
     if (rc == 0 && d->op_fwd[MERAK_OP_LINEAR] > 0)

@@ -7,6 +7,7 @@
 
 #include "comm/comm.h"
 #include "errf.h"
+#include "graph/ops.h"
 #include "layout.h"
 #include "pipe/schedule.h"
 #include "pipe/stage.h"
@@ -148,8 +149,7 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
             merak_op_time(local, i, d, &f, &b);
             k.fwd += f;
             k.bwd += b;
-            if (local->ops[i].type == MERAK_OP_LINEAR)
-                k.bwd_weight += b / 2;   /* the weight gradient: one of its two matmuls */
+            k.bwd_weight += b * merak_op_kind_of(&local->ops[i])->weight_share;
             if (i < m->chunk[c].recompute_end)
                 k.recompute += f;
         }

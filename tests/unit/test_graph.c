@@ -13,6 +13,7 @@
 
 #include "kernels.h"
 #include "merak/merak.h"
+#include "graph/ops.h"
 #include "pipe/exec.h"
 #include "preset.h"
 #include "tap.h"
@@ -637,8 +638,42 @@ static void test_tp_shard(void)
     merak_graph_destroy(g);
 }
 
+/* The op table: one complete entry per kind, whose properties agree. */
+static void test_op_table(void)
+{
+    int complete = 1, names = 1, sums = 1, decode = 1;
+    for (int t = 0; t < MERAK_OP_COUNT_; t++) {
+        const merak_op_kind *k = merak_op_kind_get((merak_op_type)t);
+        if (!k || !k->name || !k->forward) {
+            complete = 0;
+            tap_diag("kind %d: incomplete entry", t);
+            continue;
+        }
+        if (strcmp(merak_op_name((merak_op_type)t), k->name) != 0)
+            names = 0;
+        for (int u = 0; u < t; u++)
+            if (strcmp(merak_op_kind_get((merak_op_type)u)->name, k->name) == 0)
+                names = 0;
+        /* a sum over the tp group: made by the tp pass, timed as a sum, not generated with */
+        int sum_cost = k->cost == MERAK_COST_SUM_FORWARD || k->cost == MERAK_COST_SUM_BACKWARD;
+        if ((k->sum != MERAK_SUM_NONE) != sum_cost || (k->sum != MERAK_SUM_NONE && k->shard != MERAK_SHARD_NONE) ||
+            (k->finish && k->sum != MERAK_SUM_FORWARD))
+            sums = 0, tap_diag("%s: sum, cost and shard rule disagree", k->name);
+        if ((k->decode == NULL) != (k->loss || k->sum != MERAK_SUM_NONE) || (k->decode_plan && !k->decode))
+            decode = 0, tap_diag("%s: decode entry", k->name);
+    }
+    tap_ok(complete, "every op kind has an entry with a name and a forward");
+    tap_ok(names, "names are the entries' and distinct");
+    tap_ok(sums, "the tp sums: kinds with a sum are timed as one and made only by the tp pass");
+    tap_ok(decode, "generation runs every kind but the loss and the tp sums");
+    tap_ok(!merak_op_kind_get(MERAK_OP_COUNT_) && !merak_op_kind_get((merak_op_type)-1) &&
+               strcmp(merak_op_name(MERAK_OP_COUNT_), "?") == 0,
+           "no entry outside the kinds");
+}
+
 int main(void)
 {
+    test_op_table();
     test_param_counts();
     test_no_parameter_memory();
     test_shape_errors();

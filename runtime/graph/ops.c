@@ -1,0 +1,423 @@
+/*
+ * ops.c - the op table (ops.h): one entry per op kind, and the functions
+ * its entries point to, which call the backend's kernels on the buffers
+ * a caller resolved (merak_op_io).  Nothing here allocates or knows about
+ * slots, sub-batches' memory or communication: the executor and the
+ * decoder (runtime/pipe) own those.
+ */
+#include "ops.h"
+
+#include "errf.h"
+
+static int width(const merak_tensor *t) { return (int)t->shape[t->ndim - 1]; }
+static const merak_tensor *in_tensor(const merak_op_io *io, int j) { return &io->g->tensors[io->o->in[j]]; }
+static const merak_tensor *out_tensor(const merak_op_io *io) { return &io->g->tensors[io->o->out]; }
+/* Columns of input 0 (the width every kernel of a row-wise op runs over). */
+static int cols(const merak_op_io *io) { return width(in_tensor(io, 0)); }
+/* Elements of the rows of a float tensor as wide as input 0. */
+static size_t elems(const merak_op_io *io) { return (size_t)io->rows * (size_t)cols(io); }
+/* The call's part of per-row saved values (rows_all of them). */
+static float *saved_rows(const merak_op_io *io) { return io->saved + (size_t)io->rows * (size_t)io->part; }
+
+merak_attn_shape merak_op_attn_shape(const merak_graph *g, const merak_op *o)
+{
+    const merak_tensor *q = &g->tensors[o->in[0]];
+    merak_attn_shape s;
+    s.B = (int)q->shape[0];
+    s.T = (int)q->shape[1];
+    s.n_head = o->n_head;
+    s.n_kv_head = o->n_kv_head;
+    s.head_dim = o->head_dim;
+    if (o->fused_qkv) {
+        s.q_stride = s.k_stride = s.v_stride = (int)q->shape[2];
+    } else {
+        s.q_stride = o->n_head * o->head_dim;
+        s.k_stride = s.v_stride = o->n_kv_head * o->head_dim;
+    }
+    s.rope_theta = o->rope_theta;
+    return s;
+}
+
+void merak_op_attn_qkv(const merak_op *o, float *base_q, float *base_k, float *base_v, float **q, float **k,
+                       float **v)
+{
+    if (o->fused_qkv) {
+        *q = base_q;
+        *k = base_q ? base_q + (size_t)o->n_head * o->head_dim : NULL;
+        *v = base_q ? base_q + (size_t)(o->n_head + o->n_kv_head) * o->head_dim : NULL;
+    } else {
+        *q = base_q, *k = base_k, *v = base_v;
+    }
+}
+
+/* ------------------------------------------------------------------ embeddings */
+
+static int vocab_rows(const merak_op_io *io) { return (int)in_tensor(io, 1)->shape[0]; }
+
+/* ids: every element is a row */
+static int embedding_forward(const merak_op_io *io)
+{
+    io->k->embedding_fwd(io->y, (const int32_t *)io->x[0], io->x[1], io->rows, width(out_tensor(io)), io->o->v0,
+                         vocab_rows(io));
+    return 0;
+}
+
+static void embedding_backward_weight(const merak_op_io *io)
+{
+    io->k->embedding_bwd_w(io->dw[0], io->dy, (const int32_t *)io->x[0], io->rows, width(out_tensor(io)),
+                           io->o->v0, vocab_rows(io));
+}
+
+/* (B,T,C) + wpe rows [pos, pos + T) */
+static int posemb_forward(const merak_op_io *io)
+{
+    const int C = cols(io);
+    io->k->posemb_fwd(io->y, io->x[0], io->x[1] + (size_t)io->pos * (size_t)C, io->rows / io->seq, io->seq, C);
+    return 0;
+}
+
+static void accumulate_input(const merak_op_io *io)
+{
+    if (io->dx[0])
+        io->k->accumulate(io->dx[0], io->dy, elems(io));
+}
+
+static void posemb_backward_weight(const merak_op_io *io)
+{
+    io->k->posemb_bwd_w(io->dw[0], io->dy, io->rows / io->seq, io->seq, cols(io));
+}
+
+static int posemb_decode_plan(const merak_graph *g, const merak_op *o, const merak_kernels *k, int rows, int ctx,
+                              size_t *cache, size_t *scratch, char *err, size_t errlen)
+{
+    (void)k, (void)rows, (void)cache, (void)scratch;
+    const merak_tensor *wpe = &g->tensors[o->in[1]];
+    if (wpe->shape[0] < ctx)
+        return merak_errf(err, errlen, "generation needs %d positions (prompt and tokens), more than the "
+                          "model's %lld ('%s')", ctx, (long long)wpe->shape[0], wpe->name);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ norms */
+
+static size_t layernorm_saved(const merak_graph *g, const merak_op *o)   /* mean, rstd per row */
+{
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    return 2 * (size_t)(merak_tensor_elems(x) / width(x));
+}
+
+static int layernorm_forward(const merak_op_io *io)
+{
+    float *s = saved_rows(io);
+    io->k->layernorm_fwd(io->y, s, s + io->rows_all, io->x[0], io->x[1], io->x[2], io->rows, cols(io), io->o->eps);
+    return 0;
+}
+
+static void layernorm_backward_input(const merak_op_io *io)
+{
+    float *s = saved_rows(io);
+    if (io->dx[0])
+        io->k->layernorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], s, s + io->rows_all, io->rows, cols(io));
+}
+
+static void layernorm_backward_weight(const merak_op_io *io)
+{
+    float *s = saved_rows(io);
+    io->k->layernorm_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], s, s + io->rows_all, io->rows, cols(io));
+}
+
+static size_t rmsnorm_saved(const merak_graph *g, const merak_op *o)   /* rstd per row */
+{
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    return (size_t)(merak_tensor_elems(x) / width(x));
+}
+
+static int rmsnorm_forward(const merak_op_io *io)
+{
+    io->k->rmsnorm_fwd(io->y, saved_rows(io), io->x[0], io->x[1], io->rows, cols(io), io->o->eps);
+    return 0;
+}
+
+static void rmsnorm_backward_input(const merak_op_io *io)
+{
+    if (io->dx[0])
+        io->k->rmsnorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], saved_rows(io), io->rows, cols(io));
+}
+
+static void rmsnorm_backward_weight(const merak_op_io *io)
+{
+    io->k->rmsnorm_bwd_w(io->dw[0], io->dy, io->x[0], saved_rows(io), io->rows, cols(io));
+}
+
+/* ------------------------------------------------------------------ linear */
+
+static int linear_forward(const merak_op_io *io)
+{
+    io->k->linear_fwd(io->y, io->x[0], io->x[1], io->x[2], io->rows, cols(io), width(out_tensor(io)));
+    return 0;
+}
+
+static void linear_backward_input(const merak_op_io *io)
+{
+    if (io->dx[0])
+        io->k->linear_bwd_x(io->dx[0], io->dy, io->x[1], io->rows, cols(io), width(out_tensor(io)));
+}
+
+static void linear_backward_weight(const merak_op_io *io)
+{
+    io->k->linear_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], io->rows, cols(io), width(out_tensor(io)));
+}
+
+/* ------------------------------------------------------------------ attention
+ *
+ * Saved values, for the whole micro-batch: lse (B,nh,T), then with RoPE
+ * the rotated qr (B,T,nh*hd) and kr (B,T,nkv*hd), each part aligned; a
+ * call of rows / seq sequences runs its part of each. */
+
+static size_t attention_saved(const merak_graph *g, const merak_op *o)
+{
+    merak_attn_shape s = merak_op_attn_shape(g, o);
+    size_t n = merak_align_floats((size_t)s.B * s.n_head * s.T);
+    if (s.rope_theta > 0)
+        n += merak_align_floats((size_t)s.B * s.T * s.n_head * s.head_dim) +
+             (size_t)s.B * s.T * s.n_kv_head * s.head_dim;
+    return n;
+}
+
+static size_t attention_scratch(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    merak_attn_shape s = merak_op_attn_shape(g, o);
+    return k->attention_scratch_elems(&s);
+}
+
+/* The call's shape (its rows / seq sequences) and saved values. */
+static merak_attn_shape attention_call(const merak_op_io *io, float **lse, float **qr, float **kr)
+{
+    merak_attn_shape s = merak_op_attn_shape(io->g, io->o);
+    const size_t B = (size_t)io->rows / (size_t)io->seq, Ball = (size_t)io->rows_all / (size_t)io->seq;
+    const size_t np = B * s.n_head * s.T, nq = B * s.T * s.n_head * s.head_dim;
+    const size_t nk = B * s.T * s.n_kv_head * s.head_dim, part = (size_t)io->part;
+    *lse = io->saved + np * part;
+    *qr = *kr = NULL;
+    if (s.rope_theta > 0) {
+        float *q0 = io->saved + merak_align_floats(Ball * s.n_head * s.T);
+        *qr = q0 + nq * part;
+        *kr = q0 + merak_align_floats(Ball * s.T * s.n_head * s.head_dim) + nk * part;
+    }
+    s.B = (int)B;
+    return s;
+}
+
+static int attention_forward(const merak_op_io *io)
+{
+    float *q, *k, *v, *lse, *qr, *kr;
+    merak_attn_shape s = attention_call(io, &lse, &qr, &kr);
+    merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
+    io->k->attention_fwd(&s, io->y, lse, qr, kr, q, k, v, io->scratch);
+    return 0;
+}
+
+static void attention_backward_input(const merak_op_io *io)
+{
+    float *q, *k, *v, *dq, *dk, *dv, *lse, *qr, *kr;
+    merak_attn_shape s = attention_call(io, &lse, &qr, &kr);
+    merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
+    merak_op_attn_qkv(io->o, io->dx[0], io->dx[1], io->dx[2], &dq, &dk, &dv);
+    if (dq)
+        io->k->attention_bwd(&s, dq, dk, dv, io->dy, lse, qr, kr, q, k, v, io->scratch);
+}
+
+/* the new positions of one sequence against the caches */
+static int attention_decode(const merak_op_io *io)
+{
+    float *q, *k, *v;
+    merak_attn_shape s = merak_op_attn_shape(io->g, io->o);
+    s.B = 1, s.T = io->rows;
+    merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
+    io->k->attention_cached_fwd(&s, io->pos, io->ctx, io->y, io->kcache, io->vcache, q, k, v, io->scratch);
+    return 0;
+}
+
+static int attention_decode_plan(const merak_graph *g, const merak_op *o, const merak_kernels *k, int rows,
+                                 int ctx, size_t *cache, size_t *scratch, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    merak_attn_shape s = merak_op_attn_shape(g, o);
+    s.B = 1, s.T = rows;
+    *cache = (size_t)ctx * (size_t)(o->n_kv_head * o->head_dim);
+    *scratch = k->attention_cached_scratch_elems(&s, ctx);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+static int gelu_forward(const merak_op_io *io)
+{
+    io->k->gelu_fwd(io->y, io->x[0], elems(io));
+    return 0;
+}
+
+static void gelu_backward_input(const merak_op_io *io)
+{
+    if (io->dx[0])
+        io->k->gelu_bwd(io->dx[0], io->dy, io->x[0], elems(io));
+}
+
+static int swiglu_forward(const merak_op_io *io)
+{
+    io->k->swiglu_fwd(io->y, io->x[0], io->x[1], elems(io));
+    return 0;
+}
+
+static void swiglu_backward_input(const merak_op_io *io)
+{
+    if (io->dx[0])
+        io->k->swiglu_bwd(io->dx[0], io->dx[1], io->dy, io->x[0], io->x[1], elems(io));
+}
+
+static int add_forward(const merak_op_io *io)
+{
+    io->k->add_fwd(io->y, io->x[0], io->x[1], elems(io));
+    return 0;
+}
+
+static void add_backward_input(const merak_op_io *io)
+{
+    for (int j = 0; j < 2; j++)
+        if (io->dx[j])
+            io->k->accumulate(io->dx[j], io->dy, elems(io));
+}
+
+/* The mask of element i is a hash of the seed and i: a part of the rows
+ * starts at its first element. */
+static int dropout_forward(const merak_op_io *io)
+{
+    const size_t n = elems(io);
+    io->k->dropout_fwd(io->y, io->x[0], n, io->eval ? 0.0f : io->o->p, io->seed, n * (size_t)io->part);
+    return 0;
+}
+
+static void dropout_backward_input(const merak_op_io *io)
+{
+    const size_t n = elems(io);
+    if (io->dx[0])
+        io->k->dropout_bwd(io->dx[0], io->dy, n, io->o->p, io->seed, n * (size_t)io->part);
+}
+
+/* ------------------------------------------------------------------ the loss
+ *
+ * Saved: lse (rows_all), then the target logits (rows_all).  The forward
+ * leaves the shard's statistics; the executor combines the vocabulary
+ * shards', writes the whole lse back, and reduces the loss (its mean over
+ * the micro-batch's rows, which the backward's scale undoes). */
+
+static size_t loss_saved(const merak_graph *g, const merak_op *o)
+{
+    const merak_tensor *x = &g->tensors[o->in[0]];
+    return 2 * (size_t)(merak_tensor_elems(x) / width(x));
+}
+
+void merak_op_loss_rows(const merak_op_io *io, float **lse, float **tlogit)
+{
+    *lse = saved_rows(io);
+    *tlogit = *lse + io->rows_all;
+}
+
+static int loss_forward(const merak_op_io *io)
+{
+    float *lse, *tlogit;
+    merak_op_loss_rows(io, &lse, &tlogit);
+    io->k->crossentropy_stats(lse, tlogit, io->x[0], (const int32_t *)io->x[1], io->rows, cols(io), io->o->v0);
+    return 0;
+}
+
+static void loss_backward_input(const merak_op_io *io)
+{
+    if (io->dx[0])
+        io->k->crossentropy_bwd(io->dx[0], io->x[0], saved_rows(io), (const int32_t *)io->x[1], io->rows,
+                                cols(io), io->o->v0, io->loss_scale / (float)io->rows_all);
+}
+
+/* ------------------------------------------------------------------ tensor-parallel boundaries
+ *
+ * TP_COPY passes forward; its backward's input part passes on the
+ * gradient the executor summed.  TP_REDUCE's forward copies its input to
+ * its output, which the executor sums, and finishes by adding the bias
+ * once; its backward passes the gradient, and the bias's is its column
+ * sums. */
+
+static int pass_forward(const merak_op_io *io)
+{
+    return io->k->copy(io->y, io->x[0], elems(io) * sizeof(float), MERAK_COPY_D2D);
+}
+
+static void bias_finish(const merak_op_io *io)
+{
+    if (io->x[1])   /* a (N,C) + (1,C) broadcast */
+        io->k->posemb_fwd(io->y, io->y, io->x[1], io->rows, 1, cols(io));
+}
+
+static void bias_backward_weight(const merak_op_io *io)
+{
+    if (io->dw[0])
+        io->k->posemb_bwd_w(io->dw[0], io->dy, io->rows, 1, cols(io));
+}
+
+/* ------------------------------------------------------------------ the table */
+
+static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
+    [MERAK_OP_EMBEDDING] = {.name = "embedding", .shard = MERAK_SHARD_EMBEDDING, .cost = MERAK_COST_BYTES,
+                            .forward = embedding_forward, .backward_weight = embedding_backward_weight,
+                            .decode = embedding_forward},
+    [MERAK_OP_POS_EMBEDDING] = {.name = "pos_embedding", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
+                                .forward = posemb_forward, .backward_input = accumulate_input,
+                                .backward_weight = posemb_backward_weight, .decode = posemb_forward,
+                                .decode_plan = posemb_decode_plan},
+    [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
+                            .saved_floats = layernorm_saved, .forward = layernorm_forward,
+                            .backward_input = layernorm_backward_input,
+                            .backward_weight = layernorm_backward_weight, .decode = layernorm_forward},
+    [MERAK_OP_RMSNORM] = {.name = "rmsnorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
+                          .saved_floats = rmsnorm_saved, .forward = rmsnorm_forward,
+                          .backward_input = rmsnorm_backward_input, .backward_weight = rmsnorm_backward_weight,
+                          .decode = rmsnorm_forward},
+    /* the weight gradient is one of the backward's two matmuls */
+    [MERAK_OP_LINEAR] = {.name = "linear", .shard = MERAK_SHARD_LINEAR, .cost = MERAK_COST_FLOPS,
+                         .weight_share = 0.5, .forward = linear_forward, .backward_input = linear_backward_input,
+                         .backward_weight = linear_backward_weight, .decode = linear_forward},
+    [MERAK_OP_ATTENTION] = {.name = "attention", .shard = MERAK_SHARD_ATTENTION, .cost = MERAK_COST_FLOPS,
+                            .saved_floats = attention_saved, .scratch_floats = attention_scratch,
+                            .forward = attention_forward, .backward_input = attention_backward_input,
+                            .decode = attention_decode, .decode_plan = attention_decode_plan},
+    [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
+                       .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward},
+    [MERAK_OP_SWIGLU] = {.name = "swiglu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
+                         .forward = swiglu_forward, .backward_input = swiglu_backward_input,
+                         .decode = swiglu_forward},
+    [MERAK_OP_ADD] = {.name = "add", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
+                      .forward = add_forward, .backward_input = add_backward_input, .decode = add_forward},
+    [MERAK_OP_DROPOUT] = {.name = "dropout", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
+                          .forward = dropout_forward, .backward_input = dropout_backward_input,
+                          .decode = dropout_forward},
+    [MERAK_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .shard = MERAK_SHARD_LOSS, .cost = MERAK_COST_BYTES,
+                                .loss = 1, .saved_floats = loss_saved, .forward = loss_forward,
+                                .backward_input = loss_backward_input},
+    [MERAK_OP_TP_COPY] = {.name = "tp_copy", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_BACKWARD,
+                          .sum = MERAK_SUM_BACKWARD, .forward = pass_forward, .backward_input = accumulate_input},
+    [MERAK_OP_TP_REDUCE] = {.name = "tp_reduce", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_FORWARD,
+                            .sum = MERAK_SUM_FORWARD, .forward = pass_forward, .finish = bias_finish,
+                            .backward_input = accumulate_input, .backward_weight = bias_backward_weight},
+};
+
+const merak_op_kind *merak_op_kind_get(merak_op_type t)
+{
+    return t >= 0 && t < MERAK_OP_COUNT_ ? &kinds[t] : NULL;
+}
+
+const merak_op_kind *merak_op_kind_of(const merak_op *o) { return &kinds[o->type]; }
+
+const char *merak_op_name(merak_op_type t)
+{
+    const merak_op_kind *k = merak_op_kind_get(t);
+    return k ? k->name : "?";
+}

@@ -1,0 +1,144 @@
+/*
+ * ops.h - the op table: per op kind, everything the layers above need to
+ * know about it, in one entry (ops.c).
+ *
+ *   name             merak_op_name
+ *   tensor-parallel  which rule of the tp pass (tp.c) shards it
+ *   cost             what the planner (runtime/plan/cost.c) times it by
+ *   memory           the floats it keeps from forward to backward, its
+ *                    scratch, and for generation its caches
+ *   dispatch         forward, backward (input and weight parts) and
+ *                    decode: the backend's kernels called on the buffers
+ *                    the executor (runtime/pipe/exec.c) or the decoder
+ *                    (decode.c) resolved for it (merak_op_io)
+ *
+ * The shape rule of each kind is its builder (merak_op_linear, ... in
+ * graph.c), which infers the output's shape, FLOPs and bytes;
+ * merak_graph_readd calls it for an op of another graph.
+ *
+ * Adding an op kind: its builder in graph.c, one entry here, and its
+ * kernels in every backend (kernels/kernels.h).  Adding a dtype: the
+ * entries' dispatch functions.
+ */
+#ifndef MERAK_OPS_H
+#define MERAK_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "kernels.h"
+
+/* Alignment of every buffer the executor carves from an arena, and of
+ * the parts of an op's saved values. */
+#define MERAK_ALIGN_FLOATS 16
+
+static inline size_t merak_align_floats(size_t n)
+{
+    return (n + MERAK_ALIGN_FLOATS - 1) / MERAK_ALIGN_FLOATS * MERAK_ALIGN_FLOATS;
+}
+
+/* The tensor-parallel pass's rule for a kind (see tp.c). */
+typedef enum merak_op_shard {
+    MERAK_SHARD_WHOLE,         /* inputs whole, parameters whole (norms, positions) */
+    MERAK_SHARD_ELEMENTWISE,   /* the output is held like the inputs */
+    MERAK_SHARD_LINEAR,        /* column or row parallel by its weight */
+    MERAK_SHARD_EMBEDDING,     /* vocabulary-parallel table */
+    MERAK_SHARD_ATTENTION,     /* heads divided by tp */
+    MERAK_SHARD_LOSS,          /* vocabulary-parallel cross-entropy */
+    MERAK_SHARD_NONE,          /* made by the pass: a sharded graph is not sharded again */
+} merak_op_shard;
+
+/* What the planner times an op by (cost.c). */
+typedef enum merak_op_cost {
+    MERAK_COST_STREAM,       /* its bytes at the memory's rate (and calibrates that rate) */
+    MERAK_COST_BYTES,        /* its bytes, but a gather: not a stream (embedding, loss) */
+    MERAK_COST_FLOPS,        /* its FLOPs at the matrix units' rate */
+    MERAK_COST_SUM_FORWARD,  /* a sum over the tp group in the forward */
+    MERAK_COST_SUM_BACKWARD, /* a sum over the tp group in the backward */
+} merak_op_cost;
+
+/* Which pass of an op sums over the tensor-parallel group: the executor
+ * sums the op's output (forward) or its output's gradient (backward), in
+ * place, between the op's two parts (see merak_op_kind). */
+typedef enum merak_op_sum {
+    MERAK_SUM_NONE, MERAK_SUM_FORWARD, MERAK_SUM_BACKWARD
+} merak_op_sum;
+
+/* One call of an op's kernels: the buffers its caller resolved, in the
+ * backend's memory.  The caller runs `rows` token rows of the op (a
+ * sub-batch's, or generation's new positions): the values are those rows'
+ * parts of the tensors, parameters whole.  A row is a token position: a
+ * row of every float tensor's last dimension, an element of token ids. */
+typedef struct merak_op_io {
+    const merak_graph *g;
+    const merak_op *o;
+    const merak_kernels *k;
+    float *x[3];           /* values of in[0..2]; NULL where absent */
+    float *y;              /* the output's value */
+    float *dx[3];          /* input gradients to accumulate into; NULL where none is wanted
+                            * (parameters, token ids) */
+    const float *dy;       /* the output's gradient */
+    float *dw[2];          /* weight part: gradients of in[1], in[2] (whole), or NULL */
+    float *saved;          /* the op's saved values for all rows_all rows */
+    float *scratch;        /* attention's (scratch_floats) */
+    int rows;              /* rows this call runs */
+    int rows_all;          /* rows of the micro-batch (the saved values' layout) */
+    int part;              /* the rows are part `part` of rows_all / rows */
+    int seq;               /* positions per sequence (rows / seq sequences) */
+    uint64_t seed;         /* dropout's */
+    int eval;              /* dropout off */
+    float loss_scale;      /* the loss's gradient scale (mixed precision) */
+    /* generation (decode) */
+    int pos, ctx;          /* the rows are positions [pos, pos + rows) of ctx */
+    float *kcache, *vcache;
+} merak_op_io;
+
+typedef struct merak_op_kind {
+    const char *name;
+    merak_op_shard shard;
+    merak_op_cost cost;
+    double weight_share;   /* share of its backward's time that is the weight part */
+    merak_op_sum sum;
+    int loss;              /* its output is the graph's loss: the forward leaves
+                            * per-row statistics (merak_op_loss_rows) the
+                            * executor reduces */
+    /* floats kept from forward to backward (one micro-batch), and of
+     * scratch; NULL: none */
+    size_t (*saved_floats)(const merak_graph *g, const merak_op *o);
+    size_t (*scratch_floats)(const merak_graph *g, const merak_op *o, const merak_kernels *k);
+    /* the forward: 0, or -1 if a memory hook failed; before the sum for
+     * MERAK_SUM_FORWARD, finish after it (NULL: nothing) */
+    int (*forward)(const merak_op_io *io);
+    void (*finish)(const merak_op_io *io);
+    /* the backward's input part (after the sum for MERAK_SUM_BACKWARD) and
+     * weight part; NULL: nothing to do */
+    void (*backward_input)(const merak_op_io *io);
+    void (*backward_weight)(const merak_op_io *io);
+    /* generation: the forward over new positions (NULL: the kind cannot
+     * be generated with), and what it needs for a context of ctx
+     * positions run `rows` at a time: floats of each of its key and value
+     * caches and of scratch; 0, or -1 with err (NULL: nothing) */
+    int (*decode)(const merak_op_io *io);
+    int (*decode_plan)(const merak_graph *g, const merak_op *o, const merak_kernels *k, int rows,
+                       int ctx, size_t *cache, size_t *scratch, char *err, size_t errlen);
+} merak_op_kind;
+
+/* The entry of op o's kind (never NULL for an op of a graph). */
+const merak_op_kind *merak_op_kind_of(const merak_op *o);
+/* ... and by kind; NULL outside the enum. */
+const merak_op_kind *merak_op_kind_get(merak_op_type t);
+
+/* A loss op's per-row statistics after its forward: the log-sum-exp over
+ * the whole vocabulary and the target's logit (in the saved values; the
+ * executor combines vocabulary shards' in lse, which the backward reads). */
+void merak_op_loss_rows(const merak_op_io *io, float **lse, float **tlogit);
+
+/* The attention op's kernel arguments: its shape for the whole
+ * micro-batch, and q, k, v from the buffers of its inputs (a fused op:
+ * three column blocks of the one input's rows). */
+merak_attn_shape merak_op_attn_shape(const merak_graph *g, const merak_op *o);
+void merak_op_attn_qkv(const merak_op *o, float *in0, float *in1, float *in2, float **q, float **k,
+                       float **v);
+
+#endif /* MERAK_OPS_H */
