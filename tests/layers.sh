@@ -8,7 +8,10 @@
 #      runtime's name tables);
 #   3. no include cycle among the source tree's headers;
 #   4. ops are dispatched through the op table (runtime/graph/ops.h):
-#      outside runtime/graph, at most a handful of `case MERAK_OP_...`.
+#      outside runtime/graph, at most a handful of `case MERAK_OP_...`;
+#   5. the shared libmerak exports its public API, the functions
+#      include/merak/merak.h declares, and nothing else; the tools include
+#      public headers, runtime/internal.h and their own, nothing else.
 # A folder the table does not name fails the test: add it here and to
 # DESIGN.md together.
 . "$(dirname "$0")/lib.sh"
@@ -18,7 +21,9 @@ objs=$(cd "$MERAK_BUILDDIR" && find . -path ./tests -prune -o \( -path '*/.libs/
 # one line per object: "O path" then "D sym" / "U sym"
 (cd "$MERAK_BUILDDIR" && for o in $objs; do echo "O $o"; nm "$o" | awk 'NF == 2 && $1 == "U" { print "U " $2 }
     NF == 3 && $2 ~ /^[TDBRWV]$/ { print "D " $3 }'; done) > "$WORK/symbols"
-python3 - "$WORK/symbols" "$MERAK_SRCDIR" <<'EOF'
+so=$MERAK_BUILDDIR/.libs/libmerak.so
+[ -f "$so" ] && nm -D --defined-only "$so" | awk '$2 == "T" { print $3 }' > "$WORK/exports"
+python3 - "$WORK/symbols" "$MERAK_SRCDIR" "$WORK/exports" <<'EOF'
 import collections, os, re, sys
 
 # Which folders each folder may call (DESIGN.md section 2).
@@ -158,10 +163,32 @@ if len(cases) > HANDFUL:
     print(f"{len(cases)} 'case MERAK_OP_' outside runtime/graph (at most {HANDFUL}; dispatch through the "
           "op table, runtime/graph/ops.h): " + " ".join(cases))
 
+# 5. the public API: exports and the tools' includes
+nexp = "no shared libmerak"
+if os.path.exists(sys.argv[3]):
+    exported = set(open(sys.argv[3]).read().split())
+    declared = set(re.findall(r"^[a-z][^(\n]*[ *](merak_\w+)\(", open(os.path.join(src, "include/merak/merak.h")).read(), re.M))
+    for name in sorted(exported - declared):
+        bad += 1
+        print(f"libmerak exports {name}, which include/merak/merak.h does not declare")
+    for name in sorted(declared - exported):
+        bad += 1
+        print(f"include/merak/merak.h declares {name}, which libmerak does not export")
+    nexp = f"{len(exported)} exported functions"
+tooldir = os.path.join(src, "tools")
+local = {f for f in os.listdir(tooldir) if f.endswith(".h")}
+for f in sorted(os.listdir(tooldir)):
+    if f.endswith(".c"):
+        for n, line in enumerate(open(os.path.join(tooldir, f)), 1):
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if m and not (m.group(1).startswith("merak/") or m.group(1) in local or m.group(1) == "internal.h"):
+                bad += 1
+                print(f"tools/{f}:{n} includes {m.group(1)}: tools include public headers, internal.h and their own")
+
 nobj = len(undefs)
 nedge = sum(len(v) for v in edges.values())
 print(f"{nobj} objects, {nedge} calls between them, {len(seen)} folder directions, {len(headers)} headers, "
-      f"{len(cases)} op cases outside runtime/graph: "
+      f"{len(cases)} op cases outside runtime/graph, {nexp}: "
       + ("ok" if not bad else f"{bad} problem(s)"))
 sys.exit(1 if bad else 0)
 EOF

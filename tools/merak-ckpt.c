@@ -13,12 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
 #include "cli.h"
-#include "file.h"
-#include "graph/graph.h"
+#include "internal.h"
 #include "merak/merak.h"
-#include "train.h"
 
 static void usage(FILE *out)
 {

@@ -19,13 +19,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "clock.h"
-#include "file.h"
-#include "generate.h"
-#include "grow.h"
+#include "internal.h"
 #include "merak/merak.h"
-#include "tokenizer.h"
-#include "train.h"
 
 static void usage(FILE *out)
 {

@@ -26,17 +26,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "atomic.h"
-#include "train.h"
 #include "cli.h"
-#include "file.h"
+#include "internal.h"
 #include "merak/merak.h"
-#include "pipe/schedule.h"
 #include "pipesvg.h"
-#include "plan/auto.h"
-#include "plan/cost.h"
-#include "plan/layout.h"
-#include "plan/partition.h"
 
 
 static void usage(FILE *out)

@@ -13,11 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 
-#include "clock.h"
-#include "data.h"
-#include "file.h"
-#include "grow.h"
-#include "tokenizer.h"
+#include "internal.h"
 
 #include <getopt.h>
 #include <stdint.h>

@@ -16,10 +16,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "file.h"
+#include "internal.h"
 #include "merak/merak.h"
-#include "pipe/schedule.h"
-#include "pipe/trace.h"
 #include "pipesvg.h"
 
 static void usage(FILE *out)

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "file.h"
+#include "internal.h"
 #include "merak/merak.h"
 
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "atomic.h"
+#include "internal.h"
 #include "pipesvg.h"
 
 static const char *colour(int kind)
