@@ -47,7 +47,7 @@ const char *merak_backend_names(void)
     return names;
 }
 
-/* One line into err (may be NULL); returns -1. */
+/* One line into err (may be NULL); returns MERAK_USAGE (a name or a build the arguments cannot use). */
 static int say(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
@@ -56,7 +56,7 @@ static int say(char *err, size_t errlen, const char *fmt, ...)
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
     }
-    return -1;
+    return MERAK_USAGE;
 }
 
 int merak_backend_check(const char *name, char *err, size_t errlen)
@@ -66,7 +66,7 @@ int merak_backend_check(const char *name, char *err, size_t errlen)
         return say(err, errlen, "device '%s' is not %s", name, merak_backend_names());
     if (!be->built)
         return say(err, errlen, "device %s: this merak was built without %s (configure found no %s toolkit, or "
-                   "--without-%s)", be->name, be->label, be->label, be->name) - 1;
+                   "--without-%s)", be->name, be->label, be->label, be->name);
     return 0;
 }
 

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "merak/status.h"
+
 /* Shape of one causal attention call (multi-head or grouped-query). */
 typedef struct merak_attn_shape {
     int B, T;           /* batch rows, sequence length */
@@ -220,9 +222,9 @@ typedef struct merak_backend {
 const merak_backend *merak_backend_find(const char *name);
 /* "cpu or cuda", for messages. */
 const char *merak_backend_names(void);
-/* Can backend `name` (NULL: "cpu") run here?  0; -1 with one line in err
- * when no backend has that name; -2 when this library was built without
- * it. */
+/* Can backend `name` (NULL: "cpu") run here?  0; MERAK_USAGE with one
+ * line in err when no backend has that name or this library was built
+ * without it. */
 int merak_backend_check(const char *name, char *err, size_t errlen);
 /* The kernels of backend `name` (NULL: "cpu"): the CPU's with `threads`
  * threads, or a GPU's (the one MERAK_GPU names, else this rank's place on

@@ -29,12 +29,19 @@ static int first_rank(void)
     return 1;
 }
 
+/* Seconds the other ranks give the first to say it: a launcher ends the
+ * job when the first rank exits, and one that has not printed yet then
+ * never does (mpirun kills the rest when one rank exits non-zero). */
+#define FIRST_RANK_WAIT 10
+
 static _Noreturn void vdie(int status, const char *tail, const char *fmt, va_list ap)
 {
     if (first_rank()) {
         fprintf(stderr, "%s: ", cli_prog);
         vfprintf(stderr, fmt, ap);
         fprintf(stderr, "%s\n", tail);
+    } else {
+        sleep(FIRST_RANK_WAIT);
     }
     exit(status);
 }

@@ -434,7 +434,7 @@ static void partition_costs(const plan_opts *o)
     double step;
     char err[512];
     int rc = merak_partition_blocks(&b, P, M, method, starts, &step, err, sizeof err);
-    if (rc == -2)
+    if (rc == MERAK_USAGE)
         cli_die_usage("%s: %s", file, err);
     if (rc < 0)
         cli_die("%s: %s", file, err);
@@ -485,7 +485,7 @@ static void calibrate(const plan_opts *o)
     if (o->seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", o->seq_len, cfg.max_positions);
     int rc = merak_device_load(o->base, &d, err, sizeof err);
-    if (rc == -2)
+    if (rc == MERAK_USAGE)
         cli_die_usage("--device-profile: %s", err);
     if (rc < 0)
         cli_die("%s", err);
@@ -553,7 +553,7 @@ static void plan_setup(const plan_opts *o, plan_ctx *c)
     if (c->seq_len > c->cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", c->seq_len, c->cfg.max_positions);
     int rc = merak_device_load(o->gpu, &c->d, err, sizeof err);
-    if (rc == -2)
+    if (rc == MERAK_USAGE)
         cli_die_usage("--gpu: %s", err);
     if (rc < 0)
         cli_die("%s", err);
@@ -666,7 +666,7 @@ static void plan_layout(const plan_opts *o)
     merak_layout L = plan_layout_of(&c, dp, tp, pp, kind, &rc);
     merak_layout_result r;
     int st = merak_layout_plan(c.g, &L, &c.d, &r, err, sizeof err);
-    if (st == -2)
+    if (st == MERAK_USAGE)
         cli_die_usage("%s", err);
     if (st < 0)
         cli_die("%s", err);
@@ -699,7 +699,7 @@ static void plan_auto(const plan_opts *o)
                           .zero = o->zero_given ? o->zero : -1, .partition = o->partition};
     merak_auto_result res;
     int rc = merak_layout_auto(c.g, &q, &c.d, &res, err, sizeof err);
-    if (rc == -2)
+    if (rc == MERAK_USAGE)
         cli_die_usage("%s", err);
     if (rc < 0)
         cli_die("%s", err);

@@ -578,7 +578,7 @@ int main(int argc, char **argv)
         if (!t.zero_given)
             ta.zero = -1;   /* searched */
         int rc = merak_args_auto(&ta, g, t.global_batch, &rep, err, sizeof err);
-        if (rc == -2)
+        if (rc == MERAK_USAGE)
             cli_die_usage("--auto: %s", err);
         if (rc < 0)
             cli_die("--auto: %s", err);
@@ -605,14 +605,14 @@ int main(int argc, char **argv)
 
     int steps = merak_train(g, &ta, err, sizeof err);
     merak_graph_destroy(g);
-    if (steps == -2) {
+    if (steps == MERAK_FAILED_HERE) {
         fprintf(stderr, "%s: %s\n", cli_prog, err);
         merak_abort(EXIT_FAILURE);
     }
     if (steps < 0) {
         if (err[0])
             fprintf(stderr, "%s: %s\n", cli_prog, err);
-        return steps == -3 ? EXIT_USAGE : EXIT_FAILURE;
+        return steps == MERAK_USAGE ? EXIT_USAGE : EXIT_FAILURE;
     }
     if (ta.save_weights && ctx.printed)
         printf("saved weights to %s\n", ta.save_weights);

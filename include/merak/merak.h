@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "merak/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -415,8 +417,9 @@ typedef struct merak_args {
 void merak_args_default(merak_args *a);
 /* Checks every argument that does not need the graph or the files: ranges,
  * and the names of the schedule, partition method, point-to-point backend
- * and device.  0, or -1 with one line in err naming the argument; -2 for
- * "cuda" in a build without CUDA.  merak_train runs the same check. */
+ * and device (also "cuda" in a build without CUDA).  MERAK_OK, or
+ * MERAK_USAGE with one line in err naming the argument.  merak_train runs
+ * the same check. */
 int merak_args_check(const merak_args *a, char *err, size_t errlen);
 /* Model chunks per pipeline stage the arguments ask for: virtual_stages,
  * or the schedule's default (2 for interleaved, else 1). */
@@ -468,10 +471,11 @@ typedef struct merak_auto_report {
  * device's memory, for global_batch sequences per step of micro_batch
  * each (0: micro_batch per rank).  g is the model built for one
  * micro-batch.  Sets a's dp, tp, pp, schedule, virtual_stages, recompute,
- * zero and micro_batches; fills rep (may be NULL).  0; -2 with one line in
- * err for a question that cannot be asked (the batch does not split over
- * any layout, a bad name); -1 with err when no layout fits (the line says
- * the least memory one needs) or on another failure. */
+ * zero and micro_batches; fills rep (may be NULL).  MERAK_OK; MERAK_USAGE
+ * with one line in err for a question that cannot be asked (the batch does
+ * not split over any layout, a bad name); MERAK_FAILED with err when no
+ * layout fits (the line says the least memory one needs) or on another
+ * failure. */
 int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, merak_auto_report *rep, char *err,
                     size_t errlen);
 
@@ -491,14 +495,13 @@ void merak_finalize(void);
 
 /* Trains graph g (its inputs named "input_ids" and "targets", its loss a
  * cross-entropy) on a.data.  Returns the steps done (>= 0; a resumed run
- * counts the checkpoint's); or -1
- * when every rank failed alike (rank 0 gets the one-line message in err,
- * other ranks an empty err); or -3 likewise, when the arguments cannot work
- * for this model and layout (a usage error: a schedule that needs more
- * micro-batches than given, a recompute budget no stage can meet); or -2
- * when this rank failed alone mid-step (err says why): the caller reports
- * it and calls merak_abort(), since the other ranks may be waiting on this
- * one. */
+ * counts the checkpoint's); or MERAK_FAILED when every rank failed alike
+ * (rank 0 gets the one-line message in err, other ranks an empty err); or
+ * MERAK_USAGE likewise, when the arguments cannot work for this model and
+ * layout (a schedule that needs more micro-batches than given, a recompute
+ * budget no stage can meet); or MERAK_FAILED_HERE when this rank failed
+ * alone mid-step (err says why): the caller reports it and calls
+ * merak_abort(), since the other ranks may be waiting on this one. */
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
 
 /* The same as an object (Merak's MerakTrainer): checks the arguments and

@@ -126,16 +126,16 @@ merak_group *merak_comm_group(const merak_comm *c, merak_group_kind k)
 
 uint64_t merak_group_bytes(const merak_group *g) { return g->bytes; }
 
-int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen)
+int merak_comm_agree(merak_comm *c, int st, char *err, size_t errlen)
 {
     merak_group *w = merak_comm_group(c, MERAK_GROUP_WORLD);
     int world = c->grid.world, first = -1;
-    double *hot = calloc((size_t)world, sizeof *hot);  /* one-hot of failing ranks */
+    double *hot = calloc((size_t)world, sizeof *hot);  /* per rank: minus its status */
     if (!hot)
         return merak_errf(err, errlen, "out of memory");
-    if (failed)
-        hot[c->grid.rank] = failed > 0 ? failed : 1;
-    int rc = merak_allreduce_f64(w, hot, (size_t)world), hot_code = -1;
+    if (st < 0)
+        hot[c->grid.rank] = st == MERAK_USAGE ? -MERAK_USAGE : -MERAK_FAILED;
+    int rc = merak_allreduce_f64(w, hot, (size_t)world), hot_code = MERAK_FAILED;
     for (int r = 0; r < world && first < 0; r++)
         if (hot[r] > 0) {
             first = r;

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "merak/status.h"
+
 /* The ranks this process was launched with and how many share its node,
  * from the launcher's environment before MPI starts (Open MPI's mpirun,
  * srun with PMIx or PMI-2, a PMI launcher such as MPICH's): 1 and 1 when
@@ -154,10 +156,11 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
 /* In place: rank r's counts[r] floats, at the sum of the counts before r,
  * are gathered into every rank's buf.  Blocking. */
 int merak_allgather(merak_group *g, float *buf, const int *counts);
-/* Every rank agrees whether a phase failed: the first failing rank's err
- * becomes everyone's.  failed: 0, or a positive code (1 for a plain
- * failure).  Returns 0 if no rank failed, else minus the first failing
- * rank's code (-1 for a plain failure, or when agreeing failed). */
-int merak_comm_agree(merak_comm *c, int failed, char *err, size_t errlen);
+/* Every rank agrees whether a phase failed: st is this rank's status
+ * (MERAK_OK, or how it failed: merak/status.h).  Returns MERAK_OK if no
+ * rank failed, else the status of the first (lowest) failing rank, whose
+ * err becomes everyone's: MERAK_USAGE stays a usage error, every other
+ * failure is now every rank's (MERAK_FAILED, also when agreeing failed). */
+int merak_comm_agree(merak_comm *c, int st, char *err, size_t errlen);
 
 #endif /* MERAK_COMM_H */

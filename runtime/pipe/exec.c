@@ -103,13 +103,17 @@ static float *alloc_floats(const merak_kernels *k, size_t n) { return k->alloc(a
 
 /* Records why a forward or backward failed; returns -1. */
 static int fail(merak_exec *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The pass's first failure is the one kept (each pass starts with an
+ * empty e->err); returns MERAK_FAILED. */
 static int fail(merak_exec *e, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->err, sizeof e->err, fmt, ap);
-    va_end(ap);
-    return -1;
+    if (!e->err[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->err, sizeof e->err, fmt, ap);
+        va_end(ap);
+    }
+    return MERAK_FAILED;
 }
 
 /* Rows N, feature width C of a (.., C) tensor. */

@@ -602,7 +602,7 @@ static int setup_dp(merak_stage *s, const merak_stage_opts *o, char *err, size_t
     if (s->flat_n > (size_t)INT32_MAX) {   /* the layout cannot work: more stages or tp */
         merak_errf(err, errlen, "stage %d holds %zu parameter floats, more than MPI counts allow",
                    gr->pp_rank, s->flat_n);
-        return -2;
+        return MERAK_USAGE;
     }
     s->zlo = 0;
     s->zhi = s->flat_n;
@@ -683,7 +683,7 @@ static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb,
     int r = merak_schedule_build(&sp, p, &s->sched, err, errlen);
     free(flags);
     if (r < 0)
-        return -2;   /* the spec was checked: only M < S gets here */
+        return MERAK_USAGE;   /* the spec was checked: only M < S gets here */
     *eo = (merak_exec_opts){.chunks = s->xc, .nchunks = s->V, .kernels = s->k, .tp = &s->tpc,
                             .tp_overlap = s->tp_overlap};
     for (int c = 0, first = 0; c < s->V; first += ly->nl[c++]) {
@@ -759,7 +759,7 @@ static int plan_recompute(merak_stage *s, const merak_stage_opts *o, const int *
                        "recompute budget=%g: stage %d needs %.4f GB of activations even when it "
                        "recomputes every layer %s lets it recompute, more than the budget",
                        rp->value, p, need / 1073741824.0, merak_schedule_name(o->schedule));
-            rc = -2;
+            rc = MERAK_USAGE;
         }
         break;
     }
@@ -820,7 +820,7 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
     }
     /* Only the first and the last stage may share a parameter (the tied
      * group is theirs); the partitioners keep to it for a weight read in
-     * two places, this catches the rest: -2, the layout cannot work. */
+     * two places, this catches the rest: the layout cannot work (MERAK_USAGE). */
     if (!s->first && !s->last) {
         unsigned char *mine = calloc((size_t)g->ntensors, 1);
         if (!mine)
@@ -837,7 +837,7 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
                     merak_errf(err, errlen, "stage %d reads %s, which another stage reads too: only the first and "
                                "the last stage may share a weight", p, g->tensors[t].name);
                     free(mine);
-                    return -2;
+                    return MERAK_USAGE;
                 }
         free(mine);
     }
@@ -859,12 +859,12 @@ static int build(merak_stage *s, const merak_grid *gr, const merak_graph *model,
     if (s->tp_overlap > MERAK_MAX_SUB_BATCHES) {
         merak_errf(err, errlen, "stage: %d sub-batches per micro-batch, more than %d", s->tp_overlap,
                    MERAK_MAX_SUB_BATCHES);
-        return -2;
+        return MERAK_USAGE;
     }
     s->V = merak_virtual_stages(o->schedule, o->virtual_stages);
     merak_schedule_spec sp = {o->schedule, gr->pp, o->micro_batches, NULL, s->V};
     if (merak_schedule_check(&sp, err, errlen) < 0)
-        return -2;
+        return MERAK_USAGE;
     /* Virtual stage bounds in the whole graph (the same on every rank),
      * then in this rank's tensor-parallel shard of it. */
     const int Q = gr->pp * s->V;

@@ -60,8 +60,8 @@ typedef struct merak_stage_hooks {
 
 /* Builds this rank's stage of `model` (which must outlive it) on comm's
  * grid at the bounds o gives: shard, recomputation, schedule, executor
- * (parameters uninitialised).  Not collective; 0, or -1 with err for this rank, or -2
- * when the options cannot work for this model and layout (a usage error:
+ * (parameters uninitialised).  Not collective; 0, or MERAK_FAILED with err for this
+ * rank, or MERAK_USAGE when the options cannot work for this model and layout (a usage error:
  * a schedule that needs more micro-batches, a recompute budget no number of
  * recomputed layers reaches). */
 int merak_stage_create(merak_comm *comm, const merak_graph *model, const merak_stage_opts *o,

@@ -79,7 +79,7 @@ static void search_free(search *s)
 /* The candidates of one dp x tp x pp with V chunks per stage: one cut for
  * all its schedules (each checks its own M in the plan), then every
  * schedule, ZeRO setting and policy the query leaves open, memory and
- * bound only.  0, or -1/-2 with err. */
+ * bound only.  0, or MERAK_FAILED / MERAK_USAGE with err. */
 static int try_layout(search *s, const merak_graph *g, const merak_auto_query *q, const merak_device *d, int dp,
                       int tp, int pp, int V, merak_auto_result *r, char *err, size_t errlen)
 {
@@ -90,7 +90,7 @@ static int try_layout(search *s, const merak_graph *g, const merak_auto_query *q
     if (q->global_batch / per > MERAK_MAX_MICRO_BATCHES)
         return merak_errf(err, errlen, "--global-batch %ld makes %ld micro-batches per replica, more than %d",
                           q->global_batch, q->global_batch / per, MERAK_MAX_MICRO_BATCHES),
-               -2;
+               MERAK_USAGE;
     merak_layout L = {.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = s->G,
                       .schedule = V > 1 ? MERAK_SCHEDULE_INTERLEAVED : MERAK_SCHEDULE_GPIPE, .virtual_stages = V,
                       .recompute = {MERAK_RECOMPUTE_NONE, 0}, .micro_batches = (int)(q->global_batch / per),
@@ -103,8 +103,8 @@ static int try_layout(search *s, const merak_graph *g, const merak_auto_query *q
     if (!bounds)
         return merak_errf(err, errlen, "out of memory");
     int rc = merak_layout_cut(g, &L, d, starts, bounds, NULL, err, errlen);
-    if (rc == -1)
-        return -1;
+    if (rc == MERAK_FAILED)
+        return MERAK_FAILED;
     if (rc < 0)
         return 0;   /* the method cannot cut this model so */
     L.starts = starts;
@@ -122,10 +122,10 @@ static int try_layout(search *s, const merak_graph *g, const merak_auto_query *q
                 merak_layout_result lr;
                 L.zero = z;
                 if (merak_recompute_parse(rcs[i], &L.recompute, err, errlen) < 0)
-                    return -2;
+                    return MERAK_USAGE;
                 int st = merak_layout_plan(g, &L, d, &lr, err, errlen);
-                if (st == -1)
-                    return -1;
+                if (st == MERAK_FAILED)
+                    return MERAK_FAILED;
                 if (st < 0)
                     continue;   /* this schedule or policy cannot run here */
                 r->tried++;
@@ -183,7 +183,7 @@ int merak_layout_auto(const merak_graph *g, const merak_auto_query *q, const mer
     if (q->gpus < 1 || q->gpus_per_node < 1 || q->gpus % q->gpus_per_node || q->micro_batch < 1 || q->global_batch < 1)
         return merak_errf(err, errlen, "%d ranks, %d per node, micro-batch %d, global batch %ld: not a layout question",
                           q->gpus, q->gpus_per_node, q->micro_batch, q->global_batch),
-               -2;
+               MERAK_USAGE;
     search s = {.G = q->gpus_per_node};
     if (!(s.shards = calloc((size_t)s.G + 1, sizeof *s.shards)))
         return merak_errf(err, errlen, "out of memory");

@@ -64,8 +64,8 @@ typedef struct merak_auto_result {
 /* Searches the layouts of g (built for one micro-batch: the query's
  * micro_batch) on device d that the query leaves open, into r (free with
  * merak_auto_result_free, also after an error).  0 (r->count 0: nothing
- * fits); -2 with one line in err for a query that cannot be asked
- * (ranks per node, a policy name); -1 with err otherwise. */
+ * fits); MERAK_USAGE with one line in err for a query that cannot be
+ * asked (ranks per node, a policy name); MERAK_FAILED with err otherwise. */
 int merak_layout_auto(const merak_graph *g, const merak_auto_query *q, const merak_device *d, merak_auto_result *r,
                       char *err, size_t errlen);
 void merak_auto_result_free(merak_auto_result *r);

@@ -211,7 +211,7 @@ static int load_named(const char *name, merak_device *d, char *err, size_t errle
             }
         }
         merak_errf(err, errlen, "device profile '%s' is not in %s (known: %s)", name, where, known);
-        rc = -2;
+        rc = MERAK_USAGE;
     }
     for (int i = 0; i < NSRC; i++)
         json_decref(src[i].root);

@@ -46,10 +46,10 @@ extern const char merak_devices_builtin[];
 /* The device profile `name`: a key of the devices tables (MERAK_DEVICES,
  * the installed file, the built-in table; the first that has it), or a path (containing '/' or ending in .json) to a
  * file holding one profile or a devices table (whose only or `name`d
- * entry is taken).  0, or -1 with one line naming the file and the field;
- * -2 for a name no table has (the line names the tables read and every
+ * entry is taken).  0, or MERAK_FAILED with one line naming the file and
+ * the field; MERAK_USAGE for a name no table has (the line names the tables read and every
  * profile they hold).  A MERAK_DEVICES file that cannot be read, or an
- * installed file that exists but cannot, is an error (-1), never skipped. */
+ * installed file that exists but cannot, is an error (MERAK_FAILED), never skipped. */
 int merak_device_load(const char *name, merak_device *d, char *err, size_t errlen);
 
 /* Writes d as a profile file's JSON (one device at the top level), every

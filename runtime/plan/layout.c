@@ -16,19 +16,19 @@ int merak_layout_check(const merak_layout *L, char *err, size_t errlen)
 {
     if (L->dp < 1 || L->tp < 1 || L->pp < 1)
         return merak_errf(err, errlen, "dp, tp and pp must be at least 1 (dp=%d tp=%d pp=%d)", L->dp, L->tp,
-                          L->pp), -2;
+                          L->pp), MERAK_USAGE;
     if ((double)L->dp * L->tp * L->pp > 1 << 24)
         return merak_errf(err, errlen, "dp*tp*pp = %.0f ranks, more than %d", (double)L->dp * L->tp * L->pp,
-                          1 << 24), -2;
+                          1 << 24), MERAK_USAGE;
     if (L->gpus_per_node < 1 || L->gpus_per_node % L->tp != 0)
         return merak_errf(err, errlen, "tp=%d does not divide the %d GPUs of a node (a tensor-parallel group "
-                          "stays inside one node)", L->tp, L->gpus_per_node), -2;
+                          "stays inside one node)", L->tp, L->gpus_per_node), MERAK_USAGE;
     int V = merak_virtual_stages(L->schedule, L->virtual_stages);
     merak_schedule_spec sp = {L->schedule, L->pp, L->micro_batches, NULL, V};
     if (merak_schedule_check(&sp, err, errlen) < 0)
-        return -2;
+        return MERAK_USAGE;
     if (merak_partition_check(L->partition ? L->partition : "autopipe", err, errlen) < 0)
-        return -2;
+        return MERAK_USAGE;
     return 0;
 }
 
@@ -42,7 +42,7 @@ static int partition_blocks(merak_blocks *b, const int *first, const char *metho
         *step = 0;
     if (V > 1 && Q > b->n)
         return merak_errf(err, errlen, "pp %d x %d virtual stages = %d model chunks, but the graph can be cut "
-                          "into %d at most", pp, V, Q, b->n), -2;
+                          "into %d at most", pp, V, Q, b->n), MERAK_USAGE;
     /* The 1F1B model the partition is judged by needs M >= stages: with
      * fewer (gpipe, interleaved), autopipe balances for M = stages, and
      * no step is predicted. */
@@ -126,7 +126,7 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
     int world = L->dp * L->tp * L->pp;
     if (merak_grid_init(&gr, L->dp, L->tp, L->pp, world, 0, err, errlen) < 0 ||
         merak_grid_init(&gr, L->dp, L->tp, L->pp, world, merak_grid_rank(&gr, 0, 0, p), err, errlen) < 0)
-        return -2;
+        return MERAK_USAGE;
     merak_stage_opts so = {.schedule = L->schedule, .recompute = L->recompute, .bounds = bounds, .rules = L->rules,
                            .nrules = L->nrules, .micro_batches = L->micro_batches, .virtual_stages = V,
                            .zero = L->zero, .kernels = merak_kernels_cpu(), .shard = L->tp > 1 ? local : NULL};
@@ -186,7 +186,7 @@ static int time_step(const merak_layout *L, int V, const merak_sim_costs *costs,
     return rc;
 }
 
-/* L's shard for tp rank 0: L->shard, or one made into *made (-2: the
+/* L's shard for tp rank 0: L->shard, or one made into *made (MERAK_USAGE: the
  * model cannot be cut tp ways, the layout's fault). */
 static int layout_shard(const merak_graph *g, const merak_layout *L, merak_graph **made, const merak_graph **local,
                         char *err, size_t errlen)
@@ -196,7 +196,7 @@ static int layout_shard(const merak_graph *g, const merak_layout *L, merak_graph
     if (L->tp == 1)
         return 0;
     if (!L->shard && !(*made = merak_graph_shard(g, L->tp, 0, L->rules, L->nrules, err, errlen)))
-        return -2;
+        return MERAK_USAGE;
     *local = L->shard ? L->shard : *made;
     return 0;
 }

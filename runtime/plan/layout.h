@@ -103,7 +103,7 @@ typedef struct merak_layout_result {
 
 /* Checks the layout's numbers against each other (degrees, tp dividing
  * the node, M for the schedule, the partition method; whether the model
- * splits tp ways is merak_layout_plan's): 0, or -2 with one line in err. */
+ * splits tp ways is merak_layout_plan's): 0, or MERAK_USAGE with one line in err. */
 int merak_layout_check(const merak_layout *L, char *err, size_t errlen);
 
 /* Cuts g for layout L as merak_layout_plan does, and as merak-train does:
@@ -114,15 +114,15 @@ int merak_layout_check(const merak_layout *L, char *err, size_t errlen);
  * inter-node ones), within L's search budget.  d may be NULL for the other
  * methods and for one stage.  starts [pp*V] the first block of each,
  * bounds [pp*V + 1] their ops; *step (may be NULL) autopipe's predicted
- * 1F1B pipeline when M >= pp*V, else 0.  0, -1, or -2 when the method
+ * 1F1B pipeline when M >= pp*V, else 0.  0, MERAK_FAILED, or MERAK_USAGE when the method
  * cannot work for this model and layout (a usage error). */
 int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *d, int *starts, int *bounds,
                      double *step, char *err, size_t errlen);
 
 /* Plans layout L of g (built for one micro-batch: its input_ids' shape)
  * on device d into r (free with merak_layout_result_free).  A layout
- * that does not fit is planned all the same (r->fits 0).  0; -1 with err;
- * -2 with err when the layout cannot run (merak_layout_check, a schedule
+ * that does not fit is planned all the same (r->fits 0).  0; MERAK_FAILED
+ * with err; MERAK_USAGE with err when the layout cannot run (merak_layout_check, a schedule
  * or recompute budget that cannot work). */
 int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *d,
                       merak_layout_result *r, char *err, size_t errlen);

@@ -570,23 +570,23 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
 {
     int m = parse_method(method, err, errlen);
     if (m < 0)
-        return -2;
+        return MERAK_USAGE;
     if (stages < 1) {
         merak_errf(err, errlen, "%d pipeline stages", stages);
-        return -2;
+        return MERAK_USAGE;
     }
     if (stages > b->n) {
         merak_errf(err, errlen, "%d stages, but the chain has %d blocks (every stage needs one)", stages, b->n);
-        return -2;
+        return MERAK_USAGE;
     }
     if (stages > 1 && (b->first_end > b->last_start || b->last_start - b->first_end < stages - 2)) {
         merak_errf(err, errlen, "%d stages do not fit: the first must hold blocks 0-%d and the last blocks %d-%d "
                    "(they read a weight tied between them), leaving %d blocks for %d stages", stages,
                    b->first_end - 1, b->last_start, b->n - 1, b->last_start - b->first_end, stages - 2);
-        return -2;
+        return MERAK_USAGE;
     }
     if ((m == AUTOPIPE || step) && model_check(stages, M, err, errlen) < 0)
-        return -2;
+        return MERAK_USAGE;
     if (m == AUTOPIPE)
         return autopipe(b, stages, M, starts, step, err, errlen);
     if (m == CUSTOM) {
@@ -598,13 +598,13 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
             merak_errf(err, errlen, "partition '%s': block %d is past the last (%d blocks)", method, starts[n - 1],
                        b->n);
         if (n < 0 || n != stages || starts[n - 1] >= b->n)
-            return -2;
+            return MERAK_USAGE;
         for (int k = 1; k < stages; k++)
             if (!start_ok(b, stages, k, starts[k])) {
                 char what[300];
                 snprintf(what, sizeof what, "partition '%s'", method);
                 ends_error(b, what, err, errlen);
-                return -2;
+                return MERAK_USAGE;
             }
     } else if (balance(b, stages, m, starts) < 0) {
         return merak_errf(err, errlen, "out of memory");
@@ -664,7 +664,7 @@ int merak_partition_graph(const merak_blocks *b, const int *first, int stages, i
     if (stages > b->n) {
         merak_errf(err, errlen, "the graph has %d cut points, so at most %d pipeline stages (got %d)", b->n - 1,
                    b->n, stages);
-        return -2;
+        return MERAK_USAGE;
     }
     int rc = merak_partition_blocks(b, stages, M, method, starts, step, err, errlen);
     if (rc < 0)

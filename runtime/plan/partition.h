@@ -72,7 +72,7 @@ int merak_partition_predict(const merak_blocks *b, int stages, int M, const int 
 
 /* Partitions b into `stages` stages by `method`: starts[0..stages) the
  * first block of each, and the predicted step of M micro-batches in *step
- * (may be NULL).  0; -1 with err; -2 with err when the method cannot
+ * (may be NULL).  0; MERAK_FAILED with err; MERAK_USAGE with err when the method cannot
  * work for this chain (more stages than blocks, a custom list that does
  * not fit it: a usage error). */
 int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char *method, int *starts,
@@ -88,7 +88,7 @@ int merak_graph_blocks(const merak_graph *g, merak_blocks *b, int **first, char 
  * stage s runs ops [bounds[s], bounds[s+1]) of g, and starts[0..stages)
  * with each stage's first block; b (from merak_graph_blocks, its costs
  * filled) and first describe g.  *step (may be NULL) gets the predicted
- * step as merak_partition_blocks's.  Returns 0, -1 or -2 as
+ * step as merak_partition_blocks's.  Returns the statuses of
  * merak_partition_blocks; more stages than blocks names the graph's cut
  * points. */
 int merak_partition_graph(const merak_blocks *b, const int *first, int stages, int M, const char *method,

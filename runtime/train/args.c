@@ -41,7 +41,8 @@ int merak_args_virtual_stages(const merak_args *a)
     return merak_virtual_stages(sk, a->virtual_stages);
 }
 
-int merak_args_check(const merak_args *a, char *err, size_t errlen)
+/* merak_args_check's checks: 0, or < 0 with the line. */
+static int check(const merak_args *a, char *err, size_t errlen)
 {
     merak_schedule_kind sk;
     if (!a->data)
@@ -100,8 +101,10 @@ int merak_args_check(const merak_args *a, char *err, size_t errlen)
                           a->profile, method);
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
-    int device = merak_backend_check(a->device, err, errlen);
-    if (device < 0)
-        return device;   /* -2: built without it, a usage error */
-    return 0;
+    return merak_backend_check(a->device, err, errlen);
+}
+
+int merak_args_check(const merak_args *a, char *err, size_t errlen)
+{
+    return check(a, err, errlen) < 0 ? MERAK_USAGE : MERAK_OK;
 }

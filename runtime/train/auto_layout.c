@@ -27,7 +27,7 @@ int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, mera
     memset(rep, 0, sizeof *rep);
     int world, per_node;
     if (merak_launch_size(&world, &per_node, err, errlen) < 0)
-        return -2;
+        return MERAK_USAGE;
     merak_device d;
     const char *profile = merak_args_profile(a);
     int rc = merak_device_load(profile, &d, err, errlen);
@@ -35,9 +35,9 @@ int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, mera
         return rc;
     merak_schedule_kind kind = MERAK_SCHEDULE_1F1B;
     if (a->schedule && merak_schedule_parse(a->schedule, &kind) < 0)
-        return merak_errf(err, errlen, "schedule '%s' is not one of %s", a->schedule, merak_schedule_names()), -2;
+        return merak_errf(err, errlen, "schedule '%s' is not one of %s", a->schedule, merak_schedule_names()), MERAK_USAGE;
     if (a->micro_batch < 1)
-        return merak_errf(err, errlen, "micro-batch %d must be at least 1", a->micro_batch), -2;
+        return merak_errf(err, errlen, "micro-batch %d must be at least 1", a->micro_batch), MERAK_USAGE;
     *rep = (merak_auto_report){.world = world, .per_node = per_node, .profile = profile, .memory = d.memory,
                                .global_batch = global_batch ? global_batch : (long)a->micro_batch * world};
     merak_auto_query q = {.gpus = world, .gpus_per_node = per_node, .micro_batch = a->micro_batch,
@@ -51,7 +51,7 @@ int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, mera
     if (rc == 0 && r.count == 0) {
         if (r.leanest == 0)
             rc = (merak_errf(err, errlen, "no layout of %d rank(s) can run this model with a global batch of %ld "
-                             "(micro-batch %d)", world, rep->global_batch, a->micro_batch), -2);
+                             "(micro-batch %d)", world, rep->global_batch, a->micro_batch), MERAK_USAGE);
         else
             rc = merak_errf(err, errlen, "no layout of %d rank(s) fits this model: the leanest of the %zu tried "
                             "needs %.2f GB, a %s has %.2f GB", world, r.tried, r.leanest / 1e9, profile,

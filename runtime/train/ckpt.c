@@ -468,7 +468,7 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
     int writer = gr->dp_rank == 0;
     if (!failed)
         failed = job_alloc(j, s, writer, err, errlen) < 0;
-    if (merak_comm_agree(comm, failed, err, errlen) < 0) {
+    if (merak_comm_agree(comm, failed ? MERAK_FAILED : MERAK_OK, err, errlen) < 0) {
         if (gr->rank == 0)
             rm_tree(w->dir);
         job_reset(j);
@@ -620,7 +620,7 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
     }
     if (j->failed)
         snprintf(err, errlen, "checkpoint step %d: %s", w->step, j->err);
-    int rc = merak_comm_agree(comm, j->failed, err, errlen);
+    int rc = merak_comm_agree(comm, j->failed ? MERAK_FAILED : MERAK_OK, err, errlen);
     if (rc == 0) {
         double *mine = v + 5 * gr->rank;
         for (int f = 0; f < 2 && gr->dp_rank == 0; f++)
@@ -630,7 +630,7 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
             rc = merak_errf(err, errlen, "%s", merak_comm_error(comm));
         int failed = rc == 0 && gr->rank == 0 && write_manifest(w, gr, v, err, errlen) < 0;
         if (rc == 0)
-            rc = merak_comm_agree(comm, failed, err, errlen);
+            rc = merak_comm_agree(comm, failed ? MERAK_FAILED : MERAK_OK, err, errlen);
     }
     if (rc == 0) {
         done->step = w->step;

@@ -296,8 +296,8 @@ static int find_resume(run *r, char *err, size_t errlen)
         return 0;
     if (r->grid->rank == 0)
         found = merak_ckpt_find(a->resume, a->save, r->resume, sizeof r->resume, err, errlen);
-    if (merak_comm_agree(r->comm, found < 0, err, errlen) < 0)
-        return -1;
+    if (merak_comm_agree(r->comm, found < 0 ? MERAK_FAILED : MERAK_OK, err, errlen) < 0)
+        return MERAK_FAILED;
     if (merak_broadcast(r->world, r->resume, sizeof r->resume, 0) < 0)
         return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
     return 0;
@@ -360,14 +360,14 @@ static int checkpoint(run *r, int step, int last, char *err, size_t errlen)
     return saved(r, rc, &(merak_ckpt_done){0}, err, errlen);
 }
 
-/* "rank R on HOST: step S: why" for a failure of this rank alone; -2. */
+/* "rank R on HOST: step S: why" for a failure of this rank alone; MERAK_FAILED_HERE. */
 static int alone(run *r, char *err, size_t errlen)
 {
     char where[128], why[400];
     snprintf(why, sizeof why, "%s", err);
     merak_comm_where(r->comm, r->grid->rank, where, sizeof where);
     merak_errf(err, errlen, "%s: step %d: %s", where, r->step, why);
-    return -2;
+    return MERAK_FAILED_HERE;
 }
 
 static void run_free(run *r)
@@ -411,7 +411,8 @@ static int take_sample(run *r, char **text, size_t *len, char *err, size_t errle
     return rc;
 }
 
-/* The steps; returns the steps run, -1 (every rank alike) or -2 (alone). */
+/* The steps; returns the steps run, MERAK_FAILED (every rank alike) or
+ * MERAK_FAILED_HERE (this rank alone). */
 static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
@@ -500,13 +501,13 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
         return alone(r, err, errlen);
     }
     if (failed > 0)
-        return -1;   /* rank 0 has the message */
+        return MERAK_FAILED;   /* rank 0 has the message */
     /* the end, or a stop: the last checkpoint, written through */
     if (r->ckpt && r->saved != r->step && checkpoint(r, r->step, 1, err, errlen) < 0)
-        return -1;
+        return MERAK_FAILED;
     r->final_save = 1;   /* also when the last step's save was already in flight */
     if (checkpoint_finish(r, err, errlen) < 0)
-        return -1;
+        return MERAK_FAILED;
     return r->step;
 }
 
@@ -646,8 +647,9 @@ static int check_outputs(run *r, char *err, size_t errlen)
  * updates; the needs and the memory free are gathered, and the ranks of
  * one host (CPU: they share its memory) or each rank (a GPU of its own)
  * are held against it.  Collective; every rank gets the same answer: 0,
- * or 1 with the first host or rank that does not fit in err (2 if a
- * stage cannot be built with these options, as merak_stage_create). */
+ * or MERAK_FAILED with the first host or rank that does not fit in err
+ * (MERAK_USAGE if a stage cannot be built with these options, as
+ * merak_stage_create). */
 static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so, char *err, size_t errlen)
 {
     const merak_grid *gr = r->grid;
@@ -661,7 +663,7 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
      * every rank enters the agreement, whatever failed on it */
     int planned = !v || !node || merak_comm_nodes(r->comm, node) < 0 ? merak_errf(err, errlen, "out of memory")
                                                                       : merak_stage_plan(gr, g, so, &m, err, errlen);
-    int rc = -merak_comm_agree(r->comm, planned < 0 ? -planned : 0, err, errlen);
+    int rc = merak_comm_agree(r->comm, planned < 0 ? planned : MERAK_OK, err, errlen);
     if (rc != 0) {
         free(v), free(node);
         return rc;
@@ -674,7 +676,7 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
         v[gr->rank] += (double)m.params * (gr->dp_rank == 0 ? 3 : r->a->zero ? 2 : 0);
     v[n + gr->rank] = so->kernels->capacity && so->kernels->capacity(&free_b, &total_b) == 0 ? (double)free_b : -1;
     if (merak_allreduce_f64(r->world, v, 2 * (size_t)n) < 0)
-        rc = (merak_errf(err, errlen, "%s", merak_comm_error(r->comm)), 1);
+        rc = merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
     for (int i = 0; i < n && rc == 0; i++) {
         /* the ranks sharing i's memory: its host's (CPU), or i alone */
         double need = 0;
@@ -696,7 +698,7 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
             merak_errf(err, errlen, "not enough memory: %s needs %.2f GB (parameters, gradients, optimizer state, "
                        "activations), but its %s has %.2f GB %s", where, need / 1e9, shared ? "host" : "GPU",
                        v[n + i] / 1e9, shared ? "available" : "free");
-        rc = 1;
+        rc = MERAK_FAILED;
     }
     free(v), free(node);
     return rc;
@@ -705,8 +707,8 @@ static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so
 /* The virtual stage bounds in g of the grid's pp x V stages, cut as
  * merak-plan cuts them (merak_layout_cut: autopipe times ops from the
  * device profile on the tensor-parallel shard this grid runs, each cut
- * over the links this job's placement on its nodes gives).  0, -1, or -2
- * for options that cannot work for this model (usage errors). */
+ * over the links this job's placement on its nodes gives).  0,
+ * MERAK_FAILED, or MERAK_USAGE for options that cannot work for this model. */
 static int partition_stages(const merak_graph *g, const merak_args *a, const merak_grid *gr,
                             merak_schedule_kind kind, int V, const merak_tp_rule *rules, int nrules, int *starts,
                             int *bounds, double *step, char *err, size_t errlen)
@@ -730,7 +732,7 @@ static int partition_stages(const merak_graph *g, const merak_args *a, const mer
         /* the shard autopipe times, made here: a model that does not split
          * is the runtime error it is everywhere else (the stage's too) */
         if (rc == 0 && gr->tp > 1 && !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
-            rc = -1;
+            rc = MERAK_FAILED;
         L.shard = shard;
     }
     if (rc == 0)
@@ -745,19 +747,21 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     if (err && errlen)
         err[0] = 0;
     if (!g_comm && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
-        return -1;
+        return MERAK_FAILED;
     const merak_grid *gr = merak_comm_grid(g_comm);
-    int rank0 = gr->rank == 0, vocab = -1, failed = 0;
-    /* The same checks on every rank, so every rank fails alike. */
-    if (merak_args_check(a, err, errlen) < 0 || (vocab = check_graph(g, a, err, errlen)) < 0)
-        failed = 1;
-    else if ((a->dp && a->dp != gr->dp) || (a->tp && a->tp != gr->tp) || (a->pp && a->pp != gr->pp))
-        failed = merak_errf(err, errlen, "the arguments ask for dp=%d tp=%d pp=%d but merak_init made dp=%d tp=%d pp=%d",
-                            a->dp, a->tp, a->pp, gr->dp, gr->tp, gr->pp);
-    if (failed) {
+    int rank0 = gr->rank == 0, vocab = -1;
+    /* The same checks on every rank, so every rank fails alike; st: this
+     * rank's status, the first failure's, until the ranks agree. */
+    int st = merak_args_check(a, err, errlen);
+    if (st == MERAK_OK && (vocab = check_graph(g, a, err, errlen)) < 0)
+        st = MERAK_FAILED;
+    else if (st == MERAK_OK && ((a->dp && a->dp != gr->dp) || (a->tp && a->tp != gr->tp) || (a->pp && a->pp != gr->pp)))
+        st = merak_errf(err, errlen, "the arguments ask for dp=%d tp=%d pp=%d but merak_init made dp=%d tp=%d pp=%d",
+                        a->dp, a->tp, a->pp, gr->dp, gr->tp, gr->pp);
+    if (st < 0) {
         if (!rank0)
             err[0] = 0;
-        return -1;
+        return st;
     }
 
     run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD),
@@ -775,56 +779,55 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     double predicted = 0;
     int staged = 0;   /* device buffers through MPI in host memory */
     if (!bounds || !starts)
-        failed = merak_errf(err, errlen, "out of memory") < 0;
+        st = merak_errf(err, errlen, "out of memory");
     else if (merak_comm_set_timeout(g_comm, a->comm_timeout, err, errlen) < 0)
-        failed = 1;
+        st = MERAK_FAILED;
     else if (!(so.kernels = pick_kernels(a, gr->world, &staged, err, errlen)))
-        failed = 1;
+        st = MERAK_FAILED;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
-        failed = 1;
-    else if ((so.rules = rules, (failed = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds, &predicted, err,
-                                                    errlen)) < 0))
-        failed = -failed;   /* 1, or 2 for options that cannot work here */
+        st = MERAK_FAILED;
+    else if ((so.rules = rules, (st = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds,
+                                                       &predicted, err, errlen)) < 0))
+        ;   /* MERAK_USAGE for options that cannot work here */
     else if (a->val_data && r.eval_batches % gr->dp != 0) {
         merak_errf(err, errlen, "--eval-batches %d is not a multiple of dp %d (the replicas split "
                    "the validation windows)", r.eval_batches, gr->dp);
-        failed = 2; /* a usage error */
+        st = MERAK_USAGE;
     }
     so.bounds = bounds;
     /* every rank reaches the memory check, the collective it is */
-    int before = merak_comm_agree(g_comm, failed, err, errlen);
-    if (before < 0)
-        failed = -before;
-    else if (find_resume(&r, err, errlen) < 0)
-        failed = 1;
-    else if ((failed = check_memory(&r, g, &so, err, errlen)) != 0)
+    if ((st = merak_comm_agree(g_comm, st, err, errlen)) < 0)
         ;
-    else if ((failed = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0)
-        failed = -failed;
+    else if (find_resume(&r, err, errlen) < 0)
+        st = MERAK_FAILED;
+    else if ((st = check_memory(&r, g, &so, err, errlen)) < 0)
+        ;
+    else if ((st = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0)
+        ;
     else
         r.e = merak_stage_exec(r.stage);
-    if (!failed)
-        failed = setup(&r, vocab, err, errlen) < 0;
+    if (st == MERAK_OK && setup(&r, vocab, err, errlen) < 0)
+        st = MERAK_FAILED;
     merak_metrics *metrics = NULL;
-    if (!failed && rank0 && check_outputs(&r, err, errlen) < 0)
-        failed = 1;
-    if (!failed && rank0 && resumed_data(&r, err, errlen) < 0)
-        failed = 1;
-    if (!failed && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
-        failed = 1;
-    if (!failed && rank0 && a->sample_every &&
+    if (st == MERAK_OK && rank0 && check_outputs(&r, err, errlen) < 0)
+        st = MERAK_FAILED;
+    if (st == MERAK_OK && rank0 && resumed_data(&r, err, errlen) < 0)
+        st = MERAK_FAILED;
+    if (st == MERAK_OK && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
+        st = MERAK_FAILED;
+    if (st == MERAK_OK && rank0 && a->sample_every &&
         !(r.sampler = merak_train_sampler_create(g, so.kernels, a->sample_prompt, a->tokenizer,
                                                  a->sample_tokens > 0 ? a->sample_tokens : 64, a->seed, err, errlen)))
-        failed = 1;
+        st = MERAK_FAILED;
     merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
     /* Activations and gradients over the asked backend: the stage's
      * pipeline group switches together (and back at the end). */
-    int n = -1, agreed = merak_comm_agree(g_comm, failed, err, errlen);
+    int n = merak_comm_agree(g_comm, st, err, errlen);   /* the steps, or the status */
     stage_table table = {0};
-    if (agreed == -2)
-        n = -3;
-    else if (agreed == 0 && stage_table_fill(&r, &table, err, errlen) == 0 &&
-             merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) == 0) {
+    if (n == MERAK_OK && (stage_table_fill(&r, &table, err, errlen) < 0 ||
+                          merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) < 0))
+        n = MERAK_FAILED;
+    else if (n == MERAK_OK) {
         if (a->trace)
             merak_stage_set_trace(r.stage, &r.trace);
         if (rank0 && a->on_start) {
@@ -839,28 +842,32 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         else if (a->resume)
             report(&r, MERAK_CHECKPOINT_NONE, 0, a->save, 0, 0, NULL);
         n = steps(&r, metrics, err, errlen);
-        if (n != -2) {
-            failed = merak_metrics_close(metrics, err, errlen) < 0 || n < 0;
+        if (n != MERAK_FAILED_HERE) {
+            st = merak_metrics_close(metrics, err, errlen) < 0 || n < 0 ? MERAK_FAILED : MERAK_OK;
             metrics = NULL;
-            if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
-                n = -1;
+            if (merak_comm_agree(g_comm, st, err, errlen) < 0)
+                n = MERAK_FAILED;
         }
         if (n >= 0 && a->save_weights) {
             merak_gathered w;
-            failed = merak_stage_gather(r.stage, &w, err, errlen) < 0 ||
-                     (rank0 && merak_weights_save_arrays(g, w.n, w.tensors, (const float *const *)w.data,
-                                                         a->save_weights, NULL, err, errlen) < 0);
+            st = merak_stage_gather(r.stage, &w, err, errlen) < 0 ||
+                         (rank0 && merak_weights_save_arrays(g, w.n, w.tensors, (const float *const *)w.data,
+                                                             a->save_weights, NULL, err, errlen) < 0)
+                     ? MERAK_FAILED
+                     : MERAK_OK;
             merak_gathered_free(&w);
-            if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
-                n = -1;
+            if (merak_comm_agree(g_comm, st, err, errlen) < 0)
+                n = MERAK_FAILED;
         }
         if (n >= 0 && a->trace) {
-            failed = merak_trace_write(g_comm, &r.trace, a->trace, merak_schedule_name(so.schedule),
-                                       a->micro_batches, merak_stage_chunks(r.stage), err, errlen) < 0;
-            if (merak_comm_agree(g_comm, failed, err, errlen) < 0)
-                n = -1;
+            st = merak_trace_write(g_comm, &r.trace, a->trace, merak_schedule_name(so.schedule), a->micro_batches,
+                                   merak_stage_chunks(r.stage), err, errlen) < 0
+                     ? MERAK_FAILED
+                     : MERAK_OK;
+            if (merak_comm_agree(g_comm, st, err, errlen) < 0)
+                n = MERAK_FAILED;
         }
-        if (n != -2)
+        if (n != MERAK_FAILED_HERE)
             merak_group_set_p2p(pp_g, "mpi", NULL, 0);
     }
     merak_metrics_close(metrics, NULL, 0);
@@ -869,7 +876,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     free(bounds);
     free(starts);
     stage_table_free(&table);
-    if ((n == -1 || n == -3) && !rank0)
+    if (n < 0 && n != MERAK_FAILED_HERE && !rank0)
         err[0] = 0;   /* every rank failed alike: rank 0 reports */
     return n;
 }

@@ -671,9 +671,37 @@ static void test_op_table(void)
            "no entry outside the kinds");
 }
 
+/* One status set for every layer (merak/status.h): a name no table has
+ * is a usage error wherever it is checked. */
+static void test_status(void)
+{
+    char msg[256] = "";
+    merak_args a;
+    merak_args_default(&a);
+    a.data = "-";
+    tap_ok(merak_args_check(&a, msg, sizeof msg) == MERAK_OK, "the default arguments pass: %s", msg);
+    a.schedule = "nope";
+    tap_ok(merak_args_check(&a, msg, sizeof msg) == MERAK_USAGE && strstr(msg, "nope"),
+           "an unknown schedule is a usage error: %s", msg);
+    merak_args_default(&a);
+    a.data = "-";
+    a.micro_batch = 0;
+    tap_ok(merak_args_check(&a, msg, sizeof msg) == MERAK_USAGE, "a zero micro-batch is a usage error: %s", msg);
+    tap_ok(merak_backend_check("tpu", msg, sizeof msg) == MERAK_USAGE && strstr(msg, "tpu"),
+           "an unknown device is a usage error: %s", msg);
+    if (!merak_have_cuda()) {
+        merak_args_default(&a);
+        a.data = "-";
+        a.device = "cuda";
+        tap_ok(merak_args_check(&a, msg, sizeof msg) == MERAK_USAGE && strstr(msg, "built without"),
+               "cuda in a build without it is a usage error: %s", msg);
+    }
+}
+
 int main(void)
 {
     test_op_table();
+    test_status();
     test_param_counts();
     test_no_parameter_memory();
     test_shape_errors();

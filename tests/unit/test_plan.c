@@ -60,7 +60,7 @@ static void test_graph_partition(void)
     tap_ok(merak_cut_tensor(g, 1) < 0 || merak_cut_tensor(g, 2) < 0,
            "a cut inside a block (skip connection alive) is not a cut point");
     int many[65];
-    tap_ok(merak_partition_graph(&b, first, 64, 64, "uniform", many, many, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_graph(&b, first, 64, 64, "uniform", many, many, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "cut points, so at most"), "64 stages are refused as a usage error: %s", err);
     merak_blocks_free(&b);
     free(first);
@@ -90,9 +90,9 @@ static void test_tied_ends(void)
                   st[1] >= b.first_end && st[P - 1] <= b.last_start;
     tap_ok(ok && b.first_end == 1 && b.last_start == b.n - 2,
            "tiny-gpt2: the head's block %d stays on the last stage for every method and 2..8 stages", b.last_start);
-    tap_ok(merak_partition_blocks(&b, 4, 4, "custom:0,6,7,8", st, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_blocks(&b, 4, 4, "custom:0,6,7,8", st, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "the last stage blocks 7-8"), "a custom cut leaving the head elsewhere: %s", err);
-    tap_ok(merak_partition_blocks(&b, 9, 9, "uniform", st, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_blocks(&b, 9, 9, "uniform", st, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "9 stages do not fit"), "9 stages around the tied ends: %s", err);
     merak_blocks_free(&b);
     free(first);
@@ -123,11 +123,11 @@ static void test_methods(void)
     merak_blocks_alloc(&b, 6);
     for (int i = 0; i < 6; i++)
         b.fwd[i] = 1, b.bwd[i] = 2;
-    tap_ok(merak_partition_blocks(&b, 3, 4, "custom:0,2", starts, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_blocks(&b, 3, 4, "custom:0,2", starts, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "starts 2 stages, not 3"), "a custom list of the wrong length: %s", err);
-    tap_ok(merak_partition_blocks(&b, 2, 4, "custom:0,6", starts, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_blocks(&b, 2, 4, "custom:0,6", starts, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "past the last (6 blocks)"), "a custom start past the chain: %s", err);
-    tap_ok(merak_partition_blocks(&b, 4, 4, "custom:0,1,2,3,4,5", starts, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_blocks(&b, 4, 4, "custom:0,1,2,3,4,5", starts, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "starts 6 stages, not 4"), "a custom list longer than the stages: %s", err);
     tap_ok(merak_partition_check("custom:0, 3", err, sizeof err) < 0 && strstr(err, "' 3' is not a block number") &&
                merak_partition_check("custom:0,+3", err, sizeof err) < 0,
@@ -143,11 +143,11 @@ static void test_methods(void)
             u.fwd[i] = 9e299, u.bwd[i] = 9e299;
         rc = merak_partition_blocks(&u, 2, 2, "autopipe", st, NULL, err, sizeof err);
         tap_ok(rc == 0 && st[0] == 0 && st[1] > 0 && st[1] < 10, "costs whose sums overflow still get a partition");
-        tap_ok(merak_partition_blocks(&u, 2, 100000000, "autopipe", st, NULL, err, sizeof err) == -2 &&
+        tap_ok(merak_partition_blocks(&u, 2, 100000000, "autopipe", st, NULL, err, sizeof err) == MERAK_USAGE &&
                    strstr(err, "more than the 1F1B model's"), "a model too large to evaluate: %s", err);
         merak_blocks_free(&u);
     }
-    tap_ok(merak_partition_blocks(&b, 7, 8, "uniform", starts, NULL, err, sizeof err) == -2 &&
+    tap_ok(merak_partition_blocks(&b, 7, 8, "uniform", starts, NULL, err, sizeof err) == MERAK_USAGE &&
                strstr(err, "7 stages, but the chain has 6 blocks"), "more stages than blocks: %s", err);
     b.bwd[3] = -1;
     tap_ok(merak_partition_blocks(&b, 2, 4, "autopipe", starts, NULL, err, sizeof err) == -1 &&
@@ -158,7 +158,7 @@ static void test_methods(void)
     int rc = merak_partition_blocks(&b, 2, 2, "uniform", starts, &t, err, sizeof err);
     tap_ok(rc == 0 && starts[1] == 3 && t == 27, "uniform halves 6 equal blocks; 1F1B of M = 2 takes 27 (got %g, "
            "start %d)", t, starts[1]);
-    tap_ok(merak_partition_blocks(&b, 2, 1, "uniform", starts, &t, err, sizeof err) == -2 && strstr(err, "1f1b"),
+    tap_ok(merak_partition_blocks(&b, 2, 1, "uniform", starts, &t, err, sizeof err) == MERAK_USAGE && strstr(err, "1f1b"),
            "the 1F1B prediction needs M >= stages: %s", err);
     merak_blocks_free(&b);
 }
@@ -451,7 +451,7 @@ static void test_profile_tables(void)
     tap_ok(merak_device_load("h100-80g", &d, err, sizeof err) == 0 && d.matmul == 400e12,
            "a profile MERAK_DEVICES lacks comes from below it");
     rc = merak_device_load("tpu10", &d, err, sizeof err);
-    tap_ok(rc == -2 && strstr(err, "(MERAK_DEVICES)") && strstr(err, "built-in") && strstr(err, "(known: cpu, tpu9, a100-80g, h100-80g, h200)"),
+    tap_ok(rc == MERAK_USAGE && strstr(err, "(MERAK_DEVICES)") && strstr(err, "built-in") && strstr(err, "(known: cpu, tpu9, a100-80g, h100-80g, h200)"),
            "an unknown name lists every table and every profile once: %s", err);
     f = fopen(path, "w");
     fputs("{\"devices\": [1]}", f);
@@ -512,7 +512,7 @@ static void test_profiles(void)
     merak_device d;
     tap_ok(merak_device_load("h100-80g", &d, err, sizeof err) == 0 && d.memory == 80e9 && d.matmul == 400e12 &&
                fabs(d.latency - 8e-6) < 1e-15, "h100-80g: 80 GB, 400 TFLOP/s, 8 us");
-    tap_ok(merak_device_load("tpu9", &d, err, sizeof err) == -2 && strstr(err, "device profile 'tpu9' is not in") &&
+    tap_ok(merak_device_load("tpu9", &d, err, sizeof err) == MERAK_USAGE && strstr(err, "device profile 'tpu9' is not in") &&
                strstr(err, "a100-80g"), "an unknown device lists the known ones: %s", err);
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char path[512];
@@ -620,7 +620,7 @@ static void test_layout_bound(void)
                                 merak_recompute_parse(rcs[ri], &L.recompute, NULL, 0);
                                 merak_layout_result r, q;
                                 int rc = merak_layout_plan(g, &L, &d, &r, err, sizeof err);
-                                if (rc == -2)
+                                if (rc == MERAK_USAGE)
                                     continue;   /* interleaved on one stage, and the like */
                                 if (rc < 0) {
                                     failed++;
