@@ -19,10 +19,11 @@
  * NaN).  Callers check merak_cuda_status() at convenient points (after a
  * step, after a test).  Nothing here prints or aborts.
  *
- * Built from cuda_glue.c (gcc: table, cuBLASLt), cuda_mem.c (gcc: device,
- * memory, stream, errors) and one .cu file per
- * op family, embed.cu to optim.cu (nvcc: the device kernels and their
- * launchers).
+ * Built from cuda_glue.c (gcc: the table and the wrappers its entries
+ * are), cuda_blas.c (gcc: cuBLASLt GEMMs), cuda_attention.c (gcc: the
+ * attention around fused kernels or GEMMs), cuda_mem.c (gcc: device,
+ * memory, stream, errors) and one .cu file per op family, embed.cu to
+ * optim.cu (nvcc: the device kernels and their launchers).
  */
 #ifndef MERAK_CUDA_KERNELS_H
 #define MERAK_CUDA_KERNELS_H
@@ -75,8 +76,9 @@ int merak_cuda_synchronize(void);
 #ifdef MERAK_CUDA_INTERNAL
 #include <cuda_runtime_api.h> /* cudaError_t, cudaStream_t */
 /* ---------------------------------------------------------------------------
- * Internal: the launchers of the .cu files, called by cuda_glue.c only,
- * and the device state they share (cuda_mem.c).
+ * Internal: the launchers of the .cu files, called by cuda_glue.c and
+ * cuda_attention.c, the device state they share (cuda_mem.c), the GEMMs
+ * (cuda_blas.c) and the attention (cuda_attention.c).
  * Each enqueues its kernels on `stream` (a cudaStream_t) and returns the
  * cudaError_t of the launch (0 = cudaSuccess).  Shapes and semantics are
  * those of the kernels.h entry of the same name.
@@ -94,6 +96,46 @@ int merak_cuda_ok(cudaError_t e, const char *what);
 int merak_cuda_failed(void);
 /* The stream every launch and copy is queued on. */
 cudaStream_t merak_cuda_stream(void);
+#ifndef __CUDACC__
+/* For the host files that launch: a launcher's stream argument, and one
+ * launch, enqueued unless an error already happened, its error recorded. */
+#define STREAM ((void *)merak_cuda_stream())
+#define LAUNCH(name, call)                                \
+    do {                                                  \
+        if (!merak_cuda_failed())                         \
+            merak_cuda_ok((cudaError_t)(call), name);     \
+    } while (0)
+#endif
+
+/* cuda_blas.c, which calls cuda_mem.c only: cuBLASLt.  open loads it
+ * and makes its handle and workspace (0, or -1 recorded).  gemm: C (m,n)
+ * = alpha op(A) op(B) + beta C [+ bias (m)], column-major, FP32;
+ * bt.count such products at strides bt.sa, bt.sb, bt.sc (no bias then).
+ * Returns 0, 1 when no algorithm exists for this combination (only asked
+ * with a bias: the caller retries without), or -1 on an error (recorded).
+ * ptr_align: the largest power of two (4 to 256) p is aligned to. */
+typedef struct merak_cuda_batch {
+    int count;
+    long long sa, sb, sc;
+} merak_cuda_batch;
+#define MERAK_CUDA_ONE ((merak_cuda_batch){1, 0, 0, 0})
+int merak_cuda_blas_open(void);
+int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
+                    merak_cuda_batch bt);
+int merak_cuda_ptr_align(const void *p);
+
+/* cuda_attention.c, which calls cuda_blas.c and cuda_mem.c: the table's
+ * attention entries (kernels.h). */
+void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse, float *qr, float *kr,
+                              const float *q, const float *k, const float *v, float *scratch);
+void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv, const float *dout,
+                              const float *lse, const float *qr, const float *kr, const float *q, const float *k,
+                              const float *v, float *scratch);
+size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s);
+void merak_cuda_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out, float *kc, float *vc,
+                                     const float *q, const float *k, const float *v, float *scratch);
+size_t merak_cuda_attention_cached_scratch_elems(const merak_attn_shape *s, int cap);
 
 int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
                                     const float *wte, int N, int C, int v0, int V);

@@ -1,0 +1,231 @@
+/*
+ * cuda_attention.c - the CUDA backend's causal attention (the table's
+ * attention entries, kernels.h): the fused kernels of flash.h for heads up
+ * to FLASH_HD, else cuBLASLt GEMMs (cuda_blas.c) around softmax kernels
+ * (attention.cu); decoding against a key/value cache.  Calls cuda_blas.c
+ * and cuda_mem.c; the table (cuda_glue.c) calls it.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MERAK_CUDA_INTERNAL
+#include "cuda_kernels.h"
+#include "flash.h" /* FLASH_HD: the widest head the fused attention takes */
+
+/* ------------------------------------------------------------------ attention
+ * Head dimensions up to FLASH_HD: the fused kernels of flash.h (forward:
+ * out and lse; backward: dense dQ, dK, dV in scratch with D, each row's
+ * sum of P dP), no T x T matrix.  Scratch: D (B,nh,T), dQ (B,T,nh*hd),
+ * dK (B,T,nkv*hd), dV (B,T,nkv*hd).
+ *
+ * Wider heads (and decoding, below), as GEMMs, the CPU backend's
+ * arithmetic (kernels/cpu):
+ *   fwd  S = scale Q K^T ; P = causal softmax(S) (zeros above the diagonal,
+ *        in scratch) ; lse = each row's log-sum-exp (saved) ; out = P V
+ *   bwd  P = exp(scale Q K^T - lse), rebuilt in scratch ; dP = dout V^T ;
+ *        dS = P (dP - rowsum(P dP)) scale ;
+ *        dQ = dS K ; dK = sum over the group's heads dS^T Q ;
+ *        dV = sum over the group's heads P^T dout.
+ * Query head h = g*rep + r reads kv head g.  One strided-batched cuBLASLt
+ * product covers the nkv heads with the same r of one batch row (their
+ * strides are uniform: rep*hd apart in q, hd apart in k and v, rep*T*T apart
+ * in P), so a product is B*rep calls; the group's heads are summed in r
+ * order (beta 0, then 1).
+ * Batch rows go one at a time through the T x T buffers.
+ * scratch: P (nh,T,T), dS (nh,T,T), then dQ (B,T,nh*hd), dK (B,T,nkv*hd),
+ * dV (B,T,nkv*hd).
+ *
+ * Both end with dq += rot^T(dQ), dk += rot^T(dK), dv += dV (rot = RoPE,
+ * or the identity). */
+
+/* Row-major C (M,N) = alpha op(A) op(B) + beta C over bt.count products:
+ * cuBLASLt, column-major, computes C^T = op(B)^T op(A)^T. */
+static int rm_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   long long sa, const float *B, int ldb, long long sb, float beta, float *C,
+                   int ldc, long long sc, int count)
+{
+    const merak_cuda_batch bt = {count, sb, sa, sc};
+    return merak_cuda_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, C, ldc, beta, NULL, bt);
+}
+
+static int attn_shape_ok(const merak_attn_shape *s, const char *what)
+{
+    if (s->n_kv_head > 0 && s->n_head > 0 && s->n_head % s->n_kv_head == 0)
+        return 1;
+    merak_cuda_record(what, "n_head is not a positive multiple of n_kv_head");
+    return 0;
+}
+
+/* S (B,nh,T,L) = Q K^T / sqrt(hd) over L keys, query head h = g*rep + r
+ * against kv head g: Q (B,T,.) with row stride qs; K rows of stride ks,
+ * batch row b's first at K + b*kb.  0, or -1 when a product failed. */
+static int attn_scores(const merak_attn_shape *s, int L, const float *Q, int qs, const float *K, int ks,
+                       size_t kb, float *S)
+{
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim, rep = nh / nkv;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    const long long TL = (long long)T * L;
+    for (int b = 0; b < s->B && !merak_cuda_failed(); b++)
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 1, T, L, hd, scale, Q + ((size_t)b * T * qs + (size_t)r * hd), qs,
+                        (long long)rep * hd, K + (size_t)b * kb, ks, hd, 0.0f,
+                        S + ((size_t)b * nh + r) * TL, L, rep * TL, nkv) < 0)
+                return -1;
+    return merak_cuda_failed() ? -1 : 0;
+}
+
+/* out (B,T,nh*hd) = P V per head, P (B,nh,T,L): V rows of stride vs, batch
+ * row b's first at V + b*vb.  0 or -1. */
+static int attn_mix(const merak_attn_shape *s, int L, const float *P, const float *V, int vs, size_t vb,
+                    float *out)
+{
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim, rep = nh / nkv;
+    const int C = nh * hd;
+    const long long TL = (long long)T * L;
+    for (int b = 0; b < s->B && !merak_cuda_failed(); b++)
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 0, T, hd, L, 1.0f, P + ((size_t)b * nh + r) * TL, L, rep * TL,
+                        V + (size_t)b * vb, vs, hd, 0.0f, out + ((size_t)b * T * C + (size_t)r * hd), C,
+                        (long long)rep * hd, nkv) < 0)
+                return -1;
+    return merak_cuda_failed() ? -1 : 0;
+}
+
+void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse, float *qr,
+                            float *kr, const float *q, const float *k, const float *v,
+                            float *scratch)
+{
+    if (merak_cuda_failed() || !attn_shape_ok(s, "attention_fwd") || s->B <= 0 || s->T <= 0 ||
+        s->head_dim <= 0)
+        return;
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int C = nh * hd, vs = s->v_stride;
+    const float *Q = q, *K = k;
+    int qs = s->q_stride, ks = s->k_stride;
+    if (s->rope_theta > 0) {
+        LAUNCH("attention_fwd(rope)", merak_cuda_launch_rope_fwd(STREAM, s, qr, kr, q, k));
+        Q = qr, qs = C;
+        K = kr, ks = nkv * hd;
+    }
+    if (hd <= FLASH_HD) {
+        LAUNCH("attention_fwd(fused)",
+               merak_cuda_launch_flash_fwd(STREAM, s, out, lse, Q, qs, K, ks, v));
+        return;
+    }
+    /* one batch row at a time: its probabilities P (nh,T,T) in scratch */
+    merak_attn_shape one = *s;
+    one.B = 1;
+    float *P = scratch;
+    for (int b = 0; b < s->B && !merak_cuda_failed(); b++) {
+        if (attn_scores(&one, T, Q + (size_t)b * T * qs, qs, K + (size_t)b * T * ks, ks, 0, P) < 0)
+            return;
+        LAUNCH("attention_fwd(softmax)",
+               merak_cuda_launch_attn_softmax(STREAM, P, lse + (size_t)b * nh * T, (size_t)nh * T, T, T, 0));
+        if (attn_mix(&one, T, P, v + (size_t)b * T * vs, vs, 0, out + (size_t)b * T * C) < 0)
+            return;
+    }
+}
+
+/* Decoding against a key/value cache: kv_append writes rows [pos, pos+T)
+ * of kc, vc (and with RoPE the rotated queries Q, in scratch); then attention_fwd's two
+ * products over L = pos+T cached keys, and the softmax of query t over
+ * [0, pos+t].  scratch: Q (B,T,nh*hd), S (B,nh,T,cap). */
+void merak_cuda_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out,
+                                   float *kc, float *vc, const float *q, const float *k,
+                                   const float *v, float *scratch)
+{
+    if (merak_cuda_failed() || !attn_shape_ok(s, "attention_cached_fwd") || s->B <= 0 || s->T <= 0 ||
+        s->head_dim <= 0)
+        return;
+    const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int C = nh * hd, Ckv = nkv * hd, L = pos + T;
+    /* the queries: rotated into scratch with RoPE, else q itself */
+    const int rope = s->rope_theta > 0;
+    float *S = scratch + (size_t)s->B * T * C;
+    LAUNCH("attention_cached_fwd(append)",
+           merak_cuda_launch_kv_append(STREAM, s, pos, cap, scratch, kc, vc, q, k, v));
+    if (attn_scores(s, L, rope ? scratch : q, rope ? C : s->q_stride, kc, Ckv, (size_t)cap * Ckv, S) < 0)
+        return;
+    LAUNCH("attention_cached_fwd(softmax)",
+           merak_cuda_launch_attn_softmax(STREAM, S, NULL, (size_t)s->B * nh * T, T, L, pos));
+    (void)attn_mix(s, L, S, vc, Ckv, (size_t)cap * Ckv, out);
+}
+
+size_t merak_cuda_attention_cached_scratch_elems(const merak_attn_shape *s, int cap)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T, nh = (size_t)s->n_head;
+    return B * T * nh * (size_t)s->head_dim + B * nh * T * (size_t)cap;
+}
+
+size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
+{
+    const size_t B = (size_t)s->B, T = (size_t)s->T;
+    const size_t grads = B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
+    if (s->head_dim <= FLASH_HD)
+        return B * (size_t)s->n_head * T + grads;
+    return 2 * (size_t)s->n_head * T * T + grads;
+}
+
+void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
+                            const float *dout, const float *lse, const float *qr,
+                            const float *kr, const float *q, const float *k, const float *v,
+                            float *scratch)
+{
+    if (merak_cuda_failed() || !attn_shape_ok(s, "attention_bwd") || s->B <= 0 || s->T <= 0 ||
+        s->head_dim <= 0)
+        return;
+    const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
+    const int rep = nh / nkv, C = nh * hd, Ckv = nkv * hd, vs = s->v_stride;
+    const int rope = s->rope_theta > 0;
+    const float *Q = rope ? qr : q, *K = rope ? kr : k;
+    const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
+    if (hd <= FLASH_HD) {
+        float *D = scratch, *dQ = D + (size_t)B * nh * T;
+        float *dK = dQ + (size_t)B * T * C, *dV = dK + (size_t)B * T * Ckv;
+        LAUNCH("attention_bwd(fused)", merak_cuda_launch_flash_bwd(STREAM, s, dQ, dK, dV, D, dout,
+                                                                   lse, Q, qs, K, ks, v));
+        LAUNCH("attention_bwd(add)",
+               merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
+        return;
+    }
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    const long long TT = (long long)T * T;
+    float *P = scratch;                       /* one batch row's (nh,T,T) */
+    float *dS = P + (size_t)nh * TT;          /* (nh,T,T) */
+    float *dQ = dS + (size_t)nh * TT;         /* (B,T,nh*hd) */
+    float *dK = dQ + (size_t)B * T * C;       /* (B,T,nkv*hd) */
+    float *dV = dK + (size_t)B * T * Ckv;     /* (B,T,nkv*hd) */
+    merak_attn_shape one = *s;
+    one.B = 1;
+
+    for (int b = 0; b < B && !merak_cuda_failed(); b++) {
+        const float *Qb = Q + (size_t)b * T * qs, *Kb = K + (size_t)b * T * ks;
+        const float *Gb = dout + (size_t)b * T * C;
+        /* P rebuilt from the scores and lse; dP = dout V^T; dS */
+        if (attn_scores(&one, T, Qb, qs, Kb, ks, 0, P) < 0)
+            return;
+        LAUNCH("attention_bwd(probs)",
+               merak_cuda_launch_attn_probs(STREAM, P, lse + (size_t)b * nh * T, (size_t)nh * T, T));
+        for (int r = 0; r < rep; r++)
+            if (rm_gemm(0, 1, T, T, hd, 1.0f, Gb + (size_t)r * hd, C, (long long)rep * hd,
+                        v + (size_t)b * T * vs, vs, hd, 0.0f, dS + (size_t)r * TT, T, rep * TT, nkv) < 0)
+                return;
+        LAUNCH("attention_bwd(softmax)",
+               merak_cuda_launch_attn_dsoftmax(STREAM, dS, P, (size_t)nh * T, T, scale));
+        /* dQ = dS K ; dK = sum_r dS^T Q ; dV = sum_r P^T dout */
+        for (int r = 0; r < rep && !merak_cuda_failed(); r++) {
+            const float *Sr = dS + (size_t)r * TT, *Pr = P + (size_t)r * TT;
+            const float beta = r ? 1.0f : 0.0f;
+            if (rm_gemm(0, 0, T, hd, T, 1.0f, Sr, T, rep * TT, Kb, ks, hd, 0.0f,
+                        dQ + ((size_t)b * T * C + (size_t)r * hd), C, (long long)rep * hd, nkv) < 0 ||
+                rm_gemm(1, 0, T, hd, T, 1.0f, Sr, T, rep * TT, Qb + (size_t)r * hd, qs, (long long)rep * hd,
+                        beta, dK + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0 ||
+                rm_gemm(1, 0, T, hd, T, 1.0f, Pr, T, rep * TT, Gb + (size_t)r * hd, C, (long long)rep * hd,
+                        beta, dV + (size_t)b * T * Ckv, Ckv, hd, nkv) < 0)
+                return;
+        }
+    }
+    LAUNCH("attention_bwd(add)",
+           merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
+}

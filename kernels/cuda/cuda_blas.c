@@ -1,0 +1,283 @@
+/*
+ * cuda_blas.c - the CUDA backend's GEMMs: cuBLASLt, dlopen'ed when the
+ * backend starts, with one algorithm cached per shape (cuda_kernels.h,
+ * merak_cuda_gemm).  The linear layers (cuda_glue.c) and the attention
+ * (cuda_attention.c) call it; it calls only cuda_mem.c (errors, stream).
+ *
+ * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
+ * transposes (a row-major (r,c) buffer is a column-major (c,r) matrix), FP32
+ * in, FP32 out, CUBLAS_COMPUTE_32F (no TF32).  The algorithm of a shape is
+ * chosen once by the heuristic and cached, so repeated calls run the same
+ * kernel: cuBLASLt is bitwise reproducible for a fixed algorithm on the same
+ * GPU model.
+ */
+#include "config.h" /* MERAK_CUDA_LIBDIR */
+
+/* cublasLt.h declares `cublasLtLoggerForceDisable()` without `void`, which
+ * -Wstrict-prototypes -Werror rejects when CUDA's include dir is not a system
+ * one (-I, not -isystem). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h> /* cublasLtMatmul & co. (types; the functions are dlopen'ed) */
+#pragma GCC diagnostic pop
+#include <cuda_runtime_api.h> /* cudaMalloc */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MERAK_CUDA_INTERNAL
+#include "cuda_kernels.h"
+
+/* cuBLASLt workspace (NVIDIA recommends 32 MiB on Hopper). */
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+/* Cached GEMM algorithms (one per distinct shape/layout/alignment). */
+#define LT_CACHE 64
+
+typedef struct lt_key {
+    int ta, tb, m, n, k, lda, ldb, ldc;
+    int bias;        /* BIAS epilogue */
+    int beta_zero;   /* beta == 0 */
+    int al_a, al_b, al_c; /* pointer alignments (bytes) */
+    int batch;            /* strided-batched products (1: one) */
+    long long sa, sb, sc; /* their strides (elements) */
+} lt_key;
+
+typedef struct lt_entry {
+    lt_key key;
+    int found; /* 0: the heuristic had no algorithm for it */
+    cublasLtMatmulAlgo_t algo;
+} lt_entry;
+
+/* The backend's cuBLASLt state (cuda_mem.c holds the device's, its stream
+ * and the first error). */
+static struct cuda_blas {
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    lt_entry cache[LT_CACHE];
+    int ncache;
+    unsigned evict;   /* with the cache full, the next slot a new shape replaces */
+} cb;
+
+/* cuBLASLt is loaded when the backend starts, not linked: the library alone
+ * costs a process about 210 MB of resident memory, which every tool of a
+ * CUDA build (the planner on a login node too) would otherwise pay. */
+#define LT_FUNCTIONS(X) X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy) X(MatrixLayoutSetAttribute)
+#define LT_POINTER(name) __typeof__(cublasLt##name) *name;
+static struct { LT_FUNCTIONS(LT_POINTER) } lt;
+#undef LT_POINTER
+
+/* ------------------------------------------------------------------ errors */
+
+static int lt_ok(cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 1;
+    merak_cuda_record(what, lt.GetStatusString(st));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ cuBLASLt */
+
+int merak_cuda_ptr_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 4 && a % (uintptr_t)al)
+        al >>= 1;
+    return al;
+}
+
+/* The cached algorithm for key, asking the heuristic on a miss.  Returns the
+ * entry (found = 0 when no algorithm exists), or NULL on an error. */
+static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
+                               cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                               cublasLtMatrixLayout_t lc)
+{
+    for (int i = 0; i < cb.ncache; i++)
+        if (!memcmp(&cb.cache[i].key, key, sizeof *key))
+            return &cb.cache[i];
+
+    lt_entry fresh, *e = &fresh;
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+
+    cublasLtMatmulPreference_t pref = NULL;
+    if (!lt_ok(lt.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
+        return NULL;
+    uint64_t ws = LT_WORKSPACE_BYTES;
+    uint32_t al[3] = {(uint32_t)key->al_a, (uint32_t)key->al_b, (uint32_t)key->al_c};
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    const lt_entry *ret = e;
+    if (!lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws, sizeof ws),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]),
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        !lt_ok(lt.MatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]),
+               "cublasLtMatmulPreferenceSetAttribute")) {
+        ret = NULL;
+    } else {
+        cublasStatus_t st =
+            lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) {
+            e->found = 0;
+        } else if (!lt_ok(st, "cublasLtMatmulAlgoGetHeuristic")) {
+            ret = NULL;
+        } else {
+            e->found = 1;
+            e->algo = res.algo;
+        }
+    }
+    lt.MatmulPreferenceDestroy(pref);
+    if (!ret)
+        return NULL;
+    /* kept in a free slot, else in place of the oldest (decoding asks for
+     * a new shape every token; training's shapes come back) */
+    lt_entry *slot = &cb.cache[cb.ncache < LT_CACHE ? cb.ncache++ : (int)(cb.evict++ % LT_CACHE)];
+    *slot = fresh;
+    return slot;
+}
+
+
+/* Sets the batch attributes of a layout (count > 1). */
+static int lt_layout_batch(cublasLtMatrixLayout_t l, int count, long long stride)
+{
+    const int32_t c = count;
+    const int64_t st = stride;
+    return lt_ok(lt.MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof c),
+                 "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)") &&
+           lt_ok(lt.MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st,
+                                             sizeof st),
+                 "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+}
+
+int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
+                    merak_cuda_batch bt)
+{
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int rc = -1;
+
+    if (!lt_ok(lt.MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+               "cublasLtMatmulDescCreate") ||
+        !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
+               "cublasLtMatmulDescSetAttribute(TRANSA)") ||
+        !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
+               "cublasLtMatmulDescSetAttribute(TRANSB)"))
+        goto out;
+    if (bias) {
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        if (!lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof epi),
+                   "cublasLtMatmulDescSetAttribute(EPILOGUE)") ||
+            !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                  sizeof bias),
+                   "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
+            goto out;
+    }
+    if (!lt_ok(lt.MatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
+               "cublasLtMatrixLayoutCreate(A)") ||
+        !lt_ok(lt.MatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
+               "cublasLtMatrixLayoutCreate(B)") ||
+        !lt_ok(lt.MatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc),
+               "cublasLtMatrixLayoutCreate(C)"))
+        goto out;
+    if (bt.count > 1 && !(lt_layout_batch(la, bt.count, bt.sa) &&
+                          lt_layout_batch(lb, bt.count, bt.sb) &&
+                          lt_layout_batch(lc, bt.count, bt.sc)))
+        goto out;
+
+    lt_key key;
+    memset(&key, 0, sizeof key); /* padding-free, but memcmp'd: be explicit */
+    key.ta = ta;
+    key.tb = tb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.bias = bias != NULL;
+    key.beta_zero = beta == 0.0f;
+    key.al_a = merak_cuda_ptr_align(A);
+    key.al_b = merak_cuda_ptr_align(B);
+    key.al_c = merak_cuda_ptr_align(C);
+    key.batch = bt.count;
+    key.sa = bt.sa;
+    key.sb = bt.sb;
+    key.sc = bt.sc;
+    const lt_entry *e = lt_algo(&key, op, la, lb, lc);
+    if (!e)
+        goto out;
+    if (!e->found) {
+        if (bias)
+            rc = 1;
+        else
+            merak_cuda_record("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
+        goto out;
+    }
+    if (lt_ok(lt.Matmul(cb.lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &e->algo,
+                             cb.lt_ws, LT_WORKSPACE_BYTES, merak_cuda_stream()),
+              "cublasLtMatmul"))
+        rc = 0;
+out:
+    if (lc)
+        lt.MatrixLayoutDestroy(lc);
+    if (lb)
+        lt.MatrixLayoutDestroy(lb);
+    if (la)
+        lt.MatrixLayoutDestroy(la);
+    if (op)
+        lt.MatmulDescDestroy(op);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ loading */
+
+/* dlopen's name of cuBLASLt: its soname, then the toolkit's directory. */
+#define LT_STR_(x) #x
+#define LT_STR(x) LT_STR_(x)
+#define LT_SONAME "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR)
+
+/* Resolves every cuBLASLt function the backend calls; 0, or -1 recorded. */
+static int lt_load(void)
+{
+    void *h = dlopen(LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+#ifdef MERAK_CUDA_LIBDIR
+    if (!h)
+        h = dlopen(MERAK_CUDA_LIBDIR "/" LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!h) {
+        const char *why = dlerror();
+        merak_cuda_record("loading " LT_SONAME, why ? why : "not found");
+        return -1;
+    }
+#define LT_RESOLVE(name)                                                   \
+    if (!(*(void **)&lt.name = dlsym(h, "cublasLt" #name))) {             \
+        merak_cuda_record("loading " LT_SONAME, "cublasLt" #name " is missing");       \
+        dlclose(h);                                                        \
+        return -1;                                                         \
+    }
+    LT_FUNCTIONS(LT_RESOLVE)
+#undef LT_RESOLVE
+    return 0;   /* h stays open for the process */
+}
+
+int merak_cuda_blas_open(void)
+{
+    if (lt_load() < 0 || !lt_ok(lt.Create(&cb.lt), "cublasLtCreate"))
+        return -1;
+    return merak_cuda_ok(cudaMalloc(&cb.lt_ws, LT_WORKSPACE_BYTES), "cudaMalloc(cuBLASLt workspace)") ? 0 : -1;
+}
