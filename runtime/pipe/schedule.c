@@ -476,6 +476,53 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
     return 0;
 }
 
+int merak_schedule_build_eval(const merak_schedule *train, int M, merak_schedule *out, char *err,
+                              size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const int S = train->stages, V = train->chunks, p = train->stage;
+    if (V < 1 || V > MERAK_MAX_CHUNKS || train->nslots < V)
+        return merak_errf(err, errlen, "schedule: the training list has %d chunks and %d slots", V, train->nslots);
+    if (M < 1 || (size_t)M * (size_t)V > 1u << 24)   /* the simulator's bound */
+        return merak_errf(err, errlen, "schedule: %d evaluation micro-batches of %d chunks", M, V);
+    out->stages = S;
+    out->stage = p;
+    out->micro_batches = M;
+    out->chunks = V;
+    out->nslots = train->nslots;
+    memcpy(out->chunk_slots, train->chunk_slots, sizeof out->chunk_slots);
+    out->recompute = train->recompute;
+    out->npool = train->npool;
+    out->forward_only = 1;
+    /* at most 7 per unit, and the last WAIT_SENDS */
+    if (!(out->instr = malloc(((size_t)7 * (size_t)M * (size_t)V + 1) * sizeof *out->instr)))
+        return merak_errf(err, errlen, "schedule: out of memory");
+    int base[MERAK_MAX_CHUNKS];
+    for (int c = 0, b = 0; c < V; b += train->chunk_slots[c++])
+        base[c] = b;
+    for (int mb = 0; mb < M; mb++)
+        for (int c = 0; c < V; c++) {
+            const int slot = base[c] + mb % train->chunk_slots[c];
+            const int loads = (p == 0 && c == 0) || (p == S - 1 && c == V - 1);
+            const int recv = p > 0 || c > 0, send = p < S - 1 || c < V - 1;
+#define EVAL_EMIT(k) (out->instr[out->n++] = (merak_instr){(k), mb, slot, c})
+            if (loads)
+                EVAL_EMIT(MERAK_I_LOAD);
+            if (recv) {
+                EVAL_EMIT(MERAK_I_RECV_ACT);
+                EVAL_EMIT(MERAK_I_WAIT_ACT);
+            }
+            EVAL_EMIT(MERAK_I_FWD);
+            if (send) {
+                EVAL_EMIT(MERAK_I_SEND_ACT);
+                EVAL_EMIT(MERAK_I_WAIT_SENDS);
+            }
+#undef EVAL_EMIT
+        }
+    out->instr[out->n++] = (merak_instr){MERAK_I_WAIT_SENDS, -1, -1, 0};
+    return 0;
+}
+
 int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out, char *err,
                              size_t errlen)
 {
@@ -604,7 +651,7 @@ static int occupy(sim *m, int i, int u, int slot)
     int j = p->owner[slot];
     char why[128];
     if (j >= 0 && j != u) {
-        if (!(p->st[j] & F_BWD_W)) {
+        if (!(p->st[j] & (p->s->forward_only ? F_FWD : F_BWD_W))) {
             snprintf(why, sizeof why, "slot %d still holds live mb %d (chunk %d)", slot, j % m->M, j / m->M);
             return sfail(m, i, why);
         }
@@ -694,7 +741,7 @@ static int step(sim *m, int i, double t)
         /* a recomputing stage holds the activations only while the forward runs */
         if (account(m, i, p->live + 1))
             return STEP_ERR;
-        p->live += !p->s->recompute;
+        p->live += !p->s->recompute && !p->s->forward_only;   /* evaluation keeps nothing */
         break;
     case MERAK_I_SEND_ACT:
         if (!(*f & F_FWD))
@@ -816,7 +863,7 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int V, int *
                     "schedule: list %d is for stage %d of %d with %d micro-batches and %d chunks "
                     "(expected stage %d of %d with %d and %d)",
                     i, s->stage, s->stages, s->micro_batches, s->chunks, i, S, M, V);
-    if (s->nslots < 1 || !s->instr || s->n < 4)
+    if (s->nslots < 1 || !s->instr || s->n < (s->forward_only ? 1 : 4))
         return merak_errf(err, errlen, "schedule: stage %d: empty list or no slots", i);
     int lo[MERAK_MAX_CHUNKS], hi[MERAK_MAX_CHUNKS], nslots = 0;   /* chunk c's slots [lo, hi) */
     for (int c = 0; c < V; c++) {
@@ -829,12 +876,14 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int V, int *
     if (nslots != s->nslots)
         return merak_errf(err, errlen, "schedule: stage %d: %d slots, but its chunks have %d", i, s->nslots,
                           nslots);
-    for (int j = 0; j < 4; j++)
-        if (s->instr[s->n - 4 + j].kind != tail[j] || s->instr[s->n - 4 + j].mb != -1)
-            return merak_errf(err, errlen,
-                        "schedule: stage %d must end with WAIT_SENDS REDUCE_TIED REDUCE_DP "
-                        "OPTIMIZER_STEP (instruction %d is %s)",
-                        i, s->n - 4 + j, merak_instr_name(s->instr[s->n - 4 + j].kind));
+    /* the final four (evaluation: the final WAIT_SENDS) */
+    const int ntail = s->forward_only ? 1 : 4;
+    for (int j = 4 - ntail; j < 4; j++)
+        if (s->instr[s->n - 4 + j].kind != (s->forward_only ? MERAK_I_WAIT_SENDS : tail[j]) ||
+            s->instr[s->n - 4 + j].mb != -1)
+            return merak_errf(err, errlen, "schedule: stage %d must end with %s (instruction %d is %s)", i,
+                              s->forward_only ? "WAIT_SENDS" : "WAIT_SENDS REDUCE_TIED REDUCE_DP OPTIMIZER_STEP",
+                              s->n - 4 + j, merak_instr_name(s->instr[s->n - 4 + j].kind));
     for (int k = 0; k < M * V; k++)
         slot_of[k] = -1;
     for (int pc = 0; pc < s->n; pc++) {
@@ -862,6 +911,9 @@ static int check_list(const merak_schedule *s, int i, int S, int M, int V, int *
             bad = "takes a micro-batch and its slot, or neither";
         else if (k >= MERAK_I_REDUCE_TIED && pc < s->n - 3)
             bad = "only allowed in the final four";
+        else if (s->forward_only && k != MERAK_I_LOAD && k != MERAK_I_RECV_ACT && k != MERAK_I_WAIT_ACT &&
+                 k != MERAK_I_FWD && k != MERAK_I_SEND_ACT && k != MERAK_I_WAIT_SENDS)
+            bad = "a forward-only list holds no backward, reduction or step";
         else if (k == MERAK_I_LOAD && !first && !last)
             bad = V > 1 ? "LOAD on a chunk that neither starts nor ends the model" : "LOAD on a middle stage";
         else if (first && (k == MERAK_I_RECV_ACT || k == MERAK_I_WAIT_ACT || k == MERAK_I_SEND_GRAD))
@@ -889,7 +941,11 @@ static int check_static(const merak_schedule *stages, int S, char *err, size_t e
         return merak_errf(err, errlen, "schedule: out of memory");
     int rc = 0;
     for (int i = 0; i < S && rc == 0; i++)
-        rc = check_list(&stages[i], i, S, M, V, slot_of, err, errlen);
+        rc = stages[i].forward_only != stages[0].forward_only
+                 ? merak_errf(err, errlen, "schedule: stage 0's list is %s, stage %d's %s",
+                              stages[0].forward_only ? "forward-only" : "a training list", i,
+                              stages[i].forward_only ? "forward-only" : "a training list")
+                 : check_list(&stages[i], i, S, M, V, slot_of, err, errlen);
     free(slot_of);
     return rc;
 }
@@ -903,13 +959,14 @@ static int check_end(sim *m)
             unsigned f = m->st[i].st[k];
             const char *miss = NULL;
             int j = 0, v = last ? 0 : unit_next(m, i, k, &j);
+            const int fwd_only = m->st[i].s->forward_only;
             if (!(f & F_FWD))
                 miss = "never forwarded";
-            else if (!(f & F_BWD_W))
+            else if (!fwd_only && !(f & F_BWD_W))
                 miss = "never (fully) backwarded";
             else if (!last && !(f & F_SENT_ACT))
                 miss = "activation never sent";
-            else if (!first && !(f & F_SENT_GRAD))
+            else if (!fwd_only && !first && !(f & F_SENT_GRAD))
                 miss = "gradient never sent";
             else if ((f & F_RECV_ACT) && !(f & F_ACT_IN))
                 miss = "activation receive never waited for";

@@ -93,6 +93,7 @@ typedef struct merak_schedule {
     int chunk_slots[MERAK_MAX_CHUNKS]; /* [chunks] of them per chunk */
     int recompute;         /* 1: FWD drops activations, RECOMPUTE restores them */
     int npool;             /* recompute buffers held at once (0 without recompute) */
+    int forward_only;      /* evaluation (merak_schedule_build_eval): no backward */
 } merak_schedule;
 
 const char *merak_instr_name(merak_instr_kind k);
@@ -105,6 +106,15 @@ int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen
 /* Builds stage `stage`'s list.  Returns 0, or -1 with one line in err. */
 int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedule *out, char *err,
                          size_t errlen);
+/* The forward-only schedule (evaluation) of M micro-batches on the stage
+ * whose training list is `train`, in its slots (micro-batch mb on chunk c
+ * in slot slot_base(c) + mb % chunk_slots[c], as in training): per
+ * micro-batch and chunk, in the same order on every stage, LOAD where the
+ * model starts or ends, RECV_ACT and WAIT_ACT, FWD, SEND_ACT and the
+ * WAIT_SENDS of its slot; then WAIT_SENDS.  No backward, no reduction, no
+ * step.  0, or -1 with one line in err. */
+int merak_schedule_build_eval(const merak_schedule *train, int M, merak_schedule *out, char *err,
+                              size_t errlen);
 /* Every stage's list into out[0..stages-1]; on failure none is left built. */
 int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out, char *err,
                              size_t errlen);
@@ -145,7 +155,8 @@ typedef struct merak_sim_result {
  * arrives (or its FWD on the last stage) and before SEND_GRAD; every mb
  * forwarded and backwarded exactly once per stage; slots never hold two
  * live micro-batches; recompute buffers within npool; REDUCE/OPTIMIZER_STEP
- * last.  The rendezvous run's timing is reported (the stricter one).
+ * last.  A forward-only list (every stage's or none) owes each micro-batch
+ * its forward and sends, and holds no backward instruction.  The rendezvous run's timing is reported (the stricter one).
  * Returns 0 or -1 with one line in err (a deadlock names every stuck
  * stage's instruction). */
 int merak_schedule_simulate(const merak_schedule *stages, int nstages, const merak_sim_costs *costs,

@@ -348,6 +348,38 @@ static void group_bytes(const merak_stage *s, uint64_t b[4])
         b[i] = g[i] ? merak_group_bytes(g[i]) : 0;
 }
 
+/* Runs the list sc (the step's, or an evaluation's); 0, or -1 with err
+ * naming the instruction (after `what`, "" or "evaluating: "). */
+static int run_list(merak_stage *s, const merak_stage_hooks *h, const merak_schedule *sc, const char *what,
+                    char *err, size_t errlen)
+{
+    for (int i = 0; i < sc->n; i++) {
+        const merak_instr *in = &sc->instr[i];
+        double t0 = s->trace ? merak_now() : 0;
+        s->cur_mb = in->mb;
+        s->cur_chunk = in->chunk;
+        int rc = run_instr(s, h, in, err, errlen);
+        if (s->trace && !sc->forward_only)
+            merak_trace_add(s->trace, 0, in->kind, in->mb, in->chunk, t0, merak_now());
+        merak_group_progress(s->pp_g);
+        if (rc < 0) {
+            /* name the instruction; a group call's reason if nothing else said why */
+            char why[400];
+            snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
+            if (in->mb >= 0 && s->V > 1)
+                merak_errf(err, errlen, "%s%s of micro-batch %d (chunk %d): %s", what, merak_instr_name(in->kind),
+                           in->mb, in->chunk, why);
+            else if (in->mb >= 0)
+                merak_errf(err, errlen, "%s%s of micro-batch %d: %s", what, merak_instr_name(in->kind), in->mb,
+                           why);
+            else
+                merak_errf(err, errlen, "%s%s: %s", what, merak_instr_name(in->kind), why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_t errlen)
 {
     if (errlen)
@@ -360,92 +392,29 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
     s->wait_s = 0;
     if (merak_exec_zero_grads(s->e) < 0)
         return merak_errf(err, errlen, "zeroing the gradients on the %s backend failed", s->k->name);
-    for (int i = 0; i < s->sched.n; i++) {
-        const merak_instr *in = &s->sched.instr[i];
-        double t0 = s->trace ? merak_now() : 0;
-        s->cur_mb = in->mb;
-        s->cur_chunk = in->chunk;
-        int rc = run_instr(s, h, in, err, errlen);
-        if (s->trace)
-            merak_trace_add(s->trace, 0, in->kind, in->mb, in->chunk, t0, merak_now());
-        merak_group_progress(s->pp_g);
-        if (rc < 0) {
-            /* name the instruction; a group call's reason if nothing else said why */
-            char why[400];
-            snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
-            if (in->mb >= 0 && s->V > 1)
-                merak_errf(err, errlen, "%s of micro-batch %d (chunk %d): %s", merak_instr_name(in->kind), in->mb,
-                           in->chunk, why);
-            else if (in->mb >= 0)
-                merak_errf(err, errlen, "%s of micro-batch %d: %s", merak_instr_name(in->kind), in->mb, why);
-            else
-                merak_errf(err, errlen, "%s: %s", merak_instr_name(in->kind), why);
-            return -1;
-        }
-    }
+    if (run_list(s, h, &s->sched, "", err, errlen) < 0)
+        return -1;
     /* The step's device work is done (its time counts) and its errors show. */
     if (s->k->synchronize() < 0)
         return merak_errf(err, errlen, "the %s backend failed during the step", s->k->name);
     return 0;
 }
 
-/* One instruction of the evaluation; 0, or -1 with err naming it. */
-static int eval_instr(merak_stage *s, const merak_stage_hooks *h, merak_instr_kind kind, int mb,
-                      int slot, int c, char *err, size_t errlen)
-{
-    const merak_instr in = {kind, mb, slot, c};
-    s->cur_mb = mb;
-    s->cur_chunk = c;
-    int rc = run_instr(s, h, &in, err, errlen);
-    merak_group_progress(s->pp_g);
-    if (rc < 0) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", err[0] ? err : merak_comm_error(s->comm));
-        merak_errf(err, errlen, "evaluating: %s of micro-batch %d: %s", merak_instr_name(kind), mb, why);
-    }
-    return rc;
-}
-
-/* The forward-only list, run as it is made: per micro-batch and chunk,
- * load, receive, forward, send and wait for the send, in the same order on
- * every stage (so no stage waits on one that waits on it).  A chunk runs in
- * the first slot the step's schedule gives it. */
+/* The forward-only list of schedule.c (merak_schedule_build_eval, which
+ * the simulator checks), run by the same interpreter in evaluation mode. */
 int merak_stage_eval(merak_stage *s, const merak_stage_hooks *h, int M, double *loss_sum,
                      char *err, size_t errlen)
 {
     if (errlen)
         err[0] = 0;
-    const int p = s->grid->pp_rank, pp = s->grid->pp;
-    int slot[MERAK_MAX_CHUNKS]; /* per chunk */
-    for (int c = 0; c < s->V; c++) {
-        slot[c] = -1;
-        for (int i = 0; i < s->sched.n && slot[c] < 0; i++)
-            if (s->sched.instr[i].chunk == c && s->sched.instr[i].slot >= 0)
-                slot[c] = s->sched.instr[i].slot;
-    }
-    int rc = 0;
+    merak_schedule ev;
+    if (merak_schedule_build_eval(&s->sched, M, &ev, err, errlen) < 0)
+        return -1;
     s->loss_sum = 0;
     merak_exec_set_eval(s->e, 1);
-    for (int mb = 0; mb < M && rc == 0; mb++) {
-        for (int c = 0; c < s->V && rc == 0; c++) {
-            const int sl = slot[c];
-            const int loads = (p == 0 && c == 0) || (p == pp - 1 && c == s->V - 1);
-            const int recv = p > 0 || c > 0, send = p < pp - 1 || c < s->V - 1;
-            if (loads)
-                rc = eval_instr(s, h, MERAK_I_LOAD, mb, sl, c, err, errlen);
-            if (rc == 0 && recv)
-                rc = eval_instr(s, h, MERAK_I_RECV_ACT, mb, sl, c, err, errlen);
-            if (rc == 0 && recv)
-                rc = eval_instr(s, h, MERAK_I_WAIT_ACT, mb, sl, c, err, errlen);
-            if (rc == 0)
-                rc = eval_instr(s, h, MERAK_I_FWD, mb, sl, c, err, errlen);
-            if (rc == 0 && send)
-                rc = eval_instr(s, h, MERAK_I_SEND_ACT, mb, sl, c, err, errlen);
-            if (rc == 0 && send)
-                rc = eval_instr(s, h, MERAK_I_WAIT_SENDS, mb, sl, c, err, errlen);
-        }
-    }
+    int rc = run_list(s, h, &ev, "evaluating: ", err, errlen);
     merak_exec_set_eval(s->e, 0);
+    merak_schedule_free(&ev);
     if (rc == 0 && s->k->synchronize() < 0)
         rc = merak_errf(err, errlen, "the %s backend failed during the evaluation", s->k->name);
     *loss_sum = merak_stage_loss_sum(s);

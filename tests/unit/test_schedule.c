@@ -6,7 +6,8 @@
  * recomputation, for every S in 2..16 and M in S..4S is deadlock-free and
  * within its buffers, scp is shorter than 1f1b with recomputation and zb-h1
  * shorter than 1f1b without, at 1f1b's peak; refusals; and lists broken on
- * purpose are caught, which shows the simulator can fail.
+ * purpose are caught, which shows the simulator can fail; evaluation
+ * (forward-only) lists of every schedule run deadlock-free.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -793,6 +794,64 @@ static void test_broken_recompute(void)
     }
 }
 
+/* Evaluation: the forward-only lists of every training schedule, with and
+ * without recomputation, for 1 to 8 stages and 1 to 9 micro-batches, run
+ * deadlock-free in the training list's slots and forward every micro-batch
+ * once (makespan at unit costs: the forward of (M + S - 1) stages' worth
+ * for one chunk); a backward in one, or a training list beside it, is
+ * refused. */
+static void test_eval(void)
+{
+    static const merak_schedule_kind kinds[] = {MERAK_SCHEDULE_GPIPE, MERAK_SCHEDULE_1F1B, MERAK_SCHEDULE_SCP,
+                                                MERAK_SCHEDULE_ZB_H1, MERAK_SCHEDULE_INTERLEAVED};
+    int cases = 0, bad = 0, slow = 0;
+    merak_schedule tr[MAX_S], ev[MAX_S];
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (int S = 1; S <= MAX_S; S++)
+            for (int rc = 0; rc < 2; rc++)
+                for (int Me = 1; Me <= 9; Me++) {
+                    const int M = kinds[k] == MERAK_SCHEDULE_GPIPE ? 3 : 2 * S;
+                    if (kinds[k] == MERAK_SCHEDULE_INTERLEAVED && S < 2)
+                        continue;
+                    if (build_rc(kinds[k], S, M, rc, tr) < 0) {
+                        bad++;
+                        tap_diag("%s S=%d: %s", merak_schedule_name(kinds[k]), S, err);
+                        continue;
+                    }
+                    int built = 0, ticks = 0;
+                    while (built < S && merak_schedule_build_eval(&tr[built], Me, &ev[built], err, sizeof err) == 0)
+                        built++;
+                    cases++;
+                    if (built < S || simulate(ev, S, NULL, &ticks) < 0) {
+                        bad++;
+                        tap_diag("%s S=%d M=%d recompute=%d: %s", merak_schedule_name(kinds[k]), S, Me, rc, err);
+                    } else if (tr[0].chunks == 1 && ticks != Me + S - 1) {
+                        slow++;
+                        tap_diag("%s S=%d M=%d: evaluation takes %d forwards, not %d", merak_schedule_name(kinds[k]),
+                                 S, Me, ticks, Me + S - 1);
+                    }
+                    free_all(ev, built);
+                    free_all(tr, S);
+                }
+    tap_ok(cases > 500 && bad == 0, "evaluation lists of every schedule are deadlock-free (%d cases)", cases);
+    tap_ok(slow == 0, "one chunk: evaluation pipelines its forwards, M + S - 1 forward times");
+
+    /* a backward in a forward-only list, and a mixed set of lists */
+    build_all(MERAK_SCHEDULE_1F1B, 2, 2, tr);
+    merak_schedule_build_eval(&tr[0], 2, &ev[0], err, sizeof err);
+    merak_schedule_build_eval(&tr[1], 2, &ev[1], err, sizeof err);
+    merak_instr keep = ev[1].instr[2];
+    ev[1].instr[2] = (merak_instr){MERAK_I_BWD, keep.mb, keep.slot, 0};
+    tap_ok(simulate(ev, 2, NULL, NULL) < 0 && strstr(err, "forward-only"), "a backward in an evaluation list is refused: %s",
+           err);
+    ev[1].instr[2] = keep;
+    merak_schedule mixed[2] = {ev[0], tr[1]};
+    tap_ok(simulate(mixed, 2, NULL, NULL) < 0 && strstr(err, "forward-only"), "a training list beside an evaluation "
+           "list is refused: %s", err);
+    free_all(ev, 2);
+    free_all(tr, 2);
+}
+
 int main(void)
 {
     test_names();
@@ -807,5 +866,6 @@ int main(void)
     test_costs();
     test_merak_scp();
     test_broken_recompute();
+    test_eval();
     return tap_done();
 }
