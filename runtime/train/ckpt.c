@@ -307,23 +307,30 @@ int merak_ckpt_busy(const merak_ckpt_writer *w) { return atomic_load(&w->busy); 
 void merak_ckpt_writer_data(merak_ckpt_writer *w, const merak_data *d) { w->data = d; }
 int merak_ckpt_in_flight(const merak_ckpt_writer *w) { return w->in_flight; }
 
+merak_ckpt_run merak_ckpt_run_of(const merak_args *a, int dp, int tp, int pp)
+{
+    return (merak_ckpt_run){.dp = dp, .tp = tp, .pp = pp, .schedule = a->schedule ? a->schedule : "1f1b",
+                            .virtual_stages = merak_args_virtual_stages(a), .zero = a->zero,
+                            .micro_batches = a->micro_batches, .micro_batch = a->micro_batch, .seq_len = a->seq_len,
+                            .data = a->data ? a->data : "", .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
+                            .weight_decay = a->weight_decay, .clip = a->clip, .model = a->model};
+}
+
 /* Rank 0's manifest of this save, its files added when they are written. */
-static json_t *manifest_new(const merak_grid *gr, const merak_args *a, const merak_ckpt_state *st,
-                            const merak_model_config *model)
+static json_t *manifest_new(const merak_ckpt_run *r, const merak_ckpt_state *st)
 {
     json_t *m = json_pack(
         "{s:s, s:i, s:s, s:i, s:{s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i}, s:{s:s, s:I}, s:{s:I, s:I}, "
         "s:{s:s, s:i, s:f, s:f, s:f, s:f, s:f}}",
         "format", MERAK_CKPT_FORMAT, "version", MERAK_CKPT_VERSION, "producer", "merak " MERAK_VERSION_STRING, "step",
-        st->step, "layout", "dp", gr->dp, "tp", gr->tp, "pp", gr->pp, "schedule", a->schedule ? a->schedule : "1f1b",
-        "virtual_stages", merak_args_virtual_stages(a), "zero", a->zero, "micro_batches", a->micro_batches,
-        "micro_batch", a->micro_batch, "seq_len", a->seq_len, "data", "pattern", a->data ? a->data : "",
-        "consumed", (json_int_t)st->consumed, "rng", "seed", (json_int_t)st->seed, "next_micro_batch",
-        (json_int_t)st->consumed, "optimizer", "kind", "adamw", "steps", st->adam_steps, "beta1", (double)a->beta1,
-        "beta2", (double)a->beta2, "eps", (double)a->eps, "weight_decay", (double)a->weight_decay, "clip",
-        (double)a->clip);
-    if (m && model)
-        json_object_set_new(m, "model", json_pack("{s:s, s:s}", "name", model->name, "config", "config.json"));
+        st->step, "layout", "dp", r->dp, "tp", r->tp, "pp", r->pp, "schedule", r->schedule, "virtual_stages",
+        r->virtual_stages, "zero", r->zero, "micro_batches", r->micro_batches, "micro_batch", r->micro_batch,
+        "seq_len", r->seq_len, "data", "pattern", r->data, "consumed", (json_int_t)st->consumed, "rng", "seed",
+        (json_int_t)st->seed, "next_micro_batch", (json_int_t)st->consumed, "optimizer", "kind", "adamw", "steps",
+        st->adam_steps, "beta1", r->beta1, "beta2", r->beta2, "eps", r->eps, "weight_decay", r->weight_decay, "clip",
+        r->clip);
+    if (m && r->model)
+        json_object_set_new(m, "model", json_pack("{s:s, s:s}", "name", r->model->name, "config", "config.json"));
     if (m)
         json_object_set_new(m, "files", json_array());
     return m;
@@ -437,7 +444,7 @@ static int make_dir(merak_ckpt_writer *w, char *err, size_t errlen)
 }
 
 int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, const merak_optim *o,
-                    const merak_args *a, const merak_ckpt_state *st, char *err, size_t errlen)
+                    const merak_ckpt_run *run, const merak_ckpt_state *st, char *err, size_t errlen)
 {
     const merak_grid *gr = merak_comm_grid(comm);
     merak_ckpt_done prev;
@@ -450,7 +457,7 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
     if (gr->rank == 0 && !failed) {
         json_decref(w->manifest);
         free(w->config);
-        w->manifest = manifest_new(gr, a, st, a->model);
+        w->manifest = manifest_new(run, st);
         if (w->manifest && w->data) {   /* the shards, in window order, with their tokens */
             json_t *list = json_array();
             for (int i = 0; list && i < merak_data_num_shards(w->data); i++)
@@ -458,8 +465,8 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
                                                       (json_int_t)merak_data_shard_tokens(w->data, i)));
             json_object_set_new(json_object_get(w->manifest, "data"), "shards", list);
         }
-        w->config = a->model ? merak_model_config_json(a->model) : NULL;
-        failed = !w->manifest || (a->model && !w->config)
+        w->config = run->model ? merak_model_config_json(run->model) : NULL;
+        failed = !w->manifest || (run->model && !w->config)
                      ? merak_errf(err, errlen, "out of memory writing the manifest") < 0
                      : make_dir(w, err, errlen) < 0;
     }
@@ -653,8 +660,8 @@ int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const 
                            const float *const *data, const merak_model_config *model, uint64_t seed, char *err,
                            size_t errlen)
 {
-    merak_grid gr = {.dp = 1, .tp = 1, .pp = 1, .world = 1};
-    merak_args a;
+    const merak_grid gr = {.dp = 1, .tp = 1, .pp = 1, .world = 1};
+    merak_args a;   /* an export records the default run, on one process */
     merak_ckpt_state st = {0, 0, seed, 0};
     merak_ckpt_writer *w = merak_ckpt_writer_create(root, 0);
     float *zeros = NULL;
@@ -667,7 +674,9 @@ int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const 
     for (int i = 0; i < n; i++)
         most = (size_t)merak_tensor_elems(&g->tensors[tensors[i]]) > most
                    ? (size_t)merak_tensor_elems(&g->tensors[tensors[i]]) : most;
-    w->manifest = manifest_new(&gr, &a, &st, model);
+    merak_ckpt_run run = merak_ckpt_run_of(&a, 1, 1, 1);
+    run.model = model;
+    w->manifest = manifest_new(&run, &st);
     w->config = model ? merak_model_config_json(model) : NULL;
     if (!w->manifest || (model && !w->config) || !(zeros = calloc(most, sizeof *zeros))) {
         merak_errf(err, errlen, "out of memory");

@@ -61,6 +61,19 @@ typedef struct merak_ckpt_state {
     int adam_steps;        /* AdamW's step counter */
 } merak_ckpt_state;
 
+/* The run a manifest describes beside its state: the layout and batch
+ * (its "layout" entry), the data it reads, AdamW's settings, the model. */
+typedef struct merak_ckpt_run {
+    int dp, tp, pp;
+    const char *schedule;          /* the schedule's name */
+    int virtual_stages, zero, micro_batches, micro_batch, seq_len;
+    const char *data;              /* the shards' pattern, "" for none */
+    double beta1, beta2, eps, weight_decay, clip;
+    const merak_model_config *model;   /* its config.json; NULL: none */
+} merak_ckpt_run;
+/* The run arguments a describe on a dp x tp x pp grid. */
+merak_ckpt_run merak_ckpt_run_of(const merak_args *a, int dp, int tp, int pp);
+
 /* What one save wrote, for the caller's report. */
 typedef struct merak_ckpt_done {
     int step;
@@ -82,10 +95,10 @@ void merak_ckpt_writer_destroy(merak_ckpt_writer *w);
  * in flight is finished here, its result lost); rank 0 makes ROOT/step_N (replacing an incomplete one);
  * every rank copies its parameters and its share of the moments to host
  * memory (ZeRO shares gathered over dp) and the writers start their
- * thread.  a (and a->model) describe the run in the manifest.  0, or -1 with
- * err (every rank alike) when this one cannot start. */
+ * thread.  run describes the run in the manifest.  0, or -1 with err
+ * (every rank alike) when this one cannot start. */
 int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, const merak_optim *o,
-                    const merak_args *a, const merak_ckpt_state *st, char *err, size_t errlen);
+                    const merak_ckpt_run *run, const merak_ckpt_state *st, char *err, size_t errlen);
 /* 1 while this rank's writing thread still runs, else 0 (not collective:
  * the step loop sums it over the world with its other flags). */
 int merak_ckpt_busy(const merak_ckpt_writer *w);

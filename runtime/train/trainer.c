@@ -356,7 +356,8 @@ static int checkpoint(run *r, int step, int last, char *err, size_t errlen)
         return -1;
     r->saved = step;
     r->final_save = last;
-    int rc = merak_ckpt_save(r->ckpt, r->comm, r->stage, r->opt, r->a, &st, err, errlen);
+    const merak_ckpt_run saved_run = merak_ckpt_run_of(r->a, r->grid->dp, r->grid->tp, r->grid->pp);
+    int rc = merak_ckpt_save(r->ckpt, r->comm, r->stage, r->opt, &saved_run, &st, err, errlen);
     return saved(r, rc, &(merak_ckpt_done){0}, err, errlen);
 }
 
