@@ -15,16 +15,17 @@
  * micro-batch numbers, so the run goes on as if it had not stopped.
  *
  * Failures: a problem every rank finds alike (bad arguments, divergence)
- * ends every rank with -1 and rank 0's message; a rank failing alone
- * (a peer died, a write failed) returns -2 with the rank and host named,
- * and the caller ends the job.
+ * ends every rank with MERAK_FAILED (MERAK_USAGE for arguments that cannot
+ * work) and rank 0's message; a rank failing alone (a peer died, a write
+ * failed) returns MERAK_FAILED_HERE with the rank and host named, and the
+ * caller ends the job.  The checks before the first step are
+ * preflight.c's, the process grid session.c's (trainer_impl.h).
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "atomic.h"
 #include "ckpt.h"
@@ -40,125 +41,25 @@
 #include "plan/layout.h"
 #include "train.h"
 
-/* Checks the graph has what the step loop feeds and reads; returns the
- * vocabulary size (the loss's logits width) or -1. */
-static int check_graph(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
-{
-    if (merak_graph_error(g)[0])
-        return merak_errf(err, errlen, "the graph was not built: %s", merak_graph_error(g));
-    int ids = merak_graph_find(g, "input_ids"), targets = merak_graph_find(g, "targets");
-    if (ids < 0 || targets < 0 || g->tensors[ids].kind != MERAK_T_INPUT ||
-        g->tensors[targets].kind != MERAK_T_INPUT)
-        return merak_errf(err, errlen, "the graph needs inputs named 'input_ids' and 'targets'");
-    if (g->loss < 0)
-        return merak_errf(err, errlen, "the graph has no loss (add merak_op_cross_entropy)");
-    const merak_tensor *x = &g->tensors[ids], *y = &g->tensors[targets];
-    if (x->ndim != 2 || x->shape[0] != a->micro_batch || x->shape[1] != a->seq_len ||
-        y->ndim != 2 || y->shape[0] != a->micro_batch || y->shape[1] != a->seq_len)
-        return merak_errf(err, errlen,
-                          "the graph's input_ids and targets are not (%d,%d), the micro-batch and sequence length",
-                          a->micro_batch, a->seq_len);
-    return merak_graph_loss_vocab(g);
-}
-
-/* ------------------------------------------------------------------ the runtime */
-
-/* The runtime's process grid, from merak_init (or the first merak_train). */
-static merak_comm *g_comm;
-
-/* The backend's kernels for a.device on this grid, or NULL with err.  On
- * a device backend with several ranks, communication goes through MPI in
- * host memory (NCCL is not built yet; it also refuses ranks that share a
- * GPU): *staged says so. */
-static const merak_kernels *pick_kernels(const merak_args *a, int world, int *staged, char *err,
-                                         size_t errlen)
-{
-    static merak_devmem devmem;   /* the comm keeps a pointer to it */
-    const merak_backend *be = merak_backend_find(a->device);
-    const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
-    *staged = 0;
-    if (k && world > 1 && !be->host) {
-        devmem = (merak_devmem){be->is_device, be->to_host, be->to_device};
-        merak_comm_set_devmem(g_comm, &devmem);
-        *staged = 1;
-    }
-    return k;
-}
-
-int merak_init(int dp, int tp, int pp, char *err, size_t errlen)
-{
-    if (err && errlen)
-        err[0] = 0;
-    if (g_comm)
-        return merak_errf(err, errlen, "merak_init was already called");
-    if (dp < 0 || tp < 0 || pp < 0)
-        return merak_errf(err, errlen, "degrees dp=%d tp=%d pp=%d must not be negative", dp, tp, pp);
-    return merak_comm_init(&g_comm, dp, tp, pp, err, errlen);
-}
-
-int merak_rank(void) { return g_comm ? merak_comm_grid(g_comm)->rank : 0; }
-int merak_world_size(void) { return g_comm ? merak_comm_grid(g_comm)->world : 1; }
-
-void merak_finalize(void)
-{
-    merak_comm_finalize(g_comm);
-    g_comm = NULL;
-}
-
-void merak_abort(int status)
-{
-    merak_comm_abort(g_comm, status);
-}
+#include "trainer_impl.h"
 
 /* ------------------------------------------------------------------ the step loop */
 
-typedef struct run {
-    const merak_args *a;
-    merak_comm *comm;
-    const merak_grid *grid;
-    merak_group *world;
-    merak_stage *stage;
-    merak_exec *e;
-    merak_data *data;
-    uint64_t windows;
-    merak_data *val;              /* the validation shards (a.val_data), or NULL */
-    int eval_batches;             /* windows evaluated over all replicas */
-    merak_optim *opt;
-    merak_lr lr;
-    int step;
-    int step0;                    /* the first step: the checkpoint's, or 0 */
-    uint64_t consumed0;           /* micro-batches the run had read at step0 */
-    uint64_t seed;                /* dropout (the checkpoint's when resumed) */
-    merak_ckpt_writer *ckpt;      /* when a->save */
-    int saved;                    /* the step of the last checkpoint started, or -1 */
-    int final_save;               /* the save in flight is the run's last: it must be written */
-    int lock_fd;                  /* rank 0's lock on --save (merak_ckpt_lock), or -1 */
-    char resume[4096];            /* the checkpoint resumed from, or "" */
-    char data_change[512];        /* rank 0: how its data differ (resume_data_change), or "" */
-    double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
-    int diverged;                 /* every rank found the same bad loss or norm */
-    int skipped;                  /* and skipped the step's update (on_nan_skip) */
-    double loss, norm;            /* of the step, after the optimizer step's reduction */
-    float step_lr;
-    merak_trace trace;            /* the timeline, when a->trace */
-    merak_train_sampler *sampler; /* rank 0, when a->sample_every */
-} run;
-
 /* Micro-batches read over all replicas before step `step`. */
-static uint64_t consumed_at(const run *r, int step)
+static uint64_t consumed_at(const merak_run *r, int step)
 {
     return r->consumed0 + (uint64_t)(step - r->step0) * (uint64_t)r->grid->dp * (uint64_t)r->a->micro_batches;
 }
 
 /* Global number of micro-batch mb of this step on this replica. */
-static uint64_t mb_number(const run *r, int mb)
+static uint64_t mb_number(const merak_run *r, int mb)
 {
     return consumed_at(r, r->step) + (uint64_t)r->grid->dp_rank * (uint64_t)r->a->micro_batches + (uint64_t)mb;
 }
 
 static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
 {
-    run *r = ctx;
+    merak_run *r = ctx;
     return merak_data_window(r->data, mb_number(r, mb) % r->windows, r->a->micro_batch,
                              r->a->seq_len, ids, targets, err, errlen);
 }
@@ -166,7 +67,7 @@ static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *er
 /* Dropout seed of the micro-batch: the same in every layout. */
 static uint64_t hook_seed(void *ctx, int mb)
 {
-    run *r = ctx;
+    merak_run *r = ctx;
     return merak_mix64(r->seed ^ (mb_number(r, mb) * MERAK_GOLDEN));
 }
 
@@ -174,7 +75,7 @@ static uint64_t hook_seed(void *ctx, int mb)
  * windows d*K/dp .. (d+1)*K/dp - 1, the same ones at every evaluation. */
 static int hook_val_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
 {
-    run *r = ctx;
+    merak_run *r = ctx;
     const uint64_t w = (uint64_t)r->grid->dp_rank * (uint64_t)(r->eval_batches / r->grid->dp) + (uint64_t)mb;
     return merak_data_window(r->val, w, r->a->micro_batch, r->a->seq_len, ids, targets, err, errlen);
 }
@@ -187,7 +88,7 @@ static uint64_t hook_val_seed(void *ctx, int mb)
 
 /* The mean validation loss over the grid's eval_batches windows, on every
  * rank (collective over the world).  0, or -1 with err. */
-static int evaluate(run *r, double *val, char *err, size_t errlen)
+static int evaluate(merak_run *r, double *val, char *err, size_t errlen)
 {
     const merak_stage_hooks h = {r, hook_val_load, hook_val_seed, NULL};
     double sum = 0;
@@ -203,7 +104,7 @@ static int evaluate(run *r, double *val, char *err, size_t errlen)
  * this rank's share. */
 static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
 {
-    run *r = ctx;
+    merak_run *r = ctx;
     const merak_args *a = r->a;
     double red[2] = {merak_stage_loss_sum(r->stage), merak_stage_grad_sumsq(r->stage)};
     double t0 = merak_now();
@@ -231,7 +132,7 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
 }
 
 /* This rank's setup after the stage: data, weights, optimizer. */
-static int setup(run *r, int vocab, char *err, size_t errlen)
+static int setup(merak_run *r, int vocab, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
     const merak_graph *lg = merak_stage_graph(r->stage);
@@ -285,25 +186,8 @@ static int setup(run *r, int vocab, char *err, size_t errlen)
     return -1;
 }
 
-/* The checkpoint to resume from, found by rank 0 and told to every rank
- * (r->resume; empty when "latest" has none yet).  Collective; 0, or -1
- * with err (every rank alike). */
-static int find_resume(run *r, char *err, size_t errlen)
-{
-    const merak_args *a = r->a;
-    int found = 0;
-    if (!a->resume)
-        return 0;
-    if (r->grid->rank == 0)
-        found = merak_ckpt_find(a->resume, a->save, r->resume, sizeof r->resume, err, errlen);
-    if (merak_comm_agree(r->comm, found < 0 ? MERAK_FAILED : MERAK_OK, err, errlen) < 0)
-        return MERAK_FAILED;
-    if (merak_broadcast(r->world, r->resume, sizeof r->resume, 0) < 0)
-        return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
-    return 0;
-}
 
-static void report(const run *r, merak_checkpoint_event ev, int step, const char *path, double bytes,
+static void report(const merak_run *r, merak_checkpoint_event ev, int step, const char *path, double bytes,
                    double seconds, const char *error)
 {
     if (r->grid->rank == 0 && r->a->on_checkpoint) {
@@ -316,7 +200,7 @@ static void report(const run *r, merak_checkpoint_event ev, int step, const char
  * (rc < 0) too, and then it ends the run unless the user said continue
  * and it is not the run's last (a run whose end was never saved has lost
  * it).  Returns 0 to go on, -1 (every rank alike) to stop. */
-static int saved(run *r, int rc, const merak_ckpt_done *done, char *err, size_t errlen)
+static int saved(merak_run *r, int rc, const merak_ckpt_done *done, char *err, size_t errlen)
 {
     if (rc == 0) {
         if (done->path[0])
@@ -337,7 +221,7 @@ static int saved(run *r, int rc, const merak_ckpt_done *done, char *err, size_t 
 }
 
 /* Finishes the save in flight, if any (collective). */
-static int checkpoint_finish(run *r, char *err, size_t errlen)
+static int checkpoint_finish(merak_run *r, char *err, size_t errlen)
 {
     merak_ckpt_done done;
     if (!r->ckpt || !merak_ckpt_in_flight(r->ckpt))
@@ -349,7 +233,7 @@ static int checkpoint_finish(run *r, char *err, size_t errlen)
 /* Starts the checkpoint after `step` steps, once a save in flight is
  * finished; last: the run's last (saved() fails the run when it cannot be
  * written).  Collective; 0, or -1 (every rank alike). */
-static int checkpoint(run *r, int step, int last, char *err, size_t errlen)
+static int checkpoint(merak_run *r, int step, int last, char *err, size_t errlen)
 {
     merak_ckpt_state st = {step, consumed_at(r, step), r->seed, merak_optim_steps(r->opt)};
     if (checkpoint_finish(r, err, errlen) < 0)
@@ -362,7 +246,7 @@ static int checkpoint(run *r, int step, int last, char *err, size_t errlen)
 }
 
 /* "rank R on HOST: step S: why" for a failure of this rank alone; MERAK_FAILED_HERE. */
-static int alone(run *r, char *err, size_t errlen)
+static int alone(merak_run *r, char *err, size_t errlen)
 {
     char where[128], why[400];
     snprintf(why, sizeof why, "%s", err);
@@ -371,7 +255,7 @@ static int alone(run *r, char *err, size_t errlen)
     return MERAK_FAILED_HERE;
 }
 
-static void run_free(run *r)
+static void run_free(merak_run *r)
 {
     merak_train_sampler_free(r->sampler);
     merak_ckpt_writer_destroy(r->ckpt);
@@ -386,7 +270,7 @@ static void run_free(run *r)
 /* The stop signal every rank reports: the highest number any rank
  * received (sig: this rank's, 0 if none).  Collective, once, when some
  * rank has one; -1 with err when the reduction fails. */
-static int agree_signal(run *r, int sig)
+static int agree_signal(merak_run *r, int sig)
 {
     enum { MAXSIG = 64 };
     double seen[MAXSIG + 1] = {0};
@@ -402,7 +286,7 @@ static int agree_signal(run *r, int sig)
 
 /* The parameters whole on rank 0 (collective over the world), and there
  * a sample's text (*text malloc'd; NULL elsewhere).  0 or -1 with err. */
-static int take_sample(run *r, char **text, size_t *len, char *err, size_t errlen)
+static int take_sample(merak_run *r, char **text, size_t *len, char *err, size_t errlen)
 {
     merak_gathered w;
     int rc = merak_stage_gather(r->stage, &w, err, errlen);
@@ -414,7 +298,7 @@ static int take_sample(run *r, char **text, size_t *len, char *err, size_t errle
 
 /* The steps; returns the steps run, MERAK_FAILED (every rank alike) or
  * MERAK_FAILED_HERE (this rank alone). */
-static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
+static int steps(merak_run *r, merak_metrics *metrics, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
     int rank0 = r->grid->rank == 0, M = a->micro_batches;
@@ -512,249 +396,19 @@ static int steps(run *r, merak_metrics *metrics, char *err, size_t errlen)
     return r->step;
 }
 
-/* Every stage's activation memory, layers and recomputed layers, on every
- * rank (collective over the world). */
-typedef struct stage_table {
-    double *bytes;            /* [3 * pp]: bytes, then layers and recomputed as doubles */
-    int *layers, *recomputed; /* [pp] each, one allocation */
-} stage_table;
-
-static void stage_table_free(stage_table *t)
-{
-    free(t->bytes);
-    free(t->layers);
-}
-
-static int stage_table_fill(run *r, stage_table *t, char *err, size_t errlen)
-{
-    const merak_grid *gr = r->grid;
-    int pp = gr->pp;
-    t->bytes = calloc((size_t)(4 * pp), sizeof *t->bytes);
-    t->layers = calloc((size_t)(2 * pp), sizeof *t->layers);
-    if (!t->bytes || !t->layers)
-        return merak_errf(err, errlen, "out of memory");
-    t->recomputed = t->layers + pp;
-    if (gr->dp_rank == 0 && gr->tp_rank == 0) {
-        size_t bytes;
-        int layers, rc;
-        merak_stage_memory(r->stage, &bytes, &layers, &rc);
-        t->bytes[gr->pp_rank] = (double)bytes;
-        t->bytes[pp + gr->pp_rank] = layers;
-        t->bytes[2 * pp + gr->pp_rank] = rc;
-        /* everything is allocated before the first step: what it holds */
-        size_t in_use = 0, peak;
-        const merak_kernels *k = merak_exec_kernels(r->e);
-        if (k->memory)
-            k->memory(&in_use, &peak);
-        t->bytes[3 * pp + gr->pp_rank] = (double)in_use;
-    }
-    if (merak_allreduce_f64(r->world, t->bytes, (size_t)(4 * pp)) < 0)
-        return merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
-    for (int i = 0; i < 2 * pp; i++)
-        t->layers[i] = (int)t->bytes[pp + i];
-    return 0;
-}
-
-/* Output FLAG OUT is none of the files the run reads: the --init weights,
- * data and validation shards, the tokenizer, the tp-rules, the device
- * profiles MERAK_DEVICES names, every file of the checkpoint it resumes.
- * 0, or -1 with err naming both. */
-static int not_an_input(const run *r, const char *flag, const char *out, char *err, size_t errlen)
-{
-    const merak_args *a = r->a;
-    if (merak_file_not_input(flag, out, "the --init weights", a->init, err, errlen) < 0 ||
-        merak_file_not_input(flag, out, "the --tokenizer file", a->tokenizer, err, errlen) < 0 ||
-        merak_file_not_input(flag, out, "the --tp-rules file", a->tp_rules, err, errlen) < 0 ||
-        merak_file_not_input(flag, out, "the device profiles file (MERAK_DEVICES)", getenv("MERAK_DEVICES"), err,
-                             errlen) < 0)
-        return -1;
-    for (int s = 0; r->data && s < merak_data_num_shards(r->data); s++)
-        if (merak_file_not_input(flag, out, "a data shard", merak_data_shard_path(r->data, s), err, errlen) < 0)
-            return -1;
-    for (int s = 0; r->val && s < merak_data_num_shards(r->val); s++)
-        if (merak_file_not_input(flag, out, "a validation shard", merak_data_shard_path(r->val, s), err, errlen) < 0)
-            return -1;
-    return merak_file_not_in_dir(flag, out, "a file of the checkpoint it resumes", r->resume[0] ? r->resume : NULL,
-                                 err, errlen);
-}
-
-/* On rank 0, which reads the token ids: a resumed run reads what the
- * saved one read (merak_ckpt_data_differs), or says so: refused, or with
- * resume_data_change noted for on_checkpoint.  And the checkpoints it
- * writes record its shards.  0, or -1 with err. */
-static int resumed_data(run *r, char *err, size_t errlen)
-{
-    if (r->ckpt && r->data)
-        merak_ckpt_writer_data(r->ckpt, r->data);
-    if (!r->resume[0])
-        return 0;
-    char why[400];
-    int rc = merak_ckpt_data_differs(r->resume, r->a, r->data, why, sizeof why, err, errlen);
-    if (rc <= 0)
-        return rc;
-    if (!r->a->resume_data_change)
-        return merak_errf(err, errlen, "%s: this run does not read what the checkpoint's did: %s (its next batches "
-                          "would be others; --resume-data-change goes on anyway)", r->resume, why);
-    snprintf(r->data_change, sizeof r->data_change, "%s", why);
-    return 0;
-}
-
-/* Before the first step, on rank 0, which writes them: every file the run
- * will write can be written (merak_atomic_probe), and none is a file it
- * reads (not_an_input) or another of its outputs, so that a finished run
- * is never lost to its last write, nor its data to its metrics.  0, or -1
- * with err. */
-static int check_outputs(run *r, char *err, size_t errlen)
-{
-    const merak_args *a = r->a;
-    if (a->save) {
-        /* the checkpoint directory: made now, and it must take files */
-        struct stat st;
-        char probe[4096 + 16];
-        if (mkdir(a->save, 0777) != 0 && errno != EEXIST)
-            return merak_errf(err, errlen, "--save %s: cannot make the directory: %s", a->save, strerror(errno));
-        if (stat(a->save, &st) != 0 || !S_ISDIR(st.st_mode))
-            return merak_errf(err, errlen, "--save %s: not a directory", a->save);
-        if (merak_ckpt_lock(a->save, &r->lock_fd, err, errlen) < 0)
-            return -1;
-        snprintf(probe, sizeof probe, "%s/step_probe", a->save);
-        if (merak_atomic_probe(probe, err, errlen) < 0)
-            return -1;
-        /* its checkpoints must be this run's past: a newer one would be
-         * what --resume latest picks, and pruning would keep it over ours */
-        int newest = merak_ckpt_newest(a->save);
-        if (newest > r->step0 || (newest == r->step0 && !r->resume[0]))
-            return merak_errf(err, errlen, "--save %s already holds a checkpoint of step %d and this run starts at "
-                              "step %d: resume from it (--resume latest), or move it away, or save elsewhere",
-                              a->save, newest, r->step0);
-    }
-    const char *out[] = {a->save_weights, a->metrics, a->trace};
-    const char *flag[] = {"--save-weights", "--metrics", "--trace"};
-    for (int i = 0; i < 3; i++) {
-        if (!out[i])
-            continue;
-        if (not_an_input(r, flag[i], out[i], err, errlen) < 0 || merak_atomic_probe(out[i], err, errlen) < 0)
-            return -1;
-        for (int j = 0; j < i; j++)
-            if (out[j] && (merak_file_same(out[i], out[j]) || strcmp(out[i], out[j]) == 0))
-                return merak_errf(err, errlen, "%s %s is also the %s file", flag[i], out[i], flag[j]);
-    }
-    return 0;
-}
-
-/* Before anything is allocated: will every rank's stage fit where it
- * runs?  Each rank plans its stage as merak_stage_create will build it
- * (merak_stage_plan) and adds AdamW's two floats per parameter it
- * updates; the needs and the memory free are gathered, and the ranks of
- * one host (CPU: they share its memory) or each rank (a GPU of its own)
- * are held against it.  Collective; every rank gets the same answer: 0,
- * or MERAK_FAILED with the first host or rank that does not fit in err
- * (MERAK_USAGE if a stage cannot be built with these options, as
- * merak_stage_create). */
-static int check_memory(run *r, const merak_graph *g, const merak_stage_opts *so, char *err, size_t errlen)
-{
-    const merak_grid *gr = r->grid;
-    const merak_backend *be = merak_backend_find(so->kernels->name);
-    const int n = gr->world, shared = be && be->host;
-    merak_stage_mem m;
-    size_t free_b, total_b;
-    double *v = calloc(2 * (size_t)n, sizeof *v);
-    int *node = malloc((size_t)n * sizeof *node);
-    /* a stage that cannot be built is refused here, before any allocation;
-     * every rank enters the agreement, whatever failed on it */
-    int planned = !v || !node || merak_comm_nodes(r->comm, node) < 0 ? merak_errf(err, errlen, "out of memory")
-                                                                      : merak_stage_plan(gr, g, so, &m, err, errlen);
-    int rc = merak_comm_agree(r->comm, planned < 0 ? planned : MERAK_OK, err, errlen);
-    if (rc != 0) {
-        free(v), free(node);
-        return rc;
-    }
-    v[gr->rank] = (double)m.device + merak_adamw_bytes(m.share);
-    /* checkpoints copy the parameters (dp rank 0, which writes them) and
-     * the whole stage's moments (ZeRO: every rank, for the gather) to host
-     * memory */
-    if (r->a->save && shared)
-        v[gr->rank] += (double)m.params * (gr->dp_rank == 0 ? 3 : r->a->zero ? 2 : 0);
-    v[n + gr->rank] = so->kernels->capacity && so->kernels->capacity(&free_b, &total_b) == 0 ? (double)free_b : -1;
-    if (merak_allreduce_f64(r->world, v, 2 * (size_t)n) < 0)
-        rc = merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
-    for (int i = 0; i < n && rc == 0; i++) {
-        /* the ranks sharing i's memory: its host's (CPU), or i alone */
-        double need = 0;
-        int count = 0, first = i;
-        for (int j = 0; j < n; j++)
-            if (j == i || (shared && node[j] == node[i])) {
-                need += v[j], count++;
-                first = j < first ? j : first;
-            }
-        if (first != i || v[n + i] < 0 || need <= v[n + i])
-            continue;   /* each host once; memory it cannot tell is not checked */
-        char where[96];
-        merak_comm_where(r->comm, i, where, sizeof where);
-        if (count > 1)
-            merak_errf(err, errlen, "not enough memory: %s and the %d other rank(s) on its host need %.2f GB "
-                       "(parameters, gradients, optimizer state, activations; rank %d alone %.2f GB), but the host "
-                       "has %.2f GB available", where, count - 1, need / 1e9, i, v[i] / 1e9, v[n + i] / 1e9);
-        else
-            merak_errf(err, errlen, "not enough memory: %s needs %.2f GB (parameters, gradients, optimizer state, "
-                       "activations), but its %s has %.2f GB %s", where, need / 1e9, shared ? "host" : "GPU",
-                       v[n + i] / 1e9, shared ? "available" : "free");
-        rc = MERAK_FAILED;
-    }
-    free(v), free(node);
-    return rc;
-}
-
-/* The virtual stage bounds in g of the grid's pp x V stages, cut as
- * merak-plan cuts them (merak_layout_cut: autopipe times ops from the
- * device profile on the tensor-parallel shard this grid runs, each cut
- * over the links this job's placement on its nodes gives).  0,
- * MERAK_FAILED, or MERAK_USAGE for options that cannot work for this model. */
-static int partition_stages(const merak_graph *g, const merak_args *a, const merak_grid *gr,
-                            merak_schedule_kind kind, int V, const merak_tp_rule *rules, int nrules, int *starts,
-                            int *bounds, double *step, char *err, size_t errlen)
-{
-    const char *method = a->partition ? a->partition : MERAK_PARTITION_DEFAULT;
-    merak_device dev;
-    int *nodes = malloc((size_t)gr->world * sizeof *nodes);
-    if (!nodes || merak_comm_nodes(g_comm, nodes) < 0) {
-        free(nodes);
-        return merak_errf(err, errlen, "out of memory");
-    }
-    merak_layout L = {.dp = gr->dp, .tp = gr->tp, .pp = gr->pp, .gpus_per_node = gr->world, .node_of = nodes,
-                      .schedule = kind, .virtual_stages = V, .micro_batches = a->micro_batches,
-                      .partition = method, .rules = rules, .nrules = nrules};
-    /* one stage is the whole graph whatever the method: no costs needed,
-     * but a profile asked for is still read (and refused if bad) */
-    int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);
-    merak_graph *shard = NULL;
-    if (costed) {
-        rc = merak_device_load(merak_args_profile(a), &dev, err, errlen);
-        /* the shard autopipe times, made here: a model that does not split
-         * is the runtime error it is everywhere else (the stage's too) */
-        if (rc == 0 && gr->tp > 1 && !(shard = merak_graph_shard(g, gr->tp, 0, rules, nrules, err, errlen)))
-            rc = MERAK_FAILED;
-        L.shard = shard;
-    }
-    if (rc == 0)
-        rc = merak_layout_cut(g, &L, costed ? &dev : NULL, starts, bounds, step, err, errlen);
-    merak_graph_destroy(shard);
-    free(nodes);
-    return rc;
-}
-
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
-    if (!g_comm && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
+    if (!merak_session_comm() && merak_init(a->dp, a->tp, a->pp, err, errlen) < 0)
         return MERAK_FAILED;
-    const merak_grid *gr = merak_comm_grid(g_comm);
+    merak_comm *const comm = merak_session_comm();
+    const merak_grid *gr = merak_comm_grid(comm);
     int rank0 = gr->rank == 0, vocab = -1;
     /* The same checks on every rank, so every rank fails alike; st: this
      * rank's status, the first failure's, until the ranks agree. */
     int st = merak_args_check(a, err, errlen);
-    if (st == MERAK_OK && (vocab = check_graph(g, a, err, errlen)) < 0)
+    if (st == MERAK_OK && (vocab = merak_check_graph(g, a, err, errlen)) < 0)
         st = MERAK_FAILED;
     else if (st == MERAK_OK && ((a->dp && a->dp != gr->dp) || (a->tp && a->tp != gr->tp) || (a->pp && a->pp != gr->pp)))
         st = merak_errf(err, errlen, "the arguments ask for dp=%d tp=%d pp=%d but merak_init made dp=%d tp=%d pp=%d",
@@ -765,7 +419,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         return st;
     }
 
-    run r = {.a = a, .comm = g_comm, .grid = gr, .world = merak_comm_group(g_comm, MERAK_GROUP_WORLD),
+    merak_run r = {.a = a, .comm = comm, .grid = gr, .world = merak_comm_group(comm, MERAK_GROUP_WORLD),
              .seed = a->seed, .saved = -1, .lock_fd = -1,
              .eval_batches = a->eval_batches > 0 ? a->eval_batches : 4 * gr->dp};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
@@ -781,13 +435,13 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     int staged = 0;   /* device buffers through MPI in host memory */
     if (!bounds || !starts)
         st = merak_errf(err, errlen, "out of memory");
-    else if (merak_comm_set_timeout(g_comm, a->comm_timeout, err, errlen) < 0)
+    else if (merak_comm_set_timeout(comm, a->comm_timeout, err, errlen) < 0)
         st = MERAK_FAILED;
-    else if (!(so.kernels = pick_kernels(a, gr->world, &staged, err, errlen)))
+    else if (!(so.kernels = merak_session_kernels(a, gr->world, &staged, err, errlen)))
         st = MERAK_FAILED;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         st = MERAK_FAILED;
-    else if ((so.rules = rules, (st = partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds,
+    else if ((so.rules = rules, (st = merak_partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds,
                                                        &predicted, err, errlen)) < 0))
         ;   /* MERAK_USAGE for options that cannot work here */
     else if (a->val_data && r.eval_batches % gr->dp != 0) {
@@ -797,22 +451,22 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     }
     so.bounds = bounds;
     /* every rank reaches the memory check, the collective it is */
-    if ((st = merak_comm_agree(g_comm, st, err, errlen)) < 0)
+    if ((st = merak_comm_agree(comm, st, err, errlen)) < 0)
         ;
-    else if (find_resume(&r, err, errlen) < 0)
+    else if (merak_find_resume(&r, err, errlen) < 0)
         st = MERAK_FAILED;
-    else if ((st = check_memory(&r, g, &so, err, errlen)) < 0)
+    else if ((st = merak_check_memory(&r, g, &so, err, errlen)) < 0)
         ;
-    else if ((st = merak_stage_create(g_comm, g, &so, &r.stage, err, errlen)) < 0)
+    else if ((st = merak_stage_create(comm, g, &so, &r.stage, err, errlen)) < 0)
         ;
     else
         r.e = merak_stage_exec(r.stage);
     if (st == MERAK_OK && setup(&r, vocab, err, errlen) < 0)
         st = MERAK_FAILED;
     merak_metrics *metrics = NULL;
-    if (st == MERAK_OK && rank0 && check_outputs(&r, err, errlen) < 0)
+    if (st == MERAK_OK && rank0 && merak_check_outputs(&r, err, errlen) < 0)
         st = MERAK_FAILED;
-    if (st == MERAK_OK && rank0 && resumed_data(&r, err, errlen) < 0)
+    if (st == MERAK_OK && rank0 && merak_resumed_data(&r, err, errlen) < 0)
         st = MERAK_FAILED;
     if (st == MERAK_OK && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
         st = MERAK_FAILED;
@@ -820,12 +474,12 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         !(r.sampler = merak_train_sampler_create(g, so.kernels, a->sample_prompt, a->tokenizer,
                                                  a->sample_tokens > 0 ? a->sample_tokens : 64, a->seed, err, errlen)))
         st = MERAK_FAILED;
-    merak_group *pp_g = merak_comm_group(g_comm, MERAK_GROUP_PP);
+    merak_group *pp_g = merak_comm_group(comm, MERAK_GROUP_PP);
     /* Activations and gradients over the asked backend: the stage's
      * pipeline group switches together (and back at the end). */
-    int n = merak_comm_agree(g_comm, st, err, errlen);   /* the steps, or the status */
+    int n = merak_comm_agree(comm, st, err, errlen);   /* the steps, or the status */
     stage_table table = {0};
-    if (n == MERAK_OK && (stage_table_fill(&r, &table, err, errlen) < 0 ||
+    if (n == MERAK_OK && (merak_stage_table_fill(&r, &table, err, errlen) < 0 ||
                           merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) < 0))
         n = MERAK_FAILED;
     else if (n == MERAK_OK) {
@@ -846,7 +500,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         if (n != MERAK_FAILED_HERE) {
             st = merak_metrics_close(metrics, err, errlen) < 0 || n < 0 ? MERAK_FAILED : MERAK_OK;
             metrics = NULL;
-            if (merak_comm_agree(g_comm, st, err, errlen) < 0)
+            if (merak_comm_agree(comm, st, err, errlen) < 0)
                 n = MERAK_FAILED;
         }
         if (n >= 0 && a->save_weights) {
@@ -857,15 +511,15 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
                      ? MERAK_FAILED
                      : MERAK_OK;
             merak_gathered_free(&w);
-            if (merak_comm_agree(g_comm, st, err, errlen) < 0)
+            if (merak_comm_agree(comm, st, err, errlen) < 0)
                 n = MERAK_FAILED;
         }
         if (n >= 0 && a->trace) {
-            st = merak_trace_write(g_comm, &r.trace, a->trace, merak_schedule_name(so.schedule), a->micro_batches,
+            st = merak_trace_write(comm, &r.trace, a->trace, merak_schedule_name(so.schedule), a->micro_batches,
                                    merak_stage_chunks(r.stage), err, errlen) < 0
                      ? MERAK_FAILED
                      : MERAK_OK;
-            if (merak_comm_agree(g_comm, st, err, errlen) < 0)
+            if (merak_comm_agree(comm, st, err, errlen) < 0)
                 n = MERAK_FAILED;
         }
         if (n != MERAK_FAILED_HERE)
@@ -876,7 +530,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     free(rules);
     free(bounds);
     free(starts);
-    stage_table_free(&table);
+    merak_stage_table_free(&table);
     if (n < 0 && n != MERAK_FAILED_HERE && !rank0)
         err[0] = 0;   /* every rank failed alike: rank 0 reports */
     return n;
@@ -892,7 +546,7 @@ struct merak_trainer {
 merak_trainer *merak_trainer_create(const merak_graph *g, const merak_args *a, char *err,
                                     size_t errlen)
 {
-    if (merak_args_check(a, err, errlen) < 0 || check_graph(g, a, err, errlen) < 0)
+    if (merak_args_check(a, err, errlen) < 0 || merak_check_graph(g, a, err, errlen) < 0)
         return NULL;
     merak_trainer *t = calloc(1, sizeof *t);
     if (!t) {
