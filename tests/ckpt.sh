@@ -76,6 +76,13 @@ expect_exit 1 "manifest.json: changed after the checkpoint was written" "$TRAIN"
     --resume "$WORK/ck3/step_00000002"
 expect_exit 1 "manifest.json: changed after the checkpoint was written" "$MERAK_BUILDDIR/merak-ckpt" inspect \
     "$WORK/ck3/step_00000002"
+# a step directory renamed: its name and its manifest disagree, and both are named
+"$TRAIN" $C --steps 2 --save "$WORK/renamed" > /dev/null 2>&1 || fail "save failed"
+mv "$WORK/renamed/step_00000002" "$WORK/renamed/step_00000004"
+expect_exit 1 "step_00000004: the directory's name says step 4, its manifest step 2" "$TRAIN" $C --steps 6 \
+    --save "$WORK/renamed" --resume latest
+expect_exit 1 "the directory's name says step 4, its manifest step 2" "$MERAK_BUILDDIR/merak-ckpt" inspect \
+    "$WORK/renamed/step_00000004/"
 echo '{}' > "$WORK/ck3/step_00000002/manifest.json"
 echo 'step 2' > "$WORK/ck3/step_00000002/DONE"
 expect_exit 1 "not a merak checkpoint manifest" "$TRAIN" $C --steps 4 --resume "$WORK/ck3/step_00000002"

@@ -80,15 +80,6 @@ static int is_file(const char *dir, const char *name)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The step of "step_NNNNNNNN", or -1. */
-static int dir_step(const char *name)
-{
-    int step, n = -1;
-    if (sscanf(name, "step_%8d%n", &step, &n) != 1 || n != 13 || name[n] || step < 0)
-        return -1;
-    return step;
-}
-
 /* Checkpoint steps under root, with DONE (complete) or not: calls fn for
  * each.  0, or -1 (root unreadable; errno set). */
 static int scan(const char *root, void (*fn)(void *ctx, int step, int complete, const char *path), void *ctx)
@@ -98,7 +89,7 @@ static int scan(const char *root, void (*fn)(void *ctx, int step, int complete, 
         return -1;
     struct dirent *de;
     while ((de = readdir(d))) {
-        int step = dir_step(de->d_name);
+        int step = merak_ckpt_dir_step(de->d_name);
         if (step < 0)
             continue;
         char p[PATH_MAX];
@@ -188,7 +179,7 @@ int merak_ckpt_find(const char *spec, const char *root, char *out, size_t outlen
     if (!S_ISDIR(st.st_mode))
         return merak_errf(err, errlen, "%s: not a checkpoint directory", where);
     const char *base = strrchr(where, '/') ? strrchr(where, '/') + 1 : where;
-    if (is_file(where, "manifest.json") || dir_step(base) >= 0) {
+    if (is_file(where, "manifest.json") || merak_ckpt_dir_step(base) >= 0) {
         if (!is_file(where, "DONE"))
             return merak_errf(err, errlen, "%s: the checkpoint is incomplete (no DONE: its writing was "
                                            "interrupted); resume from an earlier one", where);

@@ -128,6 +128,10 @@ void merak_ckpt_writer_data(merak_ckpt_writer *w, const struct merak_data *d);
 int merak_ckpt_data_differs(const char *dir, const merak_args *a, const struct merak_data *d, char *why,
                             size_t whylen, char *err, size_t errlen);
 
+/* The step a checkpoint directory's name "step_NNNNNNNN" says, or -1 for
+ * another name (ckpt_read.c). */
+int merak_ckpt_dir_step(const char *name);
+
 /* The step of the newest complete checkpoint under ROOT, or -1. */
 int merak_ckpt_newest(const char *root);
 

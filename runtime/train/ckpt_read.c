@@ -211,6 +211,34 @@ static int manifest_vouched(const char *dir, const char *manifest, char *err, si
     return 0;
 }
 
+int merak_ckpt_dir_step(const char *name)
+{
+    int step, n = -1;
+    if (sscanf(name, "step_%8d%n", &step, &n) != 1 || n != 13 || name[n] || step < 0)
+        return -1;
+    return step;
+}
+
+/* A directory named step_N whose manifest says another step (renamed, or
+ * copied over another's name) is refused, naming both: "latest" and the
+ * pruning go by the names, the run by the manifest.  0, or -1 with err. */
+static int name_agrees(const char *dir, int step, char *err, size_t errlen)
+{
+    char name[FILE_PATH];
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    const char *base = dir + len;
+    while (base > dir && base[-1] != '/')
+        base--;
+    snprintf(name, sizeof name, "%.*s", (int)(dir + len - base), base);
+    const int named = merak_ckpt_dir_step(name);
+    if (named >= 0 && named != step)
+        return merak_errf(err, errlen, "%s: the directory's name says step %d, its manifest step %d (renamed? name it "
+                          "step_%08d)", dir, named, step, step);
+    return 0;
+}
+
 /* DIR's manifest (path: its path), the one DONE vouches for, parsed; NULL
  * with err. */
 static json_t *manifest_load(const char *dir, char *path, size_t pathlen, char *err, size_t errlen)
@@ -286,7 +314,7 @@ int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, 
         merak_errf(err, errlen, "%s: the path is too long", path);
         goto out;
     }
-    if (read_meta(path, m, &c->meta, err, errlen) < 0)
+    if (read_meta(path, m, &c->meta, err, errlen) < 0 || name_agrees(dir, c->meta.st.step, err, errlen) < 0)
         goto out;
     if (!json_is_array(files = json_object_get(m, "files"))) {
         merak_errf(err, errlen, "%s: \"files\" is not a list of the checkpoint's files", path);
