@@ -112,6 +112,12 @@ expect 2 "interleaved needs 2 to 64 virtual stages per stage (V = 1)" $S --sched
 expect 2 "interleaved needs at least 2 pipeline stages" --simulate --stages 1 --micro-batches 8 --schedule interleaved
 expect 2 "not an integer" $S --schedule interleaved --virtual-stages x
 expect 1 "no-such-dir/p.svg" $S --schedule 1f1b --svg "$WORK/no-such-dir/p.svg"
+# the documented maxima answer at once: a question larger than the
+# simulator takes (2097152 units) is refused before anything is built
+expect 2 "1024 stages x 65536 micro-batches = 67108864 units, more than the 2097152" \
+    --simulate --schedule 1f1b --stages 1024 --micro-batches 65536
+expect 2 "64 stages x 1024 micro-batches x chunks = 4194304 units" --simulate --schedule interleaved \
+    --virtual-stages 64 --stages 64 --micro-batches 1024
 
 # --partition-costs: eight blocks, the fifth four times the others.  The
 # 1F1B model's step for uniform's two blocks per stage is 133 (the heavy

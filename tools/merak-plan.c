@@ -797,7 +797,7 @@ int main(int argc, char **argv)
         costs[q] = (merak_sim_costs){o.costs.fwd / V, o.costs.bwd / V, o.costs.bwd_weight / V,
                                      o.costs.recompute / V, o.costs.comm};
     merak_schedule_spec sp = {o.schedule, o.stages, o.micro_batches, rc, o.virtual_stages};
-    if (merak_schedule_check(&sp, err, sizeof err) < 0)
+    if (merak_schedule_check_all(&sp, err, sizeof err) < 0)
         cli_die_usage("%s", err);
     if (merak_schedule_build_all(&sp, sch, err, sizeof err) < 0)
         cli_die("%s", err);

@@ -255,7 +255,7 @@ static void simulate(const trace *t, int step, double *sim, double *meas, merak_
     }
     merak_schedule_spec sp = {kind, P, t->micro_batches, rc, V};
     merak_sim_result res = {0};
-    if (merak_schedule_check(&sp, err, sizeof err) < 0 || merak_schedule_build_all(&sp, sch, err, sizeof err) < 0 ||
+    if (merak_schedule_build_all(&sp, sch, err, sizeof err) < 0 ||
         merak_schedule_simulate(sch, P, costs, &res, err, sizeof err) < 0)
         cli_die("--simulate: %s", err);
     *sim = res.makespan;

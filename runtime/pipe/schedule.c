@@ -523,9 +523,24 @@ int merak_schedule_build_eval(const merak_schedule *train, int M, merak_schedule
     return 0;
 }
 
+int merak_schedule_check_all(const merak_schedule_spec *sp, char *err, size_t errlen)
+{
+    if (merak_schedule_check(sp, err, errlen) < 0)
+        return -1;
+    const size_t units = (size_t)sp->stages * (size_t)sp->micro_batches *
+                         (size_t)(sp->virtual_stages > 0 ? sp->virtual_stages : 1);
+    if (units > MERAK_SIM_MAX_UNITS)
+        return merak_errf(err, errlen, "schedule: %d stages x %d micro-batches%s = %zu units, more than the %d every "
+                          "stage's lists may hold together", sp->stages, sp->micro_batches,
+                          sp->virtual_stages > 1 ? " x chunks" : "", units, MERAK_SIM_MAX_UNITS);
+    return 0;
+}
+
 int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out, char *err,
                              size_t errlen)
 {
+    if (merak_schedule_check_all(sp, err, errlen) < 0)
+        return -1;
     for (int i = 0; i < sp->stages; i++)
         if (merak_schedule_build(sp, i, &out[i], err, errlen) < 0) {
             while (i-- > 0)

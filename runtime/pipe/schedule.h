@@ -103,6 +103,15 @@ const char *merak_instr_name(merak_instr_kind k);
  * others V = 1).  0, or -1 with one line in err. */
 int merak_schedule_check(const merak_schedule_spec *sp, char *err, size_t errlen);
 
+/* The most units (stages x micro-batches x chunks) the lists of every
+ * stage may hold together, for the simulator and whoever builds them all:
+ * at most about 5 s and 400 MB on one core. */
+#define MERAK_SIM_MAX_UNITS (1 << 21)
+/* merak_schedule_check, and every stage's lists within MERAK_SIM_MAX_UNITS
+ * (merak_schedule_build_all, the simulator's callers).  0, or -1 with one
+ * line in err. */
+int merak_schedule_check_all(const merak_schedule_spec *sp, char *err, size_t errlen);
+
 /* Builds stage `stage`'s list.  Returns 0, or -1 with one line in err. */
 int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedule *out, char *err,
                          size_t errlen);
@@ -115,7 +124,8 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
  * step.  0, or -1 with one line in err. */
 int merak_schedule_build_eval(const merak_schedule *train, int M, merak_schedule *out, char *err,
                               size_t errlen);
-/* Every stage's list into out[0..stages-1]; on failure none is left built. */
+/* Every stage's list into out[0..stages-1] (merak_schedule_check_all
+ * first); on failure none is left built. */
 int merak_schedule_build_all(const merak_schedule_spec *sp, merak_schedule *out, char *err,
                              size_t errlen);
 void merak_schedule_free(merak_schedule *s);

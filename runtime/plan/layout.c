@@ -174,6 +174,10 @@ static int time_step(const merak_layout *L, int V, const merak_sim_costs *costs,
     if (!sched)
         return merak_errf(err, errlen, "out of memory");
     merak_sim_result res = {0};
+    if (merak_schedule_check_all(&sp, err, errlen) < 0) {   /* too large to plan: this layout cannot be asked */
+        free(sched);
+        return MERAK_USAGE;
+    }
     int rc = merak_schedule_build_all(&sp, sched, err, errlen);
     if (rc == 0) {
         rc = merak_schedule_simulate(sched, L->pp, costs, &res, err, errlen);
