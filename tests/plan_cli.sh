@@ -118,6 +118,16 @@ expect 2 "1024 stages x 65536 micro-batches = 67108864 units, more than the 2097
     --simulate --schedule 1f1b --stages 1024 --micro-batches 65536
 expect 2 "64 stages x 1024 micro-batches x chunks = 4194304 units" --simulate --schedule interleaved \
     --virtual-stages 64 --stages 64 --micro-batches 1024
+# --auto at the documented most GPUs, 2^24 (minutes before the ZeRO shares
+# and the link search of a plan stopped being O(ranks); well under a
+# second now: the timeout only catches a return to that)
+out=$(timeout 120 "$PLAN" --model gpt2 --gpus 16777216 --gpus-per-node 8 --auto) || fail "--auto on 2^24 GPUs: exit $?"
+echo "$out" | sed -n 2p | python3 -c '
+import re, sys
+line = sys.stdin.read()
+m = re.search(r"dp (\d+) x tp (\d+) x pp (\d+)", line)
+assert m and int(m[1]) * int(m[2]) * int(m[3]) == 1 << 24, line
+print("ok: --auto on 2^24 GPUs:", line.strip())' || fail "--auto on 2^24 GPUs: $out"
 
 # --partition-costs: eight blocks, the fifth four times the others.  The
 # 1F1B model's step for uniform's two blocks per stage is 133 (the heavy

@@ -149,21 +149,25 @@ int merak_stage_dp_setup(merak_stage *s, const merak_stage_opts *o, char *err, s
     if (gr->dp == 1)
         return 0;
     if (o->zero) {
-        /* dp shares of ceil(flat_n / dp) floats, the last one shorter */
-        size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
-        s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
+        /* dp shares of ceil(flat_n / dp) floats, the last one shorter;
+         * every rank's count only for a stage that runs (a plan, which the
+         * planner makes for up to millions of ranks, needs this one's) */
+        const size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
+#define SHARE_LO(r) (chunk * (size_t)(r) < s->flat_n ? chunk * (size_t)(r) : s->flat_n)
+#define SHARE_HI(r) (SHARE_LO(r) + chunk < s->flat_n ? SHARE_LO(r) + chunk : s->flat_n)
+        s->zlo = SHARE_LO(gr->dp_rank);
+        s->zhi = SHARE_HI(gr->dp_rank);
         s->zshard_bytes = (chunk + 1) * sizeof *s->zshard;
-        if (!s->plan_only)
-            s->zshard = s->k->alloc(s->zshard_bytes);
-        if (!s->zcounts || (!s->zshard && !s->plan_only))
+        if (s->plan_only)
+            return 0;
+        s->zcounts = calloc((size_t)gr->dp, sizeof *s->zcounts);
+        s->zshard = s->k->alloc(s->zshard_bytes);
+        if (!s->zcounts || !s->zshard)
             return merak_errf(err, errlen, "out of memory");
-        for (int r = 0; r < gr->dp; r++) {
-            size_t lo = chunk * (size_t)r < s->flat_n ? chunk * (size_t)r : s->flat_n;
-            size_t hi = lo + chunk < s->flat_n ? lo + chunk : s->flat_n;
-            s->zcounts[r] = (int)(hi - lo);
-            if (r == gr->dp_rank)
-                s->zlo = lo, s->zhi = hi;
-        }
+        for (int r = 0; r < gr->dp; r++)
+            s->zcounts[r] = (int)(SHARE_HI(r) - SHARE_LO(r));
+#undef SHARE_LO
+#undef SHARE_HI
         return 0;
     }
     double mb = o->bucket_mb > 0 ? o->bucket_mb : 25.0;

@@ -99,19 +99,21 @@ static links layout_links(const merak_layout *L, int V, const merak_device *d)
 {
     const long G = L->gpus_per_node, tp = L->tp, per_stage = tp * L->dp;
 #define NODE(r) (L->node_of ? (long)L->node_of[r] : (r) / G)
+    /* each search ends at the first pair of ranks on two nodes: O(world)
+     * only when every group stays inside a node */
     int pp_out = 0, dp_out = 0;
-    for (long p = 0; p < L->pp; p++) {
+    for (long p = 0; p < L->pp && !(pp_out && dp_out); p++) {
         /* to the next stage; interleaved, the last one sends to the first */
         long next = p + 1 < L->pp ? p + 1 : V > 1 && L->pp > 1 ? 0 : -1;
-        for (long i = 0; i < per_stage && next >= 0; i++)
-            pp_out |= NODE(p * per_stage + i) != NODE(next * per_stage + i);
-        for (long t = 0; t < tp; t++)   /* the dp group of (t, p) */
-            for (long j = 1; j < L->dp; j++)
-                dp_out |= NODE(p * per_stage + t + j * tp) != NODE(p * per_stage + t);
+        for (long i = 0; i < per_stage && next >= 0 && !pp_out; i++)
+            pp_out = NODE(p * per_stage + i) != NODE(next * per_stage + i);
+        for (long t = 0; t < tp && !dp_out; t++)   /* the dp group of (t, p) */
+            for (long j = 1; j < L->dp && !dp_out; j++)
+                dp_out = NODE(p * per_stage + t + j * tp) != NODE(p * per_stage + t);
     }
     int tied_out = 0;   /* the end stages' tied groups */
-    for (long i = 0; i < per_stage && L->pp > 1; i++)
-        tied_out |= NODE(i) != NODE((L->pp - 1) * per_stage + i);
+    for (long i = 0; i < per_stage && L->pp > 1 && !tied_out; i++)
+        tied_out = NODE(i) != NODE((L->pp - 1) * per_stage + i);
 #undef NODE
     return (links){pp_out ? d->inter : d->intra, dp_out ? d->inter : d->intra, tied_out ? d->inter : d->intra};
 }
