@@ -118,6 +118,12 @@ expect 2 "1024 stages x 65536 micro-batches = 67108864 units, more than the 2097
     --simulate --schedule 1f1b --stages 1024 --micro-batches 65536
 expect 2 "64 stages x 1024 micro-batches x chunks = 4194304 units" --simulate --schedule interleaved \
     --virtual-stages 64 --stages 64 --micro-batches 1024
+# autopipe's dynamic programmes grow with blocks^2 x stages: beyond 2^30
+# it says so (2048 blocks into 1024 stages took a minute)
+python3 -c 'import json; print(json.dumps({"forward": [1] * 2048, "backward": [2] * 2048, "stages": 1024, "micro_batches": 1024}))' \
+    > "$WORK/big.json"
+expect 2 "autopipe: 2048 blocks into 1024 stages is more than it answers in seconds" --partition-costs "$WORK/big.json"
+"$PLAN" --partition-costs "$WORK/big.json" --partition uniform > /dev/null || fail "uniform on 2048 blocks failed"
 # --auto at the documented most GPUs, 2^24 (minutes before the ZeRO shares
 # and the link search of a plan stopped being O(ranks); well under a
 # second now: the timeout only catches a return to that)

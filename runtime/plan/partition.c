@@ -587,6 +587,11 @@ int merak_partition_blocks(const merak_blocks *b, int stages, int M, const char 
     }
     if ((m == AUTOPIPE || step) && model_check(stages, M, err, errlen) < 0)
         return MERAK_USAGE;
+    if (m == AUTOPIPE && (double)b->n * (double)b->n * stages > MERAK_AUTOPIPE_MAX_WORK) {
+        merak_errf(err, errlen, "autopipe: %d blocks into %d stages is more than it answers in seconds (blocks^2 x "
+                   "stages at most 2^30; the uniform partition takes any chain)", b->n, stages);
+        return MERAK_USAGE;
+    }
     if (m == AUTOPIPE)
         return autopipe(b, stages, M, starts, step, err, errlen);
     if (m == CUSTOM) {

@@ -70,6 +70,10 @@ int merak_partition_check(const char *method, char *err, size_t errlen);
 int merak_partition_predict(const merak_blocks *b, int stages, int M, const int *starts, double *step,
                             char *err, size_t errlen);
 
+/* The most blocks^2 x stages autopipe takes (its dynamic programmes grow
+ * so): 2048 blocks into 256 stages, a few seconds. */
+#define MERAK_AUTOPIPE_MAX_WORK (1.0 * (1 << 30))
+
 /* Partitions b into `stages` stages by `method`: starts[0..stages) the
  * first block of each, and the predicted step of M micro-batches in *step
  * (may be NULL).  0; MERAK_FAILED with err; MERAK_USAGE with err when the method cannot
