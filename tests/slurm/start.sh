@@ -34,7 +34,6 @@ SBX_TASK_PLUGIN=${SBX_TASK_PLUGIN:-task/none}
 SBX_MPI_DEFAULT=${SBX_MPI_DEFAULT:-none}
 SBX_PLUGSTACK=${SBX_PLUGSTACK:-}        # plugstack.conf content (lines)
 SBX_DEBUG=${SBX_DEBUG:-info}            # SlurmctldDebug / SlurmdDebug
-SBX_PRELOAD=${SBX_PRELOAD:-}            # LD_PRELOAD for slurmstepd (a sanitizer runtime), not slurmd
 
 t0=$EPOCHREALTIME
 log() { awk -v a="$t0" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN{printf "[sbx %6.2fs] %s\n", b-a, m}'; }
@@ -151,13 +150,25 @@ echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSu
 	echo "$CTLD_ADDR $H"
 	for i in $(seq 1 "$SBX_NODES"); do echo "$(node_addr "$i") n$i"; done
 } > "$R/etc/hosts"
+# Name resolution inside the sandbox is this hosts file and nothing else:
+# every process of the cluster (slurmctld, each slurmd with its steps and
+# tasks, and each client command bin/sbx runs) has a private mount
+# namespace where $R/etc/hosts is /etc/hosts and $R/etc/nsswitch.conf,
+# whose hosts line is "files" alone, is /etc/nsswitch.conf.  No lookup of
+# a name or an address ever waits on a DNS server: on a CI machine whose
+# resolver did not answer from the namespaces, slurmctld's reverse lookups
+# and slurmd n1's replies ran past MessageTimeout ("Unable to get address:
+# Temporary failure in name resolution", node n1 not responding) and a job
+# step never started.
+[ -f /etc/nsswitch.conf ] || die "no /etc/nsswitch.conf to stand in for"
+sed -E 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf > "$R/etc/nsswitch.conf"
+grep -q '^hosts: files$' "$R/etc/nsswitch.conf" || echo "hosts: files" >> "$R/etc/nsswitch.conf"
 # plugstack.conf is re-read by srun/sbatch and by every slurmstepd: editing it
 # (or replacing the .so with mv) takes effect on the next job without restart.
 printf '%s\n' "$SBX_PLUGSTACK" > "$R/etc/plugstack.conf"
 export SLURM_CONF=$R/etc/slurm.conf
 
 # --- network namespaces -------------------------------------------------------
-HUB=()
 if [ "$SBX_MODE" = netns ]; then
 	hub=$SBX_NAME-hub
 	for ns in "$hub" $(seq -f "$SBX_NAME-n%g" 1 "$SBX_NODES"); do
@@ -177,9 +188,14 @@ if [ "$SBX_MODE" = netns ]; then
 		ip -n "$ns" addr add "$(node_addr "$i")/24" dev eth0
 		ip -n "$ns" link set eth0 up
 	done
-	# nsenter (not "ip netns exec"): ip netns exec remounts /sys, which hides
-	# /sys/fs/cgroup and slurmd 22.05 then dies with "Unable to initialize cgroup plugin"
-	HUB=(nsenter "--net=/run/netns/$hub")
+	# A default route onto the bridge, where no router answers: a packet to
+	# any address outside the sandbox (a DNS server's, say) waits for a
+	# neighbour that never comes instead of failing at once, as on a
+	# machine whose resolver is slow.  Nothing of the cluster may need one.
+	for ns in $(cat "$R/run/netns"); do
+		dev=eth0; [ "$ns" = "$hub" ] && dev=br0
+		ip -n "$ns" route add default dev "$dev"
+	done
 	log "netns: $(tr '\n' ' ' < "$R/run/netns")"
 fi
 
@@ -188,15 +204,23 @@ cat > "$R/env.sh" <<EOF
 export SLURM_CONF=$R/etc/slurm.conf
 export SBX_DIR=$R SBX_MODE=$SBX_MODE SBX_NAME=$SBX_NAME
 EOF
+# Each command in the hub's network namespace (netns mode) and a mount
+# namespace of its own with the sandbox's hosts file and nsswitch.conf
+# (above); slurmctld is started through it too.  nsenter, not "ip netns
+# exec": that remounts /sys, which hides /sys/fs/cgroup (slurmd 22.05 then
+# dies with "Unable to initialize cgroup plugin").  nsenter, unshare and sh
+# exec each other, so the command keeps sbx's PID (timeout's signal
+# reaches it).
 {
 	echo '#!/bin/bash'
 	echo "# run a command as a client of the $SBX_NAME sandbox cluster"
 	echo "export SLURM_CONF=$R/etc/slurm.conf"
 	if [ "$SBX_MODE" = netns ]; then
-		echo "exec nsenter --net=/run/netns/$SBX_NAME-hub -- \"\$@\""
+		printf 'exec nsenter --net=/run/netns/%s -- ' "$SBX_NAME-hub"
 	else
-		echo 'exec "$@"'
+		printf 'exec '
 	fi
+	printf 'unshare --mount --propagation private -- sh -c '\''mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/nsswitch.conf || exit 1; shift 2; exec "$@"'\'' sbx %s %s "$@"\n' "$R/etc/hosts" "$R/etc/nsswitch.conf"
 } > "$R/bin/sbx"
 chmod 755 "$R/bin/sbx"
 
@@ -210,54 +234,35 @@ munge -S "$MSOCK" -n | unmunge -S "$MSOCK" >/dev/null || die "munge self-test fa
 log "munged pid $(cat "$R/munge/munged.pid")"
 
 # --- slurmctld ----------------------------------------------------------------------
-"${HUB[@]}" slurmctld -c -f "$SLURM_CONF"
+"$R/bin/sbx" slurmctld -c -f "$SLURM_CONF"
 for _ in $(seq 100); do
-	"${HUB[@]}" scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.1
+	"$R/bin/sbx" scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.1
 done
-"${HUB[@]}" scontrol ping | grep -q 'is UP' || die "slurmctld not up, see $R/log/slurmctld.log"
+"$R/bin/sbx" scontrol ping | grep -q 'is UP' || die "slurmctld not up, see $R/log/slurmctld.log"
 log "slurmctld pid $(cat "$R/run/slurmctld.pid")"
 
 # --- slurmd per node ----------------------------------------------------------------
-# Init of the node's PID namespace: optionally set hostname + hosts file, start
+# Init of the node's PID namespace: the sandbox's hosts file and
+# nsswitch.conf (above), its hostname when UTS is 1, start
 # slurmd -D as its child, forward SIGTERM/SIGINT/SIGHUP to it, reap orphans
 # (slurmstepd is re-parented to this init) and exit when slurmd exits. When the
 # init exits, the kernel kills every remaining process of the namespace.
 # shellcheck disable=SC2016
 NODE_INIT='
-n=$1 hosts=$2; shift 2
-if [ -n "$hosts" ]; then
-	mount --bind "$hosts" /etc/hosts && hostname "$n" || exit 1
-fi
+n=$1 uts=$2 hosts=$3 nss=$4; shift 4
+mount --bind "$hosts" /etc/hosts && mount --bind "$nss" /etc/nsswitch.conf || exit 1
+if [ "$uts" = 1 ]; then hostname "$n" || exit 1; fi
 "$@" &
 c=$!
 trap "kill -TERM $c 2>/dev/null" TERM INT HUP
 while kill -0 "$c" 2>/dev/null; do wait "$c"; done
 '
 UFLAGS=(--pid --fork --mount-proc --propagation private)
-HOSTS_ARG=""
 if [ "$SBX_UTS" = 1 ]; then
-	# own hostname (UTS ns) + own /etc/hosts (private mount ns, bind mount):
-	# slurmd with NoInAddrAny resolves its hostname; Open MPI's vader/sm
-	# segment names contain the hostname and would collide otherwise.
+	# own hostname (UTS ns): slurmd with NoInAddrAny resolves its hostname;
+	# Open MPI's vader/sm segment names contain the hostname and would
+	# collide otherwise.
 	UFLAGS+=(--uts)
-	HOSTS_ARG=$R/etc/hosts
-fi
-# A sanitizer runtime is preloaded only into slurmstepd, which runs the
-# sanitized SPANK plugin, through a wrapper slurmd runs as its slurmstepd
-# (-d): a multi-threaded slurmd under GCC 12's libasan, which has no fork
-# handlers, can deadlock in the child it forks for a step (an allocator
-# lock another thread held), and the node then stops answering for the
-# rest of the run (seen 2026-11-28: slurmd n1 silent after a step, then
-# "Nodes n1 not responding").  slurmd itself only opens the plugin (the
-# slurmd context, where it registers nothing): it may load the runtime
-# late (verify_asan_link_order=0), its own allocations stay glibc's.
-STEPD=() SLURMD_ENV=()
-if [ -n "$SBX_PRELOAD" ]; then
-	SLURMD_ENV=(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0")
-	stepd=$(command -v slurmstepd) || die "no slurmstepd"
-	printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$SBX_PRELOAD" "$(readlink -f "$stepd")" > "$R/bin/slurmstepd-preload"
-	chmod 755 "$R/bin/slurmstepd-preload"
-	STEPD=(-d "$R/bin/slurmstepd-preload")
 fi
 MY_PIDNS=$(readlink /proc/self/ns/pid)
 for i in $(seq 1 "$SBX_NODES"); do
@@ -266,9 +271,8 @@ for i in $(seq 1 "$SBX_NODES"); do
 	[ "$SBX_MODE" = netns ] && pre=(nsenter "--net=/run/netns/$SBX_NAME-$n")
 	# setsid: own session, so the node survives the shell that ran start.sh.
 	# setsid, nsenter and unshare exec each other: $! ends up as unshare's PID.
-	# env execs unshare: $! stays unshare's PID
-	setsid "${pre[@]}" env "${SLURMD_ENV[@]}" unshare "${UFLAGS[@]}" sh -c "$NODE_INIT" sbx-init \
-		"$n" "$HOSTS_ARG" slurmd -D -N "$n" -f "$SLURM_CONF" "${STEPD[@]}" \
+	setsid "${pre[@]}" unshare "${UFLAGS[@]}" sh -c "$NODE_INIT" sbx-init \
+		"$n" "$SBX_UTS" "$R/etc/hosts" "$R/etc/nsswitch.conf" slurmd -D -N "$n" -f "$SLURM_CONF" \
 		</dev/null >>"$R/log/node-$n.out" 2>&1 &
 	upid=$!
 	init="" ; ns=""
@@ -293,9 +297,9 @@ for _ in $(seq 300); do
 	for i in $(seq 1 "$SBX_NODES"); do
 		alive "$(cat "$R/run/node-n$i.pid")" || die "slurmd n$i exited, see $R/log/node-n$i.out and $R/log/slurmd-n$i.log"
 	done
-	st=$("${HUB[@]}" sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')
+	st=$("$R/bin/sbx" sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')
 	[ "$st" = "idle " ] && break; sleep 0.2
 done
-"${HUB[@]}" sinfo -N -o '%N %t %c %m %G %o'
+"$R/bin/sbx" sinfo -N -o '%N %t %c %m %G %o'
 [ "$st" = "idle " ] || die "nodes not idle ($st), see $R/log/"
 log "cluster up: use $R/bin/sbx srun ...   or   . $R/env.sh"

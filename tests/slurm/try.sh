@@ -18,12 +18,12 @@ chmod 755 "$SBX_DIR"
 mkdir -p "$SBX_DIR/plugins"
 cp "$plugin" "$SBX_DIR/plugins/spank_merak.so"
 export SBX_PLUGSTACK="required $SBX_DIR/plugins/spank_merak.so"
-if grep -q __asan_init "$plugin"; then
-    export SBX_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
-fi
+# GCC 12's libasan deadlocks in slurmstepd's forks (tests/slurm_plugin.sh says how).
+grep -q __asan_init "$plugin" &&
+    { echo "try.sh: $plugin is built with AddressSanitizer, which slurmstepd cannot run reliably; give a build without sanitizers" >&2; exit 1; }
 [ "$keep" = --keep ] || trap 'bash "$here/stop.sh" --purge > /dev/null' EXIT
 bash "$here/start.sh"
-sbx() { env ${SBX_PRELOAD:+LD_PRELOAD=$SBX_PRELOAD} "$SBX_DIR/bin/sbx" "$@"; }
+sbx() { "$SBX_DIR/bin/sbx" "$@"; }
 src=$(cd "$here/../.." && pwd)
 find "$src/runtime" -name '*.c' | sort | xargs cat > "$SBX_DIR/corpus.txt"
 "$build/merak-shard" -o "$SBX_DIR/data.bin" "$SBX_DIR/corpus.txt" > /dev/null
