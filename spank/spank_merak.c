@@ -23,14 +23,12 @@
  * extern steps only get the degrees the user gave (for an inner srun).
  */
 #define _GNU_SOURCE
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <hwloc.h>
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
@@ -266,17 +264,6 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
     return 0;
 }
 
-/* 1 if the node's NIC called name is an RDMA device (mlx5_0), 0 if a plain
- * network interface (eth0). */
-static int nic_is_rdma(const char *name)
-{
-    merak_topo_nic_info ni;
-    for (int k = 0; here.node && merak_topo_node_nic(here.node, k, &ni) == 0; k++)
-        if (ni.name && strcmp(ni.name, name) == 0)
-            return ni.rdma;
-    return 0;
-}
-
 static int set(spank_t sp, const char *name, const char *value, int overwrite)
 {
     spank_err_t rc = spank_setenv(sp, name, value, overwrite);
@@ -285,6 +272,12 @@ static int set(spank_t sp, const char *name, const char *value, int overwrite)
         return -1;
     }
     return 0;
+}
+
+/* set() for merak_topo_task_env */
+static int set_env(void *sp, const char *name, const char *value, int overwrite)
+{
+    return set(sp, name, value, overwrite);
 }
 
 static int set_int(spank_t sp, const char *name, int v)
@@ -325,38 +318,6 @@ static int set_requested(spank_t sp)
     return rc ? -1 : 0;
 }
 
-/* Binds the calling task to the cores in list (hwloc list syntax). */
-static int bind_cpus(const char *list, char *err, size_t errlen)
-{
-    hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    int rc = -1;
-    if (!set || hwloc_bitmap_list_sscanf(set, list) < 0 || hwloc_bitmap_weight(set) < 1) {
-        snprintf(err, errlen, "bad core list '%s'", list);
-        goto out;
-    }
-    int last = hwloc_bitmap_last(set);
-    cpu_set_t *mask = CPU_ALLOC(last + 1);
-    size_t size = CPU_ALLOC_SIZE(last + 1);
-    if (!mask) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    CPU_ZERO_S(size, mask);
-    unsigned cpu;
-    hwloc_bitmap_foreach_begin(cpu, set) {
-        CPU_SET_S(cpu, size, mask);
-    }
-    hwloc_bitmap_foreach_end();
-    if (sched_setaffinity(0, size, mask) == 0)
-        rc = 0;
-    else
-        snprintf(err, errlen, "cannot bind to cores %s: %m (a topology= file that is not this node's?)", list);
-    CPU_FREE(mask);
-out:
-    hwloc_bitmap_free(set);
-    return rc;
-}
-
 /* Each task, before exec: its environment and binding. */
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
@@ -385,33 +346,14 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         return -1;
     }
     int rc = set_passthrough(sp);
-    rc |= set_int(sp, "MERAK_DP", here.dp) | set_int(sp, "MERAK_TP", here.tp) | set_int(sp, "MERAK_PP", here.pp);
-    rc |= set_int(sp, "MERAK_RANK", t->rank) | set_int(sp, "MERAK_WORLD_SIZE", here.dp * here.tp * here.pp);
-    rc |= set_int(sp, "MERAK_DP_RANK", t->dp) | set_int(sp, "MERAK_TP_RANK", t->tp) |
-          set_int(sp, "MERAK_PP_RANK", t->pp);
-    if (t->gpu >= 0) {
-        rc |= set_int(sp, "MERAK_GPU", t->gpu);
-        rc |= set(sp, "CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);  /* CUDA numbers GPUs in bus order */
-        if (t->gpu_busid)
-            rc |= set(sp, "MERAK_GPU_BUSID", t->gpu_busid, 1);
-    }
+    rc |= merak_topo_task_env(t, here.node, here.dp, here.tp, here.pp, set_env, sp);
     if (t->cpus)
         rc |= set(sp, "MERAK_CPUS", t->cpus, 1);
-    if (t->nic) {
-        char ucx[96];
-        /* RDMA devices are named with a port for UCX; plain NICs by interface. */
-        int rdma = nic_is_rdma(t->nic);
-        snprintf(ucx, sizeof ucx, rdma ? "%s:1" : "%s", t->nic);
-        rc |= set(sp, "MERAK_NIC", t->nic, 1);
-        rc |= set(sp, "UCX_NET_DEVICES", ucx, 0);            /* the user's choice wins */
-        if (rdma)
-            rc |= set(sp, "NCCL_IB_HCA", t->nic, 0);
-    }
     if (rc)
         return -1;
     int bind = opts.bind != MERAK_BIND_UNSET ? opts.bind : site.bind;
     char err[256];
-    if (bind == MERAK_BIND_CLOSEST && t->cpus && bind_cpus(t->cpus, err, sizeof err) < 0) {
+    if (bind == MERAK_BIND_CLOSEST && t->cpus && merak_topo_bind(t->cpus, err, sizeof err) < 0) {
         slurm_error("merak: rank %d: %s", t->rank, err);
         return -1;
     }

@@ -30,6 +30,7 @@ typedef struct tool_opts {
     int autoplan;            /* --auto */
     long global_batch;       /* --global-batch, 0: none */
     int zero_given, mbs_given;
+    int threads_given;       /* --threads */
 } tool_opts;
 
 
@@ -259,7 +260,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_EPS: a->eps = (float)cli_parse_double_in("--eps", optarg, 0, 1, 1, 0); break;
         case OPT_CLIP: a->clip = (float)cli_parse_double("--clip", optarg, 0, 1e30); break;
         case OPT_SEED: a->seed = (uint64_t)cli_parse_int("--seed", optarg, 0, LONG_MAX); break;
-        case OPT_THREADS: a->threads = (int)cli_parse_int("--threads", optarg, 1, 4096); break;
+        case OPT_THREADS:
+            a->threads = (int)cli_parse_int("--threads", optarg, 1, 4096);
+            t->threads_given = 1;
+            break;
         case OPT_METRICS: a->metrics = optarg; break;
         case OPT_LOGEVERY: t->log_every = (int)cli_parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
@@ -339,6 +343,11 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         a->comm_timeout = cli_parse_double("MERAK_COMM_TIMEOUT", timeout, 0, 1e9);
     /* the degrees too (the plugin's layout): a bad value is the usage
      * error the flag's would be */
+    /* MERAK_BIND (placement under mpirun): merak_init refuses a bad one too,
+     * but by then it is not a usage error */
+    const char *bind = getenv("MERAK_BIND");
+    if (bind && *bind && strcmp(bind, "closest") != 0 && strcmp(bind, "none") != 0)
+        cli_die_usage("MERAK_BIND=%s: expected closest or none", bind);
     env_int("MERAK_DP", a->dp, &a->dp);
     env_int("MERAK_TP", a->tp, &a->tp);
     env_int("MERAK_PP", a->pp, &a->pp);
@@ -446,6 +455,8 @@ static void print_banner(const merak_run_info *ri, void *user)
     for (int p = 0; p < ri->pp; p++)
         printf("%s stage %d %.3f MiB", p ? " |" : "", p, ri->stage_device_bytes[p] / (1 << 20));
     printf("\n");
+    if (ri->placement && *ri->placement)
+        printf("placement (rank 0): %s\n", ri->placement);
     if (ri->staged_comm)
         printf("device cuda: %d ranks; their collectives and point-to-point go through MPI, "
                "staged in host memory\n", ri->world);
@@ -591,6 +602,10 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     catch_signals();
+    /* merak_init may have bound this rank (its placement under mpirun):
+     * the default threads are the cores it may run on now */
+    if (!t.threads_given)
+        ta.threads = cli_default_threads();
     if (t.autoplan && merak_rank() == 0)
         print_auto(&rep);
     if (t.global_batch && !t.autoplan) {

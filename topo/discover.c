@@ -379,6 +379,8 @@ int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err
     else
         snprintf(source, sizeof(source), "this system");
     int rc = summarize(t, source, node, err, errlen);
+    if (rc == 0)
+        (*node)->this_system = hwloc_topology_is_thissystem(t);
     hwloc_topology_destroy(t);
     return rc;
 }

@@ -137,6 +137,7 @@ static merak_topo_node *node_clone(const merak_topo_node *src)
     if (!dst)
         return NULL;
     dst->next_id = src->next_id;
+    dst->this_system = src->this_system;
     dst->nvlink_known = src->nvlink_known;
     if (src->ndomains) {
         dst->domains = calloc((size_t)src->ndomains, sizeof(topo_domain));
@@ -571,6 +572,16 @@ const char *merak_topo_node_source(const merak_topo_node *node)
 int merak_topo_node_ngpus(const merak_topo_node *node)
 {
     return node ? node->ngpus : 0;
+}
+
+int merak_topo_node_npus(const merak_topo_node *node)
+{
+    return node && node->ndomains > 0 ? hwloc_bitmap_weight(node->domains[0].cpuset) : 0;
+}
+
+int merak_topo_node_is_this_system(const merak_topo_node *node)
+{
+    return node ? node->this_system : 0;
 }
 
 int merak_topo_node_nnumas(const merak_topo_node *node)

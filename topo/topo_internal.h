@@ -61,6 +61,7 @@ typedef struct topo_nic {
 
 struct merak_topo_node {
     char *source;
+    int this_system;      /* 1: loaded from the machine this process runs on */
     int ndomains, cap_domains;
     topo_domain *domains; /* [0] is the whole machine */
     int nnumas;

@@ -254,6 +254,10 @@ typedef struct merak_run_info {
     /* 1 when device buffers go through MPI staged in host memory (the cuda
      * device with several ranks: NCCL is not built yet) */
     int staged_comm;
+    /* where rank 0 runs and who placed it: the Slurm plugin, or under
+     * mpirun the ranks themselves (GPU, NIC and cores as the plugin would
+     * choose them; merak-train(1), ENVIRONMENT); "" for one process */
+    const char *placement;
 } merak_run_info;
 
 /* What the trainer reports about checkpoints, on rank 0. */

@@ -15,8 +15,11 @@
  *                         its GPU, NUMA node, cores and NIC, plus a score.
  *
  * Placement is a pure, deterministic function of its inputs: the same request
- * gives the same placement on every node and in every run.  Nothing here needs
- * MPI or CUDA, nothing binds processes, and nothing prints: every function that
+ * gives the same placement on every node and in every run.  A task's place
+ * becomes its environment (merak_topo_task_env) and its binding
+ * (merak_topo_bind), the same for the Slurm plugin and for a rank placing
+ * itself under mpirun.  Nothing here needs MPI or CUDA, nothing binds unless
+ * asked to, and nothing prints: every function that
  * can fail returns -1 (or NULL), sets errno (EINVAL for a bad argument or a
  * request that cannot be met, ENOMEM, or the error of a failed system call)
  * and, when err is not NULL and errlen > 0, writes one line without a trailing
@@ -39,7 +42,7 @@ extern "C" {
 #endif
 
 /** Version of this API; bumped when something is added. */
-#define MERAK_TOPO_API_VERSION 1
+#define MERAK_TOPO_API_VERSION 2
 
 /* ====================================================================== */
 /* Nodes                                                                  */
@@ -177,6 +180,11 @@ const char *merak_topo_node_source(const merak_topo_node *node);
 
 /** Number of GPUs, NUMA nodes and NICs. */
 int merak_topo_node_ngpus(const merak_topo_node *node);
+/** The processing units (hardware threads) of node this process may use. */
+int merak_topo_node_npus(const merak_topo_node *node);
+/** 1 when node was loaded from the machine this process runs on (no XML
+ * file, no synthetic description): its cores are ones to bind to. */
+int merak_topo_node_is_this_system(const merak_topo_node *node);
 int merak_topo_node_nnumas(const merak_topo_node *node);
 int merak_topo_node_nnics(const merak_topo_node *node);
 
@@ -369,6 +377,46 @@ const merak_topo_task *merak_topo_placement_by_rank(const merak_topo_placement *
 
 /** The placement's score; belongs to p. */
 const merak_topo_score *merak_topo_placement_score(const merak_topo_placement *p);
+
+/* ====================================================================== */
+/* A task's environment and binding (DESIGN.md section 4)                 */
+/* ====================================================================== */
+
+/**
+ * Sets one environment variable for the caller: returns 0, or -1 when it
+ * could not.  overwrite 0: a value already set is kept (the user's choice).
+ */
+typedef int (*merak_topo_setenv_fn)(void *arg, const char *name, const char *value, int overwrite);
+
+/**
+ * The environment of task t of a dp x tp x pp placement on node (the node t
+ * runs on, NULL when unknown), through set(arg, ...): MERAK_DP, MERAK_TP,
+ * MERAK_PP, MERAK_RANK, MERAK_WORLD_SIZE, MERAK_DP_RANK, MERAK_TP_RANK,
+ * MERAK_PP_RANK; with a GPU, MERAK_GPU, MERAK_GPU_BUSID and
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID (kept if set); with a NIC, MERAK_NIC,
+ * UCX_NET_DEVICES (an RDMA device with its port, "mlx5_0:1"; kept if set)
+ * and for an RDMA device NCCL_IB_HCA (kept if set).  MERAK_CPUS is set by
+ * whoever binds (it names the cores the task is bound to).  Returns 0, or
+ * -1 at the first set that fails.
+ */
+int merak_topo_task_env(const merak_topo_task *t, const merak_topo_node *node, int dp, int tp, int pp,
+                        merak_topo_setenv_fn set, void *arg);
+
+/**
+ * Binds every thread of the calling process to the cores in list (hwloc's
+ * list syntax, "0-13,112-125", as merak_topo_task.cpus).  Returns 0, or -1
+ * with errno and a line in err (a list naming cores this machine does not
+ * let the process use: "a topology that is not this node's?").
+ */
+int merak_topo_bind(const char *list, char *err, size_t errlen);
+
+/**
+ * 1 when the calling thread is already bound: its CPU affinity leaves out
+ * some core node says this process may use (mpirun --bind-to, taskset, a
+ * job launcher); 0 when it may run anywhere on node; -1 with errno when the
+ * affinity cannot be read.  node should be this machine's.
+ */
+int merak_topo_bound(const merak_topo_node *node);
 
 #ifdef __cplusplus
 }

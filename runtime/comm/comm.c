@@ -87,6 +87,7 @@ void merak_comm_finalize(merak_comm *c)
 
 const merak_grid *merak_comm_grid(const merak_comm *c) { return &c->grid; }
 const char *merak_comm_error(const merak_comm *c) { return c->err; }
+const char *merak_comm_placement(const merak_comm *c) { return c->place; }
 
 typedef struct host_rank {
     const char *host;

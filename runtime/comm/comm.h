@@ -110,6 +110,9 @@ void merak_comm_finalize(merak_comm *c);
 _Noreturn void merak_comm_abort(merak_comm *c, int status);
 
 const merak_grid *merak_comm_grid(const merak_comm *c);
+/* Where this rank runs and who placed it (the Slurm plugin, or the rank
+ * itself under mpirun: place.c); "" for one process. */
+const char *merak_comm_placement(const merak_comm *c);
 /* Why the first failed operation failed (later failures are its
  * consequences and do not replace it): one line naming the call, the group
  * and, for point-to-point, the peer's rank and host. */

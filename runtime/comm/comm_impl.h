@@ -65,6 +65,7 @@ struct merak_comm {
     char (*hosts)[64];               /* [world size] host of each world rank */
     const merak_devmem *devmem;      /* device buffers staged through host memory; NULL: none */
     merak_watchdog *watchdog;        /* the communication timeout (watchdog.c), or NULL */
+    char place[384];                 /* where this rank runs, and who placed it (place.c) */
     char err[512];
 };
 
@@ -86,6 +87,16 @@ extern const merak_world_ops merak_mpi_world;
  * world's own), or NULL; the world's backend. */
 const merak_p2p_ops *merak_p2p_find(const char *name);
 const merak_world_ops *merak_world_backend(void);
+
+/* place.c.  Under mpirun (no rank has MERAK_RANK: the Slurm plugin placed
+ * nothing), places this rank among the dp x tp x pp of world as the plugin
+ * would: its environment (MERAK_RANK, MERAK_GPU unless the user set it,
+ * MERAK_NIC, UCX_NET_DEVICES, ...) and, unless MERAK_BIND=none or
+ * something bound it already, its binding (MERAK_CPUS).  Collective over
+ * world.  note says what was done, or why nothing was (no topology, a
+ * layout the placement refuses: the rank keeps MPI's order, as before).
+ * 0, or -1 with err (MPI failed; a bad MERAK_BIND). */
+int merak_place_self(MPI_Comm world, int dp, int tp, int pp, char *note, size_t notelen, char *err, size_t errlen);
 
 /* group.c.  Records why an operation on g failed (one line; the first
  * failure stays, later ones are its consequences) and returns -1. */

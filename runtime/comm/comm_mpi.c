@@ -295,8 +295,9 @@ static int mpi_world_init(merak_comm *c, int dp, int tp, int pp, char *err, size
     /* The same degrees everywhere: every rank computes them from the same
      * flags and environment, and reports the same error. */
     int rank;
-    if (world_rank(mpi_rank, world, &rank, err, errlen) < 0 ||
-        merak_grid_degrees(&dp, &tp, &pp, world, err, errlen) < 0 ||
+    if (merak_grid_degrees(&dp, &tp, &pp, world, err, errlen) < 0 ||
+        merak_place_self(MPI_COMM_WORLD, dp, tp, pp, c->place, sizeof c->place, err, errlen) < 0 ||
+        world_rank(mpi_rank, world, &rank, err, errlen) < 0 ||
         merak_grid_init(&c->grid, dp, tp, pp, world, rank, err, errlen) < 0) {
         if (mpi_rank != 0 && err && errlen)
             err[0] = 0; /* one report per job */

@@ -488,7 +488,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
                                  table.bytes, table.layers, table.recomputed, starts, predicted,
-                                 table.bytes + 3 * gr->pp, staged};
+                                 table.bytes + 3 * gr->pp, staged, merak_comm_placement(comm)};
             a->on_start(&ri, a->user);
         }
         if (r.resume[0])
