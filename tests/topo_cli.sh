@@ -18,7 +18,7 @@ if command -v python3 > /dev/null 2>&1; then PY=python3; fi
 run() {
     want=$1; shift
     set +e
-    "$TOPO" "$@" > "$WORK/out" 2> "$WORK/err"
+    timeout 60 "$TOPO" "$@" > "$WORK/out" 2> "$WORK/err"   # a hang is a failure
     got=$?
     set -e
     if [ "$got" -ne "$want" ]; then
@@ -167,6 +167,29 @@ printf '<topology version="2.0"><garbage' > "$WORK/bad.xml"
 refuse 1 "not an hwloc XML topology" --input "$WORK/bad.xml"
 # a mutated topology (from fuzzing) that hwloc 2.9 itself crashes on
 refuse 1 "not a well-formed hwloc XML topology (hwloc crashed reading it" --input "$FIX/topology-hwloc-crash.xml"
+# hwloc's warnings are errors: a GPU with a malformed bus id is not dropped silently
+sed 's/pci_busid="0000:1b:00.0"/pci_busid="zz:qq"/' "$H100" > "$WORK/badbus.xml"
+cmp -s "$H100" "$WORK/badbus.xml" && fail "the H100 file has no GPU at 0000:1b:00.0 to break"
+refuse 1 "badbus.xml: hwloc does not read it cleanly: .*invalid pci_busid.*zz:qq" --input "$WORK/badbus.xml"
+# a FIFO is refused, never waited on
+mkfifo "$WORK/fifo.xml"
+refuse 1 "fifo.xml: not a regular file" --input "$WORK/fifo.xml"
+# hwloc's variables are read by merak-topo: what hwloc refuses is an error
+# naming the variable, never this machine under the variable's name (each
+# case in a subshell of its own, its variables with it)
+(export HWLOC_XMLFILE="$WORK/fifo.xml"; refuse 1 "^merak-topo: HWLOC_XMLFILE=.*fifo.xml: not a regular file") || exit 1
+(export HWLOC_XMLFILE="$WORK/bad.xml"; refuse 1 "^merak-topo: HWLOC_XMLFILE=.*bad.xml: not an hwloc XML topology") || exit 1
+(export HWLOC_XMLFILE="$WORK/missing.xml"; refuse 1 "^merak-topo: HWLOC_XMLFILE=.*missing.xml: cannot read") || exit 1
+(export HWLOC_SYNTHETIC="pack:100000 core:100000 pu:100000"
+ refuse 1 "HWLOC_SYNTHETIC=pack:100000 core:100000 pu:100000: more than 16384 processing units") || exit 1
+(export HWLOC_SYNTHETIC="bogus:3"; refuse 1 "HWLOC_SYNTHETIC=bogus:3: not a synthetic description hwloc accepts") || exit 1
+(export HWLOC_XMLFILE="$H100"; run 0
+ grep -q "^node: HWLOC_XMLFILE=$H100\$" "$WORK/out" && grep -q "^GPUs: 8 " "$WORK/out" ||
+     { cat "$WORK/out" >&2; fail "HWLOC_XMLFILE=$H100: not the DGX H100 under its name"; }) || exit 1
+(export HWLOC_SYNTHETIC="pack:2 core:4 pu:2"; run 0
+ grep -q "^node: HWLOC_SYNTHETIC=pack:2 core:4 pu:2\$" "$WORK/out" ||
+     { cat "$WORK/out" >&2; fail "HWLOC_SYNTHETIC: not named after its description"; }) || exit 1
+echo "ok: HWLOC_XMLFILE and HWLOC_SYNTHETIC: the topology named after them; FIFOs, garbage and 10^15 PUs refused"
 
 [ -n "$PY" ] || skip "python3 not found: the JSON output was not checked"
 echo "PASS"

@@ -13,7 +13,9 @@
 #include <stdio.h>  /* fopen, snprintf */
 #include <stdlib.h> /* calloc, free, getenv, qsort */
 #include <string.h> /* strcmp, strdup, strerror */
+#include <fcntl.h>        /* open */
 #include <sys/resource.h> /* setrlimit */
+#include <sys/stat.h>     /* fstat */
 #include <sys/wait.h>     /* waitpid */
 #include <unistd.h>       /* fork, _exit */
 
@@ -316,13 +318,23 @@ static int topology_init(hwloc_topology_t *t, const char *xml_path)
 
 /* hwloc reads some malformed XML files into a crash (hwloc 2.9: a NULL
  * cpuset in hwloc_bitmap_compare_first), which would take the caller
- * down with it: a child process reads the file first.  0 if it got through
- * (loaded or refused it), else the signal that ended it. */
-static int xml_crashes_hwloc(const char *xml_path)
+ * down with it, and others with warnings it prints only when asked
+ * (HWLOC_XML_VERBOSE), dropping what it could not read (a GPU whose
+ * pci_busid is malformed): a child process reads the file first, with
+ * the warnings on and its standard error into a pipe.  Returns the signal
+ * that ended the child, or 0 when it got through (loaded or refused the
+ * file); warn gets the first line hwloc printed ("" if none). */
+static int xml_check_in_child(const char *xml_path, char *warn, size_t warnlen)
 {
-    pid_t pid = fork();
-    if (pid < 0)
+    int fds[2];
+    warn[0] = 0;
+    if (pipe(fds) < 0)
         return 0;   /* no child: read it here, as without the check */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        return 0;
+    }
     if (pid == 0) {
         /* a crash here is the answer: no core file, no report (a
          * sanitizer's or UCX's handler would print one) */
@@ -331,6 +343,9 @@ static int xml_crashes_hwloc(const char *xml_path)
         const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
         for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
             signal(fatal[i], SIG_DFL);
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        setenv("HWLOC_XML_VERBOSE", "1", 1);
         hwloc_topology_t t;
         if (topology_init(&t, xml_path) == 0) {
             (void)hwloc_topology_load(t);
@@ -338,6 +353,22 @@ static int xml_crashes_hwloc(const char *xml_path)
         }
         _exit(0);
     }
+    close(fds[1]);
+    size_t used = 0;
+    char buf[512];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        for (ssize_t k = 0; k < n && used + 1 < warnlen; k++) /* the first line */
+            if (!(used == 0 && (buf[k] == '\n' || buf[k] == ' ')) && !strchr(warn, '\n'))
+                warn[used++] = buf[k], warn[used] = 0;
+    }
+    close(fds[0]);
+    char *nl = strchr(warn, '\n');
+    if (nl)
+        *nl = 0;
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
@@ -345,63 +376,132 @@ static int xml_crashes_hwloc(const char *xml_path)
     return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
 
+/* An hwloc XML file, named in messages as label (the path, or
+ * "HWLOC_XMLFILE=path"): a regular file this process can read, that hwloc
+ * reads without crashing and accepts. */
+static int load_xml(merak_topo_node **node, const char *path, const char *label, char *err, size_t errlen)
+{
+    /* O_NONBLOCK: a FIFO is refused, never waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return topo_errf(err, errlen, errno, "%s: cannot read: %s", label, strerror(errno));
+    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (!regular)
+        return topo_errf(err, errlen, EINVAL, "%s: not a regular file (an hwloc XML topology is one)", label);
+    char warn[256];
+    int sig = xml_check_in_child(path, warn, sizeof warn);
+    if (sig)
+        return topo_errf(err, errlen, EINVAL, "%s: not a well-formed hwloc XML topology (hwloc crashed reading it: %s)",
+                         label, strsignal(sig));
+    hwloc_topology_t t;
+    if (topology_init(&t, path) != 0)
+        return topo_errf(err, errlen, EINVAL, "%s: not an hwloc XML topology%s%s%s", label, warn[0] ? " (" : "",
+                         warn, warn[0] ? ")" : "");
+    if (hwloc_topology_load(t) != 0) {
+        int e = errno;
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, e ? e : EINVAL, "%s: hwloc cannot load the topology: %s", label,
+                         strerror(e ? e : EINVAL));
+    }
+    if (warn[0]) { /* hwloc's warnings are errors: it dropped what it warned about */
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, EINVAL, "%s: hwloc does not read it cleanly: %s", label, warn);
+    }
+    int rc = summarize(t, label, node, err, errlen);
+    hwloc_topology_destroy(t);
+    return rc;
+}
+
+/* The processing units a synthetic description makes: the product of
+ * its levels' counts ("pack:2 core:8 pu:2" or "2 8 2"; a level without a
+ * count is 1), at most MERAK_TOPO_MAX_PUS + 1.  hwloc checks the rest. */
+static long synthetic_pus(const char *d)
+{
+    long n = 1;
+    while (*d) {
+        while (*d == ' ' || *d == '\t' || *d == '\n')
+            d++;
+        if (!*d)
+            break;
+        const char *tok = d, *colon = NULL;
+        while (*d && *d != ' ' && *d != '\t' && *d != '\n') {
+            if (*d == ':' && !colon)
+                colon = d;
+            d++;
+        }
+        const char *num = colon ? colon + 1 : tok;
+        if (*num >= '0' && *num <= '9') {
+            long c = strtol(num, NULL, 10);
+            if (c > MERAK_TOPO_MAX_PUS || n * (c > 0 ? c : 1) > MERAK_TOPO_MAX_PUS)
+                return MERAK_TOPO_MAX_PUS + 1;
+            n *= c > 0 ? c : 1;
+        }
+    }
+    return n;
+}
+
+/* A synthetic description, named in messages as label. */
+static int load_synthetic(merak_topo_node **node, const char *description, const char *label, char *err,
+                          size_t errlen)
+{
+    if (synthetic_pus(description) > MERAK_TOPO_MAX_PUS)
+        return topo_errf(err, errlen, EINVAL, "%s: more than %d processing units (hwloc would take minutes)",
+                         label, MERAK_TOPO_MAX_PUS);
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0)
+        return topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc_topology_init failed");
+    if (hwloc_topology_set_synthetic(t, description) != 0 || hwloc_topology_load(t) != 0) {
+        hwloc_topology_destroy(t);
+        return topo_errf(err, errlen, EINVAL, "%s: not a synthetic description hwloc accepts", label);
+    }
+    int rc = summarize(t, label, node, err, errlen);
+    hwloc_topology_destroy(t);
+    return rc;
+}
+
 int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err, size_t errlen)
 {
     if (!node)
         return topo_errf(err, errlen, EINVAL, "node_load: no result pointer");
     *node = NULL;
-    if (xml_path) { /* a clear message for the common mistake, before hwloc */
-        FILE *fp = fopen(xml_path, "r");
-        if (!fp)
-            return topo_errf(err, errlen, errno, "%s: cannot read: %s", xml_path, strerror(errno));
-        fclose(fp);
+    char label[600];
+    if (xml_path)
+        return load_xml(node, xml_path, xml_path, err, errlen);
+    /* hwloc's own variables, read here so that a file or description
+     * hwloc refuses is an error, not this machine under its name */
+    const char *xml = getenv("HWLOC_XMLFILE"), *syn = getenv("HWLOC_SYNTHETIC");
+    if (xml && *xml) {
+        snprintf(label, sizeof label, "HWLOC_XMLFILE=%.500s", xml);
+        return load_xml(node, xml, label, err, errlen);
     }
-    int sig = xml_path ? xml_crashes_hwloc(xml_path) : 0;
-    if (sig)
-        return topo_errf(err, errlen, EINVAL, "%s: not a well-formed hwloc XML topology (hwloc crashed reading it: %s)",
-                         xml_path, strsignal(sig));
+    if (syn && *syn) {
+        snprintf(label, sizeof label, "HWLOC_SYNTHETIC=%.500s", syn);
+        return load_synthetic(node, syn, label, err, errlen);
+    }
     hwloc_topology_t t;
-    if (topology_init(&t, xml_path) != 0)
-        return xml_path ? topo_errf(err, errlen, EINVAL, "%s: not an hwloc XML topology", xml_path)
-                        : topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc cannot start: %s", strerror(errno));
+    if (topology_init(&t, NULL) != 0)
+        return topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc cannot start: %s", strerror(errno));
     if (hwloc_topology_load(t) != 0) {
         int e = errno;
         hwloc_topology_destroy(t);
-        return topo_errf(err, errlen, e ? e : EINVAL, "%s: hwloc cannot load the topology: %s",
-                         xml_path ? xml_path : "this system", strerror(e));
+        return topo_errf(err, errlen, e ? e : EINVAL, "this system: hwloc cannot load the topology: %s",
+                         strerror(e ? e : EINVAL));
     }
-    char source[512];
-    const char *env = getenv("HWLOC_XMLFILE");
-    if (xml_path)
-        snprintf(source, sizeof(source), "%s", xml_path);
-    else if (env && *env)
-        snprintf(source, sizeof(source), "HWLOC_XMLFILE=%s", env);
-    else
-        snprintf(source, sizeof(source), "this system");
-    int rc = summarize(t, source, node, err, errlen);
+    int rc = summarize(t, "this system", node, err, errlen);
     if (rc == 0)
         (*node)->this_system = hwloc_topology_is_thissystem(t);
     hwloc_topology_destroy(t);
     return rc;
 }
 
-int merak_topo_node_load_synthetic(merak_topo_node **node, const char *description, char *err,
-                                   size_t errlen)
+int merak_topo_node_load_synthetic(merak_topo_node **node, const char *description, char *err, size_t errlen)
 {
     if (!node || !description)
         return topo_errf(err, errlen, EINVAL, "node_load_synthetic: bad arguments");
     *node = NULL;
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0)
-        return topo_errf(err, errlen, errno ? errno : ENOMEM, "hwloc_topology_init failed");
-    if (hwloc_topology_set_synthetic(t, description) != 0 || hwloc_topology_load(t) != 0) {
-        hwloc_topology_destroy(t);
-        return topo_errf(err, errlen, EINVAL, "invalid hwloc synthetic description '%s'",
-                         description);
-    }
-    char source[512];
-    snprintf(source, sizeof(source), "synthetic: %s", description);
-    int rc = summarize(t, source, node, err, errlen);
-    hwloc_topology_destroy(t);
-    return rc;
+    char label[600];
+    snprintf(label, sizeof label, "synthetic: %.500s", description);
+    return load_synthetic(node, description, label, err, errlen);
 }

@@ -41,6 +41,10 @@
 extern "C" {
 #endif
 
+/** The most processing units a synthetic description may make (hwloc
+ * takes seconds for 16384 and minutes for 65536). */
+#define MERAK_TOPO_MAX_PUS 16384
+
 /** Version of this API; bumped when something is added. */
 #define MERAK_TOPO_API_VERSION 2
 
@@ -86,9 +90,13 @@ const char *merak_topo_path_name(int path);
  *
  * On success stores a new node in *node (free it with
  * merak_topo_node_destroy()) and returns 0.  The hwloc topology is not kept.
- * Returns -1 if the file cannot be read or is not an hwloc XML topology, or
- * hwloc fails.  A file is read by a child process first: one that crashes
- * hwloc (some malformed files do) is refused instead of crashing the caller.
+ * Returns -1 if the file cannot be read, is not a regular file (a FIFO is
+ * refused, never waited on) or is not an hwloc XML topology, or hwloc fails.
+ * A file is read by a child process first: one that crashes hwloc (some
+ * malformed files do) is refused instead of crashing the caller.  Without
+ * xml_path, HWLOC_XMLFILE and HWLOC_SYNTHETIC are read here, not by hwloc:
+ * a file or description hwloc would refuse (and fall back to this machine)
+ * is an error naming the variable, and the node is named after it.
  */
 int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err, size_t errlen);
 
@@ -97,7 +105,8 @@ int merak_topo_node_load(merak_topo_node **node, const char *xml_path, char *err
  * e.g. "pack:2 [numa] core:20 pu:2" (see hwloc's documentation; a synthetic
  * topology has no I/O devices: add GPUs and NICs with merak_topo_node_add_gpu()
  * and merak_topo_node_add_nic()).  Meant for tests and what-if studies.
- * Returns 0 and a new node in *node, or -1 for an invalid description.
+ * Returns 0 and a new node in *node, or -1 for an invalid description or
+ * one of more than MERAK_TOPO_MAX_PUS processing units.
  */
 int merak_topo_node_load_synthetic(merak_topo_node **node, const char *description,
                                    char *err, size_t errlen);
