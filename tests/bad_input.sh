@@ -43,6 +43,18 @@ MERAK_PP=0 expect 2 "MERAK_PP: 0 is out of range" -- $D
 MERAK_RANK=3 expect 1 "MERAK_RANK=3, but this is one process (not started by mpirun or srun --mpi)" -- $D
 MERAK_WORLD_SIZE=8 expect 1 "MERAK_WORLD_SIZE=8, but this is one process" -- $D
 MERAK_TP_RANK=1 expect 1 "MERAK_TP_RANK=1, but rank 0 of dp 1 x tp 1 x pp 1 is at 0" -- $D
+# a model one stage cannot hold (2^31 parameters: MPI's and the kernels'
+# counts) is an unusable configuration, exit 1, also in one process
+printf '{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 1, "vocab_size": 40000000, "n_positions": 64}' \
+    > "$WORK/huge.json"
+expect 1 "stage 0 holds 2560054208 parameters, more than one stage may (2147483647.*(--pp) or tensor-parallel ranks (--tp)" \
+    -- $D --model "$WORK/huge.json"
+# malformed, they are usage errors (merak-train(1), ENVIRONMENT)
+MERAK_RANK=x expect 2 "MERAK_RANK: 'x' is not an integer" -- $D
+MERAK_WORLD_SIZE=0 expect 2 "MERAK_WORLD_SIZE: 0 is out of range" -- $D
+MERAK_PP_RANK=-1 expect 2 "MERAK_PP_RANK: -1 is out of range" -- $D
+MERAK_GPU=gpu0 expect 2 "MERAK_GPU: 'gpu0' is not an integer" -- $D
+MERAK_BIND=near expect 2 "MERAK_BIND=near: expected closest or none" -- $D
 MERAK_VIRTUAL_STAGES=4 expect 2 "virtual stages 4 need the interleaved schedule" -- $D
 MERAK_VIRTUAL_STAGES=4 expect 2 "virtual-stages 4 does not divide the model's 2 layers" -- $D --schedule interleaved
 MERAK_VIRTUAL_STAGES=4 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved \

@@ -154,6 +154,26 @@ newest=$(ls -d "$WORK"/ck6/step_* | while read -r d; do [ -f "$d/DONE" ] && echo
 grep -q "resumed from $newest at" "$WORK/out" || { cat "$WORK/out"; fail "latest did not pick $newest"; }
 echo "ok: killed while writing ($(ls "$WORK/ck6" | tr '\n' ' ')- $done_steps complete); resumed from $newest"
 
+# 8a. SIGTERM while that checkpoint loads (1.5 GB: the signal is sent as soon
+# as the run maps a file of it): the checkpoint of the step it stops at
+# exists, so exit 0 saying how to resume, and nothing is written again
+# (it said "its checkpoint could not be written", exit 143).  Wherever the
+# signal lands, the stop must keep its step.
+from=$(sed -n 's/^step //p' "$(ls -d "$WORK"/ck6/step_* | tail -1)/DONE")
+"$TRAIN" $G --save "$WORK/ck6" --resume latest --steps 1000 > "$WORK/out" 2> "$WORK/err" &
+job=$!
+i=0
+until grep -q "$WORK/ck6/step_" "/proc/$job/maps" 2> /dev/null; do
+    i=$((i + 1)); [ $i -le 6000 ] || { kill -9 $job; cat "$WORK/err"; fail "the resume never mapped its checkpoint"; }
+    sleep 0.01
+done
+kill -TERM $job
+set +e; wait $job; rc=$?; set -e
+at=$(sed -n 's/.*stopped by signal 15 after step \([0-9]*\); resume with --resume latest$/\1/p' "$WORK/err")
+[ "$rc" -eq 0 ] && [ -n "$at" ] && [ -f "$(printf '%s/ck6/step_%08d/DONE' "$WORK" "$at")" ] ||
+    { cat "$WORK/err"; fail "SIGTERM while resuming: exit $rc"; }
+echo "ok: SIGTERM while resuming from step $from: stopped at step $at, exit 0$([ "$at" = "$from" ] && echo ", during the load")"
+
 # 9. Output to a closed pipe never kills training.
 ( "$TRAIN" $C --steps 20 --save "$WORK/ck7"; echo $? > "$WORK/rc" ) | head -1 > /dev/null
 [ "$(cat "$WORK/rc")" = 0 ] || fail "merak-train | head -1: exit $(cat "$WORK/rc")"

@@ -348,6 +348,15 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     const char *bind = getenv("MERAK_BIND");
     if (bind && *bind && strcmp(bind, "closest") != 0 && strcmp(bind, "none") != 0)
         cli_die_usage("MERAK_BIND=%s: expected closest or none", bind);
+    /* the plugin's other numbers: a malformed one is a usage error; whether
+     * it fits the job is the runtime's to say (exit status 1) */
+    const char *const numbers[] = {"MERAK_RANK", "MERAK_DP_RANK", "MERAK_TP_RANK", "MERAK_PP_RANK", "MERAK_GPU",
+                                   "MERAK_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++) {
+        const char *v = getenv(numbers[i]);
+        if (v && *v)
+            cli_parse_int(numbers[i], v, i == 5 ? 1 : 0, 1 << 24);
+    }
     env_int("MERAK_DP", a->dp, &a->dp);
     env_int("MERAK_TP", a->tp, &a->tp);
     env_int("MERAK_PP", a->pp, &a->pp);
@@ -421,7 +430,8 @@ typedef struct banner_ctx {
     const merak_model_config *cfg;
     const merak_graph *g;
     int printed;   /* this process is the one that reports (rank 0) */
-    int saved;     /* the step of the last checkpoint completed, or -1 */
+    int saved;     /* the step of the last checkpoint completed (or resumed
+                    * from in --save), or -1 */
 } banner_ctx;
 
 /* What is about to run, printed once by rank 0. */
@@ -486,6 +496,8 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
         fprintf(stderr, "%s: warning: %s (training goes on, earlier checkpoints are kept)\n", cli_prog, ci->error);
         break;
     case MERAK_CHECKPOINT_RESUMED:
+        if (ci->in_save)
+            ((banner_ctx *)user)->saved = ci->step;   /* a stop before the next step keeps it */
         printf("resumed from %s at step %d (%.1f MB, loaded in %.2f s)\n", ci->path, ci->step, ci->bytes / 1e6,
                ci->seconds);
         if (ci->error)

@@ -275,6 +275,9 @@ typedef struct merak_checkpoint_info {
                              * RESUMED: every file; rank 0's time to load its part */
     const char *error;      /* FAILED; RESUMED: what differs from the checkpoint's data
                              * (resume_data_change), or NULL */
+    int in_save;            /* RESUMED: the checkpoint lies in the save directory (where
+                             * "latest" finds it), so a stop before the next step loses
+                             * nothing and writes nothing */
 } merak_checkpoint_info;
 
 /* Training arguments (the MerakArguments of the paper).  Start from

@@ -131,6 +131,25 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
     return 0;
 }
 
+/* 1 when checkpoint directory path lies in directory dir (compared as
+ * files: through links, whatever the spelling). */
+static int ckpt_in(const char *path, const char *dir)
+{
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", path);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/')
+        parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == parent)
+        parent[1] = 0;
+    else
+        *slash = 0;
+    return merak_file_same(parent, dir);
+}
+
 /* This rank's setup after the stage: data, weights, optimizer. */
 static int setup(merak_run *r, int vocab, char *err, size_t errlen)
 {
@@ -169,7 +188,10 @@ static int setup(merak_run *r, int vocab, char *err, size_t errlen)
                             &r->resume_bytes, err, errlen) < 0)
             return -1;
         r->resume_s = merak_now() - t0;
-        r->step0 = r->saved = st.step;
+        r->step0 = st.step;
+        /* a checkpoint of this step in --save: a stop before the next step
+         * writes nothing; one elsewhere is written there */
+        r->saved = a->save && ckpt_in(r->resume, a->save) ? st.step : -1;
         r->consumed0 = st.consumed;
         r->seed = st.seed;
         return 0;
@@ -191,7 +213,8 @@ static void report(const merak_run *r, merak_checkpoint_event ev, int step, cons
                    double seconds, const char *error)
 {
     if (r->grid->rank == 0 && r->a->on_checkpoint) {
-        merak_checkpoint_info ci = {ev, step, path, bytes, seconds, error};
+        merak_checkpoint_info ci = {ev, step, path, bytes, seconds, error,
+                                    ev == MERAK_CHECKPOINT_RESUMED && r->saved == step};
         r->a->on_checkpoint(&ci, r->a->user);
     }
 }
