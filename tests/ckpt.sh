@@ -135,6 +135,25 @@ n=$((stop + 3))
 [ "$(losses "$WORK/s.jsonl")" = "$(losses "$WORK/u.jsonl")" ] || fail "stopped at $stop and resumed: losses differ"
 echo "ok: SIGTERM after step $stop, checkpoint, exit 0; resumed to $n bitwise"
 
+# 7a. A shard truncated under a run: before the next step every rank
+# stops (exit 1), the line names the shard, the checkpoint of the last good
+# step is written, and with the shard back the run resumes from it.
+cp "$WORK/data.bin" "$WORK/moving.bin"
+M="--model tiny-gpt2 --data $WORK/moving.bin --micro-batch 2 --seq-len 16 --threads 1 --lr-schedule constant"
+"$TRAIN" $M --steps 1000000 --save "$WORK/ck8" --metrics "$WORK/m.jsonl" > "$WORK/out" 2> "$WORK/err" &
+job=$!
+wait_lines "$WORK/m.jsonl" 3 $job
+truncate -s 2000 "$WORK/moving.bin"
+set +e; wait $job; rc=$?; set -e
+at=$(sed -n 's/.*step \([0-9]*\): .*moving.bin: the shard changed while training.*; the checkpoint of step \1, the last good one, is in .*ck8$/\1/p' "$WORK/err")
+[ "$rc" -eq 1 ] && [ -n "$at" ] && [ "$(wc -l < "$WORK/m.jsonl")" -eq "$at" ] &&
+    [ -f "$(printf '%s/ck8/step_%08d/DONE' "$WORK" "$at")" ] ||
+    { cat "$WORK/err"; fail "shard truncated under the run: exit $rc, $(wc -l < "$WORK/m.jsonl") steps"; }
+cp "$WORK/data.bin" "$WORK/moving.bin"
+"$TRAIN" $M --steps $((at + 2)) --save "$WORK/ck8" --resume latest > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out"; fail "resume after the shard came back failed"; }
+echo "ok: shard truncated under the run: stopped before step $at (exit 1), its checkpoint written, resumed from it"
+
 # 8. SIGKILL while a checkpoint is being written: the one before loads.
 # GPT-2 124M writes 1.5 GB per checkpoint, so the kill lands mid-write.
 G="--model gpt2 --data $WORK/data.bin --micro-batch 1 --seq-len 8 --threads 1 --lr-schedule constant"

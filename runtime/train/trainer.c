@@ -57,11 +57,30 @@ static uint64_t mb_number(const merak_run *r, int mb)
     return consumed_at(r, r->step) + (uint64_t)r->grid->dp_rank * (uint64_t)r->a->micro_batches + (uint64_t)mb;
 }
 
+/* This rank's windows of step r->step, before it starts: a shard that
+ * shrank or changed under the run is found while every rank can still
+ * stop together at the step boundary (and checkpoint the last good step),
+ * not inside a step its peers wait on.  A status. */
+static int read_step(merak_run *r, char *err, size_t errlen)
+{
+    if (!r->step_ids)
+        return MERAK_OK;
+    const size_t n = (size_t)r->a->micro_batch * (size_t)r->a->seq_len;
+    for (int mb = 0; mb < r->a->micro_batches; mb++)
+        if (merak_data_window(r->data, mb_number(r, mb) % r->windows, r->a->micro_batch, r->a->seq_len,
+                              r->step_ids + (size_t)mb * n, r->step_tgt + (size_t)mb * n, err, errlen) < 0)
+            return MERAK_FAILED;
+    return MERAK_OK;
+}
+
 static int hook_load(void *ctx, int mb, int32_t *ids, int32_t *targets, char *err, size_t errlen)
 {
     merak_run *r = ctx;
-    return merak_data_window(r->data, mb_number(r, mb) % r->windows, r->a->micro_batch,
-                             r->a->seq_len, ids, targets, err, errlen);
+    (void)err, (void)errlen;
+    const size_t n = (size_t)r->a->micro_batch * (size_t)r->a->seq_len;
+    memcpy(ids, r->step_ids + (size_t)mb * n, n * sizeof *ids);
+    memcpy(targets, r->step_tgt + (size_t)mb * n, n * sizeof *targets);
+    return 0;
 }
 
 /* Dropout seed of the micro-batch: the same in every layout. */
@@ -164,6 +183,11 @@ static int setup(merak_run *r, int vocab, char *err, size_t errlen)
         if (r->windows == 0)
             return merak_errf(err, errlen, "%s: %llu tokens are fewer than one window of %d x %d + 1",
                               a->data, (unsigned long long)merak_data_num_tokens(r->data), B, T);
+        const size_t n = (size_t)a->micro_batches * (size_t)B * (size_t)T;
+        r->step_ids = malloc(n * sizeof *r->step_ids);
+        r->step_tgt = malloc(n * sizeof *r->step_tgt);
+        if (!r->step_ids || !r->step_tgt)
+            return merak_errf(err, errlen, "out of memory for a step's %zu tokens", n);
         if (a->val_data) {
             if (merak_data_open(a->val_data, vocab, &r->val, err, errlen) < 0)
                 return -1;
@@ -285,6 +309,8 @@ static void run_free(merak_run *r)
     merak_optim_destroy(r->opt);
     merak_data_close(r->data);
     merak_data_close(r->val);
+    free(r->step_ids);
+    free(r->step_tgt);
     merak_stage_destroy(r->stage);
     merak_trace_free(&r->trace);
     merak_ckpt_unlock(r->lock_fd);
@@ -319,6 +345,28 @@ static int take_sample(merak_run *r, char **text, size_t *len, char *err, size_t
     return rc;
 }
 
+/* The data of step r->step failed on some rank (data_st and data_err
+ * here): every rank agrees on the first failure's line (rank 0 reports
+ * it), the checkpoint of the last good step is written when --save is set
+ * and not written yet, and the run ends: MERAK_FAILED. */
+static int data_failed(merak_run *r, int data_st, const char *data_err, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", data_err);
+    merak_comm_agree(r->comm, data_st, err, errlen);
+    char why[600];
+    snprintf(why, sizeof why, "step %d: %s", r->step, err);
+    char ck[512] = "";
+    if (r->ckpt && r->saved != r->step) {
+        r->final_save = 1;
+        if (checkpoint(r, r->step, 1, ck, sizeof ck) < 0 || checkpoint_finish(r, ck, sizeof ck) < 0)
+            return merak_errf(err, errlen, "%s; and the checkpoint of step %d failed: %s", why, r->step, ck);
+    }
+    if (r->ckpt)
+        return merak_errf(err, errlen, "%s; the checkpoint of step %d, the last good one, is in %s", why, r->step,
+                          r->a->save);
+    return merak_errf(err, errlen, "%s", why);
+}
+
 /* The steps; returns the steps run, MERAK_FAILED (every rank alike) or
  * MERAK_FAILED_HERE (this rank alone). */
 static int steps(merak_run *r, merak_metrics *metrics, char *err, size_t errlen)
@@ -332,13 +380,17 @@ static int steps(merak_run *r, merak_metrics *metrics, char *err, size_t errlen)
         /* Stop together: a signal on any rank and rank 0's metrics decide
          * for everyone; a checkpoint whose writers are all done is finished. */
         int sig = a->stop ? *a->stop : 0;
-        double flags[3] = {sig != 0, metrics_failed, r->ckpt && merak_ckpt_busy(r->ckpt)};
-        if (merak_allreduce_f64(r->world, flags, 3) < 0) {
+        char data_err[512] = "";
+        const int data_st = read_step(r, data_err, sizeof data_err);
+        double flags[4] = {sig != 0, metrics_failed, r->ckpt && merak_ckpt_busy(r->ckpt), data_st != MERAK_OK};
+        if (merak_allreduce_f64(r->world, flags, 4) < 0) {
             merak_errf(err, errlen, "%s", merak_comm_error(r->comm));
             return alone(r, err, errlen);
         }
         if (flags[1] > 0)
             return -1;   /* rank 0 has the message */
+        if (flags[3] > 0)   /* the data failed on some rank: the last good step is kept */
+            return data_failed(r, data_st, data_err, err, errlen);
         if (flags[2] == 0 && checkpoint_finish(r, err, errlen) < 0)
             return -1;
         if (flags[0] > 0) {

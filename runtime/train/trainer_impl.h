@@ -40,6 +40,9 @@ typedef struct merak_run {
     merak_exec *e;
     merak_data *data;
     uint64_t windows;
+    /* the step's windows, read before it starts (stages that load them):
+     * [micro-batches * micro_batch * seq_len] each, or NULL */
+    int32_t *step_ids, *step_tgt;
     merak_data *val;              /* the validation shards (a.val_data), or NULL */
     int eval_batches;             /* windows evaluated over all replicas */
     merak_optim *opt;

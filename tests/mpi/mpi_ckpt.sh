@@ -79,3 +79,20 @@ run 8 "$TRAIN" $K --steps $n --save "$WORK/s" --resume latest --metrics "$marker
 run 8 "$TRAIN" $K --steps $n --metrics "$WORK/u.jsonl"
 [ "$(losses "$marker")" = "$(losses "$WORK/u.jsonl")" ] || fail "stopped at $stop and resumed: losses differ"
 echo "ok: SIGTERM to rank 5 stopped all 8 ranks after step $stop, exit 0; resumed to $n bitwise"
+
+# 4. A shard truncated under the 8-rank run: every rank stops before the
+# same step, rank 0 names the shard in one line (exit 1), and the
+# checkpoint of the last good step is written by all of them.
+cp "$WORK/data.bin" "$WORK/moving.bin"
+marker=$WORK/mv.jsonl
+MERAK_MPI_TIMEOUT=120 "$WRAP" 8 "$TRAIN" --data "$WORK/moving.bin" --micro-batch 2 --seq-len 16 --threads 1 \
+    $L222 --lr-schedule constant --steps 1000000 --save "$WORK/mv" --metrics "$marker" > "$WORK/out" 2> "$WORK/err" &
+job=$!
+wait_lines "$marker" 3 $job
+truncate -s 2000 "$WORK/moving.bin"
+set +e; wait $job; rc=$?; set -e
+at=$(sed -n 's/^merak-train: step \([0-9]*\): .*moving.bin: the shard changed while training.*; the checkpoint of step \1, the last good one, is in .*mv$/\1/p' "$WORK/err")
+[ "$rc" -ne 0 ] && [ -n "$at" ] && [ "$(grep -c '^merak-train:' "$WORK/err")" -eq 1 ] &&
+    [ "$(ls "$(printf '%s/mv/step_%08d' "$WORK" "$at")" | wc -l)" -eq 11 ] ||
+    { cat "$WORK/err" >&2; fail "shard truncated under 8 ranks: exit $rc"; }
+echo "ok: shard truncated under 8 ranks: all stopped before step $at, one line, its checkpoint written by all"
