@@ -7,7 +7,9 @@
  *         with the right size and CRC-32, so the tensors' places in the
  *         whole tensors (metadata) and their shapes are what is tried.
  * A checkpoint that opens is read as merak-train would: every parameter
- * and moment whole and as tensor-parallel shard 1 of 2; any refusal must
+ * and moment whole and as tensor-parallel shard 1 of 2; and its record of
+ * the data (shards, sizes, CRC-32s, micro-batch, sequence length) is held
+ * against a real shard as a resume does; any refusal or difference must
  * say why.  Never a crash, leak or undefined behaviour.
  */
 #include "memfile.h" /* first: it asks for _GNU_SOURCE */
@@ -19,12 +21,14 @@
 #include <sys/stat.h>
 
 #include "ckpt.h"
+#include "data.h"
 #include "file.h"
 #include "graph/graph.h"
 #include "merak/merak.h"
 #include "safetensors.h"
 
 static merak_graph *model, *shard;
+static merak_data *tokens;   /* a valid shard of 2048 tokens, as a resume reads it */
 static char dir[64];
 static uint8_t *valid;   /* the valid parameter file */
 static size_t valid_n;
@@ -137,12 +141,20 @@ static void read_all(void)
     else if (!err[0])
         abort();
     merak_ckpt_close(c);
+    /* what a resume compares: -1 with err, or 1 with why */
+    merak_args a = {.micro_batch = 1, .seq_len = 8};   /* the seed checkpoint's (tests/fuzz.sh) */
+    char why[400] = "";
+    err[0] = 0;
+    int rc = merak_ckpt_data_differs(dir, &a, tokens, why, sizeof why, err, sizeof err);
+    if ((rc < 0 && !err[0]) || (rc > 0 && !why[0]))
+        abort();
 }
 
 static void cleanup(void)
 {
     const char *files[] = {"model-pp000-tp000.safetensors", "optim-pp000-tp000.safetensors", "config.json",
-                           "manifest.json"};
+                           "manifest.json", "data.bin"};
+    merak_data_close(tokens);
     char p[128];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
@@ -163,6 +175,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             !(shard = merak_graph_shard(model, 2, 1, NULL, 0, err, sizeof err)))
             abort();
         write_files();
+        static uint8_t toks[MERAK_SHARD_HEADER_INTS * 4 + 2048 * 2];   /* little-endian, as llm.c writes */
+        const int32_t head[3] = {MERAK_SHARD_MAGIC, 1, 2048};
+        for (int i = 0; i < 3; i++)
+            for (int b = 0; b < 4; b++)
+                toks[4 * i + b] = (uint8_t)((uint32_t)head[i] >> (8 * b));
+        for (int i = 0; i < 2048; i++)
+            toks[MERAK_SHARD_HEADER_INTS * 4 + 2 * i] = (uint8_t)(i % 256);
+        put("data.bin", toks, sizeof toks);
+        char dp[128];
+        snprintf(dp, sizeof dp, "%s/data.bin", dir);
+        if (merak_data_open(dp, 256, &tokens, err, sizeof err) < 0)
+            abort();
         char p[128];
         snprintf(p, sizeof p, "%s/model-pp000-tp000.safetensors", dir);
         FILE *f = fopen(p, "rb");

@@ -238,6 +238,15 @@ expect_exit 1 "the data: 2 shard(s) now, 1 in the checkpoint ($WORK/d12/b.bin is
     > "$WORK/out" 2> "$WORK/err" &&
     grep -q "note: --resume-data-change: the data: 2 shard(s) now, 1 in the checkpoint" "$WORK/err" ||
     { cat "$WORK/err"; fail "--resume-data-change did not go on, saying what differs"; }
+# the same shard name and size, other tokens (a shard rewritten between
+# runs): the checkpoint's CRC-32 of it tells
+cp "$WORK/data.bin" "$WORK/same.bin"
+C13=${C#--data $WORK/data.bin }
+"$TRAIN" --data "$WORK/same.bin" $C13 --steps 2 --save "$WORK/ck13" > /dev/null 2>&1 || fail "save failed"
+printf '\007\000\007\000\007\000' | dd of="$WORK/same.bin" bs=1 seek=2048 conv=notrunc 2> /dev/null
+cmp -s "$WORK/data.bin" "$WORK/same.bin" && fail "same.bin was not changed"
+expect_exit 1 "the data: shard 0, $WORK/same.bin, holds other tokens now (CRC-32 [0-9a-f]*; the checkpoint's, $WORK/same.bin, had [0-9a-f]*)" \
+    "$TRAIN" --data "$WORK/same.bin" $C13 --steps 3 --resume "$WORK/ck13/step_00000002"
 expect_exit 2 "resume-data-change goes with --resume" "$TRAIN" $C --steps 1 --resume-data-change
 "$TRAIN" $C --steps 1 --resume "$WORK/ck12/step_00000002" > "$WORK/out" 2> "$WORK/err" &&
     grep -q "note: nothing to train: the checkpoint is at step 2 and --steps is 1" "$WORK/err" ||

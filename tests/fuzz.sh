@@ -93,12 +93,13 @@ printf 'a few words for a token shard\n' > "$WORK/words.txt"
 "$SHARD" -o "$WORK/shard/seed" "$WORK/words.txt" > /dev/null
 printf '# rules\n*.attn.c_attn.weight column\n*.mlp.c_proj.weight row\ntransformer.wte.weight vocab\n' \
     > "$WORK/tp_rules/seed"
-# a checkpoint of tiny GPT-2 at step 0: its manifest (first byte even) and
-# its parameter file (odd) as seeds
-"$TRAIN" --data "$WORK/shard/seed" --micro-batch 1 --seq-len 8 --steps 0 --threads 1 --save "$WORK/ck" > /dev/null ||
+# a checkpoint of tiny GPT-2 at step 1 (its data record is compared, with
+# the micro-batch and sequence length fuzz_ckpt resumes with): its
+# manifest (first byte even) and its parameter file (odd) as seeds
+"$TRAIN" --data "$WORK/shard/seed" --micro-batch 1 --seq-len 8 --steps 1 --threads 1 --save "$WORK/ck" > /dev/null ||
     fail "saving the seed checkpoint"
-printf '\000' | cat - "$WORK/ck/step_00000000/manifest.json" > "$WORK/ckpt/manifest"
-printf '\001' | cat - "$WORK/ck/step_00000000/model-pp000-tp000.safetensors" > "$WORK/ckpt/model"
+printf '\000' | cat - "$WORK/ck/step_00000001/manifest.json" > "$WORK/ckpt/manifest"
+printf '\001' | cat - "$WORK/ck/step_00000001/model-pp000-tp000.safetensors" > "$WORK/ckpt/model"
 
 status=0
 for t in safetensors config shard tp_rules spank_args ckpt tokenizer device topo; do

@@ -451,9 +451,13 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
         w->manifest = manifest_new(run, st);
         if (w->manifest && w->data) {   /* the shards, in window order, with their tokens */
             json_t *list = json_array();
-            for (int i = 0; list && i < merak_data_num_shards(w->data); i++)
-                json_array_append_new(list, json_pack("{s:s, s:I}", "path", merak_data_shard_path(w->data, i), "tokens",
-                                                      (json_int_t)merak_data_shard_tokens(w->data, i)));
+            for (int i = 0; list && i < merak_data_num_shards(w->data); i++) {
+                char crc[16];
+                snprintf(crc, sizeof crc, "%08x", (unsigned)merak_data_shard_crc(w->data, i));
+                json_array_append_new(list, json_pack("{s:s, s:I, s:s}", "path", merak_data_shard_path(w->data, i),
+                                                      "tokens", (json_int_t)merak_data_shard_tokens(w->data, i),
+                                                      "crc32", crc));
+            }
             json_object_set_new(json_object_get(w->manifest, "data"), "shards", list);
         }
         w->config = run->model ? merak_model_config_json(run->model) : NULL;

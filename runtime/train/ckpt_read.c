@@ -280,6 +280,7 @@ int merak_ckpt_data_differs(const char *dir, const merak_args *a, const merak_da
             json_t *e = json_array_get(shards, (size_t)i);
             const char *p = json_string_value(json_object_get(e, "path"));
             const json_int_t tok = json_integer_value(json_object_get(e, "tokens"));
+            const char *c;
             if (i >= n)
                 rc = 1, snprintf(why, whylen, "the data: %d shard(s) now, %d in the checkpoint (%s is missing)", n,
                                  was, p ? p : "?");
@@ -290,6 +291,11 @@ int merak_ckpt_data_differs(const char *dir, const merak_args *a, const merak_da
                 rc = 1, snprintf(why, whylen, "the data: shard %d, %s, has %llu tokens now; the checkpoint's, %s, had "
                                  "%lld", i, merak_data_shard_path(d, i),
                                  (unsigned long long)merak_data_shard_tokens(d, i), p ? p : "?", (long long)tok);
+            else if ((c = json_string_value(json_object_get(e, "crc32"))) &&   /* older checkpoints have none */
+                     strtoul(c, NULL, 16) != merak_data_shard_crc(d, i))
+                rc = 1, snprintf(why, whylen, "the data: shard %d, %s, holds other tokens now (CRC-32 %08x; the "
+                                 "checkpoint's, %s, had %s)", i, merak_data_shard_path(d, i),
+                                 (unsigned)merak_data_shard_crc(d, i), p ? p : "?", c);
         }
     }
     json_decref(m);

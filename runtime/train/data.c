@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define HEADER_BYTES (MERAK_SHARD_HEADER_INTS * 4)
 
@@ -31,6 +32,7 @@ typedef struct shard {
     int fd;               /* open for the run; -1 once closed */
     uint64_t n;           /* token count */
     int tok_bytes;        /* 2 (version 1) or 4 (version 2) */
+    uint32_t crc;         /* CRC-32 of the whole file as it was opened */
 } shard;
 
 struct merak_data {
@@ -123,7 +125,9 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
         return merak_errf(err, errlen, "%s: %s: %llu bytes, but the header's %llu tokens need %llu", path,
                           size < expect ? "truncated" : "oversized", (unsigned long long)size,
                           (unsigned long long)s->n, (unsigned long long)expect);
-    /* every token against the vocabulary, a chunk at a time */
+    /* every token against the vocabulary, a chunk at a time, and the
+     * file's CRC-32 (what a checkpoint records of it) on the way */
+    s->crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), h, sizeof h);
     enum { CHUNK = 1 << 16 };
     uint8_t *buf = malloc((size_t)CHUNK * (size_t)s->tok_bytes);
     if (!buf)
@@ -134,6 +138,8 @@ static int open_shard(shard *s, int vocab_size, char *err, size_t errlen)
         rc = read_at(s, buf, (size_t)m * (size_t)s->tok_bytes, HEADER_BYTES + i * (uint64_t)s->tok_bytes,
                      "while it was opened", err, errlen);
         uint64_t bad = rc == 0 ? first_bad(s, buf, m, vocab_size) : m;
+        if (rc == 0)
+            s->crc = (uint32_t)crc32(s->crc, buf, (uInt)((size_t)m * (size_t)s->tok_bytes));
         if (bad < m)
             rc = merak_errf(err, errlen, "%s: token %llu is %u, not below the vocab size %d "
                             "(the model's; the shard's tokenizer has a larger vocabulary)", path,
@@ -227,6 +233,11 @@ uint64_t merak_data_num_tokens(const merak_data *d) { return d->ntokens; }
 uint64_t merak_data_shard_tokens(const merak_data *d, int i)
 {
     return i >= 0 && i < d->nshard ? d->shards[i].n : 0;
+}
+
+uint32_t merak_data_shard_crc(const merak_data *d, int i)
+{
+    return i >= 0 && i < d->nshard ? d->shards[i].crc : 0;
 }
 
 /* Windows of shard s: each needs B*T tokens plus one for the last target. */

@@ -31,6 +31,7 @@ void merak_data_close(merak_data *d);
 int merak_data_num_shards(const merak_data *d);
 const char *merak_data_shard_path(const merak_data *d, int i);
 uint64_t merak_data_shard_tokens(const merak_data *d, int i);   /* 0 for no shard i */
+uint32_t merak_data_shard_crc(const merak_data *d, int i);      /* CRC-32 of the file as opened; 0 for none */
 uint64_t merak_data_num_tokens(const merak_data *d);   /* over all shards */
 
 /* Windows of B*T tokens over all shards (0 if no shard has B*T+1 tokens). */
