@@ -180,6 +180,15 @@ expect 1 "extra.safetensors: tensor 'transformer.h.7.mlp.c_fc.weight' is not a p
 sed 's/"n_embd": 64/"n_embd": 32/' "$FIX/ref-gpt2.json" > "$WORK/narrow.json"
 "$TRAIN" --model "$WORK/narrow.json" $D --steps 0 --save-weights "$WORK/narrow.safetensors" > /dev/null
 expect 1 "has shape \[256, 32\] (expected \[256, 64\])" -- --model tiny-gpt2 $D --init "$WORK/narrow.safetensors"
+# an integer tensor where weights go: named with its file (the same
+# header with the embedding's dtype I32, same size)
+"${TORCH_PYTHON:-/usr/bin/python3}" -c 'import sys; raw = open(sys.argv[1], "rb").read(); k = b"\"transformer.wte.weight\":{\"dtype\":\"F"
+assert raw.count(k) == 1; open(sys.argv[2], "wb").write(raw.replace(k, k[:-1] + b"I"))' "$WORK/g2.safetensors" "$WORK/i32.safetensors"
+expect 1 "i32.safetensors: tensor 'transformer.wte.weight' is I32: weights must be floating point" -- \
+    --model tiny-gpt2 $D --init "$WORK/i32.safetensors"
+# an initializer_range no float holds is named as what it is
+sed 's/"initializer_range": 0.02/"initializer_range": 1e300/' "$FIX/ref-gpt2.json" > "$WORK/init-range.json"
+expect 1 "initializer_range 1e+300 must be at least 0 and below 1e30" -- --model "$WORK/init-range.json" $D
 head -c 100 "$WORK/llama.safetensors" > "$WORK/cut.safetensors"
 expect 1 "cut.safetensors" -- --model tiny-llama $D --init "$WORK/cut.safetensors"
 expect 1 "absent.safetensors" -- --model tiny-llama $D --init "$WORK/absent.safetensors"

@@ -49,6 +49,12 @@ train("llama3", pre_tokenizers.Sequence([
 train("twosplits", pre_tokenizers.Sequence([
     pre_tokenizers.Split(Regex(r"\n+|[^\n]+"), behavior="isolated"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]))
+# Splits whose pattern matches the empty string: "" isolates every
+# character; \s* splits before every non-space too
+for name, pat in (("emptysplit", r""), ("starsplit", r"\s*")):
+    train(name, pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pat), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
 j = json.load(open("%s/gpt2.json" % work))
 j["model"]["vocab"] = {k: v + 70000 for k, v in j["model"]["vocab"].items()}
 for a in j["added_tokens"]:
@@ -79,7 +85,7 @@ if got != want:
 print("ok: %s: %d tokens, the library's, version %d shard" % (sys.argv[1].rsplit("/", 1)[-1], n, version))
 PYEOF
 }
-for t in gpt2 prefix llama3 twosplits big; do
+for t in gpt2 prefix llama3 twosplits emptysplit starsplit big; do
     capture "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/$t.bin" $FILES
     [ "$rc" -eq 0 ] || { cat "$WORK/err" >&2; fail "merak-shard --tokenizer $t.json"; }
     cat "$WORK/out"

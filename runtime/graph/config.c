@@ -212,6 +212,15 @@ static int expect_string(const loader *L, const char *key, const char *allowed1,
     return -1;
 }
 
+/* initializer_range: the standard deviation of the initial weights. */
+static int check_init_std(const loader *L, double std)
+{
+    if (std >= 0 && std < 1e30)
+        return 0;
+    return merak_errf(L->err, L->errlen, "%s: initializer_range %g must be at least 0 and below 1e30", L->path,
+                      std);
+}
+
 /* KEY, if present, must be the boolean WANT (a feature Merak does not have). */
 static int expect_bool(const loader *L, const char *key, int want)
 {
@@ -267,10 +276,8 @@ static int load_gpt2(const loader *L, merak_model_config *c)
         merak_errf(L->err, L->errlen, "%s: dropout probability %g must be in [0, 1)", L->path, p);
         return -1;
     }
-    if (!(std >= 0 && std < 1e30)) {
-        merak_errf(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
+    if (check_init_std(L, std) < 0)
         return -1;
-    }
     c->norm_eps = (float)eps;
     c->init_std = (float)std;
     c->dropout = (float)p;
@@ -314,10 +321,8 @@ static int load_llama(const loader *L, merak_model_config *c)
                "%s: rope_scaling is not supported (remove it or set it to null)", L->path);
         return -1;
     }
-    if (!(std >= 0 && std < 1e30)) {
-        merak_errf(L->err, L->errlen, "%s: initializer_range %g must not be negative", L->path, std);
+    if (check_init_std(L, std) < 0)
         return -1;
-    }
     c->norm_eps = (float)eps;
     c->rope_theta = (float)theta;
     c->init_std = (float)std;

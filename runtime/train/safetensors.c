@@ -307,6 +307,7 @@ static int parse_header(merak_st_file *f, const char *hdr, size_t hdr_len, const
         if (parse_tensor(f, key, val, data, data_len, info, &spans[f->n].begin,
                          &spans[f->n].end, err, errlen) != 0)
             goto out;
+        info->path = f->path;
         if (!(info->name = strdup(key))) {
             merak_errf(err, errlen, "%s: out of memory reading the header", f->path);
             goto out;
@@ -517,8 +518,8 @@ int merak_st_to_f32(const merak_st_info *info, float *dst, char *err, size_t err
         }
         return 0;
     default:
-        merak_errf(err, errlen, "tensor '%.64s': cannot convert dtype %s to F32", info->name,
-               dtype_name(info->dtype));
+        merak_errf(err, errlen, "%s: tensor '%.64s' is %s: weights must be floating point (F32, F16, BF16 or "
+                   "F64)", info->path ? info->path : "safetensors", info->name, dtype_name(info->dtype));
         return -1;
     }
 }

@@ -21,6 +21,7 @@ typedef enum merak_st_dtype {
 #define MERAK_ST_MAX_DIMS 8
 
 typedef struct merak_st_info {
+    const char *path;                  /* the file's, owned by it */
     const char *name;                  /* owned by the file */
     merak_st_dtype dtype;
     int ndim;

@@ -697,7 +697,13 @@ static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, siz
             /* the match's bounds, copied: the next stage reuses the match data */
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
             const size_t m0 = ov[0], m1 = ov[1];
-            if (m1 == m0) { /* an empty match: move past one character */
+            if (m1 == m0) {
+                /* an empty match splits there (its own piece is empty) and
+                 * the search goes on a character later, as the library's
+                 * Oniguruma does: "" isolates every character */
+                if (m0 > pos)
+                    rc = pretokenize(t, o, k + 1, s + pos, m0 - pos);
+                pos = m0;
                 size_t i = m0;
                 if (utf8_get(s, n, &i) < 0)
                     i = m0 + 1;
