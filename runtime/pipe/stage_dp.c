@@ -138,11 +138,11 @@ int merak_stage_dp_setup(merak_stage *s, const merak_stage_opts *o, char *err, s
 {
     const merak_grid *gr = s->grid;
     merak_exec_grads_flat(s->e, &s->flat_n);
-    if (s->flat_n > (size_t)INT32_MAX) {   /* an unusable model configuration for this layout */
+    if (s->flat_n > (size_t)INT32_MAX) {   /* the layout cannot work (--auto skips it): more stages or tp */
         merak_errf(err, errlen, "stage %d holds %zu parameters, more than one stage may (2147483647, the "
                    "counts of MPI and of the kernels): split the model over more pipeline stages (--pp) or "
                    "tensor-parallel ranks (--tp)", gr->pp_rank, s->flat_n);
-        return MERAK_FAILED;
+        return MERAK_USAGE;
     }
     s->zlo = 0;
     s->zhi = s->flat_n;
