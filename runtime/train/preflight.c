@@ -88,6 +88,19 @@ int merak_stage_table_fill(merak_run *r, stage_table *t, char *err, size_t errle
     return 0;
 }
 
+typedef struct init_out {
+    const char *flag, *out;
+    char *err;
+    size_t errlen;
+} init_out;
+
+/* merak_weights_each_file's fn: 1 (err set) when file is the output. */
+static int init_file(void *ctx, const char *file)
+{
+    init_out *c = ctx;
+    return merak_file_not_input(c->flag, c->out, "a file of the --init weights", file, c->err, c->errlen) < 0;
+}
+
 /* Output FLAG OUT is none of the files the run reads: the --init weights,
  * data and validation shards, the tokenizer, the tp-rules, the device
  * profiles MERAK_DEVICES names, every file of the checkpoint it resumes.
@@ -95,8 +108,14 @@ int merak_stage_table_fill(merak_run *r, stage_table *t, char *err, size_t errle
 static int not_an_input(const merak_run *r, const char *flag, const char *out, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
-    if (merak_file_not_input(flag, out, "the --init weights", a->init, err, errlen) < 0 ||
-        merak_file_not_input(flag, out, "the --tokenizer file", a->tokenizer, err, errlen) < 0 ||
+    /* every file of sharded weights (and its index); weights that cannot be
+     * opened are compared as the path given (loading them says why) */
+    init_out c = {flag, out, err, errlen};
+    char ignored[256];
+    const int in_init = a->init ? merak_weights_each_file(a->init, init_file, &c, ignored, sizeof ignored) : 0;
+    if (in_init > 0 || (in_init < 0 && merak_file_not_input(flag, out, "the --init weights", a->init, err, errlen) < 0))
+        return -1;
+    if (merak_file_not_input(flag, out, "the --tokenizer file", a->tokenizer, err, errlen) < 0 ||
         merak_file_not_input(flag, out, "the --tp-rules file", a->tp_rules, err, errlen) < 0 ||
         merak_file_not_input(flag, out, "the device profiles file (MERAK_DEVICES)", getenv("MERAK_DEVICES"), err,
                              errlen) < 0)

@@ -26,8 +26,13 @@ int merak_init_params(const merak_graph *g, merak_exec *e, uint64_t seed, char *
                       size_t errlen);
 
 /* ---- Hugging Face weights (safetensors)
- * Import: every parameter of the executor must be in the file with its shape
- * (GPT-2's Conv1D weights as [in, out]); names may lack GPT-2's
+ * PATH is a safetensors file, a model.safetensors.index.json (any name
+ * ending in .json) whose weight_map names a file for every tensor, or a
+ * directory holding either (the index, else model.safetensors).  An index's
+ * files are opened once each and every tensor must be in the file the index
+ * names and in no other.
+ * Import: every parameter of the executor must be in the weights with its
+ * shape (GPT-2's Conv1D weights as [in, out]); names may lack GPT-2's
  * "transformer." prefix.  Returns 0 or -1 with err naming the file and the
  * tensor. */
 int merak_weights_load(const merak_graph *g, merak_exec *e, const char *path, char *err,
@@ -42,6 +47,12 @@ int merak_weights_load_decoder(const merak_graph *g, merak_decoder *d, const cha
  * LLaMA's rotary inv_freq).  0, or -1 with err naming the file and the
  * first tensor that is not. */
 int merak_weights_extra(const merak_graph *model, const char *path, char *err, size_t errlen);
+
+/* fn(ctx, file) for the index and every file the weights at PATH read
+ * (one file: itself); stops at the first nonzero return, which it
+ * returns; -1 with err when PATH cannot be opened. */
+int merak_weights_each_file(const char *path, int (*fn)(void *ctx, const char *file), void *ctx, char *err,
+                            size_t errlen);
 
 /* The same into host arrays: tensors[i] of g (whole, or a shard's part)
  * into data[i], graph layout, for i < n. */

@@ -3,15 +3,164 @@
  *
  * The graph keeps linear weights as [out, in]; parameters marked
  * MERAK_HF_TRANSPOSED (GPT-2's Conv1D) are [in, out] in the file and are
- * transposed on the way in and out.
+ * transposed on the way in and out.  Weights come from one safetensors
+ * file, or from the shards a model.safetensors.index.json names (the hub's
+ * form for models of more than a few GB), given as the index or as the
+ * directory that holds it.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "safetensors.h"
 #include "train.h"
 #include "errf.h"
+
+#define INDEX_NAME "model.safetensors.index.json"
+
+/* Where weights come from: files f[0..n) (their paths beside them), and
+ * the index that named them, or NULL for a single file. */
+typedef struct weights_src {
+    int n;
+    merak_st_file **f;
+    char **path;
+    char *index;
+} weights_src;
+
+static void src_close(weights_src *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        merak_st_close(s->f[i]);
+        free(s->path[i]);
+    }
+    free(s->f);
+    free(s->path);
+    free(s->index);
+    *s = (weights_src){0};
+}
+
+/* Opens file path as s's next file. */
+static int src_add(weights_src *s, const char *path, char *err, size_t errlen)
+{
+    merak_st_file **f = realloc(s->f, (size_t)(s->n + 1) * sizeof *f);
+    if (f)
+        s->f = f;
+    char **p = realloc(s->path, (size_t)(s->n + 1) * sizeof *p);
+    if (p)
+        s->path = p;
+    if (!f || !p || !(s->path[s->n] = strdup(path)))
+        return merak_errf(err, errlen, "%s: out of memory", path);
+    if (merak_st_open(path, &s->f[s->n], err, errlen) < 0) {
+        free(s->path[s->n]);
+        return -1;
+    }
+    s->n++;
+    return 0;
+}
+
+/* The index at path: every file its weight_map names, opened once, each
+ * tensor in the file the index says and in no other (a tensor listed
+ * twice, missing from its file, or in a file the index does not name it
+ * for is refused by name). */
+static int src_index(weights_src *s, const char *path, char *err, size_t errlen)
+{
+    json_error_t je;
+    /* a key listed twice in weight_map would say two things of one tensor */
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *map;
+    if (!root)
+        return merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+    int rc = 0;
+    if (!json_is_object(map = json_object_get(root, "weight_map")) || json_object_size(map) == 0)
+        rc = merak_errf(err, errlen, "%s: no \"weight_map\" of tensor names to files", path);
+    if (rc == 0 && !(s->index = strdup(path)))
+        rc = merak_errf(err, errlen, "%s: out of memory", path);
+    const char *slash = strrchr(path, '/');
+    const int dirlen = slash ? (int)(slash - path) : 1;
+    const char *dir = slash ? path : ".";
+    const char *name;
+    json_t *v;
+    json_object_foreach(map, name, v) {
+        const char *file = json_string_value(v);
+        if (rc < 0)
+            break;
+        if (!file || !*file || file[0] == '/' || strstr(file, ".."))
+            rc = merak_errf(err, errlen, "%s: tensor '%s' is mapped to '%s', not a file name beside the index",
+                            path, name, file ? file : "(not a string)");
+        char full[4096];
+        if (rc == 0 && (size_t)snprintf(full, sizeof full, "%.*s/%s", dirlen, dir, file) >= sizeof full)
+            rc = merak_errf(err, errlen, "%s: the path of %s is too long", path, file);
+        int at = -1;
+        for (int i = 0; rc == 0 && i < s->n && at < 0; i++)
+            if (strcmp(s->path[i], full) == 0)
+                at = i;
+        if (rc == 0 && at < 0 && (rc = src_add(s, full, err, errlen)) == 0)
+            at = s->n - 1;
+        if (rc == 0 && !merak_st_find(s->f[at], name))
+            rc = merak_errf(err, errlen, "%s: the index puts tensor '%s' in %s, which does not hold it", path, name,
+                            full);
+    }
+    /* every tensor of every file is the index's, for that file */
+    for (int i = 0; rc == 0 && i < s->n; i++)
+        for (int k = 0; rc == 0 && k < merak_st_count(s->f[i]); k++) {
+            const char *t = merak_st_at(s->f[i], k)->name, *file = json_string_value(json_object_get(map, t));
+            const char *base = strrchr(s->path[i], '/');
+            base = base ? base + 1 : s->path[i];
+            if (!file)
+                rc = merak_errf(err, errlen, "%s: %s holds tensor '%s', which the index does not name", path,
+                                s->path[i], t);
+            else if (strcmp(file, base) != 0)
+                rc = merak_errf(err, errlen, "%s: tensor '%s' is in %s too, but the index puts it in %s", path, t,
+                                s->path[i], file);
+        }
+    json_decref(root);
+    return rc;
+}
+
+/* The weights at path: a safetensors file, an index (a .json file), or a
+ * directory with an index or a model.safetensors. */
+static int src_open(const char *path, weights_src *s, char *err, size_t errlen)
+{
+    *s = (weights_src){0};
+    struct stat st;
+    size_t n = strlen(path);
+    int rc;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char p[4096];
+        if ((size_t)snprintf(p, sizeof p, "%s/" INDEX_NAME, path) >= sizeof p)
+            return merak_errf(err, errlen, "%s: the path is too long", path);
+        if (stat(p, &st) == 0)
+            rc = src_index(s, p, err, errlen);
+        else if (snprintf(p, sizeof p, "%s/model.safetensors", path), stat(p, &st) == 0)
+            rc = src_add(s, p, err, errlen);
+        else
+            rc = merak_errf(err, errlen, "%s: a directory without " INDEX_NAME " or model.safetensors", path);
+    } else if (n > 5 && strcmp(path + n - 5, ".json") == 0) {
+        rc = src_index(s, path, err, errlen);
+    } else {
+        rc = src_add(s, path, err, errlen);
+    }
+    if (rc < 0)
+        src_close(s);
+    return rc;
+}
+
+/* What messages name the weights by: the index, or the file. */
+static const char *src_name(const weights_src *s) { return s->index ? s->index : s->path[0]; }
+
+int merak_weights_each_file(const char *path, int (*fn)(void *ctx, const char *file), void *ctx, char *err,
+                            size_t errlen)
+{
+    weights_src s;
+    if (src_open(path, &s, err, errlen) < 0)
+        return -1;
+    int rc = s.index ? fn(ctx, s.index) : 0;
+    for (int i = 0; i < s.n && rc == 0; i++)
+        rc = fn(ctx, s.path[i]);
+    src_close(&s);
+    return rc;
+}
 
 /* The file's shape of parameter t (the whole tensor for a shard). */
 static void hf_shape(const merak_tensor *t, int64_t *shape)
@@ -39,14 +188,21 @@ static void transpose(float *dst, const float *src, int64_t rows, int64_t cols)
             dst[c * rows + r] = src[r * cols + c];
 }
 
-static const merak_st_info *find_param(const merak_st_file *f, const char *name)
+/* Tensor name in s (*path: its file), or NULL. */
+static const merak_st_info *find_param(const weights_src *s, const char *name, const char **path)
 {
-    const merak_st_info *info = merak_st_find(f, name);
     const char *prefix = "transformer.";
-    /* GPT2Model checkpoints (e.g. the original "gpt2") omit the prefix. */
-    if (!info && strncmp(name, prefix, strlen(prefix)) == 0)
-        info = merak_st_find(f, name + strlen(prefix));
-    return info;
+    for (int i = 0; i < s->n; i++) {
+        const merak_st_info *info = merak_st_find(s->f[i], name);
+        /* GPT2Model checkpoints (e.g. the original "gpt2") omit the prefix. */
+        if (!info && strncmp(name, prefix, strlen(prefix)) == 0)
+            info = merak_st_find(s->f[i], name + strlen(prefix));
+        if (info) {
+            *path = s->path[i];
+            return info;
+        }
+    }
+    return NULL;
 }
 
 /* Reusable buffers of the reads. */
@@ -56,17 +212,18 @@ typedef struct read_bufs {
 } read_bufs;
 
 /* Parameter t (of the model or a tensor-parallel shard: its part of the
- * whole tensor) from file f into dst, graph layout.  0, or -1 with err
- * naming the file and the tensor. */
-static int read_param(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
+ * whole tensor) from s into dst, graph layout; *path: the file it was in.
+ * 0, or -1 with err naming the file and the tensor. */
+static int read_param(const weights_src *s, const char **path, const merak_tensor *t, float *dst, read_bufs *b,
                       char *err, size_t errlen);
 
 /* read_param, then every value finite: a NaN or Inf in a weights file is
  * named with the file and the tensor rather than found as a diverged step. */
-static int read_finite(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
-                       char *err, size_t errlen)
+static int read_finite(const weights_src *s, const merak_tensor *t, float *dst, read_bufs *b, char *err,
+                       size_t errlen)
 {
-    if (read_param(f, path, t, dst, b, err, errlen) < 0)
+    const char *path = src_name(s);
+    if (read_param(s, &path, t, dst, b, err, errlen) < 0)
         return -1;
     int64_t at = merak_nonfinite_at(dst, (size_t)merak_tensor_elems(t));
     if (at >= 0)
@@ -75,12 +232,13 @@ static int read_finite(const merak_st_file *f, const char *path, const merak_ten
     return 0;
 }
 
-static int read_param(const merak_st_file *f, const char *path, const merak_tensor *t, float *dst, read_bufs *b,
+static int read_param(const weights_src *s, const char **file, const merak_tensor *t, float *dst, read_bufs *b,
                       char *err, size_t errlen)
 {
-    const merak_st_info *info = find_param(f, t->name);
+    const merak_st_info *info = find_param(s, t->name, file);
+    const char *path = *file;
     if (!info)
-        return merak_errf(err, errlen, "%s: tensor '%s' is missing", path, t->name);
+        return merak_errf(err, errlen, "%s: tensor '%s' is missing", src_name(s), t->name);
     int64_t want[MERAK_MAX_DIMS];
     hf_shape(t, want);
     if (info->ndim != t->ndim || memcmp(info->shape, want, (size_t)t->ndim * sizeof *want) != 0) {
@@ -125,8 +283,8 @@ static int load_each(const merak_graph *g, const char *path, int n, int (*tensor
                      int (*put)(void *obj, int i, const float *host), void *obj, const char *backend, char *err,
                      size_t errlen)
 {
-    merak_st_file *f;
-    if (merak_st_open(path, &f, err, errlen) < 0)
+    weights_src f;
+    if (src_open(path, &f, err, errlen) < 0)
         return -1;
     int rc = 0;
     read_bufs b = {0};
@@ -144,14 +302,14 @@ static int load_each(const merak_graph *g, const char *path, int n, int (*tensor
             dst = p;
             dst_n = pn;
         }
-        rc = read_finite(f, path, t, dst, &b, err, errlen);
+        rc = read_finite(&f, t, dst, &b, err, errlen);
         if (rc == 0 && put(obj, i, dst) < 0)
             rc = merak_errf(err, errlen, "%s: copying '%s' to the %s backend failed", path, t->name, backend);
     }
     free(b.tmp);
     free(b.whole);
     free(dst);
-    merak_st_close(f);
+    src_close(&f);
     return rc;
 }
 
@@ -190,37 +348,38 @@ static int is_buffer(const char *name)
 
 int merak_weights_extra(const merak_graph *model, const char *path, char *err, size_t errlen)
 {
-    merak_st_file *f;
-    if (merak_st_open(path, &f, err, errlen) < 0)
+    weights_src s;
+    if (src_open(path, &s, err, errlen) < 0)
         return -1;
     int rc = 0;
-    for (int i = 0; i < merak_st_count(f) && rc == 0; i++) {
-        const char *name = merak_st_at(f, i)->name;
-        char prefixed[MERAK_NAME_MAX + 16];
-        snprintf(prefixed, sizeof prefixed, "transformer.%s", name);   /* GPT2Model files */
-        int t = merak_graph_find(model, name);
-        if (t < 0)
-            t = merak_graph_find(model, prefixed);
-        if ((t < 0 || model->tensors[t].kind != MERAK_T_PARAM) && !is_buffer(name))
-            rc = merak_errf(err, errlen, "%s: tensor '%s' is not a parameter of the model", path, name);
-    }
-    merak_st_close(f);
+    for (int k = 0; k < s.n && rc == 0; k++)
+        for (int i = 0; i < merak_st_count(s.f[k]) && rc == 0; i++) {
+            const char *name = merak_st_at(s.f[k], i)->name;
+            char prefixed[MERAK_NAME_MAX + 16];
+            snprintf(prefixed, sizeof prefixed, "transformer.%s", name);   /* GPT2Model files */
+            int t = merak_graph_find(model, name);
+            if (t < 0)
+                t = merak_graph_find(model, prefixed);
+            if ((t < 0 || model->tensors[t].kind != MERAK_T_PARAM) && !is_buffer(name))
+                rc = merak_errf(err, errlen, "%s: tensor '%s' is not a parameter of the model", s.path[k], name);
+        }
+    src_close(&s);
     return rc;
 }
 
 int merak_weights_read(const merak_graph *g, int n, const int *tensors, const char *path, float *const *data,
                        char *err, size_t errlen)
 {
-    merak_st_file *f;
-    if (merak_st_open(path, &f, err, errlen) < 0)
+    weights_src s;
+    if (src_open(path, &s, err, errlen) < 0)
         return -1;
     read_bufs b = {0};
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = read_finite(f, path, &g->tensors[tensors[i]], data[i], &b, err, errlen);
+        rc = read_finite(&s, &g->tensors[tensors[i]], data[i], &b, err, errlen);
     free(b.tmp);
     free(b.whole);
-    merak_st_close(f);
+    src_close(&s);
     return rc;
 }
 
