@@ -73,7 +73,7 @@ static merak_topo_node *this_node(int local_size, char *note, size_t notelen)
     merak_topo_node *node = NULL, *sub = NULL;
     char err[256];
     if (merak_topo_node_load(&node, NULL, err, sizeof err) < 0) {
-        merak_errf(note, notelen, "no topology (%s)", err);
+        merak_errf(note, notelen, "not placed: no topology (%s)", err);
         return NULL;
     }
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
@@ -81,7 +81,7 @@ static merak_topo_node *this_node(int local_size, char *note, size_t notelen)
     if (visible && merak_topo_node_ngpus(node) > 0) {
         n = merak_topo_node_parse_visible(node, visible, ids, 256, err, sizeof err);
         if (n < 0 || n > 256) {
-            merak_errf(note, notelen, "CUDA_VISIBLE_DEVICES: %s", n < 0 ? err : "more than 256 GPUs");
+            merak_errf(note, notelen, "not placed: CUDA_VISIBLE_DEVICES: %s", n < 0 ? err : "more than 256 GPUs");
             merak_topo_node_destroy(node);
             return NULL;
         }
@@ -92,7 +92,7 @@ static merak_topo_node *this_node(int local_size, char *note, size_t notelen)
         n = 0;
     if (n >= 0) {
         if (merak_topo_node_restrict_gpus(node, ids, n, &sub, err, sizeof err) < 0) {
-            merak_errf(note, notelen, "%s", err);
+            merak_errf(note, notelen, "not placed: %s", err);
             sub = NULL;
         }
         merak_topo_node_destroy(node);

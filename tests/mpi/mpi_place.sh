@@ -112,4 +112,12 @@ echo "ok: $(cat "$WORK/err") (exit 2)"
 grep -q '^placement (rank 0): node 0 of 1, task 0 of 2: gpu -, ' "$WORK/train.out" ||
     { cat "$WORK/train.out" >&2; fail "merak-train: no placement line"; }
 echo "ok: $(grep '^placement' "$WORK/train.out")"
+# a topology that cannot be read: no placement, said so, and the run goes on in MPI's order
+printf 'not xml' > "$WORK/bad.xml"
+HWLOC_XMLFILE=$WORK/bad.xml "$WRAP" 2 "$TRAIN" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 \
+    --seq-len 16 --steps 1 --threads 1 --tp 2 > "$WORK/train.out" 2>&1 ||
+    { cat "$WORK/train.out" >&2; fail "merak-train with an unreadable topology failed"; }
+grep -q '^placement (rank 0): not placed: no topology (HWLOC_XMLFILE=.*bad.xml: not an hwloc XML topology' \
+    "$WORK/train.out" || { cat "$WORK/train.out" >&2; fail "merak-train: no line saying it was not placed"; }
+echo "ok: $(grep '^placement' "$WORK/train.out")"
 echo "mpi_place: ok"
