@@ -187,6 +187,19 @@ expect 1 "has shape \[256, 32\] (expected \[256, 64\])" -- --model tiny-gpt2 $D 
 assert raw.count(k) == 1; open(sys.argv[2], "wb").write(raw.replace(k, k[:-1] + b"I"))' "$WORK/g2.safetensors" "$WORK/i32.safetensors"
 expect 1 "i32.safetensors: tensor 'transformer.wte.weight' is I32: weights must be floating point" -- \
     --model tiny-gpt2 $D --init "$WORK/i32.safetensors"
+# Mistral: LLaMA's architecture with a sliding window, which is causal
+# attention within it: trains bit for bit as the same LLaMA config, and
+# its positions are the window's
+sed 's/"model_type": "llama"/"model_type": "mistral", "sliding_window": 16/' "$FIX/ref-llama.json" > "$WORK/mistral.json"
+sed 's/"model_type": "llama"/"model_type": "mistral", "sliding_window": null/' "$FIX/ref-llama.json" > "$WORK/mistral-full.json"
+for m in "$FIX/ref-llama.json" "$WORK/mistral.json" "$WORK/mistral-full.json"; do
+    "$TRAIN" --model "$m" $D --steps 2 --metrics "$WORK/mis.jsonl" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--model $m"; }
+    sed 's/"tokens_per_s".*//' "$WORK/mis.jsonl" > "$WORK/mis.$(basename "$m")"
+    rm "$WORK/mis.jsonl"
+done
+cmp -s "$WORK/mis.ref-llama.json" "$WORK/mis.mistral.json" && cmp -s "$WORK/mis.ref-llama.json" "$WORK/mis.mistral-full.json" ||
+    fail "a Mistral config trains unlike the same LLaMA config"
+expect 2 "seq-len 32 is beyond the model's 16 positions" -- --model "$WORK/mistral.json" $D --seq-len 32
 # an initializer_range no float holds is named as what it is
 sed 's/"initializer_range": 0.02/"initializer_range": 1e300/' "$FIX/ref-gpt2.json" > "$WORK/init-range.json"
 expect 1 "initializer_range 1e+300 must be at least 0 and below 1e30" -- --model "$WORK/init-range.json" $D

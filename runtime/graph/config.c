@@ -330,6 +330,24 @@ static int load_llama(const loader *L, merak_model_config *c)
     return 0;
 }
 
+/* Mistral is LLaMA's architecture with sliding-window attention: a token
+ * attends to the sliding_window tokens before it.  Within the window that
+ * is the causal attention merak computes, so the model's positions are
+ * the window's (null, or a window past max_position_embeddings: all of
+ * them); a longer sequence is refused as one past the positions. */
+static int load_window(const loader *L, merak_model_config *c)
+{
+    json_t *w = field(L, "sliding_window");
+    if (!w || json_is_null(w))
+        return 0;
+    int window;
+    if (get_pos_int(L, "sliding_window", -1, &window) != 0)
+        return -1;
+    if (window < c->max_positions)
+        c->max_positions = window;
+    return 0;
+}
+
 int merak_model_config_load(const char *path, merak_model_config *cfg, char *err,
                             size_t errlen)
 {
@@ -373,8 +391,11 @@ int merak_model_config_load(const char *path, merak_model_config *cfg, char *err
     } else if (strcmp(type, "llama") == 0) {
         if (load_llama(&L, &c) != 0)
             goto out;
+    } else if (strcmp(type, "mistral") == 0) {
+        if (load_llama(&L, &c) != 0 || load_window(&L, &c) != 0)
+            goto out;
     } else {
-        merak_errf(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2 or llama)",
+        merak_errf(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2, llama or mistral)",
                path, type);
         goto out;
     }
