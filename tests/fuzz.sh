@@ -74,6 +74,20 @@ printf '\001\001\000\000\003\0030,1gpu 0000:1b:00.0 0 0\ngpu 0000:3b:00.0 1 -1\n
 import sys
 j = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(len(j).to_bytes(2, "big") + j + b" the thin one<|endoftext|>then 42! \xff")
+# and a SentencePiece-style one (byte fallback, an unknown token, LLaMA 2's
+# normalizer), with text it lacks characters for
+import json
+v = {"<unk>": 0, "<s>": 1, "</s>": 2}
+v.update({"<0x%02X>" % b: 3 + b for b in range(256)})
+for w in ["\u2581", "t", "h", "e", "n", "\u2581t", "he", "\u2581the"]:
+    v[w] = len(v)
+j = {"normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+     "pre_tokenizer": None, "added_tokens": [{"id": 2, "content": "</s>", "special": True}],
+     "model": {"type": "BPE", "byte_fallback": True, "unk_token": "<unk>", "fuse_unk": True, "vocab": v,
+               "merges": ["\u2581 t", "h e", "\u2581t he"]}}
+j = json.dumps(j).encode()
+open(sys.argv[2] + "-sp", "wb").write(len(j).to_bytes(2, "big") + j + "the thin one</s>then \U0001f389 caf\u00e9".encode())
 PYEOF
 # options --merak-tp=2 --merak-pp=2 --merak-schedule=1f1b, max_tp=4, 8 tasks
 printf '\0022\000\0032\000\0051f1b\000\200max_tp=4\000\000\010' > "$WORK/spank_args/seed"

@@ -55,6 +55,30 @@ for name, pat in (("emptysplit", r""), ("starsplit", r"\s*")):
     train(name, pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pat), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
+# SentencePiece-style BPE (LLaMA 2, Mistral, TinyLlama): characters with
+# byte fallback to <0xXX> tokens (the vocabulary's, not added tokens), an
+# unknown token, and a small alphabet so that emoji, CJK and accents fall
+# back; written the legacy way (normalizer Prepend + Replace, no
+# pre-tokenizer: a document is one piece) and the newer ways (Metaspace,
+# prepend_scheme first, with and without split)
+SP = ["<unk>", "<s>", "</s>"]
+tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+tok.train(files, trainers.BpeTrainer(vocab_size=3000, limit_alphabet=90, show_progress=False,
+                                     special_tokens=SP + ["<0x%02X>" % b for b in range(256)]))
+base = json.loads(tok.to_str())
+base["added_tokens"] = [a for a in base["added_tokens"] if a["content"] in SP]
+base["decoder"] = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+    {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+for name, norm, pre in (
+        ("llama2", {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}, None),
+        ("metaspace", None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}),
+        ("metasplit", None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True})):
+    j = dict(base, normalizer=norm, pre_tokenizer=pre)
+    json.dump(j, open("%s/%s.json" % (work, name), "w"), ensure_ascii=False)
+    Tokenizer.from_file("%s/%s.json" % (work, name))   # the library takes it as written
 j = json.load(open("%s/gpt2.json" % work))
 j["model"]["vocab"] = {k: v + 70000 for k, v in j["model"]["vocab"].items()}
 for a in j["added_tokens"]:
@@ -72,7 +96,7 @@ tok = Tokenizer.from_file(sys.argv[1])
 raw = open(sys.argv[2], "rb").read()
 magic, version, n = struct.unpack("<iii", raw[:12])
 got = np.frombuffer(raw[1024:], dtype="<u2" if version == 1 else "<u4")[:n].tolist()
-eot = tok.token_to_id("<|endoftext|>")
+eot = next(i for i in (tok.token_to_id(x) for x in ("<|endoftext|>", "</s>")) if i is not None)
 want = []
 for i, f in enumerate(sys.argv[3:]):
     want += ([eot] if i else []) + tok.encode(open(f, encoding="utf-8", newline="").read()).ids
@@ -85,7 +109,7 @@ if got != want:
 print("ok: %s: %d tokens, the library's, version %d shard" % (sys.argv[1].rsplit("/", 1)[-1], n, version))
 PYEOF
 }
-for t in gpt2 prefix llama3 twosplits emptysplit starsplit big; do
+for t in gpt2 prefix llama3 twosplits emptysplit starsplit llama2 metaspace metasplit big; do
     capture "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/$t.bin" $FILES
     [ "$rc" -eq 0 ] || { cat "$WORK/err" >&2; fail "merak-shard --tokenizer $t.json"; }
     cat "$WORK/out"
@@ -106,8 +130,8 @@ bad() { # NAME JSON PATTERN
     printf '%s' "$2" > "$WORK/$1.json"
     expect_exit 1 "$3" "$SHARD" --tokenizer "$WORK/$1.json" -o "$WORK/x.bin" "$C/spaces.txt"
 }
-bad wordpiece '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' "model type 'WordPiece' is not supported (byte-level BPE only)"
-bad unigram '{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}' "model type 'Unigram' is not supported (byte-level BPE only)"
+bad wordpiece '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' "model type 'WordPiece' is not supported (BPE only: byte-level or SentencePiece-style)"
+bad unigram '{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}' "model type 'Unigram' is not supported (BPE only: byte-level or SentencePiece-style)"
 bad merge '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}' "merge 0 ('a' 'b') names a token not in the vocabulary"
 bad norm '{"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "normalizer 'NFKC' is not supported"
 bad pre '{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "pre-tokenizer 'Whitespace' is not supported"

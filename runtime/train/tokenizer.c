@@ -10,6 +10,13 @@
  * each final piece becomes bytes, each byte its token, and the adjacent
  * pair with the lowest merge rank is merged (leftmost first) until no pair
  * has a merge.  Pieces seen before come from a cache.
+ *
+ * SentencePiece-style BPE (LLaMA 2, Mistral): the text between added
+ * tokens is normalized first (Prepend, Replace: " " becomes "▁"), the
+ * Metaspace pre-tokenizer does the same in newer files, and a piece's
+ * symbols are its characters (a character the vocabulary lacks becomes
+ * its bytes' <0xXX> tokens with byte_fallback, else the unknown token,
+ * consecutive ones fused), merged by rank as above.
  */
 #define _GNU_SOURCE /* memmem */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -39,7 +46,21 @@
 typedef struct stage {
     pcre2_code *re;    /* NULL: no split */
     int prefix_space;  /* ByteLevel's add_prefix_space */
+    int byte_level;    /* ByteLevel */
+    /* Metaspace: spaces become meta (its replacement), which is put first
+     * (prepend: 0 never, 1 always, 2 first: at the start of the text only),
+     * and, with split, every piece starts at a meta */
+    const char *meta;
+    int prepend, split;
 } stage;
+
+/* A normalizer step: Prepend a (text not empty), or Replace every a by b. */
+typedef struct norm_op {
+    int replace;
+    const char *a, *b;
+    size_t na, nb;
+} norm_op;
+#define MAX_NORM 8
 
 typedef struct added {
     const char *text;
@@ -71,6 +92,14 @@ struct merak_tokenizer {
     int ignore_merges;
     stage stages[MAX_STAGES];
     int nstages;
+    norm_op norm[MAX_NORM];
+    int nnorm;
+    int sp;                        /* SentencePiece-style: characters, not bytes */
+    int byte_fallback;             /* sp: a missing character as its <0xXX> tokens */
+    int64_t unk;                   /* sp: the unknown token, or -1 */
+    int fuse_unk;
+    const char *meta;              /* sp: what stands for a space in token texts */
+    const char *start;             /* encoding: where the text starts (Metaspace's "first"), or NULL */
     added *adds;
     int nadds;
     int64_t eot;
@@ -175,6 +204,7 @@ static int add_stage(merak_tokenizer *t, const char *path, json_t *p)
     const char *pattern = NULL;
     if (!strcmp(type, "ByteLevel")) {
         json_t *ur = json_object_get(p, "use_regex");
+        st->byte_level = 1;
         st->prefix_space = json_is_true(json_object_get(p, "add_prefix_space"));
         if (!ur || json_is_true(ur))
             pattern = GPT2_PATTERN;
@@ -189,8 +219,21 @@ static int add_stage(merak_tokenizer *t, const char *path, json_t *p)
                         behavior ? behavior : "(none)");
         if (json_is_true(json_object_get(p, "invert")))
             return fail(t, "%s: an inverted Split is not supported", path);
+    } else if (!strcmp(type, "Metaspace")) {
+        const char *rep = json_string_value(json_object_get(p, "replacement"));
+        const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
+        st->meta = rep && *rep ? rep : "\xe2\x96\x81";
+        st->split = !json_is_false(json_object_get(p, "split"));
+        if (scheme)
+            st->prepend = !strcmp(scheme, "always") ? 1 : !strcmp(scheme, "first") ? 2 : !strcmp(scheme, "never") ? 0 : -1;
+        else   /* older files: add_prefix_space */
+            st->prepend = json_is_false(json_object_get(p, "add_prefix_space")) ? 0 : 1;
+        if (st->prepend < 0)
+            return fail(t, "%s: Metaspace prepend_scheme '%s' is not always, first or never", path, scheme);
+        t->sp = 1;
+        t->meta = st->meta;
     } else {
-        return fail(t, "%s: pre-tokenizer '%s' is not supported (ByteLevel, Split)", path, type);
+        return fail(t, "%s: pre-tokenizer '%s' is not supported (ByteLevel, Split, Metaspace)", path, type);
     }
     if (pattern) {
         int code;
@@ -206,6 +249,52 @@ static int add_stage(merak_tokenizer *t, const char *path, json_t *p)
     }
     t->nstages++;
     return 0;
+}
+
+/* One normalizer step: Prepend, or Replace of a string. */
+static int add_norm(merak_tokenizer *t, const char *path, json_t *n)
+{
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (t->nnorm == MAX_NORM)
+        return fail(t, "%s: more than %d normalizers", path, MAX_NORM);
+    norm_op *op = &t->norm[t->nnorm];
+    if (type && !strcmp(type, "Prepend")) {
+        op->a = json_string_value(json_object_get(n, "prepend"));
+        if (!op->a || !*op->a)
+            return fail(t, "%s: a Prepend normalizer without its text", path);
+    } else if (type && !strcmp(type, "Replace")) {
+        op->replace = 1;
+        op->a = json_string_value(json_object_get(json_object_get(n, "pattern"), "String"));
+        op->b = json_string_value(json_object_get(n, "content"));
+        if (!op->a || !*op->a || !op->b)
+            return fail(t, "%s: a Replace normalizer must replace a String by a content (a Regex pattern is not "
+                        "supported)", path);
+        op->nb = strlen(op->b);
+        if (!strcmp(op->a, " "))
+            t->meta = op->b;   /* what a space becomes in the vocabulary's texts */
+    } else {
+        return fail(t, "%s: normalizer '%s' is not supported (Prepend, Replace)", path, type ? type : "?");
+    }
+    op->na = strlen(op->a);
+    t->nnorm++;
+    t->sp = 1;
+    return 0;
+}
+
+static int load_normalizer(merak_tokenizer *t, const char *path, json_t *n)
+{
+    if (!n || json_is_null(n))
+        return 0;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *list = json_object_get(n, "normalizers"), *e;
+        size_t i;
+        json_array_foreach(list, i, e)
+            if (add_norm(t, path, e) < 0)
+                return -1;
+        return 0;
+    }
+    return add_norm(t, path, n);
 }
 
 static int load_pre_tokenizer(merak_tokenizer *t, const char *path, json_t *p)
@@ -230,12 +319,13 @@ static int load_model(merak_tokenizer *t, const char *path, json_t *m)
     if (!type)
         return fail(t, "%s: no model type", path);
     if (strcmp(type, "BPE") != 0)
-        return fail(t, "%s: model type '%s' is not supported (byte-level BPE only)", path, type);
+        return fail(t, "%s: model type '%s' is not supported (BPE only: byte-level or SentencePiece-style)", path,
+                    type);
     json_t *d = json_object_get(m, "dropout");
     if (d && !json_is_null(d) && json_number_value(d) != 0)
         return fail(t, "%s: BPE dropout is not supported", path);
-    if (json_is_true(json_object_get(m, "byte_fallback")))
-        return fail(t, "%s: byte_fallback is not supported (a byte-level BPE needs none)", path);
+    t->byte_fallback = json_is_true(json_object_get(m, "byte_fallback"));
+    t->fuse_unk = json_is_true(json_object_get(m, "fuse_unk"));
     const char *pre = json_string_value(json_object_get(m, "continuing_subword_prefix"));
     const char *suf = json_string_value(json_object_get(m, "end_of_word_suffix"));
     if ((pre && *pre) || (suf && *suf))
@@ -360,7 +450,22 @@ static int build_bytes(merak_tokenizer *t, const char *path)
             return fail(t, "out of memory");
         size_t i = 0, m = 0;
         int plain = 1;
-        while (i < n) {
+        unsigned hex;
+        if (t->sp) {   /* "<0xXX>" is byte XX; the meta text stands for a space */
+            char tail;
+            const size_t nm = strlen(t->meta);
+            if (n == 6 && sscanf(key, "<0x%2X%c", &hex, &tail) == 2 && tail == '>') {
+                out[m++] = (unsigned char)hex;
+            } else {
+                for (i = 0; i < n;)
+                    if (nm && i + nm <= n && !memcmp(key + i, t->meta, nm))
+                        out[m++] = ' ', i += nm;
+                    else
+                        out[m++] = (unsigned char)key[i++];
+            }
+            i = n;
+        }
+        while (!t->sp && i < n) {
             int32_t c = utf8_get(key, n, &i);
             if (c < 0 || c >= 324 || u2b[c] < 0) {
                 plain = 0;
@@ -368,7 +473,7 @@ static int build_bytes(merak_tokenizer *t, const char *path)
             }
             out[m++] = (unsigned char)u2b[c];
         }
-        if (!plain) {
+        if (!t->sp && !plain) {
             memcpy(out, key, n);
             m = n;
         }
@@ -415,15 +520,8 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
         merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
         goto out;
     }
-    json_t *norm = json_object_get(t->root, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        const char *type = json_string_value(json_object_get(norm, "type"));
-        if (!type || strcmp(type, "Sequence") != 0 ||
-            json_array_size(json_object_get(norm, "normalizers")) != 0) {
-            fail(t, "%s: normalizer '%s' is not supported (none)", path, type ? type : "?");
-            goto out;
-        }
-    }
+    if (load_normalizer(t, path, json_object_get(t->root, "normalizer")) < 0)
+        goto out;
     /* GPT-2's map: printable bytes are themselves, the rest 256, 257, ... */
     for (int b = 0, n = 0; b < 256; b++)
         t->b2u[b] = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174
@@ -431,16 +529,30 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
                         : (uint32_t)(256 + n++);
     if (load_model(t, path, json_object_get(t->root, "model")) < 0 ||
         load_pre_tokenizer(t, path, json_object_get(t->root, "pre_tokenizer")) < 0 ||
-        load_added(t, path, json_object_get(t->root, "added_tokens")) < 0 ||
-        build_bytes(t, path) < 0)
+        load_added(t, path, json_object_get(t->root, "added_tokens")) < 0)
+        goto out;
+    t->sp |= t->byte_fallback;
+    for (int i = 0; t->sp && i < t->nstages; i++)
+        if (t->stages[i].byte_level) {
+            fail(t, "%s: a ByteLevel pre-tokenizer with a SentencePiece-style tokenizer (byte_fallback, a "
+                 "Prepend or Replace normalizer, Metaspace) is not supported", path);
+            goto out;
+        }
+    if (t->sp && !t->meta)
+        t->meta = "\xe2\x96\x81";   /* U+2581, SentencePiece's */
+    if (build_bytes(t, path) < 0)
         goto out;
     for (int b = 0; b < 256; b++) {
-        char s[4];
-        t->byte_id[b] = vocab_id(t, s, utf8_put(s, t->b2u[b]));
+        char s[8];
+        t->byte_id[b] = t->sp ? vocab_id(t, s, (size_t)snprintf(s, sizeof s, "<0x%02X>", b))
+                              : vocab_id(t, s, utf8_put(s, t->b2u[b]));
     }
+    const char *unk = json_string_value(json_object_get(json_object_get(t->root, "model"), "unk_token"));
+    t->unk = unk ? vocab_id(t, unk, strlen(unk)) : -1;
     t->eot = -1;
     for (int i = 0; i < t->nadds && t->eot < 0; i++)
-        if (!strcmp(t->adds[i].text, "<|endoftext|>") || !strcmp(t->adds[i].text, "<|end_of_text|>"))
+        if (!strcmp(t->adds[i].text, "<|endoftext|>") || !strcmp(t->adds[i].text, "<|end_of_text|>") ||
+            !strcmp(t->adds[i].text, "</s>"))
             t->eot = t->adds[i].id;
     for (int i = 0; i < t->nadds && t->eot < 0; i++)
         if (t->adds[i].special)
@@ -488,12 +600,12 @@ void merak_tokenizer_free(merak_tokenizer *t)
 uint32_t merak_tokenizer_vocab_size(const merak_tokenizer *t) { return t->nvocab; }
 int64_t merak_tokenizer_eot(const merak_tokenizer *t) { return t->eot; }
 
-int merak_tokenizer_prefix_space(const merak_tokenizer *t)
+int merak_tokenizer_exact(const merak_tokenizer *t)
 {
     for (int i = 0; i < t->nstages; i++)
         if (t->stages[i].prefix_space)
-            return 1;
-    return 0;
+            return 0;
+    return !t->sp;
 }
 
 const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id, size_t *len)
@@ -571,6 +683,45 @@ static void push_pair(merak_tokenizer *t, size_t *len, size_t left, size_t right
         heap_push(t, len, (bpe_pair){m->rank, m->id, t->sym[left], t->sym[right], left, right});
 }
 
+/* SentencePiece-style symbols of piece p[0, n) into t->sym: each
+ * character's token; a character the vocabulary lacks as its bytes'
+ * <0xXX> tokens (byte_fallback, when it has them all), else the unknown
+ * token (consecutive ones one, with fuse_unk).  Their count, or SIZE_MAX
+ * with the error (no unknown token to stand for a character). */
+static size_t chars(merak_tokenizer *t, const unsigned char *p, size_t n)
+{
+    size_t m = 0;
+    int last_unk = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        if (utf8_get((const char *)p, n, &j) < 0)
+            j = i + 1;   /* not UTF-8: the byte alone */
+        const int64_t id = vocab_id(t, (const char *)p + i, j - i);
+        int fell_back = 0;
+        if (id >= 0) {
+            t->sym[m++] = (uint32_t)id;
+        } else if (t->byte_fallback) {
+            fell_back = 1;
+            for (size_t k = i; k < j; k++)
+                fell_back &= t->byte_id[p[k]] >= 0;
+            for (size_t k = i; fell_back && k < j; k++)
+                t->sym[m++] = (uint32_t)t->byte_id[p[k]];
+        }
+        if (id < 0 && !fell_back) {
+            if (t->unk < 0) {
+                fail(t, "'%.*s' is not in the vocabulary, which has no unknown token (unk_token)", (int)(j - i),
+                     (const char *)p + i);
+                return SIZE_MAX;
+            }
+            if (!(t->fuse_unk && last_unk))
+                t->sym[m++] = (uint32_t)t->unk;
+        }
+        last_unk = id < 0 && !fell_back;
+        i = j;
+    }
+    return m;
+}
+
 /* The ids of one piece into t->sym[0, *nout): its bytes' tokens, merged by
  * rank, the lowest first and the leftmost among equals, until no pair
  * merges.  A linked list of symbols and a heap of candidate merges (stale
@@ -585,8 +736,11 @@ static int bpe(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nou
         if (merak_grow((void **)&t->mapped, &t->mapped_cap, 3 * n + 1, 1) < 0)
             return fail(t, "out of memory");
         size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            m += utf8_put(t->mapped + m, t->b2u[p[i]]);
+        if (t->sp)
+            memcpy(t->mapped, p, m = n);
+        else
+            for (size_t i = 0; i < n; i++)
+                m += utf8_put(t->mapped + m, t->b2u[p[i]]);
         const int64_t id = vocab_id(t, t->mapped, m);
         if (id >= 0) {
             t->sym[0] = (uint32_t)id;
@@ -594,16 +748,22 @@ static int bpe(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nou
             return 0;
         }
     }
-    /* next[i], prev[i]: the live neighbours (n and SIZE_MAX at the ends); a
-     * symbol merged into its left neighbour gets next = SIZE_MAX */
+    const size_t nsym = t->sp ? chars(t, p, n) : n;
+    if (nsym == SIZE_MAX)
+        return -1;
+    /* next[i], prev[i]: the live neighbours (nsym and SIZE_MAX at the
+     * ends); a symbol merged into its left neighbour gets next = SIZE_MAX */
     size_t *next = t->link, *prev = t->link + n;
-    for (size_t i = 0; i < n; i++) {
-        if (t->byte_id[p[i]] < 0)
-            return fail(t, "byte 0x%02x has no token in the vocabulary", p[i]);
-        t->sym[i] = (uint32_t)t->byte_id[p[i]];
+    for (size_t i = 0; i < nsym; i++) {
+        if (!t->sp) {
+            if (t->byte_id[p[i]] < 0)
+                return fail(t, "byte 0x%02x has no token in the vocabulary", p[i]);
+            t->sym[i] = (uint32_t)t->byte_id[p[i]];
+        }
         next[i] = i + 1;
         prev[i] = i ? i - 1 : SIZE_MAX;
     }
+    n = nsym;
     size_t heap = 0;
     for (size_t i = 0; i + 1 < n; i++)
         push_pair(t, &heap, i, i + 1);
@@ -663,6 +823,48 @@ static int piece(merak_tokenizer *t, out_ids *o, const unsigned char *p, size_t 
     return 0;
 }
 
+static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, size_t n);
+
+/* Metaspace stage k on s[0, n): spaces become the meta text, which is put
+ * first (always; or, for "first", when s starts the text) unless s starts
+ * with it; with split, a piece starts at every meta. */
+static int metaspace(merak_tokenizer *t, out_ids *o, int k, const char *s, size_t n)
+{
+    const stage *st = &t->stages[k];
+    const size_t nm = strlen(st->meta);
+    int spaces = 0;
+    for (size_t i = 0; i < n; i++)
+        spaces += s[i] == ' ';
+    char *b = malloc(n + (size_t)(spaces + 1) * nm + 1);
+    if (!b)
+        return fail(t, "out of memory");
+    size_t m = 0;
+    if ((st->prepend == 1 || (st->prepend == 2 && s == t->start)) && !(n >= nm && !memcmp(s, st->meta, nm)) &&
+        !(n && s[0] == ' '))
+        memcpy(b, st->meta, nm), m = nm;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == ' ')
+            memcpy(b + m, st->meta, nm), m += nm;
+        else
+            b[m++] = s[i];
+    int rc = 0;
+    if (!st->split) {
+        rc = pretokenize(t, o, k + 1, b, m);
+    } else {   /* each piece runs to the next meta (merged with what follows it) */
+        size_t from = 0;
+        for (size_t i = 1; i + nm <= m && rc == 0; i++)
+            if (!memcmp(b + i, st->meta, nm)) {
+                rc = pretokenize(t, o, k + 1, b + from, i - from);
+                from = i;
+                i += nm - 1;
+            }
+        if (rc == 0)
+            rc = pretokenize(t, o, k + 1, b + from, m - from);
+    }
+    free(b);
+    return rc;
+}
+
 /* s[0, n) through pre-tokenizer stages k.. and then into pieces. */
 static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, size_t n)
 {
@@ -671,6 +873,8 @@ static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, siz
     if (k == t->nstages)
         return piece(t, o, (const unsigned char *)s, n);
     const stage *st = &t->stages[k];
+    if (st->meta)
+        return metaspace(t, o, k, s, n);
     char *own = NULL;
     if (st->prefix_space && s[0] != ' ') {
         if (!(own = malloc(n + 1)))
@@ -723,6 +927,45 @@ static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, siz
     return rc;
 }
 
+/* A segment of text between added tokens (first: it starts the text):
+ * normalized (each Prepend, Replace in order), then pre-tokenized. */
+static int segment(merak_tokenizer *t, out_ids *o, const char *s, size_t n, int first)
+{
+    if (!n)
+        return 0;
+    char *buf = NULL;
+    for (int i = 0; i < t->nnorm; i++) {
+        const norm_op *op = &t->norm[i];
+        size_t hits = 0;
+        for (size_t j = 0; op->replace && j + op->na <= n; j++)
+            if (!memcmp(s + j, op->a, op->na))
+                hits++, j += op->na - 1;
+        size_t cap = n + (op->replace ? hits * op->nb : op->na) + 1;
+        char *nb = malloc(cap), *w = nb;
+        if (!nb) {
+            free(buf);
+            return fail(t, "out of memory");
+        }
+        if (!op->replace) {
+            memcpy(w, op->a, op->na), w += op->na;
+            memcpy(w, s, n), w += n;
+        } else {
+            for (size_t j = 0; j < n;)
+                if (j + op->na <= n && !memcmp(s + j, op->a, op->na))
+                    memcpy(w, op->b, op->nb), w += op->nb, j += op->na;
+                else
+                    *w++ = s[j++];
+        }
+        free(buf);
+        buf = nb;
+        s = nb, n = (size_t)(w - nb);
+    }
+    t->start = first ? s : NULL;
+    int rc = pretokenize(t, o, 0, s, n);
+    free(buf);
+    return rc;
+}
+
 int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint32_t **ids,
                            size_t *len, size_t *cap, char *err, size_t errlen)
 {
@@ -747,7 +990,7 @@ int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint3
             if (next[i] < at || (next[i] == at && next[i] < n && a->len > best->len))
                 best = a, at = next[i];
         }
-        rc = pretokenize(t, &o, 0, text + pos, at - pos);
+        rc = segment(t, &o, text + pos, at - pos, pos == 0);
         if (rc == 0 && best) {
             rc = emit(t, &o, &best->id, 1);
             at += best->len;

@@ -7,10 +7,14 @@
  * pattern when use_regex, add_prefix_space) or a Sequence of Split (a regex,
  * behavior Isolated) and ByteLevel, no normalizer (or an empty Sequence),
  * and added_tokens, which are matched in the text before anything else.
+ * SentencePiece-style BPE too (LLaMA 2, Mistral): byte_fallback to the
+ * vocabulary's <0xXX> tokens, unk_token and fuse_unk, a normalizer Sequence
+ * of Prepend and Replace (of a string), the Metaspace pre-tokenizer
+ * (replacement, prepend_scheme always/first/never, split).
  * Anything else (WordPiece, Unigram, other normalizers or pre-tokenizers,
- * byte_fallback, a dropout) is refused by name.  Split patterns run on
- * PCRE2 (UTF, Unicode properties, JIT); bytes that are not UTF-8 never match
- * a pattern and are tokenized as bytes.
+ * a dropout) is refused by name.  Split patterns run on PCRE2 (UTF,
+ * Unicode properties, JIT); bytes that are not UTF-8 never match a pattern
+ * and are tokenized as bytes.
  *
  * Encoding gives the ids the `tokenizers` library gives for the same text
  * (Tokenizer.encode(text).ids without a post-processor's additions);
@@ -40,9 +44,11 @@ int64_t merak_tokenizer_eot(const merak_tokenizer *t);
 int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint32_t **ids,
                            size_t *len, size_t *cap, char *err, size_t errlen);
 
-/* 1 if the pre-tokenizer prepends a space to text that has none
- * (ByteLevel's add_prefix_space): decoding then gives that space too. */
-int merak_tokenizer_prefix_space(const merak_tokenizer *t);
+/* 1 if the bytes of the ids of any text are that text (a byte-level BPE
+ * without add_prefix_space); 0 where decoding gives more or other bytes: a
+ * prefix space, a SentencePiece-style tokenizer's (its normalizer's
+ * changes, "▁" for a space, the unknown token for a character it lacks). */
+int merak_tokenizer_exact(const merak_tokenizer *t);
 
 /* The bytes id stands for (*len of them), or NULL for an id it does not
  * have. */
