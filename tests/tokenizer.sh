@@ -77,6 +77,11 @@ for name, norm, pre in (
         ("metaspace", None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}),
         ("metasplit", None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True})):
     j = dict(base, normalizer=norm, pre_tokenizer=pre)
+    if name == "llama2":   # LLaMA 2's post-processor: <s> begins every text
+        j["post_processor"] = {"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
     json.dump(j, open("%s/%s.json" % (work, name), "w"), ensure_ascii=False)
     Tokenizer.from_file("%s/%s.json" % (work, name))   # the library takes it as written
 j = json.load(open("%s/gpt2.json" % work))
@@ -137,6 +142,7 @@ bad norm '{"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {},
 bad pre '{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "pre-tokenizer 'Whitespace' is not supported"
 bad regex '{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "split pattern at offset 1: missing closing parenthesis"
 bad json '{"model": ' "json.json: line 1"
+bad post '{"post_processor": {"type": "BertProcessing"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "post-processor 'BertProcessing' is not supported (ByteLevel, TemplateProcessing)"
 bad hugeid '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 2000000000}, "merges": []}}' "vocab entry 'b' has id 2000000000, past the largest id merak takes (16777215)"
 bad hugeadded '{"added_tokens": [{"id": 16777216, "content": "<x>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}' "added token '<x>' has id 16777216, past the largest id merak takes (16777215)"
 expect_exit 1 "nothing.json: cannot open: No such file" "$SHARD" --tokenizer "$WORK/nothing.json" -o "$WORK/x.bin" "$C/spaces.txt"

@@ -100,6 +100,8 @@ struct merak_tokenizer {
     int fuse_unk;
     const char *meta;              /* sp: what stands for a space in token texts */
     const char *start;             /* encoding: where the text starts (Metaspace's "first"), or NULL */
+    uint32_t *pre, *post;          /* the post-processor's ids before and after a text's */
+    size_t npre, npost;
     added *adds;
     int nadds;
     int64_t eot;
@@ -295,6 +297,64 @@ static int load_normalizer(merak_tokenizer *t, const char *path, json_t *n)
         return 0;
     }
     return add_norm(t, path, n);
+}
+
+/* The post-processor: the special tokens TemplateProcessing's "single"
+ * puts before and after a text ($A), in a Sequence or alone; ByteLevel
+ * adds none. */
+static int load_post(merak_tokenizer *t, const char *path, json_t *p)
+{
+    if (!p || json_is_null(p))
+        return 0;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    json_t *e;
+    size_t i;
+    if (type && !strcmp(type, "ByteLevel"))
+        return 0;
+    if (type && !strcmp(type, "Sequence")) {
+        json_array_foreach(json_object_get(p, "processors"), i, e)
+            if (load_post(t, path, e) < 0)
+                return -1;
+        return 0;
+    }
+    if (!type || strcmp(type, "TemplateProcessing") != 0)
+        return fail(t, "%s: post-processor '%s' is not supported (ByteLevel, TemplateProcessing)", path,
+                    type ? type : "?");
+    json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens");
+    int seen_a = 0;
+    if (!json_is_array(single))
+        return fail(t, "%s: TemplateProcessing has no \"single\" template", path);
+    json_array_foreach(single, i, e) {
+        json_t *sp = json_object_get(e, "SpecialToken"), *seq = json_object_get(e, "Sequence");
+        if (seq) {
+            const char *id = json_string_value(json_object_get(seq, "id"));
+            if (!id || strcmp(id, "A") != 0 || seen_a)
+                return fail(t, "%s: TemplateProcessing's single template must hold $A once", path);
+            seen_a = 1;
+            continue;
+        }
+        const char *name = json_string_value(json_object_get(sp, "id"));
+        json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids"), *v;
+        size_t k;
+        if (!name || !json_is_array(ids))
+            return fail(t, "%s: TemplateProcessing names special token '%s', which its special_tokens lack", path,
+                        name ? name : "?");
+        json_array_foreach(ids, k, v) {
+            const json_int_t id = json_integer_value(v);
+            uint32_t **list = seen_a ? &t->post : &t->pre;
+            size_t *n = seen_a ? &t->npost : &t->npre;
+            if (!json_is_integer(v) || id < 0 || id > MAX_ID)
+                return fail(t, "%s: special token '%s' of the post-processor has no valid id", path, name);
+            uint32_t *grown = realloc(*list, (*n + 1) * sizeof **list);
+            if (!grown)
+                return fail(t, "out of memory");
+            *list = grown;
+            (*list)[(*n)++] = (uint32_t)id;
+        }
+    }
+    if (!seen_a)
+        return fail(t, "%s: TemplateProcessing's single template must hold $A once", path);
+    return 0;
 }
 
 static int load_pre_tokenizer(merak_tokenizer *t, const char *path, json_t *p)
@@ -529,7 +589,8 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
                         : (uint32_t)(256 + n++);
     if (load_model(t, path, json_object_get(t->root, "model")) < 0 ||
         load_pre_tokenizer(t, path, json_object_get(t->root, "pre_tokenizer")) < 0 ||
-        load_added(t, path, json_object_get(t->root, "added_tokens")) < 0)
+        load_added(t, path, json_object_get(t->root, "added_tokens")) < 0 ||
+        load_post(t, path, json_object_get(t->root, "post_processor")) < 0)
         goto out;
     t->sp |= t->byte_fallback;
     for (int i = 0; t->sp && i < t->nstages; i++)
@@ -542,6 +603,13 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
         t->meta = "\xe2\x96\x81";   /* U+2581, SentencePiece's */
     if (build_bytes(t, path) < 0)
         goto out;
+    for (size_t i = 0; i < t->npre + t->npost; i++) {
+        const uint32_t id = i < t->npre ? t->pre[i] : t->post[i - t->npre];
+        if (id >= t->nvocab || !t->bytes[id]) {
+            fail(t, "%s: the post-processor adds id %u, which no token has", path, id);
+            goto out;
+        }
+    }
     for (int b = 0; b < 256; b++) {
         char s[8];
         t->byte_id[b] = t->sp ? vocab_id(t, s, (size_t)snprintf(s, sizeof s, "<0x%02X>", b))
@@ -585,6 +653,8 @@ void merak_tokenizer_free(merak_tokenizer *t)
     free(t->nbytes);
     free(t->merges);
     free(t->adds);
+    free(t->pre);
+    free(t->post);
     pcre2_match_data_free(t->md);
     free(t->cache);
     free(t->arena);
@@ -605,7 +675,7 @@ int merak_tokenizer_exact(const merak_tokenizer *t)
     for (int i = 0; i < t->nstages; i++)
         if (t->stages[i].prefix_space)
             return 0;
-    return !t->sp;
+    return !t->sp && !t->npre && !t->npost;
 }
 
 const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id, size_t *len)
@@ -977,6 +1047,8 @@ int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint3
     int rc = t->nadds && !next ? fail(t, "out of memory") : 0;
     for (int i = 0; i < t->nadds && next; i++)
         next[i] = SIZE_MAX;
+    if (rc == 0 && t->npre)
+        rc = emit(t, &o, t->pre, t->npre);
     size_t pos = 0;
     while (rc == 0 && pos < n) {
         const added *best = NULL;
@@ -997,6 +1069,8 @@ int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint3
         }
         pos = at;
     }
+    if (rc == 0 && t->npost)
+        rc = emit(t, &o, t->post, t->npost);
     free(next);
     t->err = NULL, t->errlen = 0;
     return rc;

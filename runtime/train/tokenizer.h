@@ -17,7 +17,8 @@
  * and are tokenized as bytes.
  *
  * Encoding gives the ids the `tokenizers` library gives for the same text
- * (Tokenizer.encode(text).ids without a post-processor's additions);
+ * (Tokenizer.encode(text).ids, with the special tokens a TemplateProcessing
+ * post-processor puts around it: LLaMA's <s> or <|begin_of_text|>);
  * decoding an id sequence gives back the bytes that made it.
  */
 #ifndef MERAK_TOKENIZER_H
@@ -47,7 +48,8 @@ int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint3
 /* 1 if the bytes of the ids of any text are that text (a byte-level BPE
  * without add_prefix_space); 0 where decoding gives more or other bytes: a
  * prefix space, a SentencePiece-style tokenizer's (its normalizer's
- * changes, "▁" for a space, the unknown token for a character it lacks). */
+ * changes, "▁" for a space, the unknown token for a character it lacks)
+ * or one whose post-processor adds special tokens. */
 int merak_tokenizer_exact(const merak_tokenizer *t);
 
 /* The bytes id stands for (*len of them), or NULL for an id it does not
