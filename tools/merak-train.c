@@ -577,6 +577,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++)
         if (merak_file_not_input(flags[i], outs[i], "the --model config file", t.model, err, sizeof err) < 0)
             cli_die("%s", err);
+    if (cfg.window && ta.seq_len > cfg.window)
+        cli_die_usage("--seq-len %d is longer than the model's sliding_window %d: sliding-window attention is not "
+                      "implemented (within the window it is causal attention)", ta.seq_len, cfg.window);
     if (ta.seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", ta.seq_len, cfg.max_positions);
     /* interleaved: each model chunk the same number of transformer layers */

@@ -48,6 +48,8 @@ typedef struct merak_model_config {
     int tie_embeddings;    /* 1: the LM head is the token embedding */
     float init_std;        /* initializer_range */
     float dropout;         /* residual/embedding dropout probability (0 = off) */
+    int window;            /* Mistral's sliding_window when shorter than its positions, which
+                            * it then bounds (0: none) */
 } merak_model_config;
 
 /* Fills cfg from a preset name ("gpt2", "gpt2-medium", "tiny-gpt2",

@@ -64,7 +64,9 @@
     X(LLAMA, "llama2-13b", 32000, 4096, 5120, 40, 40, 40, 13824, 10000.0f)                      \
     X(LLAMA, "llama2-70b", 32000, 4096, 8192, 80, 64, 8, 28672, 10000.0f)                       \
     X(LLAMA, "llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f)                      \
-    X(LLAMA, "llama3-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000.0f)
+    X(LLAMA, "llama3-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000.0f)                     \
+    /* Mistral 7B v0.3: LLaMA's architecture (no sliding window since v0.2) */   \
+    X(LLAMA, "mistral-7b", 32768, 32768, 4096, 32, 32, 8, 14336, 1000000.0f)
 
 #define PRESET_CONFIG(ARCH, ...) ARCH(__VA_ARGS__),
 #define PRESET_NAME(ARCH, nm, ...) nm,
@@ -344,7 +346,7 @@ static int load_window(const loader *L, merak_model_config *c)
     if (get_pos_int(L, "sliding_window", -1, &window) != 0)
         return -1;
     if (window < c->max_positions)
-        c->max_positions = window;
+        c->max_positions = c->window = window;
     return 0;
 }
 

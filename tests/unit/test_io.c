@@ -944,7 +944,7 @@ static void test_presets(void)
                 diag("%s", err);
         }
     }
-    tap_ok(n == 18 && resolved == n, "presets: all %d resolve", n);
+    tap_ok(n == 19 && resolved == n, "presets: all %d resolve", n);
     tap_ok(checked == n, "presets: all pass merak_model_config_check");
     tap_ok(named == n, "presets: name is the preset name");
 
