@@ -7,7 +7,10 @@
 # puts a tensor in the wrong file, a tensor in two files, a file that is
 # missing, a tensor listed twice, a tensor the index does not name, and a
 # directory with neither file are refused by name; --save-weights onto a
-# shard is refused as an input.
+# shard is refused as an input.  And weights in bf16, as the hub publishes
+# them: --save-dtype bf16 (merak-train, merak-ckpt export) rounds each value
+# to nearest even, loads back as those values exactly, and refuses one
+# past bfloat16's range.
 . "$(dirname "$0")/lib.sh"
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 [ "$PY" != none ] || PY=/usr/bin/python3
@@ -113,3 +116,59 @@ expect_exit 1 "gpt2/model.safetensors.index.json: tensor 'model.embed_tokens.wei
 expect_exit 1 "save-weights $WORK/sharded/model-00001-of-00002.safetensors is a file of the --init weights" \
     "$TRAIN" $D --steps 1 --init "$I" --save-weights "$WORK/sharded/model-00001-of-00002.safetensors"
 echo "ok: broken indexes and a shard as an output refused by name"
+
+# 5. --save-dtype bf16: each value rounded to nearest even; --init of it trains
+# bit for bit as an fp32 file of the rounded values; merak-ckpt export writes
+# the same file; a value past bfloat16's range is refused
+"$TRAIN" $D --steps 2 --save "$WORK/ck" --save-weights "$WORK/w32.safetensors" > /dev/null || fail "fp32 save"
+"$TRAIN" $D --steps 2 --save-weights "$WORK/w16.safetensors" --save-dtype bf16 > /dev/null || fail "bf16 save"
+"$MERAK_BUILDDIR/merak-ckpt" export "$WORK/ck" -o "$WORK/e16.safetensors" --save-dtype bf16 > /dev/null ||
+    fail "merak-ckpt export --save-dtype bf16 failed"
+cmp -s "$WORK/w16.safetensors" "$WORK/e16.safetensors" || fail "merak-ckpt export's bf16 file differs from merak-train's"
+"$PY" - "$WORK/w32.safetensors" "$WORK/w16.safetensors" "$WORK/r32.safetensors" <<'PYEOF' || fail "bf16 values"
+import json, struct, sys
+def read(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+h32, d32 = read(sys.argv[1])
+h16, d16 = read(sys.argv[2])
+names = sorted(k for k in h32 if k != "__metadata__")
+assert names == sorted(k for k in h16 if k != "__metadata__")
+out_h, out_d = {}, b""
+for k in names:
+    assert h16[k]["dtype"] == "BF16" and h32[k]["dtype"] == "F32" and h16[k]["shape"] == h32[k]["shape"], k
+    b, e = h32[k]["data_offsets"]
+    u = struct.unpack("<%dI" % ((e - b) // 4), d32[b:e])
+    want = [((x + 0x7fff + ((x >> 16) & 1)) >> 16) & 0xffff for x in u]
+    b, e = h16[k]["data_offsets"]
+    got = list(struct.unpack("<%dH" % ((e - b) // 2), d16[b:e]))
+    assert got == want, k
+    # the same values as fp32, for the comparison run
+    out_h[k] = {"dtype": "F32", "shape": h32[k]["shape"], "data_offsets": [len(out_d), len(out_d) + 4 * len(got)]}
+    out_d += struct.pack("<%dI" % len(got), *[g << 16 for g in got])
+t = json.dumps(out_h).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(t)) + t + out_d)
+print("ok: bf16: %d tensors, every value rounded to nearest even" % len(names))
+PYEOF
+for w in w16 r32; do
+    "$TRAIN" $D --steps 2 --init "$WORK/$w.safetensors" --metrics "$WORK/$w.jsonl" > "$WORK/out" 2>&1 ||
+        { cat "$WORK/out" >&2; fail "--init $w failed"; }
+done
+[ "$(sed 's/"tokens_per_s".*//' "$WORK/w16.jsonl")" = "$(sed 's/"tokens_per_s".*//' "$WORK/r32.jsonl")" ] ||
+    fail "--init of the bf16 file trains unlike the fp32 file of its values"
+expect_exit 2 "save-dtype: 'fp16' is not fp32 or bf16" "$MERAK_BUILDDIR/merak-ckpt" export "$WORK/ck" -o "$WORK/x" \
+    --save-dtype fp16
+"$PY" - "$WORK/w32.safetensors" "$WORK/huge.safetensors" <<'PYEOF' || fail "writing a weight past bf16's range"
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+b = h["model.norm.weight"]["data_offsets"][0]
+raw[8 + n + b:8 + n + b + 4] = struct.pack("<f", 3.4e38)
+open(sys.argv[2], "wb").write(raw)
+PYEOF
+expect_exit 1 "not written: tensor 'model.norm.weight' holds 3.4e+38 at element 0, past bfloat16's range" \
+    "$TRAIN" $D --steps 0 --init "$WORK/huge.safetensors" --save-weights "$WORK/h16.safetensors" --save-dtype bf16
+echo "ok: --save-dtype bf16 rounds to nearest even, loads back as its values, refuses what bf16 cannot hold"

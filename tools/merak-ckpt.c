@@ -21,7 +21,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "Usage: %s inspect CKPT\n"
-        "       %s export CKPT -o OUT.safetensors\n"
+        "       %s export CKPT -o OUT.safetensors [--save-dtype fp32|bf16]\n"
         "       %s import FILE.safetensors --model NAME|FILE -o DIR [--seed S]\n"
         "Inspect merak-train checkpoints, and move weights in and out of them.\n"
         "\n"
@@ -37,6 +37,7 @@ static void usage(FILE *out)
         "  -o, --output P  the file (export) or checkpoint directory (import) to write\n"
         "  --model M       import: preset name or Hugging Face config.json of the weights\n"
         "  --seed S        import: the dropout seed the checkpoint carries (default 1337)\n"
+        "  --save-dtype D  export: fp32 (default) or bf16 values, as the hub publishes them\n"
         "  --help          show this help and exit\n"
         "  --version       show the version and exit\n"
         "\n"
@@ -143,7 +144,7 @@ static int inspect(const char *spec)
     return 0;
 }
 
-static int export(const char *spec, const char *out)
+static int export(const char *spec, const char *out, int bf16)
 {
     char dir[PATH_MAX], err[1024];
     merak_model_config cfg;
@@ -163,7 +164,7 @@ static int export(const char *spec, const char *out)
         if (merak_ckpt_read(c, &g->tensors[ids[i]], -1, data[i], err, sizeof err) < 0)
             cli_die("%s", err);
     }
-    if (merak_weights_save_arrays(g, n, ids, (const float *const *)data, out, NULL, err, sizeof err) < 0)
+    if (merak_weights_save_arrays(g, n, ids, (const float *const *)data, out, NULL, bf16, err, sizeof err) < 0)
         cli_die("%s", err);
     printf("exported %d parameters of step %d from %s to %s\n", n, merak_ckpt_meta_of(c)->st.step, dir, out);
     for (int i = 0; i < n; i++)
@@ -203,16 +204,17 @@ static int import(const char *file, const char *model, const char *out, uint64_t
 
 int main(int argc, char **argv)
 {
-    enum { OPT_MODEL = 256, OPT_SEED, OPT_HELP, OPT_VERSION };
+    enum { OPT_MODEL = 256, OPT_SEED, OPT_DTYPE, OPT_HELP, OPT_VERSION };
     static const struct option opts[] = {
         {"output", required_argument, 0, 'o'},
         {"model", required_argument, 0, OPT_MODEL},
         {"seed", required_argument, 0, OPT_SEED},
+        {"save-dtype", required_argument, 0, OPT_DTYPE},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    const char *out = NULL, *model = NULL;
+    const char *out = NULL, *model = NULL, *dtype = NULL;
     uint64_t seed = 1337;
     int c, seed_given = 0;
     cli_prog = "merak-ckpt";
@@ -224,6 +226,11 @@ int main(int argc, char **argv)
         case OPT_SEED:
             seed = (uint64_t)cli_parse_int("--seed", optarg, 0, LONG_MAX);
             seed_given = 1;
+            break;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+                cli_die_usage("--save-dtype: '%s' is not fp32 or bf16", optarg);
+            dtype = optarg;
             break;
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION: printf("merak-ckpt %s\n", MERAK_VERSION_STRING); return 0;
@@ -248,7 +255,9 @@ int main(int argc, char **argv)
         cli_die_usage("import needs --model (the weights' preset or config.json)");
     if (!is_import && (model || seed_given))
         cli_die_usage("--%s goes only with import", model ? "model" : "seed");
+    if (!is_export && dtype)
+        cli_die_usage("--save-dtype goes only with export");
     if (is_import)
         return import(arg, model, out, seed);
-    return is_export ? export(arg, out) : inspect(arg);
+    return is_export ? export(arg, out, dtype && !strcmp(dtype, "bf16")) : inspect(arg);
 }

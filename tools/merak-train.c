@@ -107,6 +107,7 @@ static void usage(FILE *out)
         "                          (default: a token is a byte)\n"
         "  --log-every N           print every N-th step (default 1)\n"
         "  --save-weights FILE     write the trained weights (.safetensors, Hugging Face names)\n"
+        "  --save-dtype fp32|bf16  their values (default fp32; bf16 as the hub publishes them)\n"
         "Checkpoints:\n"
         "  --save DIR              write checkpoints DIR/step_N (at the end, when stopped by a signal,\n"
         "                          and every --save-every steps), in the background\n"
@@ -131,7 +132,7 @@ static void usage(FILE *out)
 enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
-    OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_HELP, OPT_VERSION,
+    OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_SAVE_DTYPE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_RESUME_DATA_CHANGE, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
@@ -194,6 +195,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"metrics", required_argument, 0, OPT_METRICS},
         {"log-every", required_argument, 0, OPT_LOGEVERY},
         {"save-weights", required_argument, 0, OPT_SAVE},
+        {"save-dtype", required_argument, 0, OPT_SAVE_DTYPE},
         {"auto", no_argument, 0, OPT_AUTO},
         {"global-batch", required_argument, 0, OPT_GBATCH},
         {"dp", required_argument, 0, OPT_DP},
@@ -268,6 +270,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_METRICS: a->metrics = optarg; break;
         case OPT_LOGEVERY: t->log_every = (int)cli_parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
+        case OPT_SAVE_DTYPE: a->save_dtype = optarg; break;
         case OPT_TRACE: a->trace = optarg; break;
         case OPT_DP: a->dp = (int)cli_parse_int("--dp", optarg, 1, 1 << 20); break;
         case OPT_TP: a->tp = (int)cli_parse_int("--tp", optarg, 1, 1 << 20); break;

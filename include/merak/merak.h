@@ -291,6 +291,8 @@ typedef struct merak_args {
                                 * init_extra */
     int init_extra;
     const char *save_weights;  /* safetensors written at the end, or NULL */
+    const char *save_dtype;    /* its values: "fp32" (NULL: the default) or "bf16", as the
+                                * Hugging Face hub publishes weights */
     const char *metrics;       /* JSON-lines file, one object per step, or NULL */
     const char *trace;         /* Chrome trace JSON of every rank's instructions and
                                 * collectives, merged and written by rank 0 at the end; or NULL */

@@ -56,6 +56,8 @@ static int check(const merak_args *a, char *err, size_t errlen)
         !(a->clip >= 0))
         return merak_errf(err, errlen, "AdamW settings out of range (beta1 %g and beta2 %g in [0, 1), weight decay "
                           "%g and clip %g not negative)", a->beta1, a->beta2, a->weight_decay, a->clip);
+    if (a->save_dtype && strcmp(a->save_dtype, "fp32") != 0 && strcmp(a->save_dtype, "bf16") != 0)
+        return merak_errf(err, errlen, "save dtype '%s' is not fp32 or bf16", a->save_dtype);
     if (!(a->eps > 0))   /* 0: a parameter whose gradient stays 0 divides 0 by 0 */
         return merak_errf(err, errlen, "AdamW epsilon %g must be positive", a->eps);
     if (!(a->comm_timeout >= 0 && a->comm_timeout <= 1e9))

@@ -588,7 +588,7 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
             merak_errf(err, errlen, "%s: tensor name '%.64s' is not valid UTF-8", path, e->name);
             goto fail;
         }
-        if (json_object_set_new(desc, "dtype", json_string("F32")) != 0 ||
+        if (json_object_set_new(desc, "dtype", json_string(e->bf16 ? "BF16" : "F32")) != 0 ||
             json_object_set_new(desc, "shape", shape) != 0)
             goto oom;
         uint64_t nelem = 1;
@@ -602,7 +602,7 @@ static char *build_header(const char *path, const merak_st_entry *entries, int n
                 goto oom;
         }
         uint64_t nbytes;
-        if (mul_u64(nelem, sizeof(float), &nbytes) != 0 || nbytes > (uint64_t)INT64_MAX - offset) {
+        if (mul_u64(nelem, e->bf16 ? 2 : sizeof(float), &nbytes) != 0 || nbytes > (uint64_t)INT64_MAX - offset) {
             merak_errf(err, errlen, "%s: tensor '%.64s': too large", path, e->name);
             goto fail;
         }
@@ -668,8 +668,17 @@ int merak_st_write(const char *path, const merak_st_entry *entries, int n,
         size_t nelem = 1;
         for (int d = 0; d < entries[i].ndim; d++)
             nelem *= (size_t)entries[i].shape[d]; /* checked in build_header */
-        if (nelem > 0)
+        if (nelem > 0 && !entries[i].bf16)
             merak_atomic_write(a, entries[i].data, nelem * sizeof(float));
+        for (size_t k = 0; entries[i].bf16 && k < nelem;) {   /* little-endian halves, a chunk at a time */
+            uint8_t chunk[8192];
+            size_t m = 0;
+            for (; k < nelem && m < sizeof chunk; k++, m += 2) {
+                const uint16_t h = merak_f32_to_bf16(entries[i].data[k]);
+                chunk[m] = (uint8_t)h, chunk[m + 1] = (uint8_t)(h >> 8);
+            }
+            merak_atomic_write(a, chunk, m);
+        }
     }
     if (crc)
         merak_atomic_sum(a, crc, bytes);
@@ -693,17 +702,28 @@ void merak_st_shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
         snprintf(buf + k, len - k, "]");
 }
 
+uint16_t merak_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 int merak_st_finite(const char *path, const merak_st_entry *e, int n, char *err, size_t errlen)
 {
     for (int i = 0; i < n; i++) {
         size_t elems = 1;
         for (int d = 0; d < e[i].ndim; d++)
             elems *= (size_t)e[i].shape[d];
-        for (size_t k = 0; k < elems; k++)
+        for (size_t k = 0; k < elems; k++) {
             if (!isfinite(e[i].data[k]))
                 return merak_errf(err, errlen, "%s: not written: tensor '%s' holds %g at element %zu (the run "
                                   "diverged; weights that are not finite are never saved)", path, e[i].name,
                                   (double)e[i].data[k], k);
+            if (e[i].bf16 && (merak_f32_to_bf16(e[i].data[k]) & 0x7f80u) == 0x7f80u)
+                return merak_errf(err, errlen, "%s: not written: tensor '%s' holds %g at element %zu, past "
+                                  "bfloat16's range (save it as fp32)", path, e[i].name, (double)e[i].data[k], k);
+        }
     }
     return 0;
 }

@@ -59,6 +59,7 @@ typedef struct merak_st_entry {
     int ndim;
     int64_t shape[MERAK_ST_MAX_DIMS];
     const float *data;                 /* float32, row-major, prod(shape) elements */
+    int bf16;                          /* written as BF16 (rounded to nearest even), else F32 */
 } merak_st_entry;
 
 /* Nothing that is not finite is saved (a diverged run's weights would
@@ -66,6 +67,9 @@ typedef struct merak_st_entry {
  * the n entries is finite, else -1 with err "PATH: not written: tensor
  * NAME holds nan at element K ...". */
 int merak_st_finite(const char *path, const merak_st_entry *e, int n, char *err, size_t errlen);
+
+/* x rounded to bfloat16 (to nearest, ties to even). */
+uint16_t merak_f32_to_bf16(float x);
 
 /* Writes N float32 tensors (in the given order) and optional string metadata
  * (meta_keys[i] -> meta_vals[i], nmeta pairs) to PATH atomically.  With crc

@@ -61,9 +61,10 @@ int merak_weights_read(const merak_graph *g, int n, const int *tensors, const ch
 
 /* Export with Hugging Face names and layouts, from host arrays: data[i]
  * holds the whole parameter tensors[i] in graph layout; a tied head is not
- * written. */
+ * written.  bf16: as BF16 (rounded to nearest even; a value past its range
+ * is refused), else F32. */
 int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
-                              const float *const *data, const char *path, const char *model_name,
+                              const float *const *data, const char *path, const char *model_name, int bf16,
                               char *err, size_t errlen);
 
 /* ---- AdamW */

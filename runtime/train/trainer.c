@@ -582,7 +582,9 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
             merak_gathered w;
             st = merak_stage_gather(r.stage, &w, err, errlen) < 0 ||
                          (rank0 && merak_weights_save_arrays(g, w.n, w.tensors, (const float *const *)w.data,
-                                                             a->save_weights, NULL, err, errlen) < 0)
+                                                             a->save_weights, NULL,
+                                                             a->save_dtype && !strcmp(a->save_dtype, "bf16"),
+                                                             err, errlen) < 0)
                      ? MERAK_FAILED
                      : MERAK_OK;
             merak_gathered_free(&w);

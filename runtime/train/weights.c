@@ -384,7 +384,7 @@ int merak_weights_read(const merak_graph *g, int n, const int *tensors, const ch
 }
 
 int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
-                              const float *const *data, const char *path, const char *model_name,
+                              const float *const *data, const char *path, const char *model_name, int bf16,
                               char *err, size_t errlen)
 {
     merak_st_entry *entries = calloc((size_t)n, sizeof *entries);
@@ -400,6 +400,7 @@ int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
         merak_st_entry *en = &entries[i];
         en->name = t->name;
         en->ndim = t->ndim;
+        en->bf16 = bf16;
         hf_shape(t, en->shape);
         en->data = data[i];
         if (t->layout == MERAK_HF_TRANSPOSED) {
