@@ -135,6 +135,14 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
     r->loss = red[0] / (a->micro_batches * r->grid->dp);
     r->norm = sqrt(red[1]);
     r->step_lr = merak_lr_at(&r->lr, r->step);
+    /* a cross-entropy is never below zero (a few rounding units at most):
+     * one that is comes of a bug, or of ids past the checks, and is not
+     * trained on whatever --on-nan says */
+    if (r->loss < -1e-3) {
+        r->diverged = 1;
+        return merak_errf(err, errlen, "loss %g is below zero, which a cross-entropy cannot be (a bug; no update "
+                          "was made)", r->loss);
+    }
     r->skipped = !isfinite(r->loss) || !isfinite(r->norm);
     if (r->skipped && !a->on_nan_skip) {
         r->diverged = 1;
