@@ -11,9 +11,11 @@ command -v valgrind > /dev/null 2>&1 || skip "no valgrind (scripts/install-deps.
 if grep -q -- '-fsanitize' "$MERAK_BUILDDIR/Makefile"; then
     skip "a sanitizer build (valgrind cannot run it; make distcheck's build runs this)"
 fi
-# libtool's wrappers are scripts: run the programs themselves
-BIN=$MERAK_BUILDDIR/.libs
-[ -x "$BIN/merak-train" ] || BIN=$MERAK_BUILDDIR
+# libtool's wrappers are scripts: run the programs themselves (.libs holds
+# them only when the build dir's merak-train is such a wrapper; a program
+# left there by an older build would be stale)
+BIN=$MERAK_BUILDDIR
+[ "$(head -c 2 "$BIN/merak-train")" != '#!' ] || BIN=$MERAK_BUILDDIR/.libs
 export LD_LIBRARY_PATH="$MERAK_BUILDDIR/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SUPP="--suppressions=$MERAK_SRCDIR/tests/valgrind.supp"
 [ -f /usr/share/openmpi/openmpi-valgrind.supp ] && SUPP="$SUPP --suppressions=/usr/share/openmpi/openmpi-valgrind.supp"

@@ -86,10 +86,8 @@ static merak_topo_node *this_node(int local_size, char *note, size_t notelen)
             return NULL;
         }
     }
-    if (n < 0 && merak_topo_node_ngpus(node) < local_size)
-        n = 0;
-    else if (n >= 0 && n < local_size)
-        n = 0;
+    if ((n < 0 ? merak_topo_node_ngpus(node) : n) < local_size)
+        n = 0;   /* fewer GPUs than ranks: place none */
     if (n >= 0) {
         if (merak_topo_node_restrict_gpus(node, ids, n, &sub, err, sizeof err) < 0) {
             merak_errf(note, notelen, "not placed: %s", err);

@@ -283,20 +283,22 @@ static int add_norm(merak_tokenizer *t, const char *path, json_t *n)
     return 0;
 }
 
-static int load_normalizer(merak_tokenizer *t, const char *path, json_t *n)
+/* A normalizer or pre-tokenizer j: a Sequence of them (its list under
+ * key), or one, each through add. */
+static int load_each(merak_tokenizer *t, const char *path, json_t *j, const char *key,
+                     int (*add)(merak_tokenizer *, const char *, json_t *))
 {
-    if (!n || json_is_null(n))
+    if (!j || json_is_null(j))
         return 0;
-    const char *type = json_string_value(json_object_get(n, "type"));
-    if (type && !strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(n, "normalizers"), *e;
-        size_t i;
-        json_array_foreach(list, i, e)
-            if (add_norm(t, path, e) < 0)
-                return -1;
-        return 0;
-    }
-    return add_norm(t, path, n);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!type || strcmp(type, "Sequence") != 0)
+        return add(t, path, j);
+    json_t *e;
+    size_t i;
+    json_array_foreach(json_object_get(j, key), i, e)
+        if (add(t, path, e) < 0)
+            return -1;
+    return 0;
 }
 
 /* The post-processor: the special tokens TemplateProcessing's "single"
@@ -355,22 +357,6 @@ static int load_post(merak_tokenizer *t, const char *path, json_t *p)
     if (!seen_a)
         return fail(t, "%s: TemplateProcessing's single template must hold $A once", path);
     return 0;
-}
-
-static int load_pre_tokenizer(merak_tokenizer *t, const char *path, json_t *p)
-{
-    if (!p || json_is_null(p))
-        return 0;
-    const char *type = json_string_value(json_object_get(p, "type"));
-    if (type && !strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(p, "pretokenizers"), *e;
-        size_t i;
-        json_array_foreach(list, i, e)
-            if (add_stage(t, path, e) < 0)
-                return -1;
-        return 0;
-    }
-    return add_stage(t, path, p);
 }
 
 static int load_model(merak_tokenizer *t, const char *path, json_t *m)
@@ -580,7 +566,7 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
         merak_errf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
         goto out;
     }
-    if (load_normalizer(t, path, json_object_get(t->root, "normalizer")) < 0)
+    if (load_each(t, path, json_object_get(t->root, "normalizer"), "normalizers", add_norm) < 0)
         goto out;
     /* GPT-2's map: printable bytes are themselves, the rest 256, 257, ... */
     for (int b = 0, n = 0; b < 256; b++)
@@ -588,7 +574,7 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
                         ? (uint32_t)b
                         : (uint32_t)(256 + n++);
     if (load_model(t, path, json_object_get(t->root, "model")) < 0 ||
-        load_pre_tokenizer(t, path, json_object_get(t->root, "pre_tokenizer")) < 0 ||
+        load_each(t, path, json_object_get(t->root, "pre_tokenizer"), "pretokenizers", add_stage) < 0 ||
         load_added(t, path, json_object_get(t->root, "added_tokens")) < 0 ||
         load_post(t, path, json_object_get(t->root, "post_processor")) < 0)
         goto out;

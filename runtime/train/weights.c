@@ -130,10 +130,12 @@ static int src_open(const char *path, weights_src *s, char *err, size_t errlen)
         char p[4096];
         if ((size_t)snprintf(p, sizeof p, "%s/" INDEX_NAME, path) >= sizeof p)
             return merak_errf(err, errlen, "%s: the path is too long", path);
+        char one[4096];
+        snprintf(one, sizeof one, "%s/model.safetensors", path);   /* not longer than p */
         if (stat(p, &st) == 0)
             rc = src_index(s, p, err, errlen);
-        else if (snprintf(p, sizeof p, "%s/model.safetensors", path), stat(p, &st) == 0)
-            rc = src_add(s, p, err, errlen);
+        else if (stat(one, &st) == 0)
+            rc = src_add(s, one, err, errlen);
         else
             rc = merak_errf(err, errlen, "%s: a directory without " INDEX_NAME " or model.safetensors", path);
     } else if (n > 5 && strcmp(path + n - 5, ".json") == 0) {
