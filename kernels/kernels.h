@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "merak/rope.h"
 #include "merak/status.h"
 
 /* Shape of one causal attention call (multi-head or grouped-query). */
@@ -41,8 +42,9 @@ typedef struct merak_attn_shape {
      * gradients.  For a fused GPT-2 qkv tensor [B,T,(nh+2*nkv)*hd] the three
      * pointers point into one row and all strides are (nh+2*nkv)*hd. */
     int q_stride, k_stride, v_stride;
-    /* RoPE base (Hugging Face rotate_half convention); 0 = no rotary. */
-    float rope_theta;
+    /* RoPE (Hugging Face rotate_half convention; rope.h computes each
+     * frequency); rope.theta 0 = no rotary. */
+    merak_rope rope;
 } merak_attn_shape;
 
 /* A stretch of one AdamW step: n elements of p and g from element at, of
@@ -100,7 +102,7 @@ typedef struct merak_adamw_span {
     /* Causal softmax attention.  out (B,T,nh*hd); lse (B,nh,T) saved: each  \
      * query row's log-sum-exp of its scaled scores, from which the backward  \
      * rebuilds the probabilities (no T x T matrix is kept from forward to     \
-     * backward).  With rope_theta > 0, qr (B,T,nh*hd) and kr (B,T,nkv*hd)     \
+     * backward).  With rope.theta > 0, qr (B,T,nh*hd) and kr (B,T,nkv*hd)     \
      * receive the rotated q and k (saved for backward); otherwise they are    \
      * unused (NULL).  Scores are scaled by 1/sqrt(hd); query head h uses kv   \
      * head h / (nh/nkv).  scratch holds attention_scratch_elems(s) elements, \

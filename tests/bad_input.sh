@@ -201,6 +201,41 @@ cmp -s "$WORK/mis.ref-llama.json" "$WORK/mis.mistral.json" && cmp -s "$WORK/mis.
     fail "a Mistral config trains unlike the same LLaMA config"
 expect 2 "seq-len 32 is longer than the model's sliding_window 16: sliding-window attention is not implemented" \
     -- --model "$WORK/mistral.json" $D --seq-len 32
+# RoPE scaling: dynamic within max_position_embeddings is the library's
+# unscaled RoPE, so trains bit for bit as the config without it; linear
+# and llama3 move the losses (their values: ref_compare.sh)
+sed 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "factor": 4.0},/' \
+    "$FIX/ref-llama.json" > "$WORK/dynamic.json"
+sed 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": {"type": "linear", "factor": 4.0},/' \
+    "$FIX/ref-llama.json" > "$WORK/linear.json"
+for m in "$WORK/dynamic.json" "$WORK/linear.json"; do
+    "$TRAIN" --model "$m" $D --steps 2 --metrics "$WORK/mis.jsonl" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--model $m"; }
+    sed 's/"tokens_per_s".*//' "$WORK/mis.jsonl" > "$WORK/mis.$(basename "$m")"
+    rm "$WORK/mis.jsonl"
+done
+cmp -s "$WORK/mis.ref-llama.json" "$WORK/mis.dynamic.json" || fail "dynamic rope_scaling within the positions changed the losses"
+! cmp -s "$WORK/mis.ref-llama.json" "$WORK/mis.linear.json" || fail "linear rope_scaling left the losses as they were"
+# what merak does not compute is refused by name: other RoPE types, keys
+# a type does not read, partial rotary embeddings, LLaMA's output-projection
+# bias, Qwen2's sliding window
+refuse() { # NAME SED-EXPRESSION PATTERN
+    sed "$2" "$FIX/ref-llama.json" > "$WORK/$1.json"
+    expect 1 "$3" -- --model "$WORK/$1.json" $D
+}
+R='s/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": '
+refuse yarn "$R"'{"rope_type": "yarn", "factor": 4.0},/' \
+    "rope_scaling: rope_type 'yarn' is not supported (default, linear, dynamic or llama3)"
+refuse extra "$R"'{"type": "linear", "factor": 2.0, "attention_factor": 1.0},/' \
+    "rope_scaling: 'attention_factor' is not supported with rope_type 'linear'"
+refuse small "$R"'{"type": "linear", "factor": 0.5},/' "rope_scaling: factor 0.5 must be at least 1"
+refuse notype "$R"'{"factor": 2.0},/' "rope_scaling: missing required field 'rope_type'"
+refuse bands "$R"'{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 64},/' \
+    "rope_scaling: high_freq_factor 1 must be above low_freq_factor 4"
+refuse partial 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "partial_rotary_factor": 0.5,/' \
+    "partial_rotary_factor 0.5 is not supported (1 only)"
+refuse obias 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "attention_bias": true,/' "attention_bias = true is not supported"
+refuse qwindow 's/"model_type": "llama"/"model_type": "qwen2", "use_sliding_window": true/' \
+    "use_sliding_window = true is not supported"
 # an initializer_range no float holds is named as what it is
 sed 's/"initializer_range": 0.02/"initializer_range": 1e300/' "$FIX/ref-gpt2.json" > "$WORK/init-range.json"
 expect 1 "initializer_range 1e+300 must be at least 0 and below 1e30" -- --model "$WORK/init-range.json" $D

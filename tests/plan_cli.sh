@@ -76,7 +76,8 @@ import json, sys
 got = {m["name"]: m["parameters"] for m in json.load(open(sys.argv[1]))["models"]}
 exact = {"gpt2": 124439808, "gpt2-medium": 354823168, "gpt2-large": 774030080, "gpt2-xl": 1557611200,
          "llama2-7b": 6738415616, "llama2-13b": 13015864320, "llama2-70b": 68976648192,
-         "llama3-8b": 8030261248, "llama3-70b": 70553706496, "mistral-7b": 7248023552}
+         "llama3-8b": 8030261248, "llama3-70b": 70553706496, "mistral-7b": 7248023552,
+         "llama3.1-8b": 8030261248, "qwen2-7b": 7615616512}
 rounded = {"megatron-2.5b": (2.5e9, 0.01), "megatron-8.3b": (8.3e9, 0.01), "gpt3-6.7b": (6.7e9, 0.01),
            "gpt3-13b": (13.0e9, 0.015), "gpt3-175b": (175.0e9, 0.01)}
 for name, n in exact.items():

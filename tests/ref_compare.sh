@@ -1,8 +1,13 @@
 #!/bin/sh
 # Agreement with an independent implementation: tests/ref/torch_ref.py
-# (PyTorch) and merak-train train the same tiny GPT-2 and LLaMA from the same
-# safetensors weights and token shard for 30 AdamW steps at lr 1e-3.
-# Losses must match within 1e-4 relative, gradient norms within 1e-3.
+# (PyTorch) and merak-train train the same tiny GPT-2, LLaMA and Qwen2 (q, k
+# and v biases, LLaMA 3.1's rope_scaling with every frequency band in use,
+# weights of std 0.1 so that positions matter: without the scaling its
+# losses differ by 1e-3) from the same safetensors weights and token shard
+# for 30 AdamW steps at lr 1e-3.  Losses must match within 1e-4 relative, gradient norms within
+# 1e-3.  First the reference checks itself: its models (float64) against
+# naive per-position loops (scaled RoPE frequencies one at a time), its
+# AdamW against a hand-written update.
 . "$(dirname "$0")/lib.sh"
 PY=${TORCH_PYTHON:-none}
 [ "$PY" != none ] && "$PY" -c 'import torch' 2>/dev/null || skip "PyTorch not installed (Debian: python3-torch)"
@@ -12,7 +17,10 @@ hyper="--micro-batch 4 --micro-batches 2 --seq-len 32 --steps 30 --lr 1e-3 --war
        --lr-schedule cosine --min-lr 1e-4 --weight-decay 0.1 --beta1 0.9 --beta2 0.95
        --eps 1e-8 --clip 1.0 --threads 1"
 
-for arch in gpt2 llama; do
+"$PY" "$REF" selftest > "$WORK/selftest.out" 2>&1 || { cat "$WORK/selftest.out" >&2; fail "torch_ref.py selftest"; }
+tail -n 1 "$WORK/selftest.out"
+
+for arch in gpt2 llama qwen2; do
     cfg=$FIX/ref-$arch.json
     "$PY" "$REF" init --config "$cfg" --seed 7 --out "$WORK/$arch.safetensors" > /dev/null ||
         fail "$arch: torch_ref.py init failed"

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "merak/rope.h"
 #include "merak/status.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,13 @@ typedef struct merak_model_config {
     float dropout;         /* residual/embedding dropout probability (0 = off) */
     int window;            /* Mistral's sliding_window when shorter than its positions, which
                             * it then bounds (0: none) */
+    /* rope_scaling (LLaMA family; merak/rope.h): MERAK_ROPE_DEFAULT when
+     * the config has none, the other fields then unused */
+    merak_rope_type rope_type;
+    float rope_factor;
+    float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
+    int rope_original_positions; /* dynamic, llama3 */
+    int qkv_bias;          /* Qwen2: biases on q_proj, k_proj and v_proj (LLaMA family) */
 } merak_model_config;
 
 /* Fills cfg from a preset name ("gpt2", "gpt2-medium", "tiny-gpt2",
@@ -152,6 +160,11 @@ int merak_op_linear(merak_graph *g, int x, int w, int b);          /* w (O,K) */
  * rope_theta > 0 applies rotary embeddings to q and k. */
 int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head,
                        int n_kv_head, float rope_theta);
+/* The same with the rotary embeddings rope describes (NULL or theta 0:
+ * none), scaled as its type says (merak/rope.h); DYNAMIC is resolved for
+ * the graph's sequence length as the Hugging Face library does. */
+int merak_op_attention_rope(merak_graph *g, int q, int k, int v, int n_head,
+                            int n_kv_head, const merak_rope *rope);
 int merak_op_gelu(merak_graph *g, int x);
 int merak_op_swiglu(merak_graph *g, int gate, int up);             /* silu(gate)*up */
 int merak_op_add(merak_graph *g, int a, int b);

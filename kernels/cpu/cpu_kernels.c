@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../rope.h"
 #include "memcount.h"
 #include "mix64.h"
 
@@ -196,9 +197,9 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define R_EXP expf
 #define R_SQRT sqrtf
 #define R_TANH tanhf
-#define R_POW powf
 #define R_COS cosf
 #define R_SIN sinf
+#define R_INV_FREQ merak_rope_inv_freq
 #define TABLE_T merak_kernels
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
@@ -211,9 +212,9 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #undef R_EXP
 #undef R_SQRT
 #undef R_TANH
-#undef R_POW
 #undef R_COS
 #undef R_SIN
+#undef R_INV_FREQ
 #undef TABLE_T
 #undef TABLE_NAME
 
@@ -225,9 +226,9 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define R_EXP exp
 #define R_SQRT sqrt
 #define R_TANH tanh
-#define R_POW pow
 #define R_COS cos
 #define R_SIN sin
+#define R_INV_FREQ merak_rope_inv_freq_f64
 #define TABLE_T merak_kernels_f64
 #define TABLE_NAME "cpu_f64"
 #include "cpu_ops_impl.h"
@@ -237,9 +238,9 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #undef R_EXP
 #undef R_SQRT
 #undef R_TANH
-#undef R_POW
 #undef R_COS
 #undef R_SIN
+#undef R_INV_FREQ
 #undef TABLE_T
 #undef TABLE_NAME
 

@@ -5,7 +5,7 @@
  *   REAL        element type (float, double)
  *   SFX         suffix of every function name (_f32, _f64), via FN(name)
  *   GEMM        cblas_sgemm / cblas_dgemm
- *   R_EXP, R_SQRT, R_TANH, R_POW, R_COS, R_SIN   math of that type
+ *   R_EXP, R_SQRT, R_TANH, R_COS, R_SIN, R_INV_FREQ  math of that type
  *   TABLE_T     the table type (merak_kernels, merak_kernels_f64)
  *   TABLE_NAME  the table's name
  * and defines the table FN(cpu_table).  No include guard, on purpose.
@@ -317,14 +317,16 @@ static void FN(linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *i
 }
 
 /* ============================================================== rotary embedding
- * Hugging Face LLaMA convention (rotate_half), computed in REAL as torch does:
- *   inv_freq[i] = 1 / theta^((2i)/hd), angle = t * inv_freq[i], i < hd/2
+ * Hugging Face LLaMA convention (rotate_half), as torch computes it: the
+ * frequencies (R_INV_FREQ, ../rope.h), the angle and its cosine and sine,
+ * all in REAL:
+ *   angle = t * inv_freq[i], i < hd/2
  *   x'[i]      = x[i]      * cos - x[i+hd/2] * sin
  *   x'[i+hd/2] = x[i+hd/2] * cos + x[i]      * sin
  * One token row holds nheads heads of hd each. */
-static inline void FN(rope_cs)(REAL *cs, REAL *sn, int i, int hd, int t, float theta)
+static inline void FN(rope_cs)(REAL *cs, REAL *sn, int i, int hd, int t, const merak_rope *rope)
 {
-    const REAL inv = (REAL)1 / R_POW((REAL)theta, (REAL)(2 * i) / (REAL)hd);
+    const REAL inv = R_INV_FREQ(rope, i, hd);
     const REAL ang = (REAL)t * inv;
     *cs = R_COS(ang);
     *sn = R_SIN(ang);
@@ -332,12 +334,12 @@ static inline void FN(rope_cs)(REAL *cs, REAL *sn, int i, int hd, int t, float t
 
 /* dst (nheads*hd) = rotate(src) */
 static void FN(rope_row_fwd)(REAL *dst, const REAL *src, int nheads, int hd, int t,
-                             float theta)
+                             const merak_rope *rope)
 {
     const int half = hd / 2;
     for (int i = 0; i < half; i++) {
         REAL c, s;
-        FN(rope_cs)(&c, &s, i, hd, t, theta);
+        FN(rope_cs)(&c, &s, i, hd, t, rope);
         for (int h = 0; h < nheads; h++) {
             const REAL x0 = src[h * hd + i], x1 = src[h * hd + i + half];
             dst[h * hd + i] = x0 * c - x1 * s;
@@ -348,12 +350,12 @@ static void FN(rope_row_fwd)(REAL *dst, const REAL *src, int nheads, int hd, int
 
 /* dst (nheads*hd) += rotate^T(src): the gradient of rope_row_fwd */
 static void FN(rope_row_bwd)(REAL *dst, const REAL *src, int nheads, int hd, int t,
-                             float theta)
+                             const merak_rope *rope)
 {
     const int half = hd / 2;
     for (int i = 0; i < half; i++) {
         REAL c, s;
-        FN(rope_cs)(&c, &s, i, hd, t, theta);
+        FN(rope_cs)(&c, &s, i, hd, t, rope);
         for (int h = 0; h < nheads; h++) {
             const REAL g0 = src[h * hd + i], g1 = src[h * hd + i + half];
             dst[h * hd + i] += g0 * c + g1 * s;
@@ -438,13 +440,12 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *lse,
     const ptrdiff_t BT = (ptrdiff_t)B * T;
     const size_t blk = FN(attention_block_elems)(s);
 
-    if (s->rope_theta > 0) {
-        const float theta = s->rope_theta;
+    if (s->rope.theta > 0) {
         OMP(parallel for if ((size_t)BT * (C + Ckv) >= PAR_MIN / 4) schedule(static))
         for (ptrdiff_t bt = 0; bt < BT; bt++) {
             const int t = (int)(bt % T);
-            FN(rope_row_fwd)(qr + (size_t)bt * C, q + (size_t)bt * qs, nh, hd, t, theta);
-            FN(rope_row_fwd)(kr + (size_t)bt * Ckv, k + (size_t)bt * ks, nkv, hd, t, theta);
+            FN(rope_row_fwd)(qr + (size_t)bt * C, q + (size_t)bt * qs, nh, hd, t, &s->rope);
+            FN(rope_row_fwd)(kr + (size_t)bt * Ckv, k + (size_t)bt * ks, nkv, hd, t, &s->rope);
         }
         Q = qr, qs = C;
         K = kr, ks = Ckv;
@@ -480,7 +481,7 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
 {
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
-    const int rope = s->rope_theta > 0;
+    const int rope = s->rope.theta > 0;
     const REAL *Q = rope ? qr : q, *K = rope ? kr : k;
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
     const int vs = s->v_stride;
@@ -555,8 +556,8 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
         REAL *ov = dv + (size_t)bt * vs;
         if (rope) {
             const int t = (int)(bt % T);
-            FN(rope_row_bwd)(oq, gq, nh, hd, t, s->rope_theta);
-            FN(rope_row_bwd)(ok, gk, nkv, hd, t, s->rope_theta);
+            FN(rope_row_bwd)(oq, gq, nh, hd, t, &s->rope);
+            FN(rope_row_bwd)(ok, gk, nkv, hd, t, &s->rope);
         } else {
             for (int c = 0; c < C; c++)
                 oq[c] += gq[c];
@@ -589,7 +590,7 @@ static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv, L = pos + T;
     const ptrdiff_t BT = (ptrdiff_t)B * T;
-    const int rope = s->rope_theta > 0;
+    const int rope = s->rope.theta > 0;
     /* the queries: rotated into scratch with RoPE, else q itself */
     REAL *Q = scratch, *S = scratch + (size_t)BT * C;
     const REAL *Qry = rope ? Q : q;
@@ -603,8 +604,8 @@ static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap
         REAL *vrow = vc + (b * (size_t)cap + (size_t)t) * Ckv;
         const REAL *qs = q + (size_t)bt * s->q_stride, *ks = k + (size_t)bt * s->k_stride;
         if (rope) {
-            FN(rope_row_fwd)(Q + (size_t)bt * C, qs, nh, hd, t, s->rope_theta);
-            FN(rope_row_fwd)(krow, ks, nkv, hd, t, s->rope_theta);
+            FN(rope_row_fwd)(Q + (size_t)bt * C, qs, nh, hd, t, &s->rope);
+            FN(rope_row_fwd)(krow, ks, nkv, hd, t, &s->rope);
         } else {
             memcpy(krow, ks, (size_t)Ckv * sizeof(REAL));
         }

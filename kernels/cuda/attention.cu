@@ -10,34 +10,35 @@
  */
 #include "cuda_common.cuh"
 #include "flash.h"
+#include "rope.h"
 
 struct attn_p {
     int B, T, nh, nkv, hd;
-    float theta;   /* rope base, 0 = none */
+    merak_rope rope; /* rope.theta 0: none */
 };
 
-/* cos/sin of the RoPE angle t * inv_freq[j], inv_freq[j] = 1/theta^(2j/hd),
- * all in float as Hugging Face (and the CPU backend) compute them. */
-__device__ __forceinline__ void rope_cs(float theta, int t, int j, int hd, float *c,
+/* cos/sin of the RoPE angle t * inv_freq[j] (rope.h), all in float as
+ * Hugging Face (and the CPU backend) compute them. */
+__device__ __forceinline__ void rope_cs(const merak_rope &rope, int t, int j, int hd, float *c,
                                         float *s)
 {
-    const float inv = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
+    const float inv = merak_rope_inv_freq(&rope, j, hd);
     const float ang = (float)t * inv;
     *c = cosf(ang);
     *s = sinf(ang);
 }
 
 /* row (hd) += g, the gradient of a row at position t taken with respect to
- * its rotated values, brought back through the rotation (with theta > 0):
+ * its rotated values, brought back through the rotation (with rope.theta > 0):
  *   row[j] += g[j] cos + g[j+hd/2] sin ; row[j+hd/2] += g[j+hd/2] cos - g[j] sin
  * Block-wide; g may be in shared memory. */
-__device__ void rope_bwd_add(float *row, const float *g, float theta, int t, int hd)
+__device__ void rope_bwd_add(float *row, const float *g, const merak_rope &rope, int t, int hd)
 {
-    if (theta > 0.0f) {
+    if (rope.theta > 0.0f) {
         const int half = hd / 2;
         for (int j = threadIdx.x; j < half; j += blockDim.x) {
             float c, s;
-            rope_cs(theta, t, j, hd, &c, &s);
+            rope_cs(rope, t, j, hd, &c, &s);
             const float g0 = g[j], g1 = g[j + half];
             row[j] += g0 * c + g1 * s;
             row[j + half] += g1 * c - g0 * s;
@@ -59,7 +60,7 @@ __device__ __forceinline__ void cache_put(float *cache, const float *src, size_t
 }
 
 /* Queries and keys of B*T token rows at positions pos + t.  With RoPE
- * (theta > 0): Q (B,T,nh*hd) = q rotated and kc's rows [pos, pos+T) (kc
+ * (rope.theta > 0): Q (B,T,nh*hd) = q rotated and kc's rows [pos, pos+T) (kc
  * (B,cap,nkv*hd)) = k rotated, pair by pair:
  *   x'[j] = x[j] cos - x[j+hd/2] sin ; x'[j+hd/2] = x[j+hd/2] cos + x[j] sin
  * Without RoPE, Q is not written (the queries are q) and k is copied into
@@ -71,7 +72,7 @@ __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const
 {
     const int half = p.hd / 2, heads = p.nh + p.nkv, Ckv = p.nkv * p.hd;
     const size_t BT = (size_t)p.B * p.T;
-    const size_t nrot = p.theta > 0.0f ? BT * heads * half : 0, nk = p.theta > 0.0f ? 0 : BT * Ckv;
+    const size_t nrot = p.rope.theta > 0.0f ? BT * heads * half : 0, nk = p.rope.theta > 0.0f ? 0 : BT * Ckv;
     const size_t n = nrot + nk + (vc ? BT * Ckv : 0);
     GRID_STRIDE(i, n)
     {
@@ -98,7 +99,7 @@ __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const
             dst = kc + (bt / p.T * cap + t) * Ckv + (size_t)(hh - p.nh) * p.hd;
         }
         float c, s;
-        rope_cs(p.theta, t, j, p.hd, &c, &s);
+        rope_cs(p.rope, t, j, p.hd, &c, &s);
         const float x0 = src[j], x1 = src[j + half];
         dst[j] = x0 * c - x1 * s;
         dst[j + half] = x1 * c + x0 * s;
@@ -173,10 +174,10 @@ __global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const float *dQ,
     const size_t bt = blockIdx.x;
     const int t = (int)(bt % (size_t)p.T), hd = p.hd, C = p.nh * hd, Ckv = p.nkv * hd;
     for (int h = 0; h < p.nh; h++)
-        rope_bwd_add(dq + bt * dqs + (size_t)h * hd, dQ + bt * C + (size_t)h * hd, p.theta, t,
+        rope_bwd_add(dq + bt * dqs + (size_t)h * hd, dQ + bt * C + (size_t)h * hd, p.rope, t,
                      hd);
     for (int g = 0; g < p.nkv; g++)
-        rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.theta,
+        rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.rope,
                      t, hd);
     for (int c = threadIdx.x; c < Ckv; c += blockDim.x)
         dv[bt * dvs + c] += dV[bt * Ckv + c];
@@ -190,7 +191,7 @@ static attn_p attn_params(const merak_attn_shape *s)
     p.nh = s->n_head;
     p.nkv = s->n_kv_head;
     p.hd = s->head_dim;
-    p.theta = s->rope_theta;
+    p.rope = s->rope;
     return p;
 }
 
@@ -339,7 +340,7 @@ int merak_cuda_launch_kv_append(void *stream, const merak_attn_shape *s, int pos
                                 const float *v)
 {
     const attn_p p = attn_params(s);
-    const int rows = p.theta > 0.0f ? (p.nh + p.nkv) * (p.hd / 2) : p.nkv * p.hd; /* q, k */
+    const int rows = p.rope.theta > 0.0f ? (p.nh + p.nkv) * (p.hd / 2) : p.nkv * p.hd; /* q, k */
     const size_t n = (size_t)p.B * p.T * (rows + p.nkv * p.hd);
     if (n)
         qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(Q, kc, vc, q, k, v, p, s->q_stride,

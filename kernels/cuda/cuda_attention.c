@@ -103,7 +103,7 @@ void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse,
     const int C = nh * hd, vs = s->v_stride;
     const float *Q = q, *K = k;
     int qs = s->q_stride, ks = s->k_stride;
-    if (s->rope_theta > 0) {
+    if (s->rope.theta > 0) {
         LAUNCH("attention_fwd(rope)", merak_cuda_launch_rope_fwd(STREAM, s, qr, kr, q, k));
         Q = qr, qs = C;
         K = kr, ks = nkv * hd;
@@ -141,7 +141,7 @@ void merak_cuda_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap
     const int T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, L = pos + T;
     /* the queries: rotated into scratch with RoPE, else q itself */
-    const int rope = s->rope_theta > 0;
+    const int rope = s->rope.theta > 0;
     float *S = scratch + (size_t)s->B * T * C;
     LAUNCH("attention_cached_fwd(append)",
            merak_cuda_launch_kv_append(STREAM, s, pos, cap, scratch, kc, vc, q, k, v));
@@ -177,7 +177,7 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
         return;
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int rep = nh / nkv, C = nh * hd, Ckv = nkv * hd, vs = s->v_stride;
-    const int rope = s->rope_theta > 0;
+    const int rope = s->rope.theta > 0;
     const float *Q = rope ? qr : q, *K = rope ? kr : k;
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
     if (hd <= FLASH_HD) {

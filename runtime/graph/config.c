@@ -3,7 +3,8 @@
  * files, and the checks that a configuration can be built.
  *
  * Loading is strict: a field of the wrong type, an unsupported feature
- * (rope_scaling, biases in LLaMA, a different activation) or a value that
+ * (a rope_scaling of type yarn, biases on LLaMA's output projection, a
+ * different activation) or a value that
  * makes no sense is refused with one line, rather than silently building a
  * model that differs from the one the file describes.
  */
@@ -36,6 +37,21 @@
      .n_layer = L, .n_head = H, .n_kv_head = KV, .ffn_hidden = F, .norm_eps = 1e-5f,        \
      .rope_theta = THETA, .tie_embeddings = 0, .init_std = 0.02f, .dropout = 0.0f}
 
+/* LLaMA 3.1's RoPE: rope_scaling llama3 with factor 8 over an original
+ * context of 8192 (low_freq_factor 1, high_freq_factor 4). */
+#define LLAMA31(nm, V, P, C, L, H, KV, F, THETA)                                            \
+    {.arch = MERAK_ARCH_LLAMA, .name = nm, .vocab_size = V, .max_positions = P, .hidden = C, \
+     .n_layer = L, .n_head = H, .n_kv_head = KV, .ffn_hidden = F, .norm_eps = 1e-5f,        \
+     .rope_theta = THETA, .tie_embeddings = 0, .init_std = 0.02f, .dropout = 0.0f,          \
+     .rope_type = MERAK_ROPE_LLAMA3, .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f,     \
+     .rope_high_freq_factor = 4.0f, .rope_original_positions = 8192}
+
+/* Qwen2: LLaMA's architecture with biases on q, k and v, rms_norm_eps 1e-6. */
+#define QWEN2(nm, V, P, C, L, H, KV, F, THETA)                                              \
+    {.arch = MERAK_ARCH_LLAMA, .name = nm, .vocab_size = V, .max_positions = P, .hidden = C, \
+     .n_layer = L, .n_head = H, .n_kv_head = KV, .ffn_hidden = F, .norm_eps = 1e-6f,        \
+     .rope_theta = THETA, .tie_embeddings = 0, .init_std = 0.02f, .dropout = 0.0f, .qkv_bias = 1}
+
 /* The one list of presets: X(ARCH, name, sizes...) per preset, with ARCH's
  * arguments above.  The configurations and the NULL-terminated list of names
  * (merak_model_preset_names, the "unknown model" message) both expand it, so
@@ -65,8 +81,10 @@
     X(LLAMA, "llama2-70b", 32000, 4096, 8192, 80, 64, 8, 28672, 10000.0f)                       \
     X(LLAMA, "llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f)                      \
     X(LLAMA, "llama3-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000.0f)                     \
+    X(LLAMA31, "llama3.1-8b", 128256, 131072, 4096, 32, 32, 8, 14336, 500000.0f)                \
     /* Mistral 7B v0.3: LLaMA's architecture (no sliding window since v0.2) */   \
-    X(LLAMA, "mistral-7b", 32768, 32768, 4096, 32, 32, 8, 14336, 1000000.0f)
+    X(LLAMA, "mistral-7b", 32768, 32768, 4096, 32, 32, 8, 14336, 1000000.0f)                    \
+    X(QWEN2, "qwen2-7b", 152064, 131072, 3584, 28, 28, 4, 18944, 1000000.0f)
 
 #define PRESET_CONFIG(ARCH, ...) ARCH(__VA_ARGS__),
 #define PRESET_NAME(ARCH, nm, ...) nm,
@@ -287,6 +305,85 @@ static int load_gpt2(const loader *L, merak_model_config *c)
     return 0;
 }
 
+/* rope_scaling, or transformers 5's rope_parameters (which hold rope_theta
+ * too), as the library reads them: the type ("rope_type", or its older
+ * name "type") and that type's numbers; any other key is refused by name,
+ * as is a type merak does not compute (yarn, longrope, ...).  Dynamic's
+ * original positions are max_position_embeddings unless given. */
+static int load_rope(const loader *L, const char *key, merak_model_config *c)
+{
+    static const struct {
+        const char *name;
+        merak_rope_type type;
+        const char *keys[4]; /* the keys the type reads, the required ones first */
+        int required;
+    } kinds[] = {
+        {"default", MERAK_ROPE_DEFAULT, {NULL}, 0},
+        {"linear", MERAK_ROPE_LINEAR, {"factor"}, 1},
+        {"dynamic", MERAK_ROPE_DYNAMIC, {"factor", "original_max_position_embeddings"}, 1},
+        {"llama3", MERAK_ROPE_LLAMA3, {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"}, 4},
+    };
+    json_t *rs = field(L, key);
+    if (!rs)
+        return 0;
+    if (!json_is_object(rs))
+        return wrong_type(L, key, "an object", rs);
+    char where[1024];
+    snprintf(where, sizeof where, "%s: %s", L->path, key);
+    const loader R = {.path = where, .root = rs, .err = L->err, .errlen = L->errlen};
+    const char *tkey = field(&R, "rope_type") ? "rope_type" : "type";
+    json_t *t = field(&R, tkey);
+    if (!t)
+        return missing(&R, "rope_type");
+    if (!json_is_string(t))
+        return wrong_type(&R, tkey, "a string", t);
+    const char *tname = json_string_value(t);
+    size_t k = 0, nk = sizeof kinds / sizeof kinds[0];
+    while (k < nk && strcmp(kinds[k].name, tname) != 0)
+        k++;
+    if (k == nk)
+        return merak_errf(L->err, L->errlen, "%s: rope_type '%.40s' is not supported (default, linear, dynamic or llama3)",
+                          where, tname);
+    const char *name;
+    json_t *v;
+    json_object_foreach(rs, name, v) {
+        int known = strcmp(name, "rope_type") == 0 || strcmp(name, "type") == 0 ||
+                    (strcmp(name, "rope_theta") == 0 && strcmp(key, "rope_parameters") == 0);
+        for (int i = 0; i < 4 && kinds[k].keys[i] && !known; i++)
+            known = strcmp(name, kinds[k].keys[i]) == 0;
+        if (!known && !json_is_null(v))
+            return merak_errf(L->err, L->errlen, "%s: '%.40s' is not supported with rope_type '%s'", where, name,
+                              tname);
+    }
+    for (int i = 0; i < kinds[k].required; i++)
+        if (!field(&R, kinds[k].keys[i]))
+            return missing(&R, kinds[k].keys[i]);
+    double theta = c->rope_theta, factor = 1, lo = 0, hi = 0;
+    int original = c->max_positions;
+    if (get_positive_num(&R, "rope_theta", theta, &theta) != 0 || get_positive_num(&R, "factor", 1, &factor) != 0 ||
+        get_positive_num(&R, "low_freq_factor", 1, &lo) != 0 ||
+        get_positive_num(&R, "high_freq_factor", 1, &hi) != 0 ||
+        get_pos_int(&R, "original_max_position_embeddings", original, &original) != 0)
+        return -1;
+    if (kinds[k].type != MERAK_ROPE_DEFAULT && factor < 1)
+        return merak_errf(L->err, L->errlen, "%s: factor %g must be at least 1", where, factor);
+    if (kinds[k].type == MERAK_ROPE_LLAMA3 && !(hi > lo))
+        return merak_errf(L->err, L->errlen, "%s: high_freq_factor %g must be above low_freq_factor %g", where, hi,
+                          lo);
+    c->rope_theta = (float)theta;
+    c->rope_type = kinds[k].type;
+    if (c->rope_type != MERAK_ROPE_DEFAULT) {
+        c->rope_factor = (float)factor;
+        c->rope_original_positions = c->rope_type == MERAK_ROPE_LINEAR ? 0 : original;
+    }
+    if (c->rope_type == MERAK_ROPE_LLAMA3) {
+        c->rope_low_freq_factor = (float)lo;
+        c->rope_high_freq_factor = (float)hi;
+    }
+    return 0;
+}
+
 static int load_llama(const loader *L, merak_model_config *c)
 {
     c->arch = MERAK_ARCH_LLAMA;
@@ -318,15 +415,18 @@ static int load_llama(const loader *L, merak_model_config *c)
         expect_string(L, "hidden_act", "silu", NULL) != 0 ||
         expect_bool(L, "attention_bias", 0) != 0 || expect_bool(L, "mlp_bias", 0) != 0)
         return -1;
-    if (field(L, "rope_scaling")) {
-        merak_errf(L->err, L->errlen,
-               "%s: rope_scaling is not supported (remove it or set it to null)", L->path);
-        return -1;
-    }
     if (check_init_std(L, std) < 0)
         return -1;
+    double partial;
+    if (get_num(L, "partial_rotary_factor", 1.0, &partial) != 0)
+        return -1;
+    if (partial != 1.0)
+        return merak_errf(L->err, L->errlen, "%s: partial_rotary_factor %g is not supported (1 only)", L->path,
+                          partial);
     c->norm_eps = (float)eps;
     c->rope_theta = (float)theta;
+    if (load_rope(L, "rope_scaling", c) != 0 || load_rope(L, "rope_parameters", c) != 0)
+        return -1;
     c->init_std = (float)std;
     c->dropout = 0.0f; /* LLaMA has no residual or embedding dropout */
     return 0;
@@ -396,8 +496,14 @@ int merak_model_config_load(const char *path, merak_model_config *cfg, char *err
     } else if (strcmp(type, "mistral") == 0) {
         if (load_llama(&L, &c) != 0 || load_window(&L, &c) != 0)
             goto out;
+    } else if (strcmp(type, "qwen2") == 0) {
+        /* LLaMA's architecture with biases on q, k and v; its sliding
+         * window is off unless use_sliding_window says otherwise */
+        if (load_llama(&L, &c) != 0 || expect_bool(&L, "use_sliding_window", 0) != 0)
+            goto out;
+        c.qkv_bias = 1;
     } else {
-        merak_errf(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2, llama or mistral)",
+        merak_errf(err, errlen, "%s: model_type '%.40s' is not supported (expected gpt2, llama, mistral or qwen2)",
                path, type);
         goto out;
     }
@@ -435,6 +541,27 @@ int merak_model_config_resolve(const char *spec, merak_model_config *cfg, char *
     return -1;
 }
 
+/* The LLaMA family's extras in config.json o: Qwen2's model type (its q, k
+ * and v biases) and rope_scaling.  0, or -1 out of memory. */
+static int rope_json(json_t *o, const merak_model_config *c)
+{
+    static const char *const type_names[] = {"default", "linear", "dynamic", "llama3"};
+    if (c->qkv_bias && (json_object_set_new(o, "model_type", json_string("qwen2")) != 0 ||
+                        json_object_set_new(o, "architectures", json_pack("[s]", "Qwen2ForCausalLM")) != 0))
+        return -1;
+    if (c->rope_type == MERAK_ROPE_DEFAULT)
+        return 0;
+    json_t *rs = json_pack("{s:s, s:f}", "rope_type", type_names[c->rope_type], "factor", (double)c->rope_factor);
+    if (rs && c->rope_type != MERAK_ROPE_LINEAR &&
+        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_positions)) != 0)
+        return json_decref(rs), -1;
+    if (rs && c->rope_type == MERAK_ROPE_LLAMA3 &&
+        (json_object_set_new(rs, "low_freq_factor", json_real(c->rope_low_freq_factor)) != 0 ||
+         json_object_set_new(rs, "high_freq_factor", json_real(c->rope_high_freq_factor)) != 0))
+        return json_decref(rs), -1;
+    return rs ? json_object_set_new(o, "rope_scaling", rs) : -1;
+}
+
 char *merak_model_config_json(const merak_model_config *c)
 {
     json_t *o;
@@ -454,12 +581,40 @@ char *merak_model_config_json(const merak_model_config *c)
                       (double)c->init_std, "resid_pdrop", (double)c->dropout, "embd_pdrop", (double)c->dropout,
                       "attn_pdrop", 0.0, "tie_word_embeddings", c->tie_embeddings, "activation_function",
                       "gelu_new");
+    if (o && c->arch == MERAK_ARCH_LLAMA && rope_json(o, c) != 0) {
+        json_decref(o);
+        return NULL;
+    }
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);
     return text;
 }
 
 /* ------------------------------------------------------------------ checks */
+
+/* The rope_scaling fields a preset or a caller filled in (load_rope
+ * checks a file's with the file's names). */
+static int check_rope(const merak_model_config *c, const char *nm, char *err, size_t errlen)
+{
+    switch (c->rope_type) {
+    case MERAK_ROPE_DEFAULT: return 0;
+    case MERAK_ROPE_LINEAR:
+    case MERAK_ROPE_DYNAMIC:
+    case MERAK_ROPE_LLAMA3: break;
+    default: return merak_errf(err, errlen, "%s: unknown rope_type %d", nm, (int)c->rope_type);
+    }
+    if (!(c->rope_factor >= 1) || !isfinite(c->rope_factor))
+        return merak_errf(err, errlen, "%s: rope_scaling factor %g must be at least 1", nm, (double)c->rope_factor);
+    if (c->rope_type != MERAK_ROPE_LINEAR && c->rope_original_positions <= 0)
+        return merak_errf(err, errlen, "%s: rope_scaling original_max_position_embeddings %d must be positive", nm,
+                          c->rope_original_positions);
+    if (c->rope_type == MERAK_ROPE_LLAMA3 &&
+        !(c->rope_low_freq_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+          isfinite(c->rope_high_freq_factor)))
+        return merak_errf(err, errlen, "%s: rope_scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)", nm,
+                          (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor);
+    return 0;
+}
 
 int merak_model_config_check(const merak_model_config *c, char *err, size_t errlen)
 {
@@ -516,6 +671,15 @@ int merak_model_config_check(const merak_model_config *c, char *err, size_t errl
             merak_errf(err, errlen, "%s: rope_theta %g must be positive", nm, (double)c->rope_theta);
             return -1;
         }
+        if (check_rope(c, nm, err, errlen) < 0)
+            return -1;
+    } else if (c->rope_type != MERAK_ROPE_DEFAULT || c->qkv_bias) {
+        merak_errf(err, errlen, "%s: GPT-2 has no rope_scaling and no q, k, v biases of their own", nm);
+        return -1;
+    }
+    if (c->qkv_bias != 0 && c->qkv_bias != 1) {
+        merak_errf(err, errlen, "%s: qkv_bias %d must be 0 or 1", nm, c->qkv_bias);
+        return -1;
     }
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) {
         merak_errf(err, errlen, "%s: norm_eps %g must be positive", nm, (double)c->norm_eps);

@@ -375,8 +375,63 @@ int merak_op_linear(merak_graph *g, int x, int w, int b)
     return add_op(g, &o, MERAK_F32, t->ndim, shape);
 }
 
+/* A rope the attention of hd-wide heads over T positions can use, with
+ * DYNAMIC resolved as the Hugging Face library resolves it for a sequence
+ * of T tokens: past original_max_positions, theta grows to
+ *   theta * (factor * T / original - (factor - 1))^(hd / (hd - 2))
+ * (in double, as Python computes it), else it stays.  0, or -1 naming
+ * what is wrong. */
+static int rope_resolve(merak_graph *g, const merak_rope *in, int64_t hd, int64_t T, merak_rope *out)
+{
+    *out = in ? *in : (merak_rope){0};
+    if (!(out->theta >= 0) || !isfinite(out->theta))
+        return fail(g, "attention: rope theta %g must be 0 (none) or positive", (double)out->theta);
+    if (out->theta == 0)
+        return 0;
+    if (hd % 2)
+        return fail(g, "attention: rotary embeddings need an even head size (got %lld)", (long long)hd);
+    switch (out->type) {
+    case MERAK_ROPE_DEFAULT: return 0;
+    case MERAK_ROPE_LINEAR:
+    case MERAK_ROPE_DYNAMIC:
+    case MERAK_ROPE_LLAMA3: break;
+    default: return fail(g, "attention: unknown rope scaling type %d", (int)out->type);
+    }
+    if (!(out->factor >= 1) || !isfinite(out->factor))
+        return fail(g, "attention: rope scaling factor %g must be at least 1", (double)out->factor);
+    if (out->type != MERAK_ROPE_LINEAR && out->original_max_positions <= 0)
+        return fail(g, "attention: rope scaling needs the original positions (got %d)",
+                    out->original_max_positions);
+    if (out->type == MERAK_ROPE_LLAMA3 &&
+        !(out->low_freq_factor > 0 && out->high_freq_factor > out->low_freq_factor &&
+          isfinite(out->high_freq_factor)))
+        return fail(g, "attention: llama3 rope scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)",
+                    (double)out->low_freq_factor, (double)out->high_freq_factor);
+    if (out->type == MERAK_ROPE_DYNAMIC) {
+        if (T > out->original_max_positions) {
+            if (hd <= 2)
+                return fail(g, "attention: dynamic rope scaling needs a head size above 2 (got %lld)",
+                            (long long)hd);
+            double f = out->factor, grow = f * (double)T / out->original_max_positions - (f - 1);
+            double theta = out->theta * pow(grow, (double)hd / (double)(hd - 2));
+            if (!(theta < 3.0e38))
+                return fail(g, "attention: dynamic rope scaling over %lld positions overflows theta",
+                            (long long)T);
+            out->theta = (float)theta;
+        }
+        out->type = MERAK_ROPE_DEFAULT;
+    }
+    return 0;
+}
+
 int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head, int n_kv_head,
                        float rope_theta)
+{
+    return merak_op_attention_rope(g, q, k, v, n_head, n_kv_head, &(merak_rope){.theta = rope_theta});
+}
+
+int merak_op_attention_rope(merak_graph *g, int q, int k, int v, int n_head, int n_kv_head,
+                            const merak_rope *rope)
 {
     int fused = (k < 0 && v < 0);
     if (failed(g) || want(g, "attention", q, MERAK_F32, 0) < 0)
@@ -410,16 +465,16 @@ int merak_op_attention(merak_graph *g, int q, int k, int v, int n_head, int n_kv
                             (long long)B, (long long)T, (long long)kv_shape[2]);
         }
     }
-    if (rope_theta < 0 || (rope_theta > 0 && hd % 2))
-        return fail(g, "attention: rotary embeddings need an even head size (got %lld)",
-                    (long long)hd);
+    merak_rope r;
+    if (rope_resolve(g, rope, hd, T, &r) < 0)
+        return -1;
     int64_t shape[3] = {B, T, hd * n_head};
     merak_op o = fused ? new_op(MERAK_OP_ATTENTION, 1, (int[]){q})
                        : new_op(MERAK_OP_ATTENTION, 3, (int[]){q, k, v});
     o.n_head = n_head;
     o.n_kv_head = n_kv_head;
     o.head_dim = (int)hd;
-    o.rope_theta = rope_theta;
+    o.rope = r;
     o.fused_qkv = fused;
     /* QK^T and PV over the causal half, plus the softmax. */
     o.flops = (double)B * n_head * ((double)T * (T + 1) / 2) * (4.0 * (double)hd + 5.0);
@@ -514,7 +569,7 @@ int merak_graph_readd(merak_graph *g, const merak_op *o, const int *in)
     case MERAK_OP_RMSNORM: return merak_op_rmsnorm(g, in[0], in[1], o->eps);
     case MERAK_OP_LINEAR: return merak_op_linear(g, in[0], in[1], in[2]);
     case MERAK_OP_ATTENTION:
-        return merak_op_attention(g, in[0], in[1], in[2], o->n_head, o->n_kv_head, o->rope_theta);
+        return merak_op_attention_rope(g, in[0], in[1], in[2], o->n_head, o->n_kv_head, &o->rope);
     case MERAK_OP_GELU: return merak_op_gelu(g, in[0]);
     case MERAK_OP_SWIGLU: return merak_op_swiglu(g, in[0], in[1]);
     case MERAK_OP_ADD: return merak_op_add(g, in[0], in[1]);

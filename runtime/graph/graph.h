@@ -76,7 +76,7 @@ typedef struct merak_op {
     float eps;                 /* norms */
     float p;                   /* dropout */
     int n_head, n_kv_head, head_dim;
-    float rope_theta;
+    merak_rope rope;           /* attention: DYNAMIC already resolved (theta 0: none) */
     int fused_qkv;             /* attention with one [q|k|v] input */
     int v0;                    /* embedding, cross-entropy: first vocabulary row held */
     int vocab_parallel;        /* cross-entropy over logits split by vocabulary */

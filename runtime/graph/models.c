@@ -1,5 +1,6 @@
 /*
- * models.c - GPT-2 and LLaMA as graphs, with Hugging Face parameter names.
+ * models.c - GPT-2 and LLaMA (with its relatives: Mistral, Qwen2's q, k and
+ * v biases, scaled RoPE) as graphs, with Hugging Face parameter names.
  *
  * Linear weights are kept as [out, in] (nn.Linear).  GPT-2's Hugging Face
  * checkpoints store Conv1D weights as [in, out]; those parameters are marked
@@ -96,6 +97,12 @@ static void build_llama(merak_graph *g, const merak_model_config *c, int ids, in
     int64_t V = c->vocab_size, C = c->hidden, F = c->ffn_hidden;
     int64_t hd = C / c->n_head, QD = hd * c->n_head, KVD = hd * c->n_kv_head;
     merak_param_init w = normal(c->init_std);
+    const merak_rope rope = {.theta = c->rope_theta,
+                             .type = c->rope_type,
+                             .factor = c->rope_factor,
+                             .low_freq_factor = c->rope_low_freq_factor,
+                             .high_freq_factor = c->rope_high_freq_factor,
+                             .original_max_positions = c->rope_original_positions};
 
     int wte = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(V, C), "model.embed_tokens.weight");
     int x = merak_op_embedding(g, ids, wte);                  /* (B,T,C) */
@@ -106,6 +113,12 @@ static void build_llama(merak_graph *g, const merak_model_config *c, int ids, in
         int wq = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(QD, C), "%s.%d.self_attn.q_proj.weight", L, l);
         int wk = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.k_proj.weight", L, l);
         int wv = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(KVD, C), "%s.%d.self_attn.v_proj.weight", L, l);
+        int bq = -1, bk = -1, bv = -1; /* Qwen2's */
+        if (c->qkv_bias) {
+            bq = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(QD), "%s.%d.self_attn.q_proj.bias", L, l);
+            bk = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(KVD), "%s.%d.self_attn.k_proj.bias", L, l);
+            bv = param(g, ZEROS, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(KVD), "%s.%d.self_attn.v_proj.bias", L, l);
+        }
         int wo = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, QD), "%s.%d.self_attn.o_proj.weight", L, l);
         int n2 = param(g, ONES, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P1(C), "%s.%d.post_attention_layernorm.weight", L, l);
         int wg = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(F, C), "%s.%d.mlp.gate_proj.weight", L, l);
@@ -113,10 +126,10 @@ static void build_llama(merak_graph *g, const merak_model_config *c, int ids, in
         int wd = param(g, w, MERAK_TP_REPLICATED, MERAK_HF_AS_IS, P2(C, F), "%s.%d.mlp.down_proj.weight", L, l);
         /* attention block: x + o(attn(q(h), k(h), v(h))), h = rmsnorm(x) */
         int h = merak_op_rmsnorm(g, x, n1, c->norm_eps);
-        int q = merak_op_linear(g, h, wq, -1);                  /* (B,T,nh*hd) */
-        int k = merak_op_linear(g, h, wk, -1);                  /* (B,T,nkv*hd) */
-        int v = merak_op_linear(g, h, wv, -1);
-        int a = merak_op_attention(g, q, k, v, c->n_head, c->n_kv_head, c->rope_theta);
+        int q = merak_op_linear(g, h, wq, bq);                  /* (B,T,nh*hd) */
+        int k = merak_op_linear(g, h, wk, bk);                  /* (B,T,nkv*hd) */
+        int v = merak_op_linear(g, h, wv, bv);
+        int a = merak_op_attention_rope(g, q, k, v, c->n_head, c->n_kv_head, &rope);
         a = merak_op_linear(g, a, wo, -1);
         a = maybe_dropout(g, a, c->dropout);
         x = merak_op_add(g, x, a);

@@ -34,7 +34,7 @@ merak_attn_shape merak_op_attn_shape(const merak_graph *g, const merak_op *o)
         s.q_stride = o->n_head * o->head_dim;
         s.k_stride = s.v_stride = o->n_kv_head * o->head_dim;
     }
-    s.rope_theta = o->rope_theta;
+    s.rope = o->rope;
     return s;
 }
 
@@ -178,7 +178,7 @@ static size_t attention_saved(const merak_graph *g, const merak_op *o)
 {
     merak_attn_shape s = merak_op_attn_shape(g, o);
     size_t n = merak_align_floats((size_t)s.B * s.n_head * s.T);
-    if (s.rope_theta > 0)
+    if (s.rope.theta > 0)
         n += merak_align_floats((size_t)s.B * s.T * s.n_head * s.head_dim) +
              (size_t)s.B * s.T * s.n_kv_head * s.head_dim;
     return n;
@@ -199,7 +199,7 @@ static merak_attn_shape attention_call(const merak_op_io *io, float **lse, float
     const size_t nk = B * s.T * s.n_kv_head * s.head_dim, part = (size_t)io->part;
     *lse = io->saved + np * part;
     *qr = *kr = NULL;
-    if (s.rope_theta > 0) {
+    if (s.rope.theta > 0) {
         float *q0 = io->saved + merak_align_floats(Ball * s.n_head * s.T);
         *qr = q0 + nq * part;
         *kr = q0 + merak_align_floats(Ball * s.T * s.n_head * s.head_dim) + nk * part;

@@ -335,7 +335,7 @@ static int attention(pass *p, int i)
     int lq = p->map[o->in[0]];
     int lk = o->fused_qkv ? -1 : p->map[o->in[1]], lv = o->fused_qkv ? -1 : p->map[o->in[2]];
     return set_out(p, o->out,
-                   last_op_src(p, i, merak_op_attention(p->l, lq, lk, lv, nh, nkv, o->rope_theta)), &s);
+                   last_op_src(p, i, merak_op_attention_rope(p->l, lq, lk, lv, nh, nkv, &o->rope)), &s);
 }
 
 static int cross_entropy(pass *p, int i)

@@ -134,12 +134,12 @@ static int check_model(const char *path, const merak_model_config *c, char *err,
         return merak_errf(err, errlen, "%s: the checkpoint is of a %s model, this run trains a %s model", path, arch,
                           my_arch);
     const char *field[] = {"vocab_size", "max_positions", "hidden", "n_layer", "n_head", "n_kv_head", "ffn_hidden",
-                           "tie_embeddings"};
+                           "tie_embeddings", "qkv_bias"};
     int v[] = {k.vocab_size, k.max_positions, k.hidden, k.n_layer, k.n_head, k.n_kv_head, k.ffn_hidden,
-               k.tie_embeddings};
+               k.tie_embeddings, k.qkv_bias};
     int mine[] = {c->vocab_size, c->max_positions, c->hidden, c->n_layer, c->n_head, c->n_kv_head, c->ffn_hidden,
-                  c->tie_embeddings};
-    for (int i = 0; i < 8; i++)
+                  c->tie_embeddings, c->qkv_bias};
+    for (int i = 0; i < 9; i++)
         if (v[i] != mine[i])
             return merak_errf(err, errlen, "%s: the checkpoint's model has %s %d, this run's %d (model %s)", path,
                               field[i], v[i], mine[i], c->name);

@@ -607,14 +607,21 @@ static void op_attention_cached_fwd(const merak_kernels *K, int on_gpu, void **p
         free(scratch);
 }
 
+#define ROPE(th) ((merak_rope){.theta = (th)})
+/* LLaMA 3.1's scaling over an original context of 64: with hd 64 every
+ * band (kept, blended, divided) holds some of the frequencies */
+#define LLAMA3_ROPE                                                                                   \
+    ((merak_rope){.theta = 10000.0f, .type = MERAK_ROPE_LLAMA3, .factor = 8.0f, .low_freq_factor = 1.0f, \
+                  .high_freq_factor = 4.0f, .original_max_positions = 64})
+
 static void test_attention_cached(const char *tag, int B, int T, int pos, int nh, int nkv, int hd,
-                                  float theta, int fused)
+                                  merak_rope rope, int fused)
 {
     cached_arg c;
     char name[160];
     memset(&c, 0, sizeof c);
     c.a.s.B = B, c.a.s.T = T, c.a.s.n_head = nh, c.a.s.n_kv_head = nkv, c.a.s.head_dim = hd;
-    c.a.s.rope_theta = theta;
+    c.a.s.rope = rope;
     c.a.fused = fused;
     c.pos = pos, c.cap = pos + T + 3;
     const size_t BT = (size_t)B * T, C = (size_t)nh * hd, Ckv = (size_t)nkv * hd;
@@ -636,18 +643,18 @@ static void test_attention_cached(const char *tag, int B, int T, int pos, int nh
         {.name = "v", .kind = IN_F, .n = nk, .lo = -1, .hi = 1},
     };
     snprintf(name, sizeof name, "attention_cached_fwd %s B=%d T=%d pos=%d nh=%d nkv=%d hd=%d rope=%g %s",
-             tag, B, T, pos, nh, nkv, hd, (double)theta, fused ? "fused qkv" : "separate q,k,v");
+             tag, B, T, pos, nh, nkv, hd, (double)rope.theta, fused ? "fused qkv" : "separate q,k,v");
     run_case(name, bufs, NB(bufs), op_attention_cached_fwd, &c, 0);
 }
 
-static void test_attention(const char *tag, int B, int T, int nh, int nkv, int hd, float theta,
+static void test_attention(const char *tag, int B, int T, int nh, int nkv, int hd, merak_rope rope,
                            int fused)
 {
     attn_arg a;
     char name[160];
     memset(&a, 0, sizeof a);
     a.s.B = B, a.s.T = T, a.s.n_head = nh, a.s.n_kv_head = nkv, a.s.head_dim = hd;
-    a.s.rope_theta = theta;
+    a.s.rope = rope;
     a.fused = fused;
     const size_t BT = (size_t)B * T, C = (size_t)nh * hd, Ckv = (size_t)nkv * hd;
     size_t nq, nk;
@@ -658,15 +665,15 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
         a.s.q_stride = (int)C, a.s.k_stride = a.s.v_stride = (int)Ckv;
         nq = BT * C, nk = BT * Ckv;
     }
-    const int rope = theta > 0.0f;
+    const int rotary = rope.theta > 0.0f;
 
     /* inputs, and the CPU forward whose saved tensors feed both backwards */
     float *q0 = rand_array(nq, -1, 1), *k0 = nk ? rand_array(nk, -1, 1) : NULL;
     float *v0 = nk ? rand_array(nk, -1, 1) : NULL;
     float *out = xmalloc(BT * C * sizeof(float));
     float *lse = xmalloc((size_t)B * nh * T * sizeof(float));
-    float *qr = rope ? xmalloc(BT * C * sizeof(float)) : NULL;
-    float *kr = rope ? xmalloc(BT * Ckv * sizeof(float)) : NULL;
+    float *qr = rotary ? xmalloc(BT * C * sizeof(float)) : NULL;
+    float *kr = rotary ? xmalloc(BT * Ckv * sizeof(float)) : NULL;
     float *q, *k, *v;
     attn_split(&a, q0, k0, v0, &q, &k, &v);
     float *scratch = attn_scratch(g_cpu, 0, &a);
@@ -677,14 +684,14 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
     buf fwd[] = {
         {.name = "out", .kind = OUT_FWD, .n = BT * C},
         {.name = "lse", .kind = OUT_FWD, .n = (size_t)B * nh * T},
-        {.name = "qr", .kind = OUT_FWD, .n = rope ? BT * C : 0},
-        {.name = "kr", .kind = OUT_FWD, .n = rope ? BT * Ckv : 0},
+        {.name = "qr", .kind = OUT_FWD, .n = rotary ? BT * C : 0},
+        {.name = "kr", .kind = OUT_FWD, .n = rotary ? BT * Ckv : 0},
         {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .preset = q0},
         {.name = "k", .kind = IN_F, .n = nk, .preset = k0},
         {.name = "v", .kind = IN_F, .n = nk, .preset = v0},
     };
     snprintf(name, sizeof name, "attention_fwd %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
-             B, T, nh, nkv, hd, (double)theta, kind);
+             B, T, nh, nkv, hd, (double)rope.theta, kind);
     run_case(name, fwd, NB(fwd), op_attention_fwd, &a, 0);
 
     buf bwd[] = {
@@ -693,14 +700,14 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
         {.name = "dv", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
         {.name = "dout", .kind = IN_F, .n = BT * C, .lo = -1, .hi = 1},
         {.name = "lse", .kind = IN_F, .n = (size_t)B * nh * T, .preset = lse},
-        {.name = "qr", .kind = IN_F, .n = rope ? BT * C : 0, .preset = qr},
-        {.name = "kr", .kind = IN_F, .n = rope ? BT * Ckv : 0, .preset = kr},
+        {.name = "qr", .kind = IN_F, .n = rotary ? BT * C : 0, .preset = qr},
+        {.name = "kr", .kind = IN_F, .n = rotary ? BT * Ckv : 0, .preset = kr},
         {.name = fused ? "qkv" : "q", .kind = IN_F, .n = nq, .preset = q0},
         {.name = "k", .kind = IN_F, .n = nk, .preset = k0},
         {.name = "v", .kind = IN_F, .n = nk, .preset = v0},
     };
     snprintf(name, sizeof name, "attention_bwd %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
-             B, T, nh, nkv, hd, (double)theta, kind);
+             B, T, nh, nkv, hd, (double)rope.theta, kind);
     run_case(name, bwd, NB(bwd), op_attention_bwd, &a, 0);
     free(q0), free(k0), free(v0), free(out), free(lse), free(qr), free(kr);
 }
@@ -1009,17 +1016,19 @@ int main(void)
     test_linear(64, 96, 80, 1, 0);
     test_linear(300, 33, 7, 1, 0);
 
-    test_attention("gpt2", 2, 7, 3, 3, 8, 0.0f, 1);
-    test_attention("llama-gqa", 2, 9, 4, 2, 16, 10000.0f, 0);
-    test_attention("gqa-rope-fused", 1, 70, 4, 1, 96, 500000.0f, 1);
-    test_attention("long", 1, 300, 2, 2, 64, 10000.0f, 0);
-    test_attention("batched-gqa", 3, 129, 6, 2, 64, 10000.0f, 0);
-    test_attention("wide-head", 1, 5, 2, 1, 320, 10000.0f, 1);
-    test_attention_cached("gpt2-token", 2, 1, 37, 3, 3, 8, 0.0f, 1);
-    test_attention_cached("llama-prompt", 1, 19, 0, 4, 2, 16, 10000.0f, 0);
-    test_attention_cached("llama-token", 3, 1, 200, 6, 2, 64, 500000.0f, 0);
-    test_attention_cached("chunk", 2, 33, 70, 4, 1, 96, 10000.0f, 1);
-    test_attention_cached("odd-head", 2, 3, 11, 3, 3, 5, 0.0f, 1);
+    test_attention("gpt2", 2, 7, 3, 3, 8, ROPE(0.0f), 1);
+    test_attention("llama3-scaled", 2, 80, 4, 2, 64, LLAMA3_ROPE, 0);
+    test_attention("llama-gqa", 2, 9, 4, 2, 16, ROPE(10000.0f), 0);
+    test_attention("gqa-rope-fused", 1, 70, 4, 1, 96, ROPE(500000.0f), 1);
+    test_attention("long", 1, 300, 2, 2, 64, ROPE(10000.0f), 0);
+    test_attention("batched-gqa", 3, 129, 6, 2, 64, ROPE(10000.0f), 0);
+    test_attention("wide-head", 1, 5, 2, 1, 320, ROPE(10000.0f), 1);
+    test_attention_cached("gpt2-token", 2, 1, 37, 3, 3, 8, ROPE(0.0f), 1);
+    test_attention_cached("llama-prompt", 1, 19, 0, 4, 2, 16, ROPE(10000.0f), 0);
+    test_attention_cached("llama-token", 3, 1, 200, 6, 2, 64, ROPE(500000.0f), 0);
+    test_attention_cached("chunk", 2, 33, 70, 4, 1, 96, ROPE(10000.0f), 1);
+    test_attention_cached("odd-head", 2, 3, 11, 3, 3, 5, ROPE(0.0f), 1);
+    test_attention_cached("llama3-scaled", 1, 1, 150, 4, 2, 64, LLAMA3_ROPE, 0);
 
     test_pointwise(100003);
     test_crossentropy(9, 1000, 0);

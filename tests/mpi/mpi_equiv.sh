@@ -1,6 +1,6 @@
 #!/bin/sh
 # Equivalence under MPI: data-, tensor- and pipeline-parallel layouts of tiny
-# GPT-2 and LLaMA, with gpipe and 1f1b, with and without ZeRO-1, with
+# GPT-2 and LLaMA (and a Qwen2 with scaled RoPE), with gpipe and 1f1b, with and without ZeRO-1, with
 # pipeline point-to-point over MPI and over UCX (--p2p ucx), and with the
 # scp, zb-h1 and interleaved schedules and every recomputation policy (on a
 # GPT-2 with dropout, whose masks a recompute must replay), and with the
@@ -173,6 +173,18 @@ if ! "$WRAP" 4 "$TRAIN" --model tiny-llama $common --micro-batches $M --tp 2 --p
 fi
 compare "tiny-llama (1,2,2) tp-overlap=2" "$WORK/tiny-llama.ref1.jsonl" "$WORK/tiny-llama.ref1.safetensors" \
     "$out.jsonl" "$out.safetensors" || status=1
+# Qwen2 (q, k and v biases, split with their weights) with LLaMA 3.1's
+# rope_scaling over every parallel dimension at once.
+ref=$WORK/qwen2.ref2
+"$TRAIN" --model "$FIX/ref-qwen2.json" $common --micro-batches $((M * 2)) --metrics "$ref.jsonl" \
+    --save-weights "$ref.safetensors" > /dev/null || fail "qwen2: reference run failed"
+out=$WORK/qwen2.222
+if ! "$WRAP" 8 "$TRAIN" --model "$FIX/ref-qwen2.json" $common --micro-batches $M --dp 2 --tp 2 --pp 2 --zero 1 \
+    --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+    cat "$out.log" >&2
+    fail "qwen2 (2,2,2): run failed"
+fi
+compare "qwen2 + llama3 rope (2,2,2) zero=1" "$ref.jsonl" "$ref.safetensors" "$out.jsonl" "$out.safetensors" || status=1
 # Partition methods: AutoPipe (op times from the cpu profile, on the
 # tensor-parallel shard) and a custom cut, each stage its own layers.
 for run in "tiny-llama 1 2 4 autopipe" "tiny-gpt2 2 1 2 autopipe" "tiny-gpt2 1 1 4 custom:0,4,6,7"; do

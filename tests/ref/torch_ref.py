@@ -49,9 +49,13 @@ class Config:
         mt = d.get("model_type")
         if mt is None:
             mt = "gpt2" if "n_embd" in d else "llama"
-        if mt not in ("gpt2", "llama"):
-            die("unsupported model_type %r (want gpt2 or llama)" % mt)
-        self.arch = mt
+        if mt not in ("gpt2", "llama", "mistral", "qwen2"):
+            die("unsupported model_type %r (want gpt2, llama, mistral or qwen2)" % mt)
+        # Mistral and Qwen2 are LLaMA's architecture; Qwen2 adds q, k, v biases
+        self.arch = "gpt2" if mt == "gpt2" else "llama"
+        self.qkv_bias = mt == "qwen2"
+        if mt == "qwen2" and d.get("use_sliding_window"):
+            die("use_sliding_window is not implemented")
         self.vocab = int(d["vocab_size"])
         self.init_std = float(d.get("initializer_range", 0.02))
         if mt == "gpt2":
@@ -85,8 +89,10 @@ class Config:
             self.eps = float(d.get("rms_norm_eps", 1e-6))
             self.theta = float(d.get("rope_theta", 10000.0))
             self.tied = bool(d.get("tie_word_embeddings", False))
-            if d.get("rope_scaling"):
-                die("rope_scaling is not supported")
+            self.rope = dict(d.get("rope_scaling") or {})
+            kind = self.rope.setdefault("rope_type", self.rope.get("type", "default"))
+            if kind not in ("default", "linear", "dynamic", "llama3"):
+                die("rope_scaling type %r is not implemented" % kind)
             if d.get("attention_bias") or d.get("mlp_bias"):
                 die("attention_bias / mlp_bias are not supported")
             act = d.get("hidden_act", "silu")
@@ -147,6 +153,13 @@ def param_specs(cfg):
                 (p + "self_attn.q_proj.weight", [nh * hd, C], ("normal", s)),
                 (p + "self_attn.k_proj.weight", [nkv * hd, C], ("normal", s)),
                 (p + "self_attn.v_proj.weight", [nkv * hd, C], ("normal", s)),
+            ]
+            if cfg.qkv_bias:
+                # Qwen2's biases; not zeros (as the library's init), so that a
+                # comparison from these weights exercises them from step 0
+                out += [(p + "self_attn.%s_proj.bias" % x, [n * hd], ("normal", s))
+                        for x, n in (("q", nh), ("k", nkv), ("v", nkv))]
+            out += [
                 (p + "self_attn.o_proj.weight", [C, nh * hd], ("normal", s)),
                 (p + "post_attention_layernorm.weight", [C], ("ones",)),
                 (p + "mlp.gate_proj.weight", [F_, C], ("normal", s)),
@@ -269,11 +282,35 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(var + eps))
 
 
+def rope_inv_freq(cfg, T, ct):
+    """The frequencies for positions [0, T), as transformers' rope init
+    functions compute them (default, linear, dynamic, llama3)."""
+    hd, rs, theta = cfg.hd, cfg.rope, cfg.theta
+    kind = rs["rope_type"]
+    if kind == "dynamic":
+        orig = rs.get("original_max_position_embeddings", cfg.P)
+        if T > orig:
+            f = rs["factor"]
+            theta = theta * ((f * T / orig) - (f - 1)) ** (hd / (hd - 2))
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(ct) / hd))
+    if kind == "linear":
+        inv = inv / rs["factor"]
+    elif kind == "llama3":
+        f, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / f, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / f + smooth * scaled
+        medium = ~(wavelen < old / hi) * ~(wavelen > old / lo)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
 def rope_cos_sin(cfg, T, dtype):
     # computed in float32 as HF does (float64 only for the float64 selftest)
-    hd = cfg.hd
     ct = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = 1.0 / (cfg.theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(ct) / hd))
+    inv_freq = rope_inv_freq(cfg, T, ct)
     pos = torch.arange(T, dtype=ct)
     freqs = torch.outer(pos, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -341,9 +378,11 @@ def llama_forward(cfg, p, ids, cache=None):
     for i in range(cfg.L):
         pre = "model.layers.%d." % i
         h = rms_norm(x, p[pre + "input_layernorm.weight"], cfg.eps)
-        q = torch.matmul(h, p[pre + "self_attn.q_proj.weight"].t()).reshape(B, T, nh, hd).transpose(1, 2)
-        k = torch.matmul(h, p[pre + "self_attn.k_proj.weight"].t()).reshape(B, T, nkv, hd).transpose(1, 2)
-        v = torch.matmul(h, p[pre + "self_attn.v_proj.weight"].t()).reshape(B, T, nkv, hd).transpose(1, 2)
+        q, k, v = (F.linear(h, p[pre + "self_attn.%s_proj.weight" % x], p.get(pre + "self_attn.%s_proj.bias" % x))
+                   for x in "qkv")
+        q = q.reshape(B, T, nh, hd).transpose(1, 2)
+        k = k.reshape(B, T, nkv, hd).transpose(1, 2)
+        v = v.reshape(B, T, nkv, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if cache is not None:
@@ -642,14 +681,39 @@ def naive_gpt2_row(cfg, p, ids):
     return x @ p["transformer.wte.weight"].t()
 
 
-def naive_rope(x, t, theta):
-    """x [H,hd] at position t. HF (half-split) convention: dimension j pairs
-    with j+hd/2 and rotates by angle t*theta^(-2j/hd); done with complex numbers."""
+def naive_freq(cfg, j, T):
+    """Frequency j for T positions, one Python float at a time: theta^(-2j/hd)
+    (dynamic: theta grown past the original positions), then linear divides
+    it by the factor, llama3 by wavelength band (divided, kept, or between
+    them in proportion to original/wavelength)."""
+    rs, hd, theta = cfg.rope, cfg.hd, cfg.theta
+    kind, f = rs["rope_type"], rs.get("factor", 1.0)
+    orig = rs.get("original_max_position_embeddings", cfg.P)
+    if kind == "dynamic" and T > orig:
+        theta *= (f * T / orig - f + 1) ** (hd / (hd - 2))
+    w = theta ** (-2.0 * j / hd)
+    if kind == "linear":
+        return w / f
+    if kind != "llama3":
+        return w
+    ratio = orig * w / (2 * math.pi)  # original context / wavelength
+    lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+    if ratio < lo:
+        return w / f
+    if ratio > hi:
+        return w
+    a = (ratio - lo) / (hi - lo)
+    return a * w + (1 - a) * w / f
+
+
+def naive_rope(x, t, cfg, T):
+    """x [H,hd] at position t of T. HF (half-split) convention: dimension j
+    pairs with j+hd/2 and rotates by angle t*freq(j); done with complex numbers."""
     H, hd = x.shape
     half = hd // 2
     out = torch.empty_like(x)
     for j in range(half):
-        ang = t * theta ** (-2.0 * j / hd)
+        ang = t * naive_freq(cfg, j, T)
         c = complex(math.cos(ang), math.sin(ang))
         for h in range(H):
             z = complex(float(x[h, j]), float(x[h, j + half])) * c
@@ -670,11 +734,16 @@ def naive_llama_row(cfg, p, ids):
     for i in range(cfg.L):
         pre = "model.layers.%d." % i
         h = rms(x, p[pre + "input_layernorm.weight"])
-        q = (h @ p[pre + "self_attn.q_proj.weight"].t()).view(T, nh, hd)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].t()).view(T, nkv, hd)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].t()).view(T, nkv, hd)
-        q = torch.stack([naive_rope(q[t], t, cfg.theta) for t in range(T)])
-        k = torch.stack([naive_rope(k[t], t, cfg.theta) for t in range(T)])
+        q = h @ p[pre + "self_attn.q_proj.weight"].t()
+        k = h @ p[pre + "self_attn.k_proj.weight"].t()
+        v = h @ p[pre + "self_attn.v_proj.weight"].t()
+        if cfg.qkv_bias:
+            q = q + p[pre + "self_attn.q_proj.bias"]
+            k = k + p[pre + "self_attn.k_proj.bias"]
+            v = v + p[pre + "self_attn.v_proj.bias"]
+        q, k, v = q.view(T, nh, hd), k.view(T, nkv, hd), v.view(T, nkv, hd)
+        q = torch.stack([naive_rope(q[t], t, cfg, T) for t in range(T)])
+        k = torch.stack([naive_rope(k[t], t, cfg, T) for t in range(T)])
         y = naive_attention(q, k, v, lambda hh: hh // rep).reshape(T, nh * hd)
         x = x + y @ p[pre + "self_attn.o_proj.weight"].t()
         h = rms(x, p[pre + "post_attention_layernorm.weight"])
@@ -723,6 +792,23 @@ def cmd_selftest(a):
                 "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
                 "num_key_value_heads": 4, "max_position_embeddings": 16, "rms_norm_eps": 1e-5,
                 "rope_theta": 500.0, "tie_word_embeddings": True, "initializer_range": 0.2}),
+        # Qwen2 (q, k, v biases) with LLaMA 3.1's RoPE over an original
+        # context of 64 (of its 4 frequencies one kept, two blended, one divided)
+        Config({"model_type": "qwen2", "vocab_size": 50, "hidden_size": 32,
+                "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "max_position_embeddings": 16, "rms_norm_eps": 1e-6,
+                "rope_theta": 100.0, "tie_word_embeddings": False, "initializer_range": 0.2,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}),
+        # linear, and dynamic past the original positions (T = 8 > 4)
+        Config({"model_type": "llama", "vocab_size": 50, "hidden_size": 32,
+                "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
+                "max_position_embeddings": 16, "rope_theta": 100.0, "initializer_range": 0.2,
+                "rope_scaling": {"type": "linear", "factor": 2.5}}),
+        Config({"model_type": "llama", "vocab_size": 50, "hidden_size": 32,
+                "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
+                "max_position_embeddings": 4, "rope_theta": 100.0, "initializer_range": 0.2,
+                "rope_scaling": {"type": "dynamic", "factor": 2.0}}),
     ]
     for cfg in cfgs:
         p = init_params(cfg, 7, torch.float64)
@@ -736,6 +822,8 @@ def cmd_selftest(a):
         naive_fn = naive_gpt2_row if cfg.arch == "gpt2" else naive_llama_row
         slow = torch.stack([naive_fn(cfg, p, ids[b].tolist()) for b in range(ids.shape[0])])
         tag = "%s nh=%d nkv=%d tied=%s" % (cfg.arch, cfg.nh, cfg.nkv, cfg.tied)
+        if cfg.arch == "llama":
+            tag += " rope=%s%s" % (cfg.rope["rope_type"], " qkv_bias" if cfg.qkv_bias else "")
         check("logits " + tag, fast, slow, 1e-10)
 
         # safetensors round trip

@@ -215,7 +215,7 @@ static void run_case(int B, int T, int nh, int nkv, int hd, float theta, int fus
     const size_t BT = (size_t)B * T;
     merak_attn_shape s;
     memset(&s, 0, sizeof s);
-    s.B = B, s.T = T, s.n_head = nh, s.n_kv_head = nkv, s.head_dim = hd, s.rope_theta = theta;
+    s.B = B, s.T = T, s.n_head = nh, s.n_kv_head = nkv, s.head_dim = hd, s.rope = (merak_rope){.theta = theta};
     s.q_stride = fused ? row : C;
     s.k_stride = s.v_stride = fused ? row : Ckv;
     char name[160];
@@ -249,7 +249,7 @@ static void run_case(int B, int T, int nh, int nkv, int hd, float theta, int fus
     /* the backward with respect to the q and k the kernels read: the CPU's
      * over the same (rotated) q, k without RoPE */
     merak_attn_shape s0 = s;
-    s0.rope_theta = 0.0f;
+    s0.rope.theta = 0.0f;
     s0.q_stride = p.qs, s0.k_stride = p.ks;
     float *dout = rand_array(BT * C);
     float *dq = xcalloc(BT * C, sizeof(float)), *dk = xcalloc(BT * Ckv, sizeof(float));

@@ -111,6 +111,43 @@ static void test_shape_errors(void)
     tap_ok(!bad && strstr(err, "positions"), "a sequence beyond the model's positions: %s", err);
 }
 
+/* RoPE scaling on the attention op: DYNAMIC grows theta as the library
+ * does for a sequence past the original positions and leaves it within
+ * them; a rope that cannot work is refused naming what is wrong. */
+static void test_rope_ops(void)
+{
+    const merak_rope dyn = {.theta = 10000.0f, .type = MERAK_ROPE_DYNAMIC, .factor = 2.0f, .original_max_positions = 4};
+    for (int orig = 4; orig <= 8; orig += 4) {
+        merak_rope r = dyn;
+        r.original_max_positions = orig;
+        small_graph s = small(); /* x is (2, 8, 16): 8 positions, heads of 4 */
+        int a = merak_op_attention_rope(s.g, s.x, -1, -1, 2, 1, &r);
+        const merak_op *o = a >= 0 ? &s.g->ops[merak_graph_num_ops(s.g) - 1] : NULL;
+        /* theta * (factor * T / original - factor + 1) ^ (hd / (hd - 2)), T = 8, hd = 4 */
+        float want = orig == 4 ? (float)(10000.0 * pow(2.0 * 8 / 4 - 1, 4.0 / 2)) : 10000.0f;
+        tap_ok(o && o->rope.type == MERAK_ROPE_DEFAULT && o->rope.theta == want,
+               "dynamic rope over 8 positions, original %d: theta %g (want %g)", orig, o ? (double)o->rope.theta : 0.0,
+               (double)want);
+        merak_graph_destroy(s.g);
+    }
+    const struct {
+        merak_rope r;
+        const char *why;
+    } bad[] = {
+        {{.theta = -1.0f}, "rope theta -1 must be 0 (none) or positive"},
+        {{.theta = 100.0f, .type = 7}, "unknown rope scaling type 7"},
+        {{.theta = 100.0f, .type = MERAK_ROPE_LINEAR, .factor = 0.5f}, "factor 0.5 must be at least 1"},
+        {{.theta = 100.0f, .type = MERAK_ROPE_DYNAMIC, .factor = 2.0f}, "needs the original positions"},
+        {{.theta = 100.0f, .type = MERAK_ROPE_LLAMA3, .factor = 8.0f, .low_freq_factor = 4.0f, .high_freq_factor = 1.0f,
+          .original_max_positions = 64},
+         "low_freq_factor (4) < high_freq_factor (1)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        small_graph s = small();
+        refused(&s, merak_op_attention_rope(s.g, s.x, -1, -1, 2, 1, &bad[i].r), bad[i].why, bad[i].why);
+    }
+}
+
 /* The first failed building call decides the graph's error: later calls,
  * whether they trip over its -1 or are valid on their own, change nothing,
  * return -1 and leave the message alone. */
@@ -705,6 +742,7 @@ int main(void)
     test_param_counts();
     test_no_parameter_memory();
     test_shape_errors();
+    test_rope_ops();
     test_first_error_kept();
     test_model_gradients("tiny-gpt2");
     test_model_gradients("tiny-llama");

@@ -944,7 +944,7 @@ static void test_presets(void)
                 diag("%s", err);
         }
     }
-    tap_ok(n == 19 && resolved == n, "presets: all %d resolve", n);
+    tap_ok(n == 21 && resolved == n, "presets: all %d resolve", n);
     tap_ok(checked == n, "presets: all pass merak_model_config_check");
     tap_ok(named == n, "presets: name is the preset name");
 
@@ -966,6 +966,13 @@ static void test_presets(void)
             c.n_layer == 48 && c.ffn_hidden == 6400;
     good &= merak_model_preset("llama2-70b", &c) == 0 && c.hidden == 8192 && c.n_kv_head == 8;
     tap_ok(good, "presets: llama3-8b, gpt2-xl, llama2-70b numbers");
+    good = merak_model_preset("llama3.1-8b", &c) == 0 && c.max_positions == 131072 && c.rope_theta == 500000.0f &&
+           c.rope_type == MERAK_ROPE_LLAMA3 && c.rope_factor == 8.0f && c.rope_low_freq_factor == 1.0f &&
+           c.rope_high_freq_factor == 4.0f && c.rope_original_positions == 8192 && c.qkv_bias == 0;
+    good &= merak_model_preset("qwen2-7b", &c) == 0 && c.vocab_size == 152064 && c.hidden == 3584 &&
+            c.n_head == 28 && c.n_kv_head == 4 && c.ffn_hidden == 18944 && c.qkv_bias == 1 &&
+            close_to(c.norm_eps, 1e-6) && c.rope_type == MERAK_ROPE_DEFAULT && c.tie_embeddings == 0;
+    tap_ok(good, "presets: llama3.1-8b (rope_scaling llama3) and qwen2-7b (q, k, v biases) numbers");
 
     tap_ok(merak_model_preset("gpt5", &c) != 0, "presets: unknown name returns -1");
     int rc = merak_model_config_resolve("gpt5", &c, err, sizeof(err));
@@ -1033,6 +1040,28 @@ static void test_config_files(void)
     tap_ok(rc == 0 && merak_model_config_check(&c, err, sizeof(err)) == 0,
        "config: LLaMA passes check");
 
+    /* The hub's config.json files of LLaMA 3.1 8B and Qwen2 7B are their
+     * presets, and come back the same from the config.json merak writes */
+    const struct {
+        const char *file, *preset;
+    } hub[] = {{"config_llama31.json", "llama3.1-8b"}, {"config_qwen2.json", "qwen2-7b"}};
+    for (size_t i = 0; i < sizeof hub / sizeof hub[0]; i++) {
+        merak_model_config want, back;
+        merak_model_preset(hub[i].preset, &want);
+        rc = merak_model_config_load(fixture(hub[i].file), &c, err, sizeof(err));
+        memcpy(c.name, want.name, sizeof c.name);
+        tap_ok(rc == 0 && memcmp(&c, &want, sizeof c) == 0, "config: %s is the %s preset%s%s", hub[i].file,
+               hub[i].preset, rc ? ": " : "", rc ? err : "");
+        char *text = merak_model_config_json(&want);
+        const char *again = tmp_path("again.json");
+        FILE *f = text ? fopen(again, "w") : NULL;
+        rc = f && fputs(text, f) >= 0 && fclose(f) == 0 ? merak_model_config_load(again, &back, err, sizeof(err)) : -1;
+        memcpy(back.name, want.name, sizeof back.name);
+        tap_ok(rc == 0 && memcmp(&back, &want, sizeof back) == 0, "config: %s written and read back is itself",
+               hub[i].preset);
+        free(text);
+    }
+
     struct {
         const char *file, *word, *what;
     } bad[] = {
@@ -1041,7 +1070,8 @@ static void test_config_files(void)
         {"config_bad_type.json", "hidden_size", "a field of the wrong type"},
         {"config_bad_model_type.json", "bert", "an unknown model_type"},
         {"config_bad_negative.json", "-12", "a negative value"},
-        {"config_bad_rope_scaling.json", "rope_scaling", "rope_scaling"},
+        {"config_bad_rope_scaling.json", "rope_scaling: missing required field 'low_freq_factor'",
+         "a llama3 rope_scaling without low_freq_factor"},
         {"no_such_config.json", "cannot open", "a missing file"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -397,14 +397,14 @@ static void lin_setup_nobias(opcase *c, int big)
 
 static void attn_fwd(opcase *c, int f32)
 {
-    const int rope = c->as.rope_theta > 0;
+    const int rope = c->as.rope.theta > 0;
     DISPATCH(c, f32,
              KT->attention_fwd(&c->as, o[0], o[1], rope ? o[2] : NULL, rope ? o[3] : NULL,
                                x[c->qi] + c->qoff, x[c->ki] + c->koff, x[c->vi] + c->voff, o[4]));
 }
 static void attn_bwd(opcase *c, int f32)
 {
-    const int rope = c->as.rope_theta > 0;
+    const int rope = c->as.rope.theta > 0;
     DISPATCH(c, f32,
              KT->attention_bwd(&c->as, g[c->qi] + c->qoff, g[c->ki] + c->koff,
                                g[c->vi] + c->voff, R, o[1], rope ? o[2] : NULL,
@@ -412,13 +412,31 @@ static void attn_bwd(opcase *c, int f32)
                                x[c->vi] + c->voff, o[4]));
 }
 
+/* Hugging Face's RoPE frequency i of hd-wide heads, in double, written
+ * from the library's formulas: theta^(-2i/hd), then for LINEAR divided by
+ * factor, for LLAMA3 by wavelength band (divided by factor past the
+ * original context / low_freq_factor, kept below it / high_freq_factor,
+ * blended linearly in 1/wavelength between). */
+static double naive_inv_freq(const merak_rope *r, int i, int hd)
+{
+    const double f = pow(r->theta, -2.0 * i / hd), wl = 2 * M_PI / f, L = r->original_max_positions;
+    if (r->type == MERAK_ROPE_LINEAR)
+        return f / r->factor;
+    if (r->type != MERAK_ROPE_LLAMA3 || wl < L / r->high_freq_factor)
+        return f;
+    if (wl > L / r->low_freq_factor)
+        return f / r->factor;
+    const double smooth = (L / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    return f / r->factor + smooth * (f - f / r->factor);
+}
+
 /* rotate_half RoPE of one head vector, written as complex rotations of the
- * pairs (x[i], x[i+hd/2]) by angle t * theta^(-2i/hd) */
-static void naive_rope(double *y, const double *x, int hd, int t, double theta)
+ * pairs (x[i], x[i+hd/2]) by angle t * inv_freq(i) */
+static void naive_rope(double *y, const double *x, int hd, int t, const merak_rope *r)
 {
     const int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        const double ang = t * pow(theta, -2.0 * i / hd);
+        const double ang = t * naive_inv_freq(r, i, hd);
         const double re = x[i], im = x[i + half];
         y[i] = re * cos(ang) - im * sin(ang);
         y[i + half] = re * sin(ang) + im * cos(ang);
@@ -438,15 +456,15 @@ static void attn_ref(const opcase *c, double *out)
             const int kvh = h / (nh / nkv);
             for (int t = 0; t < T; t++) {
                 const double *qp = q + ((size_t)b * T + t) * s->q_stride + (size_t)h * hd;
-                if (s->rope_theta > 0)
-                    naive_rope(qh, qp, hd, t, s->rope_theta);
+                if (s->rope.theta > 0)
+                    naive_rope(qh, qp, hd, t, &s->rope);
                 else
                     memcpy(qh, qp, (size_t)hd * sizeof(double));
                 double mx = -INFINITY, sum = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     const double *kp = k + ((size_t)b * T + t2) * s->k_stride + (size_t)kvh * hd;
-                    if (s->rope_theta > 0)
-                        naive_rope(kh, kp, hd, t2, s->rope_theta);
+                    if (s->rope.theta > 0)
+                        naive_rope(kh, kp, hd, t2, &s->rope);
                     else
                         memcpy(kh, kp, (size_t)hd * sizeof(double));
                     double d = 0;
@@ -472,12 +490,12 @@ static void attn_ref(const opcase *c, double *out)
 }
 
 static void attn_common(opcase *c, int B, int T, int nh, int nkv, int hd, int pad,
-                        float theta, int fused)
+                        merak_rope rope, int fused)
 {
     merak_attn_shape *s = &c->as;
     const size_t BT = (size_t)B * T;
     s->B = B, s->T = T, s->n_head = nh, s->n_kv_head = nkv, s->head_dim = hd;
-    s->rope_theta = theta;
+    s->rope = rope;
     if (fused) {
         const int W = (nh + 2 * nkv) * hd;
         s->q_stride = s->k_stride = s->v_stride = W;
@@ -497,34 +515,37 @@ static void attn_common(opcase *c, int B, int T, int nh, int nkv, int hd, int pa
     }
     add_o(c, BT * nh * hd);
     add_o(c, (size_t)B * nh * T);
-    add_o(c, theta > 0 ? BT * nh * hd : 0);
-    add_o(c, theta > 0 ? BT * nkv * hd : 0);
+    add_o(c, rope.theta > 0 ? BT * nh * hd : 0);
+    add_o(c, rope.theta > 0 ? BT * nkv * hd : 0);
     add_o(c, KD->attention_scratch_elems(s));
     c->ncmp = 4; /* not the scratch */
     c->fwd = attn_fwd, c->bwd = attn_bwd, c->ref = attn_ref;
     finish(c);
 }
 
+#define NOROPE ((merak_rope){0})
+#define ROPE(th) ((merak_rope){.theta = (th)})
+
 static void attn_setup_mha(opcase *c, int big)
 {
     c->name = "attention MHA (strided q,k,v)";
     const int nh = big ? 3 : rng_int(1, 4);
     if (big)
-        attn_common(c, 2, 48, nh, nh, 16, 1, 0.0f, 0);
+        attn_common(c, 2, 48, nh, nh, 16, 1, NOROPE, 0);
     else
-        attn_common(c, rng_int(1, 3), rng_int(1, 9), nh, nh, rng_int(1, 8), 1, 0.0f, 0);
+        attn_common(c, rng_int(1, 3), rng_int(1, 9), nh, nh, rng_int(1, 8), 1, NOROPE, 0);
 }
 
 static void attn_setup_gqa(opcase *c, int big)
 {
     c->name = "attention GQA + RoPE";
     if (big) {
-        attn_common(c, 2, 48, 4, 2, 16, 1, 10000.0f, 0);
+        attn_common(c, 2, 48, 4, 2, 16, 1, ROPE(10000.0f), 0);
     } else {
         const int nkv = rng_int(1, 2), grp = rng_int(2, 3);
         const float thetas[3] = {10000.0f, 500.0f, 10.0f};
         attn_common(c, rng_int(1, 3), rng_int(1, 9), nkv * grp, nkv, 2 * rng_int(1, 4), 1,
-                    thetas[rng_int(0, 2)], 0);
+                    ROPE(thetas[rng_int(0, 2)]), 0);
     }
 }
 
@@ -533,9 +554,24 @@ static void attn_setup_long(opcase *c, int big)
 {
     c->name = "attention GQA + RoPE, long T";
     if (big)
-        attn_common(c, 2, 200, 4, 2, 8, 0, 10000.0f, 0);
+        attn_common(c, 2, 200, 4, 2, 8, 0, ROPE(10000.0f), 0);
     else
-        attn_common(c, 1, rng_int(65, 140), 2, 1, 2 * rng_int(1, 3), 1, 10000.0f, 0);
+        attn_common(c, 1, rng_int(65, 140), 2, 1, 2 * rng_int(1, 3), 1, ROPE(10000.0f), 0);
+}
+
+/* Scaled RoPE: linear, and llama3 over an original context whose bands
+ * (kept, blended, divided) each hold some of the frequencies */
+static void attn_setup_scaled(opcase *c, int big)
+{
+    const merak_rope linear = {.theta = 10000.0f, .type = MERAK_ROPE_LINEAR, .factor = 4.0f};
+    const merak_rope llama3 = {.theta = 10000.0f, .type = MERAK_ROPE_LLAMA3, .factor = 8.0f,
+                               .low_freq_factor = 1.0f, .high_freq_factor = 4.0f, .original_max_positions = 64};
+    const int l3 = big || rng_int(0, 1);
+    c->name = l3 ? "attention GQA + llama3-scaled RoPE" : "attention GQA + linearly scaled RoPE";
+    if (big)
+        attn_common(c, 2, 80, 4, 2, 16, 1, llama3, 0);
+    else
+        attn_common(c, rng_int(1, 2), rng_int(20, 50), 2, 1, 2 * rng_int(4, 8), 1, l3 ? llama3 : linear, 0);
 }
 
 static void attn_setup_fused(opcase *c, int big)
@@ -543,9 +579,9 @@ static void attn_setup_fused(opcase *c, int big)
     c->name = "attention fused qkv";
     const int nh = big ? 4 : rng_int(1, 4);
     if (big)
-        attn_common(c, 2, 32, nh, nh, 16, 0, 0.0f, 1);
+        attn_common(c, 2, 32, nh, nh, 16, 0, NOROPE, 1);
     else
-        attn_common(c, rng_int(1, 3), rng_int(1, 9), nh, nh, rng_int(1, 8), 0, 0.0f, 1);
+        attn_common(c, rng_int(1, 3), rng_int(1, 9), nh, nh, rng_int(1, 8), 0, NOROPE, 1);
 }
 
 /* ------------------------------------------------------------------ gelu, swiglu, add */
@@ -714,7 +750,7 @@ typedef void (*setup_fn)(opcase *c, int big);
 
 static const setup_fn OPS[] = {
     emb_setup,      pos_setup,      ln_setup,         rms_setup,     lin_setup_bias,
-    lin_setup_nobias, attn_setup_mha, attn_setup_gqa, attn_setup_long, attn_setup_fused, gelu_setup,
+    lin_setup_nobias, attn_setup_mha, attn_setup_gqa, attn_setup_long, attn_setup_scaled, attn_setup_fused, gelu_setup,
     swiglu_setup,   add_setup,      drop_setup,       ce_setup,
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
@@ -730,9 +766,9 @@ static void describe(const opcase *c)
     if (c->as.B) {
         const merak_attn_shape *s = &c->as;
         len = snprintf(buf, sizeof buf,
-                       "B=%d T=%d nh=%d nkv=%d hd=%d strides=%d,%d,%d theta=%g", s->B, s->T,
+                       "B=%d T=%d nh=%d nkv=%d hd=%d strides=%d,%d,%d theta=%g scaling %d", s->B, s->T,
                        s->n_head, s->n_kv_head, s->head_dim, s->q_stride, s->k_stride,
-                       s->v_stride, (double)s->rope_theta);
+                       s->v_stride, (double)s->rope.theta, (int)s->rope.type);
     } else {
         len = snprintf(buf, sizeof buf, "B=%d T=%d N=%d C=%d V=%d K=%d O=%d P=%d n=%zu", c->B,
                        c->T, c->N, c->C, c->V, c->K, c->O, c->P, c->n);
@@ -940,7 +976,7 @@ static void check_lse(void)
     c.fwd(&c, 1);
     const merak_attn_shape *s = &c.as;
     const int T = s->T, nh = s->n_head, hd = s->head_dim, grp = nh / s->n_kv_head;
-    const int rope = s->rope_theta > 0;
+    const int rope = s->rope.theta > 0;
     const double *q = rope ? c.od[2] : c.xd[c.qi] + c.qoff, *k = rope ? c.od[3] : c.xd[c.ki] + c.koff;
     const int qs = rope ? nh * hd : s->q_stride, ks = rope ? s->n_kv_head * hd : s->k_stride;
     double e64 = 0, e32 = 0;
@@ -978,8 +1014,11 @@ static void check_cached_attention(void)
     s.T = rng_int(1, 80);
     s.n_kv_head = rng_int(1, 3);
     s.n_head = s.n_kv_head * rng_int(1, 3);
-    s.rope_theta = rng_int(0, 1) ? 10000.0f : 0.0f;
-    s.head_dim = s.rope_theta > 0 ? 2 * rng_int(1, 6) : rng_int(1, 12);   /* RoPE needs pairs */
+    s.rope = (merak_rope){.theta = rng_int(0, 1) ? 10000.0f : 0.0f};
+    if (s.rope.theta > 0 && rng_int(0, 1))
+        s.rope = (merak_rope){.theta = 10000.0f, .type = MERAK_ROPE_LLAMA3, .factor = 8.0f, .low_freq_factor = 1.0f,
+                              .high_freq_factor = 4.0f, .original_max_positions = 32};
+    s.head_dim = s.rope.theta > 0 ? 2 * rng_int(1, 6) : rng_int(1, 12);   /* RoPE needs pairs */
     const int fused = rng_int(0, 1), C = s.n_head * s.head_dim, Ckv = s.n_kv_head * s.head_dim;
     const int W = C + 2 * Ckv, cap = s.T + rng_int(0, 5);
     s.q_stride = s.k_stride = s.v_stride = fused ? W : 0;
@@ -994,7 +1033,7 @@ static void check_cached_attention(void)
     double *out = xcalloc(BT * C, sizeof(double)), *lse = xcalloc(BT * s.n_head, sizeof(double));
     double *qr = xcalloc(BT * C, sizeof(double)), *kr = xcalloc(BT * Ckv, sizeof(double));
     double *ascratch = xcalloc(KD->attention_scratch_elems(&s), sizeof(double));
-    KD->attention_fwd(&s, out, lse, s.rope_theta > 0 ? qr : NULL, s.rope_theta > 0 ? kr : NULL, q, k, v, ascratch);
+    KD->attention_fwd(&s, out, lse, s.rope.theta > 0 ? qr : NULL, s.rope.theta > 0 ? kr : NULL, q, k, v, ascratch);
     free(ascratch);
 
     double *kc = xcalloc((size_t)s.B * cap * Ckv, sizeof(double)), *vc = xcalloc((size_t)s.B * cap * Ckv, sizeof(double));
@@ -1031,12 +1070,12 @@ static void check_cached_attention(void)
         for (int t = 0; t < s.T; t++)
             for (int c = 0; c < Ckv; c++) {
                 const size_t bt = (size_t)b * s.T + t, at = ((size_t)b * cap + t) * Ckv + c;
-                const double want = s.rope_theta > 0 ? kr[bt * Ckv + c] : k[bt * s.k_stride + c];
+                const double want = s.rope.theta > 0 ? kr[bt * Ckv + c] : k[bt * s.k_stride + c];
                 kerr = dmax(kerr, fabs(kc[at] - want) + fabs(vc[at] - v[bt * s.v_stride + c]));
             }
     tap_ok(err <= 1e-12 && kerr == 0.0,
-        "cached attention B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s in %d pieces = attention_fwd "
-        "(err %.1e, cache err %.1e)", s.B, s.T, s.n_head, s.n_kv_head, s.head_dim, s.rope_theta,
+        "cached attention B=%d T=%d nh=%d nkv=%d hd=%d rope=%g/%d %s in %d pieces = attention_fwd "
+        "(err %.1e, cache err %.1e)", s.B, s.T, s.n_head, s.n_kv_head, s.head_dim, s.rope.theta, (int)s.rope.type,
         fused ? "fused" : "strided", pieces, err, kerr);
     free(x), free(out), free(lse), free(qr), free(kr), free(kc), free(vc), free(o), free(piece);
 }
