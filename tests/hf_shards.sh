@@ -10,7 +10,10 @@
 # shard is refused as an input.  And weights in bf16, as the hub publishes
 # them: --save-dtype bf16 (merak-train, merak-ckpt export) rounds each value
 # to nearest even, loads back as those values exactly, and refuses one
-# past bfloat16's range.
+# past bfloat16's range.  And writing shards: --shard-size (merak-train
+# --save-weights, merak-ckpt export) splits weights past it as transformers'
+# save_pretrained does, which load back as the single file's values, bit
+# for bit (in fp32 and bf16, and in the PyTorch reference when it is there).
 . "$(dirname "$0")/lib.sh"
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 [ "$PY" != none ] || PY=/usr/bin/python3
@@ -172,3 +175,148 @@ PYEOF
 expect_exit 1 "not written: tensor 'model.norm.weight' holds 3.4e+38 at element 0, past bfloat16's range" \
     "$TRAIN" $D --steps 0 --init "$WORK/huge.safetensors" --save-weights "$WORK/h16.safetensors" --save-dtype bf16
 echo "ok: --save-dtype bf16 rounds to nearest even, loads back as its values, refuses what bf16 cannot hold"
+
+# 6. --shard-size: weights past it written as transformers writes them.
+# tiny LLaMA holds 500992 bytes of fp32 (250496 of bf16), in tensors of 256
+# to 65536 bytes: 200KB (100KB in bf16) takes 3 shards, 50000 bytes leave the
+# 65536-byte embedding alone in its shard.  check_shards SINGLE INDEX LIMIT
+# SHARDS: the index names every tensor of the single file once, in a shard
+# that holds it with the same bytes and the same __metadata__; total_size
+# is their bytes; the shards are the SHARDS files, each filled in order
+# until the next tensor would go past LIMIT (a larger one alone).
+check_shards() {
+    "$PY" - "$@" <<'PYEOF'
+import json, os, struct, sys
+single, index, limit, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def read(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    return h.pop("__metadata__"), h, raw[8 + n:]
+meta, h1, d1 = read(single)
+idx = json.load(open(index))
+wmap, total = idx["weight_map"], idx["metadata"]["total_size"]
+files = ["model-%05d-of-%05d.safetensors" % (k + 1, count) for k in range(count)]
+assert sorted(set(wmap.values())) == files, sorted(set(wmap.values()))
+assert sorted(wmap) == sorted(h1), "the index does not name every tensor once"
+assert total == len(d1) == sum(e - b for b, e in (v["data_offsets"] for v in h1.values())), (total, len(d1))
+sizes, seen = [], []
+for f in files:
+    m, h, d = read(os.path.join(os.path.dirname(index), f))
+    assert m == meta, (f, m, meta)
+    order = sorted(h, key=lambda k: h[k]["data_offsets"][0])
+    for k in order:
+        assert wmap[k] == f and k not in seen, (k, f)
+        b, e = h[k]["data_offsets"]
+        b1, e1 = h1[k]["data_offsets"]
+        assert h[k]["dtype"] == h1[k]["dtype"] and h[k]["shape"] == h1[k]["shape"] and d[b:e] == d1[b1:e1], k
+        seen.append(k)
+    sizes.append([h[k]["data_offsets"][1] - h[k]["data_offsets"][0] for k in order])
+for k, s in enumerate(sizes):
+    assert len(s) == 1 or sum(s) <= limit, (files[k], sum(s))
+    if k + 1 < len(sizes):
+        assert sum(s) + sizes[k + 1][0] > limit, "%s could have taken the next tensor" % files[k]
+print("ok: %d shards of at most %d bytes (or one tensor), %d tensors, total_size %d" % (count, limit, len(seen), total))
+PYEOF
+}
+mkdir "$WORK/s32" "$WORK/s0" "$WORK/s16" "$WORK/e32" "$WORK/e16" "$WORK/m2"
+S=$WORK/s32/model.safetensors
+"$TRAIN" $D --steps 2 --save-weights "$S" --shard-size 200KB > "$WORK/out" || fail "sharded fp32 save"
+grep -q "^saved weights to $S.index.json, the index of 3 shards ($WORK/s32/model-00001-of-00003.safetensors to $WORK/s32/model-00003-of-00003.safetensors)$" "$WORK/out" ||
+    { cat "$WORK/out" >&2; fail "merak-train does not say it wrote the index and its 3 shards"; }
+[ "$(ls "$WORK/s32" | wc -l)" -eq 4 ] || fail "the sharded save wrote other files: $(ls "$WORK/s32")"
+check_shards "$WORK/w32.safetensors" "$S.index.json" 200000 3 || fail "the fp32 shards"
+for w in "$WORK/w32.safetensors" "$S.index.json" "$WORK/s32"; do
+    "$TRAIN" $D --steps 3 --init "$w" --metrics "$WORK/m.jsonl" > "$WORK/out" 2>&1 ||
+        { cat "$WORK/out" >&2; fail "--init $w failed"; }
+    sed 's/"tokens_per_s".*//' "$WORK/m.jsonl" > "$WORK/losses.$(basename "$w")"
+    rm "$WORK/m.jsonl"
+done
+cmp -s "$WORK/losses.w32.safetensors" "$WORK/losses.model.safetensors.index.json" &&
+    cmp -s "$WORK/losses.w32.safetensors" "$WORK/losses.s32" ||
+    fail "--init of the written shards trains unlike --init of the single file"
+echo "ok: --init of the written index and of its directory: the single file's 3 steps, bit for bit"
+$GEN --weights "$WORK/s32" > "$WORK/g1" 2> "$WORK/err" && $GEN --weights "$WORK/w32.safetensors" > "$WORK/g2" 2> "$WORK/err" &&
+    cmp -s "$WORK/g1" "$WORK/g2" ||
+    fail "merak-generate: the written shards generate unlike the single file"
+"$MERAK_BUILDDIR/merak-ckpt" import "$S.index.json" --model tiny-llama -o "$WORK/imported32" > /dev/null ||
+    fail "merak-ckpt import of the written index failed"
+# a tensor larger than the shard size: a shard of its own
+"$TRAIN" $D --steps 0 --save-weights "$WORK/s0/model.safetensors" --shard-size 50000 > /dev/null
+"$TRAIN" $D --steps 0 --save-weights "$WORK/w0.safetensors" > /dev/null
+check_shards "$WORK/w0.safetensors" "$WORK/s0/model.safetensors.index.json" 50000 10 ||
+    fail "shards smaller than a tensor"
+# weights within the size: one file, the bytes of a save without the flag
+"$TRAIN" $D --steps 2 --save-weights "$WORK/one.safetensors" --shard-size 500992 > /dev/null
+cmp -s "$WORK/one.safetensors" "$WORK/w32.safetensors" && [ ! -e "$WORK/one.safetensors.index.json" ] ||
+    fail "weights of exactly --shard-size bytes are not the single file"
+
+# bf16 shards: each tensor the single bf16 file's bytes, trains as it does
+"$TRAIN" $D --steps 2 --save-weights "$WORK/s16/model.safetensors" --save-dtype bf16 --shard-size 100KB > /dev/null ||
+    fail "sharded bf16 save"
+check_shards "$WORK/w16.safetensors" "$WORK/s16/model.safetensors.index.json" 100000 3 || fail "the bf16 shards"
+for w in w16.safetensors s16; do
+    "$TRAIN" $D --steps 2 --init "$WORK/$w" --metrics "$WORK/$w.jsonl" > "$WORK/out" 2>&1 ||
+        { cat "$WORK/out" >&2; fail "--init $w failed"; }
+done
+[ "$(sed 's/"tokens_per_s".*//' "$WORK/w16.safetensors.jsonl")" = "$(sed 's/"tokens_per_s".*//' "$WORK/s16.jsonl")" ] ||
+    fail "--init of the bf16 shards trains unlike the single bf16 file"
+echo "ok: bf16 shards: the single bf16 file's bytes, and its training"
+
+# merak-ckpt export --shard-size: merak-train's files, byte for byte
+"$MERAK_BUILDDIR/merak-ckpt" export "$WORK/ck" -o "$WORK/e32/model.safetensors" --shard-size 200KB > "$WORK/out" ||
+    fail "merak-ckpt export --shard-size failed"
+grep -q "to $WORK/e32/model.safetensors.index.json, the index of 3 shards" "$WORK/out" ||
+    { cat "$WORK/out" >&2; fail "merak-ckpt export does not name the index and its shards"; }
+for f in model-00001-of-00003.safetensors model-00002-of-00003.safetensors model-00003-of-00003.safetensors \
+         model.safetensors.index.json; do
+    cmp -s "$WORK/s32/$f" "$WORK/e32/$f" || fail "merak-ckpt export's $f differs from merak-train's"
+done
+"$MERAK_BUILDDIR/merak-ckpt" export "$WORK/ck" -o "$WORK/e16/model.safetensors" --save-dtype bf16 \
+    --shard-size 100KB > /dev/null || fail "merak-ckpt export --save-dtype bf16 --shard-size failed"
+for f in model-00001-of-00003.safetensors model-00002-of-00003.safetensors model-00003-of-00003.safetensors \
+         model.safetensors.index.json; do
+    cmp -s "$WORK/s16/$f" "$WORK/e16/$f" || fail "merak-ckpt export's bf16 $f differs from merak-train's"
+done
+echo "ok: merak-ckpt export --shard-size writes merak-train's shards and index (fp32 and bf16)"
+
+# the PyTorch reference reads the bf16 shards as the single file, bit for bit
+if "$PY" -c 'import torch' 2> /dev/null; then
+    "$PY" - "$MERAK_SRCDIR/tests/ref" "$WORK/ck/step_00000002/config.json" "$WORK/w16.safetensors" "$WORK/s16" <<'PYEOF' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch, torch_ref
+cfg = torch_ref.Config.load(sys.argv[2])
+one, shards = torch_ref.load_params(cfg, sys.argv[3]), torch_ref.load_params(cfg, sys.argv[4])
+assert list(one) == list(shards)
+for k in one:
+    assert torch.equal(one[k].view(torch.int32), shards[k].view(torch.int32)), k
+    assert not (shards[k].view(torch.int32) & 0xffff).any(), k   # bf16 values
+print("ok: the PyTorch reference loads the bf16 shards as the single file, bit for bit (%d tensors)" % len(one))
+PYEOF
+        fail "the PyTorch reference reads the bf16 shards unlike the single file"
+else
+    echo "note: no PyTorch in $PY: the reference's reading of the shards is not checked"
+fi
+
+# refused: a size that is not one (exit 2, naming the flag), shards that
+# would overwrite the --init shards, a single file beside an earlier index
+for bad in 0 0GB 5gb 5G -1 1.5GB 12XB "" "5 GB" 99999999999TB; do
+    expect_exit 2 "^merak-train: --shard-size: '$bad' is" "$TRAIN" $D --steps 0 --save-weights "$WORK/x.safetensors" \
+        --shard-size "$bad"
+    expect_exit 2 "^merak-ckpt: --shard-size: '$bad' is" "$MERAK_BUILDDIR/merak-ckpt" export "$WORK/ck" -o "$WORK/x" \
+        --shard-size "$bad"
+done
+expect_exit 2 "shard-size goes with --save-weights" "$TRAIN" $D --steps 0 --shard-size 1GB
+expect_exit 2 "shard-size goes only with export" "$MERAK_BUILDDIR/merak-ckpt" inspect "$WORK/ck" --shard-size 1GB
+expect_exit 1 "save-weights $WORK/s32/model-00001-of-00003.safetensors is a file of the --init weights" \
+    "$TRAIN" $D --steps 1 --init "$WORK/s32" --save-weights "$S" --shard-size 200KB
+expect_exit 1 "save-weights $WORK/m2/model.safetensors.index.json is also the --metrics file" \
+    "$TRAIN" $D --steps 1 --metrics "$WORK/m2/model.safetensors.index.json" --save-weights "$WORK/m2/model.safetensors" \
+    --shard-size 200KB
+expect_exit 1 "$S: $S.index.json of an earlier sharded save is beside it" "$TRAIN" $D --steps 1 --save-weights "$S"
+expect_exit 1 "$WORK/e32/model.safetensors: $WORK/e32/model.safetensors.index.json of an earlier sharded save" \
+    "$MERAK_BUILDDIR/merak-ckpt" export "$WORK/ck" -o "$WORK/e32/model.safetensors"
+cmp -s "$WORK/s32/model-00001-of-00003.safetensors" "$WORK/e32/model-00001-of-00003.safetensors" ||
+    fail "a refused save touched the shards"
+echo "ok: bad sizes, shards over the --init weights and a file beside an earlier index refused"

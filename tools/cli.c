@@ -2,6 +2,7 @@
  * cli.c - the tools' shared error and number helpers (see cli.h).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
@@ -87,6 +88,27 @@ double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_op
 double cli_parse_double(const char *flag, const char *s, double lo, double hi)
 {
     return cli_parse_double_in(flag, s, lo, 0, hi, 0);
+}
+
+int64_t cli_parse_size(const char *flag, const char *s)
+{
+    static const struct { const char *unit; int64_t bytes; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000}, {"TB", 1000000000000},
+        {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", (int64_t)1 << 40},
+    };
+    char *end = NULL;
+    errno = 0;
+    long long v = isdigit((unsigned char)*s) ? strtoll(s, &end, 10) : -1;   /* no sign, no space */
+    for (size_t i = 0; v >= 0 && i < sizeof units / sizeof *units; i++)
+        if (strcmp(end, units[i].unit) == 0) {
+            if (errno == ERANGE || v > ((int64_t)1 << 62) / units[i].bytes)
+                cli_die_usage("%s: '%s' is too large (at most 2^62 bytes)", flag, s);
+            if (v == 0)
+                cli_die_usage("%s: '%s' is not a size above 0", flag, s);
+            return v * units[i].bytes;
+        }
+    cli_die_usage("%s: '%s' is not a size (a whole number of bytes, or with a unit: KB, MB, GB, TB are powers "
+                  "of 1000, KiB, MiB, GiB, TiB of 1024)", flag, s);
 }
 
 void cli_model(const char *name, merak_model_config *cfg)

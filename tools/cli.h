@@ -26,6 +26,13 @@ double cli_parse_double(const char *flag, const char *s, double lo, double hi);
  * range printed as it is: "(0, 1]". */
 double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open);
 
+/* A size in bytes, above 0: a whole number, alone (bytes) or with a unit
+ * as Hugging Face writes max_shard_size: B, KB, MB, GB, TB (powers of
+ * 1000, as transformers counts "5GB") or KiB, MiB, GiB, TiB (powers of
+ * 1024); anything else, 0 or past 2^62 bytes is a usage error naming the
+ * flag. */
+int64_t cli_parse_size(const char *flag, const char *s);
+
 /* The default of --threads: the cores this process may run on (its CPU
  * affinity, which the Slurm plugin, mpirun --bind-to or taskset set), so
  * ranks bound to their own cores do not each start a thread per core of

@@ -1,8 +1,8 @@
 /*
  * merak-ckpt - looks into merak-train's checkpoints and moves weights in and
  * out of them: inspect (what a checkpoint holds, every file verified),
- * export (one Hugging Face safetensors file), import (a checkpoint at step 0
- * from one).
+ * export (a Hugging Face safetensors file, or shards and their index past
+ * --shard-size), import (a checkpoint at step 0 from either).
  *
  * Exit status: 0 on success, 2 for usage errors, 1 otherwise (a damaged,
  * incomplete or unreadable checkpoint or file, an unwritable output).
@@ -21,8 +21,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "Usage: %s inspect CKPT\n"
-        "       %s export CKPT -o OUT.safetensors [--save-dtype fp32|bf16]\n"
-        "       %s import FILE.safetensors --model NAME|FILE -o DIR [--seed S]\n"
+        "       %s export CKPT -o OUT.safetensors [--save-dtype fp32|bf16] [--shard-size SIZE]\n"
+        "       %s import FILE.safetensors|INDEX|DIR --model NAME|FILE -o DIR [--seed S]\n"
         "Inspect merak-train checkpoints, and move weights in and out of them.\n"
         "\n"
         "CKPT is a checkpoint directory (DIR/step_N) or a directory of them (its newest\n"
@@ -30,7 +30,8 @@ static void usage(FILE *out)
         "  inspect         step, model, layout, data position, every file with its size and\n"
         "                  CRC-32 (each verified), and every tensor with its place\n"
         "  export          every parameter whole, with Hugging Face names and layouts, into\n"
-        "                  one safetensors file (merak-train and transformers start from it)\n"
+        "                  one safetensors file, or shards and their index past --shard-size\n"
+        "                  (merak-train and transformers start from either)\n"
         "  import          a checkpoint DIR/step_00000000 of the model with these weights and\n"
         "                  zero optimizer state; merak-train resumed from DIR trains on from it\n"
         "Options:\n"
@@ -38,6 +39,9 @@ static void usage(FILE *out)
         "  --model M       import: preset name or Hugging Face config.json of the weights\n"
         "  --seed S        import: the dropout seed the checkpoint carries (default 1337)\n"
         "  --save-dtype D  export: fp32 (default) or bf16 values, as the hub publishes them\n"
+        "  --shard-size S  export: weights larger than S are written as OUT-00001-of-0000N.safetensors\n"
+        "                  ... and OUT.index.json (default 5GB; KB, MB, GB, TB: powers of 1000;\n"
+        "                  KiB, MiB, GiB, TiB: of 1024)\n"
         "  --help          show this help and exit\n"
         "  --version       show the version and exit\n"
         "\n"
@@ -144,7 +148,28 @@ static int inspect(const char *spec)
     return 0;
 }
 
-static int export(const char *spec, const char *out, int bf16)
+/* An output of export and the checkpoint it must not be in; and what was
+ * written: how many files, the first, the last shard, the last. */
+typedef struct export_files {
+    const char *dir;
+    char *err;
+    size_t errlen;
+    int n;
+    char first[PATH_MAX], shard[PATH_MAX], last[PATH_MAX];
+} export_files;
+
+/* merak_weights_each_output's fn: -1 (err set) when file is in the checkpoint. */
+static int not_in_ckpt(void *ctx, const char *file)
+{
+    export_files *x = ctx;
+    if (x->n++ == 0)
+        snprintf(x->first, sizeof x->first, "%s", file);
+    memcpy(x->shard, x->last, sizeof x->shard);
+    snprintf(x->last, sizeof x->last, "%s", file);
+    return merak_file_not_in_dir("-o", file, "a file of the checkpoint", x->dir, x->err, x->errlen);
+}
+
+static int export(const char *spec, const char *out, int bf16, int64_t shard_size)
 {
     char dir[PATH_MAX], err[1024];
     merak_model_config cfg;
@@ -152,6 +177,10 @@ static int export(const char *spec, const char *out, int bf16)
     if (merak_file_not_in_dir("-o", out, "a file of the checkpoint", dir, err, sizeof err) < 0)
         cli_die("%s", err);
     merak_graph *g = ckpt_model(c, dir, &cfg);
+    /* every file it writes (shards and index), before anything is read */
+    export_files files = {dir, err, sizeof err, 0, "", "", ""};
+    if (merak_weights_each_output(g, out, bf16, shard_size, not_in_ckpt, &files, err, sizeof err) != 0)
+        cli_die("%s", err);
     int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? own_params(g, ids) : 0;
     float **data = calloc((size_t)n + 1, sizeof *data);
     if (!ids || !data)
@@ -164,9 +193,14 @@ static int export(const char *spec, const char *out, int bf16)
         if (merak_ckpt_read(c, &g->tensors[ids[i]], -1, data[i], err, sizeof err) < 0)
             cli_die("%s", err);
     }
-    if (merak_weights_save_arrays(g, n, ids, (const float *const *)data, out, NULL, bf16, err, sizeof err) < 0)
+    if (merak_weights_save_arrays(g, n, ids, (const float *const *)data, out, NULL, bf16, shard_size, err,
+                                  sizeof err) < 0)
         cli_die("%s", err);
-    printf("exported %d parameters of step %d from %s to %s\n", n, merak_ckpt_meta_of(c)->st.step, dir, out);
+    if (files.n == 1)
+        printf("exported %d parameters of step %d from %s to %s\n", n, merak_ckpt_meta_of(c)->st.step, dir, out);
+    else
+        printf("exported %d parameters of step %d from %s to %s, the index of %d shards (%s to %s)\n", n,
+               merak_ckpt_meta_of(c)->st.step, dir, files.last, files.n - 1, files.first, files.shard);
     for (int i = 0; i < n; i++)
         free(data[i]);
     free(data), free(ids);
@@ -204,19 +238,21 @@ static int import(const char *file, const char *model, const char *out, uint64_t
 
 int main(int argc, char **argv)
 {
-    enum { OPT_MODEL = 256, OPT_SEED, OPT_DTYPE, OPT_HELP, OPT_VERSION };
+    enum { OPT_MODEL = 256, OPT_SEED, OPT_DTYPE, OPT_SHARD_SIZE, OPT_HELP, OPT_VERSION };
     static const struct option opts[] = {
         {"output", required_argument, 0, 'o'},
         {"model", required_argument, 0, OPT_MODEL},
         {"seed", required_argument, 0, OPT_SEED},
         {"save-dtype", required_argument, 0, OPT_DTYPE},
+        {"shard-size", required_argument, 0, OPT_SHARD_SIZE},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
     const char *out = NULL, *model = NULL, *dtype = NULL;
     uint64_t seed = 1337;
-    int c, seed_given = 0;
+    int64_t shard_size = MERAK_SHARD_SIZE_DEFAULT;
+    int c, seed_given = 0, shard_given = 0;
     cli_prog = "merak-ckpt";
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
@@ -231,6 +267,10 @@ int main(int argc, char **argv)
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 cli_die_usage("--save-dtype: '%s' is not fp32 or bf16", optarg);
             dtype = optarg;
+            break;
+        case OPT_SHARD_SIZE:
+            shard_size = cli_parse_size("--shard-size", optarg);
+            shard_given = 1;
             break;
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION: printf("merak-ckpt %s\n", MERAK_VERSION_STRING); return 0;
@@ -255,9 +295,9 @@ int main(int argc, char **argv)
         cli_die_usage("import needs --model (the weights' preset or config.json)");
     if (!is_import && (model || seed_given))
         cli_die_usage("--%s goes only with import", model ? "model" : "seed");
-    if (!is_export && dtype)
-        cli_die_usage("--save-dtype goes only with export");
+    if (!is_export && (dtype || shard_given))
+        cli_die_usage("--%s goes only with export", dtype ? "save-dtype" : "shard-size");
     if (is_import)
         return import(arg, model, out, seed);
-    return is_export ? export(arg, out, dtype && !strcmp(dtype, "bf16")) : inspect(arg);
+    return is_export ? export(arg, out, dtype && !strcmp(dtype, "bf16"), shard_size) : inspect(arg);
 }

@@ -108,6 +108,9 @@ static void usage(FILE *out)
         "  --log-every N           print every N-th step (default 1)\n"
         "  --save-weights FILE     write the trained weights (.safetensors, Hugging Face names)\n"
         "  --save-dtype fp32|bf16  their values (default fp32; bf16 as the hub publishes them)\n"
+        "  --shard-size SIZE       weights larger than SIZE are written as Hugging Face shards\n"
+        "                          FILE-00001-of-0000N.safetensors ... and FILE.index.json\n"
+        "                          (default 5GB; KB, MB, GB, TB: powers of 1000; KiB ... TiB: 1024)\n"
         "Checkpoints:\n"
         "  --save DIR              write checkpoints DIR/step_N (at the end, when stopped by a signal,\n"
         "                          and every --save-every steps), in the background\n"
@@ -132,7 +135,7 @@ static void usage(FILE *out)
 enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
-    OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_SAVE_DTYPE, OPT_HELP, OPT_VERSION,
+    OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_SAVE_DTYPE, OPT_SHARD_SIZE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_RESUME_DATA_CHANGE, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
@@ -196,6 +199,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"log-every", required_argument, 0, OPT_LOGEVERY},
         {"save-weights", required_argument, 0, OPT_SAVE},
         {"save-dtype", required_argument, 0, OPT_SAVE_DTYPE},
+        {"shard-size", required_argument, 0, OPT_SHARD_SIZE},
         {"auto", no_argument, 0, OPT_AUTO},
         {"global-batch", required_argument, 0, OPT_GBATCH},
         {"dp", required_argument, 0, OPT_DP},
@@ -237,7 +241,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
     a->threads = cli_default_threads();
     *t = (tool_opts){.model = "tiny-gpt2", .log_every = 1};
     opterr = 0;
-    int c, mbs_given = 0, vs_given = 0, tpo_given = 0, timeout_given = 0;
+    int c, mbs_given = 0, vs_given = 0, tpo_given = 0, timeout_given = 0, shard_given = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_MODEL: t->model = optarg; break;
@@ -271,6 +275,10 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_LOGEVERY: t->log_every = (int)cli_parse_int("--log-every", optarg, 1, INT_MAX); break;
         case OPT_SAVE: a->save_weights = optarg; break;
         case OPT_SAVE_DTYPE: a->save_dtype = optarg; break;
+        case OPT_SHARD_SIZE:
+            a->save_shard_size = cli_parse_size("--shard-size", optarg);
+            shard_given = 1;
+            break;
         case OPT_TRACE: a->trace = optarg; break;
         case OPT_DP: a->dp = (int)cli_parse_int("--dp", optarg, 1, 1 << 20); break;
         case OPT_TP: a->tp = (int)cli_parse_int("--tp", optarg, 1, 1 << 20); break;
@@ -370,6 +378,8 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         cli_die_usage("--global-batch and --micro-batches (or MERAK_MICROBATCHES) both set the batch: give one");
     if (t->autoplan && t->mbs_given)
         cli_die_usage("--auto chooses the micro-batches: give --global-batch instead of --micro-batches");
+    if (!a->save_weights && shard_given)
+        cli_die_usage("--shard-size goes with --save-weights FILE");
     if (!a->save && (a->save_every || a->keep_last))
         cli_die_usage("%s needs --save DIR", a->save_every ? "--save-every" : "--keep-last");
     if (a->resume_data_change && !a->resume)
@@ -561,6 +571,51 @@ static void print_auto(const merak_auto_report *r)
     fflush(stdout);
 }
 
+static int save_bf16(const merak_args *a) { return a->save_dtype && strcmp(a->save_dtype, "bf16") == 0; }
+
+/* An output of the weights and the --model file it must not be. */
+typedef struct model_out {
+    const char *model;
+    char *err;
+    size_t errlen;
+} model_out;
+
+/* merak_weights_each_output's fn: -1 (err set) when file is the model's config.json. */
+static int weights_not_model(void *ctx, const char *file)
+{
+    model_out *m = ctx;
+    return merak_file_not_input("--save-weights", file, "the --model config file", m->model, m->err, m->errlen);
+}
+
+/* The files a save writes: how many, the first, the one before the last
+ * (a sharded save's last shard), the last (its index). */
+typedef struct saved_files {
+    int n;
+    char first[4096], shard[4096], last[4096];
+} saved_files;
+
+static int note_file(void *ctx, const char *file)
+{
+    saved_files *s = ctx;
+    if (s->n++ == 0)
+        snprintf(s->first, sizeof s->first, "%s", file);
+    memcpy(s->shard, s->last, sizeof s->shard);
+    snprintf(s->last, sizeof s->last, "%s", file);
+    return 0;
+}
+
+/* What --save-weights wrote: the file, or the index and its shards. */
+static void print_saved(const merak_graph *g, const merak_args *a)
+{
+    saved_files s = {0};
+    char err[512];
+    if (merak_weights_each_output(g, a->save_weights, save_bf16(a), a->save_shard_size, note_file, &s, err,
+                                  sizeof err) != 0 || s.n == 1)
+        printf("saved weights to %s\n", a->save_weights);
+    else
+        printf("saved weights to %s, the index of %d shards (%s to %s)\n", s.last, s.n - 1, s.first, s.shard);
+}
+
 int main(int argc, char **argv)
 {
     merak_args ta;
@@ -575,11 +630,6 @@ int main(int argc, char **argv)
 
     merak_model_config cfg;
     cli_model(t.model, &cfg);
-    /* the model's config.json is an input too (the library checks the rest) */
-    const char *outs[] = {ta.save_weights, ta.metrics, ta.trace}, *flags[] = {"--save-weights", "--metrics", "--trace"};
-    for (int i = 0; i < 3; i++)
-        if (merak_file_not_input(flags[i], outs[i], "the --model config file", t.model, err, sizeof err) < 0)
-            cli_die("%s", err);
     if (cfg.window && ta.seq_len > cfg.window)
         cli_die_usage("--seq-len %d is longer than the model's sliding_window %d: sliding-window attention is not "
                       "implemented (within the window it is causal attention)", ta.seq_len, cfg.window);
@@ -591,6 +641,15 @@ int main(int argc, char **argv)
         cli_die_usage("--virtual-stages %d does not divide the model's %d layers", V, cfg.n_layer);
     merak_graph *g = merak_model_build(&cfg, ta.micro_batch, ta.seq_len, err, sizeof err);
     if (!g)
+        cli_die("%s", err);
+    /* the model's config.json is an input too (the library checks the rest) */
+    const char *outs[] = {ta.metrics, ta.trace}, *flags[] = {"--metrics", "--trace"};
+    for (int i = 0; i < 2; i++)
+        if (merak_file_not_input(flags[i], outs[i], "the --model config file", t.model, err, sizeof err) < 0)
+            cli_die("%s", err);
+    model_out mo = {t.model, err, sizeof err};
+    if (ta.save_weights && merak_weights_each_output(g, ta.save_weights, save_bf16(&ta), ta.save_shard_size,
+                                                     weights_not_model, &mo, err, sizeof err) != 0)
         cli_die("%s", err);
 
     banner_ctx ctx = {&ta, &t, &cfg, g, 0, -1};
@@ -638,18 +697,19 @@ int main(int argc, char **argv)
     }
 
     int steps = merak_train(g, &ta, err, sizeof err);
-    merak_graph_destroy(g);
     if (steps == MERAK_FAILED_HERE) {
         fprintf(stderr, "%s: %s\n", cli_prog, err);
         merak_abort(EXIT_FAILURE);
     }
     if (steps < 0) {
+        merak_graph_destroy(g);
         if (err[0])
             fprintf(stderr, "%s: %s\n", cli_prog, err);
         return steps == MERAK_USAGE ? EXIT_USAGE : EXIT_FAILURE;
     }
     if (ta.save_weights && ctx.printed)
-        printf("saved weights to %s\n", ta.save_weights);
+        print_saved(g, &ta);
+    merak_graph_destroy(g);
     if (stop_requested) {
         /* with its checkpoint written the stop is an orderly end: requeue
          * and resume (rank 0 hears of the checkpoint; the others follow it) */

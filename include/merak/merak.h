@@ -306,6 +306,9 @@ typedef struct merak_args {
     const char *save_weights;  /* safetensors written at the end, or NULL */
     const char *save_dtype;    /* its values: "fp32" (NULL: the default) or "bf16", as the
                                 * Hugging Face hub publishes weights */
+    int64_t save_shard_size;   /* bytes of tensor data per file of save_weights (default
+                                * MERAK_SHARD_SIZE_DEFAULT; 0: one file whatever the size):
+                                * more are written as Hugging Face shards and their index */
     const char *metrics;       /* JSON-lines file, one object per step, or NULL */
     const char *trace;         /* Chrome trace JSON of every rank's instructions and
                                 * collectives, merged and written by rank 0 at the end; or NULL */
@@ -437,6 +440,9 @@ typedef struct merak_args {
 #define MERAK_PARTITION_DEFAULT "autopipe"
 /* merak_args.comm_timeout's default, seconds (PyTorch's NCCL default). */
 #define MERAK_COMM_TIMEOUT_DEFAULT 600.0
+/* merak_args.save_shard_size's default, bytes: Hugging Face's
+ * max_shard_size="5GB" (transformers counts GB as 10^9 bytes). */
+#define MERAK_SHARD_SIZE_DEFAULT 5000000000LL
 
 void merak_args_default(merak_args *a);
 /* Checks every argument that does not need the graph or the files: ranges,

@@ -29,6 +29,7 @@ void merak_args_default(merak_args *a)
     a->seed = 1337;
     a->threads = 1;
     a->comm_timeout = MERAK_COMM_TIMEOUT_DEFAULT;
+    a->save_shard_size = MERAK_SHARD_SIZE_DEFAULT;
 }
 
 int merak_have_cuda(void) { return merak_backend_find("cuda")->built; }
@@ -58,6 +59,9 @@ static int check(const merak_args *a, char *err, size_t errlen)
                           "%g and clip %g not negative)", a->beta1, a->beta2, a->weight_decay, a->clip);
     if (a->save_dtype && strcmp(a->save_dtype, "fp32") != 0 && strcmp(a->save_dtype, "bf16") != 0)
         return merak_errf(err, errlen, "save dtype '%s' is not fp32 or bf16", a->save_dtype);
+    if (a->save_shard_size < 0)
+        return merak_errf(err, errlen, "shard size %lld bytes is negative (0: one file whatever the size)",
+                          (long long)a->save_shard_size);
     if (!(a->eps > 0))   /* 0: a parameter whose gradient stays 0 divides 0 by 0 */
         return merak_errf(err, errlen, "AdamW epsilon %g must be positive", a->eps);
     if (!(a->comm_timeout >= 0 && a->comm_timeout <= 1e9))

@@ -151,12 +151,37 @@ int merak_resumed_data(merak_run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* An output file and what it is checked against: the earlier outputs
+ * out[0, n), given by flags flag[0, n). */
+typedef struct output_check {
+    const merak_run *r;
+    const char *flag;
+    const char *const *out, *const *oflag;
+    int n;
+    char *err;
+    size_t errlen;
+} output_check;
+
+/* file, written for c->flag: writable, no input, none of the earlier
+ * outputs.  0, or -1 with err (a merak_weights_each_output fn). */
+static int check_output(void *ctx, const char *file)
+{
+    output_check *c = ctx;
+    if (not_an_input(c->r, c->flag, file, c->err, c->errlen) < 0 || merak_atomic_probe(file, c->err, c->errlen) < 0)
+        return -1;
+    for (int j = 0; j < c->n; j++)
+        if (c->out[j] && (merak_file_same(file, c->out[j]) || strcmp(file, c->out[j]) == 0))
+            return merak_errf(c->err, c->errlen, "%s %s is also the %s file", c->flag, file, c->oflag[j]);
+    return 0;
+}
+
 /* Before the first step, on rank 0, which writes them: every file the run
- * will write can be written (merak_atomic_probe), and none is a file it
- * reads (not_an_input) or another of its outputs, so that a finished run
- * is never lost to its last write, nor its data to its metrics.  0, or -1
- * with err. */
-int merak_check_outputs(merak_run *r, char *err, size_t errlen)
+ * will write (each shard of the weights and their index: the model's
+ * parameter sizes say how many) can be written (merak_atomic_probe), and
+ * none is a file it reads (not_an_input) or another of its outputs, so
+ * that a finished run is never lost to its last write, nor its data to
+ * its metrics.  0, or -1 with err. */
+int merak_check_outputs(merak_run *r, const merak_graph *g, char *err, size_t errlen)
 {
     const merak_args *a = r->a;
     if (a->save) {
@@ -180,16 +205,16 @@ int merak_check_outputs(merak_run *r, char *err, size_t errlen)
                               "step %d: resume from it (--resume latest), or move it away, or save elsewhere",
                               a->save, newest, r->step0);
     }
-    const char *out[] = {a->save_weights, a->metrics, a->trace};
-    const char *flag[] = {"--save-weights", "--metrics", "--trace"};
+    /* the weights last: they may be several files (shards and an index),
+     * each held against the single-file outputs before it */
+    const char *out[] = {a->metrics, a->trace, a->save_weights};
+    const char *flag[] = {"--metrics", "--trace", "--save-weights"};
     for (int i = 0; i < 3; i++) {
-        if (!out[i])
-            continue;
-        if (not_an_input(r, flag[i], out[i], err, errlen) < 0 || merak_atomic_probe(out[i], err, errlen) < 0)
+        output_check c = {r, flag[i], out, flag, i, err, errlen};
+        if (out[i] && (i < 2 ? check_output(&c, out[i])
+                             : merak_weights_each_output(g, out[i], a->save_dtype && !strcmp(a->save_dtype, "bf16"),
+                                                         a->save_shard_size, check_output, &c, err, errlen)) != 0)
             return -1;
-        for (int j = 0; j < i; j++)
-            if (out[j] && (merak_file_same(out[i], out[j]) || strcmp(out[i], out[j]) == 0))
-                return merak_errf(err, errlen, "%s %s is also the %s file", flag[i], out[i], flag[j]);
     }
     return 0;
 }

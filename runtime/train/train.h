@@ -62,10 +62,30 @@ int merak_weights_read(const merak_graph *g, int n, const int *tensors, const ch
 /* Export with Hugging Face names and layouts, from host arrays: data[i]
  * holds the whole parameter tensors[i] in graph layout; a tied head is not
  * written.  bf16: as BF16 (rounded to nearest even; a value past its range
- * is refused), else F32. */
+ * is refused), else F32.  Weights of more than shard_bytes (in that dtype;
+ * 0: no limit) are written as transformers' save_pretrained shards them:
+ * PATH less ".safetensors" then "-00001-of-0000N.safetensors" ... (each
+ * tensor whole, in tensor-id order, a file filled until the next tensor
+ * would take it past shard_bytes; a larger tensor alone), each with the
+ * single file's metadata, then PATH.index.json naming every tensor's file
+ * (written last).  Every file is written atomically; files of an earlier
+ * save that this one does not write are left as they are.  0, or -1 with
+ * err (nothing not finite is written; see merak_weights_each_output for
+ * what else is refused). */
 int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
                               const float *const *data, const char *path, const char *model_name, int bf16,
-                              char *err, size_t errlen);
+                              int64_t shard_bytes, char *err, size_t errlen);
+
+/* fn(ctx, file) for every file merak_weights_save_arrays writes when it
+ * saves every parameter of g (those with storage of their own, as
+ * merak-train and merak-ckpt export do) at path: the path alone, or the
+ * shards then the index.  Stops at the first nonzero return (fn sets err),
+ * which it returns; -1 with err when the save would be refused: more than
+ * 99999 shards, a path too long, or one file with PATH.index.json of an
+ * earlier sharded save beside it (a reader given the directory would take
+ * that index, not the new file). */
+int merak_weights_each_output(const merak_graph *g, const char *path, int bf16, int64_t shard_bytes,
+                              int (*fn)(void *ctx, const char *file), void *ctx, char *err, size_t errlen);
 
 /* ---- AdamW */
 typedef struct merak_adamw_opts {

@@ -547,7 +547,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     if (st == MERAK_OK && setup(&r, vocab, err, errlen) < 0)
         st = MERAK_FAILED;
     merak_metrics *metrics = NULL;
-    if (st == MERAK_OK && rank0 && merak_check_outputs(&r, err, errlen) < 0)
+    if (st == MERAK_OK && rank0 && merak_check_outputs(&r, g, err, errlen) < 0)
         st = MERAK_FAILED;
     if (st == MERAK_OK && rank0 && merak_resumed_data(&r, err, errlen) < 0)
         st = MERAK_FAILED;
@@ -592,7 +592,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
                          (rank0 && merak_weights_save_arrays(g, w.n, w.tensors, (const float *const *)w.data,
                                                              a->save_weights, NULL,
                                                              a->save_dtype && !strcmp(a->save_dtype, "bf16"),
-                                                             err, errlen) < 0)
+                                                             a->save_shard_size, err, errlen) < 0)
                      ? MERAK_FAILED
                      : MERAK_OK;
             merak_gathered_free(&w);

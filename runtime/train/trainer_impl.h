@@ -92,7 +92,7 @@ void merak_stage_table_free(stage_table *t);
 /* Rank 0: a resumed run reads what the saved one read, or says so. */
 int merak_resumed_data(merak_run *r, char *err, size_t errlen);
 /* Rank 0: every output can be written and is no input. */
-int merak_check_outputs(merak_run *r, char *err, size_t errlen);
+int merak_check_outputs(merak_run *r, const merak_graph *g, char *err, size_t errlen);
 /* Every rank's stage fits where it runs (collective): a status. */
 int merak_check_memory(merak_run *r, const merak_graph *g, const merak_stage_opts *so, char *err, size_t errlen);
 /* The virtual stage bounds of the grid's pp x V stages: a status. */

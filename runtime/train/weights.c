@@ -6,7 +6,9 @@
  * transposed on the way in and out.  Weights come from one safetensors
  * file, or from the shards a model.safetensors.index.json names (the hub's
  * form for models of more than a few GB), given as the index or as the
- * directory that holds it.
+ * directory that holds it.  They are written the same two ways: one file,
+ * or, past a shard size, shards and their index as transformers'
+ * save_pretrained writes them.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "atomic.h"
 #include "safetensors.h"
 #include "train.h"
 #include "errf.h"
@@ -385,15 +388,182 @@ int merak_weights_read(const merak_graph *g, int n, const int *tensors, const ch
     return rc;
 }
 
+/* ------------------------------------------------------------------ writing */
+
+/* How a save of n tensors of g is laid out in files, as transformers'
+ * save_pretrained lays it out: tensors whole, each file filled in order
+ * until the next tensor would take it past shard_bytes (a tensor larger
+ * than that gets a file of its own). */
+typedef struct save_plan {
+    int nfiles;        /* 1: the path itself; else that many shards and their index */
+    int *order;        /* [n]: the entries in the order written */
+    int *first;        /* [nfiles + 1]: file k holds order[first[k] .. first[k + 1]) */
+    uint64_t total;    /* bytes of tensor data in all files (the index's total_size) */
+} save_plan;
+
+/* The most shards a save takes: their names count them in 5 digits. */
+#define MAX_SHARDS 99999
+
+static void plan_free(save_plan *p)
+{
+    free(p->order);
+    free(p->first);
+    *p = (save_plan){0};
+}
+
+/* Tensor t's bytes in the file: 2 per value in bf16, else 4. */
+static uint64_t file_bytes(const merak_tensor *t, int bf16) { return (uint64_t)full_elems(t) * (bf16 ? 2 : 4); }
+
+/* Shard k (from 0) of nfiles of path: path less ".safetensors", then
+ * "-0000K-of-0000N.safetensors" (K from 1), as transformers names them. */
+static int shard_path(const char *path, int k, int nfiles, char *buf, size_t len)
+{
+    size_t n = strlen(path), ext = strlen(".safetensors");
+    int stem = (int)(n > ext && strcmp(path + n - ext, ".safetensors") == 0 ? n - ext : n);
+    return (size_t)snprintf(buf, len, "%.*s-%05d-of-%05d.safetensors", stem, path, k + 1, nfiles) < len ? 0 : -1;
+}
+
+/* The index of path's shards: path ".index.json" (model.safetensors.index.json). */
+static int index_path(const char *path, char *buf, size_t len)
+{
+    return (size_t)snprintf(buf, len, "%s.index.json", path) < len ? 0 : -1;
+}
+
+/* The plan of saving tensors[0, n) of g at path in the dtype bf16 says,
+ * at most shard_bytes of tensor data per file (0: one file whatever the
+ * size).  0, or -1 with err: more than MAX_SHARDS files, a path too long,
+ * or (one file) an index of an earlier sharded save beside it, which a
+ * reader given the directory would take instead of the file. */
+static int plan_save(const merak_graph *g, int n, const int *tensors, const char *path, int bf16,
+                     int64_t shard_bytes, save_plan *p, char *err, size_t errlen)
+{
+    *p = (save_plan){0};
+    p->order = malloc((size_t)(n ? n : 1) * sizeof *p->order);
+    p->first = malloc((size_t)(n + 2) * sizeof *p->first);
+    if (!p->order || !p->first) {
+        plan_free(p);
+        return merak_errf(err, errlen, "%s: out of memory", path);
+    }
+    for (int i = 0; i < n; i++) {
+        p->order[i] = i;
+        p->total += file_bytes(&g->tensors[tensors[i]], bf16);
+    }
+    p->nfiles = 1;
+    p->first[0] = 0;
+    if (shard_bytes > 0 && p->total > (uint64_t)shard_bytes) {
+        /* by tensor id, so the split is the same whatever order the
+         * parameters were gathered in (every layout, and the preflight,
+         * which plans from the graph alone) */
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0 && tensors[p->order[j - 1]] > tensors[p->order[j]]; j--) {
+                int x = p->order[j];
+                p->order[j] = p->order[j - 1], p->order[j - 1] = x;
+            }
+        uint64_t filled = 0;
+        p->nfiles = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t b = file_bytes(&g->tensors[tensors[p->order[i]]], bf16);
+            if (i == 0 || filled + b > (uint64_t)shard_bytes) {
+                p->first[p->nfiles++] = i;
+                filled = 0;
+            }
+            filled += b;
+        }
+    }
+    p->first[p->nfiles] = n;
+    char name[4096];
+    struct stat st;
+    int rc = 0;
+    if (p->nfiles > MAX_SHARDS)
+        rc = merak_errf(err, errlen, "%s: the weights (%llu bytes) would take %d shards, more than %d: give a "
+                        "larger shard size", path, (unsigned long long)p->total, p->nfiles, MAX_SHARDS);
+    else if (index_path(path, name, sizeof name) < 0 || shard_path(path, 0, p->nfiles, name, sizeof name) < 0)
+        rc = merak_errf(err, errlen, "%s: the path is too long", path);
+    else if (p->nfiles == 1 && index_path(path, name, sizeof name) == 0 && stat(name, &st) == 0)
+        rc = merak_errf(err, errlen, "%s: %s of an earlier sharded save is beside it, and a reader given the "
+                        "directory would take that index rather than this file: move it away, or save elsewhere",
+                        path, name);
+    if (rc < 0)
+        plan_free(p);
+    return rc;
+}
+
+int merak_weights_each_output(const merak_graph *g, const char *path, int bf16, int64_t shard_bytes,
+                              int (*fn)(void *ctx, const char *file), void *ctx, char *err, size_t errlen)
+{
+    int *ids = malloc((size_t)(g->ntensors ? g->ntensors : 1) * sizeof *ids), n = 0;
+    if (!ids)
+        return merak_errf(err, errlen, "%s: out of memory", path);
+    for (int t = 0; t < g->ntensors; t++)
+        if (g->tensors[t].kind == MERAK_T_PARAM && merak_graph_param_root(g, t) == t)
+            ids[n++] = t;
+    save_plan p;
+    int rc = plan_save(g, n, ids, path, bf16, shard_bytes, &p, err, errlen);
+    free(ids);
+    if (rc < 0)
+        return -1;
+    char name[4096];
+    if (p.nfiles == 1)
+        rc = fn(ctx, path);
+    for (int k = 0; p.nfiles > 1 && k < p.nfiles && rc == 0; k++) {
+        shard_path(path, k, p.nfiles, name, sizeof name);   /* fits: plan_save tried the longest */
+        rc = fn(ctx, name);
+    }
+    if (p.nfiles > 1 && rc == 0) {
+        index_path(path, name, sizeof name);
+        rc = fn(ctx, name);
+    }
+    plan_free(&p);
+    return rc;
+}
+
+/* The index of plan p's shards of path, entries as written: total_size and
+ * each tensor's file (its base name), keys sorted and indented as
+ * transformers writes them.  Written last, so no reader meets an index
+ * that names a file not yet there. */
+static int write_index(const char *path, const save_plan *p, const merak_st_entry *entries, char *err,
+                       size_t errlen)
+{
+    char name[4096], file[4096];
+    index_path(path, name, sizeof name);
+    json_t *map = json_object(), *root = json_object(), *meta = json_object();
+    int rc = !map || !root || !meta;
+    for (int k = 0; !rc && k < p->nfiles; k++) {
+        shard_path(path, k, p->nfiles, file, sizeof file);
+        const char *base = strrchr(file, '/');
+        for (int i = p->first[k]; !rc && i < p->first[k + 1]; i++)
+            rc = json_object_set_new(map, entries[p->order[i]].name, json_string(base ? base + 1 : file));
+    }
+    if (!rc)
+        rc = json_object_set_new(meta, "total_size", json_integer((json_int_t)p->total)) ||
+             json_object_set(root, "metadata", meta) || json_object_set(root, "weight_map", map);
+    char *text = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(map), json_decref(meta), json_decref(root);
+    if (!text)
+        return merak_errf(err, errlen, "%s: out of memory building the index", name);
+    merak_atomic *a;
+    rc = merak_atomic_open(name, &a, err, errlen);
+    if (rc == 0) {
+        merak_atomic_write(a, text, strlen(text));
+        merak_atomic_write(a, "\n", 1);
+        rc = merak_atomic_commit(a, err, errlen);
+    }
+    free(text);
+    return rc;
+}
+
 int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
                               const float *const *data, const char *path, const char *model_name, int bf16,
-                              char *err, size_t errlen)
+                              int64_t shard_bytes, char *err, size_t errlen)
 {
-    merak_st_entry *entries = calloc((size_t)n, sizeof *entries);
-    float **copies = calloc((size_t)n, sizeof *copies);
-    if (!entries || !copies) {
-        free(entries);
-        free(copies);
+    save_plan plan;
+    if (plan_save(g, n, tensors, path, bf16, shard_bytes, &plan, err, errlen) < 0)
+        return -1;
+    merak_st_entry *entries = calloc((size_t)n + 1, sizeof *entries), *part = calloc((size_t)n + 1, sizeof *part);
+    float **copies = calloc((size_t)n + 1, sizeof *copies);
+    if (!entries || !part || !copies) {
+        free(entries), free(part), free(copies);
+        plan_free(&plan);
         return merak_errf(err, errlen, "%s: out of memory", path);
     }
     int rc = 0;
@@ -415,16 +585,27 @@ int merak_weights_save_arrays(const merak_graph *g, int n, const int *tensors,
             en->data = copies[i];
         }
     }
+    /* every value is checked before the first file is written */
     if (rc == 0)
         rc = merak_st_finite(path, entries, n, err, errlen);
-    if (rc == 0) {
-        const char *keys[] = {"format", "producer", "model"};
-        const char *vals[] = {"pt", "merak " MERAK_VERSION_STRING, model_name ? model_name : ""};
+    /* each shard carries the metadata the single file does */
+    const char *keys[] = {"format", "producer", "model"};
+    const char *vals[] = {"pt", "merak " MERAK_VERSION_STRING, model_name ? model_name : ""};
+    if (rc == 0 && plan.nfiles == 1)
         rc = merak_st_write(path, entries, n, keys, vals, 3, NULL, NULL, err, errlen);
+    for (int k = 0; rc == 0 && plan.nfiles > 1 && k < plan.nfiles; k++) {
+        char file[4096];
+        int m = 0;
+        for (int i = plan.first[k]; i < plan.first[k + 1]; i++)
+            part[m++] = entries[plan.order[i]];
+        shard_path(path, k, plan.nfiles, file, sizeof file);
+        rc = merak_st_write(file, part, m, keys, vals, 3, NULL, NULL, err, errlen);
     }
+    if (rc == 0 && plan.nfiles > 1)
+        rc = write_index(path, &plan, entries, err, errlen);
     for (int i = 0; i < n; i++)
         free(copies[i]);
-    free(copies);
-    free(entries);
+    free(copies), free(part), free(entries);
+    plan_free(&plan);
     return rc;
 }

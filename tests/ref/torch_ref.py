@@ -2,7 +2,8 @@
 """Independent PyTorch reference for merak-train.
 
 GPT-2 and LLaMA written from scratch in plain torch (float32, CPU), reading a
-Hugging Face config.json and Hugging Face-named safetensors weights.
+Hugging Face config.json and Hugging Face-named safetensors weights (one file,
+or the shards a model.safetensors.index.json names).
 
 Subcommands:
   init     create HF-named weights and write a safetensors file
@@ -242,8 +243,32 @@ def read_safetensors(path):
     return out
 
 
+def read_weights(path):
+    """The tensors of a safetensors file, or of the shards a Hugging Face
+    model.safetensors.index.json names (given as the index, or as the
+    directory holding it or a model.safetensors), each tensor from the
+    file its weight_map says and from no other."""
+    if os.path.isdir(path):
+        index = os.path.join(path, "model.safetensors.index.json")
+        path = index if os.path.exists(index) else os.path.join(path, "model.safetensors")
+    if not path.endswith(".json"):
+        return read_safetensors(path)
+    with open(path) as f:
+        wmap = json.load(f)["weight_map"]
+    out = OrderedDict()
+    for file in sorted(set(wmap.values())):
+        for name, t in read_safetensors(os.path.join(os.path.dirname(path), file)).items():
+            if wmap.get(name) != file or name in out:
+                die("%s: tensor %s is in %s, but the index puts it in %s" % (path, name, file, wmap.get(name)))
+            out[name] = t
+    missing = sorted(set(wmap) - set(out))
+    if missing:
+        die("%s: tensor %s is in no file" % (path, missing[0]))
+    return out
+
+
 def load_params(cfg, path):
-    raw = read_safetensors(path)
+    raw = read_weights(path)
     params = OrderedDict()
     for name, shape, _ in param_specs(cfg):
         t = raw.get(name)

@@ -540,10 +540,10 @@ static void test_save_finite(void)
     close(fd);
     unlink(path);
     const float *data[1] = {w};
-    int ok = merak_weights_save_arrays(g, 1, &p, data, path, NULL, 0, err, sizeof err) == 0 && access(path, F_OK) == 0;
+    int ok = merak_weights_save_arrays(g, 1, &p, data, path, NULL, 0, 0, err, sizeof err) == 0 && access(path, F_OK) == 0;
     unlink(path);
     w[n / 2] = NAN;
-    int refused = merak_weights_save_arrays(g, 1, &p, data, path, NULL, 0, err, sizeof err) < 0 &&
+    int refused = merak_weights_save_arrays(g, 1, &p, data, path, NULL, 0, 0, err, sizeof err) < 0 &&
                   strstr(err, g->tensors[p].name) && strstr(err, "nan") && access(path, F_OK) != 0;
     tap_ok(ok && refused, "weights with a NaN are not saved: %s", err);
     free(w);
