@@ -6,7 +6,8 @@
 # run's losses (1e-5 relative) and ends with its weights (1e-5 relative
 # norm); and SIGTERM to rank 5 alone stops every rank after the same
 # step with a checkpoint and exit 0, from which --resume latest goes on
-# bitwise.
+# bitwise.  And weights saved past --shard-size are the same shards from a
+# two-stage interleaved run as from one rank.
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
@@ -96,3 +97,17 @@ at=$(sed -n 's/^merak-train: step \([0-9]*\): .*moving.bin: the shard changed wh
     [ "$(ls "$(printf '%s/mv/step_%08d' "$WORK" "$at")" | wc -l)" -eq 11 ] ||
     { cat "$WORK/err" >&2; fail "shard truncated under 8 ranks: exit $rc"; }
 echo "ok: shard truncated under 8 ranks: all stopped before step $at, one line, its checkpoint written by all"
+
+# 4. Weights past --shard-size are the same files from every layout: a
+# two-stage interleaved run gathers its parameters in another order (chunks
+# 0 and 2 first), but the shards hold them in the model's, the order the
+# preflight planned their names in.
+mkdir "$WORK/s1" "$WORK/s2"
+S="--model tiny-llama --steps 0 --shard-size 200KB --save-weights"
+"$TRAIN" $C $S "$WORK/s1/model.safetensors" > /dev/null || fail "the one-rank sharded save failed"
+run 2 "$TRAIN" $C --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 2 $S "$WORK/s2/model.safetensors"
+for f in model-00001-of-00003.safetensors model-00002-of-00003.safetensors model-00003-of-00003.safetensors \
+         model.safetensors.index.json; do
+    cmp -s "$WORK/s1/$f" "$WORK/s2/$f" || fail "$f of a (1,1,2) interleaved run differs from one rank's"
+done
+echo "ok: the shards and index of a (1,1,2) interleaved run are one rank's, byte for byte"
