@@ -2,7 +2,8 @@
  * fuzz_tokenizer.c - libFuzzer target: the first two bytes (big-endian) are
  * the length of a tokenizer.json that follows, the rest is a text.  A
  * tokenizer that loads must encode the text into ids whose bytes give the
- * text back (unless it adds prefix spaces or is SentencePiece-style).
+ * text back (unless it adds prefix spaces or is SentencePiece-style or
+ * Unigram), and the ids must decode (merak_tokenizer_decode).
  */
 #include "memfile.h" /* first: it asks for _GNU_SOURCE */
 
@@ -42,6 +43,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m != n)
             abort();
     }
+    /* decoding any ids, known or not, gives a NUL-terminated text */
+    char *dec = NULL;
+    size_t ndec = 0;
+    if (merak_tokenizer_decode(t, ids, len, (int)(n & 1), &dec, &ndec, err, sizeof err) == 0 && dec[ndec] != '\0')
+        abort();
+    free(dec);
     free(ids);
     merak_tokenizer_free(t);
     return 0;

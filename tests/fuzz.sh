@@ -88,6 +88,18 @@ j = {"normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "pre
                "merges": ["\u2581 t", "h e", "\u2581t he"]}}
 j = json.dumps(j).encode()
 open(sys.argv[2] + "-sp", "wb").write(len(j).to_bytes(2, "big") + j + "the thin one</s>then \U0001f389 caf\u00e9".encode())
+# and a Unigram one (pieces with scores, an unknown piece, byte fallback,
+# the Metaspace pre-tokenizer, LLaMA 2's decoder), with characters it lacks
+pieces = [["<unk>", 0.0], ["<s>", 0.0], ["</s>", 0.0]] + [["<0x%02X>" % b, -12.0] for b in range(256)]
+pieces += [[w, -1.5 - 0.25 * i] for i, w in enumerate(["\u2581", "t", "h", "e", "n", "\u2581t", "he", "\u2581the", "the"])]
+j = {"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True},
+     "added_tokens": [{"id": 2, "content": "</s>", "special": True}],
+     "decoder": {"type": "Sequence", "decoders": [
+         {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+         {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+     "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": True, "vocab": pieces}}
+j = json.dumps(j).encode()
+open(sys.argv[2] + "-unigram", "wb").write(len(j).to_bytes(2, "big") + j + "the thin one</s>then \U0001f389 caf\u00e9".encode())
 PYEOF
 # options --merak-tp=2 --merak-pp=2 --merak-schedule=1f1b, max_tp=4, 8 tasks
 printf '\0022\000\0032\000\0051f1b\000\200max_tp=4\000\000\010' > "$WORK/spank_args/seed"

@@ -6,11 +6,15 @@
 # the same with add_prefix_space, LLaMA-3's kind (a Split regex, then
 # ByteLevel without one; ignore_merges), a Split followed by ByteLevel's
 # own pattern, and the first with every id moved past 65535 (a version 2
-# shard).  The corpus: sources, man pages, unicode (accents, CJK, RTL,
-# combining marks, emoji), runs of spaces and newlines, CRLF, digits, the
-# end-of-text token inside a document; one shard of all the files, the
+# shard); SentencePiece-style BPE (LLaMA 2's way and Metaspace's); and
+# Unigram models trained by the library (Metaspace, byte fallback, no
+# pre-tokenizer).  The corpus: sources, man pages, unicode (accents, CJK,
+# RTL, combining marks, emoji), runs of spaces and newlines, CRLF, digits,
+# the end-of-text token inside a document; one shard of all the files, the
 # end-of-text token between them.  Then decoding round-trips every byte
-# (test_tokenizer), and bad tokenizers are refused by name.
+# (test_tokenizer) where it can, and gives the library's decode where
+# normalization and unknown pieces change the text, and bad tokenizers are
+# refused by name.
 . "$(dirname "$0")/lib.sh"
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 [ "$PY" != none ] || PY=/usr/bin/python3
@@ -28,7 +32,7 @@ FILES="$C/unicode.txt $C/spaces.txt $C/eot.txt $C/README.md $C/tokenizer.c $C/me
 
 "$PY" - "$WORK" $(cat "$WORK/train.txt") <<'PYEOF' || fail "training the tokenizers with the library"
 import json, sys
-from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
+from tokenizers import Tokenizer, Regex, models, normalizers, pre_tokenizers, decoders, trainers
 work, files = sys.argv[1], sys.argv[2:]
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -84,6 +88,30 @@ for name, norm, pre in (
             "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
     json.dump(j, open("%s/%s.json" % (work, name), "w"), ensure_ascii=False)
     Tokenizer.from_file("%s/%s.json" % (work, name))   # the library takes it as written
+# Unigram (T5's and many multilingual models' kind): the library's trainer
+# with a Metaspace pre-tokenizer and decoder; the same with byte fallback
+# (<0xXX> pieces, LLaMA 2's decoder) and prepend_scheme first; and one
+# without a pre-tokenizer (LLaMA 2's normalizer: a document is one word).
+# The alphabet is the sources', so the unicode file's characters are
+# unknown: fused into one unknown piece, or bytes
+def unigram(name, pre, norm=None, fallback=False):
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre
+    if norm:
+        tok.normalizer = norm
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tok.train(files, trainers.UnigramTrainer(vocab_size=2000, unk_token="<unk>", show_progress=False,
+              special_tokens=SP + (["<0x%02X>" % b for b in range(256)] if fallback else [])))
+    j = json.loads(tok.to_str())
+    if fallback:   # the <0xXX> pieces stay in the vocabulary, not added tokens
+        j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in SP]
+        j["model"]["byte_fallback"] = True
+        j["decoder"] = base["decoder"]
+    json.dump(j, open("%s/%s.json" % (work, name), "w"), ensure_ascii=False)
+    Tokenizer.from_file("%s/%s.json" % (work, name))
+unigram("unigram", pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True))
+unigram("unibytes", pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True), fallback=True)
+unigram("uninopre", None, norm=normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]))
 j = json.load(open("%s/gpt2.json" % work))
 j["model"]["vocab"] = {k: v + 70000 for k, v in j["model"]["vocab"].items()}
 for a in j["added_tokens"]:
@@ -114,7 +142,7 @@ if got != want:
 print("ok: %s: %d tokens, the library's, version %d shard" % (sys.argv[1].rsplit("/", 1)[-1], n, version))
 PYEOF
 }
-for t in gpt2 prefix llama3 twosplits emptysplit starsplit llama2 metaspace metasplit big; do
+for t in gpt2 prefix llama3 twosplits emptysplit starsplit llama2 metaspace metasplit unigram unibytes uninopre big; do
     capture "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/$t.bin" $FILES
     [ "$rc" -eq 0 ] || { cat "$WORK/err" >&2; fail "merak-shard --tokenizer $t.json"; }
     cat "$WORK/out"
@@ -129,14 +157,45 @@ for t in gpt2 llama3; do
         > "$WORK/rt.out" 2>&1 || { cat "$WORK/rt.out" >&2; fail "$t: round trip"; }
     echo "ok: $t: $(grep -c '^ok' "$WORK/rt.out") round-trip checks"
 done
+# where the text cannot come back (normalizers, unknown pieces, a prefix
+# "▁"), decoding gives what the library's decode gives, with the special
+# tokens and without
+for t in llama2 metaspace metasplit unigram unibytes uninopre; do
+    "$PY" - "$WORK/$t.json" "$WORK/dec_$t" $FILES <<'PYEOF' || fail "$t: decoding with the library"
+import os, sys
+from tokenizers import Tokenizer
+tok, out = Tokenizer.from_file(sys.argv[1]), sys.argv[2]
+os.makedirs(out)
+for f in sys.argv[3:]:
+    ids = tok.encode(open(f, encoding="utf-8", newline="").read()).ids
+    for ext, skip in (("all", False), ("skip", True)):
+        open("%s/%s.%s" % (out, os.path.basename(f), ext), "w", encoding="utf-8", newline="").write(
+            tok.decode(ids, skip_special_tokens=skip))
+PYEOF
+    "$MERAK_BUILDDIR/tests/unit/test_tokenizer" --library "$WORK/dec_$t" "$WORK/$t.json" $FILES \
+        > "$WORK/dec.out" 2>&1 || { cat "$WORK/dec.out" >&2; fail "$t: decoding is not the library's"; }
+    echo "ok: $t: $(grep -c '^ok' "$WORK/dec.out") decoding checks against the library"
+done
 
 # bad tokenizers: one line naming the problem, exit 1
 bad() { # NAME JSON PATTERN
     printf '%s' "$2" > "$WORK/$1.json"
     expect_exit 1 "$3" "$SHARD" --tokenizer "$WORK/$1.json" -o "$WORK/x.bin" "$C/spaces.txt"
 }
-bad wordpiece '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' "model type 'WordPiece' is not supported (BPE only: byte-level or SentencePiece-style)"
-bad unigram '{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}' "model type 'Unigram' is not supported (BPE only: byte-level or SentencePiece-style)"
+bad wordpiece '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' "model type 'WordPiece' is not supported (BPE: byte-level or SentencePiece-style; Unigram)"
+bad unilist '{"model": {"type": "Unigram", "vocab": {"a": 0}}}' "the Unigram model's vocab is not a list of \[piece, score\]"
+bad unipiece '{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["b"]]}}' "Unigram vocab entry 1 is not \[piece, score\]"
+bad uninumber '{"model": {"type": "Unigram", "vocab": [[7, -1.0]]}}' "Unigram vocab entry 0 is not \[piece, score\]"
+bad uniscore '{"model": {"type": "Unigram", "vocab": [["a", "-1.0"]]}}' "Unigram vocab entry 0 is not \[piece, score\]"
+bad uniunk '{"model": {"type": "Unigram", "unk_id": 1, "vocab": [["a", 0.0]]}}' "the Unigram model's unk_id is not the id of one of its 1 pieces"
+bad uniunkneg '{"model": {"type": "Unigram", "unk_id": -1, "vocab": [["a", 0.0]]}}' "the Unigram model's unk_id is not the id of one of its 1 pieces"
+bad unifallback '{"model": {"type": "Unigram", "byte_fallback": 1, "vocab": [["a", 0.0]]}}' "the Unigram model's byte_fallback is not true or false"
+bad unibytelevel '{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "Unigram", "vocab": [["a", 0.0]]}}' "a ByteLevel pre-tokenizer with a SentencePiece-style tokenizer (Unigram"
+# a character no piece has, and no unknown piece to stand for it
+bad uninounk '{"model": {"type": "Unigram", "vocab": [["i", -1.0], ["t", -1.0]]}}' "''' is not in the vocabulary, which has no unknown piece (unk_id)"
+bad decoder '{"decoder": {"type": "WordPiece"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "decoder 'WordPiece' is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)"
+bad strip '{"decoder": {"type": "Strip", "content": "ab", "start": 1, "stop": 0}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "a Strip decoder needs a content of one character and a start and a stop of 0 or more"
+bad decregex '{"decoder": {"type": "Replace", "pattern": {"Regex": " "}, "content": "x"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "a Replace decoder must replace a String by a content"
 bad merge '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}' "merge 0 ('a' 'b') names a token not in the vocabulary"
 bad norm '{"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "normalizer 'NFKC' is not supported"
 bad pre '{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "pre-tokenizer 'Whitespace' is not supported"

@@ -17,12 +17,18 @@
  * symbols are its characters (a character the vocabulary lacks becomes
  * its bytes' <0xXX> tokens with byte_fallback, else the unknown token,
  * consecutive ones fused), merged by rank as above.
+ *
+ * Unigram: the same normalizers and pre-tokenizers; each word is cut by
+ * Viterbi over its characters into the pieces of the highest total score
+ * (unigram()).  Decoding runs the tokenizer.json's decoder steps over the
+ * list of token texts (merak_tokenizer_decode).
  */
 #define _GNU_SOURCE /* memmem */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +80,36 @@ typedef struct merge_slot {
     uint32_t rank, id;
 } merge_slot;
 
+/* A Unigram piece, or a prefix of one (id -1): pieces are found by
+ * extending a match a byte at a time, which stops at the first text that
+ * starts no piece (the library's trie). */
+typedef struct piece_slot {
+    const char *s; /* NULL = empty */
+    uint64_t hash;
+    size_t len;
+    int64_t id;
+} piece_slot;
+
+/* Unigram's best segmentation of a word's first `at` bytes: its score and
+ * its last piece, [from, at) with id. */
+typedef struct lattice_node {
+    double score;
+    size_t from; /* SIZE_MAX: not reached yet */
+    uint32_t id;
+} lattice_node;
+
+/* A decoder step (tokenizer.json's "decoder"), applied to the whole list
+ * of token texts in order. */
+enum dec_kind { DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE, DEC_BYTE_LEVEL };
+typedef struct dec_step {
+    enum dec_kind kind;
+    const char *a, *b; /* Replace a by b; Strip's and Metaspace's character (a) */
+    size_t na, nb;
+    size_t start, stop; /* Strip: at most so many a's from each end */
+    int first;          /* Metaspace: the first token loses its a's (prepend_scheme not never) */
+} dec_step;
+#define MAX_DEC 8
+
 typedef struct cache_slot {
     uint64_t hash; /* 0 = empty */
     size_t off, len, ids, nids;
@@ -82,11 +118,15 @@ typedef struct cache_slot {
 struct merak_tokenizer {
     json_t *root;
     json_t *vocab;                 /* the model's vocab object (token -> id) */
+    json_t *own_vocab;             /* Unigram: that object, built from its list (ours to free) */
     uint32_t nvocab;               /* largest id + 1 */
     unsigned char **bytes;         /* [nvocab] what each id stands for */
     size_t *nbytes;
+    const char **text;             /* [nvocab] each id's token text (in root), or NULL */
+    int *special;                  /* [nvocab] an added token marked special */
     int64_t byte_id[256];          /* the token of each byte, -1 if none */
     uint32_t b2u[256];             /* GPT-2's byte -> code point map */
+    int u2b[324];                  /* its inverse (-1: no byte) */
     merge_slot *merges;
     size_t merge_cap;              /* power of two */
     int ignore_merges;
@@ -95,6 +135,16 @@ struct merak_tokenizer {
     norm_op norm[MAX_NORM];
     int nnorm;
     int sp;                        /* SentencePiece-style: characters, not bytes */
+    int unigram;                   /* the Unigram model, not BPE */
+    double *score;                 /* Unigram: [nvocab] each piece's score */
+    double unk_score;              /* Unigram: the lowest score less 10 */
+    piece_slot *pieces;            /* Unigram: the pieces and their prefixes */
+    size_t piece_cap, npieces;     /* power of two; used slots */
+    lattice_node *lattice;         /* Unigram encoding: [word length + 1] */
+    size_t lattice_cap;
+    dec_step dec[MAX_DEC];
+    int ndec;
+    int has_decoder;               /* the file has one (else: each id's bytes) */
     int byte_fallback;             /* sp: a missing character as its <0xXX> tokens */
     int64_t unk;                   /* sp: the unknown token, or -1 */
     int fuse_unk;
@@ -190,6 +240,58 @@ static int64_t vocab_id(const merak_tokenizer *t, const char *s, size_t n)
 {
     json_t *v = json_object_getn(t->vocab, s, n);
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* ------------------------------------------------------------------ Unigram pieces */
+
+/* FNV-1a a byte at a time: a match's hash grows with it. */
+#define FNV_START 0xcbf29ce484222325ull
+static uint64_t fnv_step(uint64_t h, unsigned char c) { return (h ^ c) * 0x100000001b3ull; }
+
+/* The slot of text s[0, n) (hash h): its own, or the empty one it would take. */
+static piece_slot *piece_find(piece_slot *tab, size_t cap, const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = merak_mix64(h) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+        piece_slot *p = &tab[i];
+        if (!p->s || (p->hash == h && p->len == n && !memcmp(p->s, s, n)))
+            return p;
+    }
+}
+
+/* Doubles the piece table (1024 slots to start). */
+static int pieces_grow(merak_tokenizer *t)
+{
+    const size_t cap = t->piece_cap ? 2 * t->piece_cap : 1024;
+    piece_slot *tab = calloc(cap, sizeof *tab);
+    if (!tab)
+        return fail(t, "out of memory");
+    for (size_t i = 0; i < t->piece_cap; i++)
+        if (t->pieces[i].s)
+            *piece_find(tab, cap, t->pieces[i].s, t->pieces[i].len, t->pieces[i].hash) = t->pieces[i];
+    free(t->pieces);
+    t->pieces = tab;
+    t->piece_cap = cap;
+    return 0;
+}
+
+/* Piece s[0, n) with its id, and each of its prefixes; a later piece of the
+ * same text takes its id (the library's map keeps the last). */
+static int piece_add(merak_tokenizer *t, const char *s, size_t n, uint32_t id)
+{
+    uint64_t h = FNV_START;
+    for (size_t k = 1; k <= n; k++) {
+        if (2 * (t->npieces + 1) > t->piece_cap && pieces_grow(t) < 0)
+            return -1;
+        h = fnv_step(h, (unsigned char)s[k - 1]);
+        piece_slot *p = piece_find(t->pieces, t->piece_cap, s, k, h);
+        if (!p->s) {
+            *p = (piece_slot){s, h, k, -1};
+            t->npieces++;
+        }
+        if (k == n)
+            p->id = id;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ loading */
@@ -301,6 +403,57 @@ static int load_each(merak_tokenizer *t, const char *path, json_t *j, const char
     return 0;
 }
 
+/* One decoder step: ByteLevel, Replace (of a string), ByteFallback, Fuse,
+ * Strip, Metaspace. */
+static int add_dec(merak_tokenizer *t, const char *path, json_t *d)
+{
+    const char *type = json_string_value(json_object_get(d, "type"));
+    if (t->ndec == MAX_DEC)
+        return fail(t, "%s: more than %d decoders", path, MAX_DEC);
+    dec_step *st = &t->dec[t->ndec];
+    if (type && !strcmp(type, "ByteLevel")) {
+        st->kind = DEC_BYTE_LEVEL;
+    } else if (type && !strcmp(type, "ByteFallback")) {
+        st->kind = DEC_BYTE_FALLBACK;
+    } else if (type && !strcmp(type, "Fuse")) {
+        st->kind = DEC_FUSE;
+    } else if (type && !strcmp(type, "Replace")) {
+        st->kind = DEC_REPLACE;
+        st->a = json_string_value(json_object_get(json_object_get(d, "pattern"), "String"));
+        st->b = json_string_value(json_object_get(d, "content"));
+        if (!st->a || !*st->a || !st->b)
+            return fail(t, "%s: a Replace decoder must replace a String by a content (a Regex pattern is not "
+                        "supported)", path);
+        st->nb = strlen(st->b);
+    } else if (type && !strcmp(type, "Strip")) {
+        json_t *start = json_object_get(d, "start"), *stop = json_object_get(d, "stop");
+        size_t i = 0;
+        st->kind = DEC_STRIP;
+        st->a = json_string_value(json_object_get(d, "content"));
+        if (!st->a || utf8_get(st->a, strlen(st->a), &i) < 0 || i != strlen(st->a) || !json_is_integer(start) ||
+            json_integer_value(start) < 0 || !json_is_integer(stop) || json_integer_value(stop) < 0)
+            return fail(t, "%s: a Strip decoder needs a content of one character and a start and a stop of 0 or "
+                        "more", path);
+        st->start = (size_t)json_integer_value(start);
+        st->stop = (size_t)json_integer_value(stop);
+    } else if (type && !strcmp(type, "Metaspace")) {
+        const char *rep = json_string_value(json_object_get(d, "replacement"));
+        const char *scheme = json_string_value(json_object_get(d, "prepend_scheme"));
+        st->kind = DEC_METASPACE;
+        st->a = rep && *rep ? rep : "\xe2\x96\x81";
+        if (scheme && strcmp(scheme, "always") != 0 && strcmp(scheme, "first") != 0 && strcmp(scheme, "never") != 0)
+            return fail(t, "%s: Metaspace decoder prepend_scheme '%s' is not always, first or never", path, scheme);
+        st->first = scheme ? strcmp(scheme, "never") != 0 : !json_is_false(json_object_get(d, "add_prefix_space"));
+    } else {
+        return fail(t, "%s: decoder '%s' is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)",
+                    path, type ? type : "?");
+    }
+    if (st->a)
+        st->na = strlen(st->a);
+    t->ndec++;
+    return 0;
+}
+
 /* The post-processor: the special tokens TemplateProcessing's "single"
  * puts before and after a text ($A), in a Sequence or alone; ByteLevel
  * adds none. */
@@ -359,14 +512,93 @@ static int load_post(merak_tokenizer *t, const char *path, json_t *p)
     return 0;
 }
 
+/* The score the library reads for d, written as the shortest decimal that
+ * gives d (as the library and Python write it): serde_json, without its
+ * float_roundtrip feature, takes the digits as an integer and multiplies
+ * or divides it by a power of ten, which can land a unit in the last place
+ * away from d, and a tie between two segmentations can turn on it. */
+static double library_score(double d)
+{
+    char s[40];
+    for (int p = 1; p <= 17; p++)
+        if (strtod((snprintf(s, sizeof s, "%.*e", p - 1, d), s), NULL) == d)
+            break;
+    uint64_t digits = 0;
+    int ndigits = 0;
+    const char *c = s + (s[0] == '-');
+    for (; *c && *c != 'e'; c++)
+        if (*c != '.')
+            digits = digits * 10 + (uint64_t)(*c - '0'), ndigits++;
+    long exp = strtol(c + 1, NULL, 10) - (ndigits - 1);
+    double f = (double)digits;
+    char pow10[24];
+    while (labs(exp) > 308 && f != 0) {   /* only a tiny score: 308 at a time */
+        f /= 1e308;
+        exp += 308;
+    }
+    if (labs(exp) <= 308) {
+        const double pw = strtod((snprintf(pow10, sizeof pow10, "1e%ld", labs(exp)), pow10), NULL);
+        f = exp >= 0 ? f * pw : f / pw;
+    }
+    return s[0] == '-' ? -f : f;
+}
+
+/* The Unigram model: vocab [[piece, score], ...] (a piece's id is its
+ * place in the list), unk_id (or none), byte_fallback.  A map of piece
+ * texts to ids stands in for BPE's vocab object. */
+static int load_unigram(merak_tokenizer *t, const char *path, json_t *m)
+{
+    json_t *list = json_object_get(m, "vocab"), *unk = json_object_get(m, "unk_id"), *e;
+    json_t *fallback = json_object_get(m, "byte_fallback");
+    if (!json_is_array(list))
+        return fail(t, "%s: the Unigram model's vocab is not a list of [piece, score]", path);
+    if (json_array_size(list) > (size_t)MAX_ID + 1)
+        return fail(t, "%s: the Unigram vocab has %zu pieces, more than merak takes (%d)", path,
+                    json_array_size(list), MAX_ID + 1);
+    if (fallback && !json_is_null(fallback) && !json_is_boolean(fallback))
+        return fail(t, "%s: the Unigram model's byte_fallback is not true or false", path);
+    t->nvocab = (uint32_t)json_array_size(list);
+    t->vocab = t->own_vocab = json_object();
+    t->score = malloc((t->nvocab ? t->nvocab : 1) * sizeof *t->score);
+    if (!t->vocab || !t->score || pieces_grow(t) < 0)
+        return fail(t, "out of memory");
+    double low = INFINITY;
+    size_t i;
+    json_array_foreach(list, i, e) {
+        const char *piece = json_string_value(json_array_get(e, 0));
+        json_t *score = json_array_get(e, 1);
+        if (json_array_size(e) != 2 || !piece || !json_is_number(score))
+            return fail(t, "%s: Unigram vocab entry %zu is not [piece, score]", path, i);
+        t->score[i] = library_score(json_number_value(score));
+        if (t->score[i] < low)
+            low = t->score[i];
+        if (json_object_set_new(t->vocab, piece, json_integer((json_int_t)i)) < 0)
+            return fail(t, "out of memory");
+        if (piece_add(t, piece, strlen(piece), (uint32_t)i) < 0)
+            return -1;
+    }
+    t->unk_score = low - 10;   /* the library's K_UNK_PENALTY */
+    t->unk = -1;
+    if (unk && !json_is_null(unk)) {
+        if (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)t->nvocab)
+            return fail(t, "%s: the Unigram model's unk_id is not the id of one of its %u pieces", path, t->nvocab);
+        t->unk = (int64_t)json_integer_value(unk);
+    }
+    t->byte_fallback = json_is_true(fallback);
+    t->unigram = t->sp = 1;
+    return 0;
+}
+
 static int load_model(merak_tokenizer *t, const char *path, json_t *m)
 {
     const char *type = json_string_value(json_object_get(m, "type"));
     if (!type)
         return fail(t, "%s: no model type", path);
+    if (!strcmp(type, "Unigram"))
+        return load_unigram(t, path, m);
     if (strcmp(type, "BPE") != 0)
-        return fail(t, "%s: model type '%s' is not supported (BPE only: byte-level or SentencePiece-style)", path,
-                    type);
+        return fail(t, "%s: model type '%s' is not supported (BPE: byte-level or SentencePiece-style; Unigram)",
+                    path, type);
     json_t *d = json_object_get(m, "dropout");
     if (d && !json_is_null(d) && json_number_value(d) != 0)
         return fail(t, "%s: BPE dropout is not supported", path);
@@ -472,66 +704,73 @@ static int load_added(merak_tokenizer *t, const char *path, json_t *list)
     return 0;
 }
 
-/* Each id's bytes: vocab tokens through the inverse byte map (a token
- * that is not byte-level text keeps its UTF-8), added tokens as written.
- * An id names one text: two vocab tokens with one id, or an added token on
- * the id of another text, are refused (decoding could not be right). */
-static int build_bytes(merak_tokenizer *t, const char *path)
+/* id's bytes from its token text key: through the inverse byte map u2b
+ * (a token that is not byte-level text keeps its UTF-8), or SentencePiece's
+ * way ("<0xXX>" is byte XX, the meta text a space).  An id names one text:
+ * two vocab tokens with one id are refused (decoding could not be right). */
+static int set_token(merak_tokenizer *t, const char *path, const int *u2b, uint32_t id, const char *key)
 {
-    int u2b[324];
-    for (int i = 0; i < 324; i++)
-        u2b[i] = -1;
-    for (int b = 0; b < 256; b++)
-        u2b[t->b2u[b]] = b;
-    if (!(t->bytes = calloc(t->nvocab, sizeof *t->bytes)) ||
-        !(t->nbytes = calloc(t->nvocab, sizeof *t->nbytes)))
+    const size_t n = strlen(key);
+    unsigned char *out = malloc(n + 1);
+    if (!out)
         return fail(t, "out of memory");
-    const char *key;
-    json_t *v;
-    json_object_foreach(t->vocab, key, v) {
-        const uint32_t id = (uint32_t)json_integer_value(v);
-        const size_t n = strlen(key);
-        unsigned char *out = malloc(n + 1);
-        if (!out)
-            return fail(t, "out of memory");
-        size_t i = 0, m = 0;
-        int plain = 1;
-        unsigned hex;
-        if (t->sp) {   /* "<0xXX>" is byte XX; the meta text stands for a space */
-            char tail;
-            const size_t nm = strlen(t->meta);
-            if (n == 6 && sscanf(key, "<0x%2X%c", &hex, &tail) == 2 && tail == '>') {
-                out[m++] = (unsigned char)hex;
-            } else {
-                for (i = 0; i < n;)
-                    if (nm && i + nm <= n && !memcmp(key + i, t->meta, nm))
-                        out[m++] = ' ', i += nm;
-                    else
-                        out[m++] = (unsigned char)key[i++];
-            }
-            i = n;
-        }
-        while (!t->sp && i < n) {
+    size_t i = 0, m = 0;
+    unsigned hex;
+    char tail;
+    if (t->sp && n == 6 && sscanf(key, "<0x%2X%c", &hex, &tail) == 2 && tail == '>') {
+        out[m++] = (unsigned char)hex;
+    } else if (t->sp) {
+        const size_t nm = strlen(t->meta);
+        while (i < n)
+            if (nm && i + nm <= n && !memcmp(key + i, t->meta, nm))
+                out[m++] = ' ', i += nm;
+            else
+                out[m++] = (unsigned char)key[i++];
+    } else {
+        while (i < n) {
             int32_t c = utf8_get(key, n, &i);
             if (c < 0 || c >= 324 || u2b[c] < 0) {
-                plain = 0;
+                memcpy(out, key, m = n);
                 break;
             }
             out[m++] = (unsigned char)u2b[c];
         }
-        if (!t->sp && !plain) {
-            memcpy(out, key, n);
-            m = n;
-        }
-        if (t->bytes[id]) {
-            free(out);
-            return fail(t, "%s: vocab token '%s' has id %u, which another token has too", path, key, id);
-        }
-        t->bytes[id] = out;
-        t->nbytes[id] = m;
+    }
+    if (t->bytes[id]) {
+        free(out);
+        return fail(t, "%s: vocab token '%s' has id %u, which another token has too", path, key, id);
+    }
+    t->bytes[id] = out;
+    t->nbytes[id] = m;
+    t->text[id] = key;
+    return 0;
+}
+
+/* Each id's bytes and text: the vocabulary's tokens (set_token), added
+ * tokens as written.  An added token on the id of another text is refused. */
+static int build_bytes(merak_tokenizer *t, const char *path)
+{
+    const int *u2b = t->u2b;
+    if (!(t->bytes = calloc(t->nvocab, sizeof *t->bytes)) ||
+        !(t->nbytes = calloc(t->nvocab, sizeof *t->nbytes)) || !(t->text = calloc(t->nvocab, sizeof *t->text)) ||
+        !(t->special = calloc(t->nvocab, sizeof *t->special)))
+        return fail(t, "out of memory");
+    if (t->unigram) {   /* a piece's id is its place in the list */
+        json_t *list = json_object_get(json_object_get(t->root, "model"), "vocab"), *e;
+        size_t i;
+        json_array_foreach(list, i, e)
+            if (set_token(t, path, u2b, (uint32_t)i, json_string_value(json_array_get(e, 0))) < 0)
+                return -1;
+    } else {
+        const char *key;
+        json_t *v;
+        json_object_foreach(t->vocab, key, v)
+            if (set_token(t, path, u2b, (uint32_t)json_integer_value(v), key) < 0)
+                return -1;
     }
     for (int i = 0; i < t->nadds; i++) {
         added *a = &t->adds[i];
+        t->special[a->id] |= a->special;
         if (t->bytes[a->id]) { /* a token of the vocabulary: the same text, or a clash */
             if (t->nbytes[a->id] == a->len && !memcmp(t->bytes[a->id], a->text, a->len))
                 continue;
@@ -544,6 +783,7 @@ static int build_bytes(merak_tokenizer *t, const char *path)
         memcpy(out, a->text, a->len);
         t->bytes[a->id] = out;
         t->nbytes[a->id] = a->len;
+        t->text[a->id] = a->text;
     }
     return 0;
 }
@@ -568,21 +808,27 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
     }
     if (load_each(t, path, json_object_get(t->root, "normalizer"), "normalizers", add_norm) < 0)
         goto out;
+    t->has_decoder = json_object_get(t->root, "decoder") && !json_is_null(json_object_get(t->root, "decoder"));
     /* GPT-2's map: printable bytes are themselves, the rest 256, 257, ... */
     for (int b = 0, n = 0; b < 256; b++)
         t->b2u[b] = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174
                         ? (uint32_t)b
                         : (uint32_t)(256 + n++);
+    for (int i = 0; i < 324; i++)
+        t->u2b[i] = -1;
+    for (int b = 0; b < 256; b++)
+        t->u2b[t->b2u[b]] = b;
     if (load_model(t, path, json_object_get(t->root, "model")) < 0 ||
         load_each(t, path, json_object_get(t->root, "pre_tokenizer"), "pretokenizers", add_stage) < 0 ||
         load_added(t, path, json_object_get(t->root, "added_tokens")) < 0 ||
+        load_each(t, path, json_object_get(t->root, "decoder"), "decoders", add_dec) < 0 ||
         load_post(t, path, json_object_get(t->root, "post_processor")) < 0)
         goto out;
     t->sp |= t->byte_fallback;
     for (int i = 0; t->sp && i < t->nstages; i++)
         if (t->stages[i].byte_level) {
-            fail(t, "%s: a ByteLevel pre-tokenizer with a SentencePiece-style tokenizer (byte_fallback, a "
-                 "Prepend or Replace normalizer, Metaspace) is not supported", path);
+            fail(t, "%s: a ByteLevel pre-tokenizer with a SentencePiece-style tokenizer (Unigram, byte_fallback, "
+                 "a Prepend or Replace normalizer, Metaspace) is not supported", path);
             goto out;
         }
     if (t->sp && !t->meta)
@@ -602,7 +848,8 @@ int merak_tokenizer_load(const char *path, merak_tokenizer **out, char *err, siz
                               : vocab_id(t, s, utf8_put(s, t->b2u[b]));
     }
     const char *unk = json_string_value(json_object_get(json_object_get(t->root, "model"), "unk_token"));
-    t->unk = unk ? vocab_id(t, unk, strlen(unk)) : -1;
+    if (!t->unigram)   /* Unigram's is its unk_id */
+        t->unk = unk ? vocab_id(t, unk, strlen(unk)) : -1;
     t->eot = -1;
     for (int i = 0; i < t->nadds && t->eot < 0; i++)
         if (!strcmp(t->adds[i].text, "<|endoftext|>") || !strcmp(t->adds[i].text, "<|end_of_text|>") ||
@@ -638,6 +885,12 @@ void merak_tokenizer_free(merak_tokenizer *t)
     free(t->bytes);
     free(t->nbytes);
     free(t->merges);
+    free(t->score);
+    free(t->pieces);
+    free(t->lattice);
+    free(t->text);
+    free(t->special);
+    json_decref(t->own_vocab);
     free(t->adds);
     free(t->pre);
     free(t->post);
@@ -670,6 +923,207 @@ const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id
         return NULL;
     *len = t->nbytes[id];
     return t->bytes[id];
+}
+
+/* ------------------------------------------------------------------ decoding */
+
+#define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
+
+/* A list of token texts: token i is buf[i ? end[i - 1] : 0, end[i]). */
+typedef struct toks {
+    char *buf;
+    size_t len, cap;
+    size_t *end;
+    size_t n, ncap;
+} toks;
+
+static int toks_put(toks *l, const void *s, size_t n)
+{
+    if (merak_grow((void **)&l->buf, &l->cap, l->len + n + 1, 1) < 0)
+        return -1;
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+    return 0;
+}
+
+/* Ends the token being written. */
+static int toks_end(toks *l)
+{
+    if (merak_grow((void **)&l->end, &l->ncap, l->n + 1, sizeof *l->end) < 0)
+        return -1;
+    l->end[l->n++] = l->len;
+    return 0;
+}
+
+/* 1 if s[0, n) is UTF-8 as Rust's String::from_utf8 takes it: no overlong
+ * forms, no surrogates, nothing past U+10FFFF. */
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        const size_t at = i;
+        const int32_t c = utf8_get((const char *)s, n, &i);
+        const size_t len = i - at;
+        if (c < 0 || (len == 2 && c < 0x80) || (len == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
+            (len == 4 && (c < 0x10000 || c > 0x10ffff)))
+            return 0;
+    }
+    return 1;
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The byte of a "<0xXX>" token s[0, n), or -1 (the library parses XX with
+ * u8::from_str_radix, which takes "+X" too). */
+static int fallback_byte(const char *s, size_t n)
+{
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
+        return -1;
+    const int hi = s[3] == '+' ? 0 : hex_digit(s[3]), lo = hex_digit(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+/* ByteFallback's flush: the pending bytes as one token if they are UTF-8,
+ * else a U+FFFD token for each. */
+static int flush_bytes(toks *out, const unsigned char *b, size_t n)
+{
+    if (!n)
+        return 0;
+    if (utf8_valid(b, n))
+        return toks_put(out, b, n) < 0 || toks_end(out) < 0 ? -1 : 0;
+    for (size_t i = 0; i < n; i++)
+        if (toks_put(out, REPLACEMENT, 3) < 0 || toks_end(out) < 0)
+            return -1;
+    return 0;
+}
+
+/* Strip's token s[0, n): at most st->start of its first characters and
+ * st->stop of its last that are st->a, taken off; into out. */
+static int strip(const dec_step *st, toks *out, const char *s, size_t n)
+{
+    size_t from = 0, to = n, chars = 0, lead = 0;
+    for (size_t i = 0; i < n; chars++)
+        if (utf8_get(s, n, &i) < 0)
+            i++;
+    while (lead < st->start && lead < chars && n - from >= st->na && !memcmp(s + from, st->a, st->na))
+        from += st->na, lead++;
+    for (size_t k = 0; k < st->stop && k < chars - lead && to - from >= st->na && !memcmp(s + to - st->na, st->a, st->na); k++)
+        to -= st->na;
+    return toks_put(out, s + from, to - from) < 0 || toks_end(out) < 0 ? -1 : 0;
+}
+
+/* One decoder step from in to out (emptied first). */
+static int dec_apply(const merak_tokenizer *t, const dec_step *st, const toks *in, toks *out)
+{
+    unsigned char *pending = NULL;   /* ByteFallback's bytes so far */
+    size_t npending = 0;
+    out->len = out->n = 0;
+    int rc = 0;
+    for (size_t i = 0; i < in->n && rc == 0; i++) {
+        const char *s = in->buf + (i ? in->end[i - 1] : 0);
+        const size_t n = in->buf + in->end[i] - s;
+        switch (st->kind) {
+        case DEC_FUSE:
+            rc = toks_put(out, s, n);
+            continue;   /* one token, ended after the loop */
+        case DEC_BYTE_FALLBACK: {
+            const int b = fallback_byte(s, n);
+            if (b >= 0) {
+                pending = pending ? pending : malloc(in->n);
+                if (!pending)
+                    rc = -1;
+                else
+                    pending[npending++] = (unsigned char)b;
+                continue;
+            }
+            rc = flush_bytes(out, pending, npending);
+            npending = 0;
+            if (rc == 0)
+                rc = toks_put(out, s, n);
+            break;
+        }
+        case DEC_STRIP:
+            rc = strip(st, out, s, n);
+            continue;
+        case DEC_REPLACE:
+        case DEC_METASPACE: /* st->a becomes st->b (Replace), a space or nothing in the first token (Metaspace) */
+            for (size_t j = 0; j < n && rc == 0;)
+                if (n - j >= st->na && !memcmp(s + j, st->a, st->na)) {
+                    if (st->kind == DEC_REPLACE)
+                        rc = toks_put(out, st->b, st->nb);
+                    else if (!(i == 0 && st->first))
+                        rc = toks_put(out, " ", 1);
+                    j += st->na;
+                } else {
+                    rc = toks_put(out, s + j++, 1);
+                }
+            break;
+        case DEC_BYTE_LEVEL: { /* each character its byte, or the token as it is if one has none */
+            size_t j = 0;
+            const size_t at = out->len;
+            while (j < n && rc == 0) {
+                const int32_t c = utf8_get(s, n, &j);
+                if (c < 0 || c >= 324 || t->u2b[c] < 0) {
+                    out->len = at;
+                    rc = toks_put(out, s, n);
+                    break;
+                }
+                const unsigned char b = (unsigned char)t->u2b[c];
+                rc = toks_put(out, &b, 1);
+            }
+            continue;   /* one token of all the bytes (the library's; it then replaces bytes that are not UTF-8) */
+        }
+        }
+        if (rc == 0)
+            rc = toks_end(out);
+    }
+    if (rc == 0 && st->kind == DEC_BYTE_FALLBACK)
+        rc = flush_bytes(out, pending, npending);
+    if (rc == 0 && (st->kind == DEC_FUSE || st->kind == DEC_BYTE_LEVEL) && in->n)
+        rc = toks_end(out);
+    free(pending);
+    return rc;
+}
+
+int merak_tokenizer_decode(const merak_tokenizer *t, const uint32_t *ids, size_t n, int skip_special, char **text,
+                           size_t *len, char *err, size_t errlen)
+{
+    toks a = {0}, b = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const uint32_t id = ids[i];
+        if (id < t->nvocab && skip_special && t->special[id])
+            continue;
+        if (id >= t->nvocab || !t->text[id])
+            rc = toks_put(&a, REPLACEMENT, 3);
+        else if (t->has_decoder)
+            rc = toks_put(&a, t->text[id], strlen(t->text[id]));
+        else   /* no decoder: each id's bytes */
+            rc = toks_put(&a, t->bytes[id], t->nbytes[id]);
+        if (rc == 0)
+            rc = toks_end(&a);
+    }
+    for (int k = 0; k < t->ndec && rc == 0; k++) {
+        rc = dec_apply(t, &t->dec[k], &a, &b);
+        const toks swap = a;
+        a = b;
+        b = swap;
+    }
+    free(b.buf);
+    free(b.end);
+    free(a.end);
+    if (rc == 0 && !a.buf && !(a.buf = malloc(1)))
+        rc = -1;
+    if (rc < 0) {
+        free(a.buf);
+        return merak_errf(err, errlen, "out of memory");
+    }
+    a.buf[a.len] = '\0';   /* toks_put keeps a byte of room */
+    *text = a.buf;
+    *len = a.len;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ encoding */
@@ -846,6 +1300,99 @@ static int bpe(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nou
     return 0;
 }
 
+/* Unigram: consecutive unknown pieces p[0, n), fused, into t->sym from m:
+ * the piece of that text if there is one, else its bytes' <0xXX> pieces
+ * (byte_fallback, when the vocabulary has them all), else the unknown
+ * piece.  The new count. */
+static size_t unknown_run(merak_tokenizer *t, const unsigned char *p, size_t n, size_t m)
+{
+    const int64_t id = vocab_id(t, (const char *)p, n);
+    int bytes = id < 0 && t->byte_fallback;
+    for (size_t k = 0; bytes && k < n; k++)
+        bytes = t->byte_id[p[k]] >= 0;
+    if (id >= 0)
+        t->sym[m++] = (uint32_t)id;
+    else if (bytes)
+        for (size_t k = 0; k < n; k++)
+            t->sym[m++] = (uint32_t)t->byte_id[p[k]];
+    else
+        t->sym[m++] = (uint32_t)t->unk;
+    return m;
+}
+
+/* Unigram: the ids of word p[0, n) into t->sym[0, *nout): the pieces of
+ * the highest total score (Viterbi over the word's characters, the first
+ * of equal scores kept, as the library's encode_optimized).  A character
+ * that starts no piece of exactly itself may also be the unknown piece, at
+ * the lowest score less 10; consecutive unknown pieces are fused
+ * (unknown_run).  A byte that is not UTF-8 counts as a character. */
+static int unigram(merak_tokenizer *t, const unsigned char *p, size_t n, size_t *nout)
+{
+    if (merak_grow((void **)&t->sym, &t->sym_cap, n ? n : 1, sizeof *t->sym) < 0 ||
+        merak_grow((void **)&t->link, &t->link_cap, n + 1, sizeof *t->link) < 0 ||
+        merak_grow((void **)&t->lattice, &t->lattice_cap, n + 1, sizeof *t->lattice) < 0)
+        return fail(t, "out of memory");
+    lattice_node *best = t->lattice;
+    best[0] = (lattice_node){0, 0, 0};
+    for (size_t i = 1; i <= n; i++)
+        best[i].from = SIZE_MAX;
+    for (size_t at = 0, next; at < n; at = next) {
+        next = at;
+        if (utf8_get((const char *)p, n, &next) < 0)
+            next = at + 1;
+        if (best[at].from == SIZE_MAX)   /* inside a character: no piece ends here */
+            continue;
+        int single = 0;   /* a piece of exactly this character */
+        uint64_t h = FNV_START;
+        for (size_t k = 1; at + k <= n; k++) {
+            h = fnv_step(h, p[at + k - 1]);
+            const piece_slot *ps = piece_find(t->pieces, t->piece_cap, (const char *)p + at, k, h);
+            if (!ps->s)
+                break;   /* no piece starts with p[at, at + k) */
+            if (ps->id < 0)
+                continue;
+            const double score = best[at].score + t->score[ps->id];
+            lattice_node *to = &best[at + k];
+            if (to->from == SIZE_MAX || score > to->score)
+                *to = (lattice_node){score, at, (uint32_t)ps->id};
+            single |= at + k == next;
+        }
+        const double score = best[at].score + t->unk_score;
+        if (!single && (best[next].from == SIZE_MAX || score > best[next].score)) {
+            if (t->unk < 0)
+                return fail(t, "'%.*s' is not in the vocabulary, which has no unknown piece (unk_id)",
+                            (int)(next - at), (const char *)p + at);
+            best[next] = (lattice_node){score, at, (uint32_t)t->unk};
+        }
+    }
+    if (best[n].from == SIZE_MAX)
+        return fail(t, "'%.*s' has no segmentation into pieces", (int)n, (const char *)p);
+    /* the path back from the end, then forward: bound[0] = 0 < ... < bound[np] = n */
+    size_t *bound = t->link, np = 0;
+    for (size_t at = n; at > 0; at = best[at].from)
+        bound[np++] = at;
+    bound[np] = 0;
+    for (size_t i = 0; i < (np + 1) / 2; i++) {
+        const size_t x = bound[i];
+        bound[i] = bound[np - i];
+        bound[np - i] = x;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < np;) {
+        const size_t from = bound[k];
+        const uint32_t id = best[bound[++k]].id;
+        if (t->unk < 0 || id != (uint32_t)t->unk) {
+            t->sym[m++] = id;
+            continue;
+        }
+        while (k < np && best[bound[k + 1]].id == (uint32_t)t->unk)
+            k++;
+        m = unknown_run(t, p + from, bound[k] - from, m);
+    }
+    *nout = m;
+    return 0;
+}
+
 /* One final piece: from the cache, or merged and cached. */
 static int piece(merak_tokenizer *t, out_ids *o, const unsigned char *p, size_t n)
 {
@@ -859,7 +1406,7 @@ static int piece(merak_tokenizer *t, out_ids *o, const unsigned char *p, size_t 
             return emit(t, o, t->cids + c->ids, c->nids);
     }
     size_t m = 0;
-    if (bpe(t, p, n, &m) < 0 || emit(t, o, t->sym, m) < 0)
+    if ((t->unigram ? unigram(t, p, n, &m) : bpe(t, p, n, &m)) < 0 || emit(t, o, t->sym, m) < 0)
         return -1;
     if (t->ncached >= CACHE_SLOTS / 2 || t->arena_len + n > CACHE_BYTES) { /* start over */
         memset(t->cache, 0, CACHE_SLOTS * sizeof *t->cache);

@@ -10,16 +10,23 @@
  * SentencePiece-style BPE too (LLaMA 2, Mistral): byte_fallback to the
  * vocabulary's <0xXX> tokens, unk_token and fuse_unk, a normalizer Sequence
  * of Prepend and Replace (of a string), the Metaspace pre-tokenizer
- * (replacement, prepend_scheme always/first/never, split).
- * Anything else (WordPiece, Unigram, other normalizers or pre-tokenizers,
- * a dropout) is refused by name.  Split patterns run on PCRE2 (UTF,
- * Unicode properties, JIT); bytes that are not UTF-8 never match a pattern
- * and are tokenized as bytes.
+ * (replacement, prepend_scheme always/first/never, split).  And the
+ * Unigram model (T5's kind): vocab [[piece, score], ...], unk_id,
+ * byte_fallback, each word cut into the pieces of the highest total score
+ * (Viterbi; the unknown piece at the lowest score less 10 for a character
+ * without a piece of its own, consecutive unknown pieces fused).  The
+ * decoder (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, in a
+ * Sequence) is read for merak_tokenizer_decode.
+ * Anything else (WordPiece, normalizers such as NFKC or Precompiled, other
+ * pre-tokenizers or decoders, a dropout) is refused by name.  Split
+ * patterns run on PCRE2 (UTF, Unicode properties, JIT); bytes that are not
+ * UTF-8 never match a pattern and are tokenized as bytes.
  *
  * Encoding gives the ids the `tokenizers` library gives for the same text
  * (Tokenizer.encode(text).ids, with the special tokens a TemplateProcessing
  * post-processor puts around it: LLaMA's <s> or <|begin_of_text|>);
- * decoding an id sequence gives back the bytes that made it.
+ * decoding an id sequence gives the library's Tokenizer.decode (for a
+ * byte-level BPE, the bytes that made it).
  */
 #ifndef MERAK_TOKENIZER_H
 #define MERAK_TOKENIZER_H
@@ -53,7 +60,22 @@ int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint3
 int merak_tokenizer_exact(const merak_tokenizer *t);
 
 /* The bytes id stands for (*len of them), or NULL for an id it does not
- * have. */
+ * have.  Alone, as the token's own text: "<0xXX>" is byte XX and the meta
+ * text a space, but no decoder runs (decode an id sequence for text). */
 const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id, size_t *len);
+
+/* The text of ids[0, n) as the tokenizer.json's decoder makes it, the
+ * library's Tokenizer.decode(ids, skip_special_tokens): special added
+ * tokens left out when skip_special; each id's token text through the
+ * decoder's steps (ByteLevel, Replace, ByteFallback, Fuse, Strip,
+ * Metaspace, or a Sequence of them) and joined.  Two differences, both to
+ * keep every byte: ByteLevel gives the bytes as they are where the library
+ * replaces those that are not UTF-8 by U+FFFD, and a file without a
+ * decoder gives each id's bytes (merak_tokenizer_bytes) joined, where the
+ * library joins the token texts with spaces.  An id the tokenizer does
+ * not have becomes U+FFFD.  Into *text (malloc'd, NUL-terminated, *len
+ * bytes before the NUL); 0, or -1 with err (out of memory). */
+int merak_tokenizer_decode(const merak_tokenizer *t, const uint32_t *ids, size_t n, int skip_special, char **text,
+                           size_t *len, char *err, size_t errlen);
 
 #endif /* MERAK_TOKENIZER_H */

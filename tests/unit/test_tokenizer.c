@@ -1,10 +1,17 @@
 /*
  * test_tokenizer.c - decoding round-trips: test_tokenizer TOKENIZER.json
  * FILE... (without arguments: the fixture tokenizer, and the ids the
- * tokenizers library gives for a few texts, hard-coded) encodes each FILE (and then every byte value 0..255, invalid
- * UTF-8 and all, and a text of added tokens glued to words) and checks that
- * the tokens' bytes give back the input exactly, that every id is inside
- * the vocabulary, and that encoding twice gives the same ids.  TAP.
+ * tokenizers library gives for a few texts, hard-coded) encodes each FILE
+ * (and then every byte value 0..255, invalid UTF-8 and all, and a text of
+ * added tokens glued to words) and checks that the tokens' bytes, and the
+ * decoding of the ids, give back the input exactly, that every id is
+ * inside the vocabulary, and that encoding twice gives the same ids.
+ *
+ * test_tokenizer --library DIR TOKENIZER.json FILE... checks decoding
+ * where it cannot give the input back (SentencePiece-style and Unigram
+ * tokenizers: normalization, unknown pieces): each FILE's ids decode to
+ * what the tokenizers library's decode gave, DIR/NAME.all with the special
+ * tokens and DIR/NAME.skip without (NAME: the FILE's base name).  TAP.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +58,12 @@ static void round_trip(const char *what, const char *text, size_t n)
     tap_ok(bad == 0, "%s: every id is in the vocabulary (%zu are not)", what, bad);
     tap_ok(fits && m == n && !memcmp(back, text, n), "%s: %zu tokens decode to the %zu bytes", what,
            len, n);
+    char *dec = NULL;
+    size_t ndec = 0;
+    tap_ok(merak_tokenizer_decode(g_tok, ids, len, 0, &dec, &ndec, err, sizeof err) == 0 && ndec == n &&
+               !memcmp(dec, text, n) && dec[n] == '\0',
+           "%s: merak_tokenizer_decode gives back the %zu bytes (%zu) %s", what, n, ndec, err);
+    free(dec);
     free(back);
     free(ids);
     free(again);
@@ -89,8 +102,55 @@ static void fixed_ids(void)
     }
 }
 
+/* FILE's ids decode as the library's decode did: DIR/NAME.all with the
+ * special tokens, DIR/NAME.skip without. */
+static void against_library(const char *dir, const char *file)
+{
+    char err[512] = "", path[4096];
+    char *text = NULL, *want = NULL, *got = NULL;
+    size_t n = 0, nwant = 0, ngot = 0, len = 0, cap = 0;
+    uint32_t *ids = NULL;
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    if (!tap_ok(merak_file_read_all(file, &text, &n, err, sizeof err) == 0 &&
+                    merak_tokenizer_encode(g_tok, text, n, &ids, &len, &cap, err, sizeof err) == 0,
+                "%s: read and encoded (%s)", base, err))
+        goto out;
+    for (int skip = 0; skip < 2; skip++) {
+        snprintf(path, sizeof path, "%s/%s.%s", dir, base, skip ? "skip" : "all");
+        if (!tap_ok(merak_file_read_all(path, &want, &nwant, err, sizeof err) == 0 &&
+                        merak_tokenizer_decode(g_tok, ids, len, skip, &got, &ngot, err, sizeof err) == 0,
+                    "%s: decoded, and the library's read (%s)", path, err))
+            goto out;
+        size_t k = 0;
+        while (k < ngot && k < nwant && got[k] == want[k])
+            k++;
+        tap_ok(ngot == nwant && k == ngot, "%s: %zu ids decode to the library's %zu bytes%s (first difference at "
+               "byte %zu: '%.20s' against '%.20s')", path, len, nwant, skip ? ", special tokens skipped" : "", k,
+               got + k, want + k);
+        free(want);
+        free(got);
+        want = got = NULL;
+    }
+out:
+    free(want);
+    free(got);
+    free(text);
+    free(ids);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 3 && !strcmp(argv[1], "--library")) {
+        char err[512];
+        if (merak_tokenizer_load(argv[3], &g_tok, err, sizeof err) < 0) {
+            printf("not ok 1 - load %s: %s\n1..1\n", argv[3], err);
+            return 1;
+        }
+        for (int i = 4; i < argc; i++)
+            against_library(argv[2], argv[i]);
+        merak_tokenizer_free(g_tok);
+        return tap_done();
+    }
     char err[512], fixture[4096];
     const char *path = argc > 1 ? argv[1] : NULL;
     if (!path) {
