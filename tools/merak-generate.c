@@ -174,9 +174,31 @@ typedef struct out_ctx {
     merak_tokenizer *tok;
     int64_t eot;
     int written, failed;
+    int32_t *ids; /* with a tokenizer: the prompt's and the tokens so far */
+    int nprompt, n;
+    size_t shown; /* bytes of their text written */
 } out_ctx;
 
-/* Writes one generated token: its id, or its bytes (the end-of-text token
+/* With a tokenizer: writes the text the tokens so far add (all of it when
+ * final; else held back while it ends in U+FFFD, a character whose bytes
+ * have not all come). */
+static int write_text(out_ctx *c, int final)
+{
+    char err[512], *text;
+    size_t len;
+    if (merak_decode_after(c->tok, c->ids, c->nprompt, c->n, &text, &len, err, sizeof err) < 0)
+        cli_die("%s", err);
+    size_t end = len;
+    while (!final && end >= 3 && !memcmp(text + end - 3, "\xef\xbf\xbd", 3))
+        end -= 3;
+    const int rc = end > c->shown && fwrite(text + c->shown, 1, end - c->shown, stdout) != end - c->shown ? -1 : 0;
+    if (end > c->shown)
+        c->shown = end;
+    free(text);
+    return rc;
+}
+
+/* Writes one generated token: its id, or its text (the end-of-text token
  * ends the text without being written). */
 static int emit(void *ctx, int32_t id)
 {
@@ -186,6 +208,9 @@ static int emit(void *ctx, int32_t id)
         rc = printf("%s%d", c->written ? " " : "", (int)id);
     } else if (id == c->eot) {
         rc = 0;
+    } else if (c->tok) {
+        c->ids[c->n++] = id;
+        rc = write_text(c, 0);
     } else {
         unsigned char byte;
         size_t len;
@@ -265,12 +290,20 @@ int main(int argc, char **argv)
     if (!s)
         cli_die("out of memory");
 
-    out_ctx oc = {&o, tok, eot, 0, 0};
+    out_ctx oc = {&o, tok, eot, 0, 0, NULL, n, n, 0};
+    if (tok && !o.ids) {   /* room for the prompt and every token */
+        if (!(oc.ids = malloc((size_t)(n + max_tokens + 1) * sizeof *oc.ids)))
+            cli_die("out of memory");
+        memcpy(oc.ids, prompt, (size_t)n * sizeof *oc.ids);
+    }
     const double t0 = merak_now();
     int made = merak_generate(d, s, prompt, n, max_tokens, eot, o.no_cache, emit, &oc, err, sizeof err);
     const double secs = merak_now() - t0;
     if (made < 0)
         cli_die("%s", err);
+    if (oc.ids && write_text(&oc, 1) < 0)
+        oc.failed = 1;
+    free(oc.ids);
     if (oc.failed)
         cli_die("writing the output failed: %s", strerror(errno));
     if (printf("\n") < 0 || fflush(stdout) != 0)

@@ -327,6 +327,32 @@ const unsigned char *merak_token_text(const merak_tokenizer *tok, int32_t id, un
     return b;
 }
 
+int merak_decode_after(const merak_tokenizer *tok, const int32_t *ids, int nprompt, int n, char **text, size_t *len,
+                       char *err, size_t errlen)
+{
+    uint32_t *u = malloc((n ? (size_t)n : 1) * sizeof *u);
+    char *before = NULL, *all = NULL;
+    size_t nbefore = 0, nall = 0;
+    if (!u)
+        return merak_errf(err, errlen, "out of memory");
+    for (int i = 0; i < n; i++)
+        u[i] = (uint32_t)ids[i];
+    int rc = merak_tokenizer_decode(tok, u, (size_t)nprompt, 0, &before, &nbefore, err, errlen);
+    if (rc == 0)
+        rc = merak_tokenizer_decode(tok, u, (size_t)n, 0, &all, &nall, err, errlen);
+    free(u);
+    if (rc == 0) {   /* the prompt's text, unless decoding the whole changed it */
+        const size_t skip = nbefore <= nall && !memcmp(before, all, nbefore) ? nbefore : 0;
+        memmove(all, all + skip, nall - skip + 1);
+        *text = all;
+        *len = nall - skip;
+    } else {
+        free(all);
+    }
+    free(before);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ samples during training */
 
 struct merak_train_sampler {
@@ -390,6 +416,8 @@ typedef struct text_buf {
     int64_t eot;
     char *v;
     size_t n, cap;
+    int32_t *ids; /* with a tokenizer: the prompt's and the tokens', decoded at the end */
+    size_t nids, idcap;
     int oom;
 } text_buf;
 
@@ -398,6 +426,14 @@ static int append_token(void *ctx, int32_t id)
     text_buf *b = ctx;
     if (id == b->eot)
         return 0;
+    if (b->tok) {
+        if (merak_grow((void **)&b->ids, &b->idcap, b->nids + 1, sizeof *b->ids) != 0) {
+            b->oom = 1;
+            return -1;
+        }
+        b->ids[b->nids++] = id;
+        return 0;
+    }
     unsigned char byte;
     size_t len;
     const unsigned char *p = merak_token_text(b->tok, id, &byte, &len);
@@ -426,14 +462,28 @@ int merak_train_sample(merak_train_sampler *s, const merak_gathered *w, char **t
                               merak_decoder_kernels(s->d)->name);
     }
     merak_sampler *sm = merak_sampler_create(&s->opts, merak_decoder_vocab(s->d));
-    text_buf b = {s->tok, s->eot, NULL, 0, 0, 0};
-    if (!sm || merak_grow((void **)&b.v, &b.cap, 1, 1) != 0) {
+    text_buf b = {s->tok, s->eot, NULL, 0, 0, NULL, 0, 0, 0};
+    if (!sm || merak_grow((void **)&b.v, &b.cap, 1, 1) != 0 ||
+        (s->tok && merak_grow((void **)&b.ids, &b.idcap, (size_t)s->n, sizeof *b.ids) != 0)) {
         merak_sampler_free(sm);
+        free(b.v);
+        free(b.ids);
         return merak_errf(err, errlen, "out of memory");
     }
     b.v[0] = '\0';
+    if (s->tok) {
+        memcpy(b.ids, s->prompt, (size_t)s->n * sizeof *b.ids);
+        b.nids = (size_t)s->n;
+    }
     int made = merak_generate(s->d, sm, s->prompt, s->n, s->tokens, s->eot, 0, append_token, &b, err, errlen);
     merak_sampler_free(sm);
+    if (made >= 0 && !b.oom && s->tok) {   /* the tokenizer's decoder's text of the continuation */
+        free(b.v);
+        b.v = NULL;
+        if (merak_decode_after(s->tok, b.ids, s->n, (int)b.nids, &b.v, &b.n, err, errlen) < 0)
+            made = -1;
+    }
+    free(b.ids);
     if (made < 0 || b.oom) {
         free(b.v);
         return made < 0 ? -1 : merak_errf(err, errlen, "sampling: out of memory");

@@ -55,6 +55,13 @@ int merak_model_tokenizer(const char *path, int vocab, struct merak_tokenizer **
  * (tok NULL); U+FFFD for an id that has none. */
 const unsigned char *merak_token_text(const struct merak_tokenizer *tok, int32_t id, unsigned char *byte,
                                       size_t *len);
+/* The text tokens ids[nprompt, n) add after the prompt ids[0, nprompt):
+ * tok's decoding of them all past its decoding of the prompt (all of it
+ * if that changed), so that a decoder's first-token rules (LLaMA 2's Strip
+ * of a space, Metaspace's) apply to the prompt, not to the continuation.
+ * Into *text (malloc'd, NUL-terminated); 0, or -1 with err. */
+int merak_decode_after(const struct merak_tokenizer *tok, const int32_t *ids, int nprompt, int n, char **text,
+                       size_t *len, char *err, size_t errlen);
 
 /* ---- samples during training (merak-train --sample-every)
  * Rank 0 continues a prompt with the model being trained, from its
