@@ -131,3 +131,20 @@ int cli_default_threads(void)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+void cli_saved_note(cli_saved *s, const char *file)
+{
+    if (s->n++ == 0)
+        snprintf(s->first, sizeof s->first, "%s", file);
+    memcpy(s->shard, s->last, sizeof s->shard);
+    snprintf(s->last, sizeof s->last, "%s", file);
+}
+
+const char *cli_saved_say(const cli_saved *s, char *buf, size_t len)
+{
+    if (s->n <= 1)
+        snprintf(buf, len, "%s", s->last);
+    else
+        snprintf(buf, len, "%s, the index of %d shards (%s to %s)", s->last, s->n - 1, s->first, s->shard);
+    return buf;
+}

@@ -33,6 +33,18 @@ double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_op
  * flag. */
 int64_t cli_parse_size(const char *flag, const char *s);
 
+/* The files a weights save writes, in merak_weights_each_output's order:
+ * how many, the first, the one before the last (a sharded save's last
+ * shard) and the last (its index). */
+typedef struct cli_saved {
+    int n;
+    char first[4096], shard[4096], last[4096];
+} cli_saved;
+void cli_saved_note(cli_saved *s, const char *file);
+/* What s holds, for a message: the one file, or "INDEX, the index of N
+ * shards (FIRST to LAST)".  buf, filled. */
+const char *cli_saved_say(const cli_saved *s, char *buf, size_t len);
+
 /* The default of --threads: the cores this process may run on (its CPU
  * affinity, which the Slurm plugin, mpirun --bind-to or taskset set), so
  * ranks bound to their own cores do not each start a thread per core of

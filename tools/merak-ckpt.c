@@ -149,23 +149,19 @@ static int inspect(const char *spec)
 }
 
 /* An output of export and the checkpoint it must not be in; and what was
- * written: how many files, the first, the last shard, the last. */
+ * written. */
 typedef struct export_files {
     const char *dir;
     char *err;
     size_t errlen;
-    int n;
-    char first[PATH_MAX], shard[PATH_MAX], last[PATH_MAX];
+    cli_saved saved;
 } export_files;
 
 /* merak_weights_each_output's fn: -1 (err set) when file is in the checkpoint. */
 static int not_in_ckpt(void *ctx, const char *file)
 {
     export_files *x = ctx;
-    if (x->n++ == 0)
-        snprintf(x->first, sizeof x->first, "%s", file);
-    memcpy(x->shard, x->last, sizeof x->shard);
-    snprintf(x->last, sizeof x->last, "%s", file);
+    cli_saved_note(&x->saved, file);
     return merak_file_not_in_dir("-o", file, "a file of the checkpoint", x->dir, x->err, x->errlen);
 }
 
@@ -178,7 +174,7 @@ static int export(const char *spec, const char *out, int bf16, int64_t shard_siz
         cli_die("%s", err);
     merak_graph *g = ckpt_model(c, dir, &cfg);
     /* every file it writes (shards and index), before anything is read */
-    export_files files = {dir, err, sizeof err, 0, "", "", ""};
+    export_files files = {.dir = dir, .err = err, .errlen = sizeof err};
     if (merak_weights_each_output(g, out, bf16, shard_size, not_in_ckpt, &files, err, sizeof err) != 0)
         cli_die("%s", err);
     int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? own_params(g, ids) : 0;
@@ -196,11 +192,9 @@ static int export(const char *spec, const char *out, int bf16, int64_t shard_siz
     if (merak_weights_save_arrays(g, n, ids, (const float *const *)data, out, NULL, bf16, shard_size, err,
                                   sizeof err) < 0)
         cli_die("%s", err);
-    if (files.n == 1)
-        printf("exported %d parameters of step %d from %s to %s\n", n, merak_ckpt_meta_of(c)->st.step, dir, out);
-    else
-        printf("exported %d parameters of step %d from %s to %s, the index of %d shards (%s to %s)\n", n,
-               merak_ckpt_meta_of(c)->st.step, dir, files.last, files.n - 1, files.first, files.shard);
+    char said[3 * PATH_MAX];
+    printf("exported %d parameters of step %d from %s to %s\n", n, merak_ckpt_meta_of(c)->st.step, dir,
+           cli_saved_say(&files.saved, said, sizeof said));
     for (int i = 0; i < n; i++)
         free(data[i]);
     free(data), free(ids);

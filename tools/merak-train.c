@@ -588,33 +588,22 @@ static int weights_not_model(void *ctx, const char *file)
     return merak_file_not_input("--save-weights", file, "the --model config file", m->model, m->err, m->errlen);
 }
 
-/* The files a save writes: how many, the first, the one before the last
- * (a sharded save's last shard), the last (its index). */
-typedef struct saved_files {
-    int n;
-    char first[4096], shard[4096], last[4096];
-} saved_files;
-
 static int note_file(void *ctx, const char *file)
 {
-    saved_files *s = ctx;
-    if (s->n++ == 0)
-        snprintf(s->first, sizeof s->first, "%s", file);
-    memcpy(s->shard, s->last, sizeof s->shard);
-    snprintf(s->last, sizeof s->last, "%s", file);
+    cli_saved_note(ctx, file);
     return 0;
 }
 
 /* What --save-weights wrote: the file, or the index and its shards. */
 static void print_saved(const merak_graph *g, const merak_args *a)
 {
-    saved_files s = {0};
-    char err[512];
+    cli_saved s = {0};
+    char err[512], said[3 * 4096 + 64];
     if (merak_weights_each_output(g, a->save_weights, save_bf16(a), a->save_shard_size, note_file, &s, err,
-                                  sizeof err) != 0 || s.n == 1)
+                                  sizeof err) != 0)
         printf("saved weights to %s\n", a->save_weights);
     else
-        printf("saved weights to %s, the index of %d shards (%s to %s)\n", s.last, s.n - 1, s.first, s.shard);
+        printf("saved weights to %s\n", cli_saved_say(&s, said, sizeof said));
 }
 
 int main(int argc, char **argv)
