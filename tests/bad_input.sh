@@ -228,6 +228,8 @@ refuse yarn "$R"'{"rope_type": "yarn", "factor": 4.0},/' \
 refuse extra "$R"'{"type": "linear", "factor": 2.0, "attention_factor": 1.0},/' \
     "rope_scaling: 'attention_factor' is not supported with rope_type 'linear'"
 refuse small "$R"'{"type": "linear", "factor": 0.5},/' "rope_scaling: factor 0.5 must be at least 1"
+refuse dynorig "$R"'{"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 128},/' \
+    "rope_scaling: original_max_position_embeddings 128 differs from max_position_embeddings 256, which dynamic scaling counts from"
 refuse notype "$R"'{"factor": 2.0},/' "rope_scaling: missing required field 'rope_type'"
 refuse bands "$R"'{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 64},/' \
     "rope_scaling: high_freq_factor 1 must be above low_freq_factor 4"

@@ -309,7 +309,7 @@ static int load_gpt2(const loader *L, merak_model_config *c)
  * too), as the library reads them: the type ("rope_type", or its older
  * name "type") and that type's numbers; any other key is refused by name,
  * as is a type merak does not compute (yarn, longrope, ...).  Dynamic's
- * original positions are max_position_embeddings unless given. */
+ * original positions are max_position_embeddings, as the library's. */
 static int load_rope(const loader *L, const char *key, merak_model_config *c)
 {
     static const struct {
@@ -368,6 +368,12 @@ static int load_rope(const loader *L, const char *key, merak_model_config *c)
         return -1;
     if (kinds[k].type != MERAK_ROPE_DEFAULT && factor < 1)
         return merak_errf(L->err, L->errlen, "%s: factor %g must be at least 1", where, factor);
+    /* the library's dynamic scaling counts from max_position_embeddings
+     * (it reads no original_max_position_embeddings there) */
+    if (kinds[k].type == MERAK_ROPE_DYNAMIC && original != c->max_positions)
+        return merak_errf(L->err, L->errlen,
+                          "%s: original_max_position_embeddings %d differs from max_position_embeddings %d, which "
+                          "dynamic scaling counts from", where, original, c->max_positions);
     if (kinds[k].type == MERAK_ROPE_LLAMA3 && !(hi > lo))
         return merak_errf(L->err, L->errlen, "%s: high_freq_factor %g must be above low_freq_factor %g", where, hi,
                           lo);

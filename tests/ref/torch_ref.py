@@ -312,8 +312,8 @@ def rope_inv_freq(cfg, T, ct):
     functions compute them (default, linear, dynamic, llama3)."""
     hd, rs, theta = cfg.hd, cfg.rope, cfg.theta
     kind = rs["rope_type"]
-    if kind == "dynamic":
-        orig = rs.get("original_max_position_embeddings", cfg.P)
+    if kind == "dynamic":  # from max_position_embeddings, as transformers
+        orig = cfg.P
         if T > orig:
             f = rs["factor"]
             theta = theta * ((f * T / orig) - (f - 1)) ** (hd / (hd - 2))
@@ -713,7 +713,7 @@ def naive_freq(cfg, j, T):
     them in proportion to original/wavelength)."""
     rs, hd, theta = cfg.rope, cfg.hd, cfg.theta
     kind, f = rs["rope_type"], rs.get("factor", 1.0)
-    orig = rs.get("original_max_position_embeddings", cfg.P)
+    orig = rs.get("original_max_position_embeddings", cfg.P) if kind == "llama3" else cfg.P
     if kind == "dynamic" and T > orig:
         theta *= (f * T / orig - f + 1) ** (hd / (hd - 2))
     w = theta ** (-2.0 * j / hd)
