@@ -76,31 +76,59 @@ sys.exit(0 if text == bytes(ids) + b"\n" else 1)
 PYEOF
 echo "text: the bytes written are the greedy ids"
 
-# text through a tokenizer the tokenizers library trains (GPT-2's kind,
-# 300 ids) and a model whose vocabulary holds them: the text written is the
-# library's decoding of the same tokens
+# text through tokenizers the tokenizers library trains, and models whose
+# vocabularies hold their ids: GPT-2's kind (byte-level, 300 ids) with a
+# GPT-2, LLaMA 2's kind (SentencePiece-style BPE: "\u2581" for a space,
+# <0xXX> bytes for the characters it lacks, <s> before the prompt, its
+# decoder's Replace, ByteFallback, Fuse and Strip; 400 ids) with a LLaMA:
+# the text written is the library's decoding of the same tokens
 if "$PY" -c 'import tokenizers' 2>/dev/null; then
-    tk=$WORK/tokenizer.json
-    "$PY" - "$WORK/corpus.txt" "$tk" <<'PYEOF' || fail "training a tokenizer failed"
-import sys
+    "$PY" - "$WORK/corpus.txt" "$WORK" <<'PYEOF' || fail "training the tokenizers failed"
+import json, sys
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+corpus, work = sys.argv[1:]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()
-tok.train([sys.argv[1]], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                             show_progress=False))
-tok.save(sys.argv[2])
+tok.train([corpus], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                        show_progress=False))
+tok.save(work + "/tok-gpt2.json")
+SP = ["<unk>", "<s>", "</s>"]
+tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+tok.train([corpus], trainers.BpeTrainer(vocab_size=400, limit_alphabet=40, show_progress=False,
+                                        special_tokens=SP + ["<0x%02X>" % b for b in range(256)]))
+j = json.loads(tok.to_str())
+j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in SP]
+j["pre_tokenizer"] = None
+j["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                   {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+j["decoder"] = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+    {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+j["post_processor"] = {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+json.dump(j, open(work + "/tok-llama.json", "w"), ensure_ascii=False)
 PYEOF
-    sed 's/"vocab_size": 256/"vocab_size": 300/' "$WORK/gpt2.json" > "$WORK/v300.json"
-    "$PY" "$REF" init --config "$WORK/v300.json" --seed 3 --out "$WORK/v300.safetensors" > /dev/null
-    tg() { "$GEN" --model "$WORK/v300.json" --weights "$WORK/v300.safetensors" --max-tokens 40 --seed 1 --threads 1 "$@" 2> /dev/null; }
-    tg --tokenizer "$tk" --prompt "int main(void) {" > "$WORK/tok.text" || fail "--tokenizer failed"
-    eot=$("$PY" -c 'import sys, tokenizers; print(tokenizers.Tokenizer.from_file(sys.argv[1]).token_to_id("<|endoftext|>"))' "$tk")
-    ids=$("$PY" -c 'import sys, tokenizers; print(" ".join(map(str, tokenizers.Tokenizer.from_file(sys.argv[1]).encode(sys.argv[2]).ids)))' \
-        "$tk" "int main(void) {")
-    tg --ids --eot "$eot" --prompt "$ids" > "$WORK/tok.ids" || fail "--ids with the tokenizer's ids failed"
-    "$PY" - "$tk" "$WORK/tok.text" "$WORK/tok.ids" <<'PYEOF' || fail "the text is not the tokenizer's decoding"
+    for run in "gpt2 300 int main(void) {" "llama 400 Größe des Modells: 7 Milliarden"; do
+        set -- $run
+        arch=$1 V=$2
+        shift 2
+        text=$*
+        tk=$WORK/tok-$arch.json
+        sed "s/\"vocab_size\": 256/\"vocab_size\": $V/" "$WORK/$arch.json" > "$WORK/v$V.json"
+        "$PY" "$REF" init --config "$WORK/v$V.json" --seed 3 --out "$WORK/v$V.safetensors" > /dev/null
+        tg() { "$GEN" --model "$WORK/v$V.json" --weights "$WORK/v$V.safetensors" --max-tokens 40 --seed 1 --threads 1 "$@" 2> /dev/null; }
+        tg --tokenizer "$tk" --prompt "$text" > "$WORK/tok.text" || fail "$arch: --tokenizer failed"
+        eot=$("$PY" -c 'import sys, tokenizers; t = tokenizers.Tokenizer.from_file(sys.argv[1])
+print(next(i for i in map(t.token_to_id, ("<|endoftext|>", "</s>")) if i is not None))' "$tk")
+        ids=$("$PY" -c 'import sys, tokenizers; print(" ".join(map(str, tokenizers.Tokenizer.from_file(sys.argv[1]).encode(sys.argv[2]).ids)))' \
+            "$tk" "$text")
+        tg --ids --eot "$eot" --prompt "$ids" > "$WORK/tok.ids" || fail "$arch: --ids with the tokenizer's ids failed"
+        "$PY" - "$tk" "$WORK/tok.text" "$WORK/tok.ids" "$arch" <<'PYEOF' || fail "$arch: the text is not the tokenizer's decoding"
 import sys, tokenizers
 tok = tokenizers.Tokenizer.from_file(sys.argv[1])
 text = open(sys.argv[2], "rb").read().decode("utf-8", errors="replace")
@@ -109,9 +137,12 @@ want = tok.decode(ids, skip_special_tokens=True) + "\n"
 if text != want or len(ids) < 2:
     print("merak: %r\nlibrary: %r" % (text, want))
     sys.exit(1)
+print("tokenizer %s: the text written is the library's decoding of the same %d tokens (%d bytes)" % (
+    sys.argv[4], len(ids), len(text.encode())))
 PYEOF
-    echo "tokenizer: the text written is the library's decoding of the same $(wc -w < "$WORK/tok.ids") tokens"
-    expect_exit 1 "more than the vocabulary of 256" "$GEN" --model "$cfg" --weights "$w" --tokenizer "$tk" --prompt hi
+    done
+    expect_exit 1 "more than the vocabulary of 256" "$GEN" --model "$cfg" --weights "$w" --tokenizer "$WORK/tok-gpt2.json" \
+        --prompt hi
 else
     echo "tokenizer: the tokenizers library is not installed; text through a tokenizer not compared"
 fi

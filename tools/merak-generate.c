@@ -32,7 +32,8 @@ static void usage(FILE *out)
             "  --weights FILE     safetensors weights with Hugging Face names (or the\n"
             "                     shards an index.json, or its directory, names)\n"
             "  --prompt TEXT      the prompt (default: standard input)\n"
-            "  --tokenizer FILE   a Hugging Face tokenizer.json (byte-level BPE); without\n"
+            "  --tokenizer FILE   a Hugging Face tokenizer.json (BPE, byte-level or\n"
+            "                     SentencePiece-style, or Unigram); without\n"
             "                     it, a token is a byte\n"
             "  --ids              the prompt and the output are token ids, separated by\n"
             "                     white space\n"
@@ -180,13 +181,18 @@ typedef struct out_ctx {
 } out_ctx;
 
 /* With a tokenizer: writes the text the tokens so far add (all of it when
- * final; else held back while it ends in U+FFFD, a character whose bytes
- * have not all come). */
+ * final; else that of the tokens whose text is settled, held back while it
+ * ends in U+FFFD, a character whose bytes have not all come). */
 static int write_text(out_ctx *c, int final)
 {
     char err[512], *text;
     size_t len;
-    if (merak_decode_after(c->tok, c->ids, c->nprompt, c->n, &text, &len, err, sizeof err) < 0)
+    int n = c->n;
+    if (!final) {   /* (ids are never negative: C lets uint32_t read them) */
+        n = (int)merak_tokenizer_settled(c->tok, (const uint32_t *)c->ids, (size_t)n);
+        n = n < c->nprompt ? c->nprompt : n;
+    }
+    if (merak_decode_after(c->tok, c->ids, c->nprompt, n, &text, &len, err, sizeof err) < 0)
         cli_die("%s", err);
     size_t end = len;
     while (!final && end >= 3 && !memcmp(text + end - 3, "\xef\xbf\xbd", 3))

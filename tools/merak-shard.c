@@ -1,7 +1,7 @@
 /*
  * merak-shard - turn text files into one llm.c-format token shard: one token
- * per byte (vocabulary 0..255), or the ids of a Hugging Face byte-level BPE
- * tokenizer (tokenizer.json), one document per file with the tokenizer's
+ * per byte (vocabulary 0..255), or the ids of a Hugging Face tokenizer
+ * (tokenizer.json: BPE or Unigram), one document per file with the tokenizer's
  * end-of-text token between documents.
  *
  *   merak-shard [--tokenizer tokenizer.json] -o OUT.bin INPUT...
@@ -29,11 +29,12 @@ static void usage(FILE *out)
             "Usage: merak-shard [--tokenizer FILE] -o OUT.bin INPUT...\n"
             "Writes the INPUT files (\"-\" for standard input) as a single token shard\n"
             "(llm.c format): one token per byte, or with --tokenizer the ids of a Hugging\n"
-            "Face byte-level BPE tokenizer, one document per file and the end-of-text\n"
+            "Face tokenizer, one document per file and the end-of-text\n"
             "token between documents (version 2 of the header when an id is over 65535).\n"
             "\n"
             "  -o, --output=FILE     the shard to write (required)\n"
-            "  -t, --tokenizer=FILE  a tokenizer.json (byte-level BPE)\n"
+            "  -t, --tokenizer=FILE  a tokenizer.json (BPE, byte-level or SentencePiece-style;\n"
+            "                        Unigram)\n"
             "      --help            print this help and exit\n"
             "      --version         print the version and exit\n");
 }

@@ -1126,6 +1126,17 @@ int merak_tokenizer_decode(const merak_tokenizer *t, const uint32_t *ids, size_t
     return 0;
 }
 
+size_t merak_tokenizer_settled(const merak_tokenizer *t, const uint32_t *ids, size_t n)
+{
+    int joins = 0;
+    for (int k = 0; k < t->ndec; k++)
+        joins |= t->dec[k].kind == DEC_BYTE_FALLBACK;
+    while (joins && n > 0 && ids[n - 1] < t->nvocab && t->text[ids[n - 1]] &&
+           fallback_byte(t->text[ids[n - 1]], strlen(t->text[ids[n - 1]])) >= 0)
+        n--;
+    return n;
+}
+
 /* ------------------------------------------------------------------ encoding */
 
 typedef struct out_ids {

@@ -78,4 +78,11 @@ const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id
 int merak_tokenizer_decode(const merak_tokenizer *t, const uint32_t *ids, size_t n, int skip_special, char **text,
                            size_t *len, char *err, size_t errlen);
 
+/* How many of ids[0, n) decode to text that no id after them can change
+ * (for writing text as it is generated): all of them, less a trailing run
+ * of <0xXX> tokens when the decoder has a ByteFallback step, which decodes
+ * a run as one text (a run that is not UTF-8 becomes a U+FFFD for each of
+ * its tokens, so one more byte can change every character of it). */
+size_t merak_tokenizer_settled(const merak_tokenizer *t, const uint32_t *ids, size_t n);
+
 #endif /* MERAK_TOKENIZER_H */
