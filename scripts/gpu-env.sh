@@ -1,7 +1,7 @@
 #!/bin/sh
 # gpu-env.sh - builds Merak on a GPU machine that has CUDA (nvcc, cuBLASLt,
-# NCCL) but none of Debian's MPI, hwloc, UCX, OpenBLAS or jansson, and no
-# network.  Two steps, one per machine:
+# NCCL) but none of Debian's MPI, hwloc, UCX, OpenBLAS, jansson, PCRE2 or
+# utf8proc, and no network.  Two steps, one per machine:
 #
 #   scripts/gpu-env.sh fetch [DIR]   on the development machine (Debian 12):
 #       downloads the Debian packages the build and the runtime need into
@@ -37,7 +37,8 @@ multiarch=x86_64-linux-gnu
 # What the build needs (headers, pkg-config files) and what its programs load
 # (Open MPI's components included).
 DEV_PKGS="libopenmpi-dev libhwloc-dev libucx-dev libopenblas-pthread-dev
-          libjansson-dev zlib1g-dev libpcre2-dev libpcre2-8-0 pkgconf-bin libpkgconf3"
+          libjansson-dev zlib1g-dev libpcre2-dev libpcre2-8-0
+          libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3"
 RUN_PKGS="libopenmpi3 openmpi-common openmpi-bin libpmix2 libevent-core-2.1-7
           libevent-pthreads-2.1-7 libevent-2.1-7 libhwloc15 libucx0 libnuma1
           libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libfabric1

@@ -9,7 +9,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential autoconf automake libtool pkg-config make git
       libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev hwloc
-      libopenblas-dev libjansson-dev zlib1g-dev libpcre2-dev
+      libopenblas-dev libjansson-dev zlib1g-dev libpcre2-dev libutf8proc-dev
       python3 python3-torch python3-numpy python3-pip python3-venv valgrind mandoc groff-base bsdextrautils clang libclang-rt-14-dev
       slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev lmod
       iproute2 util-linux procps"

@@ -8,7 +8,7 @@
 # /opt/merak-deps/easybuild, with its own easyconfigs):
 #   1. contrib/easybuild/merak-VERSION.eb exists for the tarball's version;
 #   2. eb --dry-run --robot resolves its whole dependency graph (the foss
-#      toolchain, Open MPI, hwloc, UCX, OpenBLAS, Jansson, PCRE2, ...)
+#      toolchain, Open MPI, hwloc, UCX, OpenBLAS, Jansson, PCRE2, utf8proc, ...)
 #      against EasyBuild's own easyconfigs;
 #   3. a real eb build, on this machine's compilers and Debian's libraries
 #      (--try-toolchain=system with the dependencies filtered: building the
@@ -53,14 +53,14 @@ eb "$ec" --dry-run --robot > "$work/dry.log" 2>&1 || { tail -20 "$work/dry.log" 
 deps=$(grep -c '^ \* \[.\] ' "$work/dry.log" || true)
 grep -q "^ \* \[.\] .*merak-$version.eb (module: merak/$version-foss-" "$work/dry.log" ||
     { tail -20 "$work/dry.log" >&2; fail "eb --dry-run does not plan merak/$version"; }
-for d in OpenMPI hwloc UCX OpenBLAS Jansson PCRE2 zlib; do
+for d in OpenMPI hwloc UCX OpenBLAS Jansson PCRE2 utf8proc zlib; do
     grep -q "(module: $d/" "$work/dry.log" || fail "eb --dry-run plans no $d"
 done
 echo "ok: eb --dry-run --robot: merak/$version and $((deps - 1)) easyconfigs it needs, all found"
 
 # 3. a real build of the tarball
 eb "$ec" --try-toolchain=system,system --disable-map-toolchains \
-    --filter-deps=hwloc,UCX,OpenBLAS,Jansson,PCRE2,zlib,pkgconf > "$work/build.log" 2>&1 ||
+    --filter-deps=hwloc,UCX,OpenBLAS,Jansson,PCRE2,utf8proc,zlib,pkgconf > "$work/build.log" 2>&1 ||
     { tail -40 "$work/build.log" >&2; fail "eb could not build and install merak $version"; }
 grep -q '\[SUCCESS\] merak/' "$work/build.log" || { tail -20 "$work/build.log" >&2; fail "eb did not report success"; }
 grep -q 'sanity check' "$work/build.log" || fail "eb ran no sanity check"

@@ -27,7 +27,7 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (voi
 # the parser's sources for each target
 build() {
     name=$1; shift
-    "$CLANG" $FLAGS $I "$S/fuzz/fuzz_$name.c" "$@" "$S/runtime/file.c" "$S/topo/errf.c" -ljansson -lz -lpcre2-8 -lm \
+    "$CLANG" $FLAGS $I "$S/fuzz/fuzz_$name.c" "$@" "$S/runtime/file.c" "$S/topo/errf.c" -ljansson -lz -lpcre2-8 -lutf8proc -lm \
         -o "$WORK/fuzz_$name" 2> "$WORK/build_$name.log" || { cat "$WORK/build_$name.log" >&2; fail "building fuzz_$name"; }
 }
 build safetensors "$S/runtime/train/safetensors.c" "$S/runtime/train/atomic.c"
