@@ -2,8 +2,9 @@
  * fuzz_tokenizer.c - libFuzzer target: the first two bytes (big-endian) are
  * the length of a tokenizer.json that follows, the rest is a text.  A
  * tokenizer that loads must encode the text into ids whose bytes give the
- * text back (unless it adds prefix spaces or is SentencePiece-style or
- * Unigram), and the ids must decode (merak_tokenizer_decode).
+ * text back (unless it adds prefix spaces, has a normalizer, or is
+ * SentencePiece-style or Unigram), and the ids must decode
+ * (merak_tokenizer_decode).
  */
 #include "memfile.h" /* first: it asks for _GNU_SOURCE */
 
@@ -28,8 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const size_t n = size - cut;
     uint32_t *ids = NULL;
     size_t len = 0, cap = 0;
-    /* with a prefix space or a SentencePiece-style normalizer, pieces may
-     * gain or change bytes: no exact round trip */
+    /* with a prefix space or a normalizer (Unicode forms, SentencePiece's
+     * Prepend and Replace), pieces may gain or change bytes: no exact round
+     * trip */
     if (merak_tokenizer_encode(t, text, n, &ids, &len, &cap, err, sizeof err) == 0 &&
         merak_tokenizer_exact(t)) {
         size_t m = 0;

@@ -74,6 +74,14 @@ printf '\001\001\000\000\003\0030,1gpu 0000:1b:00.0 0 0\ngpu 0000:3b:00.0 1 -1\n
 import sys
 j = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(len(j).to_bytes(2, "big") + j + b" the thin one<|endoftext|>then 42! \xff")
+# the same with a Unicode normalizer, and text with compatibility
+# characters, a decomposed pair and bytes that are not UTF-8 between them
+import json
+nj = json.loads(j)
+nj["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "NFD"}]}
+nj = json.dumps(nj).encode()
+open(sys.argv[2] + "-nfkc", "wb").write(len(nj).to_bytes(2, "big") + nj +
+    "\ufb01 \u00bd \u2460 e\u0301".encode() + b"\xff\xcc\x81 \xe2\x82<|endoftext|>\xc0\xaf")
 # and a SentencePiece-style one (byte fallback, an unknown token, LLaMA 2's
 # normalizer), with text it lacks characters for
 import json

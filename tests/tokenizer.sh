@@ -8,8 +8,12 @@
 # own pattern, and the first with every id moved past 65535 (a version 2
 # shard); SentencePiece-style BPE (LLaMA 2's way and Metaspace's); and
 # Unigram models trained by the library (Metaspace, byte fallback, no
-# pre-tokenizer).  The corpus: sources, man pages, unicode (accents, CJK,
-# RTL, combining marks, emoji), runs of spaces and newlines, CRLF, digits,
+# pre-tokenizer); and Unicode normalizers (NFKC and NFKD before byte-level
+# BPE, NFKC before LLaMA 2's Prepend and Replace, NFC and NFD with Unigram).
+# The corpus: sources, man pages, unicode (accents, CJK, RTL, combining
+# marks, emoji), compatibility characters (ligatures, fractions, circled
+# and fullwidth forms, Hangul jamo, decomposed and precomposed pairs,
+# marks out of canonical order), runs of spaces and newlines, CRLF, digits,
 # the end-of-text token inside a document; one shard of all the files, the
 # end-of-text token between them.  Then decoding round-trips every byte
 # (test_tokenizer) where it can, and gives the library's decode where
@@ -25,10 +29,15 @@ mkdir -p "$C"
 find "$MERAK_SRCDIR/runtime" "$MERAK_SRCDIR/tools" -name '*.[ch]' | sort | head -12 > "$WORK/train.txt"
 find "$MERAK_SRCDIR/man" -name '*.[178]' | sort >> "$WORK/train.txt"
 printf 'Ünïcödé café naïve — “quotes” ½ ∑ √ ∞\n日本語のテキスト、中文文本。한국어 텍스트\nالعربية עברית\ne\314\201 a\314\200 (combining)\n🎉🚀👩‍👩‍👧 emoji ❤️ 🇫🇷\n' > "$C/unicode.txt"
+# compatibility and canonical pairs, all of Unicode 9 (the library's
+# normalization tables are older than utf8proc's Unicode 15: man merak-shard)
+printf 'ﬁnancial ﬂow ﬀ ½ ¼ ① ⑳ ™ ㎏ ℃ Ⅻ ㈱ x² H₂O …\nｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３ ｶﾀｶﾅ ﾊﾟ ｡\n' > "$C/compat.txt"
+printf 'A\314\212 \342\204\253 \303\205 e\314\201 \303\251 n\314\203 \303\261 o\314\210\314\201 \341\271\217 q\314\207\314\243 q\314\243\314\207\n' >> "$C/compat.txt"
+printf '\341\204\200\341\205\241\341\206\250 \352\260\201 \352\260\200\341\206\250 \341\272\233\314\243 \307\204 \307\205 \305\277 \302\240nbsp\342\200\203em \360\235\220\200\360\235\220\201 \357\254\200\n' >> "$C/compat.txt"
 printf "it's they're we've I'm you'll he'd DON'T   spaces    \n\n\n\n\tTabs\r\nCRLF\r\n 12 123 1234 3.14159 1e-9 0x1F\n     \n" > "$C/spaces.txt"
 printf 'one document<|endoftext|>and the next, glued<|endoftext|><|endoftext|> end' > "$C/eot.txt"
 cp "$MERAK_SRCDIR/README.md" "$MERAK_SRCDIR/runtime/train/tokenizer.c" "$MERAK_SRCDIR/man/merak-train.1" "$C/"
-FILES="$C/unicode.txt $C/spaces.txt $C/eot.txt $C/README.md $C/tokenizer.c $C/merak-train.1"
+FILES="$C/unicode.txt $C/compat.txt $C/spaces.txt $C/eot.txt $C/README.md $C/tokenizer.c $C/merak-train.1"
 
 "$PY" - "$WORK" $(cat "$WORK/train.txt") <<'PYEOF' || fail "training the tokenizers with the library"
 import json, sys
@@ -36,9 +45,11 @@ from tokenizers import Tokenizer, Regex, models, normalizers, pre_tokenizers, de
 work, files = sys.argv[1], sys.argv[2:]
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-def train(name, pre, ignore_merges=False):
+def train(name, pre, ignore_merges=False, norm=None):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     tok.pre_tokenizer = pre
+    if norm is not None:   # not "if norm": an empty-looking Sequence is false
+        tok.normalizer = norm
     tok.decoder = decoders.ByteLevel()
     tok.train(files, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<|endoftext|>"],
                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -46,6 +57,9 @@ def train(name, pre, ignore_merges=False):
     tok.save("%s/%s.json" % (work, name))
 train("gpt2", pre_tokenizers.ByteLevel(add_prefix_space=False))
 train("prefix", pre_tokenizers.ByteLevel(add_prefix_space=True))
+# Unicode normalizers before byte-level BPE
+train("gpt2nfkc", pre_tokenizers.ByteLevel(add_prefix_space=False), norm=normalizers.NFKC())
+train("gpt2nfkd", pre_tokenizers.ByteLevel(add_prefix_space=False), norm=normalizers.NFKD())
 train("llama3", pre_tokenizers.Sequence([
     pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), ignore_merges=True)
@@ -78,6 +92,8 @@ base["decoder"] = {"type": "Sequence", "decoders": [
 for name, norm, pre in (
         ("llama2", {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
                     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}, None),
+        ("llama2nfkc", {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Prepend", "prepend": "\u2581"},
+                        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}, None),
         ("metaspace", None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}),
         ("metasplit", None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True})):
     j = dict(base, normalizer=norm, pre_tokenizer=pre)
@@ -97,7 +113,7 @@ for name, norm, pre in (
 def unigram(name, pre, norm=None, fallback=False):
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre
-    if norm:
+    if norm is not None:   # not "if norm": an empty-looking Sequence is false
         tok.normalizer = norm
     tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
     tok.train(files, trainers.UnigramTrainer(vocab_size=2000, unk_token="<unk>", show_progress=False,
@@ -112,6 +128,10 @@ def unigram(name, pre, norm=None, fallback=False):
 unigram("unigram", pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True))
 unigram("unibytes", pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True), fallback=True)
 unigram("uninopre", None, norm=normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]))
+unigram("uninfc", pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True),
+        norm=normalizers.NFC())
+unigram("uninfd", None, norm=normalizers.Sequence([normalizers.NFD(), normalizers.Prepend("\u2581"),
+                                                   normalizers.Replace(" ", "\u2581")]))
 j = json.load(open("%s/gpt2.json" % work))
 j["model"]["vocab"] = {k: v + 70000 for k, v in j["model"]["vocab"].items()}
 for a in j["added_tokens"]:
@@ -142,7 +162,8 @@ if got != want:
 print("ok: %s: %d tokens, the library's, version %d shard" % (sys.argv[1].rsplit("/", 1)[-1], n, version))
 PYEOF
 }
-for t in gpt2 prefix llama3 twosplits emptysplit starsplit llama2 metaspace metasplit unigram unibytes uninopre big; do
+for t in gpt2 prefix gpt2nfkc gpt2nfkd llama3 twosplits emptysplit starsplit llama2 llama2nfkc metaspace metasplit \
+         unigram unibytes uninopre uninfc uninfd big; do
     capture "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/$t.bin" $FILES
     [ "$rc" -eq 0 ] || { cat "$WORK/err" >&2; fail "merak-shard --tokenizer $t.json"; }
     cat "$WORK/out"
@@ -160,7 +181,7 @@ done
 # where the text cannot come back (normalizers, unknown pieces, a prefix
 # "▁"), decoding gives what the library's decode gives, with the special
 # tokens and without
-for t in llama2 metaspace metasplit unigram unibytes uninopre; do
+for t in gpt2nfkd llama2 llama2nfkc metaspace metasplit unigram unibytes uninopre uninfc uninfd; do
     "$PY" - "$WORK/$t.json" "$WORK/dec_$t" $FILES <<'PYEOF' || fail "$t: decoding with the library"
 import os, sys
 from tokenizers import Tokenizer
@@ -175,6 +196,41 @@ PYEOF
     "$MERAK_BUILDDIR/tests/unit/test_tokenizer" --library "$WORK/dec_$t" "$WORK/$t.json" $FILES \
         > "$WORK/dec.out" 2>&1 || { cat "$WORK/dec.out" >&2; fail "$t: decoding is not the library's"; }
     echo "ok: $t: $(grep -c '^ok' "$WORK/dec.out") decoding checks against the library"
+done
+
+# bytes that are not UTF-8 (which the library cannot take): a Unicode
+# normalizer normalizes each run of valid UTF-8 on its own and keeps the
+# other bytes, so the ids are those of the same tokenizer without that
+# normalizer on the text so normalized (by the library, run by run).  The
+# runs: a mark after a stray byte composes with nothing, a ligature, a
+# truncated sequence, an overlong '/', a surrogate
+printf 'e\377\314\201 \357\254\201\342\202 caf\303\251\300\257\355\240\200\342\221\240\n' > "$WORK/invalid.txt"
+"$PY" - "$WORK" <<'PYEOF' || fail "normalizing run by run with the library"
+import json, sys
+from tokenizers import normalizers
+work = sys.argv[1]
+raw = open(work + "/invalid.txt", "rb").read().decode("utf-8", "surrogateescape")
+for name, form in (("gpt2nfkc", normalizers.NFKC()), ("uninfd", normalizers.NFD())):
+    out, run = [], ""
+    for c in raw + "\udc00":   # a last escape flushes the last run
+        if 0xdc80 <= ord(c) <= 0xdcff or c == "\udc00":
+            out.append(form.normalize_str(run).encode() + (bytes([ord(c) - 0xdc00]) if c != "\udc00" else b""))
+            run = ""
+        else:
+            run += c
+    open("%s/invalid_%s.txt" % (work, name), "wb").write(b"".join(out))
+    j = json.load(open("%s/%s.json" % (work, name)))
+    n = j["normalizer"]
+    j["normalizer"] = None if n["type"] != "Sequence" else dict(n, normalizers=n["normalizers"][1:])
+    json.dump(j, open("%s/%s_plain.json" % (work, name), "w"))
+PYEOF
+for t in gpt2nfkc uninfd; do
+    cmp -s "$WORK/invalid.txt" "$WORK/invalid_$t.txt" && fail "$t: the run-by-run normalization changed nothing"
+    "$SHARD" --tokenizer "$WORK/$t.json" -o "$WORK/inv1.bin" "$WORK/invalid.txt" > /dev/null &&
+        "$SHARD" --tokenizer "$WORK/${t}_plain.json" -o "$WORK/inv2.bin" "$WORK/invalid_$t.txt" > /dev/null ||
+        fail "$t: merak-shard on invalid UTF-8"
+    cmp -s "$WORK/inv1.bin" "$WORK/inv2.bin" || fail "$t: bytes that are not UTF-8 are not kept, or the runs between them not normalized each on its own"
+    echo "ok: $t: invalid UTF-8 kept, the runs between normalized"
 done
 
 # bad tokenizers: one line naming the problem, exit 1
@@ -197,7 +253,7 @@ bad decoder '{"decoder": {"type": "WordPiece"}, "model": {"type": "BPE", "vocab"
 bad strip '{"decoder": {"type": "Strip", "content": "ab", "start": 1, "stop": 0}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "a Strip decoder needs a content of one character and a start and a stop of 0 or more"
 bad decregex '{"decoder": {"type": "Replace", "pattern": {"Regex": " "}, "content": "x"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "a Replace decoder must replace a String by a content"
 bad merge '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}' "merge 0 ('a' 'b') names a token not in the vocabulary"
-bad norm '{"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "normalizer 'NFKC' is not supported"
+bad norm '{"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Precompiled", "precompiled_charsmap": ""}]}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "normalizer 'Precompiled' is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace)"
 bad pre '{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "pre-tokenizer 'Whitespace' is not supported"
 bad regex '{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "split pattern at offset 1: missing closing parenthesis"
 bad json '{"model": ' "json.json: line 1"

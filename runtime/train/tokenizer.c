@@ -18,6 +18,11 @@
  * its bytes' <0xXX> tokens with byte_fallback, else the unknown token,
  * consecutive ones fused), merged by rank as above.
  *
+ * Unicode normalizers (NFC, NFD, NFKC, NFKD) run on utf8proc, with any
+ * model and pre-tokenizer; each maximal run of valid UTF-8 is normalized
+ * on its own and bytes that are not UTF-8 stay as they are
+ * (norm_unicode()).
+ *
  * Unigram: the same normalizers and pre-tokenizers; each word is cut by
  * Viterbi over its characters into the pieces of the highest total score
  * (unigram()).  Decoding runs the tokenizer.json's decoder steps over the
@@ -33,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>   /* utf8proc_map: Unicode normalization forms */
 
 #include "errf.h"
 #include "file.h"
@@ -60,11 +66,14 @@ typedef struct stage {
     int prepend, split;
 } stage;
 
-/* A normalizer step: Prepend a (text not empty), or Replace every a by b. */
+/* A normalizer step: Prepend a (text not empty), Replace every a by b, or
+ * a Unicode normalization form (utf8proc_map's options for it). */
+typedef enum { NORM_PREPEND, NORM_REPLACE, NORM_UNICODE } norm_kind;
 typedef struct norm_op {
-    int replace;
+    norm_kind kind;
     const char *a, *b;
     size_t na, nb;
+    utf8proc_option_t options;
 } norm_op;
 #define MAX_NORM 8
 
@@ -355,19 +364,40 @@ static int add_stage(merak_tokenizer *t, const char *path, json_t *p)
     return 0;
 }
 
-/* One normalizer step: Prepend, or Replace of a string. */
+/* One normalizer step: Prepend, Replace of a string, or a Unicode
+ * normalization form.  Prepend and Replace make a tokenizer
+ * SentencePiece-style (its texts are characters with "▁" for a space); a
+ * normalization form goes with any model. */
 static int add_norm(merak_tokenizer *t, const char *path, json_t *n)
 {
+    /* utf8proc's options for each form, as its utf8proc_NFC() etc. use them */
+    static const struct {
+        const char *name;
+        utf8proc_option_t options;
+    } forms[] = {
+        {"NFC", UTF8PROC_STABLE | UTF8PROC_COMPOSE},
+        {"NFD", UTF8PROC_STABLE | UTF8PROC_DECOMPOSE},
+        {"NFKC", UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+        {"NFKD", UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT},
+    };
     const char *type = json_string_value(json_object_get(n, "type"));
     if (t->nnorm == MAX_NORM)
         return fail(t, "%s: more than %d normalizers", path, MAX_NORM);
     norm_op *op = &t->norm[t->nnorm];
+    for (size_t i = 0; type && i < sizeof forms / sizeof *forms; i++)
+        if (!strcmp(type, forms[i].name)) {
+            op->kind = NORM_UNICODE;
+            op->options = forms[i].options;
+            t->nnorm++;
+            return 0;
+        }
     if (type && !strcmp(type, "Prepend")) {
+        op->kind = NORM_PREPEND;
         op->a = json_string_value(json_object_get(n, "prepend"));
         if (!op->a || !*op->a)
             return fail(t, "%s: a Prepend normalizer without its text", path);
     } else if (type && !strcmp(type, "Replace")) {
-        op->replace = 1;
+        op->kind = NORM_REPLACE;
         op->a = json_string_value(json_object_get(json_object_get(n, "pattern"), "String"));
         op->b = json_string_value(json_object_get(n, "content"));
         if (!op->a || !*op->a || !op->b)
@@ -377,7 +407,8 @@ static int add_norm(merak_tokenizer *t, const char *path, json_t *n)
         if (!strcmp(op->a, " "))
             t->meta = op->b;   /* what a space becomes in the vocabulary's texts */
     } else {
-        return fail(t, "%s: normalizer '%s' is not supported (Prepend, Replace)", path, type ? type : "?");
+        return fail(t, "%s: normalizer '%s' is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace)", path,
+                    type ? type : "?");
     }
     op->na = strlen(op->a);
     t->nnorm++;
@@ -914,7 +945,7 @@ int merak_tokenizer_exact(const merak_tokenizer *t)
     for (int i = 0; i < t->nstages; i++)
         if (t->stages[i].prefix_space)
             return 0;
-    return !t->sp && !t->npre && !t->npost;
+    return !t->sp && !t->nnorm && !t->npre && !t->npost;
 }
 
 const unsigned char *merak_tokenizer_bytes(const merak_tokenizer *t, uint32_t id, size_t *len)
@@ -955,18 +986,26 @@ static int toks_end(toks *l)
     return 0;
 }
 
-/* 1 if s[0, n) is UTF-8 as Rust's String::from_utf8 takes it: no overlong
- * forms, no surrogates, nothing past U+10FFFF. */
+/* The length of the character at s[i] if it is UTF-8 as Rust's
+ * String::from_utf8 takes it (no overlong forms, no surrogates, nothing
+ * past U+10FFFF), else 0. */
+static size_t utf8_valid_char(const unsigned char *s, size_t n, size_t i)
+{
+    const size_t at = i;
+    const int32_t c = utf8_get((const char *)s, n, &i);
+    const size_t len = i - at;
+    if (c < 0 || (len == 2 && c < 0x80) || (len == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
+        (len == 4 && (c < 0x10000 || c > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+/* 1 if s[0, n) is UTF-8 as Rust's String::from_utf8 takes it. */
 static int utf8_valid(const unsigned char *s, size_t n)
 {
-    for (size_t i = 0; i < n;) {
-        const size_t at = i;
-        const int32_t c = utf8_get((const char *)s, n, &i);
-        const size_t len = i - at;
-        if (c < 0 || (len == 2 && c < 0x80) || (len == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
-            (len == 4 && (c < 0x10000 || c > 0x10ffff)))
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = utf8_valid_char(s, n, i)))
             return 0;
-    }
     return 1;
 }
 
@@ -1541,38 +1580,90 @@ static int pretokenize(merak_tokenizer *t, out_ids *o, int k, const char *s, siz
     return rc;
 }
 
+/* s[0, n) in Unicode normalization form options (utf8proc_map's) into
+ * *out (malloc'd, *nout bytes).  The library's normalizers take a Rust
+ * string, which cannot hold bytes that are not UTF-8; here each maximal
+ * run of valid UTF-8 is normalized on its own and any other byte is kept
+ * as it is, so no character composes across such a byte.  0, or -1 with
+ * the error. */
+static int norm_unicode(merak_tokenizer *t, utf8proc_option_t options, const unsigned char *s, size_t n, char **out,
+                        size_t *nout)
+{
+    char *w = NULL;
+    size_t len = 0, cap = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i, k;
+        while (j < n && (k = utf8_valid_char(s, n, j)))
+            j += k;
+        utf8proc_uint8_t *norm = NULL;
+        utf8proc_ssize_t m = 0;
+        if (j > i && (m = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &norm, options)) < 0) {
+            free(w);
+            return fail(t, "normalizing text: %s", utf8proc_errmsg(m));
+        }
+        const size_t bad = j < n ? 1 : 0;   /* the byte that ends the run */
+        if (merak_grow((void **)&w, &cap, len + (size_t)m + bad, 1) < 0) {
+            free(norm);
+            free(w);
+            return fail(t, "out of memory");
+        }
+        if (m)
+            memcpy(w + len, norm, (size_t)m);
+        free(norm);
+        len += (size_t)m;
+        if (bad)
+            w[len++] = (char)s[j];
+        i = j + bad;
+    }
+    *out = w;
+    *nout = len;
+    return 0;
+}
+
+/* s[0, n) through normalizer step op into *out (malloc'd, *nout bytes). */
+static int normalize(merak_tokenizer *t, const norm_op *op, const char *s, size_t n, char **out, size_t *nout)
+{
+    if (op->kind == NORM_UNICODE)
+        return norm_unicode(t, op->options, (const unsigned char *)s, n, out, nout);
+    size_t hits = 0;
+    for (size_t j = 0; op->kind == NORM_REPLACE && j + op->na <= n; j++)
+        if (!memcmp(s + j, op->a, op->na))
+            hits++, j += op->na - 1;
+    char *nb = malloc(n + (op->kind == NORM_REPLACE ? hits * op->nb : op->na) + 1), *w = nb;
+    if (!nb)
+        return fail(t, "out of memory");
+    if (op->kind == NORM_PREPEND) {
+        memcpy(w, op->a, op->na), w += op->na;
+        memcpy(w, s, n), w += n;
+    } else {
+        for (size_t j = 0; j < n;)
+            if (j + op->na <= n && !memcmp(s + j, op->a, op->na))
+                memcpy(w, op->b, op->nb), w += op->nb, j += op->na;
+            else
+                *w++ = s[j++];
+    }
+    *out = nb;
+    *nout = (size_t)(w - nb);
+    return 0;
+}
+
 /* A segment of text between added tokens (first: it starts the text):
- * normalized (each Prepend, Replace in order), then pre-tokenized. */
+ * normalized (each step in order), then pre-tokenized. */
 static int segment(merak_tokenizer *t, out_ids *o, const char *s, size_t n, int first)
 {
     if (!n)
         return 0;
     char *buf = NULL;
     for (int i = 0; i < t->nnorm; i++) {
-        const norm_op *op = &t->norm[i];
-        size_t hits = 0;
-        for (size_t j = 0; op->replace && j + op->na <= n; j++)
-            if (!memcmp(s + j, op->a, op->na))
-                hits++, j += op->na - 1;
-        size_t cap = n + (op->replace ? hits * op->nb : op->na) + 1;
-        char *nb = malloc(cap), *w = nb;
-        if (!nb) {
+        char *nb = NULL;
+        size_t nn = 0;
+        if (normalize(t, &t->norm[i], s, n, &nb, &nn) < 0) {
             free(buf);
-            return fail(t, "out of memory");
-        }
-        if (!op->replace) {
-            memcpy(w, op->a, op->na), w += op->na;
-            memcpy(w, s, n), w += n;
-        } else {
-            for (size_t j = 0; j < n;)
-                if (j + op->na <= n && !memcmp(s + j, op->a, op->na))
-                    memcpy(w, op->b, op->nb), w += op->nb, j += op->na;
-                else
-                    *w++ = s[j++];
+            return -1;
         }
         free(buf);
         buf = nb;
-        s = nb, n = (size_t)(w - nb);
+        s = nb, n = nn;
     }
     t->start = first ? s : NULL;
     int rc = pretokenize(t, o, 0, s, n);

@@ -16,9 +16,15 @@
  * (Viterbi; the unknown piece at the lowest score less 10 for a character
  * without a piece of its own, consecutive unknown pieces fused).  The
  * decoder (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, in a
- * Sequence) is read for merak_tokenizer_decode.
- * Anything else (WordPiece, normalizers such as NFKC or Precompiled, other
- * pre-tokenizers or decoders, a dropout) is refused by name.  Split
+ * Sequence) is read for merak_tokenizer_decode.  The Unicode normalizers
+ * NFC, NFD, NFKC and NFKD (utf8proc, Unicode 15; the library's tables are
+ * older, so characters new since Unicode 12, and combining marks new since
+ * 10, may normalize otherwise: man merak-shard), alone or in a Sequence
+ * with Prepend and Replace, with any model and pre-tokenizer; they keep
+ * bytes that are not UTF-8 and normalize each run of UTF-8 between them
+ * on its own.
+ * Anything else (WordPiece, normalizers such as Precompiled or Lowercase,
+ * other pre-tokenizers or decoders, a dropout) is refused by name.  Split
  * patterns run on PCRE2 (UTF, Unicode properties, JIT); bytes that are not
  * UTF-8 never match a pattern and are tokenized as bytes.
  *
@@ -53,9 +59,9 @@ int merak_tokenizer_encode(merak_tokenizer *t, const char *text, size_t n, uint3
                            size_t *len, size_t *cap, char *err, size_t errlen);
 
 /* 1 if the bytes of the ids of any text are that text (a byte-level BPE
- * without add_prefix_space); 0 where decoding gives more or other bytes: a
- * prefix space, a SentencePiece-style tokenizer's (its normalizer's
- * changes, "▁" for a space, the unknown token for a character it lacks)
+ * without add_prefix_space or normalizer); 0 where decoding gives more or
+ * other bytes: a prefix space, a Unicode normalizer's changes, a
+ * SentencePiece-style tokenizer's (its normalizer's changes, "▁" for a space, the unknown token for a character it lacks)
  * or one whose post-processor adds special tokens. */
 int merak_tokenizer_exact(const merak_tokenizer *t);
 
