@@ -191,6 +191,11 @@ typedef struct merak_kernels {
     /* the device's memory: what is free now and its size, in bytes (host
      * memory for the CPU); 0, or -1 if it cannot tell */
     int (*capacity)(size_t *free_bytes, size_t *total_bytes);
+    /* ---- precision.  x[i] = the bfloat16 value nearest x[i] (to nearest,
+     * ties to even: merak_bf16_round of bf16.h), kept in float storage:
+     * how the executor emulates bf16 storage (--dtype bf16, exec.h).  NULL
+     * where the backend has no bf16 (cuda, for now). */
+    void (*round_bf16)(float *x, size_t n);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 
@@ -211,6 +216,7 @@ typedef struct merak_backend {
     int host;               /* runs on the host: tensors in process memory (the
                              * ranks of a node share it), --threads sets its threads */
     const char *profile;    /* the device profile (data/devices.json) assumed for it */
+    int bf16;               /* its kernels have round_bf16: --dtype bf16 runs on it */
     /* device memory seen from the host, for data that must pass through
      * host memory (NULL for a host backend): is p the backend's memory;
      * copies that return when the data is there, 0 or -1 */

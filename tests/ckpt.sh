@@ -34,6 +34,27 @@ grep -q "resumed from $CK/step_00000004 at step 4" "$WORK/out" || fail "no resum
 cmp "$WORK/full.st" "$WORK/r.st" || fail "resumed weights differ from the unbroken run's"
 echo "ok: resumed at step 4, bitwise equal"
 
+# 2b. bf16: the checkpoint holds the fp32 masters and moments and says
+# bf16; resumed, the run equals the unbroken bf16 run bit for bit (the
+# compute copies are rounded again from the masters), and fp32 may go on
+# from it.
+"$TRAIN" $C --dtype bf16 --steps 6 --save "$WORK/ckb" --save-every 3 --metrics "$WORK/bf.jsonl" \
+    --save-weights "$WORK/bf.st" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "bf16 training with --save failed"; }
+grep -q '"dtype": "bf16"' "$WORK/ckb/step_00000003/manifest.json" || fail "the manifest does not record bf16"
+grep -q 'F32' "$WORK/ckb/step_00000003/model-pp000-tp000.safetensors" &&
+    ! grep -q 'BF16' "$WORK/ckb/step_00000003/model-pp000-tp000.safetensors" ||
+    fail "a bf16 run's checkpoint does not hold float32 masters"
+[ "$(losses "$WORK/bf.jsonl")" != "$(losses "$WORK/full.jsonl")" ] || fail "bf16 losses equal fp32's bit for bit"
+"$TRAIN" $C --dtype bf16 --steps 6 --resume "$WORK/ckb/step_00000003" --metrics "$WORK/rb.jsonl" \
+    --save-weights "$WORK/rb.st" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "bf16 resume failed"; }
+[ "$(losses "$WORK/rb.jsonl")" = "$(tail -3 "$WORK/bf.jsonl" | sed 's/"tokens_per_s".*//')" ] ||
+    fail "resumed bf16 losses differ: $(losses "$WORK/rb.jsonl")"
+cmp "$WORK/bf.st" "$WORK/rb.st" || fail "resumed bf16 weights differ from the unbroken bf16 run's"
+"$TRAIN" $C --steps 6 --resume "$WORK/ckb/step_00000003" --metrics "$WORK/rf.jsonl" > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out"; fail "fp32 resume of a bf16 checkpoint failed"; }
+grep -q '"dtype": "fp32"' "$WORK/rf.jsonl" || fail "the fp32 run resumed from bf16 does not say fp32"
+echo "ok: bf16 resumed at step 3, bitwise equal; fp32 goes on from a bf16 checkpoint"
+
 # 3. "latest": none yet starts at step 0; an incomplete newer one is skipped.
 "$TRAIN" $C --steps 2 --save "$WORK/fresh" --resume latest > "$WORK/out" 2>&1 || fail "resume latest with none failed"
 grep -q "no checkpoint in $WORK/fresh yet: starting at step 0" "$WORK/out" || fail "no 'starting at step 0'"

@@ -91,6 +91,9 @@ static void usage(FILE *out)
         "                          naming the peers (0: never; default MERAK_COMM_TIMEOUT, else 600)\n"
         "Running and output:\n"
         "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
+        "  --dtype T               fp32 (default) or bf16: bf16 activations, their gradients and\n"
+        "                          weight copies over fp32 master weights, moments and weight\n"
+        "                          gradients (the CPU emulates bf16; not yet with --device cuda)\n"
         "  --threads N             CPU threads for kernels and BLAS (default: the cores\n"
         "                          this process may run on)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
@@ -136,7 +139,7 @@ static void usage(FILE *out)
 enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
-    OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_SAVE_DTYPE, OPT_SHARD_SIZE, OPT_HELP, OPT_VERSION,
+    OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_SAVE_DTYPE, OPT_DTYPE, OPT_SHARD_SIZE, OPT_HELP, OPT_VERSION,
     OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_RESUME_DATA_CHANGE, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
@@ -219,6 +222,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"p2p", required_argument, 0, OPT_P2P},
         {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
         {"device", required_argument, 0, OPT_DEVICE},
+        {"dtype", required_argument, 0, OPT_DTYPE},
         {"save", required_argument, 0, OPT_CKPT},
         {"save-every", required_argument, 0, OPT_CKPT_EVERY},
         {"keep-last", required_argument, 0, OPT_KEEP},
@@ -310,6 +314,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             timeout_given = 1;
             break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_DTYPE: a->dtype = optarg; break;
         case OPT_CKPT: a->save = optarg; break;
         case OPT_CKPT_EVERY: a->save_every = (int)cli_parse_int("--save-every", optarg, 1, INT_MAX); break;
         case OPT_KEEP: a->keep_last = (int)cli_parse_int("--keep-last", optarg, 1, INT_MAX); break;
@@ -464,11 +469,11 @@ static void print_banner(const merak_run_info *ri, void *user)
         snprintf(chunks + strlen(chunks), sizeof chunks - strlen(chunks), ", %d sub-batches per micro-batch",
                  c->a->tp_overlap);
     printf("data %s | micro-batch %d x %d tokens, %d micro-batch(es) per step per replica | "
-           "dp %d tp %d pp %d on %d rank(s)%s%s%s | %d thread(s) | arenas %.1f MiB\n",
+           "dp %d tp %d pp %d on %d rank(s)%s%s%s | %d thread(s) | dtype %s | arenas %.1f MiB\n",
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
            ri->world, ri->pp > 1 ? ", schedule " : "",
            ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", chunks, c->a->threads,
-           (double)ri->arena_bytes / (1 << 20));
+           merak_args_bf16(c->a) ? "bf16" : "fp32", (double)ri->arena_bytes / (1 << 20));
     /* each stage's peak activation memory: its slots and recompute buffers */
     printf("activations (recompute %s):", c->a->recompute ? c->a->recompute : "none");
     for (int p = 0; p < ri->pp; p++)

@@ -433,6 +433,13 @@ typedef struct merak_args {
     /* Called on rank 0 for every checkpoint saved, failed or resumed from
      * (may be NULL). */
     void (*on_checkpoint)(const merak_checkpoint_info *info, void *user);
+    /* Arithmetic: "fp32" (NULL), the exact reference, or "bf16": bf16
+     * activations, activation gradients and compute copies of the weights
+     * over fp32 master weights, moments and weight gradients (DESIGN.md
+     * 7a; runtime/pipe/exec.h says where values round).  The CPU backend
+     * emulates bf16; device cuda has no bf16 yet (a usage error).
+     * Checkpoints hold the fp32 masters whatever the dtype. */
+    const char *dtype;
 } merak_args;
 
 /* The partition method when merak_args.partition is NULL: the planner's
@@ -451,6 +458,8 @@ void merak_args_default(merak_args *a);
  * MERAK_USAGE with one line in err naming the argument.  merak_train runs
  * the same check. */
 int merak_args_check(const merak_args *a, char *err, size_t errlen);
+/* 1 when the arguments ask for bf16 (dtype "bf16"), else 0 (fp32). */
+int merak_args_bf16(const merak_args *a);
 /* Model chunks per pipeline stage the arguments ask for: virtual_stages,
  * or the schedule's default (2 for interleaved, else 1). */
 int merak_args_virtual_stages(const merak_args *a);

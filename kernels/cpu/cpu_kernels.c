@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../rope.h"
+#include "bf16.h"
 #include "memcount.h"
 #include "mix64.h"
 
@@ -187,6 +188,14 @@ static int cpu_copy(void *dst, const void *src, size_t bytes, merak_copy_kind ki
 
 static int cpu_synchronize(void) { return 0; }
 
+/* bf16 storage emulated in float storage: every value the nearest bf16. */
+static void cpu_round_bf16(float *x, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        x[i] = merak_bf16_round(x[i]);
+}
+
 float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i); }
 
 /* ------------------------------------------------------------------ float */
@@ -203,7 +212,8 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define TABLE_T merak_kernels
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
-                     .synchronize = cpu_synchronize, .memory = cpu_memory, .capacity = cpu_capacity,
+                     .synchronize = cpu_synchronize, .memory = cpu_memory, .capacity = cpu_capacity, \
+                     .round_bf16 = cpu_round_bf16,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL

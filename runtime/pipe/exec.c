@@ -49,6 +49,8 @@ struct merak_exec {
     int *param_of;         /* [ntensors] param index for any tensor tied to it, or -1 */
     float *params, *grads;
     size_t flat_n;
+    int bf16;              /* emulated bf16 (exec.h, Precision) */
+    float *cparams;        /* bf16: the compute copies of params (flat_n), which the ops read */
 
     /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
     int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (floats) or -1 */
@@ -268,6 +270,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         return merak_errf(err, errlen, "executor: %d sub-batches", opts->tp_overlap);
     if (opts->tp_overlap > 1 && g->tp > 1 && (!opts->tp->start || !opts->tp->wait || !opts->tp->test))
         return merak_errf(err, errlen, "executor: sub-pipelined tensor parallelism needs non-blocking sums");
+    if (opts->bf16 && !opts->kernels->round_bf16)
+        return merak_errf(err, errlen, "executor: the %s backend has no bf16 yet (fp32 only)", opts->kernels->name);
 
     merak_exec *e = calloc(1, sizeof *e);
     if (!e)
@@ -278,6 +282,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->loss_scale = 1.0f;
     e->tp = opts->tp;
     e->K = opts->tp_overlap > 1 ? opts->tp_overlap : 1;
+    e->bf16 = opts->bf16 != 0;
     int nt = g->ntensors;
     e->ch = calloc((size_t)e->nchunks, sizeof *e->ch);
     if (!e->ch) {
@@ -364,13 +369,14 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->pact = alloc_floats(k, e->pool_act * (size_t)e->npool);
     e->pgrad = alloc_floats(k, e->pool_grad * (size_t)e->npool);
     e->params = alloc_floats(k, e->flat_n);
+    e->cparams = e->bf16 ? alloc_floats(k, e->flat_n) : NULL;
     e->grads = alloc_floats(k, e->flat_n);
     e->act = alloc_floats(k, e->act_floats);
     e->gradarena = alloc_floats(k, e->grad_floats);
     e->scratch = alloc_floats(k, scratch_n);
     e->tpbuf = alloc_floats(k, tpbuf_n);
     e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
-    if (!e->params || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf ||
+    if (!e->params || (e->bf16 && !e->cparams) || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf ||
         !e->host || !e->pact || !e->pgrad) {
         size_t mb = (e->flat_n * 2 * sizeof(float) + merak_exec_arena_bytes(e) +
                      scratch_n * sizeof(float)) >> 20;
@@ -397,6 +403,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->save_off);
     if (e->k) {
         e->k->free(e->params);
+        e->k->free(e->cparams);
         e->k->free(e->grads);
         e->k->free(e->act);
         e->k->free(e->gradarena);
@@ -516,7 +523,7 @@ size_t merak_exec_arena_bytes(const merak_exec *e)
 
 size_t merak_exec_device_bytes(const merak_exec *e)
 {
-    return 2 * alloc_bytes(e->flat_n) + alloc_bytes(e->act_floats) + alloc_bytes(e->grad_floats) +
+    return (e->bf16 ? 3 : 2) * alloc_bytes(e->flat_n) + alloc_bytes(e->act_floats) + alloc_bytes(e->grad_floats) +
            alloc_bytes(e->pool_act * (size_t)e->npool) + alloc_bytes(e->pool_grad * (size_t)e->npool) +
            alloc_bytes(e->scratch_n) + alloc_bytes(e->tpbuf_n);
 }
@@ -543,14 +550,25 @@ int merak_exec_zero_grads(merak_exec *e)
     return e->k->zero(e->grads, e->flat_n * sizeof(float));
 }
 
-/* Value of tensor t in the slot: a parameter's data or the arena buffer. */
+int merak_exec_cast_params(merak_exec *e)
+{
+    if (!e->bf16)
+        return 0;
+    if (e->k->copy(e->cparams, e->params, e->flat_n * sizeof(float), MERAK_COPY_D2D) < 0)
+        return -1;
+    e->k->round_bf16(e->cparams, e->flat_n);
+    return 0;
+}
+
+/* Value of tensor t in the slot: a parameter's data (its compute copy in
+ * bf16) or the arena buffer. */
 static float *val(const merak_exec *e, int slot, int t)
 {
     if (t < 0)
         return NULL;
     int p = e->param_of[t];
     if (p >= 0)
-        return e->params + e->param_off[p];
+        return (e->bf16 ? e->cparams : e->params) + e->param_off[p];
     return merak_exec_tensor(e, slot, t);
 }
 
@@ -717,6 +735,31 @@ static float *sum_buffer(const merak_exec *e, int slot, int i, sub sb, int backw
     return backward ? sgrad(e, slot, out, sb) : sval(e, slot, out, sb);
 }
 
+/* ------------------------------------------------------------------ bf16
+ *
+ * The rounding points of exec.h's Precision: what an op writes, rounded
+ * after its forward (the loss aside) and after its input-gradient part. */
+
+static void round_output(merak_exec *e, int slot, int i, sub sb)
+{
+    if (!e->bf16 || merak_op_kind_of(&e->g->ops[i])->loss)
+        return;
+    size_t n;
+    float *y = sum_buffer(e, slot, i, sb, 0, &n);
+    e->k->round_bf16(y, n);
+}
+
+static void round_input_grads(merak_exec *e, int slot, int i, sub sb)
+{
+    const merak_op *o = &e->g->ops[i];
+    for (int j = 0; e->bf16 && j < o->nin && j < 3; j++) {   /* the inputs op_io passes */
+        const int t = o->in[j];
+        float *dx = t >= 0 && e->param_of[t] < 0 ? sgrad(e, slot, t, sb) : NULL;
+        if (dx)
+            e->k->round_bf16(dx, (size_t)merak_tensor_elems(&e->g->tensors[t]) / (size_t)sb.K);
+    }
+}
+
 static int forward_kernels(merak_exec *e, int i, const merak_op_kind *kd, const merak_op_io *io)
 {
     if (kd->forward(io) < 0)
@@ -771,6 +814,7 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
         if (kd->finish)
             kd->finish(&io);
     }
+    round_output(e, slot, i, sb);
     return kd->loss ? loss_reduce(e, slot, i, &io) : 0;
 }
 
@@ -789,6 +833,7 @@ static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
     if (kd->backward_input) {
         const merak_op_io io = op_io(e, slot, i, sb);
         kd->backward_input(&io);
+        round_input_grads(e, slot, i, sb);
     }
     return 0;
 }
@@ -889,8 +934,10 @@ static int coll_finish(merak_exec *e, int slot, int i, sub sb, pass ps)
     if (ps < P_BACKWARD_INPUT) {
         if (kd->finish)
             kd->finish(&io);
+        round_output(e, slot, i, sb);
     } else if (kd->backward_input) {
         kd->backward_input(&io);
+        round_input_grads(e, slot, i, sb);
     }
     if (ps == P_BACKWARD)
         weight_step(e, slot, i, sb);

@@ -43,6 +43,32 @@
  * buffer the slot keeps until its backward is done.  What crosses the
  * range's end (and the slice's inputs and outputs) stays in the slot.
  * Each chunk has its own recompute_end; the buffers are shared.
+ *
+ * Precision (bf16, --dtype bf16; DESIGN.md 7a).  The executor emulates
+ * bf16 storage with fp32 arithmetic: a value bf16 storage would hold is
+ * kept in float storage rounded to the nearest bf16 (ties to even, the
+ * backend's round_bf16), which gives the numbers bf16 storage gives.  The
+ * rounding points, the definition a GPU's bf16 must reproduce:
+ *   - parameters: the ops read compute copies, rounded from the fp32
+ *     masters by merak_exec_cast_params (once per step, before the first
+ *     forward: after the optimizer, a checkpoint or the initialisation
+ *     wrote the masters); merak_exec_param_data and the flat buffer are
+ *     the masters, which the optimizer updates in fp32;
+ *   - an op's output, after its forward (for an op that sums over the tp
+ *     group, after the sum of the rounded partial outputs and the bias its
+ *     finish adds: one rounding of the fp32 sum), except the loss;
+ *   - the gradients of an op's inputs, after its input-gradient part
+ *     (which adds its fp32 contribution to the value there, so a gradient
+ *     several ops add to is rounded after each, in the backward's op
+ *     order; a TP_COPY's gradient after the sum);
+ *   - nothing else: kernels compute in fp32 from rounded inputs (products
+ *     accumulate in fp32); weight gradients, their accumulation over
+ *     micro-batches and sub-batches, the loss and the ops' saved values
+ *     (norm statistics, attention's log-sum-exp and rotated q and k, the
+ *     cross-entropy's statistics) stay fp32.
+ * What crosses a pipeline cut is an op's output or an input's gradient,
+ * already rounded; recomputation rounds as the forward did, so it
+ * reproduces the forward's values bit for bit.
  */
 #ifndef MERAK_EXEC_H
 #define MERAK_EXEC_H
@@ -84,6 +110,7 @@ typedef struct merak_exec_opts {
     int npool;               /* recompute buffers (>= 1 when a chunk recomputes) */
     int tp_overlap;          /* sub-batches per micro-batch, 0 or 1: none (see below) */
     int plan_only;           /* plan the memory, allocate nothing (for merak_exec_arena_bytes) */
+    int bf16;                /* emulate bf16 (Precision, above): needs the backend's round_bf16 */
 } merak_exec_opts;
 
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
@@ -92,7 +119,8 @@ void merak_exec_destroy(merak_exec *e);
 
 const merak_kernels *merak_exec_kernels(const merak_exec *e);
 
-/* ---- parameters the slice reads (distinct storage, ties followed) */
+/* ---- parameters the slice reads (distinct storage, ties followed): the
+ * fp32 masters (a bf16 executor's ops read their compute copies) */
 int merak_exec_num_params(const merak_exec *e);
 int merak_exec_param_tensor(const merak_exec *e, int i);   /* graph tensor id */
 float *merak_exec_param_data(const merak_exec *e, int i);
@@ -107,6 +135,11 @@ int merak_exec_param_find(const merak_exec *e, int t);
 /* Parameter i's values to / from host memory (param_elems floats); 0 or -1. */
 int merak_exec_param_read(const merak_exec *e, int i, float *host);
 int merak_exec_param_write(merak_exec *e, int i, const float *host);
+/* bf16: rounds the compute copies of the parameters from the masters;
+ * call it after writing the masters and before the next forward (the
+ * stage does, before each step and evaluation).  Nothing to do in fp32.
+ * 0, or -1 if a memory copy failed. */
+int merak_exec_cast_params(merak_exec *e);
 
 /* ---- tensors of one slot.  Graph inputs (ids, targets) and activations
  * produced before the slice are written here by the caller before forward;

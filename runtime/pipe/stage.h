@@ -43,6 +43,8 @@ typedef struct merak_stage_opts {
     const merak_graph *shard;     /* tp > 1: this rank's shard of the model made by the caller
                                    * (merak_graph_shard with these rules), or NULL: the stage
                                    * makes it */
+    int bf16;                     /* emulated bf16 (exec.h, Precision): compute copies of the
+                                   * parameters rounded before each step and evaluation */
 } merak_stage_opts;
 
 /* What the step loop provides to the interpreter. */

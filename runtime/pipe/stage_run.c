@@ -219,6 +219,9 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
     merak_stage_dp_begin(s);
     if (merak_exec_zero_grads(s->e) < 0)
         return merak_errf(err, errlen, "zeroing the gradients on the %s backend failed", s->k->name);
+    /* the masters the last step (or a checkpoint, or the initialisation) wrote */
+    if (merak_exec_cast_params(s->e) < 0)
+        return merak_errf(err, errlen, "rounding the parameters' bf16 copies on the %s backend failed", s->k->name);
     if (run_list(s, h, &s->sched, "", err, errlen) < 0)
         return -1;
     /* The step's device work is done (its time counts) and its errors show. */
@@ -238,6 +241,10 @@ int merak_stage_eval(merak_stage *s, const merak_stage_hooks *h, int M, double *
     if (merak_schedule_build_eval(&s->sched, M, &ev, err, errlen) < 0)
         return -1;
     s->loss_sum = 0;
+    if (merak_exec_cast_params(s->e) < 0) {
+        merak_schedule_free(&ev);
+        return merak_errf(err, errlen, "rounding the parameters' bf16 copies on the %s backend failed", s->k->name);
+    }
     merak_exec_set_eval(s->e, 1);
     int rc = run_list(s, h, &ev, "evaluating: ", err, errlen);
     merak_exec_set_eval(s->e, 0);

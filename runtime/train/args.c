@@ -34,6 +34,8 @@ void merak_args_default(merak_args *a)
 
 int merak_have_cuda(void) { return merak_backend_find("cuda")->built; }
 
+int merak_args_bf16(const merak_args *a) { return a->dtype && strcmp(a->dtype, "bf16") == 0; }
+
 int merak_args_virtual_stages(const merak_args *a)
 {
     merak_schedule_kind sk;
@@ -59,6 +61,8 @@ static int check(const merak_args *a, char *err, size_t errlen)
                           "%g and clip %g not negative)", a->beta1, a->beta2, a->weight_decay, a->clip);
     if (a->save_dtype && strcmp(a->save_dtype, "fp32") != 0 && strcmp(a->save_dtype, "bf16") != 0)
         return merak_errf(err, errlen, "save dtype '%s' is not fp32 or bf16", a->save_dtype);
+    if (a->dtype && strcmp(a->dtype, "fp32") != 0 && !merak_args_bf16(a))
+        return merak_errf(err, errlen, "dtype '%s' is not fp32 or bf16", a->dtype);
     if (a->save_shard_size < 0)
         return merak_errf(err, errlen, "shard size %lld bytes is negative (0: one file whatever the size)",
                           (long long)a->save_shard_size);
@@ -107,7 +111,13 @@ static int check(const merak_args *a, char *err, size_t errlen)
                           a->profile, method);
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
-    return merak_backend_check(a->device, err, errlen);
+    if (merak_backend_check(a->device, err, errlen) < 0)
+        return -1;
+    const merak_backend *be = merak_backend_find(a->device);
+    if (merak_args_bf16(a) && !be->bf16)
+        return merak_errf(err, errlen, "dtype bf16 on device %s is not implemented yet (the CPU emulates bf16: "
+                          "--device cpu; or --dtype fp32)", be->name);
+    return 0;
 }
 
 int merak_args_check(const merak_args *a, char *err, size_t errlen)

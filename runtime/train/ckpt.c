@@ -304,7 +304,8 @@ merak_ckpt_run merak_ckpt_run_of(const merak_args *a, int dp, int tp, int pp)
                             .virtual_stages = merak_args_virtual_stages(a), .zero = a->zero,
                             .micro_batches = a->micro_batches, .micro_batch = a->micro_batch, .seq_len = a->seq_len,
                             .data = a->data ? a->data : "", .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
-                            .weight_decay = a->weight_decay, .clip = a->clip, .model = a->model};
+                            .weight_decay = a->weight_decay, .clip = a->clip, .model = a->model,
+                            .dtype = merak_args_bf16(a) ? "bf16" : "fp32"};
 }
 
 /* Rank 0's manifest of this save, its files added when they are written. */
@@ -320,6 +321,8 @@ static json_t *manifest_new(const merak_ckpt_run *r, const merak_ckpt_state *st)
         (json_int_t)st->seed, "next_micro_batch", (json_int_t)st->consumed, "optimizer", "kind", "adamw", "steps",
         st->adam_steps, "beta1", r->beta1, "beta2", r->beta2, "eps", r->eps, "weight_decay", r->weight_decay, "clip",
         r->clip);
+    if (m)
+        json_object_set_new(m, "dtype", json_string(r->dtype ? r->dtype : "fp32"));
     if (m && r->model)
         json_object_set_new(m, "model", json_pack("{s:s, s:s}", "name", r->model->name, "config", "config.json"));
     if (m)

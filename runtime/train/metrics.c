@@ -14,9 +14,10 @@
 struct merak_metrics {
     FILE *f;
     char *path;
+    const char *dtype;   /* every line says it: "fp32" or "bf16" */
 };
 
-merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen)
+merak_metrics *merak_metrics_open(const char *path, const char *dtype, char *err, size_t errlen)
 {
     merak_metrics *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(path))) {
@@ -30,6 +31,7 @@ merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen)
         free(m);
         return NULL;
     }
+    m->dtype = dtype;
     return m;
 }
 
@@ -50,10 +52,10 @@ int merak_metrics_write(merak_metrics *m, const merak_step_info *i, char *err, s
     if (fprintf(m->f,
                 "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, "
                 "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"dp_wait_ms\": %.6g, \"dp_overlap\": %.4g, "
-                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}%s%s%s}\n",
+                "\"bytes\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"tied\": %.0f}, \"dtype\": \"%s\"%s%s%s}\n",
                 i->step, finite_or_null(i->loss, lossbuf), finite_or_null(i->grad_norm, normbuf), i->lr,
                 i->tokens_per_s, i->step_ms, i->dp_wait_ms, i->dp_overlap, i->tp_bytes, i->pp_bytes, i->dp_bytes,
-                i->tied_bytes, i->skipped ? ", \"skipped\": true" : "", i->evaluated ? ", \"val_loss\": " : "",
+                i->tied_bytes, m->dtype, i->skipped ? ", \"skipped\": true" : "", i->evaluated ? ", \"val_loss\": " : "",
                 i->evaluated ? finite_or_null(i->val_loss, valbuf) : "") < 0 ||
         fflush(m->f) != 0)
         return merak_errf(err, errlen, "%s: %s", m->path, strerror(errno));

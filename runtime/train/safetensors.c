@@ -488,9 +488,6 @@ static float f16_to_f32(uint16_t h)
     return bits_to_f32(sign | (exp + 127 - 15) << 23 | mant << 13);
 }
 
-/* bfloat16 is the top half of a float32, so this is exact for all values. */
-static float bf16_to_f32(uint16_t b) { return bits_to_f32((uint32_t)b << 16); }
-
 int merak_st_to_f32(const merak_st_info *info, float *dst, char *err, size_t errlen)
 {
     /* The data may sit at any alignment inside the mapping (the header length
@@ -507,7 +504,7 @@ int merak_st_to_f32(const merak_st_info *info, float *dst, char *err, size_t err
     case MERAK_ST_BF16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-            dst[i] = info->dtype == MERAK_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            dst[i] = info->dtype == MERAK_ST_F16 ? f16_to_f32(h) : merak_bf16_to_f32(h);
         }
         return 0;
     case MERAK_ST_F64:
@@ -700,13 +697,6 @@ void merak_st_shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
         k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (k < len)
         snprintf(buf + k, len - k, "]");
-}
-
-uint16_t merak_f32_to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 int merak_st_finite(const char *path, const merak_st_entry *e, int n, char *err, size_t errlen)

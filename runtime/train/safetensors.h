@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h" /* merak_f32_to_bf16 */
+
 typedef enum merak_st_dtype {
     MERAK_ST_F32, MERAK_ST_F16, MERAK_ST_BF16, MERAK_ST_F64,
     MERAK_ST_I64, MERAK_ST_I32, MERAK_ST_I16, MERAK_ST_I8, MERAK_ST_U8, MERAK_ST_BOOL,
@@ -67,9 +69,6 @@ typedef struct merak_st_entry {
  * the n entries is finite, else -1 with err "PATH: not written: tensor
  * NAME holds nan at element K ...". */
 int merak_st_finite(const char *path, const merak_st_entry *e, int n, char *err, size_t errlen);
-
-/* x rounded to bfloat16 (to nearest, ties to even). */
-uint16_t merak_f32_to_bf16(float x);
 
 /* Writes N float32 tensors (in the given order) and optional string metadata
  * (meta_keys[i] -> meta_vals[i], nmeta pairs) to PATH atomically.  With crc

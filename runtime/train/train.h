@@ -117,7 +117,7 @@ int merak_optim_steps(const merak_optim *o);
 /* ---- the step loop's metrics */
 typedef struct merak_metrics merak_metrics;
 /* Opens PATH for appending one JSON object per step; NULL with err. */
-merak_metrics *merak_metrics_open(const char *path, char *err, size_t errlen);
+merak_metrics *merak_metrics_open(const char *path, const char *dtype, char *err, size_t errlen);
 /* Writes and flushes one line; 0 or -1 with err naming the file. */
 int merak_metrics_write(merak_metrics *m, const merak_step_info *info, char *err, size_t errlen);
 /* Closes (NULL is a no-op); 0 or -1 with err if the last writes failed. */

@@ -507,7 +507,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
              .eval_batches = a->eval_batches > 0 ? a->eval_batches : 4 * gr->dp};
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
-                           .tp_overlap = a->tp_overlap, .zero = a->zero, .bucket_mb = a->bucket_mb};
+                           .tp_overlap = a->tp_overlap, .zero = a->zero, .bucket_mb = a->bucket_mb,
+                           .bf16 = merak_args_bf16(a)};
     merak_tp_rule *rules = NULL;
     merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
     merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);
@@ -551,7 +552,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         st = MERAK_FAILED;
     if (st == MERAK_OK && rank0 && merak_resumed_data(&r, err, errlen) < 0)
         st = MERAK_FAILED;
-    if (st == MERAK_OK && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, err, errlen)))
+    if (st == MERAK_OK && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, merak_args_bf16(a) ? "bf16" : "fp32", err, errlen)))
         st = MERAK_FAILED;
     if (st == MERAK_OK && rank0 && a->sample_every &&
         !(r.sampler = merak_train_sampler_create(g, so.kernels, a->sample_prompt, a->tokenizer,
