@@ -1,0 +1,167 @@
+/*
+ * test_bf16.c - the CPU's bf16 emulation (--dtype bf16, exec.h's
+ * Precision): the rounding helper, and one step of a tiny model, whose
+ * activations and activation gradients are all bf16 values, whose masters
+ * and weight gradients are not rounded, whose loss is within bf16's
+ * rounding of fp32's but not equal to it, and whose recomputation gives
+ * the same bits.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "graph/graph.h"
+#include "kernels.h"
+#include "merak/merak.h"
+#include "pipe/exec.h"
+#include "preset.h"
+#include "tap.h"
+#include "train.h"
+
+static uint32_t bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static int is_bf16(float x) { return (bits(x) & 0xffffu) == 0; }
+
+static void test_round(void)
+{
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even
+     * mantissa (1); 1 + 3 * 2^-8 is halfway up to 1 + 2^-6 (even); 3.4e38
+     * is past halfway from bf16's largest (0x7f7f, 3.39e38) to 2^128. */
+    float x[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f, 3.4e38f, INFINITY, NAN};
+    float want[] = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -2.5f, INFINITY, INFINITY};
+    merak_kernels_cpu()->round_bf16(x, 7);
+    int good = 1;
+    for (int i = 0; i < 6; i++)
+        good &= x[i] == want[i];
+    tap_ok(good && isnan(x[6]) && merak_f32_to_bf16(-0.0f) == 0x8000u,
+           "round_bf16: to nearest, ties to even; past the range to infinity; nan stays nan");
+}
+
+/* Token ids and targets of slot 0 from the seed. */
+static void fill_tokens(const merak_graph *g, merak_exec *e, int V, unsigned seed)
+{
+    uint64_t z = seed;
+    for (int t = 0; t < merak_graph_num_tensors(g); t++) {
+        int32_t *p = merak_exec_tensor(e, 0, t);
+        if (p && g->tensors[t].dtype == MERAK_I32)
+            for (int64_t i = 0; i < merak_tensor_elems(&g->tensors[t]); i++)
+                p[i] = (int32_t)((z = z * 6364136223846793005ull + 1442695040888963407ull) >> 33) % V;
+    }
+}
+
+/* One forward and backward of slot 0 (recomputing first when rc); the loss. */
+static double step(merak_exec *e, int rc)
+{
+    merak_exec_cast_params(e);
+    merak_exec_zero_grads(e);
+    merak_exec_forward(e, 0, 11);
+    if (rc)
+        merak_exec_recompute(e, 0);
+    merak_exec_backward(e, 0);
+    return merak_exec_loss(e, 0);
+}
+
+static void test_step(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    c.dropout = 0.1f;   /* the dropout masks are the same in both dtypes */
+    merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
+    const merak_kernels *k = merak_kernels_cpu();
+    merak_exec_chunk whole = {0, -1, 1, 0}, rcall = {0, -1, 1, g ? g->nops : 0};
+    merak_exec_opts o32 = {.chunks = &whole, .nchunks = 1, .kernels = k}, o16 = o32, orc = o32;
+    o16.bf16 = orc.bf16 = 1;
+    orc.chunks = &rcall;
+    orc.npool = 1;
+    merak_exec *e32 = NULL, *e16 = NULL, *erc = NULL;
+    if (!g || merak_exec_create(g, &o32, &e32, err, sizeof err) < 0 ||
+        merak_exec_create(g, &o16, &e16, err, sizeof err) < 0 || merak_exec_create(g, &orc, &erc, err, sizeof err) < 0) {
+        tap_ok(0, "%s: bf16 executors: %s", preset, err);
+        return;
+    }
+    merak_exec *e[3] = {e32, e16, erc};
+    double loss[3];
+    for (int i = 0; i < 3; i++) {
+        merak_init_params(g, e[i], 42, NULL, 0);
+        fill_tokens(g, e[i], c.vocab_size, 3);
+        loss[i] = step(e[i], i == 2);
+    }
+
+    /* Every float tensor of the slot and its gradient holds bf16 values
+     * (the token ids and the fp32 loss aside). */
+    size_t acts = 0, off = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const float *v = merak_exec_tensor(e16, 0, t), *d = merak_exec_grad(e16, 0, t);
+        if (!v || g->tensors[t].dtype != MERAK_F32 || t == g->loss)
+            continue;
+        for (int64_t i = 0; i < merak_tensor_elems(&g->tensors[t]); i++) {
+            off += !is_bf16(v[i]) + (d && !is_bf16(d[i]));
+            acts += 1 + (d != NULL);
+        }
+    }
+    tap_ok(acts > 10000 && off == 0, "%s: %zu activation and activation-gradient values, %zu not bf16", preset,
+           acts, off);
+
+    /* The masters and the weight gradients are fp32: most of their values
+     * have low bits a bf16 would drop; the gradients differ from fp32's. */
+    size_t n, master_off = 0, grad_off = 0, grad_diff = 0;
+    const float *p = merak_exec_params_flat(e16, &n), *g16 = merak_exec_grads_flat(e16, &n);
+    const float *g32 = merak_exec_grads_flat(e32, &n);
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (g16[i] == 0)
+            continue;
+        nz++;
+        master_off += !is_bf16(p[i]);
+        grad_off += !is_bf16(g16[i]);
+        grad_diff += g16[i] != g32[i];
+    }
+    tap_ok(nz > 1000 && master_off > nz / 2 && grad_off > nz / 2 && grad_diff > nz / 2,
+           "%s: of %zu weight gradients, %zu are not bf16 values (%zu masters not bf16, %zu differ from fp32's)",
+           preset, nz, grad_off, master_off, grad_diff);
+
+    double rel = fabs(loss[1] - loss[0]) / fabs(loss[0]);
+    tap_ok(loss[1] != loss[0] && rel < 1e-2, "%s: bf16 loss %.7f, fp32 %.7f (relative %.2g < 1e-2)", preset,
+           loss[1], loss[0], rel);
+
+    /* Recomputation rounds as the forward did: the same loss and gradients. */
+    const float *grc = merak_exec_grads_flat(erc, &n);
+    tap_ok(loss[2] == loss[1] && memcmp(grc, g16, n * sizeof *grc) == 0,
+           "%s: bf16 with every layer recomputed gives the same loss and gradients, bit for bit", preset);
+
+    /* Another step from the same masters rounds the same compute copies. */
+    tap_ok(step(e16, 0) == loss[1], "%s: compute copies rounded again from the masters give the same loss", preset);
+
+    for (int i = 0; i < 3; i++)
+        merak_exec_destroy(e[i]);
+    merak_graph_destroy(g);
+}
+
+/* A backend without bf16 is refused by name. */
+static void test_refused(void)
+{
+    merak_kernels nobf = *merak_kernels_cpu();
+    nobf.round_bf16 = NULL;
+    merak_graph *g = build("tiny-gpt2", 1, 8);
+    merak_exec_chunk whole = {0, -1, 1, 0};
+    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = &nobf, .bf16 = 1};
+    merak_exec *e = NULL;
+    tap_ok(g && merak_exec_create(g, &o, &e, err, sizeof err) < 0 && strstr(err, "has no bf16"),
+           "a backend without round_bf16 is refused: %s", err);
+    merak_graph_destroy(g);
+}
+
+int main(void)
+{
+    test_round();
+    test_step("tiny-gpt2");
+    test_step("tiny-llama");
+    test_refused();
+    return tap_done();
+}
