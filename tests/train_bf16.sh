@@ -1,0 +1,36 @@
+#!/bin/sh
+# --dtype bf16 on the CPU (the emulation, runtime/pipe/exec.h): tiny GPT-2
+# and LLaMA train like fp32 (the last losses within 3%, not equal to
+# fp32's), deterministically; the banner and metrics say the dtype; an
+# unknown dtype and bf16 on cuda are usage errors.
+. "$(dirname "$0")/lib.sh"
+make_shard "$WORK/data.bin"
+common="--data $WORK/data.bin --micro-batch 4 --seq-len 32 --lr 3e-3 --warmup 2 --lr-schedule constant
+        --threads 2 --micro-batches 2 --steps 40"
+
+# mean of the last 5 losses of metrics file $1
+tail_loss() { metric "$1" loss | tail -5 | awk '{ s += $1 } END { printf "%.6f", s / NR }'; }
+
+for model in tiny-gpt2 tiny-llama; do
+    for dt in fp32 bf16; do
+        "$TRAIN" --model $model $common --dtype $dt --metrics "$WORK/$model.$dt.jsonl" > "$WORK/$model.$dt.log" ||
+            fail "$model --dtype $dt: merak-train exited $?"
+        grep -q "| dtype $dt |" "$WORK/$model.$dt.log" || fail "$model: the banner does not say dtype $dt"
+        [ "$(grep -c "\"dtype\": \"$dt\"" "$WORK/$model.$dt.jsonl")" -eq 40 ] ||
+            fail "$model: the metrics lines do not all say dtype $dt"
+    done
+    f=$(tail_loss "$WORK/$model.fp32.jsonl") b=$(tail_loss "$WORK/$model.bf16.jsonl")
+    first=$(metric "$WORK/$model.bf16.jsonl" loss | head -1)
+    echo "$model: bf16 loss $first -> $b (last 5 steps), fp32 -> $f"
+    awk -v a="$first" -v b="$b" -v f="$f" 'BEGIN { r = (b - f) / f; if (r < 0) r = -r; exit !(a > 5.0 && b < a - 1.0 && r < 0.03 && b != f) }' ||
+        fail "$model: bf16 does not train like fp32 ($first -> $b; fp32 $f)"
+    "$TRAIN" --model $model $common --dtype bf16 --threads 1 --metrics "$WORK/$model.b1.jsonl" > /dev/null ||
+        fail "$model: second bf16 run failed"
+    metric "$WORK/$model.bf16.jsonl" loss > "$WORK/a"; metric "$WORK/$model.b1.jsonl" loss > "$WORK/b"
+    cmp -s "$WORK/a" "$WORK/b" || fail "$model: bf16 losses differ between identical runs (1 and 2 threads)"
+done
+expect_exit 2 "dtype 'tf32' is not fp32 or bf16" "$TRAIN" --data "$WORK/data.bin" --dtype tf32
+# (a build without CUDA refuses the device first)
+expect_exit 2 "dtype bf16 on device cuda is not implemented yet\\|built without CUDA" "$TRAIN" --data "$WORK/data.bin" --dtype bf16 \
+    --device cuda
+echo "train_bf16: ok"
