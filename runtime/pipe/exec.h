@@ -67,8 +67,14 @@
  *     (norm statistics, attention's log-sum-exp and rotated q and k, the
  *     cross-entropy's statistics) stay fp32.
  * What crosses a pipeline cut is an op's output or an input's gradient,
- * already rounded; recomputation rounds as the forward did, so it
- * reproduces the forward's values bit for bit.
+ * already rounded, so a pipeline changes no value (bf16 on the wire loses
+ * nothing); recomputation rounds as the forward did, so it reproduces the
+ * forward's values bit for bit.  A tensor-parallel sum adds bf16 values
+ * (the row-parallel partial outputs, the partial input gradients of a
+ * TP_COPY) in fp32 and rounds once: bf16 on the wire, as Megatron's;
+ * NCCL's bf16 sum rounds after each add, the same for tp = 2 and not
+ * beyond, so a GPU reproducing this bit for bit sums in fp32.  The
+ * data-parallel and tied-embedding reductions sum weight gradients: fp32.
  */
 #ifndef MERAK_EXEC_H
 #define MERAK_EXEC_H
