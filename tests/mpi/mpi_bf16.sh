@@ -14,7 +14,9 @@
 #     bf16 rounding of its compute copy;
 #   tensor parallel, (1,2,1), (1,2,2), (2,2,1): the row-parallel layers'
 #     partial outputs are rounded before the tp sum (exec.h), one rounding
-#     more than one process's: another sequence of bf16 roundings.
+#     more than one process's: another sequence of bf16 roundings;
+#     sub-pipelined (--tp-overlap 2) the same roundings, row by row; and
+#     (2,1,2) with ZeRO-1, whose all-gathered masters are rounded as any.
 # Either is a perturbation of bf16's size, and a run amplifies it as it
 # amplifies bf16's own rounding: the gate is twice the distance between
 # one bf16 and one fp32 process on the same run, measured here (and 1e-2
@@ -77,17 +79,18 @@ for model in tiny-gpt2 tiny-llama; do
     SCALE=$WORK/$model.scale compare "$model: one process, bf16 against fp32 (the scale)" 1e-2 1 1 \
         "$WORK/$model.fp32" "$WORK/$model.ref1" || status=1
     gates=$(awk '{ printf "%.3g %.3g %.3g", ($1 * 2 < 1e-2 ? $1 * 2 : 1e-2), $2 * 2, $3 * 2 }' "$WORK/$model.scale")
-    for layout in "1 1 2" "1 1 4" "2 1 1" "2 1 2" "1 2 1" "1 2 2" "2 2 1"; do
+    for layout in "1 1 2" "1 1 4" "2 1 1" "2 1 2" "2 1 2 --zero 1" "1 2 1" "1 2 1 --tp-overlap 2" "1 2 2" "2 2 1"; do
         set -- $layout
         dp=$1 tp=$2 pp=$3 np=$(($1 * $2 * $3))
-        out=$WORK/$model.$dp$tp$pp
+        shift 3
+        out=$WORK/$model.$dp$tp$pp$(echo "$*" | tr -d ' -')
         if ! "$WRAP" $np "$TRAIN" --model $model $common --dtype bf16 --micro-batches $M --dp $dp --tp $tp --pp $pp \
-            --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
+            "$@" --metrics "$out.jsonl" --save-weights "$out.safetensors" > "$out.log" 2>&1; then
             cat "$out.log" >&2
-            fail "$model (dp,tp,pp)=($dp,$tp,$pp) bf16: run failed"
+            fail "$model (dp,tp,pp)=($dp,$tp,$pp) $* bf16: run failed"
         fi
         ref=$WORK/$model.ref$dp
-        name="$model ($dp,$tp,$pp) bf16"
+        name="$model ($dp,$tp,$pp)${*:+ $*} bf16"
         if [ "$tp" -gt 1 ]; then
             compare "$name" $gates "$ref" "$out" || status=1
         elif [ "$dp" -gt 1 ]; then
