@@ -31,13 +31,17 @@ static inline MERAK_HOST_DEVICE uint64_t merak_mix64(uint64_t z)
 
 /* FNV-1a over n bytes: turns a name (a parameter's, a token's text) into
  * 64 bits, which merak_mix64 then spreads (initialisation keys) or a hash
- * table indexes (the tokenizer's). */
+ * table indexes (the tokenizer's).  A hash that grows a byte at a time
+ * starts at MERAK_FNV1A_BASIS and takes each byte with merak_fnv1a_step. */
+#define MERAK_FNV1A_BASIS 1469598103934665603ull
+static inline uint64_t merak_fnv1a_step(uint64_t h, unsigned char c) { return (h ^ c) * 1099511628211ull; }
+
 static inline uint64_t merak_fnv1a(const void *p, size_t n)
 {
     const unsigned char *b = (const unsigned char *)p;
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = MERAK_FNV1A_BASIS;
     for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
+        h = merak_fnv1a_step(h, b[i]);
     return h;
 }
 

@@ -22,6 +22,20 @@ make_shard "$WORK/data.bin"
 D="--model tiny-llama --data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1"
 "$TRAIN" $D --steps 0 --save-weights "$WORK/whole.safetensors" > /dev/null || fail "saving tiny LLaMA's weights"
 
+# trains_alike W...: --init of each W trains 3 steps with the first's
+# metrics (losses, gradient norms), bit for bit; else status 1
+trains_alike() {
+    k=0
+    for w in "$@"; do
+        "$TRAIN" $D --steps 3 --init "$w" --metrics "$WORK/m.jsonl" > "$WORK/out" 2>&1 ||
+            { cat "$WORK/out" >&2; fail "--init $w failed"; }
+        sed 's/"tokens_per_s".*//' "$WORK/m.jsonl" > "$WORK/losses.$k"
+        rm "$WORK/m.jsonl"
+        [ $k -eq 0 ] || cmp -s "$WORK/losses.0" "$WORK/losses.$k" || return 1
+        k=$((k + 1))
+    done
+}
+
 # split FILE DIR [EDIT]: FILE's tensors dealt over DIR/model-0000{1,2}-of-00002.safetensors
 # and DIR/model.safetensors.index.json; EDIT breaks them: wrongfile (the
 # index puts one tensor in the other file), twice (one tensor in both
@@ -70,14 +84,7 @@ split "$WORK/whole.safetensors" "$WORK/sharded" || fail "splitting the weights"
 I=$WORK/sharded/model.safetensors.index.json
 
 # 1. the index, the directory and the single file train alike, bit for bit
-for w in "$WORK/whole.safetensors" "$I" "$WORK/sharded"; do
-    "$TRAIN" $D --steps 3 --init "$w" --metrics "$WORK/m.jsonl" > "$WORK/out" 2>&1 ||
-        { cat "$WORK/out" >&2; fail "--init $w failed"; }
-    sed 's/"tokens_per_s".*//' "$WORK/m.jsonl" > "$WORK/losses.$(basename "$w")"
-    rm "$WORK/m.jsonl"
-done
-cmp -s "$WORK/losses.whole.safetensors" "$WORK/losses.model.safetensors.index.json" &&
-    cmp -s "$WORK/losses.whole.safetensors" "$WORK/losses.sharded" ||
+trains_alike "$WORK/whole.safetensors" "$I" "$WORK/sharded" ||
     fail "--init of the index, the directory and the file train differently"
 echo "ok: --init index.json, its directory and the single file: the same 3 steps, bit for bit"
 
@@ -226,14 +233,7 @@ grep -q "^saved weights to $S.index.json, the index of 3 shards ($WORK/s32/model
     { cat "$WORK/out" >&2; fail "merak-train does not say it wrote the index and its 3 shards"; }
 [ "$(ls "$WORK/s32" | wc -l)" -eq 4 ] || fail "the sharded save wrote other files: $(ls "$WORK/s32")"
 check_shards "$WORK/w32.safetensors" "$S.index.json" 200000 3 || fail "the fp32 shards"
-for w in "$WORK/w32.safetensors" "$S.index.json" "$WORK/s32"; do
-    "$TRAIN" $D --steps 3 --init "$w" --metrics "$WORK/m.jsonl" > "$WORK/out" 2>&1 ||
-        { cat "$WORK/out" >&2; fail "--init $w failed"; }
-    sed 's/"tokens_per_s".*//' "$WORK/m.jsonl" > "$WORK/losses.$(basename "$w")"
-    rm "$WORK/m.jsonl"
-done
-cmp -s "$WORK/losses.w32.safetensors" "$WORK/losses.model.safetensors.index.json" &&
-    cmp -s "$WORK/losses.w32.safetensors" "$WORK/losses.s32" ||
+trains_alike "$WORK/w32.safetensors" "$S.index.json" "$WORK/s32" ||
     fail "--init of the written shards trains unlike --init of the single file"
 echo "ok: --init of the written index and of its directory: the single file's 3 steps, bit for bit"
 $GEN --weights "$WORK/s32" > "$WORK/g1" 2> "$WORK/err" && $GEN --weights "$WORK/w32.safetensors" > "$WORK/g2" 2> "$WORK/err" &&

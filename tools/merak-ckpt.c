@@ -76,16 +76,6 @@ static merak_graph *ckpt_model(const merak_ckpt *c, const char *dir, merak_model
     return g;
 }
 
-/* The model's parameters with storage of their own (not tied aliases). */
-static int own_params(const merak_graph *g, int *ids)
-{
-    int n = 0;
-    for (int t = 0; t < g->ntensors; t++)
-        if (g->tensors[t].kind == MERAK_T_PARAM && merak_graph_param_root(g, t) == t)
-            ids[n++] = t;
-    return n;
-}
-
 static int inspect(const char *spec)
 {
     char dir[PATH_MAX], err[1024];
@@ -122,7 +112,7 @@ static int inspect(const char *spec)
     if (merak_ckpt_config_path(c)) {
         merak_model_config cfg;
         merak_graph *g = ckpt_model(c, dir, &cfg);
-        int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? own_params(g, ids) : 0;
+        int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? merak_graph_own_params(g, ids) : 0;
         size_t most = 1;
         for (int i = 0; i < n; i++)
             most = (size_t)merak_tensor_elems(&g->tensors[ids[i]]) > most
@@ -177,7 +167,7 @@ static int export(const char *spec, const char *out, int bf16, int64_t shard_siz
     export_files files = {.dir = dir, .err = err, .errlen = sizeof err};
     if (merak_weights_each_output(g, out, bf16, shard_size, not_in_ckpt, &files, err, sizeof err) != 0)
         cli_die("%s", err);
-    int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? own_params(g, ids) : 0;
+    int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? merak_graph_own_params(g, ids) : 0;
     float **data = calloc((size_t)n + 1, sizeof *data);
     if (!ids || !data)
         cli_die("out of memory");
@@ -211,7 +201,7 @@ static int import(const char *file, const char *model, const char *out, uint64_t
     merak_graph *g = merak_model_build(&cfg, 1, 1, err, sizeof err);
     if (!g)
         cli_die("%s", err);
-    int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? own_params(g, ids) : 0;
+    int *ids = calloc((size_t)g->ntensors, sizeof *ids), n = ids ? merak_graph_own_params(g, ids) : 0;
     float **data = calloc((size_t)n + 1, sizeof *data);
     if (!ids || !data)
         cli_die("out of memory");

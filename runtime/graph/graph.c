@@ -102,6 +102,15 @@ int merak_graph_param_root(const merak_graph *g, int t)
     return t;
 }
 
+int merak_graph_own_params(const merak_graph *g, int *ids)
+{
+    int n = 0;
+    for (int t = 0; t < g->ntensors; t++)
+        if (g->tensors[t].kind == MERAK_T_PARAM && merak_graph_param_root(g, t) == t)
+            ids[n++] = t;
+    return n;
+}
+
 int merak_op_reads(const merak_op *o, int t)
 {
     for (int i = 0; i < o->nin; i++)

@@ -121,6 +121,9 @@ static inline int64_t merak_tensor_elems(const merak_tensor *t)
 
 /* The tensor whose storage a parameter uses (follows ties). */
 int merak_graph_param_root(const merak_graph *g, int tensor);
+/* The parameters with storage of their own (not tied aliases), in tensor
+ * order, into ids (room for g->ntensors); how many. */
+int merak_graph_own_params(const merak_graph *g, int *ids);
 
 /* The vocabulary of the graph's loss: its logits' last dimension, or -1
  * without a loss.  Token ids and targets must lie below it. */

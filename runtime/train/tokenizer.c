@@ -253,10 +253,6 @@ static int64_t vocab_id(const merak_tokenizer *t, const char *s, size_t n)
 
 /* ------------------------------------------------------------------ Unigram pieces */
 
-/* FNV-1a a byte at a time: a match's hash grows with it. */
-#define FNV_START 0xcbf29ce484222325ull
-static uint64_t fnv_step(uint64_t h, unsigned char c) { return (h ^ c) * 0x100000001b3ull; }
-
 /* The slot of text s[0, n) (hash h): its own, or the empty one it would take. */
 static piece_slot *piece_find(piece_slot *tab, size_t cap, const char *s, size_t n, uint64_t h)
 {
@@ -287,11 +283,11 @@ static int pieces_grow(merak_tokenizer *t)
  * same text takes its id (the library's map keeps the last). */
 static int piece_add(merak_tokenizer *t, const char *s, size_t n, uint32_t id)
 {
-    uint64_t h = FNV_START;
+    uint64_t h = MERAK_FNV1A_BASIS;
     for (size_t k = 1; k <= n; k++) {
         if (2 * (t->npieces + 1) > t->piece_cap && pieces_grow(t) < 0)
             return -1;
-        h = fnv_step(h, (unsigned char)s[k - 1]);
+        h = merak_fnv1a_step(h, (unsigned char)s[k - 1]);
         piece_slot *p = piece_find(t->pieces, t->piece_cap, s, k, h);
         if (!p->s) {
             *p = (piece_slot){s, h, k, -1};
@@ -1393,9 +1389,9 @@ static int unigram(merak_tokenizer *t, const unsigned char *p, size_t n, size_t 
         if (best[at].from == SIZE_MAX)   /* inside a character: no piece ends here */
             continue;
         int single = 0;   /* a piece of exactly this character */
-        uint64_t h = FNV_START;
+        uint64_t h = MERAK_FNV1A_BASIS;
         for (size_t k = 1; at + k <= n; k++) {
-            h = fnv_step(h, p[at + k - 1]);
+            h = merak_fnv1a_step(h, p[at + k - 1]);
             const piece_slot *ps = piece_find(t->pieces, t->piece_cap, (const char *)p + at, k, h);
             if (!ps->s)
                 break;   /* no piece starts with p[at, at + k) */

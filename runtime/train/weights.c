@@ -491,12 +491,10 @@ static int plan_save(const merak_graph *g, int n, const int *tensors, const char
 int merak_weights_each_output(const merak_graph *g, const char *path, int bf16, int64_t shard_bytes,
                               int (*fn)(void *ctx, const char *file), void *ctx, char *err, size_t errlen)
 {
-    int *ids = malloc((size_t)(g->ntensors ? g->ntensors : 1) * sizeof *ids), n = 0;
+    int *ids = malloc((size_t)(g->ntensors ? g->ntensors : 1) * sizeof *ids);
     if (!ids)
         return merak_errf(err, errlen, "%s: out of memory", path);
-    for (int t = 0; t < g->ntensors; t++)
-        if (g->tensors[t].kind == MERAK_T_PARAM && merak_graph_param_root(g, t) == t)
-            ids[n++] = t;
+    const int n = merak_graph_own_params(g, ids);
     save_plan p;
     int rc = plan_save(g, n, ids, path, bf16, shard_bytes, &p, err, errlen);
     free(ids);
