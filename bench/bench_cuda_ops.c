@@ -6,7 +6,11 @@
  * Each op runs once to warm up (cuBLASLt's heuristic, module load), then is
  * repeated until a sample lasts MIN_MS; the median of REPS samples is printed
  * as one line:
- *     op=linear_fwd shape=N,K,O ms=... tflops=...
+ *     op=linear_fwd layer=qkv math=fp32 shape=N,K,O ms=... tflops=...
+ *     op=attention_bwd math=tf32 path=products shape=B,T,nh,hd ms=... tflops=...
+ * Every row runs with FP32 products (math=fp32) and with TF32's
+ * (merak_cuda_set_tf32, --dtype tf32); attention also takes each of its
+ * ways (merak_cuda_set_attention_paths: fused kernels, cuBLASLt products).
  * FLOPs: 2*N*K*O per linear op; attention counts the causal half that the
  * model needs (2*B*nh*T*T*hd forward, twice that backward), whatever a
  * kernel actually computes.  Inputs are random in [-1,1), never zeros.
@@ -107,6 +111,8 @@ static void lin_bwd_w(const void *p)
     g_k->linear_bwd_w(a->dw, NULL, a->dout, a->inp, a->N, a->K, a->O);
 }
 
+static const char *g_math = "fp32";   /* the products' arithmetic, for the lines */
+
 static void bench_linear(const char *name, int N, int K, int O)
 {
     lin_arg a = {N, K, O, drand((size_t)N * K, 1), drand((size_t)O * K, 2),
@@ -117,8 +123,9 @@ static void bench_linear(const char *name, int N, int K, int O)
         {"linear_fwd", lin_fwd}, {"linear_bwd_x", lin_bwd_x}, {"linear_bwd_w", lin_bwd_w}};
     for (int i = 0; i < 3; i++) {
         const double ms = timeit(ops[i].fn, &a);
-        printf("op=%s layer=%s shape=%d,%d,%d ms=%.4f tflops=%.2f\n", ops[i].op, name, N, K, O,
-               ms, fl / ms / 1e9);
+        printf("op=%s layer=%s math=%s shape=%d,%d,%d ms=%.4f tflops=%.2f\n", ops[i].op, name, g_math, N,
+               K, O, ms, fl / ms / 1e9);
+        fflush(stdout);
     }
     float *bufs[] = {a.inp, a.w, a.out, a.dout, a.dinp, a.dw};
     for (int i = 0; i < 6; i++)
@@ -144,8 +151,10 @@ static void attn_bwd(const void *p)
                        NULL, a->qkv, a->qkv + C, a->qkv + 2 * C, a->scratch);
 }
 
-static void bench_attention(int B, int T, int nh, int hd)
+static void bench_attention(int B, int T, int nh, int hd, merak_cuda_attn_path path)
 {
+    merak_cuda_set_attention_paths(path, path);   /* before the scratch is sized */
+    const char *pname = path == MERAK_CUDA_ATTN_FUSED ? "fused" : "products";
     const int C = nh * hd;
     attn_arg a;
     memset(&a, 0, sizeof a);
@@ -160,13 +169,15 @@ static void bench_attention(int B, int T, int nh, int hd)
     a.scratch = drand(g_k->attention_scratch_elems(&a.s), 12);
     const double fl = 2.0 * B * nh * (double)T * T * hd; /* causal: half of 4*B*nh*T*T*hd */
     const double f = timeit(attn_fwd, &a), b = timeit(attn_bwd, &a);
-    printf("op=attention_fwd shape=%d,%d,%d,%d ms=%.4f tflops=%.2f\n", B, T, nh, hd, f,
-           fl / f / 1e9);
-    printf("op=attention_bwd shape=%d,%d,%d,%d ms=%.4f tflops=%.2f\n", B, T, nh, hd, b,
-           2 * fl / b / 1e9);
+    printf("op=attention_fwd math=%s path=%s shape=%d,%d,%d,%d ms=%.4f tflops=%.2f\n", g_math, pname, B, T,
+           nh, hd, f, fl / f / 1e9);
+    printf("op=attention_bwd math=%s path=%s shape=%d,%d,%d,%d ms=%.4f tflops=%.2f\n", g_math, pname, B, T,
+           nh, hd, b, 2 * fl / b / 1e9);
+    fflush(stdout);
     float *bufs[] = {a.qkv, a.out, a.lse, a.dout, a.dqkv, a.scratch};
     for (int i = 0; i < 6; i++)
         merak_cuda_free(bufs[i]);
+    merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_AUTO, MERAK_CUDA_ATTN_AUTO);
 }
 
 int main(int argc, char **argv)
@@ -193,13 +204,20 @@ int main(int argc, char **argv)
     if (!merak_cuda_available() || !(g_k = merak_kernels_cuda()))
         die("no usable CUDA device");
     const int N = B * T;
-    bench_linear("peak", 8192, 8192, 8192);
-    bench_linear("qkv", N, 768, 2304);
-    bench_linear("attn_proj", N, 768, 768);
-    bench_linear("mlp_fc", N, 768, 3072);
-    bench_linear("mlp_proj", N, 3072, 768);
-    bench_linear("lm_head", N, 768, 50257);
-    bench_attention(B, T, 12, 64);
-    bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64);
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        merak_cuda_set_tf32(tf32);
+        g_math = tf32 ? "tf32" : "fp32";
+        bench_linear("peak", 8192, 8192, 8192);
+        bench_linear("qkv", N, 768, 2304);
+        bench_linear("attn_proj", N, 768, 768);
+        bench_linear("mlp_fc", N, 768, 3072);
+        bench_linear("mlp_proj", N, 3072, 768);
+        bench_linear("lm_head", N, 768, 50257);
+        for (int p = 0; p < 2; p++) {
+            const merak_cuda_attn_path path = p ? MERAK_CUDA_ATTN_PRODUCTS : MERAK_CUDA_ATTN_FUSED;
+            bench_attention(B, T, 12, 64, path);
+            bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64, path);
+        }
+    }
     return merak_cuda_status(NULL, 0) ? 1 : 0;
 }

@@ -1,10 +1,12 @@
 #!/bin/sh
 # bench_cuda_ops.sh [BUILDDIR] - the CUDA kernel table's GEMMs and attention
-# at GPT-2 124M's shapes against PyTorch on the same GPU, float32 (TF32 off:
-# the arithmetic both do), and the linear ops against the peak: an
-# 8192^3 product through the same table (the "peak" layer).
+# at GPT-2 124M's shapes against PyTorch on the same GPU, in float32 (TF32
+# off on both sides: math=fp32) and with TF32 products (merak --dtype tf32,
+# torch's allow_tf32: math=tf32), attention by each of merak's ways (path=
+# fused or products), and the linear ops against the peak of the same math:
+# an 8192^3 product through the same table (the "peak" layer).
 #
-#   op=linear_fwd layer=qkv shape=8192,768,2304 merak_ms=... torch_ms=... ratio=torch/merak=... merak_tflops=... of_peak=...
+#   op=linear_fwd layer=qkv math=fp32 shape=8192,768,2304 merak_ms=... torch_ms=... ratio=torch/merak=... merak_tflops=... of_peak=...
 #
 # ratio above 1: merak is faster.  PyTorch's side: F.linear for linear_fwd,
 # dout @ w for linear_bwd_x, dout^T @ inp for linear_bwd_w, and
@@ -26,8 +28,6 @@ make -s -C "$BUILDDIR" bench/bench_cuda_ops >/dev/null || die "cannot build benc
 cat > "$TMP/torch_ops.py" <<'EOF'
 import sys, torch, torch.nn.functional as F
 reps = int(sys.argv[1])
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
 def timeit(fn):
     fn(); torch.cuda.synchronize()
     s = []
@@ -42,6 +42,8 @@ def timeit(fn):
 r = lambda *sh: torch.rand(*sh, device="cuda") * 2 - 1
 for line in sys.stdin:
     kv = dict(f.split("=", 1) for f in line.split())
+    torch.backends.cuda.matmul.allow_tf32 = kv["math"] == "tf32"
+    torch.backends.cudnn.allow_tf32 = kv["math"] == "tf32"
     sh = [int(x) for x in kv["shape"].split(",")]
     if kv["op"].startswith("linear"):
         N, K, O = sh
@@ -60,10 +62,14 @@ for line in sys.stdin:
     print("%.4f" % timeit(fn), flush=True)
 EOF
 "$PYTHON" "$TMP/torch_ops.py" "$REPS" < "$TMP/merak.txt" > "$TMP/torch.txt" || die "the torch side failed"
-peak=$(awk '/layer=peak/ && /op=linear_fwd/ {sub("tflops=", "", $NF); print $NF}' "$TMP/merak.txt")
-echo "# bench_cuda_ops: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), B=$B T=$T, float32, merak's 8192^3 linear_fwd peak $peak TFLOP/s"
-paste -d' ' "$TMP/merak.txt" "$TMP/torch.txt" | awk -v peak="$peak" '{
-    ms = $0; sub(/.*ms=/, "", ms); sub(/ .*/, "", ms)
-    tf = $0; sub(/.*tflops=/, "", tf); sub(/ .*/, "", tf)
-    t = $NF; line = $1 " " ($2 ~ /^layer=/ ? $2 " " $3 : $2)
-    printf "%s merak_ms=%s torch_ms=%s ratio=torch/merak=%.3f merak_tflops=%s of_peak=%.2f\n", line, ms, t, t / ms, tf, tf / peak }'
+echo "# bench_cuda_ops: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), B=$B T=$T;" \
+    "merak's 8192^3 linear_fwd peak: $(awk '/layer=peak/ && /op=linear_fwd/ {t = $NF; sub(/tflops=/, "", t); printf "%s %s TFLOP/s ", $3, t}' "$TMP/merak.txt")"
+paste -d' ' "$TMP/merak.txt" "$TMP/torch.txt" | awk '
+    /layer=peak/ && /op=linear_fwd/ { p = $0; sub(/.*tflops=/, "", p); sub(/ .*/, "", p); peak[$3] = p }
+    { ms = $0; sub(/.*ms=/, "", ms); sub(/ .*/, "", ms)
+      tf = $0; sub(/.*tflops=/, "", tf); sub(/ .*/, "", tf)
+      t = $NF; label = ""
+      for (i = 1; i < NF; i++) if ($i !~ /^(ms|tflops)=/) label = label (label == "" ? "" : " ") $i
+      printf "%s merak_ms=%s torch_ms=%s ratio=torch/merak=%.3f merak_tflops=%s", label, ms, t, t / ms, tf
+      if ($1 ~ /^op=linear/ && ($3 in peak)) printf " of_peak=%.2f", tf / peak[$3]
+      printf "\n" }'

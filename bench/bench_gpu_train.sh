@@ -6,24 +6,27 @@
 # For each model (GPT-2 presets at sequence length T) both sides train
 # WARMUP + STEPS optimizer steps of M micro-batches of B sequences from the
 # same token shard; the median step time of the timed steps is reported.
-# PyTorch runs a nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention
-# with is_causal, fused AdamW, clip_grad_norm_) in three modes:
-#   fp32          float32 everywhere, TF32 off: the arithmetic merak's CUDA
-#                 backend does today (the like-for-like ratio);
+# merak trains in each of MERAK_DTYPES (--dtype fp32, tf32).  PyTorch runs a
+# nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention with
+# is_causal, fused AdamW, clip_grad_norm_) in four modes:
+#   fp32          float32 everywhere, TF32 off: merak's --dtype fp32;
+#   tf32          float32 with TF32 products (allow_tf32): merak's --dtype tf32;
 #   bf16          autocast to bfloat16 with float32 master weights (eager);
 #   bf16-compile  the same under torch.compile.
 # One line per run:
 #   bench_gpu_train model=gpt2 T=1024 mode=merak-fp32 step_ms=... tok_s=... mfu=... peak_mib=...
-# and a '#' line with the step-time ratio of each torch mode over merak.
+# and a '#' line with the step-time ratio of each torch mode over merak's
+# run in the same arithmetic (the bf16 modes: over merak's fastest).
 # MFU counts PaLM's 6*N + 12*L*T*C floating-point operations per token (N
 # parameters, L layers, hidden C) against PEAK_TFLOPS (bf16 dense, H100 SXM)
-# for the bf16 modes and PEAK_FP32_TFLOPS (H100 SXM, no tensor cores) for
-# fp32.  Peak memory: torch.cuda.max_memory_allocated, and merak-train's
+# for the bf16 modes, PEAK_TF32_TFLOPS (TF32 dense, H100 SXM) for tf32 and
+# PEAK_FP32_TFLOPS (H100 SXM, no tensor cores) for fp32.  Peak memory: torch.cuda.max_memory_allocated, and merak-train's
 # planned allocation ("memory (allocated)").
 #
 # Environment: MODELS [gpt2 gpt2-medium]  T [1024]  B [8]  M [1]  STEPS [20]
-#   WARMUP [5]  MODES [fp32 bf16 bf16-compile]  PYTHON [python3]
-#   PEAK_TFLOPS [989.4]  PEAK_FP32_TFLOPS [66.9]
+#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32]
+#   PYTHON [python3]  PEAK_TFLOPS [989.4]  PEAK_TF32_TFLOPS [494.7]
+#   PEAK_FP32_TFLOPS [66.9]
 set -eu
 
 BUILDDIR=${1:-.}
@@ -33,10 +36,12 @@ B=${B:-8}
 M=${M:-1}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
-MODES=${MODES:-"fp32 bf16 bf16-compile"}
+MODES=${MODES:-"fp32 tf32 bf16 bf16-compile"}
+MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32"}
 PYTHON=${PYTHON:-python3}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-66.9}
+PEAK_TF32_TFLOPS=${PEAK_TF32_TFLOPS:-494.7}
 
 . "$(dirname "$0")/lib.sh"
 bench_setup bench_gpu_train "$BUILDDIR" merak-train merak-shard
@@ -57,8 +62,8 @@ import sys, time, math, numpy as np, torch, torch.nn as nn, torch.nn.functional 
 name, shard, B, M, T, n, mode = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7]
 L, C, H = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20)}[name]
 V = 50257
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+torch.backends.cudnn.allow_tf32 = mode == "tf32"
 torch.manual_seed(1234)
 dev = "cuda"
 class Block(nn.Module):
@@ -103,7 +108,7 @@ for i in range(n):
     torch.cuda.synchronize(); t0 = time.perf_counter()
     for j in range(M):
         x, y = batch(i * M + j)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode != "fp32"):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode.startswith("bf16")):
             loss = step_fn(x, y) / M
         loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -121,9 +126,9 @@ echo "# bench_gpu_train: $(nvidia-smi --query-gpu=name,driver_version --format=c
 # line MODEL MODE MS PARAMS PEAK LAYERS HIDDEN -> one result line
 line() {
     awk -v model="$1" -v mode="$2" -v ms="$3" -v N="$4" -v peak="$5" -v L="$6" -v C="$7" \
-        -v tok="$TOK" -v T="$T" -v pk="$PEAK_TFLOPS" -v pk32="$PEAK_FP32_TFLOPS" 'BEGIN {
+        -v tok="$TOK" -v T="$T" -v pk="$PEAK_TFLOPS" -v pk32="$PEAK_FP32_TFLOPS" -v pktf="$PEAK_TF32_TFLOPS" 'BEGIN {
         tps = tok / (ms / 1e3); fl = 6 * N + 12 * L * T * C;
-        p = (mode ~ /fp32/ ? pk32 : pk) * 1e12;
+        p = (mode ~ /fp32/ ? pk32 : mode ~ /tf32/ ? pktf : pk) * 1e12;
         printf "bench_gpu_train model=%s T=%d mode=%s step_ms=%.1f tok_s=%.0f mfu=%.3f peak_mib=%s\n", model, T, mode, ms, tps, tps * fl / p, peak }'
 }
 
@@ -132,22 +137,33 @@ for model in $MODELS; do
     gpt2) L=12 C=768 ;; gpt2-medium) L=24 C=1024 ;; gpt2-large) L=36 C=1280 ;;
     *) die "model '$model': gpt2, gpt2-medium or gpt2-large" ;;
     esac
-    rm -f "$TMP/m.jsonl"
-    "$BUILDDIR/merak-train" --model "$model" --device cuda --data "$TMP/shard.bin" --micro-batch "$B" \
-        --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 --lr-schedule constant \
-        --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" > "$TMP/merak.out" 2>&1 ||
-        { cat "$TMP/merak.out" >&2; die "merak-train failed ($model)"; }
-    mms=$(sed -n 's/.*"step": \([0-9]*\),.*"step_ms": \([0-9.eE+-]*\).*/\1 \2/p' "$TMP/m.jsonl" |
-          awk -v w="$WARMUP" '$1 >= w {print $2}' | median)
-    mpeak=$(sed -n 's/^memory (allocated): stage 0 \([0-9.]*\) MiB.*/\1/p' "$TMP/merak.out" | head -1)
     N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
-    line "$model" merak-fp32 "$mms" "$N" "${mpeak:-?}" "$L" "$C" | tee "$TMP/merak.line"
+    best=
+    for dt in $MERAK_DTYPES; do
+        rm -f "$TMP/m.jsonl"
+        "$BUILDDIR/merak-train" --model "$model" --device cuda --dtype "$dt" --data "$TMP/shard.bin" \
+            --micro-batch "$B" --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 \
+            --lr-schedule constant --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" > "$TMP/merak.out" 2>&1 ||
+            { cat "$TMP/merak.out" >&2; die "merak-train failed ($model, $dt)"; }
+        mms=$(sed -n 's/.*"step": \([0-9]*\),.*"step_ms": \([0-9.eE+-]*\).*/\1 \2/p' "$TMP/m.jsonl" |
+              awk -v w="$WARMUP" '$1 >= w {print $2}' | median)
+        mpeak=$(sed -n 's/^memory (allocated): stage 0 \([0-9.]*\) MiB.*/\1/p' "$TMP/merak.out" | head -1)
+        line "$model" "merak-$dt" "$mms" "$N" "${mpeak:-?}" "$L" "$C"
+        eval "ms_$dt=\$mms"
+        if [ -z "$best" ] || awk -v a="$mms" -v b="$best" 'BEGIN {exit !(a < b)}'; then best=$mms; fi
+    done
     for mode in $MODES; do
         "$PYTHON" "$TMP/torch_gpt2.py" "$model" "$TMP/shard.bin" "$B" "$M" "$T" "$NSTEPS" "$mode" > "$TMP/t.out" 2>&1 ||
             { tail -20 "$TMP/t.out" >&2; die "torch failed ($model, $mode)"; }
         tms=$(sed -n 's/^ms //p' "$TMP/t.out" | tail -n +"$((WARMUP + 1))" | median)
         tpeak=$(sed -n 's/^peak_mib //p' "$TMP/t.out")
-        line "$model" "torch-$mode" "$tms" "$N" "$tpeak" "$L" "$C" | tee -a "$TMP/torch.lines"
-        echo "# $model torch-$mode: merak/torch step-time ratio $(awk -v a="$tms" -v b="$mms" 'BEGIN {printf "%.3f", a / b}') (above 1: merak faster)"
+        line "$model" "torch-$mode" "$tms" "$N" "$tpeak" "$L" "$C"
+        case $mode in
+        fp32|tf32) eval "mms=\${ms_$mode:-}"; against="merak-$mode" ;;
+        *) mms=$best against="merak's fastest" ;;
+        esac
+        if [ -n "$mms" ]; then
+            echo "# $model torch-$mode: $against/torch step-time ratio $(awk -v a="$tms" -v b="$mms" 'BEGIN {printf "%.3f", a / b}') (above 1: merak faster)"
+        fi
     done
 done

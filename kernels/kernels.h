@@ -196,6 +196,12 @@ typedef struct merak_kernels {
      * how the executor emulates bf16 storage (--dtype bf16, exec.h).  NULL
      * where the backend has no bf16 (cuda, for now). */
     void (*round_bf16)(float *x, size_t n);
+    /* Products in TF32 from now on (on 1; 0: FP32 again), for --dtype tf32:
+     * the linear and attention products multiply their inputs rounded to
+     * TF32 on the tensor cores, accumulating and storing FP32; nothing else
+     * changes.  The backend's state, for every later call.  NULL where
+     * the products have no TF32 (the CPU). */
+    void (*set_tf32)(int on);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 
@@ -217,6 +223,7 @@ typedef struct merak_backend {
                              * ranks of a node share it), --threads sets its threads */
     const char *profile;    /* the device profile (data/devices.json) assumed for it */
     int bf16;               /* its kernels have round_bf16: --dtype bf16 runs on it */
+    int tf32;               /* its kernels have set_tf32: --dtype tf32 runs on it */
     /* device memory seen from the host, for data that must pass through
      * host memory (NULL for a host backend): is p the backend's memory;
      * copies that return when the data is there, 0 or -1 */

@@ -29,7 +29,9 @@ for model in tiny-gpt2 tiny-llama; do
     metric "$WORK/$model.bf16.jsonl" loss > "$WORK/a"; metric "$WORK/$model.b1.jsonl" loss > "$WORK/b"
     cmp -s "$WORK/a" "$WORK/b" || fail "$model: bf16 losses differ between identical runs (1 and 2 threads)"
 done
-expect_exit 2 "dtype 'tf32' is not fp32 or bf16" "$TRAIN" --data "$WORK/data.bin" --dtype tf32
+expect_exit 2 "dtype tf32 on device cpu: TF32 is the tensor-core product format" "$TRAIN" --data "$WORK/data.bin" \
+    --dtype tf32
+expect_exit 2 "dtype 'fp16' is not fp32, tf32 or bf16" "$TRAIN" --data "$WORK/data.bin" --dtype fp16
 # (a build without CUDA refuses the device first)
 expect_exit 2 "dtype bf16 on device cuda is not implemented yet\\|built without CUDA" "$TRAIN" --data "$WORK/data.bin" --dtype bf16 \
     --device cuda

@@ -91,9 +91,10 @@ static void usage(FILE *out)
         "                          naming the peers (0: never; default MERAK_COMM_TIMEOUT, else 600)\n"
         "Running and output:\n"
         "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
-        "  --dtype T               fp32 (default) or bf16: bf16 activations, their gradients and\n"
-        "                          weight copies over fp32 master weights, moments and weight\n"
-        "                          gradients (the CPU emulates bf16; not yet with --device cuda)\n"
+        "  --dtype T               fp32 (default), tf32 (cuda: products on the tensor cores in\n"
+        "                          TF32) or bf16: bf16 activations, their gradients and weight\n"
+        "                          copies over fp32 master weights, moments and weight gradients\n"
+        "                          (the CPU emulates bf16; not yet with --device cuda)\n"
         "  --threads N             CPU threads for kernels and BLAS (default: the cores\n"
         "                          this process may run on)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
@@ -473,7 +474,7 @@ static void print_banner(const merak_run_info *ri, void *user)
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
            ri->world, ri->pp > 1 ? ", schedule " : "",
            ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", chunks, c->a->threads,
-           merak_args_bf16(c->a) ? "bf16" : "fp32", (double)ri->arena_bytes / (1 << 20));
+           c->a->dtype ? c->a->dtype : "fp32", (double)ri->arena_bytes / (1 << 20));
     /* each stage's peak activation memory: its slots and recompute buffers */
     printf("activations (recompute %s):", c->a->recompute ? c->a->recompute : "none");
     for (int p = 0; p < ri->pp; p++)

@@ -433,7 +433,9 @@ typedef struct merak_args {
     /* Called on rank 0 for every checkpoint saved, failed or resumed from
      * (may be NULL). */
     void (*on_checkpoint)(const merak_checkpoint_info *info, void *user);
-    /* Arithmetic: "fp32" (NULL), the exact reference, or "bf16": bf16
+    /* Arithmetic: "fp32" (NULL), the exact reference; "tf32" (device
+     * cuda only): fp32, with every product on the tensor cores with its
+     * inputs rounded to TF32; or "bf16": bf16
      * activations, activation gradients and compute copies of the weights
      * over fp32 master weights, moments and weight gradients (DESIGN.md
      * 7a; runtime/pipe/exec.h says where values round).  The CPU backend

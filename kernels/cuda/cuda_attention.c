@@ -1,8 +1,8 @@
 /*
  * cuda_attention.c - the CUDA backend's causal attention (the table's
- * attention entries, kernels.h): the fused kernels of flash.h for heads up
- * to FLASH_HD, else cuBLASLt GEMMs (cuda_blas.c) around softmax kernels
- * (attention.cu); decoding against a key/value cache.  Calls cuda_blas.c
+ * attention entries, kernels.h): the fused kernels of flash.h (heads up
+ * to FLASH_HD) or cuBLASLt GEMMs (cuda_blas.c) around softmax kernels
+ * (attention.cu), chosen by shape; decoding against a key/value cache.  Calls cuda_blas.c
  * and cuda_mem.c; the table (cuda_glue.c) calls it.
  */
 #include <math.h>
@@ -14,12 +14,21 @@
 #include "flash.h" /* FLASH_HD: the widest head the fused attention takes */
 
 /* ------------------------------------------------------------------ attention
+ * Which way (merak_cuda_set_attention_paths may force one): the forward
+ * takes the fused kernel for heads up to FLASH_HD; the backward takes the
+ * products while their two T x T buffers (2 n_head T^2 floats) stay within
+ * MERAK_CUDA_ATTN_PRODUCTS_BYTES, else the fused kernels.  Measured on an
+ * H100, GPT-2's 12 heads of 64 at B = 8, T = 1024 (bench/RESULTS.md): fused
+ * forward 1.22 ms, products 1.31; fused backward 7.88 ms, products 2.42.
+ * The choice depends on the shape alone, so runs stay bitwise repeatable.
+ *
  * Head dimensions up to FLASH_HD: the fused kernels of flash.h (forward:
  * out and lse; backward: dense dQ, dK, dV in scratch with D, each row's
  * sum of P dP), no T x T matrix.  Scratch: D (B,nh,T), dQ (B,T,nh*hd),
  * dK (B,T,nkv*hd), dV (B,T,nkv*hd).
  *
- * Wider heads (and decoding, below), as GEMMs, the CPU backend's
+ * The products (wider heads, the backward by the rule above, decoding
+ * below), as GEMMs, the CPU backend's
  * arithmetic (kernels/cpu):
  *   fwd  S = scale Q K^T ; P = causal softmax(S) (zeros above the diagonal,
  *        in scratch) ; lse = each row's log-sum-exp (saved) ; out = P V
@@ -47,6 +56,32 @@ static int rm_gemm(int ta, int tb, int M, int N, int K, float alpha, const float
 {
     const merak_cuda_batch bt = {count, sb, sa, sc};
     return merak_cuda_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, C, ldc, beta, NULL, bt);
+}
+
+static merak_cuda_attn_path g_fwd_path, g_bwd_path;   /* AUTO */
+
+void merak_cuda_set_attention_paths(merak_cuda_attn_path fwd, merak_cuda_attn_path bwd)
+{
+    g_fwd_path = fwd;
+    g_bwd_path = bwd;
+}
+
+/* The products' T x T buffers: P and dS of one batch row. */
+static size_t products_bytes(const merak_attn_shape *s)
+{
+    return 2 * (size_t)s->n_head * (size_t)s->T * (size_t)s->T * sizeof(float);
+}
+
+static int fused_fwd(const merak_attn_shape *s)
+{
+    return s->head_dim <= FLASH_HD && g_fwd_path != MERAK_CUDA_ATTN_PRODUCTS;
+}
+
+static int fused_bwd(const merak_attn_shape *s)
+{
+    if (s->head_dim > FLASH_HD || g_bwd_path == MERAK_CUDA_ATTN_PRODUCTS)
+        return 0;
+    return g_bwd_path == MERAK_CUDA_ATTN_FUSED || products_bytes(s) > MERAK_CUDA_ATTN_PRODUCTS_BYTES;
 }
 
 static int attn_shape_ok(const merak_attn_shape *s, const char *what)
@@ -108,7 +143,7 @@ void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse,
         Q = qr, qs = C;
         K = kr, ks = nkv * hd;
     }
-    if (hd <= FLASH_HD) {
+    if (fused_fwd(s)) {
         LAUNCH("attention_fwd(fused)",
                merak_cuda_launch_flash_fwd(STREAM, s, out, lse, Q, qs, K, ks, v));
         return;
@@ -162,9 +197,9 @@ size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
 {
     const size_t B = (size_t)s->B, T = (size_t)s->T;
     const size_t grads = B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
-    if (s->head_dim <= FLASH_HD)
-        return B * (size_t)s->n_head * T + grads;
-    return 2 * (size_t)s->n_head * T * T + grads;
+    const size_t tt = fused_fwd(s) && fused_bwd(s) ? 0 : 2 * (size_t)s->n_head * T * T;
+    const size_t d = fused_bwd(s) ? B * (size_t)s->n_head * T : 0;   /* the fused backward's D */
+    return (tt > d ? tt : d) + grads;
 }
 
 void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
@@ -180,7 +215,7 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
     const int rope = s->rope.theta > 0;
     const float *Q = rope ? qr : q, *K = rope ? kr : k;
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
-    if (hd <= FLASH_HD) {
+    if (fused_bwd(s)) {
         float *D = scratch, *dQ = D + (size_t)B * nh * T;
         float *dK = dQ + (size_t)B * T * C, *dV = dK + (size_t)B * T * Ckv;
         LAUNCH("attention_bwd(fused)", merak_cuda_launch_flash_bwd(STREAM, s, dQ, dK, dV, D, dout,

@@ -281,6 +281,7 @@ static const merak_kernels cuda_table = {
     .synchronize = merak_cuda_synchronize,
     .memory = m_memory,
     .capacity = m_capacity,
+    .set_tf32 = merak_cuda_set_tf32,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

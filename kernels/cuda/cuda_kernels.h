@@ -73,6 +73,32 @@ int merak_cuda_is_device_ptr(const void *p);
 /* Waits for every kernel enqueued by the backend; returns 0 or -1. */
 int merak_cuda_synchronize(void);
 
+/* Products in TF32 (--dtype tf32; the table's set_tf32): every later GEMM
+ * of the backend (the linear layers, attention's products) multiplies on
+ * the tensor cores with its inputs rounded to TF32 (CUBLAS_COMPUTE_32F_
+ * FAST_TF32, FP32 accumulation and storage); 0 turns it off (FP32, the
+ * default).  merak_cuda_tf32 says which is on. */
+void merak_cuda_set_tf32(int on);
+int merak_cuda_tf32(void);
+
+/* Attention's two ways (cuda_attention.c): the fused kernels of flash.h
+ * (head dims up to FLASH_HD) or cuBLASLt products around softmax kernels
+ * over T x T buffers.  AUTO, the default, is the rule of cuda_attention.c
+ * (fused forward; the products' backward while its buffers stay under
+ * MERAK_CUDA_ATTN_PRODUCTS_BYTES); tests and benchmarks force one way for
+ * the forward and one for the backward, which must then be the way the
+ * scratch was sized for (attention_scratch_elems asks after this call).
+ * FUSED for a head wider than FLASH_HD takes the products. */
+typedef enum merak_cuda_attn_path {
+    MERAK_CUDA_ATTN_AUTO = 0,
+    MERAK_CUDA_ATTN_FUSED,
+    MERAK_CUDA_ATTN_PRODUCTS
+} merak_cuda_attn_path;
+void merak_cuda_set_attention_paths(merak_cuda_attn_path fwd, merak_cuda_attn_path bwd);
+/* The backward's T x T buffers (probabilities and their gradient, one
+ * batch row at a time) the AUTO rule allows: 2 * n_head * T^2 floats. */
+#define MERAK_CUDA_ATTN_PRODUCTS_BYTES ((size_t)1 << 30)
+
 #ifdef MERAK_CUDA_INTERNAL
 #include <cuda_runtime_api.h> /* cudaError_t, cudaStream_t */
 /* ---------------------------------------------------------------------------

@@ -61,8 +61,8 @@ static int check(const merak_args *a, char *err, size_t errlen)
                           "%g and clip %g not negative)", a->beta1, a->beta2, a->weight_decay, a->clip);
     if (a->save_dtype && strcmp(a->save_dtype, "fp32") != 0 && strcmp(a->save_dtype, "bf16") != 0)
         return merak_errf(err, errlen, "save dtype '%s' is not fp32 or bf16", a->save_dtype);
-    if (a->dtype && strcmp(a->dtype, "fp32") != 0 && !merak_args_bf16(a))
-        return merak_errf(err, errlen, "dtype '%s' is not fp32 or bf16", a->dtype);
+    if (a->dtype && strcmp(a->dtype, "fp32") != 0 && strcmp(a->dtype, "tf32") != 0 && !merak_args_bf16(a))
+        return merak_errf(err, errlen, "dtype '%s' is not fp32, tf32 or bf16", a->dtype);
     if (a->save_shard_size < 0)
         return merak_errf(err, errlen, "shard size %lld bytes is negative (0: one file whatever the size)",
                           (long long)a->save_shard_size);
@@ -117,6 +117,9 @@ static int check(const merak_args *a, char *err, size_t errlen)
     if (merak_args_bf16(a) && !be->bf16)
         return merak_errf(err, errlen, "dtype bf16 on device %s is not implemented yet (the CPU emulates bf16: "
                           "--device cpu; or --dtype fp32)", be->name);
+    if (a->dtype && strcmp(a->dtype, "tf32") == 0 && !be->tf32)
+        return merak_errf(err, errlen, "dtype tf32 on device %s: TF32 is the tensor-core product format of NVIDIA "
+                          "GPUs (--device cuda); here --dtype fp32, or bf16 (emulated)", be->name);
     return 0;
 }
 

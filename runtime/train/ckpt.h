@@ -70,7 +70,7 @@ typedef struct merak_ckpt_run {
     const char *data;              /* the shards' pattern, "" for none */
     double beta1, beta2, eps, weight_decay, clip;
     const merak_model_config *model;   /* its config.json; NULL: none */
-    const char *dtype;             /* "fp32" or "bf16": the run's arithmetic (the files hold
+    const char *dtype;             /* "fp32", "tf32" or "bf16": the run's arithmetic (the files hold
                                     * fp32 masters and moments either way) */
 } merak_ckpt_run;
 /* The run arguments a describe on a dp x tp x pp grid. */

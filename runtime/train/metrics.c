@@ -14,7 +14,7 @@
 struct merak_metrics {
     FILE *f;
     char *path;
-    const char *dtype;   /* every line says it: "fp32" or "bf16" */
+    const char *dtype;   /* every line says it: "fp32", "tf32" or "bf16" */
 };
 
 merak_metrics *merak_metrics_open(const char *path, const char *dtype, char *err, size_t errlen)

@@ -4,6 +4,7 @@
  * on) and the backend's kernels on it.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "errf.h"
 #include "trainer_impl.h"
@@ -23,6 +24,13 @@ const merak_kernels *merak_session_kernels(const merak_args *a, int world, int *
     const merak_backend *be = merak_backend_find(a->device);
     const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
     *staged = 0;
+    const int tf32 = a->dtype && strcmp(a->dtype, "tf32") == 0;
+    if (k && tf32 && !k->set_tf32) {   /* merak_args_check refuses it first */
+        merak_errf(err, errlen, "dtype tf32: the %s backend has no TF32 products", be->name);
+        return NULL;
+    }
+    if (k && k->set_tf32)
+        k->set_tf32(tf32);   /* the backend's state: set either way */
     if (k && world > 1 && !be->host) {
         devmem = (merak_devmem){be->is_device, be->to_host, be->to_device};
         merak_comm_set_devmem(g_comm, &devmem);

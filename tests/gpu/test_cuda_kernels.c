@@ -14,10 +14,13 @@
  *   - the CUDA run leaves its inputs untouched.
  * Shapes are small and odd on purpose (unaligned GEMM sizes and bias, fused
  * strided qkv, grouped-query attention with RoPE, head dims that do not
- * divide the block, T larger than a block).  Attention takes both of the
- * backend's paths: the fused kernels (head dims up to FLASH_HD = 64: 8, 16,
- * 64) and the cuBLASLt products (96, 320).  MERAK_TEST_SEED=<n> changes the
- * random values.
+ * divide the block, T larger than a block).  Attention runs as the backend
+ * chooses (fused forward and products backward for head dims up to FLASH_HD
+ * = 64: 8, 16, 64; products for 96, 320), then with each way forced for
+ * both directions.  The linear and attention cases run again with TF32
+ * products (--dtype tf32), within TF32's tolerance, and must differ from
+ * the float32 products somewhere.  MERAK_TEST_SEED=<n> changes the random
+ * values.
  */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
 #include "kernels.h"           /* merak_kernels, merak_kernels_cpu */
@@ -31,8 +34,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tolerances of the float32 products, and of TF32's (merak_cuda_set_tf32:
+ * the products' inputs rounded to 10 bits of mantissa).  A NumPy emulation of
+ * TF32 (inputs rounded to nearest, or truncated; float64 sums) over this
+ * file's linear and attention shapes reaches at most 0.35 of the TF32
+ * tolerances. */
 #define RTOL 1e-4
 #define ATOL 5e-5 /* times the largest |cpu| of the buffer */
+#define RTOL_TF32 5e-3
+#define ATOL_TF32 2e-3
+static double g_rtol = RTOL, g_atol = ATOL;
 
 /* ------------------------------------------------------------------ RNG */
 
@@ -125,7 +136,7 @@ static double compare(const float *g, const float *c, size_t n, size_t *worst)
     double r = 0.0;
     *worst = 0;
     for (size_t i = 0; i < n; i++) {
-        const double allowed = RTOL * fabs((double)c[i]) + ATOL * m + 1e-30;
+        const double allowed = g_rtol * fabs((double)c[i]) + g_atol * m + 1e-30;
         const double e = fabs((double)g[i] - (double)c[i]) / allowed;
         if (!(e <= r)) { /* also catches NaN */
             r = isnan(e) ? INFINITY : e;
@@ -488,7 +499,7 @@ static void op_linear_bwd_w(const merak_kernels *K, int on_gpu, void **p, const 
                     a->K, a->O);
 }
 
-static void test_linear(int N, int K, int O, int bias, int bias_off)
+static void test_linear(const char *pre, int N, int K, int O, int bias, int bias_off)
 {
     const lin_arg a = {N, K, O, bias, bias_off};
     char name[128];
@@ -499,14 +510,14 @@ static void test_linear(int N, int K, int O, int bias, int bias_off)
         {.name = "w", .kind = IN_F, .n = (size_t)O * K, .lo = -1, .hi = 1},
         {.name = "b", .kind = IN_F, .n = bias ? (size_t)O + 1 : 0, .lo = -1, .hi = 1},
     };
-    snprintf(name, sizeof name, "linear_fwd N=%d K=%d O=%d%s", N, K, O, tag);
+    snprintf(name, sizeof name, "%slinear_fwd N=%d K=%d O=%d%s", pre, N, K, O, tag);
     run_case(name, fwd, NB(fwd), op_linear_fwd, &a, 0);
     buf bx[] = {
         {.name = "dinp", .kind = OUT_ACC, .n = (size_t)N * K, .lo = -1, .hi = 1},
         {.name = "dout", .kind = IN_F, .n = (size_t)N * O, .lo = -1, .hi = 1},
         {.name = "w", .kind = IN_F, .n = (size_t)O * K, .lo = -1, .hi = 1},
     };
-    snprintf(name, sizeof name, "linear_bwd_x N=%d K=%d O=%d", N, K, O);
+    snprintf(name, sizeof name, "%slinear_bwd_x N=%d K=%d O=%d", pre, N, K, O);
     run_case(name, bx, NB(bx), op_linear_bwd_x, &a, 0);
     buf bw[] = {
         {.name = "dw", .kind = OUT_ACC, .n = (size_t)O * K, .lo = -1, .hi = 1},
@@ -514,7 +525,7 @@ static void test_linear(int N, int K, int O, int bias, int bias_off)
         {.name = "dout", .kind = IN_F, .n = (size_t)N * O, .lo = -1, .hi = 1},
         {.name = "inp", .kind = IN_F, .n = (size_t)N * K, .lo = -1, .hi = 1},
     };
-    snprintf(name, sizeof name, "linear_bwd_w N=%d K=%d O=%d%s", N, K, O, tag);
+    snprintf(name, sizeof name, "%slinear_bwd_w N=%d K=%d O=%d%s", pre, N, K, O, tag);
     run_case(name, bw, NB(bw), op_linear_bwd_w, &a, 0);
 }
 
@@ -980,6 +991,67 @@ static void test_adamw(size_t n)
 
 /* ------------------------------------------------------------------ main */
 
+/* ------------------------------------------------------------------ sets, TF32 */
+
+static void test_linear_sets(const char *tag)
+{
+    test_linear(tag, 13, 24, 17, 1, 0);
+    test_linear(tag, 13, 24, 17, 1, 1);
+    test_linear(tag, 13, 24, 17, 0, 0);
+    test_linear(tag, 64, 96, 80, 1, 0);
+    test_linear(tag, 300, 33, 7, 1, 0);
+}
+
+static void test_attention_sets(const char *tag)
+{
+    char t[7][64];
+    static const char *const names[7] = {"gpt2", "llama3-scaled", "llama-gqa", "gqa-rope-fused", "long",
+                                         "batched-gqa", "wide-head"};
+    for (int i = 0; i < 7; i++)
+        snprintf(t[i], sizeof t[i], "%s%s", tag, names[i]);
+    test_attention(t[0], 2, 7, 3, 3, 8, ROPE(0.0f), 1);
+    test_attention(t[1], 2, 80, 4, 2, 64, LLAMA3_ROPE, 0);
+    test_attention(t[2], 2, 9, 4, 2, 16, ROPE(10000.0f), 0);
+    test_attention(t[3], 1, 70, 4, 1, 96, ROPE(500000.0f), 1);
+    test_attention(t[4], 1, 300, 2, 2, 64, ROPE(10000.0f), 0);
+    test_attention(t[5], 3, 129, 6, 2, 64, ROPE(10000.0f), 0);
+    test_attention(t[6], 1, 5, 2, 1, 320, ROPE(10000.0f), 1);
+}
+
+/* The same product in float32 and in TF32: they differ (the switch reaches
+ * cuBLASLt), by no more than TF32's tolerance. */
+static void test_tf32_differs(void)
+{
+    const int N = 64, K = 96, O = 80;
+    float *x = rand_array((size_t)N * K, -1, 1), *w = rand_array((size_t)O * K, -1, 1);
+    float *dx = dmalloc((size_t)N * K * 4), *dw = dmalloc((size_t)O * K * 4), *dy = dmalloc((size_t)N * O * 4);
+    float *y[2] = {xmalloc((size_t)N * O * 4), xmalloc((size_t)N * O * 4)};
+    merak_cuda_memcpy_h2d(dx, x, (size_t)N * K * 4);
+    merak_cuda_memcpy_h2d(dw, w, (size_t)O * K * 4);
+    for (int t = 0; t < 2; t++) {
+        merak_cuda_set_tf32(t);
+        g_gpu->linear_fwd(dy, dx, dw, NULL, N, K, O);
+        merak_cuda_memcpy_d2h(y[t], dy, (size_t)N * O * 4);
+    }
+    size_t worst;
+    tap_ok(merak_cuda_tf32() == 1, "merak_cuda_tf32 says TF32 is on");
+    tap_ok(memcmp(y[0], y[1], (size_t)N * O * 4) != 0, "tf32: a 64x96x80 product differs from float32's");
+    tap_ok(compare(y[1], y[0], (size_t)N * O, &worst) <= 1.0, "tf32: ... within TF32's tolerance of it");
+    merak_cuda_free(dx), merak_cuda_free(dw), merak_cuda_free(dy);
+    free(x), free(w), free(y[0]), free(y[1]);
+}
+
+static void test_tf32(void)
+{
+    g_rtol = RTOL_TF32, g_atol = ATOL_TF32;
+    test_tf32_differs();
+    test_linear_sets("tf32 ");
+    test_attention_sets("tf32 ");
+    g_gpu->set_tf32(0);
+    tap_ok(merak_cuda_tf32() == 0, "the table's set_tf32(0) turns TF32 off");
+    g_rtol = RTOL, g_atol = ATOL;
+}
+
 int main(void)
 {
     if (!merak_cuda_available()) {
@@ -1010,19 +1082,15 @@ int main(void)
     test_rmsnorm(300, 70);
     test_rmsnorm(5, 1000);
 
-    test_linear(13, 24, 17, 1, 0);
-    test_linear(13, 24, 17, 1, 1);
-    test_linear(13, 24, 17, 0, 0);
-    test_linear(64, 96, 80, 1, 0);
-    test_linear(300, 33, 7, 1, 0);
-
-    test_attention("gpt2", 2, 7, 3, 3, 8, ROPE(0.0f), 1);
-    test_attention("llama3-scaled", 2, 80, 4, 2, 64, LLAMA3_ROPE, 0);
-    test_attention("llama-gqa", 2, 9, 4, 2, 16, ROPE(10000.0f), 0);
-    test_attention("gqa-rope-fused", 1, 70, 4, 1, 96, ROPE(500000.0f), 1);
-    test_attention("long", 1, 300, 2, 2, 64, ROPE(10000.0f), 0);
-    test_attention("batched-gqa", 3, 129, 6, 2, 64, ROPE(10000.0f), 0);
-    test_attention("wide-head", 1, 5, 2, 1, 320, ROPE(10000.0f), 1);
+    test_linear_sets("");
+    test_attention_sets("");
+    static const merak_cuda_attn_path ways[] = {MERAK_CUDA_ATTN_FUSED, MERAK_CUDA_ATTN_PRODUCTS};
+    for (int w = 0; w < 2; w++) {
+        merak_cuda_set_attention_paths(ways[w], ways[w]);
+        test_attention_sets(w ? "[products] " : "[fused] ");
+    }
+    merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_AUTO, MERAK_CUDA_ATTN_AUTO);
+    test_tf32();
     test_attention_cached("gpt2-token", 2, 1, 37, 3, 3, 8, ROPE(0.0f), 1);
     test_attention_cached("llama-prompt", 1, 19, 0, 4, 2, 16, ROPE(10000.0f), 0);
     test_attention_cached("llama-token", 3, 1, 200, 6, 2, 64, ROPE(500000.0f), 0);
