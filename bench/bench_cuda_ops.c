@@ -15,7 +15,13 @@
  * model needs (2*B*nh*T*T*hd forward, twice that backward), whatever a
  * kernel actually computes.  Inputs are random in [-1,1), never zeros.
  *
+ * Then the memory-bound entries (embeddings, norms, elementwise ops,
+ * cross-entropy, AdamW, sumsq, scale) at the same shapes, as "roofline"
+ * rows against a device-to-device copy (see the roofline section below),
+ * to --roofline FILE, else after the others on stdout.
+ *
  * Usage: bench_cuda_ops [--batch B] [--seq-len T] [--reps R] [--min-ms MS]
+ *                       [--roofline FILE]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -180,9 +186,437 @@ static void bench_attention(int B, int T, int nh, int hd, merak_cuda_attn_path p
     merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_AUTO, MERAK_CUDA_ATTN_AUTO);
 }
 
+/* ------------------------------------------------------------------ roofline
+ *
+ * The memory-bound entries at GPT-2 124M's shapes against the least
+ * traffic their results need: every buffer a kernel must read, read once,
+ * every buffer it writes, written once, and an accumulated (+=) output
+ * both read and written.  gbs is those bytes over the median time and
+ * of_copy that rate over a device-to-device copy's (the first row):
+ *     roofline op=layernorm_fwd shape=8192,768 ms=... bytes=... gbs=... of_copy=...
+ * Inputs are random as drand's, token ids valid; outputs, accumulated
+ * gradients and AdamW's moments start at zero.  Each kernel runs again and
+ * again on the same buffers, so a working set that fits the L2 (50 MB on
+ * an H100) may be read from there and beat the copy; nothing is flushed
+ * between calls. */
+
+static FILE *g_roof;        /* the roofline rows: --roofline FILE, else stdout */
+static double g_copy_gbs;   /* the copy row's rate, of_copy's unit */
+
+static void roof_print(const char *op, const char *shape, double bytes, double ms)
+{
+    const double gbs = bytes / ms / 1e6;
+    fprintf(g_roof, "roofline op=%s shape=%s ms=%.4f bytes=%.0f gbs=%.1f of_copy=%.2f\n", op, shape, ms,
+            bytes, gbs, gbs / g_copy_gbs);
+    fflush(g_roof);
+}
+
+/* A row: the kernel (fn calls it with the family's arguments) and its bytes. */
+typedef struct {
+    const char *op;
+    op_fn fn;
+    double bytes;
+} roof_row;
+
+static void roof_rows(const roof_row *rows, int n, const char *shape, const void *arg)
+{
+    for (int i = 0; i < n; i++)
+        roof_print(rows[i].op, shape, rows[i].bytes, timeit(rows[i].fn, arg));
+}
+
+/* A device buffer of n floats, zero (outputs, and moments as a first
+ * step finds them). */
+static float *dzero(size_t n)
+{
+    float *d = merak_cuda_malloc(n * sizeof *d);
+    if (!d || merak_cuda_memset(d, 0, n * sizeof *d) < 0)
+        die("out of memory");
+    return d;
+}
+
+/* A device buffer of n token ids, random in [0,V) from the same hash as
+ * drand's floats; *distinct: how many different ids it holds (the rows of
+ * a (V,C) table an embedding must touch). */
+static int32_t *dids(size_t n, int V, uint64_t seed, size_t *distinct)
+{
+    int32_t *h = malloc(n * sizeof *h), *d = merak_cuda_malloc(n * sizeof *d);
+    unsigned char *seen = calloc((size_t)V, 1);
+    if (!h || !d || !seen)
+        die("out of memory");
+    *distinct = 0;
+    for (size_t i = 0; i < n; i++) {
+        h[i] = (int32_t)(merak_mix64(seed + i) % (uint64_t)V);
+        *distinct += !seen[h[i]];
+        seen[h[i]] = 1;
+    }
+    if (merak_cuda_memcpy_h2d(d, h, n * sizeof *d) < 0)
+        die("copy");
+    free(seen);
+    free(h);
+    return d;
+}
+
+static void free_all(float **bufs, int n)
+{
+    for (int i = 0; i < n; i++)
+        merak_cuda_free(bufs[i]);
+}
+
+/* ---- the copy: 1 GiB device to device, counted read + written (2 GiB) */
+
+typedef struct {
+    float *dst, *src;
+    size_t bytes;
+} copy_arg;
+
+static void copy_d2d(const void *p)
+{
+    const copy_arg *a = p;
+    if (merak_cuda_memcpy_d2d(a->dst, a->src, a->bytes) < 0)
+        die("device-to-device copy");
+}
+
+static void bench_copy(void)
+{
+    const size_t n = ((size_t)1 << 30) / sizeof(float);
+    copy_arg a = {dzero(n), drand(n, 20), n * sizeof(float)};
+    const double ms = timeit(copy_d2d, &a), bytes = 2.0 * (double)a.bytes;
+    char shape[32];
+    g_copy_gbs = bytes / ms / 1e6;
+    snprintf(shape, sizeof shape, "%zu", n);
+    roof_print("copy", shape, bytes, ms);
+    merak_cuda_free(a.dst);
+    merak_cuda_free(a.src);
+}
+
+/* ---- token and position embeddings */
+
+typedef struct {
+    int B, T, C, V;
+    int32_t *ids;              /* (B*T) in [0,V) */
+    float *wte, *dwte;         /* (V,C) */
+    float *wpe, *dwpe;         /* (T,C): positions P = T */
+    float *tok, *out, *dout;   /* (B,T,C) */
+} emb_arg;
+
+static void emb_fwd(const void *p)
+{
+    const emb_arg *a = p;
+    g_k->embedding_fwd(a->tok, a->ids, a->wte, a->B * a->T, a->C, 0, a->V);
+}
+static void emb_bwd_w(const void *p)
+{
+    const emb_arg *a = p;
+    g_k->embedding_bwd_w(a->dwte, a->dout, a->ids, a->B * a->T, a->C, 0, a->V);
+}
+static void pos_fwd(const void *p)
+{
+    const emb_arg *a = p;
+    g_k->posemb_fwd(a->out, a->tok, a->wpe, a->B, a->T, a->C);
+}
+static void pos_bwd_w(const void *p)
+{
+    const emb_arg *a = p;
+    g_k->posemb_bwd_w(a->dwpe, a->dout, a->B, a->T, a->C);
+}
+
+static void bench_embeddings(int B, int T, int C, int V)
+{
+    const size_t N = (size_t)B * T, NC = N * C, TC = (size_t)T * C;
+    size_t D; /* distinct ids: the rows of wte read, of dwte read and written */
+    emb_arg a = {B, T, C, V, dids(N, V, 21, &D), drand((size_t)V * C, 22), dzero((size_t)V * C),
+                 drand(TC, 23), dzero(TC), dzero(NC), dzero(NC), drand(NC, 24)};
+    const double f = sizeof(float), dc = (double)D * C;
+    const roof_row emb[] = {
+        {"embedding_fwd", emb_fwd, 4.0 * N + f * (dc + NC)},            /* ids; D rows of wte; out */
+        {"embedding_bwd_w", emb_bwd_w, f * NC + 4.0 * N + f * 2 * dc}}; /* dout; ids; D rows of dwte += */
+    const roof_row pos[] = {
+        {"posemb_fwd", pos_fwd, f * (2.0 * NC + TC)},      /* inp, wpe; out */
+        {"posemb_bwd_w", pos_bwd_w, f * (NC + 2.0 * TC)}}; /* dout; dwpe += */
+    char shape[64];
+    snprintf(shape, sizeof shape, "%zu,%d,%d", N, C, V);
+    roof_rows(emb, 2, shape, &a);
+    snprintf(shape, sizeof shape, "%d,%d,%d", B, T, C);
+    roof_rows(pos, 2, shape, &a);
+    float *bufs[] = {a.wte, a.dwte, a.wpe, a.dwpe, a.tok, a.out, a.dout};
+    free_all(bufs, 7);
+    merak_cuda_free(a.ids);
+}
+
+/* ---- layer norm and RMS norm */
+
+typedef struct {
+    int N, C;
+    float *inp, *out, *dout, *dinp; /* (N,C) */
+    float *w, *b, *dw, *db;         /* (C) */
+    float *mean, *rstd;             /* (N) */
+} norm_arg;
+
+static void ln_fwd(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->layernorm_fwd(a->out, a->mean, a->rstd, a->inp, a->w, a->b, a->N, a->C, 1e-5f);
+}
+static void ln_bwd_x(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->layernorm_bwd_x(a->dinp, a->dout, a->inp, a->w, a->mean, a->rstd, a->N, a->C);
+}
+static void ln_bwd_w(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->layernorm_bwd_w(a->dw, a->db, a->dout, a->inp, a->mean, a->rstd, a->N, a->C);
+}
+static void rms_fwd(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm_fwd(a->out, a->rstd, a->inp, a->w, a->N, a->C, 1e-5f);
+}
+static void rms_bwd_x(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm_bwd_x(a->dinp, a->dout, a->inp, a->w, a->rstd, a->N, a->C);
+}
+static void rms_bwd_w(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm_bwd_w(a->dw, a->dout, a->inp, a->rstd, a->N, a->C);
+}
+
+static void bench_norms(int N, int C)
+{
+    const size_t NC = (size_t)N * C;
+    norm_arg a = {N, C, drand(NC, 25), dzero(NC), drand(NC, 26), dzero(NC),
+                  drand(C, 27), drand(C, 28), dzero(C), dzero(C), dzero(N), dzero(N)};
+    const double f = sizeof(float), nc = (double)NC;
+    /* Each forward runs first: its mean and rstd are the backward's. */
+    const roof_row rows[] = {
+        {"layernorm_fwd", ln_fwd, f * (2 * nc + 2.0 * C + 2.0 * N)},     /* inp, w, b; out, mean, rstd */
+        {"layernorm_bwd_x", ln_bwd_x, f * (4 * nc + C + 2.0 * N)},       /* dout, inp, w, mean, rstd; dinp += */
+        {"layernorm_bwd_w", ln_bwd_w, f * (2 * nc + 2.0 * N + 4.0 * C)}, /* dout, inp, mean, rstd; dw, db += */
+        {"rmsnorm_fwd", rms_fwd, f * (2 * nc + C + (double)N)},          /* inp, w; out, rstd */
+        {"rmsnorm_bwd_x", rms_bwd_x, f * (4 * nc + C + (double)N)},      /* dout, inp, w, rstd; dinp += */
+        {"rmsnorm_bwd_w", rms_bwd_w, f * (2 * nc + N + 2.0 * C)}};       /* dout, inp, rstd; dw += */
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d,%d", N, C);
+    roof_rows(rows, 6, shape, &a);
+    float *bufs[] = {a.inp, a.out, a.dout, a.dinp, a.w, a.b, a.dw, a.db, a.mean, a.rstd};
+    free_all(bufs, 10);
+}
+
+/* ---- elementwise: the MLP's activations on (N,4C), the residual's ops on (N,C) */
+
+typedef struct {
+    size_t n;                            /* elements of each call */
+    float *x, *y, *out, *dout, *dx, *dy; /* (N,4C) each; the (N,C) calls use their start */
+} pw_arg;
+
+static void gelu_f(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->gelu_fwd(a->out, a->x, a->n);
+}
+static void gelu_b(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->gelu_bwd(a->dx, a->dout, a->x, a->n);
+}
+static void swiglu_f(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->swiglu_fwd(a->out, a->x, a->y, a->n);
+}
+static void swiglu_b(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->swiglu_bwd(a->dx, a->dy, a->dout, a->x, a->y, a->n);
+}
+static void add_f(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->add_fwd(a->out, a->x, a->y, a->n);
+}
+static void accum(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->accumulate(a->dx, a->x, a->n);
+}
+static void dropout_f(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->dropout_fwd(a->out, a->x, a->n, 0.1f, 1234, 0);
+}
+static void dropout_b(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->dropout_bwd(a->dx, a->dout, a->n, 0.1f, 1234, 0);
+}
+
+static void bench_pointwise(int N, int C)
+{
+    const size_t n4 = (size_t)N * 4 * C, n1 = (size_t)N * C;
+    pw_arg a = {n4, drand(n4, 29), drand(n4, 30), dzero(n4), drand(n4, 31), dzero(n4), dzero(n4)};
+    const double f = sizeof(float), e4 = (double)n4, e1 = (double)n1;
+    const roof_row mlp[] = {
+        {"gelu_fwd", gelu_f, f * 2 * e4},      /* inp; out */
+        {"gelu_bwd", gelu_b, f * 4 * e4},      /* dout, inp; dinp += */
+        {"swiglu_fwd", swiglu_f, f * 3 * e4},  /* gate, up; out */
+        {"swiglu_bwd", swiglu_b, f * 7 * e4}}; /* dout, gate, up; dgate +=, dup += */
+    const roof_row res[] = {
+        {"add_fwd", add_f, f * 3 * e1},          /* a, b; out */
+        {"accumulate", accum, f * 3 * e1},       /* src; dst += */
+        {"dropout_fwd", dropout_f, f * 2 * e1},  /* inp; out (p = 0.1) */
+        {"dropout_bwd", dropout_b, f * 3 * e1}}; /* dout; dinp += */
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d,%d", N, 4 * C);
+    roof_rows(mlp, 4, shape, &a);
+    pw_arg r = a;
+    r.n = n1;
+    snprintf(shape, sizeof shape, "%d,%d", N, C);
+    roof_rows(res, 4, shape, &r);
+    float *bufs[] = {a.x, a.y, a.out, a.dout, a.dx, a.dy};
+    free_all(bufs, 6);
+}
+
+/* ---- cross-entropy over the whole vocabulary */
+
+typedef struct {
+    int N, V;
+    float *logits, *dlogits; /* (N,V) */
+    float *lse, *tlogit;     /* (N) */
+    int32_t *targets;        /* (N) in [0,V) */
+} ce_arg;
+
+static void ce_stats(const void *p)
+{
+    const ce_arg *a = p;
+    g_k->crossentropy_stats(a->lse, a->tlogit, a->logits, a->targets, a->N, a->V, 0);
+}
+static void ce_bwd(const void *p)
+{
+    const ce_arg *a = p;
+    g_k->crossentropy_bwd(a->dlogits, a->logits, a->lse, a->targets, a->N, a->V, 0, 1.0f / a->N);
+}
+
+static void bench_crossentropy(int N, int V)
+{
+    const size_t NV = (size_t)N * V;
+    size_t D;
+    ce_arg a = {N, V, drand(NV, 32), dzero(NV), dzero(N), dzero(N), dids(N, V, 33, &D)};
+    const double f = sizeof(float), nv = (double)NV;
+    /* stats runs first: its lse is the backward's */
+    const roof_row rows[] = {
+        {"crossentropy_stats", ce_stats, f * (nv + 3.0 * N)},  /* logits, targets; lse, tlogit */
+        {"crossentropy_bwd", ce_bwd, f * (3 * nv + 2.0 * N)}}; /* logits, lse, targets; dlogits += */
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d,%d", N, V);
+    roof_rows(rows, 2, shape, &a);
+    float *bufs[] = {a.logits, a.dlogits, a.lse, a.tlogit};
+    free_all(bufs, 4);
+    merak_cuda_free(a.targets);
+}
+
+/* ---- the optimizer step, the gradient norm and clipping over every parameter */
+
+/* runtime/train/optim.c's SPAN: the most elements of one AdamW span */
+#define ROOF_SPAN 65536
+
+/* GPT-2 124M's parameters (L layers of width C, V tokens, P positions,
+ * the LM head tied to wte) in AdamW spans as runtime/train/optim.c makes
+ * them: parameters in the executor's order (first use) and at its offsets
+ * (multiples of 16 floats), each cut into spans of at most ROOF_SPAN
+ * elements, weight decay on the matrices.  Returns the spans (malloc'ed)
+ * and their count; *flat: the floats of the flat buffer they index,
+ * *elems: those they cover. */
+static merak_adamw_span *gpt2_spans(int L, int C, int V, int P, int *nspans, size_t *flat,
+                                    size_t *elems)
+{
+    typedef struct { size_t n; int decay; } param;
+    const size_t c = (size_t)C;
+    /* ln_1 w,b; attn.c_attn w,b; attn.c_proj w,b; ln_2 w,b; mlp.c_fc w,b; mlp.c_proj w,b */
+    const param layer[] = {{c, 0}, {c, 0}, {3 * c * c, 1}, {3 * c, 0}, {c * c, 1}, {c, 0},
+                           {c, 0}, {c, 0}, {4 * c * c, 1}, {4 * c, 0}, {4 * c * c, 1}, {c, 0}};
+    const int per = (int)(sizeof layer / sizeof layer[0]), np = 4 + per * L;
+    param *ps = malloc((size_t)np * sizeof *ps);
+    if (!ps)
+        die("out of memory");
+    ps[0] = (param){(size_t)V * c, 1}; /* wte */
+    ps[1] = (param){(size_t)P * c, 1}; /* wpe */
+    for (int l = 0; l < L; l++)
+        memcpy(ps + 2 + l * per, layer, sizeof layer);
+    ps[np - 2] = ps[np - 1] = (param){c, 0}; /* ln_f w, b */
+    int count = 0;
+    for (int i = 0; i < np; i++)
+        count += (int)((ps[i].n + ROOF_SPAN - 1) / ROOF_SPAN);
+    merak_adamw_span *sp = malloc((size_t)count * sizeof *sp);
+    if (!sp)
+        die("out of memory");
+    size_t at = 0;
+    int k = 0;
+    *elems = 0;
+    for (int i = 0; i < np; i++) {
+        for (size_t a = 0; a < ps[i].n; a += ROOF_SPAN) {
+            const size_t n = ps[i].n - a < ROOF_SPAN ? ps[i].n - a : ROOF_SPAN;
+            sp[k++] = (merak_adamw_span){.at = at + a, .m_at = at + a, .n = n, .decay = ps[i].decay};
+        }
+        *elems += ps[i].n;
+        at += (ps[i].n + 15) / 16 * 16;
+    }
+    free(ps);
+    *nspans = count;
+    *flat = at;
+    return sp;
+}
+
+typedef struct {
+    size_t n;                /* floats of the flat buffers */
+    float *p, *g, *m, *v;    /* (n) */
+    merak_adamw_span *spans; /* device memory */
+    int nspans;
+} opt_arg;
+
+static void opt_adamw(const void *p)
+{
+    const opt_arg *a = p;
+    g_k->adamw(a->p, a->g, a->m, a->v, a->spans, a->nspans, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+}
+static void opt_sumsq(const void *p)
+{
+    const opt_arg *a = p;
+    (void)g_k->sumsq(a->g, a->n); /* NaN on an error, which timeit's synchronize reports */
+}
+static void opt_scale(const void *p)
+{
+    const opt_arg *a = p;
+    g_k->scale(a->g, a->n, 1.0f); /* by 1: the gradients stay as they are over the calls */
+}
+
+static void bench_optimizer(int T)
+{
+    int ns;
+    size_t n, elems;
+    merak_adamw_span *hs = gpt2_spans(12, 768, 50257, T > 1024 ? T : 1024, &ns, &n, &elems);
+    opt_arg a = {n, drand(n, 34), drand(n, 35), dzero(n), dzero(n), merak_cuda_malloc((size_t)ns * sizeof *hs), ns};
+    if (!a.spans || merak_cuda_memcpy_h2d(a.spans, hs, (size_t)ns * sizeof *hs) < 0)
+        die("spans");
+    const double f = sizeof(float), e = (double)elems, s = (double)ns * sizeof *hs;
+    const roof_row rows[] = {
+        {"adamw", opt_adamw, f * 7 * e + s},      /* spans, p, g, m, v; p, m, v */
+        {"sumsq", opt_sumsq, f * (double)n},      /* x */
+        {"scale", opt_scale, f * 2 * (double)n}}; /* x *= */
+    char shape[64];
+    snprintf(shape, sizeof shape, "%zu", n);
+    roof_rows(rows, 3, shape, &a);
+    float *bufs[] = {a.p, a.g, a.m, a.v};
+    free_all(bufs, 4);
+    merak_cuda_free(a.spans);
+    free(hs);
+}
+
 int main(int argc, char **argv)
 {
     int B = 8, T = 1024;
+    const char *roof_path = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batch"))
             B = atoi(argv[i + 1]);
@@ -192,14 +626,22 @@ int main(int argc, char **argv)
             g_reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--min-ms"))
             g_min_ms = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--roofline"))
+            roof_path = argv[i + 1];
         else {
-            fprintf(stderr, "usage: bench_cuda_ops [--batch B] [--seq-len T] [--reps R] [--min-ms MS]\n");
+            fprintf(stderr, "usage: bench_cuda_ops [--batch B] [--seq-len T] [--reps R] [--min-ms MS] "
+                            "[--roofline FILE]\n");
             return 2;
         }
     }
     if (B < 1 || T < 1 || g_reps < 1 || g_reps > 64 || g_min_ms < 0) {
         fprintf(stderr, "bench_cuda_ops: --batch, --seq-len, --reps (1..64) out of range\n");
         return 2;
+    }
+    g_roof = roof_path ? fopen(roof_path, "w") : stdout;
+    if (!g_roof) {
+        perror(roof_path);
+        return 1;
     }
     if (!merak_cuda_available() || !(g_k = merak_kernels_cuda()))
         die("no usable CUDA device");
@@ -219,5 +661,14 @@ int main(int argc, char **argv)
             bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64, path);
         }
     }
+    merak_cuda_set_tf32(0);
+    bench_copy(); /* first: of_copy's unit */
+    bench_embeddings(B, T, 768, 50257);
+    bench_norms(N, 768);
+    bench_pointwise(N, 768);
+    bench_crossentropy(N, 50257);
+    bench_optimizer(T);
+    if (ferror(g_roof) || (g_roof != stdout && fclose(g_roof) != 0))
+        die("cannot write the roofline rows");
     return merak_cuda_status(NULL, 0) ? 1 : 0;
 }

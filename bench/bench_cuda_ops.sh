@@ -13,6 +13,17 @@
 # F.scaled_dot_product_attention(is_causal=True) forward and backward (its
 # own choice of kernel for float32) for attention, each timed with CUDA
 # events, median of REPS samples.  Attention runs at T and at 4T (batch B/4).
+#
+# Then a roofline table of the table's memory-bound kernels (embeddings,
+# norms, GELU/SwiGLU on N x 4C, add/accumulate/dropout on N x C,
+# cross-entropy on N x V logits, AdamW/sumsq/scale over 124M parameters),
+# merak only, each against a 1 GiB device-to-device copy:
+#
+#   roofline op=layernorm_fwd shape=8192,768 ms=... bytes=... gbs=... of_copy=...
+#
+# bytes: the least traffic the result needs (bench_cuda_ops.c gives each
+# kernel's formula); gbs: bytes / median time; of_copy: gbs / the copy's
+# rate.  A last line names the kernels below 0.6 of the copy rate.
 # Environment: B [8]  T [1024]  REPS [5]  PYTHON [python3]
 set -eu
 BUILDDIR=${1:-.}
@@ -23,8 +34,8 @@ PYTHON=${PYTHON:-python3}
 . "$(dirname "$0")/lib.sh"
 bench_setup bench_cuda_ops "$BUILDDIR"
 make -s -C "$BUILDDIR" bench/bench_cuda_ops >/dev/null || die "cannot build bench/bench_cuda_ops (a CUDA build?)"
-"$BUILDDIR/bench/bench_cuda_ops" --batch "$B" --seq-len "$T" --reps "$REPS" > "$TMP/merak.txt" ||
-    die "bench_cuda_ops failed"
+"$BUILDDIR/bench/bench_cuda_ops" --batch "$B" --seq-len "$T" --reps "$REPS" --roofline "$TMP/roofline.txt" \
+    > "$TMP/merak.txt" || die "bench_cuda_ops failed"
 cat > "$TMP/torch_ops.py" <<'EOF'
 import sys, torch, torch.nn.functional as F
 reps = int(sys.argv[1])
@@ -73,3 +84,22 @@ paste -d' ' "$TMP/merak.txt" "$TMP/torch.txt" | awk '
       printf "%s merak_ms=%s torch_ms=%s ratio=torch/merak=%.3f merak_tflops=%s", label, ms, t, t / ms, tf
       if ($1 ~ /^op=linear/ && ($3 in peak)) printf " of_peak=%.2f", tf / peak[$3]
       printf "\n" }'
+# The roofline rows, their columns aligned; of_copy as printed decides the last line.
+awk '
+    $2 == "op=copy" { copy = $0; sub(/.*gbs=/, "", copy); sub(/ .*/, "", copy) }
+    { row[NR] = $0; for (i = 1; i <= NF; i++) if (length($i) > w[i]) w[i] = length($i) }
+    END {
+        if (copy == "") { print "bench_cuda_ops: no copy row in the roofline rows" > "/dev/stderr"; exit 1 }
+        printf "# roofline: copy rate %s GB/s (merak_cuda_memcpy_d2d, 1 GiB, bytes read + written);", copy
+        printf " gbs = least bytes / median ms, of_copy = gbs / copy rate\n"
+        for (r = 1; r <= NR; r++) {
+            n = split(row[r], f, " ")
+            line = ""
+            for (i = 1; i < n; i++) line = line sprintf("%-" w[i] "s ", f[i])
+            print line f[n]
+            of = f[n]; sub(/^of_copy=/, "", of)
+            op = f[2]; sub(/^op=/, "", op)
+            if (of + 0 < 0.6) slow = slow " " op
+        }
+        print "below 0.6 of the copy rate:" (slow == "" ? " none" : slow)
+    }' "$TMP/roofline.txt"
