@@ -230,6 +230,12 @@ typedef struct merak_backend {
     int (*is_device)(const void *p);
     int (*to_host)(void *dst, const void *src, size_t bytes);
     int (*to_device)(void *dst, const void *src, size_t bytes);
+    /* the kernels' stream (what communication must follow; NULL for a
+     * host backend, or the legacy default stream) and a number naming this
+     * process's device (equal numbers on one host: a shared device; < 0:
+     * cannot tell); NULL for a host backend */
+    void *(*stream)(void);
+    double (*device_id)(void);
 } merak_backend;
 
 /* The backend named `name` (NULL: "cpu"), built or not; NULL if no

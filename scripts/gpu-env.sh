@@ -144,7 +144,7 @@ test)
     cd "$root/build"
     nvidia-smi -L > "$out/gpu.txt" 2>&1 || true
     rc=0
-    make check TESTS="tests/gpu/test_cuda_kernels tests/gpu/train_cuda.sh tests/gpu/mpi_cuda.sh tests/gpu/generate_cuda.sh" \
+    make check TESTS="tests/gpu/test_cuda_kernels tests/gpu/test_nccl tests/gpu/train_cuda.sh tests/gpu/mpi_cuda.sh tests/gpu/generate_cuda.sh" \
         > "$out/check.txt" 2>&1 || rc=1
     cp tests/gpu/*.log "$out/" 2>/dev/null || true
     cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")

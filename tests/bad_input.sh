@@ -24,6 +24,9 @@ expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr
 expect 2 "data is required" -- --model tiny-gpt2
 expect 2 "not mpi or ucx" -- $D --p2p tcp
+expect 2 "coll 'gloo' is not mpi" -- $D --coll gloo
+# NCCL reduces GPU buffers: the CPU's tensors (a build without CUDA: no such name)
+expect 2 "coll nccl needs tensors on GPUs\|coll 'nccl' is not mpi" -- $D --coll nccl
 expect 2 "schedule 'zb' is not gpipe, 1f1b, scp, zb-h1 or interleaved" -- $D --schedule zb
 # virtual stages: interleaved only, 2 or more, dividing the model's layers
 expect 2 "virtual stages 2 need the interleaved schedule (not 1f1b)" -- $D --virtual-stages 2

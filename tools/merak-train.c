@@ -87,6 +87,8 @@ static void usage(FILE *out)
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
         "  --p2p B                 pipeline send/receive over mpi or ucx (UCX tag API) (default mpi)\n"
+        "  --coll C                collectives on GPU buffers over nccl or mpi (staged in host memory);\n"
+        "                          default nccl when every rank has its own GPU, else mpi\n"
         "  --comm-timeout S        a rank blocked S seconds in one collective or transfer ends the job,\n"
         "                          naming the peers (0: never; default MERAK_COMM_TIMEOUT, else 600)\n"
         "Running and output:\n"
@@ -141,7 +143,7 @@ enum {
     OPT_MODEL = 256, OPT_INIT, OPT_DATA, OPT_MB, OPT_MBS, OPT_SEQ, OPT_STEPS, OPT_LR,
     OPT_WARMUP, OPT_SCHED, OPT_MINLR, OPT_WD, OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED,
     OPT_THREADS, OPT_METRICS, OPT_LOGEVERY, OPT_SAVE, OPT_SAVE_DTYPE, OPT_DTYPE, OPT_SHARD_SIZE, OPT_HELP, OPT_VERSION,
-    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P,
+    OPT_DP, OPT_TP, OPT_PP, OPT_PSCHED, OPT_VIRTUAL, OPT_PART, OPT_PROFILE, OPT_TPRULES, OPT_ZERO, OPT_BUCKET, OPT_P2P, OPT_COLL,
     OPT_DEVICE, OPT_RECOMPUTE, OPT_TRACE, OPT_TPOVERLAP, OPT_CKPT, OPT_CKPT_EVERY, OPT_KEEP, OPT_RESUME,
     OPT_ON_SAVE_ERROR, OPT_RESUME_DATA_CHANGE, OPT_ON_NAN, OPT_INIT_EXTRA, OPT_VAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
     OPT_SAMPLE_EVERY, OPT_PROMPT, OPT_SAMPLE_TOKENS, OPT_TOKENIZER, OPT_COMM_TIMEOUT, OPT_AUTO, OPT_GBATCH,
@@ -221,6 +223,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         {"zero", required_argument, 0, OPT_ZERO},
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
         {"p2p", required_argument, 0, OPT_P2P},
+        {"coll", required_argument, 0, OPT_COLL},
         {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
         {"device", required_argument, 0, OPT_DEVICE},
         {"dtype", required_argument, 0, OPT_DTYPE},
@@ -310,6 +313,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
         case OPT_GBATCH: t->global_batch = cli_parse_int("--global-batch", optarg, 1, 1L << 40); break;
         case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_P2P: a->p2p = optarg; break;
+        case OPT_COLL: a->coll = optarg; break;
         case OPT_COMM_TIMEOUT:
             a->comm_timeout = cli_parse_double("--comm-timeout", optarg, 0, 1e9);
             timeout_given = 1;
@@ -488,9 +492,10 @@ static void print_banner(const merak_run_info *ri, void *user)
     printf("\n");
     if (ri->placement && *ri->placement)
         printf("placement (rank 0): %s\n", ri->placement);
-    if (ri->staged_comm)
-        printf("device cuda: %d ranks; their collectives and point-to-point go through MPI, "
-               "staged in host memory\n", ri->world);
+    if (ri->world > 1 && ri->coll)
+        printf("collectives: %s (%s)%s\n", ri->coll, ri->coll_why,
+               ri->staged_comm && ri->pp > 1 ? "; pipeline transfers: mpi, staged in host memory" : "");
+
     if (ri->pp > 1) {
         int Q = ri->pp * merak_args_virtual_stages(c->a);
         printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : MERAK_PARTITION_DEFAULT);

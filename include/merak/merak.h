@@ -267,12 +267,16 @@ typedef struct merak_run_info {
      * which time the runtime has allocated all it will */
     const double *stage_device_bytes;
     /* 1 when device buffers go through MPI staged in host memory (the cuda
-     * device with several ranks: NCCL is not built yet) */
+     * device with several ranks: the pipeline's transfers, and the
+     * collectives unless coll is "nccl") */
     int staged_comm;
     /* where rank 0 runs and who placed it: the Slurm plugin, or under
      * mpirun the ranks themselves (GPU, NIC and cores as the plugin would
      * choose them; merak-train(1), ENVIRONMENT); "" for one process */
     const char *placement;
+    /* the collectives' backend ("nccl" or "mpi"; merak_args.coll) and why
+     * it was chosen, one phrase */
+    const char *coll, *coll_why;
 } merak_run_info;
 
 /* What the trainer reports about checkpoints, on rank 0. */
@@ -364,6 +368,11 @@ typedef struct merak_args {
     /* Point-to-point between pipeline stages: "mpi" (NULL) or "ucx" (UCX's
      * tag API, worker addresses exchanged over MPI; UCX_* variables apply). */
     const char *p2p;
+    /* Collectives on device buffers: "nccl" (NCCL's communicators, one per
+     * group), "mpi" (through host memory), or NULL: NCCL when every rank has
+     * a GPU of its own (or NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1),
+     * else MPI.  Host tensors always take MPI. */
+    const char *coll;
     /* Seconds a rank may wait in one collective or transfer before it
      * decides a peer has died or stopped: it writes one line naming itself,
      * the operation and the group or peer, and exits with status 1, which

@@ -72,6 +72,12 @@ int merak_cuda_memset(void *dst, int value, size_t bytes);
 int merak_cuda_is_device_ptr(const void *p);
 /* Waits for every kernel enqueued by the backend; returns 0 or -1. */
 int merak_cuda_synchronize(void);
+/* The stream the backend queues everything on (a cudaStream_t; NULL: the
+ * legacy default stream), for communication that must follow its work. */
+void *merak_cuda_stream_handle(void);
+/* The current device's PCI bus id, hashed to 52 bits (exact in a double):
+ * two ranks with the same number share a GPU.  -1 if it cannot tell. */
+double merak_cuda_device_id(void);
 
 /* Products in TF32 (--dtype tf32; the table's set_tf32): every later GEMM
  * of the backend (the linear layers, attention's products) multiplies on

@@ -11,6 +11,7 @@
 
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h"
+#include "mix64.h" /* merak_fnv1a */
 
 /* Copies to the device of at most STAGE_BYTES (a micro-batch's token ids,
  * a span table) go through NSTAGE page-locked buffers in turn: the source
@@ -185,6 +186,19 @@ int merak_cuda_is_device_ptr(const void *p)
         return 0;
     }
     return at.type == cudaMemoryTypeDevice;
+}
+
+void *merak_cuda_stream_handle(void) { return (void *)cb.stream; }
+
+double merak_cuda_device_id(void)
+{
+    int d;
+    char bus[32];
+    if (cudaGetDevice(&d) != cudaSuccess || cudaDeviceGetPCIBusId(bus, (int)sizeof bus, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return (double)(merak_fnv1a(bus, strlen(bus)) >> 12);   /* 52 bits: exact in a double */
 }
 
 int merak_cuda_synchronize(void)

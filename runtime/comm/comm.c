@@ -15,6 +15,8 @@
 
 /* ------------------------------------------------------------------ the comm */
 
+static void close_dcoll(merak_comm *c);
+
 /* Started by mpirun or srun (Open MPI, PMIx or PMI environment)? */
 static int launched_by_mpi(void)
 {
@@ -79,6 +81,7 @@ void merak_comm_finalize(merak_comm *c)
     if (!c)
         return;
     merak_watch_stop(c);
+    close_dcoll(c);
     if (c->mpi)
         merak_world_backend()->free(c);   /* ends MPI if we started it */
     free(c->hosts);
@@ -238,38 +241,53 @@ static void fresh(merak_req *req)
         req->staged.host = NULL;
 }
 
+/* The collectives an operation on buf takes: the group's device
+ * collectives for device memory where it has them, else its own (host
+ * memory, or device memory staged through it). */
+static const merak_coll_ops *coll_for(const merak_group *g, const void *buf)
+{
+    return g->dcoll && on_device(g, buf) ? &g->dcoll->ops : g->coll;
+}
+
+/* Device memory that no backend reads where it is: staged through host memory. */
+static int must_stage(const merak_group *g, const void *buf)
+{
+    return on_device(g, buf) && !g->dcoll;
+}
+
 /* The backend's collectives and blocking point-to-point, timed by the
  * watchdog while they block (a request only starts the operation:
  * merak_wait is timed). */
-static int coll_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
+static int coll_allreduce(merak_group *g, const merak_coll_ops *ops, float *buf, size_t n, merak_req *req)
 {
     if (!req)
         merak_watch_enter(g, "all-reduce", -1);
-    const int rc = g->coll->allreduce(g, buf, n, req);
+    const int rc = ops->allreduce(g, buf, n, req);
     merak_watch_leave(g);
     return rc;
 }
 
-static int coll_broadcast(merak_group *g, void *buf, size_t bytes, int root)
+static int coll_broadcast(merak_group *g, const merak_coll_ops *ops, void *buf, size_t bytes, int root)
 {
     merak_watch_enter(g, "broadcast", -1);
-    const int rc = g->coll->broadcast(g, buf, bytes, root);
+    const int rc = ops->broadcast(g, buf, bytes, root);
     merak_watch_leave(g);
     return rc;
 }
 
-static int coll_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
+static int coll_reduce_scatter(merak_group *g, const merak_coll_ops *ops, const float *send, float *recv,
+                               const int *counts)
 {
     merak_watch_enter(g, "reduce-scatter", -1);
-    const int rc = g->coll->reduce_scatter(g, send, recv, counts);
+    const int rc = ops->reduce_scatter(g, send, recv, counts);
     merak_watch_leave(g);
     return rc;
 }
 
-static int coll_allgather(merak_group *g, float *buf, const int *counts)
+static int coll_allgather(merak_group *g, const merak_coll_ops *ops, float *buf, const int *counts)
 {
     merak_watch_enter(g, "all-gather", -1);
-    const int rc = g->coll->allgather(g, buf, counts);
+    const int rc = ops->allgather(g, buf, counts);
     merak_watch_leave(g);
     return rc;
 }
@@ -298,10 +316,10 @@ int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
     g->bytes += n * sizeof *buf;
     if (g->size == 1)
         return done(req);
-    if (!on_device(g, buf))
-        return coll_allreduce(g, buf, n, req);
+    if (!must_stage(g, buf))
+        return coll_allreduce(g, coll_for(g, buf), buf, n, req);
     float *h = stage_in(g, buf, n * sizeof *buf, 1);
-    return h ? staged(g, req, coll_allreduce(g, h, n, req), buf, h, n * sizeof *buf, 1) : -1;
+    return h ? staged(g, req, coll_allreduce(g, g->coll, h, n, req), buf, h, n * sizeof *buf, 1) : -1;
 }
 
 int merak_allreduce_f64(merak_group *g, double *buf, size_t n)
@@ -320,11 +338,11 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root)
         g->bytes += bytes;
     if (g->size == 1)
         return 0;
-    if (!on_device(g, buf))
-        return coll_broadcast(g, buf, bytes, root);
+    if (!must_stage(g, buf))
+        return coll_broadcast(g, coll_for(g, buf), buf, bytes, root);
     void *h = stage_in(g, buf, bytes, g->rank == root);
     /* only the receivers' buffers change */
-    return h ? staged(g, NULL, coll_broadcast(g, h, bytes, root), buf, h, bytes, g->rank != root) : -1;
+    return h ? staged(g, NULL, coll_broadcast(g, g->coll, h, bytes, root), buf, h, bytes, g->rank != root) : -1;
 }
 
 int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
@@ -339,15 +357,17 @@ int merak_reduce_scatter(merak_group *g, const float *send, float *recv, const i
             memmove(recv, send, n * sizeof *send);
             return 0;
         }
-        return coll_reduce_scatter(g, send, recv, counts);
+        return coll_reduce_scatter(g, g->coll, send, recv, counts);
     }
+    if (g->dcoll)   /* (never for a group of one) */
+        return coll_reduce_scatter(g, &g->dcoll->ops, send, recv, counts);
     float *hs = stage_in(g, send, n * sizeof *send, 1);
     if (!hs)
         return -1;
     if (g->size == 1) /* the sum of one: the copy back is the result */
         return staged(g, NULL, 0, recv, hs, mine, 1);
     float *hr = stage_in(g, recv, mine, 0);
-    int rc = hr ? coll_reduce_scatter(g, hs, hr, counts) : -1;
+    int rc = hr ? coll_reduce_scatter(g, g->coll, hs, hr, counts) : -1;
     free(hs);
     return hr ? staged(g, NULL, rc, recv, hr, mine, 1) : -1;
 }
@@ -360,10 +380,10 @@ int merak_allgather(merak_group *g, float *buf, const int *counts)
     g->bytes += n * sizeof *buf;
     if (g->size == 1)
         return 0;
-    if (!on_device(g, buf))
-        return coll_allgather(g, buf, counts);
+    if (!must_stage(g, buf))
+        return coll_allgather(g, coll_for(g, buf), buf, counts);
     float *h = stage_in(g, buf, n * sizeof *buf, 1);
-    return h ? staged(g, NULL, coll_allgather(g, h, counts), buf, h, n * sizeof *buf, 1) : -1;
+    return h ? staged(g, NULL, coll_allgather(g, g->coll, h, counts), buf, h, n * sizeof *buf, 1) : -1;
 }
 
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
@@ -428,4 +448,63 @@ int merak_group_set_p2p(merak_group *g, const char *name, char *err, size_t errl
         return -1;
     g->p2p = ops;
     return 0;
+}
+
+/* ------------------------------------------------------------------ device collectives */
+
+/* Ends every group's device collectives (after what is in flight). */
+static void close_dcoll(merak_comm *c)
+{
+    for (int k = 0; k < MERAK_GROUP_COUNT_; k++) {
+        merak_group *g = &c->groups[k];
+        if (c->have[k] && g->dcoll) {
+            g->dcoll->close(g);
+            g->dcoll = NULL;
+            g->dcoll_state = NULL;
+        }
+    }
+}
+
+int merak_comm_set_coll(merak_comm *c, const char *name, void *stream, char *err, size_t errlen)
+{
+    const merak_dcoll_ops *d = NULL;
+    if (name && strcmp(name, "mpi") != 0 && !(d = merak_dcoll_find(name)))
+        return merak_errf(err, errlen, "coll '%s' is not %s", name, merak_coll_names());
+    close_dcoll(c);
+    /* every group of two or more but the world (whose collectives carry
+     * host memory: agreements, messages), in the same order on every rank */
+    int st = MERAK_OK;
+    char why[512] = "";
+    for (int k = 0; d && k < MERAK_GROUP_COUNT_ && st == MERAK_OK; k++) {
+        merak_group *g = &c->groups[k];
+        if (k == MERAK_GROUP_WORLD || !c->have[k] || g->size < 2)
+            continue;
+        merak_watch_enter(g, "opening NCCL", -1);
+        if (d->open(g, stream, why, sizeof why) < 0)
+            st = MERAK_FAILED;
+        else
+            g->dcoll = d;
+        merak_watch_leave(g);
+    }
+    snprintf(err, errlen, "%s", why);
+    st = merak_comm_agree(c, st, err, errlen);
+    if (st != MERAK_OK)
+        close_dcoll(c);
+    return st == MERAK_OK ? 0 : -1;
+}
+
+int merak_comm_devices_shared(merak_comm *c, double device_id)
+{
+    const int world = c->grid.world;
+    double *ids = calloc((size_t)world, sizeof *ids);
+    if (!ids)
+        return -1;
+    ids[c->grid.rank] = device_id;   /* the sum of the others' zeros: every rank's exact id */
+    int shared = merak_allreduce_f64(merak_comm_group(c, MERAK_GROUP_WORLD), ids, (size_t)world) < 0 ? -1 : 0;
+    for (int r = 0; r < world && shared == 0; r++)
+        for (int q = r + 1; q < world && shared == 0; q++)   /* an id < 0: cannot tell, so maybe */
+            shared = (ids[r] == ids[q] || ids[r] < 0 || ids[q] < 0) && c->hosts &&
+                     strcmp(c->hosts[r], c->hosts[q]) == 0;
+    free(ids);
+    return shared;
 }

@@ -97,6 +97,36 @@ typedef struct merak_devmem {
     int (*to_device)(void *dst, const void *src, size_t bytes);
 } merak_devmem;
 void merak_comm_set_devmem(merak_comm *c, const merak_devmem *m);
+/* Collectives on device buffers: "nccl" opens an NCCL communicator for
+ * every group of two or more ranks (collective over the world: every rank
+ * calls it with the same name) whose operations follow the work queued on
+ * `stream` (the kernels' cudaStream_t; NULL: the legacy default stream)
+ * and run on a stream of their own; "mpi" (or NULL) leaves them to MPI,
+ * staged through host memory (merak_comm_set_devmem).  Host buffers always
+ * go through MPI.  0, or -1 with err (the same line on every rank when the
+ * names differ or a communicator cannot be made). */
+int merak_comm_set_coll(merak_comm *c, const char *name, void *stream, char *err, size_t errlen);
+/* The collective backends' names ("mpi, nccl"; "mpi" alone in a build
+ * without CUDA) and whether `name` is one of them (0) or not (-1). */
+const char *merak_coll_names(void);
+int merak_coll_check(const char *name);
+/* Which collectives a job's device buffers take (--coll), decided once:
+ * asked is the user's choice (NULL: automatic), host whether tensors live
+ * in host memory (the CPU backend), shared whether two ranks of one node
+ * share a GPU, nccl_version the NCCL this library was built with (0:
+ * none), multi_rank whether NCCL_MULTI_RANK_GPU_ENABLE=1 is set.  Sets
+ * *name ("mpi" or "nccl") and why (one phrase for the banner); 0, or
+ * MERAK_USAGE with one line in err when the choice asked for cannot run. */
+int merak_coll_choose(const char *asked, int host, int world, int shared, int nccl_version, int multi_rank,
+                      const char **name, char *why, size_t whylen, char *err, size_t errlen);
+/* The version code of the NCCL this library was built with (22809 for
+ * 2.28.9), 0 without one. */
+int merak_nccl_version(void);
+/* 1 when two ranks on one host give the same device id (a GPU's PCI bus id
+ * hashed to 52 bits, or any other number naming a device; an id < 0, one
+ * that cannot tell, counts as the same as any), else 0; -1 on a failure.
+ * Collective over the world. */
+int merak_comm_devices_shared(merak_comm *c, double device_id);
 /* A blocking collective, or a wait for a transfer, that makes no progress
  * for `seconds` ends this process with one line on stderr naming this
  * rank, the operation and the group's ranks or the peer (the launcher then

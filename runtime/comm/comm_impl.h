@@ -24,6 +24,25 @@ typedef struct merak_coll_ops {
     int (*allgather)(merak_group *g, float *buf, const int *counts);
 } merak_coll_ops;
 
+/* Collectives on device buffers (NCCL), per group: open makes the group's
+ * state (collective over the group, over its MPI communicator; 0, or -1
+ * with err on every member) in g->dcoll_state, ordering every operation
+ * after the work already queued on `stream` (the kernels' stream, a
+ * cudaStream_t; NULL: the legacy default stream); close ends it after the
+ * operations in flight; abort ends it at once, from any thread (the
+ * watchdog's, on a timeout).  ops' allreduce, broadcast, reduce_scatter and
+ * allgather take device buffers (comm.c sends host ones to g->coll);
+ * ops.allreduce_f64 is NULL.  version: the library's version code (e.g.
+ * 22809 for 2.28.9). */
+typedef struct merak_dcoll_ops {
+    const char *name;
+    int (*open)(merak_group *g, void *stream, char *err, size_t errlen);
+    void (*close)(merak_group *g);
+    void (*abort)(merak_group *g);
+    int (*version)(void);
+    merak_coll_ops ops;
+} merak_dcoll_ops;
+
 /* Point-to-point; blocking when req is NULL.  A backend with state of its
  * own on a group opens it (collective over the group's MPI communicator:
  * 0, or -1 with err on every member) into g->p2p_state and closes it
@@ -53,6 +72,8 @@ struct merak_group {
     const merak_p2p_ops *p2p;        /* NULL for a group of one */
     MPI_Comm mpi;                    /* MPI_COMM_NULL without MPI */
     void *p2p_state;                 /* the point-to-point backend's own (its open), or NULL */
+    const merak_dcoll_ops *dcoll;    /* collectives on device buffers, or NULL (staged) */
+    void *dcoll_state;               /* dcoll's own (its open) */
 };
 
 struct merak_comm {
@@ -78,15 +99,19 @@ typedef struct merak_world_ops {
     void (*free)(merak_comm *c);
 } merak_world_ops;
 
-/* The backends (comm_mpi.c, comm_ucx.c), named in backends.c only. */
+/* The backends (comm_mpi.c, comm_ucx.c, comm_nccl.c in a CUDA build),
+ * named in backends.c only. */
 extern const merak_coll_ops merak_mpi_coll;
 extern const merak_p2p_ops merak_mpi_p2p, merak_ucx_p2p;
 extern const merak_world_ops merak_mpi_world;
+extern const merak_dcoll_ops merak_nccl_dcoll;
 
 /* backends.c: the point-to-point backend named `name` (NULL: the
- * world's own), or NULL; the world's backend. */
+ * world's own), or NULL; the world's backend; the device collectives
+ * named `name` ("nccl"), or NULL (also for "mpi": staged, no table). */
 const merak_p2p_ops *merak_p2p_find(const char *name);
 const merak_world_ops *merak_world_backend(void);
+const merak_dcoll_ops *merak_dcoll_find(const char *name);
 
 /* place.c.  Under mpirun (no rank has MERAK_RANK: the Slurm plugin placed
  * nothing), places this rank among the dp x tp x pp of world as the plugin

@@ -12,7 +12,8 @@
  * status 1.  The launcher (mpirun, srun) then ends the job; the other
  * ranks waiting on the same peer time out the same way if it does not.
  * The waiting thread is stuck inside MPI, so the watchdog cannot return
- * an error through it: exiting is the one way out.
+ * an error through it: exiting is the one way out.  NCCL's communicators
+ * (the groups' device collectives) are aborted first.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -59,6 +60,15 @@ static void describe(const merak_watchdog *w, const char *what, const merak_grou
              me, waited, what, other, w->timeout);
 }
 
+/* Every group's device collectives end at once (ncclCommAbort), so that
+ * none is left holding the network or the GPU when the process ends. */
+static void abort_device(merak_comm *c)
+{
+    for (int k = 0; k < MERAK_GROUP_COUNT_; k++)
+        if (c->have[k] && c->groups[k].dcoll)
+            c->groups[k].dcoll->abort(&c->groups[k]);
+}
+
 static void *watch(void *arg)
 {
     merak_watchdog *w = arg;
@@ -78,6 +88,7 @@ static void *watch(void *arg)
         describe(w, what, g, peer, merak_now() - since, line, sizeof line);
         ssize_t rc = write(STDERR_FILENO, line, strlen(line));
         (void)rc;
+        abort_device(w->comm);
         _exit(1);
     }
     return NULL;

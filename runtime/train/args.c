@@ -111,6 +111,8 @@ static int check(const merak_args *a, char *err, size_t errlen)
                           a->profile, method);
     if (a->p2p && merak_p2p_check(a->p2p) < 0)
         return merak_errf(err, errlen, "p2p '%s' is not %s", a->p2p, merak_p2p_names());
+    if (a->coll && merak_coll_check(a->coll) < 0)
+        return merak_errf(err, errlen, "coll '%s' is not %s", a->coll, merak_coll_names());
     if (merak_backend_check(a->device, err, errlen) < 0)
         return -1;
     const merak_backend *be = merak_backend_find(a->device);

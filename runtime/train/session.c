@@ -14,29 +14,73 @@ static merak_comm *g_comm;
 
 merak_comm *merak_session_comm(void) { return g_comm; }
 
-/* The backend's kernels for a.device on this grid, or NULL with err.  On
- * a device backend with several ranks, communication goes through MPI in
- * host memory (NCCL is not built yet; it also refuses ranks that share a
- * GPU): *staged says so. */
-const merak_kernels *merak_session_kernels(const merak_args *a, int world, int *staged, char *err, size_t errlen)
+/* 1 when NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 and later: ranks may
+ * share a GPU). */
+static int multi_rank_env(void)
+{
+    const char *s = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    return s && strcmp(s, "1") == 0;
+}
+
+/* Which collectives the device buffers take, the same on every rank (rank
+ * 0's choice; a rank whose environment chose otherwise is named), and
+ * NCCL's communicators when that is NCCL.  Collective over the world. */
+static int choose_coll(const merak_args *a, const merak_backend *be, int world, merak_comm_path *path, char *err,
+                       size_t errlen)
 {
     static merak_devmem devmem;   /* the comm keeps a pointer to it */
-    const merak_backend *be = merak_backend_find(a->device);
-    const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
-    *staged = 0;
-    const int tf32 = a->dtype && strcmp(a->dtype, "tf32") == 0;
-    if (k && tf32 && !k->set_tf32) {   /* merak_args_check refuses it first */
-        merak_errf(err, errlen, "dtype tf32: the %s backend has no TF32 products", be->name);
-        return NULL;
-    }
-    if (k && k->set_tf32)
-        k->set_tf32(tf32);   /* the backend's state: set either way */
-    if (k && world > 1 && !be->host) {
+    int shared = 0;
+    if (!be->host && world > 1) {
         devmem = (merak_devmem){be->is_device, be->to_host, be->to_device};
         merak_comm_set_devmem(g_comm, &devmem);
-        *staged = 1;
+        if ((shared = merak_comm_devices_shared(g_comm, be->device_id ? be->device_id() : -1)) < 0)
+            return merak_errf(err, errlen, "%s", merak_comm_error(g_comm)), MERAK_FAILED;
     }
-    return k;
+    int st = merak_coll_choose(a->coll, be->host, world, shared, merak_nccl_version(), multi_rank_env(), &path->coll,
+                               path->why, sizeof path->why, err, errlen);
+    if (world > 1) {
+        double mine[1] = {st == MERAK_OK && strcmp(path->coll, "nccl") == 0};
+        double first = mine[0];
+        merak_group *w = merak_comm_group(g_comm, MERAK_GROUP_WORLD);
+        if (merak_broadcast(w, &first, sizeof first, 0) < 0)
+            return merak_errf(err, errlen, "%s", merak_comm_error(g_comm)), MERAK_FAILED;
+        if (st == MERAK_OK && first != mine[0])
+            st = (merak_errf(err, errlen, "rank %d would take %s collectives and rank 0 %s: set "
+                             "NCCL_MULTI_RANK_GPU_ENABLE alike on every rank", merak_rank(), path->coll,
+                             first ? "nccl" : "mpi"), MERAK_USAGE);
+        if ((st = merak_comm_agree(g_comm, st, err, errlen)) != MERAK_OK)
+            return st;
+    }
+    if (st != MERAK_OK)
+        return st;
+    if (world > 1 && strcmp(path->coll, "nccl") == 0 &&
+        merak_comm_set_coll(g_comm, "nccl", be->stream ? be->stream() : NULL, err, errlen) < 0)
+        return MERAK_FAILED;
+    path->staged = world > 1 && !be->host;   /* the pipeline's transfers, at least */
+    return MERAK_OK;
+}
+
+int merak_session_kernels(const merak_args *a, int world, const merak_kernels **kp, merak_comm_path *path,
+                          char *err, size_t errlen)
+{
+    const merak_backend *be = merak_backend_find(a->device);
+    const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
+    int st = k ? MERAK_OK : MERAK_FAILED;
+    const int tf32 = a->dtype && strcmp(a->dtype, "tf32") == 0;
+    *kp = NULL;
+    memset(path, 0, sizeof *path);
+    path->coll = "mpi";
+    if (k && tf32 && !k->set_tf32)   /* merak_args_check refuses it first */
+        st = (merak_errf(err, errlen, "dtype tf32: the %s backend has no TF32 products", be->name), MERAK_USAGE);
+    else if (k && k->set_tf32)
+        k->set_tf32(tf32);   /* the backend's state: set either way */
+    /* every rank has its kernels (its GPU chosen) before the collectives */
+    if (world > 1 && (st = merak_comm_agree(g_comm, st, err, errlen)) != MERAK_OK)
+        return st;
+    if (st != MERAK_OK || (st = choose_coll(a, be, world, path, err, errlen)) != MERAK_OK)
+        return st;
+    *kp = k;
+    return MERAK_OK;
 }
 
 int merak_init(int dp, int tp, int pp, char *err, size_t errlen)

@@ -516,13 +516,13 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     int *bounds = malloc((size_t)(gr->pp * V + 1) * sizeof *bounds);
     int *starts = malloc((size_t)(gr->pp * V) * sizeof *starts);
     double predicted = 0;
-    int staged = 0;   /* device buffers through MPI in host memory */
+    merak_comm_path path = {.coll = "mpi"};
     if (!bounds || !starts)
         st = merak_errf(err, errlen, "out of memory");
     else if (merak_comm_set_timeout(comm, a->comm_timeout, err, errlen) < 0)
         st = MERAK_FAILED;
-    else if (!(so.kernels = merak_session_kernels(a, gr->world, &staged, err, errlen)))
-        st = MERAK_FAILED;
+    else if ((st = merak_session_kernels(a, gr->world, &so.kernels, &path, err, errlen)) != MERAK_OK)
+        ;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         st = MERAK_FAILED;
     else if ((so.rules = rules, (st = merak_partition_stages(g, a, gr, so.schedule, V, rules, so.nrules, starts, bounds,
@@ -572,7 +572,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
                                  table.bytes, table.layers, table.recomputed, starts, predicted,
-                                 table.bytes + 3 * gr->pp, staged, merak_comm_placement(comm)};
+                                 table.bytes + 3 * gr->pp, path.staged, merak_comm_placement(comm), path.coll,
+                                 path.why};
             a->on_start(&ri, a->user);
         }
         if (r.resume[0])

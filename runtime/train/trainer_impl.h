@@ -68,11 +68,20 @@ typedef struct merak_run {
 
 
 /* ---- session.c: the process grid (NULL before merak_init), and the
- * kernels of a.device on it, or NULL with err.  On a device backend with
- * several ranks, communication goes through MPI in host memory (NCCL is
- * not built yet; it also refuses ranks that share a GPU): *staged says so. */
+ * kernels of a.device on it with the way their buffers travel: the
+ * collectives' backend ("nccl" or "mpi", merak_coll_choose) and why, and
+ * whether device buffers go through MPI staged in host memory (the
+ * pipeline's transfers; the collectives too unless NCCL's).  Collective
+ * over the world: MERAK_OK with *kp, or the status with err (the same on
+ * every rank). */
+typedef struct merak_comm_path {
+    const char *coll;
+    char why[256];
+    int staged;
+} merak_comm_path;
 merak_comm *merak_session_comm(void);
-const merak_kernels *merak_session_kernels(const merak_args *a, int world, int *staged, char *err, size_t errlen);
+int merak_session_kernels(const merak_args *a, int world, const merak_kernels **kp, merak_comm_path *path,
+                          char *err, size_t errlen);
 
 /* ---- preflight.c */
 /* Every stage's activation memory, layers and recomputed layers, on every
