@@ -20,6 +20,12 @@
 #       NAME (cuda_ops, gpu_train, schedules; default all three), each into
 #       OUT/NAME.txt; schedules is bench_schedules.sh on 4 ranks of the
 #       machine's CPUs, with the shared-memory transport's settings first.
+#   scripts/gpu-env.sh all [DIR] OUT   a lent GPU's one run, most telling
+#       first: the GPU's name, build, test, the cuda_ops benchmark, gpu_train
+#       for GPT-2 124M (every mode), a calibration, gpu_train for 350M (no
+#       eager bf16), each with its elapsed seconds; OUT/NAME/ and OUT/*.txt
+#       hold every log, and what stops early leaves what came before (about
+#       8 minutes on an H100; the device tool's $OUT as OUT brings it back).
 #
 # The packages are unpacked with dpkg -x into $MERAK_GPU_ROOT/prefix and
 # found through pkgconf's sysroot; Open MPI is relocated there with
@@ -186,8 +192,44 @@ bench)
         tail -20 "$out/$b.txt"
     done
     ;;
+all)
+    [ $# -ge 3 ] || { echo "usage: scripts/gpu-env.sh all DIR OUT" >&2; exit 2; }
+    out=$3
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    self=$(cd "$(dirname "$0")" && pwd)/gpu-env.sh
+    t0=$(date +%s)
+    stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+    { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+      python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } > "$out/gpu.txt" 2>&1
+    cat "$out/gpu.txt"
+    stamp build
+    if ! sh "$self" build "$dir" > "$out/build.txt" 2>&1; then
+        tail -30 "$out/build.txt"
+        cp "$root/make.log" "$root/configure.log" "$out/" 2>/dev/null
+        exit 1
+    fi
+    stamp test
+    sh "$self" test "$out/test" > "$out/test.txt" 2>&1 || echo "some GPU tests failed"
+    tail -16 "$out/test.txt"
+    grep -h "^not ok" "$out"/test/*.log 2>/dev/null | head -20
+    stamp cuda_ops
+    sh "$self" bench "$out/ops" cuda_ops > /dev/null 2>&1
+    grep -E "attention|roofline: copy|below 0.6|failed" "$out/ops/cuda_ops.txt" | cut -c1-220 | head -24
+    stamp "gpu_train gpt2"
+    MODELS=gpt2 sh "$self" bench "$out/t124" gpu_train > /dev/null 2>&1
+    cut -c1-200 "$out/t124/gpu_train.txt"
+    stamp calibrate
+    ( . "$root/env.sh" && cd "$root/build" &&
+      timeout 90 ./merak-plan --calibrate "$out/calib.json" --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+          > "$out/calib.txt" 2>&1; echo "calibrate: exit $?"; tail -20 "$out/calib.txt" )
+    stamp "gpu_train gpt2-medium"
+    MODELS=gpt2-medium MODES="fp32 tf32 bf16-compile" sh "$self" bench "$out/t350" gpu_train > /dev/null 2>&1
+    cut -c1-200 "$out/t350/gpu_train.txt"
+    stamp finished
+    ;;
 *)
-    echo "usage: scripts/gpu-env.sh fetch|build [DIR] | test OUT | bench OUT [NAME...]" >&2
+    echo "usage: scripts/gpu-env.sh fetch|build [DIR] | test OUT | bench OUT [NAME...] | all DIR OUT" >&2
     exit 2
     ;;
 esac

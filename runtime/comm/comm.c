@@ -80,8 +80,8 @@ void merak_comm_finalize(merak_comm *c)
 {
     if (!c)
         return;
+    close_dcoll(c);   /* timed: a dead peer must not hang the finalize */
     merak_watch_stop(c);
-    close_dcoll(c);
     if (c->mpi)
         merak_world_backend()->free(c);   /* ends MPI if we started it */
     free(c->hosts);
@@ -458,7 +458,9 @@ static void close_dcoll(merak_comm *c)
     for (int k = 0; k < MERAK_GROUP_COUNT_; k++) {
         merak_group *g = &c->groups[k];
         if (c->have[k] && g->dcoll) {
+            merak_watch_enter(g, "closing NCCL", -1);
             g->dcoll->close(g);
+            merak_watch_leave(g);
             g->dcoll = NULL;
             g->dcoll_state = NULL;
         }

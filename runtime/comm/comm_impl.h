@@ -10,6 +10,7 @@
 #define MERAK_COMM_IMPL_H
 
 #include <mpi.h>
+#include <stdatomic.h>
 
 #include "comm.h"
 
@@ -29,16 +30,17 @@ typedef struct merak_coll_ops {
  * with err on every member) in g->dcoll_state, ordering every operation
  * after the work already queued on `stream` (the kernels' stream, a
  * cudaStream_t; NULL: the legacy default stream); close ends it after the
- * operations in flight; abort ends it at once, from any thread (the
- * watchdog's, on a timeout).  ops' allreduce, broadcast, reduce_scatter and
+ * operations in flight.  ops' allreduce, broadcast, reduce_scatter and
  * allgather take device buffers (comm.c sends host ones to g->coll);
- * ops.allreduce_f64 is NULL.  version: the library's version code (e.g.
- * 22809 for 2.28.9). */
+ * ops.allreduce_f64 is NULL.  Every wait inside them polls, and when the
+ * watchdog asks (merak_abort_asked: a timeout) the waiting thread aborts
+ * the communicator itself, says so (merak_abort_done) and fails; NCCL's
+ * abort is never called from another thread.  version: the library's
+ * version code (e.g. 22809 for 2.28.9). */
 typedef struct merak_dcoll_ops {
     const char *name;
     int (*open)(merak_group *g, void *stream, char *err, size_t errlen);
     void (*close)(merak_group *g);
-    void (*abort)(merak_group *g);
     int (*version)(void);
     merak_coll_ops ops;
 } merak_dcoll_ops;
@@ -86,6 +88,8 @@ struct merak_comm {
     char (*hosts)[64];               /* [world size] host of each world rank */
     const merak_devmem *devmem;      /* device buffers staged through host memory; NULL: none */
     merak_watchdog *watchdog;        /* the communication timeout (watchdog.c), or NULL */
+    atomic_int abort_asked;          /* the watchdog timed out: a device collective's wait aborts */
+    atomic_int abort_done;           /* ... and has aborted its communicator */
     char place[384];                 /* where this rank runs, and who placed it (place.c) */
     char err[512];
 };
@@ -136,6 +140,12 @@ const char *merak_group_peer(const merak_group *g, int r, char *buf, size_t len)
 void merak_watch_enter(merak_group *g, const char *what, int peer);
 void merak_watch_leave(merak_group *g);
 void merak_watch_stop(merak_comm *c);
+/* The watchdog's request to a thread polling in a device collective (set
+ * once it has timed out), and that thread's answer once it has aborted its
+ * communicator: the watchdog waits a moment for it before it ends the
+ * process. */
+static inline int merak_abort_asked(const merak_comm *c) { return atomic_load(&c->abort_asked); }
+static inline void merak_abort_done(merak_comm *c) { atomic_store(&c->abort_done, 1); }
 
 
 #endif /* MERAK_COMM_IMPL_H */

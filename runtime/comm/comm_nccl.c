@@ -5,7 +5,9 @@
  * One communicator per group, made from a unique id that the group's rank
  * 0 broadcasts over the group's MPI communicator; non-blocking
  * (ncclConfig_t.blocking = 0), so that a wait polls its errors instead of
- * hanging inside NCCL and the watchdog can abort it.  Each group has a
+ * hanging inside NCCL, and aborts the communicator itself when the
+ * watchdog asks (a timeout): ncclCommAbort is only ever called from the
+ * thread that uses the communicator.  Each group has a
  * stream of its own, created non-blocking so that it runs beside the
  * kernels' stream (the legacy default stream synchronises with blocking
  * streams); every operation first waits, on the GPU, for the work already
@@ -57,11 +59,14 @@ static nccl_group *state(const merak_group *g) { return g->dcoll_state; }
 
 /* ------------------------------------------------------------------ errors */
 
+/* Aborts s's communicator once (ncclCommAbort frees it): only ever from
+ * the thread that uses it. */
 static void abort_comm(nccl_group *s)
 {
     if (s && s->comm && !s->broken) {
         s->broken = 1;
         ncclCommAbort(s->comm);
+        s->comm = NULL;
     }
 }
 
@@ -70,7 +75,7 @@ static void abort_comm(nccl_group *s)
 static int nccl_fail(merak_group *g, const char *call, ncclResult_t r)
 {
     nccl_group *s = state(g);
-    const char *last = s && s->comm ? ncclGetLastError(s->comm) : ncclGetLastError(NULL);
+    const char *last = ncclGetLastError(s ? s->comm : NULL);   /* (process-wide in 2.28) */
     merak_comm_fail(g, "%s on the %s group failed: %s%s%s", call, merak_group_name(g->kind), ncclGetErrorString(r),
                     last && *last ? ": " : "", last ? last : "");
     abort_comm(s);
@@ -85,6 +90,14 @@ static int cuda_fail(merak_group *g, const char *call, cudaError_t e)
     return -1;
 }
 
+/* A query's cudaErrorNotReady is no error: never left as the last error,
+ * where the next kernel launch's check would find it. */
+static void not_ready_seen(void)
+{
+    if (cudaPeekAtLastError() == cudaErrorNotReady)
+        (void)cudaGetLastError();
+}
+
 /* Between polls: a few yields, then 20 microseconds asleep. */
 static void pause_poll(unsigned *n)
 {
@@ -96,13 +109,36 @@ static void pause_poll(unsigned *n)
     nanosleep(&ts, NULL);
 }
 
+/* One look while waiting (call names the wait): 0 while the communicator
+ * works; -1 recorded when it was aborted before, failed on its own (a peer
+ * died, a network error), or the watchdog has timed the wait out (then it
+ * is aborted here, on the thread that uses it, and the watchdog told). */
+static int still_ok(merak_group *g, const char *call)
+{
+    nccl_group *s = state(g);
+    if (s->broken)
+        return merak_comm_fail(g, "%s on the %s group: its NCCL communicator was aborted after an earlier error",
+                               call, merak_group_name(g->kind));
+    if (merak_abort_asked(g->comm)) {
+        abort_comm(s);
+        merak_abort_done(g->comm);
+        return merak_comm_fail(g, "%s on the %s group: aborted after the communication timeout", call,
+                               merak_group_name(g->kind));
+    }
+    ncclResult_t r = ncclSuccess, q = ncclCommGetAsyncError(s->comm, &r);
+    if (q != ncclSuccess)
+        return nccl_fail(g, call, q);
+    return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(g, call, r);
+}
+
 /* A non-blocking communicator may answer a call with ncclInProgress, and
  * then nothing else may be called on it before its asynchronous state has
- * left ncclInProgress: that state, once it has. */
-static ncclResult_t settled(ncclComm_t comm, ncclResult_t r)
+ * left ncclInProgress.  comm's state once it has (comm NULL: r), or
+ * ncclInProgress still when the watchdog asked c to abort meanwhile. */
+static ncclResult_t settled(const merak_comm *c, ncclComm_t comm, ncclResult_t r)
 {
     unsigned n = 0;
-    while (r == ncclInProgress && comm) {
+    while (r == ncclInProgress && comm && !merak_abort_asked(c)) {
         pause_poll(&n);
         ncclResult_t q = ncclCommGetAsyncError(comm, &r);
         if (q != ncclSuccess)
@@ -111,21 +147,20 @@ static ncclResult_t settled(ncclComm_t comm, ncclResult_t r)
     return r;
 }
 
-/* settled for a call on g that returned r: 0, or -1 recorded. */
+/* The same for a call on g's communicator that returned r, as a wait the
+ * watchdog may end: 0, or -1 recorded. */
 static int settle(merak_group *g, const char *call, ncclResult_t r)
 {
-    r = settled(state(g)->comm, r);
+    unsigned n = 0;
+    while (r == ncclInProgress) {
+        if (still_ok(g, call) < 0)
+            return -1;
+        pause_poll(&n);
+        ncclResult_t q = ncclCommGetAsyncError(state(g)->comm, &r);
+        if (q != ncclSuccess)
+            r = q;
+    }
     return r == ncclSuccess ? 0 : nccl_fail(g, call, r);
-}
-
-/* Whether the communicator has failed on its own (a peer died, a network
- * error): 0 while it works, -1 recorded. */
-static int async_ok(merak_group *g, const char *call)
-{
-    ncclResult_t r = ncclSuccess, q = ncclCommGetAsyncError(state(g)->comm, &r);
-    if (q != ncclSuccess)
-        return nccl_fail(g, call, q);
-    return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(g, call, r);
 }
 
 /* ------------------------------------------------------------------ ordering */
@@ -134,9 +169,8 @@ static int async_ok(merak_group *g, const char *call)
 static int begin(merak_group *g, const char *call)
 {
     nccl_group *s = state(g);
-    if (s->broken)
-        return merak_comm_fail(g, "%s on the %s group: its NCCL communicator was aborted after an earlier error",
-                               call, merak_group_name(g->kind));
+    if (still_ok(g, call) < 0)
+        return -1;
     cudaError_t e = cudaEventRecord(s->ready, s->compute);
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(s->stream, s->ready, 0);
@@ -144,7 +178,7 @@ static int begin(merak_group *g, const char *call)
 }
 
 /* After a blocking operation: waits for the group's stream, polling the
- * communicator's errors.  0 or -1. */
+ * communicator.  0 or -1. */
 static int drain(merak_group *g, const char *call)
 {
     nccl_group *s = state(g);
@@ -155,7 +189,8 @@ static int drain(merak_group *g, const char *call)
             return 0;
         if (e != cudaErrorNotReady)
             return cuda_fail(g, "cudaStreamQuery", e);
-        if (async_ok(g, call) < 0)
+        not_ready_seen();
+        if (still_ok(g, call) < 0)
             return -1;
         pause_poll(&n);
     }
@@ -164,14 +199,19 @@ static int drain(merak_group *g, const char *call)
 /* ------------------------------------------------------------------ requests */
 
 /* 1 when req's operation has finished (its event destroyed), 0 while it
- * runs (block: never), -1 on an error. */
+ * runs (block: never), -1 on an error (a communicator aborted meanwhile,
+ * by another operation's failure, fails it: its buffer holds nothing). */
 static int req_poll(merak_req *req, int block)
 {
     cudaEvent_t ev;
     memcpy(&ev, req->impl, sizeof ev);
     unsigned n = 0;
-    int rc = 0;
+    int rc;
     for (;;) {
+        if (still_ok(req->group, "waiting for a collective") < 0) {
+            rc = -1;
+            break;
+        }
         const cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) {
             rc = 1;
@@ -181,10 +221,7 @@ static int req_poll(merak_req *req, int block)
             rc = cuda_fail(req->group, "cudaEventQuery", e);
             break;
         }
-        if (async_ok(req->group, "waiting for a collective") < 0) {
-            rc = -1;
-            break;
-        }
+        not_ready_seen();
         if (!block)
             return 0;
         pause_poll(&n);
@@ -255,7 +292,7 @@ static int equal_counts(const merak_group *g, const int *counts)
 static int group_end(merak_group *g, const char *call, ncclResult_t first)
 {
     const ncclResult_t end = ncclGroupEnd();
-    return settle(g, call, first != ncclSuccess ? first : end);
+    return settle(g, call, first != ncclSuccess && first != ncclInProgress ? first : end);
 }
 
 static int nccl_reduce_scatter(merak_group *g, const float *send, float *recv, const int *counts)
@@ -271,7 +308,7 @@ static int nccl_reduce_scatter(merak_group *g, const float *send, float *recv, c
     }
     ncclResult_t first = ncclGroupStart();
     size_t off = 0;
-    for (int r = 0; r < g->size && first == ncclSuccess; off += (size_t)counts[r], r++)
+    for (int r = 0; r < g->size && (first == ncclSuccess || first == ncclInProgress); off += (size_t)counts[r], r++)
         first = ncclReduce(send + off, recv, (size_t)counts[r], ncclFloat32, ncclSum, r, s->comm, s->stream);
     if (group_end(g, "ncclReduce (reduce-scatter of unequal blocks)", first) < 0)
         return -1;
@@ -292,7 +329,7 @@ static int nccl_allgather(merak_group *g, float *buf, const int *counts)
     }
     ncclResult_t first = ncclGroupStart();
     size_t off = 0;
-    for (int r = 0; r < g->size && first == ncclSuccess; off += (size_t)counts[r], r++)
+    for (int r = 0; r < g->size && (first == ncclSuccess || first == ncclInProgress); off += (size_t)counts[r], r++)
         first = ncclBroadcast(buf + off, buf + off, (size_t)counts[r], ncclFloat32, r, s->comm, s->stream);
     if (group_end(g, "ncclBroadcast (all-gather of unequal blocks)", first) < 0)
         return -1;
@@ -344,7 +381,8 @@ static int nccl_open(merak_group *g, void *stream, char *err, size_t errlen)
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    r = settled(s->comm, ncclCommInitRankConfig(&s->comm, g->size, msg.id, g->rank, &cfg));
+    r = ncclCommInitRankConfig(&s->comm, g->size, msg.id, g->rank, &cfg);
+    r = settled(g->comm, s->comm, r);   /* (two statements: s->comm is set by the call) */
     if (r != ncclSuccess) {
         const char *last = ncclGetLastError(s->comm);
         merak_errf(err, errlen, "ncclCommInitRankConfig for the %s group (rank %d of %d) failed: %s%s%s",
@@ -352,6 +390,8 @@ static int nccl_open(merak_group *g, void *stream, char *err, size_t errlen)
                    last ? last : "");
         if (s->comm)
             ncclCommAbort(s->comm);
+        if (merak_abort_asked(g->comm))
+            merak_abort_done(g->comm);
         free_state(s);
         return -1;
     }
@@ -367,17 +407,18 @@ static void nccl_close(merak_group *g)
     /* flush what is in flight, then free (abort if that fails); an
      * aborted communicator was freed by ncclCommAbort */
     if (!s->broken) {
-        if (settled(s->comm, ncclCommFinalize(s->comm)) == ncclSuccess)
+        const ncclResult_t r = settled(g->comm, s->comm, ncclCommFinalize(s->comm));
+        if (r == ncclSuccess) {
             ncclCommDestroy(s->comm);
-        else
+        } else {
             ncclCommAbort(s->comm);
+            if (merak_abort_asked(g->comm))
+                merak_abort_done(g->comm);
+        }
     }
     free_state(s);
     g->dcoll_state = NULL;
 }
-
-/* The watchdog's, from its own thread: the communicator ends at once. */
-static void nccl_abort(merak_group *g) { abort_comm(state(g)); }
 
 static int nccl_version(void)
 {
@@ -389,7 +430,6 @@ const merak_dcoll_ops merak_nccl_dcoll = {
     .name = "nccl",
     .open = nccl_open,
     .close = nccl_close,
-    .abort = nccl_abort,
     .version = nccl_version,
     .ops = {.allreduce = nccl_allreduce,
             .broadcast = nccl_broadcast,

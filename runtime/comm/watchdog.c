@@ -12,8 +12,8 @@
  * status 1.  The launcher (mpirun, srun) then ends the job; the other
  * ranks waiting on the same peer time out the same way if it does not.
  * The waiting thread is stuck inside MPI, so the watchdog cannot return
- * an error through it: exiting is the one way out.  NCCL's communicators
- * (the groups' device collectives) are aborted first.
+ * an error through it: exiting is the one way out.  A thread waiting in
+ * NCCL (whose waits poll) is first asked to abort its communicator.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,13 +60,21 @@ static void describe(const merak_watchdog *w, const char *what, const merak_grou
              me, waited, what, other, w->timeout);
 }
 
-/* Every group's device collectives end at once (ncclCommAbort), so that
- * none is left holding the network or the GPU when the process ends. */
+/* Asks the thread waiting in a device collective (NCCL's: it polls, it is
+ * not stuck inside the library) to abort its communicator, and gives it up
+ * to two seconds to say it has, so that none is left holding the network
+ * or the GPU when the process ends.  Without device collectives, nothing. */
 static void abort_device(merak_comm *c)
 {
+    int any = 0;
     for (int k = 0; k < MERAK_GROUP_COUNT_; k++)
-        if (c->have[k] && c->groups[k].dcoll)
-            c->groups[k].dcoll->abort(&c->groups[k]);
+        any |= c->have[k] && c->groups[k].dcoll != NULL;
+    if (!any)
+        return;
+    atomic_store(&c->abort_asked, 1);
+    const struct timespec ts = {0, 20 * 1000 * 1000};
+    for (int i = 0; i < 100 && !atomic_load(&c->abort_done); i++)
+        nanosleep(&ts, NULL);
 }
 
 static void *watch(void *arg)

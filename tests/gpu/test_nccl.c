@@ -3,8 +3,9 @@
  * group of one rank, the most one GPU gives with NCCL before 2.30: the
  * communicator opens, every operation returns the sum of one (the buffer
  * as the kernels' stream left it: each follows the work queued there),
- * blocking and with a request, and after an abort every operation fails
- * at once with one line naming the group.  Skipped without a GPU.
+ * blocking and with a request; asked by the watchdog (a timeout) an
+ * operation aborts the communicator and fails, and every later one fails
+ * at once, each with one line naming the group.  Skipped without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -53,8 +54,10 @@ int main(void)
     tap_diag("NCCL %d", merak_nccl_version());
     merak_group *g = merak_comm_group(c, MERAK_GROUP_TP);
     const merak_dcoll_ops *d = &merak_nccl_dcoll;
-    if (!tap_ok(d->open(g, merak_cuda_stream_handle(), err, sizeof err) == 0, "a one-rank communicator opens"))
+    if (!tap_ok(d->open(g, merak_cuda_stream_handle(), err, sizeof err) == 0, "a one-rank communicator opens")) {
         tap_diag("%s", err);
+        return tap_done();
+    }
     g->dcoll = d;
 
     float *h = host_ramp(N), *x = merak_cuda_malloc(N * sizeof *x), *y = merak_cuda_malloc(N * sizeof *y);
@@ -81,11 +84,18 @@ int main(void)
     k->scale(y, N, 0.25f);
     tap_ok(d->ops.allgather(g, y, counts) == 0 && equals(y, h, N, 1.0f), "all-gather");
 
-    /* the watchdog's abort: every later operation fails at once, named */
-    d->abort(g);
+    /* the watchdog's request (a timeout): the operation aborts the
+     * communicator itself, says so, and fails; later ones fail at once */
+    atomic_store(&c->abort_asked, 1);
     rc = d->ops.allreduce(g, x, N, NULL);
-    if (!tap_ok(rc < 0 && strstr(merak_comm_error(c), "the tp group: its NCCL communicator was aborted"),
-                "after an abort an all-reduce fails at once"))
+    if (!tap_ok(rc < 0 && atomic_load(&c->abort_done) &&
+                    strstr(merak_comm_error(c), "the tp group: aborted after the communication timeout"),
+                "asked by the watchdog, an all-reduce aborts the communicator and fails"))
+        tap_diag("rc %d, error '%s'", rc, merak_comm_error(c));
+    c->err[0] = 0;   /* (the comm keeps its first error) */
+    rc = d->ops.broadcast(g, x, N * sizeof *x, 0);
+    if (!tap_ok(rc < 0 && strstr(merak_comm_error(c), "its NCCL communicator was aborted after an earlier error"),
+                "after the abort a broadcast fails at once"))
         tap_diag("rc %d, error '%s'", rc, merak_comm_error(c));
     d->close(g);
     g->dcoll = NULL;

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Device collectives as the core drives them (tests/mpi/dcoll_probe: a fake
+# table injected on the dp group of 2 ranks, on CPUs): device buffers go to
+# the table and host buffers to MPI, counted alike; a failing table's line
+# becomes the comm's error; a table that never returns is ended by the
+# watchdog, which names the operation and aborts the table first (as it
+# aborts NCCL's communicators), exit 1 within seconds.
+. "$(dirname "$0")/../lib.sh"
+WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
+PROBE=$MERAK_BUILDDIR/tests/mpi/dcoll_probe
+[ -x "$WRAP" ] || skip "no mpirun wrapper"
+[ -x "$PROBE" ] || fail "$PROBE was not built"
+export MERAK_MPI_TIMEOUT=60
+
+"$WRAP" 2 "$PROBE" sum > "$WORK/sum" 2> "$WORK/sum.err" || { cat "$WORK/sum.err" >&2; fail "sum: the probe failed"; }
+for r in 0 1; do
+    # 2 calls to the table (blocking, with a request; the host buffer went to
+    # MPI, which summed it: 2 and 8), 16 + 16 + 16 bytes counted
+    grep -q "^rank $r: rc 0 0 0 0 calls 2 device 21 host 2 8 bytes 48$" "$WORK/sum" ||
+        { cat "$WORK/sum" >&2; fail "sum: rank $r's line"; }
+done
+
+"$WRAP" 2 "$PROBE" fail > "$WORK/fail" 2> "$WORK/fail.err" || { cat "$WORK/fail.err" >&2; fail "fail: the probe failed"; }
+for r in 0 1; do
+    grep -q "^rank $r: rc -1 calls 1 error: fakeAllReduce on the dp group failed: injected$" "$WORK/fail" ||
+        { cat "$WORK/fail" >&2; fail "fail: rank $r's line"; }
+done
+
+start=$(date +%s)
+set +e
+"$WRAP" 2 "$PROBE" hang > "$WORK/hang" 2> "$WORK/hang.err"
+rc=$?
+set -e
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$WORK/hang.err" >&2; fail "hang: the job exited $rc"; }
+[ "$took" -le 30 ] || fail "hang: the job took ${took}s to end"
+grep -q "no progress for [0-9]* s in all-reduce of the dp group" "$WORK/hang.err" ||
+    { cat "$WORK/hang.err" >&2; fail "hang: no watchdog line"; }
+grep -q "fake dcoll aborted on the dp group" "$WORK/hang.err" ||
+    { cat "$WORK/hang.err" >&2; fail "hang: the watchdog did not abort the table"; }
+echo "mpi_dcoll: ok (the hang ended in ${took}s, exit $rc)"
