@@ -8,37 +8,37 @@
 grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h" || skip "built without CUDA"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
 make_shard "$WORK/data.bin"
+
+# gpu_runs MODEL DTYPE: two GPU runs of $A in DTYPE, their losses into
+# $WORK/DTYPE.a and .b, which must be 50 and the same bit for bit.
+gpu_runs() {
+    for run in a b; do
+        "$TRAIN" $A --device cuda --dtype "$2" --metrics "$WORK/$1.$2.$run.jsonl" > "$WORK/cuda.out" 2>&1 ||
+            { cat "$WORK/cuda.out" >&2; fail "$1 --dtype $2 on the GPU"; }
+        metric "$WORK/$1.$2.$run.jsonl" loss > "$WORK/$2.$run"
+    done
+    grep -q "\"dtype\": \"$2\"" "$WORK/$1.$2.a.jsonl" || fail "$1: the metrics do not say dtype $2"
+    [ "$(wc -l < "$WORK/$2.a")" -eq 50 ] || fail "$1: the $2 GPU run reported $(wc -l < "$WORK/$2.a") losses, not 50"
+    cmp -s "$WORK/$2.a" "$WORK/$2.b" || fail "$1: two $2 GPU runs gave different losses"
+}
+
+# near MODEL DTYPE TOL: the GPU's DTYPE losses within TOL of the CPU's fp32.
+near() {
+    paste "$WORK/cpu" "$WORK/$2.a" | awk -v m="$1" -v dt="$2" -v tol="$3" '
+        { d = $1 - $2; if (d < 0) d = -d; if (d > worst) { worst = d; at = NR } }
+        $2 != $2 + 0 { bad = 1 }
+        END { printf "%s: largest |cpu fp32 - cuda %s| loss difference %.3g (step %d of %d)\n", m, dt, worst, at, NR
+              exit !(NR == 50 && !bad && worst <= tol) }' ||
+        fail "$1: the GPU's $2 losses differ from the CPU's fp32 by more than $3"
+}
+
 for model in tiny-gpt2 tiny-llama; do
     A="--model $model --data $WORK/data.bin --micro-batch 4 --micro-batches 2 --seq-len 32 --steps 50 --lr 1e-3 --warmup 5"
     "$TRAIN" $A --threads 2 --metrics "$WORK/$model.cpu.jsonl" > "$WORK/cpu.out" 2>&1 || { cat "$WORK/cpu.out" >&2; fail "$model on the cpu"; }
-    for run in a b; do
-        "$TRAIN" $A --device cuda --metrics "$WORK/$model.cuda.$run.jsonl" > "$WORK/cuda.out" 2>&1 ||
-            { cat "$WORK/cuda.out" >&2; fail "$model on the GPU"; }
-    done
     metric "$WORK/$model.cpu.jsonl" loss > "$WORK/cpu"
-    metric "$WORK/$model.cuda.a.jsonl" loss > "$WORK/a"
-    metric "$WORK/$model.cuda.b.jsonl" loss > "$WORK/b"
-    [ "$(wc -l < "$WORK/a")" -eq 50 ] || fail "$model: the GPU run reported $(wc -l < "$WORK/a") losses, not 50"
-    cmp -s "$WORK/a" "$WORK/b" || fail "$model: two GPU runs gave different losses"
-    paste "$WORK/cpu" "$WORK/a" | awk -v m="$model" '
-        { d = $1 - $2; if (d < 0) d = -d; if (d > worst) { worst = d; at = NR } }
-        $2 != $2 + 0 { bad = 1 }
-        END { printf "%s: largest |cpu - cuda| loss difference %.3g (step %d of %d)\n", m, worst, at, NR
-              exit !(NR == 50 && !bad && worst <= 1e-4) }' ||
-        fail "$model: the GPU's losses differ from the CPU's by more than 1e-4"
-    for run in a b; do
-        "$TRAIN" $A --device cuda --dtype tf32 --metrics "$WORK/$model.tf32.$run.jsonl" > "$WORK/cuda.out" 2>&1 ||
-            { cat "$WORK/cuda.out" >&2; fail "$model --dtype tf32 on the GPU"; }
-    done
-    grep -q '"dtype": "tf32"' "$WORK/$model.tf32.a.jsonl" || fail "$model: the metrics do not say dtype tf32"
-    metric "$WORK/$model.tf32.a.jsonl" loss > "$WORK/ta"
-    metric "$WORK/$model.tf32.b.jsonl" loss > "$WORK/tb"
-    cmp -s "$WORK/ta" "$WORK/tb" || fail "$model: two tf32 runs gave different losses"
-    ! cmp -s "$WORK/ta" "$WORK/a" || fail "$model: tf32's losses equal fp32's bit for bit (TF32 not applied?)"
-    paste "$WORK/cpu" "$WORK/ta" | awk -v m="$model" '
-        { d = $1 - $2; if (d < 0) d = -d; if (d > worst) { worst = d; at = NR } }
-        $2 != $2 + 0 { bad = 1 }
-        END { printf "%s tf32: largest |cpu fp32 - cuda tf32| loss difference %.3g (step %d of %d)\n", m, worst, at, NR
-              exit !(NR == 50 && !bad && worst <= 2e-2) }' ||
-        fail "$model: tf32's losses differ from the CPU's fp32 by more than 2e-2"
+    gpu_runs $model fp32
+    near $model fp32 1e-4
+    gpu_runs $model tf32
+    ! cmp -s "$WORK/tf32.a" "$WORK/fp32.a" || fail "$model: tf32's losses equal fp32's bit for bit (TF32 not applied?)"
+    near $model tf32 2e-2
 done
