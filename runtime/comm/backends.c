@@ -94,8 +94,7 @@ int merak_coll_choose(const char *asked, int host, int world, int shared, int nc
         return USAGE(err, errlen, "coll '%s' is not %s", asked, merak_coll_names());
     if (host) {
         if (want_nccl)
-            return USAGE(err, errlen, "coll nccl needs tensors on GPUs (device cuda); the CPU's go through "
-                              "MPI");
+            return USAGE(err, errlen, "coll nccl needs tensors on GPUs (device cuda); the CPU's go through MPI");
         snprintf(why, whylen, "tensors in host memory");
         return 0;
     }
@@ -108,22 +107,18 @@ int merak_coll_choose(const char *asked, int host, int world, int shared, int nc
         snprintf(why, whylen, "one rank: no collectives");
         return 0;
     }
-    if (!nccl_version) {
+    /* why NCCL cannot take the device buffers here, if it cannot */
+    char cannot[192] = "";
+    if (!nccl_version)
+        snprintf(cannot, sizeof cannot, "this library was built without NCCL (configure --with-cuda finds it)");
+    else if (shared && !may_share)
+        snprintf(cannot, sizeof cannot, "ranks of one node share a GPU, which NCCL %s refuses%s", v,
+                 nccl_version >= 23000 ? " without NCCL_MULTI_RANK_GPU_ENABLE=1"
+                                       : " (2.30 and later allow it with NCCL_MULTI_RANK_GPU_ENABLE=1)");
+    if (*cannot) {
         if (want_nccl)
-            return USAGE(err, errlen, "coll nccl: this library was built without NCCL (configure "
-                              "--with-cuda finds it)");
-        snprintf(why, whylen, "no NCCL in this build: device buffers staged through host memory");
-        return 0;
-    }
-    if (shared && !may_share) {
-        if (want_nccl)
-            return USAGE(err, errlen, "coll nccl: ranks of one node share a GPU, which NCCL %s refuses%s; "
-                              "give each rank its own GPU, or --coll mpi", v,
-                              nccl_version >= 23000 ? " without NCCL_MULTI_RANK_GPU_ENABLE=1"
-                                                    : " (2.30 and later allow it with NCCL_MULTI_RANK_GPU_ENABLE=1)");
-        snprintf(why, whylen, "ranks share a GPU, which NCCL %s refuses%s: device buffers staged through host "
-                 "memory", v, nccl_version >= 23000 ? " without NCCL_MULTI_RANK_GPU_ENABLE=1"
-                                                     : " (2.30 and later allow it with NCCL_MULTI_RANK_GPU_ENABLE=1)");
+            return USAGE(err, errlen, "coll nccl: %s%s", cannot, shared ? "; give each rank its own GPU, or --coll mpi" : "");
+        snprintf(why, whylen, "%s: device buffers staged through host memory", cannot);
         return 0;
     }
     *name = "nccl";

@@ -35,7 +35,7 @@ for c in "tiny-gpt2 --schedule 1f1b" "tiny-llama --schedule zb-h1 --zero 1"; do
         --metrics "$WORK/$model.par.jsonl" > "$WORK/par.out" 2>&1 ||
         { cat "$WORK/par.out" >&2; fail "$model: 8 ranks on the GPU"; }
     # NCCL 2.28 refuses ranks sharing a GPU: MPI, staged, said once with why
-    grep -q "^collectives: mpi (ranks share a GPU, which NCCL [0-9.]* refuses.*pipeline transfers: mpi, staged" \
+    grep -q "^collectives: mpi (ranks of one node share a GPU, which NCCL [0-9.]* refuses.*pipeline transfers: mpi, staged" \
         "$WORK/par.out" || { grep collectives "$WORK/par.out" >&2; fail "$model: the run did not say how its ranks communicate"; }
     same "$WORK/$model.ref.jsonl" "$WORK/$model.par.jsonl" "$model (2,2,2) $*"
 done

@@ -50,7 +50,7 @@ int main(void)
         {"nccl", 1, 4, 0, 22809, 0, MERAK_USAGE, NULL, "coll nccl needs tensors on GPUs"},
         {"gloo", 0, 4, 0, 22809, 0, MERAK_USAGE, NULL, "coll 'gloo' is not mpi"},
         {NULL, 0, 1, 0, 22809, 0, MERAK_OK, "mpi", "one rank"},
-        {NULL, 0, 4, 0, 0, 0, MERAK_OK, "mpi", "no NCCL in this build"},
+        {NULL, 0, 4, 0, 0, 0, MERAK_OK, "mpi", "built without NCCL (configure --with-cuda finds it): device buffers staged"},
         {"nccl", 0, 4, 0, 0, 0, MERAK_USAGE, NULL, "built without NCCL"},
         {NULL, 0, 4, 0, 22809, 0, MERAK_OK, "nccl", "NCCL 2.28.9; each rank has its own GPU"},
         {"nccl", 0, 4, 0, 22809, 0, MERAK_OK, "nccl", "NCCL 2.28.9; asked for (--coll nccl)"},
