@@ -14,9 +14,13 @@
  *     otherwise right after the backward that frees the slot;
  *   - WAIT_ACT right before FWD, WAIT_GRAD right before the backward (BWD,
  *     or BWD_INPUT when it is split; BWD_WEIGHT needs no message);
- *   - SEND_ACT right after FWD, then at once RECV_GRAD of the same
- *     micro-batch.  The gradient receive is never posted before the forward,
- *     because the executor's forward zeroes the slot's gradient buffers;
+ *   - SEND_ACT right after FWD, then the gradient receives that are due,
+ *     in the order the next stage will send them (its backwards' order):
+ *     that of the micro-batch just forwarded, unless (interleaved: the
+ *     backwards take the chunks in reverse) an earlier one of that order
+ *     is still to be forwarded.  A gradient receive is never posted before
+ *     its forward, because the executor's forward zeroes the slot's
+ *     gradient buffers;
  *   - SEND_GRAD right after the backward (its input part);
  *   - on a recomputing stage, RECOMPUTE right after WAIT_GRAD (gpipe, 1f1b,
  *     zb-h1: the recompute is part of the backward, as in Megatron-LM), or
@@ -52,9 +56,14 @@
  * slot, so it waits only at the end.
  *
  * Backwards run in the order of the forwards (0..M-1) on every stage, so
- * gradients travel in the same order as activations.  Messages are matched
- * by micro-batch id, so any order would match; the simulator checks that
- * each receive is for the micro-batch it expects.
+ * gradients travel in the same order as activations (the interleaved
+ * schedule's backwards take the chunks in reverse).  On every link (one
+ * stage to the next for activations, back for gradients) the receives are
+ * posted in the order the sender posts its sends, so a transport that
+ * matches messages by order alone, without tags (NCCL's send and
+ * receive), pairs them as tags do; test_schedule checks it for every
+ * schedule.  The simulator checks that each receive is for the
+ * micro-batch it expects.
  */
 #include <math.h>
 #include <stdio.h>
@@ -289,6 +298,9 @@ typedef struct gen {
     unsigned char *done;      /* [units] backward emitted: its slot may be reused */
     unsigned char *posted;    /* [units] RECV_ACT emitted */
     unsigned char *unwaited;  /* [units] has a send not yet covered by a WAIT_SENDS */
+    unsigned char *fwded;     /* [units] FWD emitted */
+    const int *bwd;           /* the units in backward (input part) order */
+    int nbwd, next_recv_grad; /* bwd[next_recv_grad]: the next gradient receive to post */
 } gen;
 
 static int unit_slot(const gen *g, int u)
@@ -353,6 +365,24 @@ static void post_recv_act(gen *g, int k)
     g->posted[u] = 1;
 }
 
+/* Posts the gradient receives that are due, in the order the next stage
+ * sends them (its backwards' order, which is this stage's), each once its
+ * unit's forward has run (the forward zeroes the gradient buffers the
+ * receive writes).  The interleaved schedule's backwards run chunks in the
+ * reverse order of its forwards, so its receives wait for the forward of
+ * the unit whose gradient comes first. */
+static void post_recv_grads(gen *g)
+{
+    for (; g->next_recv_grad < g->nbwd; g->next_recv_grad++) {
+        const int u = g->bwd[g->next_recv_grad];
+        if (unit_last(g, u))
+            continue;   /* its gradient starts here: nothing to receive */
+        if (!g->fwded[u])
+            return;
+        emit(g, MERAK_I_RECV_GRAD, u);
+    }
+}
+
 /* The k-th forward. */
 static void emit_fwd(gen *g, int k)
 {
@@ -371,8 +401,9 @@ static void emit_fwd(gen *g, int k)
     if (!unit_last(g, u)) {
         emit(g, MERAK_I_SEND_ACT, u);
         g->unwaited[u] = 1;
-        emit(g, MERAK_I_RECV_GRAD, u);
     }
+    g->fwded[u] = 1;
+    post_recv_grads(g);
 }
 
 /* The input-gradient side of a backward (the whole of it for C_B). */
@@ -396,6 +427,18 @@ static void bwd_done(gen *g, int u)
 {
     g->done[u] = 1;
     post_recv_act(g, g->next_fwd);  /* the slot this backward freed */
+}
+
+int merak_instr_route(const merak_instr *in, int p, int S, int *peer, int *chunk)
+{
+    const int next = p + 1 < S ? p + 1 : 0, prev = p > 0 ? p - 1 : S - 1, c = in->chunk;
+    switch (in->kind) {
+    case MERAK_I_SEND_ACT: *peer = next, *chunk = p + 1 < S ? c : c + 1; return 1;
+    case MERAK_I_RECV_GRAD: *peer = next, *chunk = c; return 0;
+    case MERAK_I_RECV_ACT: *peer = prev, *chunk = c; return 0;
+    case MERAK_I_SEND_GRAD: *peer = prev, *chunk = p > 0 ? c : c - 1; return 1;
+    default: return -1;
+    }
 }
 
 int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedule *out, char *err,
@@ -423,11 +466,11 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
      * WAIT_SENDS before its slot is claimed) plus the final 4. */
     g.cap = 12 * U + 4;
     cstep *c = malloc((size_t)(3 * U) * sizeof *c);
-    int *fwd = malloc((size_t)U * sizeof *fwd);
+    int *fwd = malloc((size_t)U * sizeof *fwd), *bwd = malloc((size_t)U * sizeof *bwd);
     out->instr = malloc((size_t)g.cap * sizeof *out->instr);
-    g.done = calloc((size_t)U, 3);
+    g.done = calloc((size_t)U, 4);
     int nc = 0;
-    if (c && fwd && out->instr && g.done) {
+    if (c && fwd && bwd && out->instr && g.done) {
         nc = compute_order(sp->kind, S, stage, M, V, c);
         count_buffers(c, nc, M, V, out->recompute, out->chunk_slots, &out->npool);
         for (int v = 0; v < V; v++) {
@@ -437,18 +480,22 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
         g.owner = malloc((size_t)out->nslots * sizeof *g.owner);
     }
     if (!g.owner) {
-        free(c), free(fwd), free(g.done);
+        free(c), free(fwd), free(bwd), free(g.done);
         merak_schedule_free(out);
         return merak_errf(err, errlen, "schedule: out of memory");
     }
     g.posted = g.done + U;
     g.unwaited = g.done + 2 * U;
+    g.fwded = g.done + 3 * U;
     for (int i = 0; i < out->nslots; i++)
         g.owner[i] = -1;
     for (int i = 0, k = 0; i < nc; i++)
         if (c[i].op == C_F)
             fwd[k++] = c[i].u;
+        else if (c[i].op == C_B || c[i].op == C_BI)
+            bwd[g.nbwd++] = c[i].u;
     g.fwd = fwd;
+    g.bwd = bwd;
 
     for (int i = 0, k = 0; i < nc; i++) {
         switch (c[i].op) {
@@ -471,6 +518,7 @@ int merak_schedule_build(const merak_schedule_spec *sp, int stage, merak_schedul
 
     free(c);
     free(fwd);
+    free(bwd);
     free(g.owner);
     free(g.done);
     return 0;

@@ -98,6 +98,17 @@ typedef struct merak_schedule {
 
 const char *merak_instr_name(merak_instr_kind k);
 
+/* Where a transfer of stage p of S goes or comes from: SEND_ACT to, and
+ * RECV_GRAD from, the next stage; RECV_ACT from, and SEND_GRAD to, the
+ * previous one (the last stage's next is the first, and the reverse).
+ * Sets *peer and *chunk, the chunk of the receiving stage the message is
+ * for (chunk c's activation goes to the next stage's chunk c, or from the
+ * last stage to the first stage's chunk c+1; gradients come back the same
+ * way), and returns 1 for a send, 0 for a receive; -1 for an instruction
+ * that moves nothing.  The executor (stage_run.c) and the tests route by
+ * it. */
+int merak_instr_route(const merak_instr *in, int p, int S, int *peer, int *chunk);
+
 /* Checks the spec (stage and micro-batch counts; every schedule but gpipe
  * needs M >= S; interleaved needs S >= 2 and 2 <= V <= MERAK_MAX_CHUNKS, the
  * others V = 1).  0, or -1 with one line in err. */

@@ -114,20 +114,19 @@ void merak_stage_poll(void *ctx)
  * for the receiver's chunk c. */
 static int tag(const merak_stage *s, int c, int mb, int grad) { return (c * s->M + mb) * 2 + grad; }
 
-/* Runs one instruction; returns 0 or -1 with err.  Chunk c's activation
- * goes to the next stage's chunk c, or from the last stage to the first
- * stage's chunk c+1; gradients come back the same way. */
+/* Runs one instruction; returns 0 or -1 with err.  Transfers go where
+ * merak_instr_route says, tagged with the receiving chunk. */
 static int dispatch(merak_stage *s, const merak_stage_hooks *h, const merak_instr *in, char *err,
                     size_t errlen)
 {
-    const int slot = in->slot, mb = in->mb, c = in->chunk, p = s->grid->pp_rank, pp = s->grid->pp;
-    const int prev = p > 0 ? p - 1 : pp - 1, next = p + 1 < pp ? p + 1 : 0;
-    const int next_c = p + 1 < pp ? c : c + 1, prev_c = p > 0 ? c : c - 1;
+    const int slot = in->slot, mb = in->mb, c = in->chunk;
+    int peer = -1, to_c = 0;   /* the transfer's stage, and the chunk there its message is for */
+    merak_instr_route(in, s->grid->pp_rank, s->grid->pp, &peer, &to_c);
     switch (in->kind) {
     case MERAK_I_LOAD: return load(s, h, mb, slot, err, errlen);
     case MERAK_I_RECV_ACT:
-        return merak_recv(s->pp_g, merak_exec_tensor(s->e, slot, s->in_t[c]), s->in_bytes[c], prev,
-                          tag(s, c, mb, 0), &s->act_req[slot]);
+        return merak_recv(s->pp_g, merak_exec_tensor(s->e, slot, s->in_t[c]), s->in_bytes[c], peer,
+                          tag(s, to_c, mb, 0), &s->act_req[slot]);
     case MERAK_I_WAIT_ACT: return merak_wait(&s->act_req[slot]);
     case MERAK_I_FWD:
         if (merak_exec_forward(s->e, slot, h->seed(h->ctx, mb)) < 0)
@@ -136,11 +135,11 @@ static int dispatch(merak_stage *s, const merak_stage_hooks *h, const merak_inst
             s->loss_sum += merak_exec_loss(s->e, slot);
         return 0;
     case MERAK_I_SEND_ACT:
-        return post_send(s, slot, merak_exec_tensor(s->e, slot, s->out_t[c]), s->out_bytes[c], next,
-                         tag(s, next_c, mb, 0));
+        return post_send(s, slot, merak_exec_tensor(s->e, slot, s->out_t[c]), s->out_bytes[c], peer,
+                         tag(s, to_c, mb, 0));
     case MERAK_I_RECV_GRAD:
-        return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t[c]), s->out_bytes[c], next,
-                          tag(s, c, mb, 1), &s->grad_req[slot]);
+        return merak_recv(s->pp_g, merak_exec_grad(s->e, slot, s->out_t[c]), s->out_bytes[c], peer,
+                          tag(s, to_c, mb, 1), &s->grad_req[slot]);
     case MERAK_I_WAIT_GRAD: return merak_wait(&s->grad_req[slot]);
     case MERAK_I_RECOMPUTE:
         if (merak_exec_recompute(s->e, slot) < 0)
@@ -150,8 +149,8 @@ static int dispatch(merak_stage *s, const merak_stage_hooks *h, const merak_inst
     case MERAK_I_BWD_INPUT:
     case MERAK_I_BWD_WEIGHT: return backward(s, in, err, errlen);
     case MERAK_I_SEND_GRAD:
-        return post_send(s, slot, merak_exec_grad(s->e, slot, s->in_t[c]), s->in_bytes[c], prev,
-                         tag(s, prev_c, mb, 1));
+        return post_send(s, slot, merak_exec_grad(s->e, slot, s->in_t[c]), s->in_bytes[c], peer,
+                         tag(s, to_c, mb, 1));
     case MERAK_I_WAIT_SENDS: return wait_sends(s, slot);
     case MERAK_I_REDUCE_TIED:
     case MERAK_I_REDUCE_DP: return merak_stage_dp_reduce(s, in->kind == MERAK_I_REDUCE_TIED);

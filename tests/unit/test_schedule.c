@@ -7,7 +7,9 @@
  * within its buffers, scp is shorter than 1f1b with recomputation and zb-h1
  * shorter than 1f1b without, at 1f1b's peak; refusals; and lists broken on
  * purpose are caught, which shows the simulator can fail; evaluation
- * (forward-only) lists of every schedule run deadlock-free.
+ * (forward-only) lists of every schedule run deadlock-free; and on every
+ * link the receives are posted in the order of the sends (what a
+ * transport without tags needs).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -576,6 +578,99 @@ static void test_interleaved(void)
     }
 }
 
+/* Order on the links: the messages one stage sends another (activations
+ * and gradients apart: (micro-batch, the receiving chunk)), in the order of
+ * its sends, against the receiving stage's receives in their order.  A
+ * transport without tags (NCCL's send and receive) pairs them by that
+ * order alone.  The number of links whose orders differ; *first says the
+ * first. */
+static int link_mismatches(const merak_schedule *sch, int S, char *first, size_t flen)
+{
+    int bad = 0;
+    for (int a = 0; a < S; a++)
+        for (int b = 0; b < S; b++)
+            for (int grad = 0; grad < 2; grad++) {
+                int ns = 0, nr = 0, peer, chunk, ok;
+                int *sent = malloc((size_t)(2 * sch[a].n + 2) * sizeof *sent);
+                int *got = malloc((size_t)(2 * sch[b].n + 2) * sizeof *got);
+                for (int i = 0; i < sch[a].n; i++) {
+                    const merak_instr *in = &sch[a].instr[i];
+                    const int is_grad = in->kind == MERAK_I_SEND_GRAD || in->kind == MERAK_I_RECV_GRAD;
+                    if (is_grad == grad && merak_instr_route(in, a, S, &peer, &chunk) == 1 && peer == b)
+                        sent[ns++] = in->mb, sent[ns++] = chunk;
+                }
+                for (int i = 0; i < sch[b].n; i++) {
+                    const merak_instr *in = &sch[b].instr[i];
+                    const int is_grad = in->kind == MERAK_I_SEND_GRAD || in->kind == MERAK_I_RECV_GRAD;
+                    if (is_grad == grad && merak_instr_route(in, b, S, &peer, &chunk) == 0 && peer == a)
+                        got[nr++] = in->mb, got[nr++] = chunk;
+                }
+                ok = ns == nr && !memcmp(sent, got, (size_t)ns * sizeof *sent);
+                if (!ok && !bad++) {
+                    int k = 0;
+                    while (k < ns && k < nr && sent[k] == got[k])
+                        k++;
+                    k &= ~1;
+                    snprintf(first, flen, "%s %d -> %d, message %d: sent mb %d chunk %d, received as mb %d chunk %d",
+                             grad ? "gradients" : "activations", a, b, k / 2, k < ns ? sent[k] : -1,
+                             k < ns ? sent[k + 1] : -1, k < nr ? got[k] : -1, k < nr ? got[k + 1] : -1);
+                }
+                free(sent), free(got);
+            }
+    return bad;
+}
+
+static void test_link_order(void)
+{
+    static const merak_schedule_kind kinds[] = {MERAK_SCHEDULE_GPIPE, MERAK_SCHEDULE_1F1B, MERAK_SCHEDULE_SCP,
+                                                MERAK_SCHEDULE_ZB_H1, MERAK_SCHEDULE_INTERLEAVED};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        const int inter = kinds[k] == MERAK_SCHEDULE_INTERLEAVED;
+        int cases = 0, bad = 0;
+        char first[1400] = "";
+        for (int V = inter ? 2 : 1; V <= (inter ? 4 : 1); V++)
+            for (int S = 2; S <= MAX_S; S++)
+                for (int M = kinds[k] == MERAK_SCHEDULE_GPIPE ? 1 : S; M <= 3 * S; M++)
+                    for (int rc = 0; rc < 2; rc++) {
+                        unsigned char flags[MAX_S];
+                        memset(flags, rc, sizeof flags);
+                        merak_schedule_spec sp = {kinds[k], S, M, flags, V};
+                        merak_schedule sch[MAX_S], ev[MAX_S];
+                        if (merak_schedule_build_all(&sp, sch, err, sizeof err) < 0) {
+                            if (!bad++)
+                                snprintf(first, sizeof first, "S=%d M=%d V=%d: %s", S, M, V, err);
+                            continue;
+                        }
+                        int built = 0;
+                        while (built < S && merak_schedule_build_eval(&sch[built], M, &ev[built], err, sizeof err) == 0)
+                            built++;
+                        char where[256];
+                        cases += 2;
+                        if (link_mismatches(sch, S, where, sizeof where) && !bad++)
+                            snprintf(first, sizeof first, "S=%d M=%d V=%d recompute=%d: %s", S, M, V, rc, where);
+                        if ((built < S || link_mismatches(ev, S, where, sizeof where)) && !bad++)
+                            snprintf(first, sizeof first, "S=%d M=%d V=%d evaluation: %s", S, M, V,
+                                     built < S ? err : where);
+                        free_all(ev, built);
+                        free_all(sch, S);
+                    }
+        tap_ok(bad == 0 && cases > 0, "%s: on every link the receives are posted in the order of the sends (%d lists, "
+               "training and evaluation)%s%s", merak_schedule_name(kinds[k]), cases, bad ? ": " : "", first);
+    }
+    /* the check can fail: two gradient receives swapped */
+    merak_schedule sch[4];
+    int swapped = build_all(MERAK_SCHEDULE_GPIPE, 4, 4, sch) == 0;
+    int a = swapped ? find(&sch[1], MERAK_I_RECV_GRAD, 1) : -1, b = swapped ? find(&sch[1], MERAK_I_RECV_GRAD, 2) : -1;
+    char where[256] = "";
+    if (a >= 0 && b >= 0)
+        swap(&sch[1], a, b);
+    tap_ok(a >= 0 && b >= 0 && link_mismatches(sch, 4, where, sizeof where) == 1 &&
+               strstr(where, "gradients 2 -> 1, message 1: sent mb 1 chunk 0, received as mb 2"),
+           "two gradient receives swapped on stage 1 are one link out of order (%s)", where);
+    if (swapped)
+        free_all(sch, 4);
+}
+
 /* With costs: a slow link and a slow stage lengthen the step as they
  * should, and the bubble and busy times add up. */
 static void test_costs(void)
@@ -867,5 +962,6 @@ int main(void)
     test_merak_scp();
     test_broken_recompute();
     test_eval();
+    test_link_order();
     return tap_done();
 }
