@@ -7,6 +7,8 @@
  *   dcoll_probe sum     device all-reduce, blocking and with a request, goes
  *                       to the table; a host one to MPI; bytes counted alike
  *   dcoll_probe fail    the table fails: -1, its line is the comm's error
+ *   dcoll_probe shared  merak_comm_devices_shared on one host: equal ids,
+ *                       different ids, one that cannot tell (< 0)
  *   dcoll_probe hang    the table never finishes (it polls, as NCCL's
  *                       waits do): the watchdog (1 s) writes its line and
  *                       asks it to abort, which it does (a line) before
@@ -80,6 +82,14 @@ int main(int argc, char **argv)
         return 1;
     }
     const int rank = merak_comm_grid(c)->rank;
+    if (!strcmp(mode, "shared")) {
+        const int same = merak_comm_devices_shared(c, 7.0);
+        const int apart = merak_comm_devices_shared(c, 7.0 + rank);
+        const int unknown = merak_comm_devices_shared(c, rank ? 8.0 : -1.0);
+        printf("rank %d: shared %d %d %d\n", rank, same, apart, unknown);
+        merak_comm_finalize(c);
+        return 0;
+    }
     static const merak_devmem mem = {is_device, no_copy, no_copy};
     merak_comm_set_devmem(c, &mem);
     merak_group *g = merak_comm_group(c, MERAK_GROUP_DP);

@@ -3,8 +3,10 @@
 # table injected on the dp group of 2 ranks, on CPUs): device buffers go to
 # the table and host buffers to MPI, counted alike; a failing table's line
 # becomes the comm's error; a table that never returns is ended by the
-# watchdog, which names the operation and aborts the table first (as it
-# aborts NCCL's communicators), exit 1 within seconds.
+# watchdog, which asks the table to abort first (as NCCL's waits do),
+# exit 1 within seconds.  Ranks on one host compare device ids (shared
+# GPUs); merak-train on 2 CPU ranks says its collectives are MPI's, and
+# refuses --coll nccl once, as a usage error.
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 PROBE=$MERAK_BUILDDIR/tests/mpi/dcoll_probe
@@ -31,11 +33,30 @@ set +e
 "$WRAP" 2 "$PROBE" hang > "$WORK/hang" 2> "$WORK/hang.err"
 rc=$?
 set -e
-took=$(($(date +%s) - start))
+took=$(($(date +%s) - start)) hang_rc=$rc
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$WORK/hang.err" >&2; fail "hang: the job exited $rc"; }
 [ "$took" -le 30 ] || fail "hang: the job took ${took}s to end"
 grep -q "no progress for [0-9]* s in all-reduce of the dp group" "$WORK/hang.err" ||
     { cat "$WORK/hang.err" >&2; fail "hang: no watchdog line"; }
 grep -q "fake dcoll aborted on the dp group" "$WORK/hang.err" ||
     { cat "$WORK/hang.err" >&2; fail "hang: the watchdog did not abort the table"; }
-echo "mpi_dcoll: ok (the hang ended in ${took}s, exit $rc)"
+# two ranks of this host: the same id is a shared device, different ids are
+# not, an id that cannot tell counts as shared
+"$WRAP" 2 "$PROBE" shared > "$WORK/shared" 2> "$WORK/shared.err" || { cat "$WORK/shared.err" >&2; fail "shared: the probe failed"; }
+for r in 0 1; do
+    grep -q "^rank $r: shared 1 0 1$" "$WORK/shared" || { cat "$WORK/shared" >&2; fail "shared: rank $r's line"; }
+done
+
+make_shard "$WORK/data.bin"
+T="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 1 --threads 1 --dp 2"
+"$WRAP" 2 "$TRAIN" $T > "$WORK/train.out" 2>&1 || { cat "$WORK/train.out" >&2; fail "2 CPU ranks failed"; }
+grep -q "^collectives: mpi (tensors in host memory)$" "$WORK/train.out" ||
+    { cat "$WORK/train.out" >&2; fail "2 CPU ranks did not say their collectives are MPI's"; }
+set +e
+"$WRAP" 2 "$TRAIN" $T --coll nccl > "$WORK/nccl.out" 2> "$WORK/nccl.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || { cat "$WORK/nccl.err" >&2; fail "--coll nccl on CPU ranks exited $rc, not 2"; }
+n=$(grep -c "coll nccl needs tensors on GPUs\|coll 'nccl' is not mpi" "$WORK/nccl.err" || true)
+[ "$n" -eq 1 ] || { cat "$WORK/nccl.err" >&2; fail "--coll nccl on CPU ranks: $n lines, not one"; }
+echo "mpi_dcoll: ok (the hang ended in ${took}s, exit $hang_rc)"
