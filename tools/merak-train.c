@@ -493,9 +493,10 @@ static void print_banner(const merak_run_info *ri, void *user)
     if (ri->placement && *ri->placement)
         printf("placement (rank 0): %s\n", ri->placement);
     if (ri->world > 1 && ri->coll)
-        printf("collectives: %s (%s)%s\n", ri->coll, ri->coll_why,
-               ri->staged_comm && ri->pp > 1 ? "; pipeline transfers: mpi, staged in host memory" : "");
-
+        printf("collectives: %s (%s)%s%s%s\n", ri->coll, ri->coll_why,
+               ri->staged_comm && ri->pp > 1 ? "; pipeline transfers: " : "",
+               ri->staged_comm && ri->pp > 1 ? (c->a->p2p ? c->a->p2p : "mpi") : "",
+               ri->staged_comm && ri->pp > 1 ? ", staged in host memory" : "");
     if (ri->pp > 1) {
         int Q = ri->pp * merak_args_virtual_stages(c->a);
         printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : MERAK_PARTITION_DEFAULT);

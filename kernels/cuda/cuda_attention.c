@@ -2,8 +2,8 @@
  * cuda_attention.c - the CUDA backend's causal attention (the table's
  * attention entries, kernels.h): the fused kernels of flash.h (heads up
  * to FLASH_HD) or cuBLASLt GEMMs (cuda_blas.c) around softmax kernels
- * (attention.cu), chosen by shape; decoding against a key/value cache.  Calls cuda_blas.c
- * and cuda_mem.c; the table (cuda_glue.c) calls it.
+ * (attention.cu), chosen by shape; decoding against a key/value cache.
+ * Calls cuda_blas.c and cuda_mem.c; the table (cuda_glue.c) calls it.
  */
 #include <math.h>
 #include <stdint.h>
@@ -28,8 +28,7 @@
  * dK (B,T,nkv*hd), dV (B,T,nkv*hd).
  *
  * The products (wider heads, the backward by the rule above, decoding
- * below), as GEMMs, the CPU backend's
- * arithmetic (kernels/cpu):
+ * below), as GEMMs, the CPU backend's arithmetic (kernels/cpu):
  *   fwd  S = scale Q K^T ; P = causal softmax(S) (zeros above the diagonal,
  *        in scratch) ; lse = each row's log-sum-exp (saved) ; out = P V
  *   bwd  P = exp(scale Q K^T - lse), rebuilt in scratch ; dP = dout V^T ;

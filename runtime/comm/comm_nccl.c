@@ -7,12 +7,11 @@
  * (ncclConfig_t.blocking = 0), so that a wait polls its errors instead of
  * hanging inside NCCL, and aborts the communicator itself when the
  * watchdog asks (a timeout): ncclCommAbort is only ever called from the
- * thread that uses the communicator.  Each group has a
- * stream of its own, created non-blocking so that it runs beside the
- * kernels' stream (the legacy default stream synchronises with blocking
- * streams); every operation first waits, on the GPU, for the work already
- * queued on the kernels' stream (an event), so it reads what the kernels
- * wrote.
+ * thread that uses the communicator.  Each group has a stream of its own,
+ * created non-blocking so that it runs beside the kernels' stream (the
+ * legacy default stream synchronises with blocking streams); every
+ * operation first waits, on the GPU, for the work already queued on the
+ * kernels' stream (an event), so it reads what the kernels wrote.
  *
  * A blocking operation returns when its stream has finished, polling
  * ncclCommGetAsyncError meanwhile; one with a request returns once it is
@@ -36,8 +35,6 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 #include <sched.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -39,12 +39,12 @@ static int choose_coll(const merak_args *a, const merak_backend *be, int world, 
     int st = merak_coll_choose(a->coll, be->host, world, shared, merak_nccl_version(), multi_rank_env(), &path->coll,
                                path->why, sizeof path->why, err, errlen);
     if (world > 1) {
-        double mine[1] = {st == MERAK_OK && strcmp(path->coll, "nccl") == 0};
-        double first = mine[0];
+        const int mine = st == MERAK_OK && strcmp(path->coll, "nccl") == 0;
+        int first = mine;
         merak_group *w = merak_comm_group(g_comm, MERAK_GROUP_WORLD);
         if (merak_broadcast(w, &first, sizeof first, 0) < 0)
             return merak_errf(err, errlen, "%s", merak_comm_error(g_comm)), MERAK_FAILED;
-        if (st == MERAK_OK && first != mine[0])
+        if (st == MERAK_OK && first != mine)
             st = (merak_errf(err, errlen, "rank %d would take %s collectives and rank 0 %s: set "
                              "NCCL_MULTI_RANK_GPU_ENABLE alike on every rank", merak_rank(), path->coll,
                              first ? "nccl" : "mpi"), MERAK_USAGE);
