@@ -8,8 +8,8 @@
  * as one line:
  *     op=linear_fwd layer=qkv math=fp32 shape=N,K,O ms=... tflops=...
  *     op=attention_bwd math=tf32 path=products shape=B,T,nh,hd ms=... tflops=...
- * Every row runs with FP32 products (math=fp32) and with TF32's
- * (merak_cuda_set_tf32, --dtype tf32); attention also takes each of its
+ * Every row runs with FP32 products (math=fp32), TF32's (--dtype tf32) and
+ * BF16's (--dtype bf16; merak_cuda_set_products); attention also takes each of its
  * ways (merak_cuda_set_attention_paths: fused kernels, cuBLASLt products).
  * FLOPs: 2*N*K*O per linear op; attention counts the causal half that the
  * model needs (2*B*nh*T*T*hd forward, twice that backward), whatever a
@@ -441,6 +441,11 @@ static void accum(const void *p)
     const pw_arg *a = p;
     g_k->accumulate(a->dx, a->x, a->n);
 }
+static void round_b(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->round_bf16(a->dx, a->n);
+}
 static void dropout_f(const void *p)
 {
     const pw_arg *a = p;
@@ -465,6 +470,7 @@ static void bench_pointwise(int N, int C)
     const roof_row res[] = {
         {"add_fwd", add_f, f * 3 * e1},          /* a, b; out */
         {"accumulate", accum, f * 3 * e1},       /* src; dst += */
+        {"round_bf16", round_b, f * 2 * e1},     /* x = bf16(x) (--dtype bf16, after every op) */
         {"dropout_fwd", dropout_f, f * 2 * e1},  /* inp; out (p = 0.1) */
         {"dropout_bwd", dropout_b, f * 3 * e1}}; /* dout; dinp += */
     char shape[64];
@@ -473,7 +479,7 @@ static void bench_pointwise(int N, int C)
     pw_arg r = a;
     r.n = n1;
     snprintf(shape, sizeof shape, "%d,%d", N, C);
-    roof_rows(res, 4, shape, &r);
+    roof_rows(res, 5, shape, &r);
     float *bufs[] = {a.x, a.y, a.out, a.dout, a.dx, a.dy};
     free_all(bufs, 6);
 }
@@ -646,9 +652,11 @@ int main(int argc, char **argv)
     if (!merak_cuda_available() || !(g_k = merak_kernels_cuda()))
         die("no usable CUDA device");
     const int N = B * T;
-    for (int tf32 = 0; tf32 < 2; tf32++) {
-        merak_cuda_set_tf32(tf32);
-        g_math = tf32 ? "tf32" : "fp32";
+    static const struct { merak_products p; const char *name; } maths[] = {
+        {MERAK_PRODUCTS_FP32, "fp32"}, {MERAK_PRODUCTS_TF32, "tf32"}, {MERAK_PRODUCTS_BF16, "bf16"}};
+    for (int m = 0; m < 3; m++) {
+        merak_cuda_set_products(maths[m].p);
+        g_math = maths[m].name;
         bench_linear("peak", 8192, 8192, 8192);
         bench_linear("qkv", N, 768, 2304);
         bench_linear("attn_proj", N, 768, 768);
@@ -661,7 +669,7 @@ int main(int argc, char **argv)
             bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64, path);
         }
     }
-    merak_cuda_set_tf32(0);
+    merak_cuda_set_products(MERAK_PRODUCTS_FP32);
     bench_copy(); /* first: of_copy's unit */
     bench_embeddings(B, T, 768, 50257);
     bench_norms(N, 768);

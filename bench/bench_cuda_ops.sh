@@ -1,8 +1,10 @@
 #!/bin/sh
 # bench_cuda_ops.sh [BUILDDIR] - the CUDA kernel table's GEMMs and attention
 # at GPT-2 124M's shapes against PyTorch on the same GPU, in float32 (TF32
-# off on both sides: math=fp32) and with TF32 products (merak --dtype tf32,
-# torch's allow_tf32: math=tf32), attention by each of merak's ways (path=
+# off on both sides: math=fp32), with TF32 products (merak --dtype tf32,
+# torch's allow_tf32: math=tf32) and with BF16 products (merak --dtype bf16:
+# float32 storage, products of bf16 values on the tensor cores; torch:
+# bfloat16 tensors, math=bf16), attention by each of merak's ways (path=
 # fused or products), and the linear ops against the peak of the same math:
 # an 8192^3 product through the same table (the "peak" layer).
 #
@@ -50,9 +52,10 @@ def timeit(fn):
             tot += a.elapsed_time(b); n += 1
         s.append(tot / n)
     return sorted(s)[len(s) // 2]
-r = lambda *sh: torch.rand(*sh, device="cuda") * 2 - 1
 for line in sys.stdin:
     kv = dict(f.split("=", 1) for f in line.split())
+    dt = torch.bfloat16 if kv["math"] == "bf16" else torch.float32
+    r = lambda *sh: (torch.rand(*sh, device="cuda") * 2 - 1).to(dt)
     torch.backends.cuda.matmul.allow_tf32 = kv["math"] == "tf32"
     torch.backends.cudnn.allow_tf32 = kv["math"] == "tf32"
     sh = [int(x) for x in kv["shape"].split(",")]

@@ -6,7 +6,7 @@
 # For each model (GPT-2 presets at sequence length T) both sides train
 # WARMUP + STEPS optimizer steps of M micro-batches of B sequences from the
 # same token shard; the median step time of the timed steps is reported.
-# merak trains in each of MERAK_DTYPES (--dtype fp32, tf32).  PyTorch runs a
+# merak trains in each of MERAK_DTYPES (--dtype fp32, tf32, bf16).  PyTorch runs a
 # nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention with
 # is_causal, fused AdamW, clip_grad_norm_) in four modes:
 #   fp32          float32 everywhere, TF32 off: merak's --dtype fp32;
@@ -16,7 +16,8 @@
 # One line per run:
 #   bench_gpu_train model=gpt2 T=1024 mode=merak-fp32 step_ms=... tok_s=... mfu=... peak_mib=...
 # and a '#' line with the step-time ratio of each torch mode over merak's
-# run in the same arithmetic (the bf16 modes: over merak's fastest).
+# run in the same arithmetic (the bf16 modes: over merak's bf16, else its
+# fastest).
 # MFU counts PaLM's 6*N + 12*L*T*C floating-point operations per token (N
 # parameters, L layers, hidden C) against PEAK_TFLOPS (bf16 dense, H100 SXM)
 # for the bf16 modes, PEAK_TF32_TFLOPS (TF32 dense, H100 SXM) for tf32 and
@@ -24,7 +25,7 @@
 # planned allocation ("memory (allocated)").
 #
 # Environment: MODELS [gpt2 gpt2-medium]  T [1024]  B [8]  M [1]  STEPS [20]
-#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32]
+#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16]
 #   PYTHON [python3]  PEAK_TFLOPS [989.4]  PEAK_TF32_TFLOPS [494.7]
 #   PEAK_FP32_TFLOPS [66.9]
 set -eu
@@ -37,7 +38,7 @@ M=${M:-1}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
 MODES=${MODES:-"fp32 tf32 bf16 bf16-compile"}
-MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32"}
+MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32 bf16"}
 PYTHON=${PYTHON:-python3}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-66.9}
@@ -138,7 +139,7 @@ for model in $MODELS; do
     *) die "model '$model': gpt2, gpt2-medium or gpt2-large" ;;
     esac
     N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
-    best=
+    best= ms_fp32= ms_tf32= ms_bf16=
     for dt in $MERAK_DTYPES; do
         rm -f "$TMP/m.jsonl"
         "$BUILDDIR/merak-train" --model "$model" --device cuda --dtype "$dt" --data "$TMP/shard.bin" \
@@ -160,7 +161,7 @@ for model in $MODELS; do
         line "$model" "torch-$mode" "$tms" "$N" "$tpeak" "$L" "$C"
         case $mode in
         fp32|tf32) eval "mms=\${ms_$mode:-}"; against="merak-$mode" ;;
-        *) mms=$best against="merak's fastest" ;;
+        *) mms=${ms_bf16:-$best}; against=${ms_bf16:+merak-bf16}; against=${against:-"merak's fastest"} ;;
         esac
         if [ -n "$mms" ]; then
             echo "# $model torch-$mode: $against/torch step-time ratio $(awk -v a="$tms" -v b="$mms" 'BEGIN {printf "%.3f", a / b}') (above 1: merak faster)"

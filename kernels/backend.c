@@ -19,11 +19,11 @@
 static const merak_backend backends[] = {
     {.name = "cpu", .label = "CPU", .built = 1, .host = 1, .profile = "cpu", .bf16 = 1},
 #ifdef HAVE_CUDA
-    {.name = "cuda", .label = "CUDA", .built = 1, .profile = "h100-80g", .tf32 = 1, .is_device = merak_cuda_is_device_ptr,
+    {.name = "cuda", .label = "CUDA", .built = 1, .profile = "h100-80g", .bf16 = 1, .tf32 = 1, .is_device = merak_cuda_is_device_ptr,
      .to_host = merak_cuda_memcpy_d2h, .to_device = merak_cuda_memcpy_h2d,
      .stream = merak_cuda_stream_handle, .device_id = merak_cuda_device_id},
 #else
-    {.name = "cuda", .label = "CUDA", .profile = "h100-80g", .tf32 = 1},
+    {.name = "cuda", .label = "CUDA", .profile = "h100-80g", .bf16 = 1, .tf32 = 1},
 #endif
 };
 enum { NBACKEND = sizeof backends / sizeof backends[0] };

@@ -168,6 +168,21 @@ typedef struct merak_adamw_span {
     /* x *= s */                                                                   \
     void (*scale)(REAL *x, size_t n, float s);
 
+/* How the linear and attention products multiply (kernels set_products):
+ *   FP32  float32 inputs and products (the exact reference; the default);
+ *   TF32  the inputs rounded to TF32 (10 bits of mantissa) on the tensor
+ *         cores, for --dtype tf32;
+ *   BF16  the inputs rounded to bfloat16 on the tensor cores, for --dtype
+ *         bf16: exact for operands that are bf16 values already (the
+ *         executor's activations, gradients and compute copies), a
+ *         rounding for the ones a product makes from them in between
+ *         (attention's probabilities and their gradient, as flash
+ *         attention rounds them).
+ * Every one accumulates and stores float32. */
+typedef enum merak_products {
+    MERAK_PRODUCTS_FP32 = 0, MERAK_PRODUCTS_TF32, MERAK_PRODUCTS_BF16
+} merak_products;
+
 /* Direction of a copy through a backend's memory hooks: "host" is ordinary
  * process memory, "device" is memory from the backend's alloc. */
 typedef enum merak_copy_kind {
@@ -194,14 +209,13 @@ typedef struct merak_kernels {
     /* ---- precision.  x[i] = the bfloat16 value nearest x[i] (to nearest,
      * ties to even: merak_bf16_round of bf16.h), kept in float storage:
      * how the executor emulates bf16 storage (--dtype bf16, exec.h).  NULL
-     * where the backend has no bf16 (cuda, for now). */
+     * where the backend has no bf16. */
     void (*round_bf16)(float *x, size_t n);
-    /* Products in TF32 from now on (on 1; 0: FP32 again), for --dtype tf32:
-     * the linear and attention products multiply their inputs rounded to
-     * TF32 on the tensor cores, accumulating and storing FP32; nothing else
-     * changes.  The backend's state, for every later call.  NULL where
-     * the products have no TF32 (the CPU). */
-    void (*set_tf32)(int on);
+    /* The products' math from now on (merak_products): the backend's
+     * state, for every later linear and attention product.  NULL where the
+     * products are always FP32 (the CPU: its FP32 products of bf16 values
+     * are already what BF16 products compute, up to the order of sums). */
+    void (*set_products)(merak_products p);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 
@@ -223,7 +237,7 @@ typedef struct merak_backend {
                              * ranks of a node share it), --threads sets its threads */
     const char *profile;    /* the device profile (data/devices.json) assumed for it */
     int bf16;               /* its kernels have round_bf16: --dtype bf16 runs on it */
-    int tf32;               /* its kernels have set_tf32: --dtype tf32 runs on it */
+    int tf32;               /* its products have TF32 (set_products): --dtype tf32 runs on it */
     /* device memory seen from the host, for data that must pass through
      * host memory (NULL for a host backend): is p the backend's memory;
      * copies that return when the data is there, 0 or -1 */

@@ -162,7 +162,7 @@ expect 1 "vocab" -- --model "$WORK/small-vocab.json" $D
 expect 1 "transformer.wte.weight' is missing" -- --model tiny-gpt2 $D --init "$WORK/llama.safetensors"
 # strict: a tensor the model does not have is refused, unless --init-extra
 "$TRAIN" --model tiny-gpt2 $D --steps 0 --save-weights "$WORK/g2.safetensors" > /dev/null
-"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/g2.safetensors" "$WORK/extra.safetensors" <<'PYEOF'
+"$PY3" - "$WORK/g2.safetensors" "$WORK/extra.safetensors" <<'PYEOF'
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
@@ -186,7 +186,7 @@ sed 's/"n_embd": 64/"n_embd": 32/' "$FIX/ref-gpt2.json" > "$WORK/narrow.json"
 expect 1 "has shape \[256, 32\] (expected \[256, 64\])" -- --model tiny-gpt2 $D --init "$WORK/narrow.safetensors"
 # an integer tensor where weights go: named with its file (the same
 # header with the embedding's dtype I32, same size)
-"${TORCH_PYTHON:-/usr/bin/python3}" -c 'import sys; raw = open(sys.argv[1], "rb").read(); k = b"\"transformer.wte.weight\":{\"dtype\":\"F"
+"$PY3" -c 'import sys; raw = open(sys.argv[1], "rb").read(); k = b"\"transformer.wte.weight\":{\"dtype\":\"F"
 assert raw.count(k) == 1; open(sys.argv[2], "wb").write(raw.replace(k, k[:-1] + b"I"))' "$WORK/g2.safetensors" "$WORK/i32.safetensors"
 expect 1 "i32.safetensors: tensor 'transformer.wte.weight' is I32: weights must be floating point" -- \
     --model tiny-gpt2 $D --init "$WORK/i32.safetensors"
@@ -252,7 +252,7 @@ expect 1 "absent.safetensors" -- --model tiny-llama $D --init "$WORK/absent.safe
 # overflow, so the first step's loss is not finite: --on-nan abort (the
 # default) ends the run naming the step, skip skips every such update
 "$TRAIN" --model tiny-gpt2 $D --steps 0 --save-weights "$WORK/g.safetensors" > /dev/null
-"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/g.safetensors" "$WORK/nan.safetensors" "$WORK/huge.safetensors" <<'PYEOF'
+"$PY3" - "$WORK/g.safetensors" "$WORK/nan.safetensors" "$WORK/huge.safetensors" <<'PYEOF'
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]

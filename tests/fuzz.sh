@@ -70,7 +70,7 @@ printf '\001\001\000\000\003\0030,1gpu 0000:1b:00.0 0 0\ngpu 0000:3b:00.0 1 -1\n
 { printf '\007\001\001\000\004\0030,1'; cat "$FIX/topologies/real-hwloc-test-power8-4xP100-nvlink.xml"; } > "$WORK/topo/e"
 # the byte-level BPE fixture (every byte a token, two merges, an added
 # token) and a text after it; the first two bytes give the JSON's length
-"${TORCH_PYTHON:-/usr/bin/python3}" - "$FIX/tokenizer-bytes.json" "$WORK/tokenizer/seed" <<'PYEOF'
+"$PY3" - "$FIX/tokenizer-bytes.json" "$WORK/tokenizer/seed" <<'PYEOF'
 import sys
 j = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(len(j).to_bytes(2, "big") + j + b" the thin one<|endoftext|>then 42! \xff")
@@ -111,7 +111,7 @@ open(sys.argv[2] + "-unigram", "wb").write(len(j).to_bytes(2, "big") + j + "the 
 PYEOF
 # options --merak-tp=2 --merak-pp=2 --merak-schedule=1f1b, max_tp=4, 8 tasks
 printf '\0022\000\0032\000\0051f1b\000\200max_tp=4\000\000\010' > "$WORK/spank_args/seed"
-"${TORCH_PYTHON:-/usr/bin/python3}" - "$WORK/safetensors/seed" <<'PYEOF'
+"$PY3" - "$WORK/safetensors/seed" <<'PYEOF'
 import json, struct, sys
 hdr = {"__metadata__": {"format": "pt", "w": "{\"full\":[2,2],\"dim\":-1,\"segs\":[]}"},
        "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},

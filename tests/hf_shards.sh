@@ -15,8 +15,7 @@
 # save_pretrained does, which load back as the single file's values, bit
 # for bit (in fp32 and bf16, and in the PyTorch reference when it is there).
 . "$(dirname "$0")/lib.sh"
-PY=${TORCH_PYTHON:-/usr/bin/python3}
-[ "$PY" != none ] || PY=/usr/bin/python3
+PY=$PY3
 "$PY" -c 'import json, struct' 2> /dev/null || skip "no python3"
 make_shard "$WORK/data.bin"
 D="--model tiny-llama --data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1"

@@ -10,6 +10,10 @@ fi
 TRAIN=$MERAK_BUILDDIR/merak-train
 SHARD=$MERAK_BUILDDIR/merak-shard
 FIX=$MERAK_SRCDIR/tests/fixtures
+# A python3 for plain scripts (json, struct): configure's PyTorch one when
+# it found one (TORCH_PYTHON, "none" without), else Debian's.
+PY3=${TORCH_PYTHON:-none}
+[ "$PY3" != none ] || PY3=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/merak-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

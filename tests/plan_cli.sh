@@ -6,7 +6,7 @@
 # bad input.
 . "$(dirname "$0")/lib.sh"
 PLAN=$MERAK_BUILDDIR/merak-plan
-PY=${TORCH_PYTHON:-/usr/bin/python3}
+PY=$PY3
 
 # field JSON KEY: one value of the answer
 field() { "$PY" -c 'import json,sys; v=json.loads(sys.argv[1])[sys.argv[2]]; print(v)' "$1" "$2"; }

@@ -20,8 +20,7 @@
 # normalization and unknown pieces change the text, and bad tokenizers are
 # refused by name.
 . "$(dirname "$0")/lib.sh"
-PY=${TORCH_PYTHON:-/usr/bin/python3}
-[ "$PY" != none ] || PY=/usr/bin/python3
+PY=$PY3
 "$PY" -c 'import tokenizers, numpy' 2>/dev/null || skip "$PY has no tokenizers library (scripts/install-deps.sh installs it)"
 
 C=$WORK/corpus

@@ -14,13 +14,17 @@
 #include "flash.h" /* FLASH_HD: the widest head the fused attention takes */
 
 /* ------------------------------------------------------------------ attention
- * Which way (merak_cuda_set_attention_paths may force one): the forward
- * takes the fused kernel for heads up to FLASH_HD; the backward takes the
- * products while their two T x T buffers (2 n_head T^2 floats) stay within
- * MERAK_CUDA_ATTN_PRODUCTS_BYTES, else the fused kernels.  Measured on an
- * H100, GPT-2's 12 heads of 64 at B = 8, T = 1024 (bench/RESULTS.md): fused
- * forward 1.22 ms, products 1.31; fused backward 7.88 ms, products 2.42.
- * The choice depends on the shape alone, so runs stay bitwise repeatable.
+ * Which way (merak_cuda_set_attention_paths may force one): with FP32
+ * products the forward takes the fused kernel for heads up to FLASH_HD;
+ * the backward, and with TF32 or BF16 products (merak_cuda_products) the
+ * forward too, take the products while their two T x T buffers (2 n_head
+ * T^2 floats) stay within MERAK_CUDA_ATTN_PRODUCTS_BYTES, else the fused
+ * kernels (FP32 arithmetic on the CUDA cores whatever the products' math).
+ * Measured on an H100, GPT-2's 12 heads of 64 at B = 8, T = 1024, FP32
+ * (bench/RESULTS.md): fused forward 1.22 ms, products 1.31; fused backward
+ * 7.88 ms, products 2.42; the tensor cores take the products' FLOPs (half
+ * their time in FP32) several times faster.  The choice depends on the
+ * shape and the math alone, so runs stay bitwise repeatable.
  *
  * Head dimensions up to FLASH_HD: the fused kernels of flash.h (forward:
  * out and lse; backward: dense dQ, dK, dV in scratch with D, each row's
@@ -73,7 +77,10 @@ static size_t products_bytes(const merak_attn_shape *s)
 
 static int fused_fwd(const merak_attn_shape *s)
 {
-    return s->head_dim <= FLASH_HD && g_fwd_path != MERAK_CUDA_ATTN_PRODUCTS;
+    if (s->head_dim > FLASH_HD || g_fwd_path == MERAK_CUDA_ATTN_PRODUCTS)
+        return 0;
+    return g_fwd_path == MERAK_CUDA_ATTN_FUSED || merak_cuda_products() == MERAK_PRODUCTS_FP32 ||
+           products_bytes(s) > MERAK_CUDA_ATTN_PRODUCTS_BYTES;
 }
 
 static int fused_bwd(const merak_attn_shape *s)

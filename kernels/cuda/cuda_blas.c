@@ -6,12 +6,15 @@
  *
  * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
  * transposes (a row-major (r,c) buffer is a column-major (c,r) matrix), FP32
- * in, FP32 out, CUBLAS_COMPUTE_32F; after merak_cuda_set_tf32(1) (--dtype
- * tf32) CUBLAS_COMPUTE_32F_FAST_TF32: the tensor cores multiply the inputs
- * rounded to TF32 (10 bits of mantissa) and accumulate in FP32.  The algorithm of a shape is
- * chosen once by the heuristic and cached, so repeated calls run the same
- * kernel: cuBLASLt is bitwise reproducible for a fixed algorithm on the same
- * GPU model.
+ * in, FP32 out.  The products' math (merak_cuda_set_products): FP32,
+ * CUBLAS_COMPUTE_32F; TF32 (--dtype tf32), CUBLAS_COMPUTE_32F_FAST_TF32: the
+ * tensor cores multiply the inputs rounded to TF32 (10 bits of mantissa);
+ * BF16 (--dtype bf16), CUBLAS_COMPUTE_32F_FAST_16BF: the tensor cores
+ * multiply the inputs rounded to bfloat16, which changes nothing for a
+ * bf16 executor's operands (already bf16 values); every one accumulates in
+ * FP32.  The algorithm of a shape is chosen once by the heuristic and
+ * cached, so repeated calls run the same kernel: cuBLASLt is bitwise
+ * reproducible for a fixed algorithm on the same GPU model.
  */
 #include "config.h" /* MERAK_CUDA_LIBDIR */
 
@@ -42,7 +45,7 @@ typedef struct lt_key {
     int al_a, al_b, al_c; /* pointer alignments (bytes) */
     int batch;            /* strided-batched products (1: one) */
     long long sa, sb, sc; /* their strides (elements) */
-    int tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 */
+    int math;             /* merak_cuda_products: the compute type */
 } lt_key;
 
 typedef struct lt_entry {
@@ -59,12 +62,24 @@ static struct cuda_blas {
     lt_entry cache[LT_CACHE];
     int ncache;
     unsigned evict;   /* with the cache full, the next slot a new shape replaces */
-    int tf32;         /* products in TF32 (merak_cuda_set_tf32) */
+    merak_products math;   /* the products' math (merak_cuda_set_products) */
 } cb;
 
-void merak_cuda_set_tf32(int on) { cb.tf32 = on != 0; }
+void merak_cuda_set_products(merak_products p)
+{
+    cb.math = p == MERAK_PRODUCTS_TF32 || p == MERAK_PRODUCTS_BF16 ? p : MERAK_PRODUCTS_FP32;
+}
 
-int merak_cuda_tf32(void) { return cb.tf32; }
+merak_products merak_cuda_products(void) { return cb.math; }
+
+static cublasComputeType_t compute_type(merak_products p)
+{
+    switch (p) {
+    case MERAK_PRODUCTS_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case MERAK_PRODUCTS_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    default: return CUBLAS_COMPUTE_32F;
+    }
+}
 
 /* cuBLASLt is loaded when the backend starts, not linked: the library alone
  * costs a process about 210 MB of resident memory, which every tool of a
@@ -178,8 +193,7 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int rc = -1;
 
-    const cublasComputeType_t compute = cb.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    if (!lt_ok(lt.MatmulDescCreate(&op, compute, CUDA_R_32F),
+    if (!lt_ok(lt.MatmulDescCreate(&op, compute_type(cb.math), CUDA_R_32F),
                "cublasLtMatmulDescCreate") ||
         !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
                "cublasLtMatmulDescSetAttribute(TRANSA)") ||
@@ -227,7 +241,7 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
     key.sa = bt.sa;
     key.sb = bt.sb;
     key.sc = bt.sc;
-    key.tf32 = cb.tf32;
+    key.math = (int)cb.math;
     const lt_entry *e = lt_algo(&key, op, la, lb, lc);
     if (!e)
         goto out;

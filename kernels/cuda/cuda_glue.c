@@ -222,6 +222,11 @@ static double k_sumsq(const float *x, size_t n)
     return r;
 }
 
+static void k_round_bf16(float *x, size_t n)
+{
+    LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
+}
+
 static void k_scale(float *x, size_t n, float s)
 {
     LAUNCH("scale", merak_cuda_launch_scale(STREAM, x, n, s));
@@ -281,7 +286,8 @@ static const merak_kernels cuda_table = {
     .synchronize = merak_cuda_synchronize,
     .memory = m_memory,
     .capacity = m_capacity,
-    .set_tf32 = merak_cuda_set_tf32,
+    .round_bf16 = k_round_bf16,
+    .set_products = merak_cuda_set_products,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

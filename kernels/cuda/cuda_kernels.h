@@ -79,19 +79,20 @@ void *merak_cuda_stream_handle(void);
  * two ranks with the same number share a GPU.  -1 if it cannot tell. */
 double merak_cuda_device_id(void);
 
-/* Products in TF32 (--dtype tf32; the table's set_tf32): every later GEMM
- * of the backend (the linear layers, attention's products) multiplies on
- * the tensor cores with its inputs rounded to TF32 (CUBLAS_COMPUTE_32F_
- * FAST_TF32, FP32 accumulation and storage); 0 turns it off (FP32, the
- * default).  merak_cuda_tf32 says which is on. */
-void merak_cuda_set_tf32(int on);
-int merak_cuda_tf32(void);
+/* The products' math (kernels.h merak_products; the table's set_products):
+ * every later GEMM of the backend (the linear layers, attention's products)
+ * in FP32 (CUBLAS_COMPUTE_32F, the default), TF32 (--dtype tf32, ..._FAST_
+ * TF32) or BF16 (--dtype bf16, ..._FAST_16BF: the inputs rounded to bfloat16
+ * on the tensor cores), accumulating and storing FP32.  merak_cuda_products
+ * says which is on. */
+void merak_cuda_set_products(merak_products p);
+merak_products merak_cuda_products(void);
 
 /* Attention's two ways (cuda_attention.c): the fused kernels of flash.h
  * (head dims up to FLASH_HD) or cuBLASLt products around softmax kernels
  * over T x T buffers.  AUTO, the default, is the rule of cuda_attention.c
- * (fused forward; the products' backward while its buffers stay under
- * MERAK_CUDA_ATTN_PRODUCTS_BYTES); tests and benchmarks force one way for
+ * (the products while their buffers stay under MERAK_CUDA_ATTN_PRODUCTS_
+ * BYTES, except the forward with FP32 products: fused); tests and benchmarks force one way for
  * the forward and one for the backward, which must then be the way the
  * scratch was sized for (attention_scratch_elems asks after this call).
  * FUSED for a head wider than FLASH_HD takes the products. */
@@ -261,6 +262,8 @@ int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, fl
 /* *result (a device double) = sum of x^2, in a fixed order. */
 int merak_cuda_launch_sumsq(void *stream, double *result, const float *x, size_t n);
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s);
+/* x (any alignment) = its nearest bf16 values (kernels.h round_bf16) */
+int merak_cuda_launch_round_bf16(void *stream, float *x, size_t n);
 #endif /* MERAK_CUDA_INTERNAL */
 
 #ifdef __cplusplus

@@ -1,9 +1,10 @@
 /*
  * pointwise.cu - elementwise ops: GELU, SwiGLU, add, accumulate, scale,
- * dropout.
+ * dropout, and the bf16 rounding of --dtype bf16.
  *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
+#include "bf16.h"
 #include "mix64.h"
 #include "cuda_common.cuh"
 
@@ -71,6 +72,29 @@ __global__ void accumulate_k(float *dst, const float *src, size_t n)
 __global__ void scale_k(float *x, size_t n, float s)
 {
     GRID_STRIDE(i, n) x[i] *= s;
+}
+
+/* x = the nearest bf16 values, in float storage (kernels.h round_bf16):
+ * bf16.h's rounding, the CPU backend's bit for bit.  x is 16-byte aligned
+ * here: four floats a thread, one 16-byte load and store. */
+__device__ __forceinline__ float round_bf16_1(float x) { return merak_bf16_round(x); }
+
+__global__ void round_bf16_v4_k(float4 *x, size_t n4)
+{
+    GRID_STRIDE(i, n4)
+    {
+        float4 v = x[i];
+        v.x = round_bf16_1(v.x);
+        v.y = round_bf16_1(v.y);
+        v.z = round_bf16_1(v.z);
+        v.w = round_bf16_1(v.w);
+        x[i] = v;
+    }
+}
+
+__global__ void round_bf16_k(float *x, size_t n)
+{
+    GRID_STRIDE(i, n) x[i] = round_bf16_1(x[i]);
 }
 
 /* ------------------------------------------------------------------ dropout
@@ -181,6 +205,23 @@ int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, 
     const float sc = 1.0f / (1.0f - p);
     dropout_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, n, p, sc,
                                                          merak_mix64(seed + MERAK_GOLDEN), i0);
+    return cudaGetLastError();
+}
+
+/* The aligned body four at a time, a misaligned head and the tail one at
+ * a time (an executor's sub-batch can start anywhere). */
+int merak_cuda_launch_round_bf16(void *stream, float *x, size_t n)
+{
+    size_t head = (size_t)((16 - (uintptr_t)x % 16) % 16) / sizeof(float);
+    if ((uintptr_t)x % sizeof(float) || head > n)
+        head = n;
+    const size_t n4 = (n - head) / 4, tail = n - head - 4 * n4;
+    if (head)
+        round_bf16_k<<<ew_grid(head), NT, 0, STREAM(stream)>>>(x, head);
+    if (n4)
+        round_bf16_v4_k<<<ew_grid(n4), NT, 0, STREAM(stream)>>>((float4 *)(x + head), n4);
+    if (tail)
+        round_bf16_k<<<ew_grid(tail), NT, 0, STREAM(stream)>>>(x + head + 4 * n4, tail);
     return cudaGetLastError();
 }
 

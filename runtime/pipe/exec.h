@@ -75,6 +75,13 @@
  * NCCL's bf16 sum rounds after each add, the same for tp = 2 and not
  * beyond, so a GPU reproducing this bit for bit sums in fp32.  The
  * data-parallel and tied-embedding reductions sum weight gradients: fp32.
+ * On a GPU (the CUDA backend in this release: the same float storage, its
+ * round_bf16) the products multiply on the tensor cores from bf16
+ * operands (kernels.h MERAK_PRODUCTS_BF16): exact for the operands above,
+ * all bf16 values; attention's probabilities and their gradient, which
+ * its products make in between, are rounded to bf16 there as flash
+ * attention rounds them (the CPU keeps them fp32): the one place a GPU's
+ * bf16 departs from this definition by more than the order of sums.
  */
 #ifndef MERAK_EXEC_H
 #define MERAK_EXEC_H

@@ -70,10 +70,10 @@ int merak_session_kernels(const merak_args *a, int world, const merak_kernels **
     *kp = NULL;
     memset(path, 0, sizeof *path);
     path->coll = "mpi";
-    if (k && tf32 && !k->set_tf32)   /* merak_args_check refuses it first */
+    if (k && tf32 && !k->set_products)   /* merak_args_check refuses it first */
         st = (merak_errf(err, errlen, "dtype tf32: the %s backend has no TF32 products", be->name), MERAK_USAGE);
-    else if (k && k->set_tf32)
-        k->set_tf32(tf32);   /* the backend's state: set either way */
+    else if (k && k->set_products)   /* the backend's state: set either way */
+        k->set_products(tf32 ? MERAK_PRODUCTS_TF32 : merak_args_bf16(a) ? MERAK_PRODUCTS_BF16 : MERAK_PRODUCTS_FP32);
     /* every rank has its kernels (its GPU chosen) before the collectives */
     if (world > 1 && (st = merak_comm_agree(g_comm, st, err, errlen)) != MERAK_OK)
         return st;

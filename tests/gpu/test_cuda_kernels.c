@@ -18,8 +18,10 @@
  * chooses (fused forward and products backward for head dims up to FLASH_HD
  * = 64: 8, 16, 64; products for 96, 320), then with each way forced for
  * both directions.  The linear and attention cases run again with TF32
- * products (--dtype tf32), within TF32's tolerance, and must differ from
- * the float32 products somewhere.  MERAK_TEST_SEED=<n> changes the random
+ * products (--dtype tf32) and with BF16's (--dtype bf16), within their
+ * tolerances, and must differ from the float32 products somewhere; BF16's
+ * product of bf16 values must not (beyond float32's tolerance).  round_bf16
+ * must equal the CPU's bit for bit.  MERAK_TEST_SEED=<n> changes the random
  * values.
  */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
@@ -34,15 +36,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The tolerances of the float32 products, and of TF32's (merak_cuda_set_tf32:
- * the products' inputs rounded to 10 bits of mantissa).  A NumPy emulation of
- * TF32 (inputs rounded to nearest, or truncated; float64 sums) over this
- * file's linear and attention shapes reaches at most 0.35 of the TF32
- * tolerances. */
+/* The tolerances of the float32 products, of TF32's (the products' inputs
+ * rounded to 10 bits of mantissa) and of BF16's (to 7; merak_cuda_set_
+ * products).  A NumPy emulation of TF32 (inputs rounded to nearest, or
+ * truncated; float64 sums) over this file's linear and attention shapes
+ * reaches at most 0.35 of the TF32 tolerances; one of BF16 (every product's
+ * operands rounded to nearest bf16, attention's probabilities and dS too)
+ * at most 0.27 of the BF16 ones. */
 #define RTOL 1e-4
 #define ATOL 5e-5 /* times the largest |cpu| of the buffer */
 #define RTOL_TF32 5e-3
 #define ATOL_TF32 2e-3
+#define RTOL_BF16 2e-2
+#define ATOL_BF16 1e-2
 static double g_rtol = RTOL, g_atol = ATOL;
 
 /* ------------------------------------------------------------------ RNG */
@@ -991,7 +997,7 @@ static void test_adamw(size_t n)
 
 /* ------------------------------------------------------------------ main */
 
-/* ------------------------------------------------------------------ sets, TF32 */
+/* ------------------------------------------------------------------ sets, TF32, BF16 */
 
 static void test_linear_sets(const char *tag)
 {
@@ -1018,38 +1024,92 @@ static void test_attention_sets(const char *tag)
     test_attention(t[6], 1, 5, 2, 1, 320, ROPE(10000.0f), 1);
 }
 
-/* The same product in float32 and in TF32: they differ (the switch reaches
- * cuBLASLt), by no more than TF32's tolerance. */
-static void test_tf32_differs(void)
+/* The same product in float32 and in the math m: they differ (the switch
+ * reaches cuBLASLt), by no more than m's tolerance (the caller's).  BF16
+ * then multiplies bf16 values exactly: inputs that are bf16 values give
+ * float32's product within float32's tolerance (only the order of the
+ * sums differs), which is why the executor's bf16 (every operand already a
+ * bf16 value) loses nothing in its products. */
+static void test_math_differs(merak_products m, const char *tag)
 {
     const int N = 64, K = 96, O = 80;
     float *x = rand_array((size_t)N * K, -1, 1), *w = rand_array((size_t)O * K, -1, 1);
     float *dx = dmalloc((size_t)N * K * 4), *dw = dmalloc((size_t)O * K * 4), *dy = dmalloc((size_t)N * O * 4);
     float *y[2] = {xmalloc((size_t)N * O * 4), xmalloc((size_t)N * O * 4)};
-    merak_cuda_memcpy_h2d(dx, x, (size_t)N * K * 4);
-    merak_cuda_memcpy_h2d(dw, w, (size_t)O * K * 4);
-    for (int t = 0; t < 2; t++) {
-        merak_cuda_set_tf32(t);
-        g_gpu->linear_fwd(dy, dx, dw, NULL, N, K, O);
-        merak_cuda_memcpy_d2h(y[t], dy, (size_t)N * O * 4);
-    }
     size_t worst;
-    tap_ok(merak_cuda_tf32() == 1, "merak_cuda_tf32 says TF32 is on");
-    tap_ok(memcmp(y[0], y[1], (size_t)N * O * 4) != 0, "tf32: a 64x96x80 product differs from float32's");
-    tap_ok(compare(y[1], y[0], (size_t)N * O, &worst) <= 1.0, "tf32: ... within TF32's tolerance of it");
+    for (int rounded = 0; rounded < (m == MERAK_PRODUCTS_BF16 ? 2 : 1); rounded++) {
+        if (rounded) {
+            g_cpu->round_bf16(x, (size_t)N * K);
+            g_cpu->round_bf16(w, (size_t)O * K);
+        }
+        merak_cuda_memcpy_h2d(dx, x, (size_t)N * K * 4);
+        merak_cuda_memcpy_h2d(dw, w, (size_t)O * K * 4);
+        for (int t = 0; t < 2; t++) {
+            merak_cuda_set_products(t ? m : MERAK_PRODUCTS_FP32);
+            g_gpu->linear_fwd(dy, dx, dw, NULL, N, K, O);
+            merak_cuda_memcpy_d2h(y[t], dy, (size_t)N * O * 4);
+        }
+        tap_ok(merak_cuda_products() == m, "merak_cuda_products says %s is on", tag);
+        if (!rounded) {
+            tap_ok(memcmp(y[0], y[1], (size_t)N * O * 4) != 0, "%s: a 64x96x80 product differs from float32's", tag);
+            tap_ok(compare(y[1], y[0], (size_t)N * O, &worst) <= 1.0, "%s: ... within %s's tolerance of it", tag, tag);
+        } else {
+            const double rt = g_rtol, at = g_atol;
+            g_rtol = RTOL, g_atol = ATOL;
+            tap_ok(compare(y[1], y[0], (size_t)N * O, &worst) <= 1.0,
+                   "%s: a product of bf16 values equals float32's within float32's tolerance", tag);
+            g_rtol = rt, g_atol = at;
+        }
+    }
+    merak_cuda_set_products(m);
     merak_cuda_free(dx), merak_cuda_free(dw), merak_cuda_free(dy);
     free(x), free(w), free(y[0]), free(y[1]);
 }
 
-static void test_tf32(void)
+/* The linear and attention sets with TF32's or BF16's products, at their
+ * tolerances; the table's set_products turns them off again. */
+static void test_math(merak_products m, const char *tag, double rtol, double atol)
 {
-    g_rtol = RTOL_TF32, g_atol = ATOL_TF32;
-    test_tf32_differs();
-    test_linear_sets("tf32 ");
-    test_attention_sets("tf32 ");
-    g_gpu->set_tf32(0);
-    tap_ok(merak_cuda_tf32() == 0, "the table's set_tf32(0) turns TF32 off");
+    char pre[16];
+    snprintf(pre, sizeof pre, "%s ", tag);
+    g_rtol = rtol, g_atol = atol;
+    test_math_differs(m, tag);
+    test_linear_sets(pre);
+    test_attention_sets(pre);
+    g_gpu->set_products(MERAK_PRODUCTS_FP32);
+    tap_ok(merak_cuda_products() == MERAK_PRODUCTS_FP32, "the table's set_products(FP32) turns %s off", tag);
     g_rtol = RTOL, g_atol = ATOL;
+}
+
+/* round_bf16 on the GPU equals the CPU's bit for bit: ties to even, the
+ * range's edge, infinities and nans, subnormals; at every alignment (the
+ * launcher's misaligned head, 16-byte body and tail). */
+static void test_round_bf16(void)
+{
+    static const uint32_t special[] = {
+        0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu, /* ties to even, down and up; near ties */
+        0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u, /* largest float: to inf; -inf */
+        0x7fc00001u, 0xffa00000u, 0x00000001u, 0x80018000u, /* nans (quiet, signalling); subnormals */
+        0x00000000u, 0x80000000u};
+    const size_t n = 1003;
+    float *h = xmalloc((n + 3) * 4), *c = xmalloc((n + 3) * 4), *g = xmalloc((n + 3) * 4);
+    float *d = dmalloc((n + 3) * 4);
+    for (size_t i = 0; i < n + 3; i++)
+        h[i] = rng_uniform(-1000, 1000) * (i % 7 == 0 ? 1e-30f : 1.0f);
+    memcpy(h + 17, special, sizeof special);
+    int same = 1;
+    for (size_t off = 0; off < 4; off++) {
+        const size_t m = n - off;
+        memcpy(c, h, (n + 3) * 4);
+        g_cpu->round_bf16(c + off, m);
+        merak_cuda_memcpy_h2d(d, h, (n + 3) * 4);
+        g_gpu->round_bf16(d + off, m);
+        merak_cuda_memcpy_d2h(g, d, (n + 3) * 4);
+        same &= memcmp(c, g, (n + 3) * 4) == 0;
+    }
+    tap_ok(same, "round_bf16 equals the CPU's bit for bit (specials, 4 alignments, nothing outside touched)");
+    merak_cuda_free(d);
+    free(h), free(c), free(g);
 }
 
 int main(void)
@@ -1090,7 +1150,9 @@ int main(void)
         test_attention_sets(w ? "[products] " : "[fused] ");
     }
     merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_AUTO, MERAK_CUDA_ATTN_AUTO);
-    test_tf32();
+    test_math(MERAK_PRODUCTS_TF32, "tf32", RTOL_TF32, ATOL_TF32);
+    test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);
+    test_round_bf16();
     test_attention_cached("gpt2-token", 2, 1, 37, 3, 3, 8, ROPE(0.0f), 1);
     test_attention_cached("llama-prompt", 1, 19, 0, 4, 2, 16, ROPE(10000.0f), 0);
     test_attention_cached("llama-token", 3, 1, 200, 6, 2, 64, ROPE(500000.0f), 0);

@@ -3,7 +3,9 @@
 # model in fp32 give the same loss at every step within 1e-4, and two GPU
 # runs give bitwise-identical losses.  --dtype tf32 (products on the tensor
 # cores): two runs bitwise identical, different from fp32's, within 2e-2 of
-# the CPU's fp32 losses.  Skipped without a CUDA build or a GPU.
+# the CPU's fp32 losses.  --dtype bf16: two runs bitwise identical, within
+# 2e-2 of the CPU's bf16 (its emulation, the reference).  Skipped without a
+# CUDA build or a GPU.
 . "$(dirname "$0")/../lib.sh"
 grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h" || skip "built without CUDA"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
@@ -22,23 +24,31 @@ gpu_runs() {
     cmp -s "$WORK/$2.a" "$WORK/$2.b" || fail "$1: two $2 GPU runs gave different losses"
 }
 
-# near MODEL DTYPE TOL: the GPU's DTYPE losses within TOL of the CPU's fp32.
+# near MODEL DTYPE TOL [CPU_DTYPE]: the GPU's DTYPE losses within TOL of
+# the CPU's CPU_DTYPE (fp32) ones, $WORK/cpu.CPU_DTYPE.
 near() {
-    paste "$WORK/cpu" "$WORK/$2.a" | awk -v m="$1" -v dt="$2" -v tol="$3" '
+    ref=${4:-fp32}
+    paste "$WORK/cpu.$ref" "$WORK/$2.a" | awk -v m="$1" -v dt="$2" -v ref="$ref" -v tol="$3" '
         { d = $1 - $2; if (d < 0) d = -d; if (d > worst) { worst = d; at = NR } }
         $2 != $2 + 0 { bad = 1 }
-        END { printf "%s: largest |cpu fp32 - cuda %s| loss difference %.3g (step %d of %d)\n", m, dt, worst, at, NR
+        END { printf "%s: largest |cpu %s - cuda %s| loss difference %.3g (step %d of %d)\n", m, ref, dt, worst, at, NR
               exit !(NR == 50 && !bad && worst <= tol) }' ||
-        fail "$1: the GPU's $2 losses differ from the CPU's fp32 by more than $3"
+        fail "$1: the GPU's $2 losses differ from the CPU's $ref by more than $3"
 }
 
 for model in tiny-gpt2 tiny-llama; do
     A="--model $model --data $WORK/data.bin --micro-batch 4 --micro-batches 2 --seq-len 32 --steps 50 --lr 1e-3 --warmup 5"
-    "$TRAIN" $A --threads 2 --metrics "$WORK/$model.cpu.jsonl" > "$WORK/cpu.out" 2>&1 || { cat "$WORK/cpu.out" >&2; fail "$model on the cpu"; }
-    metric "$WORK/$model.cpu.jsonl" loss > "$WORK/cpu"
+    for dt in fp32 bf16; do
+        "$TRAIN" $A --threads 2 --dtype $dt --metrics "$WORK/$model.cpu.$dt.jsonl" > "$WORK/cpu.out" 2>&1 ||
+            { cat "$WORK/cpu.out" >&2; fail "$model --dtype $dt on the cpu"; }
+        metric "$WORK/$model.cpu.$dt.jsonl" loss > "$WORK/cpu.$dt"
+    done
     gpu_runs $model fp32
     near $model fp32 1e-4
     gpu_runs $model tf32
     ! cmp -s "$WORK/tf32.a" "$WORK/fp32.a" || fail "$model: tf32's losses equal fp32's bit for bit (TF32 not applied?)"
     near $model tf32 2e-2
+    gpu_runs $model bf16
+    ! cmp -s "$WORK/bf16.a" "$WORK/fp32.a" || fail "$model: bf16's losses equal fp32's bit for bit (bf16 not applied?)"
+    near $model bf16 2e-2 bf16
 done
