@@ -23,7 +23,8 @@ expect 2 "not constant or cosine" -- $D --lr-schedule linear
 expect 2 "unknown option" -- $D --bogus
 expect 2 "needs a value" -- $D --lr
 expect 2 "data is required" -- --model tiny-gpt2
-expect 2 "not mpi or ucx" -- $D --p2p tcp
+expect 2 "p2p 'tcp' is not mpi" -- $D --p2p tcp
+expect 2 "p2p nccl needs tensors on GPUs\|p2p 'nccl' is not mpi" -- $D --p2p nccl
 expect 2 "coll 'gloo' is not mpi" -- $D --coll gloo
 # NCCL reduces GPU buffers: the CPU's tensors (a build without CUDA: no such name)
 expect 2 "coll nccl needs tensors on GPUs\|coll 'nccl' is not mpi" -- $D --coll nccl

@@ -86,7 +86,8 @@ static void usage(FILE *out)
         "                          file or a profile file (default cpu, or h100-80g with --device cuda)\n"
         "  --zero N                1: shard the optimizer state over dp (ZeRO-1); 0: off (default 0)\n"
         "  --bucket-mb X           dp all-reduce bucket size in MiB, launched during backward (default 25)\n"
-        "  --p2p B                 pipeline send/receive over mpi or ucx (UCX tag API) (default mpi)\n"
+        "  --p2p B                 pipeline send/receive over mpi, ucx (UCX tag API) or nccl (GPU buffers;\n"
+        "                          default nccl where the collectives are NCCL's, else mpi)\n"
         "  --coll C                collectives on GPU buffers over nccl or mpi (staged in host memory);\n"
         "                          default nccl when every rank has its own GPU, else mpi\n"
         "  --comm-timeout S        a rank blocked S seconds in one collective or transfer ends the job,\n"
@@ -492,11 +493,12 @@ static void print_banner(const merak_run_info *ri, void *user)
     printf("\n");
     if (ri->placement && *ri->placement)
         printf("placement (rank 0): %s\n", ri->placement);
-    if (ri->world > 1 && ri->coll)
-        printf("collectives: %s (%s)%s%s%s\n", ri->coll, ri->coll_why,
-               ri->staged_comm && ri->pp > 1 ? "; pipeline transfers: " : "",
-               ri->staged_comm && ri->pp > 1 ? (c->a->p2p ? c->a->p2p : "mpi") : "",
-               ri->staged_comm && ri->pp > 1 ? ", staged in host memory" : "");
+    if (ri->world > 1 && ri->coll) {
+        /* a GPU pipeline's transfers: over NCCL, or staged (a CPU's: neither) */
+        const int nccl = ri->p2p && !strcmp(ri->p2p, "nccl"), dev = ri->pp > 1 && (nccl || ri->staged_comm);
+        printf("collectives: %s (%s)%s%s%s\n", ri->coll, ri->coll_why, dev ? "; pipeline transfers: " : "",
+               dev ? (ri->p2p ? ri->p2p : "mpi") : "", dev && !nccl ? ", staged in host memory" : "");
+    }
     if (ri->pp > 1) {
         int Q = ri->pp * merak_args_virtual_stages(c->a);
         printf("partition %s: stages start at blocks", c->a->partition ? c->a->partition : MERAK_PARTITION_DEFAULT);

@@ -266,9 +266,9 @@ typedef struct merak_run_info {
      * activations, buffers; bytes), measured when training starts, by
      * which time the runtime has allocated all it will */
     const double *stage_device_bytes;
-    /* 1 when device buffers go through MPI staged in host memory (the cuda
-     * device with several ranks: the pipeline's transfers, and the
-     * collectives unless coll is "nccl") */
+    /* 1 when device buffers go through host memory (the cuda device with
+     * several ranks: the collectives unless coll is "nccl", the pipeline's
+     * transfers unless p2p is "nccl") */
     int staged_comm;
     /* where rank 0 runs and who placed it: the Slurm plugin, or under
      * mpirun the ranks themselves (GPU, NIC and cores as the plugin would
@@ -277,6 +277,10 @@ typedef struct merak_run_info {
     /* the collectives' backend ("nccl" or "mpi"; merak_args.coll) and why
      * it was chosen, one phrase */
     const char *coll, *coll_why;
+    /* the pipeline transfers' backend ("nccl", "mpi" or "ucx";
+     * merak_args.p2p): device buffers over NCCL with "nccl", staged
+     * through host memory otherwise */
+    const char *p2p;
 } merak_run_info;
 
 /* What the trainer reports about checkpoints, on rank 0. */
@@ -365,8 +369,11 @@ typedef struct merak_args {
      * its gradients are final. */
     int zero;
     double bucket_mb;
-    /* Point-to-point between pipeline stages: "mpi" (NULL) or "ucx" (UCX's
-     * tag API, worker addresses exchanged over MPI; UCX_* variables apply). */
+    /* Point-to-point between pipeline stages: "mpi", "ucx" (UCX's tag API,
+     * worker addresses exchanged over MPI; UCX_* variables apply) or
+     * "nccl" (GPU buffers over NCCL, one communicator per link; needs the
+     * collectives to be NCCL's), or NULL: "nccl" where the collectives are
+     * NCCL's, else "mpi". */
     const char *p2p;
     /* Collectives on device buffers: "nccl" (NCCL's communicators, one per
      * group), "mpi" (through host memory), or NULL: NCCL when every rank has

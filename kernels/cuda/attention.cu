@@ -4,10 +4,12 @@
  * up to FLASH_HD, and for the others and for decoding the pieces around
  * cuBLASLt products (cuda_glue.c): the causal softmax and its backward;
  * for both, RoPE, the key/value cache and the gradients brought back to
- * q, k and v.
+ * q, k and v; for cuDNN's fused attention (--dtype bf16), the rows of q, k,
+ * v and their gradients to and from bfloat16.
  *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
+#include "bf16.h"
 #include "cuda_common.cuh"
 #include "flash.h"
 #include "rope.h"
@@ -28,24 +30,29 @@ __device__ __forceinline__ void rope_cs(const merak_rope &rope, int t, int j, in
     *s = sinf(ang);
 }
 
+/* A gradient's element as a float: float or bfloat16 storage. */
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const uint16_t *p) { return merak_bf16_to_f32(*p); }
+
 /* row (hd) += g, the gradient of a row at position t taken with respect to
  * its rotated values, brought back through the rotation (with rope.theta > 0):
  *   row[j] += g[j] cos + g[j+hd/2] sin ; row[j+hd/2] += g[j+hd/2] cos - g[j] sin
  * Block-wide; g may be in shared memory. */
-__device__ void rope_bwd_add(float *row, const float *g, const merak_rope &rope, int t, int hd)
+template <typename G>
+__device__ void rope_bwd_add(float *row, const G *g, const merak_rope &rope, int t, int hd)
 {
     if (rope.theta > 0.0f) {
         const int half = hd / 2;
         for (int j = threadIdx.x; j < half; j += blockDim.x) {
             float c, s;
             rope_cs(rope, t, j, hd, &c, &s);
-            const float g0 = g[j], g1 = g[j + half];
+            const float g0 = ldf(g + j), g1 = ldf(g + j + half);
             row[j] += g0 * c + g1 * s;
             row[j + half] += g1 * c - g0 * s;
         }
     } else {
         for (int d = threadIdx.x; d < hd; d += blockDim.x)
-            row[d] += g[d];
+            row[d] += ldf(g + d);
     }
 }
 
@@ -167,9 +174,9 @@ __global__ void attn_dsoftmax_k(float *dS, const float *P, int T, float scale)
 /* One block per token row bt: dq += rot^T(dQ), dk += rot^T(dK) for every
  * head (plain adds without RoPE), dv += dV.  dQ (B,T,nh*hd), dK and dV
  * (B,T,nkv*hd) are dense; dq, dk, dv have the row strides of q, k, v. */
-__global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const float *dQ,
-                               const float *dK, const float *dV, attn_p p, int dqs, int dks,
-                               int dvs)
+template <typename G>
+__global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const G *dQ, const G *dK, const G *dV,
+                               attn_p p, int dqs, int dks, int dvs)
 {
     const size_t bt = blockIdx.x;
     const int t = (int)(bt % (size_t)p.T), hd = p.hd, C = p.nh * hd, Ckv = p.nkv * hd;
@@ -180,7 +187,51 @@ __global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const float *dQ,
         rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.rope,
                      t, hd);
     for (int c = threadIdx.x; c < Ckv; c += blockDim.x)
-        dv[bt * dvs + c] += dV[bt * Ckv + c];
+        dv[bt * dvs + c] += ldf(dV + bt * Ckv + c);
+}
+
+/* dst (rows, w) bfloat16, dense = src's rows (row stride ss) rounded to
+ * nearest, ties to even (bf16.h); four at a time where both are aligned. */
+__global__ void rows_to_bf16_k(uint16_t *dst, const float *src, size_t rows, int w, int ss)
+{
+    GRID_STRIDE(e, rows * (size_t)w)
+    {
+        const size_t r = e / (size_t)w;
+        dst[e] = merak_f32_to_bf16(src[r * (size_t)ss + e % (size_t)w]);
+    }
+}
+
+__global__ void rows_to_bf16_v4_k(ushort4 *dst, const float *src, size_t rows, int w4, int ss)
+{
+    GRID_STRIDE(e, rows * (size_t)w4)
+    {
+        const size_t r = e / (size_t)w4;
+        const float4 x = *(const float4 *)(src + r * (size_t)ss + 4 * (e % (size_t)w4));
+        dst[e] = make_ushort4(merak_f32_to_bf16(x.x), merak_f32_to_bf16(x.y), merak_f32_to_bf16(x.z),
+                              merak_f32_to_bf16(x.w));
+    }
+}
+
+/* dst's rows (row stride ds) = src (rows, w) bfloat16, dense: exact. */
+__global__ void rows_from_bf16_k(float *dst, int ds, const uint16_t *src, size_t rows, int w)
+{
+    GRID_STRIDE(e, rows * (size_t)w)
+    {
+        const size_t r = e / (size_t)w;
+        dst[r * (size_t)ds + e % (size_t)w] = merak_bf16_to_f32(src[e]);
+    }
+}
+
+__global__ void rows_from_bf16_v4_k(float *dst, int ds, const ushort4 *src, size_t rows, int w4)
+{
+    GRID_STRIDE(e, rows * (size_t)w4)
+    {
+        const size_t r = e / (size_t)w4;
+        const ushort4 b = src[e];
+        *(float4 *)(dst + r * (size_t)ds + 4 * (e % (size_t)w4)) =
+            make_float4(merak_bf16_to_f32(b.x), merak_bf16_to_f32(b.y), merak_bf16_to_f32(b.z),
+                        merak_bf16_to_f32(b.w));
+    }
 }
 
 static attn_p attn_params(const merak_attn_shape *s)
@@ -365,6 +416,50 @@ int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, floa
     if (rows)
         attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
             dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
+                                        float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
+                                        const uint16_t *dV)
+{
+    const attn_p p = attn_params(s);
+    const size_t rows = (size_t)p.B * p.T;
+    if (rows)
+        attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
+            dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
+    return cudaGetLastError();
+}
+
+/* Four at a time when the widths, the stride and both pointers allow. */
+static int v4_ok(const void *a, const void *b, int w, int stride)
+{
+    return w % 4 == 0 && stride % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 8 == 0;
+}
+
+int merak_cuda_launch_rows_to_bf16(void *stream, uint16_t *dst, const float *src, size_t rows, int w,
+                                   int ss)
+{
+    if (!rows || w <= 0)
+        return cudaSuccess;
+    if (v4_ok(src, dst, w, ss))
+        rows_to_bf16_v4_k<<<ew_grid(rows * (size_t)(w / 4)), NT, 0, STREAM(stream)>>>((ushort4 *)dst, src,
+                                                                                     rows, w / 4, ss);
+    else
+        rows_to_bf16_k<<<ew_grid(rows * (size_t)w), NT, 0, STREAM(stream)>>>(dst, src, rows, w, ss);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_rows_from_bf16(void *stream, float *dst, int ds, const uint16_t *src, size_t rows,
+                                     int w)
+{
+    if (!rows || w <= 0)
+        return cudaSuccess;
+    if (v4_ok(dst, src, w, ds))
+        rows_from_bf16_v4_k<<<ew_grid(rows * (size_t)(w / 4)), NT, 0, STREAM(stream)>>>(
+            dst, ds, (const ushort4 *)src, rows, w / 4);
+    else
+        rows_from_bf16_k<<<ew_grid(rows * (size_t)w), NT, 0, STREAM(stream)>>>(dst, ds, src, rows, w);
     return cudaGetLastError();
 }
 

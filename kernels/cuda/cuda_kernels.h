@@ -222,6 +222,17 @@ int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, siz
 int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
                                    float *dk, float *dv, const float *dQ, const float *dK,
                                    const float *dV);
+/* For cuDNN's attention (bfloat16 in and out): attn_bwd_add_bf16 is
+ * attn_bwd_add from bfloat16 dQ, dK, dV; rows_to_bf16: dst (rows, w) dense
+ * bfloat16 = src's rows (stride ss) rounded to nearest, ties to even;
+ * rows_from_bf16: dst's rows (stride ds) = src (rows, w), exactly. */
+int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
+                                        float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
+                                        const uint16_t *dV);
+int merak_cuda_launch_rows_to_bf16(void *stream, uint16_t *dst, const float *src, size_t rows, int w,
+                                   int ss);
+int merak_cuda_launch_rows_from_bf16(void *stream, float *dst, int ds, const uint16_t *src, size_t rows,
+                                     int w);
 /* The fused attention (flash.h), head_dim <= FLASH_HD; q, k are the
  * rotated copies with RoPE (row strides qs, ks), v has s->v_stride.
  * flash_fwd: out (B,T,nh*hd) and lse (B,nh,T).  flash_bwd: dense dQ

@@ -1,9 +1,10 @@
 /*
  * backends.c - the communication backends by name: the one list of them
  * (comm.c dispatches through the tables and names none).  The world is
- * MPI's; point-to-point is MPI's or UCX's, per group; collectives on
- * device buffers are NCCL's (in a CUDA build) or MPI's, staged; and the
- * rule that picks those (merak_coll_choose).
+ * MPI's; point-to-point is MPI's or UCX's, per group, and NCCL's for
+ * device buffers; collectives on device buffers are NCCL's (in a CUDA
+ * build) or MPI's, staged; and the rules that pick those
+ * (merak_coll_choose, merak_p2p_choose).
  */
 #include <stdio.h>
 #include <string.h>
@@ -18,12 +19,19 @@ enum { NP2P = sizeof p2p_backends / sizeof p2p_backends[0] };
 
 const merak_world_ops *merak_world_backend(void) { return &merak_mpi_world; }
 
-/* The backends' names, in the table's order. */
+/* The --p2p names: the host tables', then the device one's ("nccl", in a
+ * CUDA build: device buffers over NCCL, host ones over MPI). */
+#ifdef HAVE_CUDA
+#define NDEV_P2P 1
+#else
+#define NDEV_P2P 0
+#endif
 static const char *const *p2p_names(void)
 {
-    static const char *names[NP2P];
+    static const char *names[NP2P + 1];
     for (int i = 0; i < NP2P; i++)
         names[i] = p2p_backends[i]->name;
+    names[NP2P] = "nccl";
     return names;
 }
 
@@ -35,12 +43,14 @@ const merak_p2p_ops *merak_p2p_find(const char *name)
     return i < 0 ? NULL : p2p_backends[i];
 }
 
-int merak_p2p_check(const char *name) { return merak_p2p_find(name) ? 0 : -1; }
+int merak_p2p_check(const char *name) { return merak_name_find(p2p_names(), NP2P + NDEV_P2P, name) < 0 ? -1 : 0; }
+
+int merak_p2p_is_device(const char *name) { return NDEV_P2P && name && strcmp(name, "nccl") == 0; }
 
 const char *merak_p2p_names(void)
 {
     static char names[64];
-    return merak_names_join(p2p_names(), NP2P, names, sizeof names);
+    return merak_names_join(p2p_names(), NP2P + NDEV_P2P, names, sizeof names);
 }
 
 /* ------------------------------------------------------------------ collectives */
@@ -124,5 +134,27 @@ int merak_coll_choose(const char *asked, int host, int world, int shared, int nc
     *name = "nccl";
     snprintf(why, whylen, "NCCL %s; %s%s", v, want_nccl ? "asked for (--coll nccl)" : "each rank has its own GPU",
              shared ? "; ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1)" : "");
+    return 0;
+}
+
+int merak_p2p_choose(const char *asked, int host, int world, const char *coll, const char *coll_why,
+                     const char **name, char *err, size_t errlen)
+{
+    *name = "mpi";
+    if (asked && merak_p2p_check(asked) < 0)
+        return USAGE(err, errlen, "p2p '%s' is not %s", asked, merak_p2p_names());
+    const int want_dev = merak_p2p_is_device(asked);
+    if (want_dev && host)
+        return USAGE(err, errlen, "p2p %s needs tensors on GPUs (device cuda); the CPU's go through mpi or ucx",
+                     asked);
+    if (asked && (!want_dev || world == 1)) {
+        *name = asked;
+        return 0;
+    }
+    const int nccl_coll = !host && coll && strcmp(coll, "nccl") == 0;
+    if (want_dev && !nccl_coll)
+        return USAGE(err, errlen, "p2p %s needs NCCL's collectives, which this job does not take: %s", asked,
+                     coll_why && *coll_why ? coll_why : "--coll mpi");
+    *name = nccl_coll && world > 1 ? "nccl" : "mpi";
     return 0;
 }

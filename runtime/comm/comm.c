@@ -310,6 +310,25 @@ static int p2p_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, 
     return rc;
 }
 
+/* The same on device buffers, through the group's device table (dp2p). */
+static int dev_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    if (!req)
+        merak_watch_enter(g, "a send", peer);
+    const int rc = g->dcoll->send(g, buf, bytes, peer, tag, req);
+    merak_watch_leave(g);
+    return rc;
+}
+
+static int dev_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    if (!req)
+        merak_watch_enter(g, "a receive", peer);
+    const int rc = g->dcoll->recv(g, buf, bytes, peer, tag, req);
+    merak_watch_leave(g);
+    return rc;
+}
+
 int merak_allreduce(merak_group *g, float *buf, size_t n, merak_req *req)
 {
     fresh(req);
@@ -395,6 +414,8 @@ int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag,
         return merak_comm_fail(g, "send to %s: no such peer", merak_group_peer(g, peer, who, sizeof who));
     if (!on_device(g, buf))
         return p2p_send(g, buf, bytes, peer, tag, req);
+    if (g->dp2p)
+        return dev_send(g, buf, bytes, peer, tag, req);
     void *h = stage_in(g, buf, bytes, 1);
     return h ? staged(g, req, p2p_send(g, h, bytes, peer, tag, req), NULL, h, bytes, 0) : -1;
 }
@@ -408,6 +429,8 @@ int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak
                                merak_group_peer(g, peer, who, sizeof who));
     if (!on_device(g, buf))
         return p2p_recv(g, buf, bytes, peer, tag, req);
+    if (g->dp2p)
+        return dev_recv(g, buf, bytes, peer, tag, req);
     void *h = stage_in(g, buf, bytes, 0);
     return h ? staged(g, req, p2p_recv(g, h, bytes, peer, tag, req), buf, h, bytes, 1) : -1;
 }
@@ -434,19 +457,36 @@ void merak_group_progress(merak_group *g)
         g->p2p->progress(g);
 }
 
+/* "nccl": host buffers keep the world's own point-to-point, device ones
+ * take the group's device table, whose links open here. */
 int merak_group_set_p2p(merak_group *g, const char *name, char *err, size_t errlen)
 {
-    const merak_p2p_ops *ops = merak_p2p_find(name);
-    if (!ops)
+    const int dev = merak_p2p_is_device(name);
+    const merak_p2p_ops *ops = dev ? merak_p2p_find(NULL) : merak_p2p_find(name);
+    if (!ops || (name && merak_p2p_check(name) < 0))
         return merak_errf(err, errlen, "p2p '%s' is not %s", name, merak_p2p_names());
-    if (g->size == 1 || g->p2p == ops)
+    if (g->size == 1)
         return 0;
-    if (g->p2p->close)
-        g->p2p->close(g);
-    g->p2p = merak_p2p_find(NULL);   /* the world's own, until ops is open */
-    if (ops->open && ops->open(g, err, errlen) < 0)
-        return -1;
-    g->p2p = ops;
+    if (dev && !(g->dcoll && g->dcoll->p2p_open))
+        return merak_errf(err, errlen, "p2p %s on the %s group: its device collectives are not %s's (--coll %s)",
+                          name, merak_group_name(g->kind), name, name);
+    g->dp2p = 0;
+    if (g->p2p != ops) {
+        if (g->p2p->close)
+            g->p2p->close(g);
+        g->p2p = merak_p2p_find(NULL);   /* the world's own, until ops is open */
+        if (ops->open && ops->open(g, err, errlen) < 0)
+            return -1;
+        g->p2p = ops;
+    }
+    if (dev) {
+        merak_watch_enter(g, "opening NCCL's links", -1);
+        const int rc = g->dcoll->p2p_open(g, err, errlen);
+        merak_watch_leave(g);
+        if (rc < 0)
+            return -1;
+        g->dp2p = 1;
+    }
     return 0;
 }
 
@@ -463,6 +503,7 @@ static void close_dcoll(merak_comm *c)
             merak_watch_leave(g);
             g->dcoll = NULL;
             g->dcoll_state = NULL;
+            g->dp2p = 0;
         }
     }
 }

@@ -168,14 +168,28 @@ int merak_broadcast(merak_group *g, void *buf, size_t bytes, int root);
 int merak_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
 int merak_wait(merak_req *req);
-/* Point-to-point backends by name, in one table: "mpi", "ucx".  0 if
- * name is one of them; merak_p2p_names lists them ("mpi, ucx"). */
+/* Point-to-point backends by name, in one table: "mpi", "ucx", and in a
+ * CUDA build "nccl" (device buffers over NCCL, host ones over MPI:
+ * merak_p2p_is_device says 1 for it).  0 if name is one of them;
+ * merak_p2p_names lists them ("mpi, ucx or nccl"). */
 int merak_p2p_check(const char *name);
+int merak_p2p_is_device(const char *name);
 const char *merak_p2p_names(void);
+/* Which point-to-point a job's pipeline takes (--p2p), decided once after
+ * the collectives (merak_coll_choose's coll and why): asked, the user's
+ * (NULL: automatic), host and world as there.  Automatically "nccl" when
+ * the collectives are NCCL's and there are several ranks, else "mpi";
+ * "nccl" asked for needs tensors on GPUs and NCCL's collectives (one rank:
+ * nothing to move, accepted).  Sets *name; 0, or MERAK_USAGE with one
+ * line in err. */
+int merak_p2p_choose(const char *asked, int host, int world, const char *coll, const char *coll_why,
+                     const char **name, char *err, size_t errlen);
 /* Point-to-point on group g over the named backend (collective over g).
- * "ucx": UCX's tag API, worker addresses exchanged over MPI.  0, or -1 with
- * err on every member.  "mpi" goes back, also collectively, after every
- * operation on g has finished. */
+ * "ucx": UCX's tag API, worker addresses exchanged over MPI.  "nccl":
+ * device buffers over the group's NCCL (merak_comm_set_coll "nccl" first),
+ * one communicator per link (comm_nccl.c), host buffers over MPI.  0, or
+ * -1 with err.  "mpi" goes back, also collectively, after every operation
+ * on g has finished. */
 int merak_group_set_p2p(merak_group *g, const char *name, char *err, size_t errlen);
 /* Lets g's point-to-point backend move data while the caller computes
  * (UCX progresses only when asked; a no-op for MPI). */

@@ -43,6 +43,17 @@ typedef struct merak_dcoll_ops {
     void (*close)(merak_group *g);
     int (*version)(void);
     merak_coll_ops ops;
+    /* Point-to-point on device buffers, for a group it is open on (NULL:
+     * the table has none).  p2p_open, collective over g (after open; 0,
+     * or -1 with err on every member), readies what send and recv need;
+     * close ends it too.  send and recv (blocking when req is NULL) move
+     * the k-th message of a link, a sender, a receiver and a kind (tag &
+     * 1), to the link's k-th receive: transports without tags (NCCL's)
+     * rely on the schedule posting them in one order at both ends
+     * (runtime/pipe/schedule.h, merak_instr_route). */
+    int (*p2p_open)(merak_group *g, char *err, size_t errlen);
+    int (*send)(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req);
+    int (*recv)(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req);
 } merak_dcoll_ops;
 
 /* Point-to-point; blocking when req is NULL.  A backend with state of its
@@ -76,6 +87,7 @@ struct merak_group {
     void *p2p_state;                 /* the point-to-point backend's own (its open), or NULL */
     const merak_dcoll_ops *dcoll;    /* collectives on device buffers, or NULL (staged) */
     void *dcoll_state;               /* dcoll's own (its open) */
+    int dp2p;                        /* dcoll's send and recv take device buffers (its p2p_open) */
 };
 
 struct merak_comm {

@@ -53,10 +53,13 @@ static int choose_coll(const merak_args *a, const merak_backend *be, int world, 
     }
     if (st != MERAK_OK)
         return st;
+    if ((st = merak_p2p_choose(a->p2p, be->host, world, path->coll, path->why, &path->p2p, err, errlen)) !=
+        MERAK_OK)
+        return st;   /* the same on every rank: from rank 0's collectives */
     if (world > 1 && strcmp(path->coll, "nccl") == 0 &&
         merak_comm_set_coll(g_comm, "nccl", be->stream ? be->stream() : NULL, err, errlen) < 0)
         return MERAK_FAILED;
-    path->staged = world > 1 && !be->host;   /* the pipeline's transfers, at least */
+    path->staged = world > 1 && !be->host && !(strcmp(path->coll, "nccl") == 0 && merak_p2p_is_device(path->p2p));
     return MERAK_OK;
 }
 
@@ -69,7 +72,7 @@ int merak_session_kernels(const merak_args *a, int world, const merak_kernels **
     const int tf32 = a->dtype && strcmp(a->dtype, "tf32") == 0;
     *kp = NULL;
     memset(path, 0, sizeof *path);
-    path->coll = "mpi";
+    path->coll = path->p2p = "mpi";
     if (k && tf32 && !k->set_products)   /* merak_args_check refuses it first */
         st = (merak_errf(err, errlen, "dtype tf32: the %s backend has no TF32 products", be->name), MERAK_USAGE);
     else if (k && k->set_products)   /* the backend's state: set either way */

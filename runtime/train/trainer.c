@@ -563,17 +563,19 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
      * pipeline group switches together (and back at the end). */
     int n = merak_comm_agree(comm, st, err, errlen);   /* the steps, or the status */
     stage_table table = {0};
-    if (n == MERAK_OK && (merak_stage_table_fill(&r, &table, err, errlen) < 0 ||
-                          merak_group_set_p2p(pp_g, a->p2p ? a->p2p : "mpi", err, errlen) < 0))
-        n = MERAK_FAILED;
-    else if (n == MERAK_OK) {
+    if (n == MERAK_OK)
+        n = merak_stage_table_fill(&r, &table, err, errlen) < 0 ? MERAK_FAILED : MERAK_OK;
+    if (n == MERAK_OK)   /* every rank switches, or none goes on */
+        n = merak_comm_agree(comm, merak_group_set_p2p(pp_g, path.p2p, err, errlen) < 0 ? MERAK_FAILED : MERAK_OK,
+                             err, errlen);
+    if (n == MERAK_OK) {
         if (a->trace)
             merak_stage_set_trace(r.stage, &r.trace);
         if (rank0 && a->on_start) {
             merak_run_info ri = {gr->dp, gr->tp, gr->pp, gr->world, merak_exec_arena_bytes(r.e),
                                  table.bytes, table.layers, table.recomputed, starts, predicted,
                                  table.bytes + 3 * gr->pp, path.staged, merak_comm_placement(comm), path.coll,
-                                 path.why};
+                                 path.why, path.p2p};
             a->on_start(&ri, a->user);
         }
         if (r.resume[0])

@@ -69,13 +69,14 @@ typedef struct merak_run {
 
 /* ---- session.c: the process grid (NULL before merak_init), and the
  * kernels of a.device on it with the way their buffers travel: the
- * collectives' backend ("nccl" or "mpi", merak_coll_choose) and why, and
- * whether device buffers go through MPI staged in host memory (the
- * pipeline's transfers; the collectives too unless NCCL's).  Collective
- * over the world: MERAK_OK with *kp, or the status with err (the same on
- * every rank). */
+ * collectives' backend ("nccl" or "mpi", merak_coll_choose) and why, the
+ * pipeline's ("nccl", "mpi" or "ucx", merak_p2p_choose), and whether
+ * device buffers go through host memory (staged: the collectives unless
+ * NCCL's, the pipeline's transfers unless NCCL's).  Collective over the
+ * world: MERAK_OK with *kp, or the status with err (the same on every
+ * rank). */
 typedef struct merak_comm_path {
-    const char *coll;
+    const char *coll, *p2p;
     char why[256];
     int staged;
 } merak_comm_path;

@@ -13,6 +13,12 @@
  *                       waits do): the watchdog (1 s) writes its line and
  *                       asks it to abort, which it does (a line) before
  *                       the watchdog exits 1
+ *   dcoll_probe p2p     --p2p nccl's path on the pp group of a (1,1,2)
+ *                       job: merak_group_set_p2p "nccl" opens the table's
+ *                       links; a device buffer's send and receive (blocking
+ *                       and with a request) go to the table, a host one's to
+ *                       MPI; bytes counted alike; "mpi" switches back
+ *   dcoll_probe p2p-none  the same without a device table: refused
  * Each rank prints "rank R: ..." lines; the script checks them.
  */
 #include <stdio.h>
@@ -70,13 +76,98 @@ static void fake_abort(merak_group *g)
 
 static void fake_close(merak_group *g) { (void)g; }
 
+/* the fake device point-to-point: MPI underneath, counted */
+static int opened, dsends, drecvs;
+
+static int fake_p2p_open(merak_group *g, char *err, size_t errlen)
+{
+    (void)g, (void)err, (void)errlen;
+    opened++;
+    return 0;
+}
+
+static int fake_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    dsends++;
+    if (MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 1000 + tag, g->mpi) != MPI_SUCCESS)
+        return merak_comm_fail(g, "fakeSend failed");
+    if (req)
+        req->active = 0;
+    return 0;
+}
+
+static int fake_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
+{
+    drecvs++;
+    if (MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 1000 + tag, g->mpi, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return merak_comm_fail(g, "fakeRecv failed");
+    if (req)
+        req->active = 0;
+    return 0;
+}
+
+static const merak_dcoll_ops fake_p2p = {.name = "fake", .close = fake_close, .p2p_open = fake_p2p_open,
+                                         .send = fake_send, .recv = fake_recv};
+
 static const merak_dcoll_ops fake = {.name = "fake", .close = fake_close, .ops = {.allreduce = fake_allreduce}};
+
+static const merak_devmem mem = {is_device, no_copy, no_copy};
+
+/* The p2p modes (the pipeline group of 2 ranks); 0 or 1. */
+static int p2p(const char *mode)
+{
+    char err[512] = "";
+    merak_comm *c = NULL;
+    if (merak_comm_init(&c, 1, 1, 2, err, sizeof err) < 0) {
+        fprintf(stderr, "dcoll_probe: %s\n", err);
+        return 1;
+    }
+    const int rank = merak_comm_grid(c)->rank;
+    merak_comm_set_devmem(c, &mem);
+    merak_group *g = merak_comm_group(c, MERAK_GROUP_PP);
+    if (!strcmp(mode, "p2p"))
+        g->dcoll = &fake_p2p;
+    if (merak_group_set_p2p(g, "nccl", err, sizeof err) < 0) {
+        printf("rank %d: refused: %s\n", rank, err);
+        g->dcoll = NULL;
+        merak_comm_finalize(c);
+        return 0;
+    }
+    float host[4] = {5, 6, 7, 8};
+    merak_req req[2];
+    int rc[4];
+    if (rank == 0) {
+        for (int i = 0; i < 4; i++)
+            device_buf[i] = 1.0f + (float)i;
+        rc[0] = merak_send(g, device_buf, sizeof device_buf, 1, 0, NULL);
+        rc[1] = merak_send(g, device_buf, sizeof device_buf, 1, 1, &req[0]);
+        rc[2] = rc[1] ? -1 : merak_wait(&req[0]);
+        rc[3] = merak_send(g, host, sizeof host, 1, 0, NULL);
+    } else {
+        memset(host, 0, sizeof host);
+        rc[0] = merak_recv(g, device_buf, sizeof device_buf, 0, 0, NULL);
+        device_buf[0] = device_buf[3] = 0;
+        rc[1] = merak_recv(g, device_buf, sizeof device_buf, 0, 1, &req[1]);
+        rc[2] = rc[1] ? -1 : merak_wait(&req[1]);
+        rc[3] = merak_recv(g, host, sizeof host, 0, 0, NULL);
+    }
+    const int back = merak_group_set_p2p(g, "mpi", err, sizeof err);
+    printf("rank %d: rc %d %d %d %d opened %d sends %d receives %d device %g %g host %g %g bytes %llu back %d %d\n",
+           rank, rc[0], rc[1], rc[2], rc[3], opened, dsends, drecvs, (double)device_buf[0], (double)device_buf[3],
+           (double)host[0], (double)host[3], (unsigned long long)merak_group_bytes(g), back, g->dp2p);
+    fflush(stdout);
+    g->dcoll = NULL;
+    merak_comm_finalize(c);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "sum";
     char err[512] = "";
     merak_comm *c = NULL;
+    if (!strncmp(mode, "p2p", 3))
+        return p2p(mode);
     if (merak_comm_init(&c, 2, 1, 1, err, sizeof err) < 0 || merak_comm_set_timeout(c, 1.0, err, sizeof err) < 0) {
         fprintf(stderr, "dcoll_probe: %s\n", err);
         return 1;
@@ -90,7 +181,6 @@ int main(int argc, char **argv)
         merak_comm_finalize(c);
         return 0;
     }
-    static const merak_devmem mem = {is_device, no_copy, no_copy};
     merak_comm_set_devmem(c, &mem);
     merak_group *g = merak_comm_group(c, MERAK_GROUP_DP);
     g->dcoll = &fake;

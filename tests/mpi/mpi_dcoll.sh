@@ -4,9 +4,11 @@
 # the table and host buffers to MPI, counted alike; a failing table's line
 # becomes the comm's error; a table that never returns is ended by the
 # watchdog, which asks the table to abort first (as NCCL's waits do),
-# exit 1 within seconds.  Ranks on one host compare device ids (shared
-# GPUs); merak-train on 2 CPU ranks says its collectives are MPI's, and
-# refuses --coll nccl once, as a usage error.
+# exit 1 within seconds.  The pipeline's device point-to-point (--p2p
+# nccl) the same way on the pp group: device buffers to the table, host
+# ones to MPI, refused without a table.  Ranks on one host compare device
+# ids (shared GPUs); merak-train on 2 CPU ranks says its collectives are
+# MPI's, and refuses --coll nccl and --p2p nccl once each, as usage errors.
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 PROBE=$MERAK_BUILDDIR/tests/mpi/dcoll_probe
@@ -47,6 +49,23 @@ for r in 0 1; do
     grep -q "^rank $r: shared 1 0 1$" "$WORK/shared" || { cat "$WORK/shared" >&2; fail "shared: rank $r's line"; }
 done
 
+# --p2p nccl's path: the table opened once on each rank; rank 0 sent two
+# device messages to it (16 + 16 bytes) and a host one to MPI (16); rank 1
+# received both device ones (the second after zeroing 2 values: 1 and 4
+# again) and the host one (5 and 8); "mpi" switches back (dp2p 0).  A
+# build without CUDA has no "nccl".
+"$WRAP" 2 "$PROBE" p2p > "$WORK/p2p" 2> "$WORK/p2p.err" || { cat "$WORK/p2p.err" >&2; fail "p2p: the probe failed"; }
+if grep -q "refused: p2p 'nccl' is not" "$WORK/p2p"; then
+    echo "mpi_dcoll: a build without NCCL: no --p2p nccl"
+else
+    grep -q "^rank 0: rc 0 0 0 0 opened 1 sends 2 receives 0 device 1 4 host 5 8 bytes 48 back 0 0$" "$WORK/p2p" &&
+        grep -q "^rank 1: rc 0 0 0 0 opened 1 sends 0 receives 2 device 1 4 host 5 8 bytes 0 back 0 0$" "$WORK/p2p" ||
+        { cat "$WORK/p2p" >&2; fail "p2p: the ranks' lines"; }
+    "$WRAP" 2 "$PROBE" p2p-none > "$WORK/none" 2> "$WORK/none.err" || { cat "$WORK/none.err" >&2; fail "p2p-none: the probe failed"; }
+    [ "$(grep -c "refused: p2p nccl on the pp group: its device collectives are not" "$WORK/none")" -eq 2 ] ||
+        { cat "$WORK/none" >&2; fail "p2p-none: not refused on both ranks"; }
+fi
+
 make_shard "$WORK/data.bin"
 T="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 1 --threads 1 --dp 2"
 "$WRAP" 2 "$TRAIN" $T > "$WORK/train.out" 2>&1 || { cat "$WORK/train.out" >&2; fail "2 CPU ranks failed"; }
@@ -59,4 +78,11 @@ set -e
 [ "$rc" -eq 2 ] || { cat "$WORK/nccl.err" >&2; fail "--coll nccl on CPU ranks exited $rc, not 2"; }
 n=$(grep -c "coll nccl needs tensors on GPUs\|coll 'nccl' is not mpi" "$WORK/nccl.err" || true)
 [ "$n" -eq 1 ] || { cat "$WORK/nccl.err" >&2; fail "--coll nccl on CPU ranks: $n lines, not one"; }
+set +e
+"$WRAP" 2 "$TRAIN" $T --p2p nccl > "$WORK/p2p.out" 2> "$WORK/p2p.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || { cat "$WORK/p2p.err" >&2; fail "--p2p nccl on CPU ranks exited $rc, not 2"; }
+n=$(grep -c "p2p nccl needs tensors on GPUs\|p2p 'nccl' is not mpi" "$WORK/p2p.err" || true)
+[ "$n" -eq 1 ] || { cat "$WORK/p2p.err" >&2; fail "--p2p nccl on CPU ranks: $n lines, not one"; }
 echo "mpi_dcoll: ok (the hang ended in ${took}s, exit $hang_rc)"
