@@ -11,7 +11,7 @@
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
 PLAN=$MERAK_BUILDDIR/merak-plan
-PY=${TORCH_PYTHON:-/usr/bin/python3}
+PY=$PY3
 make_shard "$WORK/data.bin"
 common="--model tiny-gpt2 --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 4 --threads 1"
 # one process with the global batch of 8 sequences: 4 micro-batches of 2

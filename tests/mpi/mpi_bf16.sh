@@ -36,7 +36,7 @@ common="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 10 --lr 3e-3 
 # GOT's within the gates (0 0 0: bit for bit); FIRST=1: step 0's loss
 # equal; SCALE=FILE: writes the three differences into FILE
 compare() {
-    FIRST=${FIRST:-0} "${TORCH_PYTHON:-/usr/bin/python3}" - "$@" <<'PYEOF'
+    FIRST=${FIRST:-0} "$PY3" - "$@" <<'PYEOF'
 import json, os, struct, sys
 import numpy as np
 name, gl, gn, gp, r, g = sys.argv[1:]

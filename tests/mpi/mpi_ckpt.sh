@@ -12,7 +12,7 @@
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
 command -v pgrep >/dev/null 2>&1 || skip "no pgrep"
-PY=${TORCH_PYTHON:-/usr/bin/python3}
+PY=$PY3
 make_shard "$WORK/data.bin"
 C="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1 --lr 3e-3 --warmup 2"
 L222="--dp 2 --tp 2 --pp 2 --micro-batches 2"

@@ -22,7 +22,7 @@ common="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 10 --lr 3e-3 
 
 # compare NAME REF.jsonl REF.safetensors GOT.jsonl GOT.safetensors
 compare() {
-    "${TORCH_PYTHON:-/usr/bin/python3}" - "$@" <<'PYEOF'
+    "$PY3" - "$@" <<'PYEOF'
 import json, struct, sys
 import numpy as np
 name, rj, rw, gj, gw = sys.argv[1:]

@@ -15,7 +15,7 @@
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
-PY=${TORCH_PYTHON:-/usr/bin/python3}
+PY=$PY3
 PLAN=$MERAK_BUILDDIR/merak-plan
 make_shard "$WORK/data.bin"
 

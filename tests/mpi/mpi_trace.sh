@@ -7,7 +7,7 @@
 . "$(dirname "$0")/../lib.sh"
 WRAP=$MERAK_BUILDDIR/tests/mpirun-wrapper.sh
 [ -x "$WRAP" ] || skip "no mpirun wrapper"
-PY=${TORCH_PYTHON:-/usr/bin/python3}
+PY=$PY3
 TRACE=$MERAK_BUILDDIR/merak-trace
 make_shard "$WORK/data.bin"
 D="--model tiny-llama --data $WORK/data.bin --micro-batch 2 --seq-len 16 --steps 2 --threads 1 \

@@ -22,7 +22,7 @@ common="--model $WORK/drop.json --data $WORK/data.bin --micro-batch 2 --seq-len 
 
 # same REF.jsonl GOT.jsonl NAME: val_loss at the same steps within 1e-6
 same() {
-    "${TORCH_PYTHON:-/usr/bin/python3}" - "$@" <<'PYEOF'
+    "$PY3" - "$@" <<'PYEOF'
 import json, sys
 ref = [json.loads(l) for l in open(sys.argv[1])]
 got = [json.loads(l) for l in open(sys.argv[2])]
