@@ -54,4 +54,22 @@ if [ ! -x "$eb_dir/bin/eb" ]; then
           "easybuild-easyconfigs==$eb_version"; } || { rm -rf "$eb_dir"; exit 1; }
 fi
 ln -sfn "easybuild-$eb_version" /opt/merak-deps/easybuild
+# NVIDIA's cudnn-frontend (header-only C++17 over cuDNN; not packaged by
+# Debian), pinned, for cuDNN's fused attention (kernels/cuda/cudnn_attn.cpp,
+# built when configure also finds CUDA and cuDNN 9): the include directory of
+# its PyPI wheel, unpacked into $cfe_dir, where configure's
+# --with-cudnn-frontend looks by default (/opt/merak-deps/cudnn-frontend/include).
+cfe_version=1.14.0
+cfe_dir=/opt/merak-deps/cudnn-frontend-$cfe_version
+if [ ! -f "$cfe_dir/include/cudnn_frontend.h" ]; then
+    echo "install-deps.sh: installing the cudnn-frontend $cfe_version headers from PyPI into $cfe_dir"
+    tmp=$(mktemp -d)
+    rm -rf "$cfe_dir"
+    mkdir -p "$cfe_dir"
+    { /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cudnn-frontend==$cfe_version" &&
+      /usr/bin/python3 "$(dirname "$0")/wheel-headers.py" "$tmp"/nvidia_cudnn_frontend-*.whl "$cfe_dir"; } ||
+        { rm -rf "$tmp" "$cfe_dir"; exit 1; }
+    rm -rf "$tmp"
+fi
+ln -sfn "cudnn-frontend-$cfe_version" /opt/merak-deps/cudnn-frontend
 echo "install-deps.sh: all dependencies present"
