@@ -5,8 +5,11 @@
 #
 #   scripts/gpu-env.sh fetch [DIR]   on the development machine (Debian 12):
 #       downloads the Debian packages the build and the runtime need into
-#       DIR/debs and makes a source tarball (make dist) in DIR.  DIR defaults
-#       to .gpu, which git ignores; carry it to the GPU machine.
+#       DIR/debs, the pinned cudnn-frontend headers into
+#       DIR/cudnn-frontend/include (from its PyPI wheel, or from
+#       /opt/merak-deps where install-deps.sh put them) and makes a source
+#       tarball (make dist) in DIR.  DIR defaults to .gpu, which git
+#       ignores; carry it to the GPU machine.
 #   scripts/gpu-env.sh build [DIR]   on the GPU machine: unpacks the packages
 #       into a prefix (never into /), configures the tarball against them and
 #       CUDA (--with-cuda --enable-werror) and builds, in $MERAK_GPU_ROOT
@@ -32,7 +35,9 @@
 # OPAL_PREFIX.  Libraries the GPU machine already has (C and C++ runtimes,
 # OpenMP, udev) are not brought, so nothing older shadows them.  NCCL is
 # taken from the CUDA toolkit or, failing that, from the nvidia-nccl wheel
-# of the machine's python3.
+# of the machine's python3; cuDNN (for the fused attention) from python3's
+# nvidia-cudnn wheel or, failing that, the CUDA toolkit, and without either
+# the build goes without the cuDNN attention.
 set -eu
 
 cmd=${1:-}
@@ -58,7 +63,7 @@ env_lines() {
     p=$root/prefix
     echo "export OPAL_PREFIX=$p/usr"
     echo "export PATH=$root/build:$p/usr/bin:\$PATH"
-    echo "export LD_LIBRARY_PATH=$p/usr/lib/$multiarch:$p/usr/lib/$multiarch/openblas-pthread:$p/usr/lib/$multiarch/openmpi/lib${nccl_lib:+:$nccl_lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    echo "export LD_LIBRARY_PATH=$p/usr/lib/$multiarch:$p/usr/lib/$multiarch/openblas-pthread:$p/usr/lib/$multiarch/openmpi/lib${nccl_lib:+:$nccl_lib}${cudnn_lib:+:$cudnn_lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 }
 
 case $cmd in
@@ -70,6 +75,22 @@ fetch)
     (cd "$dir/debs" && for p in $DEV_PKGS $RUN_PKGS; do
         ls "${p}"_*.deb >/dev/null 2>&1 || apt-get download -q "$p" >/dev/null 2>&1 || exit 1
      done) || die "apt-get download failed (is the Debian archive reachable?)"
+    # cudnn-frontend's headers (header-only C++; the GPU machine has no
+    # network): install-deps.sh's copy, else the pinned wheel from PyPI.
+    cfe_version=$(sed -n 's/^cfe_version=//p' "$(dirname "$0")/install-deps.sh")
+    if [ ! -f "$dir/cudnn-frontend/include/cudnn_frontend.h" ]; then
+        rm -rf "$dir/cudnn-frontend"
+        if [ -f "/opt/merak-deps/cudnn-frontend-$cfe_version/include/cudnn_frontend.h" ]; then
+            mkdir -p "$dir/cudnn-frontend"
+            cp -R "/opt/merak-deps/cudnn-frontend-$cfe_version/include" "$dir/cudnn-frontend/"
+        else
+            t=$(mktemp -d)
+            { python3 -m pip download -q --no-deps --only-binary=:all: -d "$t" "nvidia-cudnn-frontend==$cfe_version" &&
+              python3 "$(dirname "$0")/wheel-headers.py" "$t"/nvidia_cudnn_frontend-*.whl "$dir/cudnn-frontend" >/dev/null; } ||
+                { rm -rf "$t" "$dir/cudnn-frontend"; die "could not bring the cudnn-frontend $cfe_version headers (PyPI)"; }
+            rm -rf "$t"
+        fi
+    fi
     # The source: a distribution tarball of the working tree (configure
     # included, so the GPU machine needs no autotools).
     src=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,6 +118,22 @@ build)
         [ -n "$w" ] && [ -f "$w/include/nccl.h" ] || die "no nccl.h under $cuda/include or in python3's nvidia-nccl wheel"
         nccl_inc=$w/include
         nccl_lib=$root/nccl
+    fi
+    # cuDNN: python3's nvidia-cudnn wheel (include/ and lib/), else the
+    # toolkit's; the build goes without the cuDNN attention when neither or
+    # no frontend headers are there (configure says which).
+    cudnn_home= cudnn_lib=
+    w2=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null) || true
+    if [ -n "$w2" ] && [ -f "$w2/include/cudnn.h" ] && [ -f "$w2/lib/libcudnn.so.9" ]; then
+        cudnn_home=$w2
+        cudnn_lib=$w2/lib
+    elif [ -f "$cuda/include/cudnn.h" ]; then
+        cudnn_home=$cuda
+    fi
+    cfe_inc=$dir/cudnn-frontend/include
+    cudnn_flags=
+    if [ -n "$cudnn_home" ] && [ -f "$cfe_inc/cudnn_frontend.h" ]; then
+        cudnn_flags="--with-cudnn=$cudnn_home --with-cudnn-frontend=$cfe_inc"
     fi
     command -v "$cuda/bin/nvcc" >/dev/null || command -v nvcc >/dev/null || die "no nvcc under $cuda/bin or on PATH"
     tarball=$(ls "$dir"/merak-*.tar.gz 2>/dev/null | head -1)
@@ -129,7 +166,8 @@ build)
     export PKG_CONFIG_SYSROOT_DIR="$p"
     eval "$(env_lines)"
     cd "$root/build"
-    "$root/src/configure" --with-cuda="$cuda" --enable-werror --without-slurm \
+    # shellcheck disable=SC2086
+    "$root/src/configure" --with-cuda="$cuda" --enable-werror --without-slurm $cudnn_flags \
         BLAS_CFLAGS="-I$p/usr/include/$multiarch/openblas-pthread" \
         BLAS_LIBS="-L$p/usr/lib/$multiarch/openblas-pthread -lopenblas" \
         CPPFLAGS="${nccl_inc:+-I$nccl_inc}" LDFLAGS="${nccl_lib:+-L$nccl_lib -Wl,-rpath,$nccl_lib}" \
@@ -150,7 +188,9 @@ test)
     cd "$root/build"
     nvidia-smi -L > "$out/gpu.txt" 2>&1 || true
     rc=0
-    make check TESTS="tests/gpu/test_cuda_kernels tests/gpu/test_nccl tests/gpu/train_cuda.sh tests/gpu/mpi_cuda.sh tests/gpu/generate_cuda.sh" \
+    cudnn_tests=
+    grep -q "^#define HAVE_CUDNN_ATTN 1" config.h && cudnn_tests="tests/gpu/test_cudnn_attn tests/unit/test_cudnn_attn_cpu"
+    make check TESTS="$cudnn_tests tests/gpu/test_cuda_kernels tests/gpu/test_nccl tests/gpu/train_cuda.sh tests/gpu/mpi_cuda.sh tests/gpu/generate_cuda.sh" \
         > "$out/check.txt" 2>&1 || rc=1
     cp tests/gpu/*.log "$out/" 2>/dev/null || true
     cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
