@@ -215,12 +215,13 @@ static int cudnn_loads(void)
 {
     merak_attn_shape s;
     memset(&s, 0, sizeof s);
-    s.B = 1, s.T = 8, s.n_head = 1, s.n_kv_head = 1, s.head_dim = 8;
-    s.q_stride = s.k_stride = s.v_stride = 8;
-    uint16_t *qkv = dmalloc(4 * 8 * 8 * 2);
-    float *stats = dmalloc(8 * 4);
-    merak_cuda_memset(qkv, 0, 4 * 8 * 8 * 2);
-    int rc = merak_cudnn_attn_fwd(&s, qkv + 3 * 64, stats, qkv, qkv + 64, qkv + 128);
+    s.B = 1, s.T = 64, s.n_head = 1, s.n_kv_head = 1, s.head_dim = 64;
+    s.q_stride = s.k_stride = s.v_stride = 64;
+    const size_t n = 64 * 64; /* elements of each of q, k, v, out */
+    uint16_t *qkv = dmalloc(4 * n * 2);
+    float *stats = dmalloc(64 * 4);
+    merak_cuda_memset(qkv, 0, 4 * n * 2);
+    int rc = merak_cudnn_attn_fwd(&s, qkv + 3 * n, stats, qkv, qkv + n, qkv + 2 * n);
     char err[512] = "";
     if (rc < 0 && merak_cuda_status(err, sizeof err) < 0 && strstr(err, "loading libcudnn")) {
         printf("1..0 # SKIP cuDNN not loadable (%s)\n", err);
