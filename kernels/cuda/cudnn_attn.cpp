@@ -1,7 +1,7 @@
 /*
  * cudnn_attn.cpp - cuDNN's fused causal attention, bf16, forward and
- * backward, behind the plain C functions of cudnn_attn.h.  The CUDA
- * backend's attention (cuda_attention.c) calls it; it calls cuda_mem.c
+ * backward, behind the plain C functions of cudnn_attn.h, for the CUDA
+ * backend's attention (cuda_attention.c, bf16 shapes); it calls cuda_mem.c
  * (the stream, the first error) and cuDNN through NVIDIA's cudnn-frontend,
  * a header-only C++17 library (the reason this is the project's one C++
  * file; configure finds the headers, scripts/install-deps.sh brings them).
@@ -9,9 +9,9 @@
  * The frontend is compiled with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING: it
  * calls cuDNN through dlsym on cudnn_frontend::cudnn_dlhandle (and the CUDA
  * runtime through its own dlopen of libcudart.so.12 or .13, the one this
- * process already has), so libcudnn.so.9 (about 1 GB of engines with its
- * sub-libraries) is loaded on the first call, not by every tool of a CUDA
- * build - as cuda_blas.c does with cuBLASLt.
+ * process already has), so libcudnn.so.9 (and the some 450 MB of
+ * sub-libraries it loads itself) comes in on the first call, not in every
+ * tool of a CUDA build - as cuda_blas.c does with cuBLASLt.
  *
  * Graphs, as the frontend's SDPA samples build them (io bf16, intermediate
  * and compute fp32), with tensors (b, h, s, d) over the caller's strides:

@@ -3,9 +3,9 @@
  * cudnn-frontend graph API), bf16, forward and backward, as plain C.
  *
  * Built (cudnn_attn.cpp, the project's one C++17 file) when configure finds
- * cuDNN 9 and the cudnn-frontend headers (HAVE_CUDNN_ATTN in config.h); the
- * CUDA backend's attention (cuda_attention.c) calls it for bf16 shapes that
- * merak_cudnn_attn_supported accepts.
+ * cuDNN 9 and the cudnn-frontend headers (HAVE_CUDNN_ATTN in config.h), for
+ * the CUDA backend's attention (cuda_attention.c) to call on bf16 shapes
+ * that merak_cudnn_attn_supported accepts.
  *
  * Tensors (device pointers, bf16 as uint16_t bit patterns, token-major):
  *   q (B,T,·) row stride s->q_stride, head h at column h*hd (nh heads);
