@@ -10,7 +10,9 @@
  *     op=attention_bwd math=tf32 path=products shape=B,T,nh,hd ms=... tflops=...
  * Every row runs with FP32 products (math=fp32), TF32's (--dtype tf32) and
  * BF16's (--dtype bf16; merak_cuda_set_products); attention also takes each of its
- * ways (merak_cuda_set_attention_paths: fused kernels, cuBLASLt products).
+ * ways (merak_cuda_set_attention_paths: fused kernels, cuBLASLt products,
+ * and with BF16 cuDNN's fused attention where built; its backward row
+ * includes the forward it runs again and the conversions to bf16).
  * FLOPs: 2*N*K*O per linear op; attention counts the causal half that the
  * model needs (2*B*nh*T*T*hd forward, twice that backward), whatever a
  * kernel actually computes.  Inputs are random in [-1,1), never zeros.
@@ -24,6 +26,8 @@
  *                       [--roofline FILE]
  */
 #define _POSIX_C_SOURCE 200809L
+#include "config.h" /* HAVE_CUDNN_ATTN */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +164,7 @@ static void attn_bwd(const void *p)
 static void bench_attention(int B, int T, int nh, int hd, merak_cuda_attn_path path)
 {
     merak_cuda_set_attention_paths(path, path);   /* before the scratch is sized */
-    const char *pname = path == MERAK_CUDA_ATTN_FUSED ? "fused" : "products";
+    const char *pname = path == MERAK_CUDA_ATTN_FUSED ? "fused" : path == MERAK_CUDA_ATTN_CUDNN ? "cudnn" : "products";
     const int C = nh * hd;
     attn_arg a;
     memset(&a, 0, sizeof a);
@@ -663,8 +667,14 @@ int main(int argc, char **argv)
         bench_linear("mlp_fc", N, 768, 3072);
         bench_linear("mlp_proj", N, 3072, 768);
         bench_linear("lm_head", N, 768, 50257);
-        for (int p = 0; p < 2; p++) {
-            const merak_cuda_attn_path path = p ? MERAK_CUDA_ATTN_PRODUCTS : MERAK_CUDA_ATTN_FUSED;
+        /* cuDNN's fused attention is bf16's (a build with it) */
+        int ways = 2;
+#ifdef HAVE_CUDNN_ATTN
+        ways += maths[m].p == MERAK_PRODUCTS_BF16;
+#endif
+        for (int p = 0; p < ways; p++) {
+            const merak_cuda_attn_path path = p == 2 ? MERAK_CUDA_ATTN_CUDNN : p ? MERAK_CUDA_ATTN_PRODUCTS
+                                                                                  : MERAK_CUDA_ATTN_FUSED;
             bench_attention(B, T, 12, 64, path);
             bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64, path);
         }

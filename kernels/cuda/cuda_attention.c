@@ -9,12 +9,19 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "config.h" /* HAVE_CUDNN_ATTN */
+
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h"
+#ifdef HAVE_CUDNN_ATTN
+#include "cudnn_attn.h"
+#endif
 #include "flash.h" /* FLASH_HD: the widest head the fused attention takes */
 
 /* ------------------------------------------------------------------ attention
- * Which way (merak_cuda_set_attention_paths may force one): with FP32
+ * Which way (merak_cuda_set_attention_paths may force one): with BF16
+ * products (--dtype bf16), cuDNN's fused attention (cudnn_attn.h) for the
+ * shapes it takes, in a build that has it; otherwise, with FP32
  * products the forward takes the fused kernel for heads up to FLASH_HD;
  * the backward, and with TF32 or BF16 products (merak_cuda_products) the
  * forward too, take the products while their two T x T buffers (2 n_head
@@ -48,7 +55,17 @@
  * scratch: P (nh,T,T), dS (nh,T,T), then dQ (B,T,nh*hd), dK (B,T,nkv*hd),
  * dV (B,T,nkv*hd).
  *
- * Both end with dq += rot^T(dQ), dk += rot^T(dK), dv += dV (rot = RoPE,
+ * cuDNN's (bf16 in and out, fp32 inside): q, k, v (rotated with RoPE)
+ * rounded to bf16 into dense (B,T,heads*hd) buffers in scratch (exact for
+ * the executor's bf16 values; RoPE's rotated q and k, fp32, round here),
+ *   fwd  out = cuDNN's output, widened to fp32 (exact); lse = its stats;
+ *   bwd  cuDNN's forward again (its output, which the backward reads;
+ *        the same bits as the forward's), dout rounded to bf16, then its
+ *        deterministic backward: dQ, dK, dV in bf16.
+ * scratch: q, k, v, o, dout, dQ, dK, dV (bf16, each 16-byte aligned),
+ * then the stats (B,nh,T) fp32.
+ *
+ * All end with dq += rot^T(dQ), dk += rot^T(dK), dv += dV (rot = RoPE,
  * or the identity). */
 
 /* Row-major C (M,N) = alpha op(A) op(B) + beta C over bt.count products:
@@ -89,6 +106,78 @@ static int fused_bwd(const merak_attn_shape *s)
         return 0;
     return g_bwd_path == MERAK_CUDA_ATTN_FUSED || products_bytes(s) > MERAK_CUDA_ATTN_PRODUCTS_BYTES;
 }
+
+/* ------------------------------------------------------------------ cuDNN */
+
+/* s as cuDNN's call sees it: dense bf16 rows of q, k, v. */
+static merak_attn_shape cudnn_shape(const merak_attn_shape *s)
+{
+    merak_attn_shape p = *s;
+    p.q_stride = s->n_head * s->head_dim;
+    p.k_stride = p.v_stride = s->n_kv_head * s->head_dim;
+    p.rope.theta = 0.0f;
+    return p;
+}
+
+/* cuDNN's way: with BF16 products unless another way is forced, for the
+ * shapes it takes, in a build that has it. */
+static int cudnn_way(const merak_attn_shape *s)
+{
+#ifdef HAVE_CUDNN_ATTN
+    const merak_attn_shape p = cudnn_shape(s);
+    return g_fwd_path == MERAK_CUDA_ATTN_CUDNN ||
+           (g_fwd_path == MERAK_CUDA_ATTN_AUTO && merak_cuda_products() == MERAK_PRODUCTS_BF16)
+        ? merak_cudnn_attn_supported(&p)
+        : 0;
+#else
+    (void)s;
+    return 0;
+#endif
+}
+
+typedef struct cudnn_bufs {
+    uint16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;   /* bf16 */
+    float *stats;                                    /* (B,nh,T) */
+} cudnn_bufs;
+
+/* The scratch of cuDNN's way, laid out from scratch into b (NULL: only
+ * counted): its size in floats. */
+static size_t cudnn_layout(const merak_attn_shape *s, float *scratch, cudnn_bufs *b)
+{
+    const size_t BT = (size_t)s->B * (size_t)s->T, C = (size_t)s->n_head * (size_t)s->head_dim;
+    const size_t Ckv = (size_t)s->n_kv_head * (size_t)s->head_dim;
+    const size_t n[8] = {BT * C, BT * Ckv, BT * Ckv, BT * C, BT * C, BT * C, BT * Ckv, BT * Ckv};
+    uint16_t **at[8] = {NULL};
+    if (b) {
+        uint16_t **p[8] = {&b->q, &b->k, &b->v, &b->o, &b->dout, &b->dq, &b->dk, &b->dv};
+        memcpy(at, p, sizeof at);
+    }
+    size_t off = 0;   /* bf16 elements, a multiple of 8 (16 bytes) */
+    for (int i = 0; i < 8; i++) {
+        if (b)
+            *at[i] = (uint16_t *)scratch + off;
+        off += (n[i] + 7) / 8 * 8;
+    }
+    if (b)
+        b->stats = scratch + off / 2;
+    return off / 2 + (size_t)s->B * (size_t)s->n_head * (size_t)s->T;
+}
+
+#ifdef HAVE_CUDNN_ATTN
+/* q, k, v (Q, K with RoPE: the rotated copies, of strides qs, ks) into
+ * b's bf16 buffers; then cuDNN's forward into b.o and b.stats.  0 or -1. */
+static int cudnn_forward(const merak_attn_shape *s, const cudnn_bufs *b, const float *Q, int qs, const float *K,
+                         int ks, const float *v)
+{
+    const size_t BT = (size_t)s->B * (size_t)s->T;
+    const int C = s->n_head * s->head_dim, Ckv = s->n_kv_head * s->head_dim;
+    const merak_attn_shape p = cudnn_shape(s);
+    LAUNCH("attention(q to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->q, Q, BT, C, qs));
+    LAUNCH("attention(k to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->k, K, BT, Ckv, ks));
+    LAUNCH("attention(v to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->v, v, BT, Ckv, s->v_stride));
+    return merak_cuda_failed() ? -1 : merak_cudnn_attn_fwd(&p, b->o, b->stats, b->q, b->k, b->v);
+}
+#endif
 
 static int attn_shape_ok(const merak_attn_shape *s, const char *what)
 {
@@ -149,6 +238,17 @@ void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse,
         Q = qr, qs = C;
         K = kr, ks = nkv * hd;
     }
+#ifdef HAVE_CUDNN_ATTN
+    if (cudnn_way(s)) {
+        cudnn_bufs b;
+        cudnn_layout(s, scratch, &b);
+        if (cudnn_forward(s, &b, Q, qs, K, ks, v) < 0)
+            return;
+        LAUNCH("attention_fwd(out from bf16)", merak_cuda_launch_rows_from_bf16(STREAM, out, C, b.o, (size_t)s->B * T, C));
+        merak_cuda_memcpy_d2d(lse, b.stats, (size_t)s->B * nh * T * sizeof(float));
+        return;
+    }
+#endif
     if (fused_fwd(s)) {
         LAUNCH("attention_fwd(fused)",
                merak_cuda_launch_flash_fwd(STREAM, s, out, lse, Q, qs, K, ks, v));
@@ -201,6 +301,8 @@ size_t merak_cuda_attention_cached_scratch_elems(const merak_attn_shape *s, int 
 
 size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
 {
+    if (cudnn_way(s))
+        return cudnn_layout(s, NULL, NULL);
     const size_t B = (size_t)s->B, T = (size_t)s->T;
     const size_t grads = B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
     const size_t tt = fused_fwd(s) && fused_bwd(s) ? 0 : 2 * (size_t)s->n_head * T * T;
@@ -221,6 +323,22 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
     const int rope = s->rope.theta > 0;
     const float *Q = rope ? qr : q, *K = rope ? kr : k;
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
+#ifdef HAVE_CUDNN_ATTN
+    if (cudnn_way(s)) {
+        cudnn_bufs b;
+        cudnn_layout(s, scratch, &b);
+        const merak_attn_shape p = cudnn_shape(s);
+        if (cudnn_forward(s, &b, Q, qs, K, ks, v) < 0)
+            return;
+        LAUNCH("attention_bwd(dout to bf16)",
+               merak_cuda_launch_rows_to_bf16(STREAM, b.dout, dout, (size_t)B * T, C, C));
+        if (merak_cuda_failed() ||
+            merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, b.dout, b.o, b.stats, b.q, b.k, b.v) < 0)
+            return;
+        LAUNCH("attention_bwd(add)", merak_cuda_launch_attn_bwd_add_bf16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv));
+        return;
+    }
+#endif
     if (fused_bwd(s)) {
         float *D = scratch, *dQ = D + (size_t)B * nh * T;
         float *dK = dQ + (size_t)B * T * C, *dV = dK + (size_t)B * T * Ckv;

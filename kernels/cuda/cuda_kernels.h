@@ -88,18 +88,23 @@ double merak_cuda_device_id(void);
 void merak_cuda_set_products(merak_products p);
 merak_products merak_cuda_products(void);
 
-/* Attention's two ways (cuda_attention.c): the fused kernels of flash.h
- * (head dims up to FLASH_HD) or cuBLASLt products around softmax kernels
- * over T x T buffers.  AUTO, the default, is the rule of cuda_attention.c
- * (the products while their buffers stay under MERAK_CUDA_ATTN_PRODUCTS_
- * BYTES, except the forward with FP32 products: fused); tests and benchmarks force one way for
- * the forward and one for the backward, which must then be the way the
- * scratch was sized for (attention_scratch_elems asks after this call).
- * FUSED for a head wider than FLASH_HD takes the products. */
+/* Attention's ways (cuda_attention.c): the fused kernels of flash.h (head
+ * dims up to FLASH_HD), cuBLASLt products around softmax kernels over T x T
+ * buffers, or cuDNN's fused attention in bf16 (a build with it,
+ * cudnn_attn.h).  AUTO, the default, is the rule of cuda_attention.c (with
+ * BF16 products cuDNN's for the shapes it takes; else the products while
+ * their buffers stay under MERAK_CUDA_ATTN_PRODUCTS_BYTES, except the
+ * forward with FP32 products: fused); tests and benchmarks force one way
+ * for the forward and one for the backward (CUDNN: both, the forward's
+ * says), which must then be the way the scratch was sized for
+ * (attention_scratch_elems asks after this call).  FUSED for a head wider
+ * than FLASH_HD takes the products; CUDNN for a shape cuDNN does not take
+ * follows AUTO's rule but for cuDNN. */
 typedef enum merak_cuda_attn_path {
     MERAK_CUDA_ATTN_AUTO = 0,
     MERAK_CUDA_ATTN_FUSED,
-    MERAK_CUDA_ATTN_PRODUCTS
+    MERAK_CUDA_ATTN_PRODUCTS,
+    MERAK_CUDA_ATTN_CUDNN   /* cuDNN's fused attention, bf16 (both ways at once) */
 } merak_cuda_attn_path;
 void merak_cuda_set_attention_paths(merak_cuda_attn_path fwd, merak_cuda_attn_path bwd);
 /* The backward's T x T buffers (probabilities and their gradient, one

@@ -18,8 +18,9 @@
  * chooses (fused forward and products backward for head dims up to FLASH_HD
  * = 64: 8, 16, 64; products for 96, 320), then with each way forced for
  * both directions.  The linear and attention cases run again with TF32
- * products (--dtype tf32) and with BF16's (--dtype bf16), within their
- * tolerances, and must differ from the float32 products somewhere; BF16's
+ * products (--dtype tf32) and with BF16's (--dtype bf16: attention by
+ * cuDNN's fused kernels where the build has them, and by the products),
+ * within their tolerances, and must differ from the float32 products somewhere; BF16's
  * product of bf16 values must not (beyond float32's tolerance).  round_bf16
  * must equal the CPU's bit for bit.  MERAK_TEST_SEED=<n> changes the random
  * values.
@@ -1070,12 +1071,18 @@ static void test_math_differs(merak_products m, const char *tag)
  * tolerances; the table's set_products turns them off again. */
 static void test_math(merak_products m, const char *tag, double rtol, double atol)
 {
-    char pre[16];
+    char pre[32];
     snprintf(pre, sizeof pre, "%s ", tag);
     g_rtol = rtol, g_atol = atol;
     test_math_differs(m, tag);
     test_linear_sets(pre);
-    test_attention_sets(pre);
+    test_attention_sets(pre);   /* BF16: cuDNN's where built, for the shapes it takes */
+    if (m == MERAK_PRODUCTS_BF16) {
+        snprintf(pre, sizeof pre, "%s [products] ", tag);
+        merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_PRODUCTS, MERAK_CUDA_ATTN_PRODUCTS);
+        test_attention_sets(pre);
+        merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_AUTO, MERAK_CUDA_ATTN_AUTO);
+    }
     g_gpu->set_products(MERAK_PRODUCTS_FP32);
     tap_ok(merak_cuda_products() == MERAK_PRODUCTS_FP32, "the table's set_products(FP32) turns %s off", tag);
     g_rtol = RTOL, g_atol = ATOL;
