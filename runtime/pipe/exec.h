@@ -78,10 +78,12 @@
  * On a GPU (the CUDA backend in this release: the same float storage, its
  * round_bf16) the products multiply on the tensor cores from bf16
  * operands (kernels.h MERAK_PRODUCTS_BF16): exact for the operands above,
- * all bf16 values; attention's probabilities and their gradient, which
- * its products make in between, are rounded to bf16 there as flash
- * attention rounds them (the CPU keeps them fp32): the one place a GPU's
- * bf16 departs from this definition by more than the order of sums.
+ * all bf16 values; attention (cuDNN's fused kernels, or products) rounds
+ * to bf16 what it makes in between, as flash attention does: its
+ * probabilities and their gradient, RoPE's rotated q and k, and with
+ * cuDNN the gradients of q, k and v before they are added (the CPU keeps
+ * them fp32): the one place a GPU's bf16 departs from this definition by
+ * more than the order of sums.
  */
 #ifndef MERAK_EXEC_H
 #define MERAK_EXEC_H
