@@ -2,100 +2,191 @@
  * pointwise.cu - elementwise ops: GELU, SwiGLU, add, accumulate, scale,
  * dropout, and the bf16 rounding of --dtype bf16.
  *
+ * One kernel runs them all (ew_k): an op is a functor that computes element
+ * e from its inputs' values and its outputs' (read first where the op
+ * accumulates, +=).  Where every buffer of a call sits at the same offset
+ * within 16 bytes, each thread moves four elements with one 16-byte load
+ * per input and one store per output (ld.global.v4 / st.global.v4: what
+ * the roofline asks of a memory-bound kernel); the elements before the
+ * first 16-byte boundary and after the last are done one at a time.  An
+ * element's arithmetic is the same either way, so results do not depend
+ * on alignment.
+ *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
 #include "bf16.h"
 #include "mix64.h"
 #include "cuda_common.cuh"
 
+/* ------------------------------------------------------------------ the kernel */
+
+/* A call's buffers: up to 3 inputs, up to 2 outputs (NULL: absent). */
+struct ew_bufs {
+    const float *in[3];
+    float *out[2];
+};
+
+/* Elements [0, head) and [head + 4 n4, n) one at a time, [head, head +
+ * 4 n4) four at a time (every buffer 16-byte aligned there).  Op: static
+ * NI inputs, NO outputs, RMW (the outputs are read first), and
+ *   __device__ void operator()(size_t e, const float *x, float *y) const
+ * with x[NI] the inputs' values of element e and y[NO] its outputs'. */
+template <class Op>
+__global__ void ew_k(Op op, ew_bufs b, size_t head, size_t n4, size_t n)
+{
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = tid; i < n4; i += stride) {
+        float4 x[Op::NI > 0 ? Op::NI : 1], y[Op::NO];
+#pragma unroll
+        for (int k = 0; k < Op::NI; k++)
+            x[k] = reinterpret_cast<const float4 *>(b.in[k] + head)[i];
+#pragma unroll
+        for (int k = 0; k < Op::NO; k++)
+            if (Op::RMW && b.out[k])
+                y[k] = reinterpret_cast<const float4 *>(b.out[k] + head)[i];
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            float xs[Op::NI > 0 ? Op::NI : 1], ys[Op::NO];
+#pragma unroll
+            for (int k = 0; k < Op::NI; k++)
+                xs[k] = reinterpret_cast<const float *>(&x[k])[l];
+#pragma unroll
+            for (int k = 0; k < Op::NO; k++)
+                ys[k] = Op::RMW && b.out[k] ? reinterpret_cast<const float *>(&y[k])[l] : 0.0f;
+            op(head + 4 * i + l, xs, ys);
+#pragma unroll
+            for (int k = 0; k < Op::NO; k++)
+                reinterpret_cast<float *>(&y[k])[l] = ys[k];
+        }
+#pragma unroll
+        for (int k = 0; k < Op::NO; k++)
+            if (b.out[k])
+                reinterpret_cast<float4 *>(b.out[k] + head)[i] = y[k];
+    }
+    /* the rest one at a time: the head, then the tail */
+    const size_t rest = n - 4 * n4;
+    for (size_t j = tid; j < rest; j += stride) {
+        const size_t e = j < head ? j : j + 4 * n4;
+        float xs[Op::NI > 0 ? Op::NI : 1], ys[Op::NO];
+#pragma unroll
+        for (int k = 0; k < Op::NI; k++)
+            xs[k] = b.in[k][e];
+#pragma unroll
+        for (int k = 0; k < Op::NO; k++)
+            ys[k] = Op::RMW && b.out[k] ? b.out[k][e] : 0.0f;
+        op(e, xs, ys);
+#pragma unroll
+        for (int k = 0; k < Op::NO; k++)
+            if (b.out[k])
+                b.out[k][e] = ys[k];
+    }
+}
+
+/* Launches op over n elements of b: four at a time where every buffer has
+ * the same offset within 16 bytes (an executor's sub-batch can start
+ * anywhere), after the elements before the first boundary. */
+template <class Op>
+static int ew(void *stream, const Op &op, ew_bufs b, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const void *p[5] = {b.in[0], b.in[1], b.in[2], b.out[0], b.out[1]};
+    long off = -1;   /* the common offset within 16 bytes, in bytes */
+    int same = 1;
+    for (int k = 0; k < 5; k++)
+        if (p[k]) {
+            const long o = (long)((uintptr_t)p[k] % 16);
+            same &= off < 0 || o == off;
+            off = off < 0 ? o : off;
+        }
+    size_t head = n, n4 = 0;
+    if (same && off >= 0 && off % (long)sizeof(float) == 0) {
+        head = (size_t)((16 - off) % 16) / sizeof(float);
+        if (head > n)
+            head = n;
+        n4 = (n - head) / 4;
+    }
+    const size_t work = n4 > n - 4 * n4 ? n4 : n - 4 * n4;
+    ew_k<Op><<<ew_grid(work), NT, 0, STREAM(stream)>>>(op, b, head, n4, n);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ the ops */
+
 #define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
 
-__global__ void gelu_fwd_k(float *out, const float *inp, size_t n)
-{
-    GRID_STRIDE(i, n)
+struct gelu_fwd_op {
+    static const int NI = 1, NO = 1, RMW = 0;
+    __device__ void operator()(size_t, const float *x, float *y) const
     {
-        const float x = inp[i];
-        const float u = GELU_K0 * (x + GELU_K1 * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        const float v = x[0];
+        const float u = GELU_K0 * (v + GELU_K1 * v * v * v);
+        y[0] = 0.5f * v * (1.0f + tanhf(u));
     }
-}
+};
 
-__global__ void gelu_bwd_k(float *dinp, const float *dout, const float *inp, size_t n)
-{
-    GRID_STRIDE(i, n)
+/* x: dout, inp; y: dinp += */
+struct gelu_bwd_op {
+    static const int NI = 2, NO = 1, RMW = 1;
+    __device__ void operator()(size_t, const float *x, float *y) const
     {
-        const float x = inp[i];
-        const float u = GELU_K0 * (x + GELU_K1 * x * x * x);
+        const float v = x[1];
+        const float u = GELU_K0 * (v + GELU_K1 * v * v * v);
         const float t = tanhf(u);
-        const float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
-        const float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-        dinp[i] += g * dout[i];
+        const float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * v * v);
+        const float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+        y[0] += g * x[0];
     }
-}
+};
 
-__global__ void swiglu_fwd_k(float *out, const float *gate, const float *up, size_t n)
-{
-    GRID_STRIDE(i, n)
+/* x: gate, up; y: out = silu(gate) * up */
+struct swiglu_fwd_op {
+    static const int NI = 2, NO = 1, RMW = 0;
+    __device__ void operator()(size_t, const float *x, float *y) const
     {
-        const float g = gate[i];
+        const float g = x[0];
         const float sg = 1.0f / (1.0f + expf(-g));
-        out[i] = g * sg * up[i];
+        y[0] = g * sg * x[1];
     }
-}
+};
 
-/* d/dgate silu(g) = s (1 + g (1 - s)) */
-__global__ void swiglu_bwd_k(float *dgate, float *dup, const float *dout, const float *gate,
-                             const float *up, size_t n)
-{
-    GRID_STRIDE(i, n)
+/* x: dout, gate, up; y: dgate +=, dup += (either absent).
+ * d/dgate silu(g) = s (1 + g (1 - s)) */
+struct swiglu_bwd_op {
+    static const int NI = 3, NO = 2, RMW = 1;
+    __device__ void operator()(size_t, const float *x, float *y) const
     {
-        const float g = gate[i], u = up[i], d = dout[i];
+        const float d = x[0], g = x[1], u = x[2];
         const float sg = 1.0f / (1.0f + expf(-g));
-        if (dgate)
-            dgate[i] += d * u * sg * (1.0f + g * (1.0f - sg));
-        if (dup)
-            dup[i] += d * g * sg;
+        y[0] += d * u * sg * (1.0f + g * (1.0f - sg));
+        y[1] += d * g * sg;
     }
-}
+};
 
-__global__ void add_k(float *out, const float *a, const float *b, size_t n)
-{
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
-}
+struct add_op {
+    static const int NI = 2, NO = 1, RMW = 0;
+    __device__ void operator()(size_t, const float *x, float *y) const { y[0] = x[0] + x[1]; }
+};
 
-__global__ void accumulate_k(float *dst, const float *src, size_t n)
-{
-    GRID_STRIDE(i, n) dst[i] += src[i];
-}
+struct accumulate_op {
+    static const int NI = 1, NO = 1, RMW = 1;
+    __device__ void operator()(size_t, const float *x, float *y) const { y[0] += x[0]; }
+};
 
-__global__ void scale_k(float *x, size_t n, float s)
-{
-    GRID_STRIDE(i, n) x[i] *= s;
-}
+struct scale_op {
+    static const int NI = 0, NO = 1, RMW = 1;
+    float s;
+    __device__ void operator()(size_t, const float *, float *y) const { y[0] *= s; }
+};
 
-/* x = the nearest bf16 values, in float storage (kernels.h round_bf16):
- * bf16.h's rounding, the CPU backend's bit for bit.  x is 16-byte aligned
- * here: four floats a thread, one 16-byte load and store. */
-__device__ __forceinline__ float round_bf16_1(float x) { return merak_bf16_round(x); }
-
-__global__ void round_bf16_v4_k(float4 *x, size_t n4)
-{
-    GRID_STRIDE(i, n4)
-    {
-        float4 v = x[i];
-        v.x = round_bf16_1(v.x);
-        v.y = round_bf16_1(v.y);
-        v.z = round_bf16_1(v.z);
-        v.w = round_bf16_1(v.w);
-        x[i] = v;
-    }
-}
-
-__global__ void round_bf16_k(float *x, size_t n)
-{
-    GRID_STRIDE(i, n) x[i] = round_bf16_1(x[i]);
-}
+/* x = the nearest bf16 value, in float storage (kernels.h round_bf16):
+ * bf16.h's rounding, the CPU backend's bit for bit. */
+struct round_bf16_op {
+    static const int NI = 0, NO = 1, RMW = 1;
+    __device__ void operator()(size_t, const float *, float *y) const { y[0] = merak_bf16_round(y[0]); }
+};
 
 /* ------------------------------------------------------------------ dropout
  *
@@ -116,121 +207,105 @@ __device__ __forceinline__ bool dropout_keep(uint64_t key, uint64_t i, float p)
     return (float)(z >> 40) * 0x1.0p-24f >= p;
 }
 
-__global__ void dropout_fwd_k(float *out, const float *inp, size_t n, float p, float sc,
-                              uint64_t key, uint64_t i0)
-{
-    GRID_STRIDE(i, n) out[i] = dropout_keep(key, i0 + i, p) ? inp[i] * sc : 0.0f;
-}
-
-__global__ void dropout_bwd_k(float *dinp, const float *dout, size_t n, float p, float sc,
-                              uint64_t key, uint64_t i0)
-{
-    GRID_STRIDE(i, n)
+/* x: inp; y: out */
+struct dropout_fwd_op {
+    static const int NI = 1, NO = 1, RMW = 0;
+    float p, sc;
+    uint64_t key, i0;
+    __device__ void operator()(size_t e, const float *x, float *y) const
     {
-        if (dropout_keep(key, i0 + i, p))
-            dinp[i] += dout[i] * sc;
+        y[0] = dropout_keep(key, i0 + e, p) ? x[0] * sc : 0.0f;
     }
+};
+
+/* x: dout; y: dinp += (kept elements only) */
+struct dropout_bwd_op {
+    static const int NI = 1, NO = 1, RMW = 1;
+    float p, sc;
+    uint64_t key, i0;
+    __device__ void operator()(size_t e, const float *x, float *y) const
+    {
+        if (dropout_keep(key, i0 + e, p))
+            y[0] += x[0] * sc;
+    }
+};
+
+/* ------------------------------------------------------------------ launchers */
+
+static ew_bufs bufs(const float *a, const float *b, const float *c, float *y0, float *y1)
+{
+    ew_bufs r = {{a, b, c}, {y0, y1}};
+    return r;
 }
 
 extern "C" {
 
 int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n)
 {
-    if (n == 0)
-        return cudaSuccess;
-    gelu_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, n);
-    return cudaGetLastError();
+    return ew(stream, gelu_fwd_op(), bufs(inp, NULL, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
                                const float *inp, size_t n)
 {
-    if (n == 0)
-        return cudaSuccess;
-    gelu_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, inp, n);
-    return cudaGetLastError();
+    return ew(stream, gelu_bwd_op(), bufs(dout, inp, NULL, dinp, NULL), n);
 }
 
 int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
                                  const float *up, size_t n)
 {
-    if (n == 0)
-        return cudaSuccess;
-    swiglu_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, gate, up, n);
-    return cudaGetLastError();
+    return ew(stream, swiglu_fwd_op(), bufs(gate, up, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_swiglu_bwd(void *stream, float *dgate, float *dup, const float *dout,
                                  const float *gate, const float *up, size_t n)
 {
-    if (n == 0)
-        return cudaSuccess;
-    swiglu_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dgate, dup, dout, gate, up, n);
-    return cudaGetLastError();
+    return ew(stream, swiglu_bwd_op(), bufs(dout, gate, up, dgate, dup), n);
 }
 
 int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const float *b,
                               size_t n)
 {
-    if (n == 0)
-        return cudaSuccess;
-    add_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, a, b, n);
-    return cudaGetLastError();
+    return ew(stream, add_op(), bufs(a, b, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, size_t n)
 {
-    if (n == 0)
-        return cudaSuccess;
-    accumulate_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dst, src, n);
-    return cudaGetLastError();
+    return ew(stream, accumulate_op(), bufs(src, NULL, NULL, dst, NULL), n);
 }
 
 int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
                                   float p, uint64_t seed, uint64_t i0)
 {
-    if (n == 0)
-        return cudaSuccess;
-    const float sc = 1.0f / (1.0f - p);
-    dropout_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, n, p, sc,
-                                                         merak_mix64(seed + MERAK_GOLDEN), i0);
-    return cudaGetLastError();
+    dropout_fwd_op op;
+    op.p = p;
+    op.sc = 1.0f / (1.0f - p);
+    op.key = merak_mix64(seed + MERAK_GOLDEN);
+    op.i0 = i0;
+    return ew(stream, op, bufs(inp, NULL, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
                                   float p, uint64_t seed, uint64_t i0)
 {
-    if (n == 0)
-        return cudaSuccess;
-    const float sc = 1.0f / (1.0f - p);
-    dropout_bwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(dinp, dout, n, p, sc,
-                                                         merak_mix64(seed + MERAK_GOLDEN), i0);
-    return cudaGetLastError();
+    dropout_bwd_op op;
+    op.p = p;
+    op.sc = 1.0f / (1.0f - p);
+    op.key = merak_mix64(seed + MERAK_GOLDEN);
+    op.i0 = i0;
+    return ew(stream, op, bufs(dout, NULL, NULL, dinp, NULL), n);
 }
 
-/* The aligned body four at a time, a misaligned head and the tail one at
- * a time (an executor's sub-batch can start anywhere). */
 int merak_cuda_launch_round_bf16(void *stream, float *x, size_t n)
 {
-    size_t head = (size_t)((16 - (uintptr_t)x % 16) % 16) / sizeof(float);
-    if ((uintptr_t)x % sizeof(float) || head > n)
-        head = n;
-    const size_t n4 = (n - head) / 4, tail = n - head - 4 * n4;
-    if (head)
-        round_bf16_k<<<ew_grid(head), NT, 0, STREAM(stream)>>>(x, head);
-    if (n4)
-        round_bf16_v4_k<<<ew_grid(n4), NT, 0, STREAM(stream)>>>((float4 *)(x + head), n4);
-    if (tail)
-        round_bf16_k<<<ew_grid(tail), NT, 0, STREAM(stream)>>>(x + head + 4 * n4, tail);
-    return cudaGetLastError();
+    return ew(stream, round_bf16_op(), bufs(NULL, NULL, NULL, x, NULL), n);
 }
 
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s)
 {
-    if (n == 0)
-        return cudaSuccess;
-    scale_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(x, n, s);
-    return cudaGetLastError();
+    scale_op op;
+    op.s = s;
+    return ew(stream, op, bufs(NULL, NULL, NULL, x, NULL), n);
 }
 
 } /* extern "C" */

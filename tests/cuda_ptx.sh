@@ -1,0 +1,50 @@
+#!/bin/sh
+# The memory-bound CUDA kernels as nvcc compiles them for sm_90 (no GPU
+# needed): every elementwise op (pointwise.cu's one kernel, an instance per
+# op: GELU, SwiGLU, add, accumulate, scale, dropout, the bf16 rounding) and
+# attention's bf16 conversions load and store 16 bytes a thread
+# (ld.global.v4 / st.global.v4 in the PTX: what a kernel needs to reach the
+# copy rate) and spill nothing (ptxas -v).  The other memory-bound files'
+# kernels (norms, embeddings, the loss, AdamW) are listed with what they
+# have, not required yet.  Skipped without a CUDA build.
+. "$(dirname "$0")/lib.sh"
+grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h" || skip "built without CUDA (no nvcc)"
+K=kernels/cuda
+make -s -C "$MERAK_BUILDDIR" $K/pointwise.ptx $K/attention.ptx $K/norm.ptx $K/embed.ptx $K/loss.ptx $K/optim.ptx \
+    $K/pointwise.ptxas $K/attention.ptxas > /dev/null 2> "$WORK/make.err" ||
+    { cat "$WORK/make.err" >&2; fail "nvcc could not make the PTX"; }
+
+# vec FILE: "NAME LOADS STORES" for each kernel of a PTX file: how many
+# 16-byte global loads and stores its body has.
+vec() {
+    awk '/^\.(visible )?\.entry/ { n = $NF; sub(/\(.*/, "", n); name[++k] = n }
+         k && /ld\.global(\.[a-z0-9]+)*\.v4/ { ld[k]++ }
+         k && /st\.global(\.[a-z0-9]+)*\.v4/ { st[k]++ }
+         END { for (i = 1; i <= k; i++) print name[i], ld[i] + 0, st[i] + 0 }' "$1"
+}
+# spills FILE: the kernels of a ptxas report that spill, one per line.
+spills() {
+    awk '/Function properties for/ { n = $NF } /bytes spill stores/ && ($5 + 0 > 0 || $9 + 0 > 0) { print n }' "$1"
+}
+
+vec "$MERAK_BUILDDIR/$K/pointwise.ptx" > "$WORK/pointwise"
+n=$(grep -c . "$WORK/pointwise")
+[ "$n" -ge 10 ] || { cat "$WORK/pointwise" >&2; fail "pointwise.ptx has $n kernels, not the 10 elementwise ops"; }
+awk '$1 !~ /ew_k/ || $2 == 0 || $3 == 0' "$WORK/pointwise" > "$WORK/bad"
+[ ! -s "$WORK/bad" ] || { cat "$WORK/bad" >&2; fail "elementwise kernels without 16-byte loads and stores (name loads stores above)"; }
+vec "$MERAK_BUILDDIR/$K/attention.ptx" | grep -E "rows_(to|from)_bf16_v4" > "$WORK/conv"
+[ "$(grep -c . "$WORK/conv")" -eq 2 ] || { cat "$WORK/conv" >&2; fail "attention.ptx lacks its two vectorised bf16 conversions"; }
+awk '$2 == 0 || $3 == 0' "$WORK/conv" > "$WORK/bad"
+[ ! -s "$WORK/bad" ] || { cat "$WORK/bad" >&2; fail "a bf16 conversion without 16-byte loads and stores"; }
+
+spills "$MERAK_BUILDDIR/$K/pointwise.ptxas" > "$WORK/spill"
+spills "$MERAK_BUILDDIR/$K/attention.ptxas" | grep -E "rows_(to|from)_bf16|attn_bwd_add" >> "$WORK/spill" || true
+[ ! -s "$WORK/spill" ] || { cat "$WORK/spill" >&2; fail "kernels that spill (above)"; }
+# a report that says nothing would pass the check above: it must list them
+grep -q "Function properties for .*ew_k" "$MERAK_BUILDDIR/$K/pointwise.ptxas" ||
+    fail "ptxas's report of pointwise.cu names no kernel"
+
+for f in norm embed loss optim; do
+    vec "$MERAK_BUILDDIR/$K/$f.ptx" | awk -v f="$f" '$2 == 0 || $3 == 0 { s = s " " $1 } END { if (s != "") print "# " f ".cu, not vectorised yet:" s }'
+done
+echo "cuda_ptx: $n elementwise kernels and 2 bf16 conversions with 16-byte loads and stores, none spilling"
