@@ -3,12 +3,16 @@
 # merak-train --device cuda against PyTorch on the same GPU, same model, same
 # batch.
 #
-# For each model (GPT-2 presets at sequence length T) both sides train
+# For each model (GPT-2 presets, and llama-1b: a LLaMA-style 1.1B with
+# grouped-query attention, RoPE and SwiGLU, TinyLlama-1.1B's shape: 22
+# layers of 2048, 32 heads over 4 key/value heads, 5632 wide MLP, 32000
+# tokens; run it at T=2048) at sequence length T both sides train
 # WARMUP + STEPS optimizer steps of M micro-batches of B sequences from the
 # same token shard; the median step time of the timed steps is reported.
 # merak trains in each of MERAK_DTYPES (--dtype fp32, tf32, bf16).  PyTorch runs a
 # nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention with
-# is_causal, fused AdamW, clip_grad_norm_) in four modes:
+# is_causal, fused AdamW, clip_grad_norm_; for llama-1b nn.RMSNorm,
+# rotate-half RoPE, SDPA with enable_gqa, SwiGLU, no biases) in four modes:
 #   fp32          float32 everywhere, TF32 off: merak's --dtype fp32;
 #   tf32          float32 with TF32 products (allow_tf32): merak's --dtype tf32;
 #   bf16          autocast to bfloat16 with float32 master weights (eager);
@@ -24,7 +28,7 @@
 # PEAK_FP32_TFLOPS (H100 SXM, no tensor cores) for fp32.  Peak memory: torch.cuda.max_memory_allocated, and merak-train's
 # planned allocation ("memory (allocated)").
 #
-# Environment: MODELS [gpt2 gpt2-medium]  T [1024]  B [8]  M [1]  STEPS [20]
+# Environment: MODELS [gpt2 gpt2-medium; or llama-1b]  T [1024]  B [8]  M [1]  STEPS [20]
 #   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16]
 #   PYTHON [python3]  PEAK_TFLOPS [989.4]  PEAK_TF32_TFLOPS [494.7]
 #   PEAK_FP32_TFLOPS [66.9]
@@ -61,8 +65,12 @@ find "$SRCDIR" \( -name .git -o -name autom4te.cache \) -prune -o -type f \
 cat > "$TMP/torch_gpt2.py" <<'EOF'
 import sys, time, math, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
 name, shard, B, M, T, n, mode = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7]
-L, C, H = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20)}[name]
-V = 50257
+llama = name == "llama-1b"
+if llama:
+    L, C, H, KV, FF, V = 22, 2048, 32, 4, 5632, 32000
+else:
+    L, C, H = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20)}[name]
+    V = 50257
 torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
 torch.backends.cudnn.allow_tf32 = mode == "tf32"
 torch.manual_seed(1234)
@@ -92,7 +100,39 @@ class GPT(nn.Module):
             x = blk(x)
         logits = s.lnf(x) @ s.wte.weight.t()
         return F.cross_entropy(logits.float().reshape(-1, V), tgt.reshape(-1))
-model = GPT().to(dev)
+hd = C // H
+class LBlock(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.n1, s.n2 = nn.RMSNorm(C, eps=1e-5), nn.RMSNorm(C, eps=1e-5)
+        s.q, s.kv, s.o = nn.Linear(C, C, bias=False), nn.Linear(C, 2 * KV * hd, bias=False), nn.Linear(C, C, bias=False)
+        s.gate, s.up, s.down = nn.Linear(C, FF, bias=False), nn.Linear(C, FF, bias=False), nn.Linear(FF, C, bias=False)
+    def forward(s, x, cos, sin):
+        b, t, _ = x.shape
+        h = s.n1(x)
+        q = s.q(h).view(b, t, H, hd).transpose(1, 2)
+        k, v = s.kv(h).view(b, t, 2, KV, hd).permute(2, 0, 3, 1, 4)
+        rot = lambda z: z * cos + torch.cat((-z[..., hd // 2:], z[..., :hd // 2]), -1) * sin
+        y = F.scaled_dot_product_attention(rot(q), rot(k), v, is_causal=True, enable_gqa=True)
+        x = x + s.o(y.transpose(1, 2).reshape(b, t, C))
+        h = s.n2(x)
+        return x + s.down(F.silu(s.gate(h)) * s.up(h))
+class Llama(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = nn.Embedding(V, C)
+        s.h = nn.ModuleList(LBlock() for _ in range(L))
+        s.norm, s.head = nn.RMSNorm(C, eps=1e-5), nn.Linear(C, V, bias=False)
+        f = torch.outer(torch.arange(T, dtype=torch.float32), 1.0 / 10000.0 ** (torch.arange(0, hd, 2) / hd))
+        s.register_buffer("cos", torch.cat((f, f), -1).cos(), persistent=False)
+        s.register_buffer("sin", torch.cat((f, f), -1).sin(), persistent=False)
+    def forward(s, idx, tgt):
+        x = s.emb(idx)
+        for blk in s.h:
+            x = blk(x, s.cos, s.sin)
+        logits = s.head(s.norm(x))
+        return F.cross_entropy(logits.float().reshape(-1, V), tgt.reshape(-1))
+model = (Llama() if llama else GPT()).to(dev)
 nparams = sum(p.numel() for p in model.parameters())
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
 step_fn = model
@@ -136,13 +176,27 @@ line() {
 for model in $MODELS; do
     case $model in
     gpt2) L=12 C=768 ;; gpt2-medium) L=24 C=1024 ;; gpt2-large) L=36 C=1280 ;;
-    *) die "model '$model': gpt2, gpt2-medium or gpt2-large" ;;
+    llama-1b) L=22 C=2048 ;;
+    *) die "model '$model': gpt2, gpt2-medium, gpt2-large or llama-1b" ;;
     esac
-    N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
+    if [ "$model" = llama-1b ]; then
+        # TinyLlama-1.1B's shape as a Hugging Face config (merak-train --model FILE)
+        cat > "$TMP/llama-1b.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+ "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048,
+ "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu"}
+JSON
+        spec=$TMP/llama-1b.json
+        # embeddings and head; per layer q, k and v (4 of 32 heads), o, the MLP and two norms; the final norm
+        N=$((2 * 32000 * 2048 + 22 * (2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 5632 + 2 * 2048) + 2048))
+    else
+        spec=$model
+        N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
+    fi
     best= ms_fp32= ms_tf32= ms_bf16=
     for dt in $MERAK_DTYPES; do
         rm -f "$TMP/m.jsonl"
-        "$BUILDDIR/merak-train" --model "$model" --device cuda --dtype "$dt" --data "$TMP/shard.bin" \
+        "$BUILDDIR/merak-train" --model "$spec" --device cuda --dtype "$dt" --data "$TMP/shard.bin" \
             --micro-batch "$B" --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 \
             --lr-schedule constant --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" > "$TMP/merak.out" 2>&1 ||
             { cat "$TMP/merak.out" >&2; die "merak-train failed ($model, $dt)"; }

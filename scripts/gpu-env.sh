@@ -25,9 +25,10 @@
 #       machine's CPUs, with the shared-memory transport's settings first.
 #   scripts/gpu-env.sh all [DIR] OUT   a lent GPU's one run, most telling
 #       first: the GPU's name, build, test, the cuda_ops benchmark, gpu_train
-#       for GPT-2 124M (every mode), a calibration, gpu_train for 350M
-#       (merak tf32 and bf16 against torch bf16 + compile), each with its
-#       elapsed seconds; OUT/NAME/ and OUT/*.txt
+#       for GPT-2 124M (every mode), for 350M (merak tf32 and bf16 against
+#       torch bf16 + compile), for a LLaMA-style 1.1B at T=2048 (merak bf16
+#       against torch bf16 + compile), a calibration, each with its elapsed
+#       seconds; OUT/NAME/ and OUT/*.txt
 #       hold every log, and what stops early leaves what came before (about
 #       8 minutes on an H100; the device tool's $OUT as OUT brings it back).
 #
@@ -260,13 +261,17 @@ all)
     stamp "gpu_train gpt2"
     MODELS=gpt2 sh "$self" bench "$out/t124" gpu_train > /dev/null 2>&1
     cut -c1-200 "$out/t124/gpu_train.txt"
+    stamp "gpu_train gpt2-medium"
+    MODELS=gpt2-medium MERAK_DTYPES="tf32 bf16" MODES="bf16-compile" sh "$self" bench "$out/t350" gpu_train > /dev/null 2>&1
+    cut -c1-200 "$out/t350/gpu_train.txt"
+    stamp "gpu_train llama-1b"
+    MODELS=llama-1b T=2048 B=2 STEPS=10 WARMUP=3 MERAK_DTYPES="bf16" MODES="bf16-compile" \
+        sh "$self" bench "$out/l1b" gpu_train > /dev/null 2>&1
+    cut -c1-200 "$out/l1b/gpu_train.txt"
     stamp calibrate
     ( . "$root/env.sh" && cd "$root/build" &&
       timeout 90 ./merak-plan --calibrate "$out/calib.json" --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
           > "$out/calib.txt" 2>&1; echo "calibrate: exit $?"; tail -20 "$out/calib.txt" )
-    stamp "gpu_train gpt2-medium"
-    MODELS=gpt2-medium MERAK_DTYPES="tf32 bf16" MODES="bf16-compile" sh "$self" bench "$out/t350" gpu_train > /dev/null 2>&1
-    cut -c1-200 "$out/t350/gpu_train.txt"
     stamp finished
     ;;
 *)
