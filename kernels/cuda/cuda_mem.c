@@ -206,9 +206,11 @@ int merak_cuda_synchronize(void)
     return merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize") ? 0 : -1;
 }
 
-/* Grows geometrically; the old arena may still be read by enqueued kernels,
- * so the stream is drained before it is freed (rare: sizes settle after the
- * first step). */
+/* Grows geometrically.  The old arena is kept, never freed: enqueued
+ * kernels may still read it, and cudaFree waits for the whole device,
+ * NCCL's kernels too, which may be waiting for a peer that waits for this
+ * rank.  Sizes settle in the first step, so what is kept stays under the
+ * arena's own size (doublings). */
 void *merak_cuda_scratch(size_t bytes)
 {
     if (bytes == 0)
@@ -216,17 +218,10 @@ void *merak_cuda_scratch(size_t bytes)
     if (bytes <= cb.scratch_bytes)
         return cb.scratch;
     size_t want = cb.scratch_bytes * 2 > bytes ? cb.scratch_bytes * 2 : bytes;
-    if (cb.scratch) {
-        if (!merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize(scratch)") ||
-            !merak_cuda_ok(cudaFree(cb.scratch), "cudaFree(scratch)"))
-            return NULL;
-        cb.scratch = NULL;
-        cb.scratch_bytes = 0;
-    }
-    if (!merak_cuda_ok(cudaMalloc(&cb.scratch, want), "cudaMalloc(scratch)")) {
-        cb.scratch = NULL;
+    void *fresh = NULL;
+    if (!merak_cuda_ok(cudaMalloc(&fresh, want), "cudaMalloc(scratch)"))
         return NULL;
-    }
+    cb.scratch = fresh;   /* (the old one, if any, stays allocated: above) */
     cb.scratch_bytes = want;
     return cb.scratch;
 }

@@ -49,6 +49,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h" /* merak_cuda_record, merak_cuda_ok, merak_cuda_failed, merak_cuda_stream */
@@ -96,6 +97,7 @@ struct attn_state {
     unsigned evict = 0; /* with the cache full, the slot a new key replaces */
     void *ws = nullptr; /* workspace, ws_bytes long */
     size_t ws_bytes = 0;
+    std::vector<void *> retired; /* smaller workspaces, freed by merak_cudnn_attn_close */
 };
 attn_state *g_state;
 
@@ -266,21 +268,19 @@ const attn_entry *graph_for(attn_state *st, const attn_key &key)
 }
 
 /* Points *ws at a workspace at least bytes long (NULL for none); 0, or -1
- * on an error (recorded). */
+ * on an error (recorded).  A smaller one is kept, not freed, until
+ * merak_cudnn_attn_close: cudaFree waits for the whole device, NCCL's
+ * kernels too, which may be waiting for a peer that waits for this rank
+ * (the first backward asks for more than the forwards did). */
 int workspace(attn_state *st, size_t bytes, void **ws)
 {
     if (bytes > st->ws_bytes) {
-        if (st->ws) {
-            /* the graphs already enqueued may still be using it */
-            if (!merak_cuda_ok(cudaStreamSynchronize(merak_cuda_stream()),
-                               "cudaStreamSynchronize(cudnn workspace)") ||
-                !merak_cuda_ok(cudaFree(st->ws), "cudaFree(cudnn workspace)"))
-                return -1;
-            st->ws = nullptr;
-            st->ws_bytes = 0;
-        }
-        if (!merak_cuda_ok(cudaMalloc(&st->ws, bytes), "cudaMalloc(cudnn workspace)"))
+        void *fresh = nullptr;
+        if (!merak_cuda_ok(cudaMalloc(&fresh, bytes), "cudaMalloc(cudnn workspace)"))
             return -1;
+        if (st->ws)
+            st->retired.push_back(st->ws);   /* graphs already enqueued may still use it */
+        st->ws = fresh;
         st->ws_bytes = bytes;
     }
     *ws = st->ws;
@@ -392,10 +392,12 @@ extern "C" void merak_cudnn_attn_close(void)
         return;
     g_state = nullptr;
     try {
-        if (st->ws) {
+        if (st->ws || !st->retired.empty())
             merak_cuda_ok(cudaStreamSynchronize(merak_cuda_stream()), "cudaStreamSynchronize(cudnn close)");
+        if (st->ws)
             merak_cuda_ok(cudaFree(st->ws), "cudaFree(cudnn workspace)");
-        }
+        for (void *p : st->retired)
+            merak_cuda_ok(cudaFree(p), "cudaFree(cudnn workspace)");
         for (int i = 0; i < st->ncache; i++)
             st->cache[i].graph.reset();
         fe::detail::destroy_handle(st->handle);

@@ -28,7 +28,8 @@
  * first call; libcudnn.so.9 is dlopen'ed then, not linked.  One graph per
  * shape and strides, built on its first call (milliseconds to a second) and
  * kept in a small cache.  The cuDNN workspace is this file's own device
- * buffer, grown on demand (the growth synchronises the stream once);
+ * buffer, grown on demand (never freed before merak_cudnn_attn_close, so no
+ * cudaFree waits for the device in the middle of a step);
  * merak_cuda_scratch is left alone.  One host thread at a time, like the
  * rest of the backend.
  *

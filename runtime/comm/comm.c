@@ -260,8 +260,7 @@ static int must_stage(const merak_group *g, const void *buf)
  * merak_wait is timed). */
 static int coll_allreduce(merak_group *g, const merak_coll_ops *ops, float *buf, size_t n, merak_req *req)
 {
-    if (!req)
-        merak_watch_enter(g, "all-reduce", -1);
+    merak_watch_enter(g, req ? "starting an all-reduce" : "all-reduce", -1);
     const int rc = ops->allreduce(g, buf, n, req);
     merak_watch_leave(g);
     return rc;
@@ -310,11 +309,12 @@ static int p2p_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, 
     return rc;
 }
 
-/* The same on device buffers, through the group's device table (dp2p). */
+/* The same on device buffers, through the group's device table (dp2p),
+ * timed even when they only start a transfer: a device library's start
+ * may wait for its peer (NCCL's, while it connects). */
 static int dev_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
-    if (!req)
-        merak_watch_enter(g, "a send", peer);
+    merak_watch_enter(g, req ? "starting a send" : "a send", peer);
     const int rc = g->dcoll->send(g, buf, bytes, peer, tag, req);
     merak_watch_leave(g);
     return rc;
@@ -322,8 +322,7 @@ static int dev_send(merak_group *g, const void *buf, size_t bytes, int peer, int
 
 static int dev_recv(merak_group *g, void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
-    if (!req)
-        merak_watch_enter(g, "a receive", peer);
+    merak_watch_enter(g, req ? "starting a receive" : "a receive", peer);
     const int rc = g->dcoll->recv(g, buf, bytes, peer, tag, req);
     merak_watch_leave(g);
     return rc;

@@ -429,6 +429,64 @@ static int chan_stream(nccl_chan *ch, char *err, size_t errlen)
 
 static void chan_close(const merak_comm *c, nccl_chan *ch);
 
+/* Waits for st, polling: 0, or -1 when the watchdog asked c to abort
+ * meanwhile or the stream failed (e). */
+static int stream_done(const merak_comm *c, cudaStream_t st, cudaError_t *e)
+{
+    unsigned n = 0;
+    for (;;) {
+        *e = cudaStreamQuery(st);
+        if (*e == cudaSuccess)
+            return 0;
+        if (*e != cudaErrorNotReady || merak_abort_asked(c))
+            return -1;
+        not_ready_seen();
+        pause_poll(&n);
+    }
+}
+
+/* NCCL connects two ranks on their first send and receive, and the
+ * connecting waits for the peer: a pipeline's first receive on one link
+ * (a gradient, say) would wait there while the peer waits for a transfer
+ * on another link (an activation) this rank has yet to post.  So every
+ * link moves one byte here, all in one NCCL group, while every rank of
+ * the group is here.  0, or -1 with err. */
+static int links_connect(merak_group *g, char *err, size_t errlen)
+{
+    nccl_group *s = state(g);
+    void *byte = NULL;
+    cudaError_t e = cudaMalloc(&byte, 256);
+    if (e != cudaSuccess)
+        return merak_errf(err, errlen, "cudaMalloc for connecting the %s group's NCCL links: %s",
+                          merak_group_name(g->kind), cudaGetErrorString(e));
+    int rc = 0;
+    ncclResult_t first = ncclGroupStart();
+    for (int i = 0; i < s->nlinks && (first == ncclSuccess || first == ncclInProgress); i++) {
+        nccl_chan *ch = &s->links[i];
+        first = s->link_ends[i][0] == g->rank ? ncclSend(byte, 1, ncclUint8, 1, ch->comm, ch->stream)
+                                               : ncclRecv(byte, 1, ncclUint8, 0, ch->comm, ch->stream);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (first == ncclSuccess || first == ncclInProgress)
+        first = end;
+    for (int i = 0; i < s->nlinks && rc == 0; i++) {
+        nccl_chan *ch = &s->links[i];
+        ncclResult_t q = settled(g->comm, ch->comm, first == ncclInProgress ? ncclInProgress : first);
+        if (q == ncclSuccess && stream_done(g->comm, ch->stream, &e) < 0)
+            rc = merak_errf(err, errlen, "connecting %s: %s", ch->name,
+                            e != cudaSuccess && e != cudaErrorNotReady ? cudaGetErrorString(e)
+                                                                       : "aborted after the communication timeout");
+        else if (q != ncclSuccess) {
+            const char *last = ncclGetLastError(ch->comm);
+            rc = merak_errf(err, errlen, "connecting %s (a first send and receive) failed: %s%s%s", ch->name,
+                            ncclGetErrorString(q), last && *last ? ": " : "", last ? last : "");
+        }
+    }
+    if (rc == 0)
+        cudaFree(byte);   /* (every stream using it has finished) */
+    return rc;            /* (else left allocated: a stream may still use it) */
+}
+
 /* Every link this rank is an end of: the senders' unique ids gathered over
  * the group's MPI communicator (each rank makes those of the links it
  * sends on), then their communicators made in one NCCL group call. */
@@ -512,9 +570,15 @@ static int nccl_p2p_open(merak_group *g, char *err, size_t errlen)
                             ncclGetErrorString(q), last && *last ? ": " : "", last ? last : "");
         }
     }
+    if (rc == 0)
+        rc = links_connect(g, err, errlen);
     if (rc < 0) {
-        for (int i = 0; s->links && i < s->nlinks; i++)
+        /* abort, which NCCL allows at any time (a communicator still
+         * initialising may not be finalised) */
+        for (int i = 0; s->links && i < s->nlinks; i++) {
+            abort_chan(&s->links[i]);
             chan_close(g->comm, &s->links[i]);
+        }
         free(s->links), free(s->link_ends);
         s->links = NULL, s->link_ends = NULL, s->nlinks = 0;
         if (merak_abort_asked(g->comm))

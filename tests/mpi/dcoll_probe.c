@@ -19,6 +19,9 @@
  *                       and with a request) go to the table, a host one's to
  *                       MPI; bytes counted alike; "mpi" switches back
  *   dcoll_probe p2p-none  the same without a device table: refused
+ *   dcoll_probe p2p-hang  the table's send (with a request) never starts (as
+ *                       NCCL's may not while it connects): the watchdog
+ *                       (1 s) times its start and asks it to abort
  * Each rank prints "rank R: ..." lines; the script checks them.
  */
 #include <stdio.h>
@@ -89,6 +92,14 @@ static int fake_p2p_open(merak_group *g, char *err, size_t errlen)
 static int fake_send(merak_group *g, const void *buf, size_t bytes, int peer, int tag, merak_req *req)
 {
     dsends++;
+    if (!strcmp((const char *)g->dcoll_state, "p2p-hang")) {   /* polls, as NCCL's waits do */
+        const struct timespec ts = {0, 1000000};
+        while (!merak_abort_asked(g->comm))
+            nanosleep(&ts, NULL);
+        fake_abort(g);
+        merak_abort_done(g->comm);
+        return merak_comm_fail(g, "fakeSend: aborted after the communication timeout");
+    }
     if (MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 1000 + tag, g->mpi) != MPI_SUCCESS)
         return merak_comm_fail(g, "fakeSend failed");
     if (req)
@@ -118,15 +129,17 @@ static int p2p(const char *mode)
 {
     char err[512] = "";
     merak_comm *c = NULL;
-    if (merak_comm_init(&c, 1, 1, 2, err, sizeof err) < 0) {
+    if (merak_comm_init(&c, 1, 1, 2, err, sizeof err) < 0 || merak_comm_set_timeout(c, 1.0, err, sizeof err) < 0) {
         fprintf(stderr, "dcoll_probe: %s\n", err);
         return 1;
     }
     const int rank = merak_comm_grid(c)->rank;
     merak_comm_set_devmem(c, &mem);
     merak_group *g = merak_comm_group(c, MERAK_GROUP_PP);
-    if (!strcmp(mode, "p2p"))
+    if (strcmp(mode, "p2p-none") != 0) {
         g->dcoll = &fake_p2p;
+        g->dcoll_state = (void *)mode;
+    }
     if (merak_group_set_p2p(g, "nccl", err, sizeof err) < 0) {
         printf("rank %d: refused: %s\n", rank, err);
         g->dcoll = NULL;
@@ -136,6 +149,14 @@ static int p2p(const char *mode)
     float host[4] = {5, 6, 7, 8};
     merak_req req[2];
     int rc[4];
+    if (!strcmp(mode, "p2p-hang")) {   /* rank 0's send never starts; rank 1 waits outside any operation */
+        if (rank == 0 && merak_send(g, device_buf, sizeof device_buf, 1, 1, &req[0]) == 0)
+            merak_wait(&req[0]);
+        else if (rank == 1)
+            sleep(20);
+        printf("rank %d: p2p-hang ended: %s\n", rank, merak_comm_error(c));
+        return 1;
+    }
     if (rank == 0) {
         for (int i = 0; i < 4; i++)
             device_buf[i] = 1.0f + (float)i;

@@ -6,7 +6,8 @@
 # watchdog, which asks the table to abort first (as NCCL's waits do),
 # exit 1 within seconds.  The pipeline's device point-to-point (--p2p
 # nccl) the same way on the pp group: device buffers to the table, host
-# ones to MPI, refused without a table.  Ranks on one host compare device
+# ones to MPI, refused without a table, a start that never returns timed
+# by the watchdog.  Ranks on one host compare device
 # ids (shared GPUs); merak-train on 2 CPU ranks says its collectives are
 # MPI's, and refuses --coll nccl and --p2p nccl once each, as usage errors.
 . "$(dirname "$0")/../lib.sh"
@@ -64,6 +65,19 @@ else
     "$WRAP" 2 "$PROBE" p2p-none > "$WORK/none" 2> "$WORK/none.err" || { cat "$WORK/none.err" >&2; fail "p2p-none: the probe failed"; }
     [ "$(grep -c "refused: p2p nccl on the pp group: its device collectives are not" "$WORK/none")" -eq 2 ] ||
         { cat "$WORK/none" >&2; fail "p2p-none: not refused on both ranks"; }
+    # a device send that never starts is timed like a blocking one
+    start=$(date +%s)
+    set +e
+    "$WRAP" 2 "$PROBE" p2p-hang > "$WORK/phang" 2> "$WORK/phang.err"
+    rc=$?
+    set -e
+    took=$(($(date +%s) - start))
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$WORK/phang.err" >&2; fail "p2p-hang: the job exited $rc"; }
+    [ "$took" -le 30 ] || fail "p2p-hang: the job took ${took}s to end"
+    grep -q "no progress for [0-9]* s in starting a send" "$WORK/phang.err" ||
+        { cat "$WORK/phang.err" >&2; fail "p2p-hang: no watchdog line for the send's start"; }
+    grep -q "fake dcoll aborted on the pp group" "$WORK/phang.err" ||
+        { cat "$WORK/phang.err" >&2; fail "p2p-hang: the watchdog did not abort the table"; }
 fi
 
 make_shard "$WORK/data.bin"
