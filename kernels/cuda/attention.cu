@@ -246,6 +246,19 @@ static attn_p attn_params(const merak_attn_shape *s)
     return p;
 }
 
+/* attn_bwd_add_k over the B*T token rows, from gradients stored as G. */
+template <typename G>
+static int bwd_add(void *stream, const merak_attn_shape *s, float *dq, float *dk, float *dv, const G *dQ,
+                   const G *dK, const G *dV)
+{
+    const attn_p p = attn_params(s);
+    const size_t rows = (size_t)p.B * p.T;
+    if (rows)
+        attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(dq, dk, dv, dQ, dK, dV, p, s->q_stride,
+                                                                 s->k_stride, s->v_stride);
+    return cudaGetLastError();
+}
+
 /* ------------------------------------------------------------------ fused (flash.h) */
 
 /* Forward: block = FLASH_FWD_ROWS query rows of head h of batch row b,
@@ -411,24 +424,14 @@ int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, floa
                                    float *dk, float *dv, const float *dQ, const float *dK,
                                    const float *dV)
 {
-    const attn_p p = attn_params(s);
-    const size_t rows = (size_t)p.B * p.T;
-    if (rows)
-        attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
-            dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
-    return cudaGetLastError();
+    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
 }
 
 int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
                                         float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
                                         const uint16_t *dV)
 {
-    const attn_p p = attn_params(s);
-    const size_t rows = (size_t)p.B * p.T;
-    if (rows)
-        attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(
-            dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride);
-    return cudaGetLastError();
+    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
 }
 
 /* Four at a time when the widths, the stride and both pointers allow. */

@@ -232,6 +232,18 @@ struct dropout_bwd_op {
 
 /* ------------------------------------------------------------------ launchers */
 
+/* A dropout op of a call: probability p, the call's seed and first index. */
+template <class Op>
+static Op dropout_op(float p, uint64_t seed, uint64_t i0)
+{
+    Op op;
+    op.p = p;
+    op.sc = 1.0f / (1.0f - p);
+    op.key = merak_mix64(seed + MERAK_GOLDEN);
+    op.i0 = i0;
+    return op;
+}
+
 static ew_bufs bufs(const float *a, const float *b, const float *c, float *y0, float *y1)
 {
     ew_bufs r = {{a, b, c}, {y0, y1}};
@@ -277,23 +289,13 @@ int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, siz
 int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
                                   float p, uint64_t seed, uint64_t i0)
 {
-    dropout_fwd_op op;
-    op.p = p;
-    op.sc = 1.0f / (1.0f - p);
-    op.key = merak_mix64(seed + MERAK_GOLDEN);
-    op.i0 = i0;
-    return ew(stream, op, bufs(inp, NULL, NULL, out, NULL), n);
+    return ew(stream, dropout_op<dropout_fwd_op>(p, seed, i0), bufs(inp, NULL, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
                                   float p, uint64_t seed, uint64_t i0)
 {
-    dropout_bwd_op op;
-    op.p = p;
-    op.sc = 1.0f / (1.0f - p);
-    op.key = merak_mix64(seed + MERAK_GOLDEN);
-    op.i0 = i0;
-    return ew(stream, op, bufs(dout, NULL, NULL, dinp, NULL), n);
+    return ew(stream, dropout_op<dropout_bwd_op>(p, seed, i0), bufs(dout, NULL, NULL, dinp, NULL), n);
 }
 
 int merak_cuda_launch_round_bf16(void *stream, float *x, size_t n)

@@ -28,6 +28,7 @@
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
 #include "kernels.h"           /* merak_kernels, merak_kernels_cpu */
 #include "../unit/tap.h"
+#include "test_mem.h"            /* xmalloc, dmalloc */
 #include "mix64.h"
 
 #include <math.h>
@@ -63,25 +64,6 @@ static float rng_uniform(float lo, float hi)
     return lo + (hi - lo) * (float)((rng_u64() >> 40) * 0x1.0p-24);
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        printf("Bail out! out of host memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void *dmalloc(size_t bytes)
-{
-    void *p = merak_cuda_malloc(bytes);
-    if (!p) {
-        printf("Bail out! cudaMalloc(%zu) failed\n", bytes);
-        exit(1);
-    }
-    return p;
-}
 
 /* ------------------------------------------------------------------ harness */
 

@@ -25,6 +25,7 @@
 #include "bf16.h"              /* merak_f32_to_bf16, merak_bf16_to_f32 */
 #include "mix64.h"
 #include "../unit/tap.h"
+#include "test_mem.h"            /* xmalloc, dmalloc */
 
 #include <math.h>
 #include <stdint.h>
@@ -44,25 +45,6 @@ static float rng_uniform(float lo, float hi)
     return lo + (hi - lo) * (float)((merak_mix64(g_rng += MERAK_GOLDEN) >> 40) * 0x1.0p-24);
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        printf("Bail out! out of host memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void *dmalloc(size_t bytes)
-{
-    void *p = merak_cuda_malloc(bytes);
-    if (!p) {
-        printf("Bail out! cudaMalloc(%zu) failed\n", bytes);
-        exit(1);
-    }
-    return p;
-}
 
 static void bail_if_failed(const char *what)
 {
