@@ -11,8 +11,8 @@
  * Every row runs with FP32 products (math=fp32), TF32's (--dtype tf32) and
  * BF16's (--dtype bf16; merak_cuda_set_products); attention also takes each of its
  * ways (merak_cuda_set_attention_paths: fused kernels, cuBLASLt products,
- * and with BF16 cuDNN's fused attention where built; its backward row
- * includes the forward it runs again and the conversions to bf16).
+ * and with BF16 cuDNN's fused attention where built; its rows include
+ * the conversions to and from bf16).
  * FLOPs: 2*N*K*O per linear op; attention counts the causal half that the
  * model needs (2*B*nh*T*T*hd forward, twice that backward), whatever a
  * kernel actually computes.  Inputs are random in [-1,1), never zeros.
@@ -157,7 +157,7 @@ static void attn_bwd(const void *p)
 {
     const attn_arg *a = p;
     const int C = a->s.n_head * a->s.head_dim;
-    g_k->attention_bwd(&a->s, a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->dout, a->lse, NULL,
+    g_k->attention_bwd(&a->s, a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->dout, a->out, a->lse, NULL,
                        NULL, a->qkv, a->qkv + C, a->qkv + 2 * C, a->scratch);
 }
 

@@ -110,11 +110,14 @@ typedef struct merak_adamw_span {
     void (*attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *lse,         \
                           REAL *qr, REAL *kr, const REAL *q, const REAL *k,        \
                           const REAL *v, REAL *scratch);                           \
-    /* dq, dk, dv have the strides of q, k, v. */                               \
+    /* dq, dk, dv have the strides of q, k, v.  out and lse are the          \
+     * forward's (out (B,T,nh*hd): cuDNN's backward reads it; the other       \
+     * kernels rebuild what they need from lse). */                            \
     void (*attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,           \
-                          REAL *dv, const REAL *dout, const REAL *lse,             \
-                          const REAL *qr, const REAL *kr, const REAL *q,           \
-                          const REAL *k, const REAL *v, REAL *scratch);            \
+                          REAL *dv, const REAL *dout, const REAL *out,             \
+                          const REAL *lse, const REAL *qr, const REAL *kr,         \
+                          const REAL *q, const REAL *k, const REAL *v,             \
+                          REAL *scratch);                                          \
     size_t (*attention_scratch_elems)(const merak_attn_shape *s);                  \
     /* Decoding (forward only): causal attention of s->T new positions       \
      * [pos, pos+T) of each batch row against a key/value cache.  kc, vc      \

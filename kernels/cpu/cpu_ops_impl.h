@@ -475,10 +475,11 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *lse,
 }
 
 static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
-                              REAL *dv, const REAL *dout, const REAL *lse,
-                              const REAL *qr, const REAL *kr, const REAL *q,
-                              const REAL *k, const REAL *v, REAL *scratch)
+                              REAL *dv, const REAL *dout, const REAL *out,
+                              const REAL *lse, const REAL *qr, const REAL *kr,
+                              const REAL *q, const REAL *k, const REAL *v, REAL *scratch)
 {
+    (void)out;   /* P is rebuilt from lse */
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
     const int C = nh * hd, Ckv = nkv * hd, grp = nh / nkv;
     const int rope = s->rope.theta > 0;

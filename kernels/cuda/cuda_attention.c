@@ -59,9 +59,9 @@
  * rounded to bf16 into dense (B,T,heads*hd) buffers in scratch (exact for
  * the executor's bf16 values; RoPE's rotated q and k, fp32, round here),
  *   fwd  out = cuDNN's output, widened to fp32 (exact); lse = its stats;
- *   bwd  cuDNN's forward again (its output, which the backward reads;
- *        the same bits as the forward's), dout rounded to bf16, then its
- *        deterministic backward: dQ, dK, dV in bf16.
+ *   bwd  the forward's out back to bf16 (exact: bf16 values) and lse,
+ *        dout rounded to bf16, then cuDNN's deterministic backward: dQ,
+ *        dK, dV in bf16.
  * scratch: q, k, v, o, dout, dQ, dK, dV (bf16, each 16-byte aligned),
  * then the stats (B,nh,T) fp32.
  *
@@ -165,17 +165,16 @@ static size_t cudnn_layout(const merak_attn_shape *s, float *scratch, cudnn_bufs
 
 #ifdef HAVE_CUDNN_ATTN
 /* q, k, v (Q, K with RoPE: the rotated copies, of strides qs, ks) into
- * b's bf16 buffers; then cuDNN's forward into b.o and b.stats.  0 or -1. */
-static int cudnn_forward(const merak_attn_shape *s, const cudnn_bufs *b, const float *Q, int qs, const float *K,
-                         int ks, const float *v)
+ * b's bf16 buffers.  0, or -1 after an error. */
+static int cudnn_inputs(const merak_attn_shape *s, const cudnn_bufs *b, const float *Q, int qs, const float *K,
+                        int ks, const float *v)
 {
     const size_t BT = (size_t)s->B * (size_t)s->T;
     const int C = s->n_head * s->head_dim, Ckv = s->n_kv_head * s->head_dim;
-    const merak_attn_shape p = cudnn_shape(s);
     LAUNCH("attention(q to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->q, Q, BT, C, qs));
     LAUNCH("attention(k to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->k, K, BT, Ckv, ks));
     LAUNCH("attention(v to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->v, v, BT, Ckv, s->v_stride));
-    return merak_cuda_failed() ? -1 : merak_cudnn_attn_fwd(&p, b->o, b->stats, b->q, b->k, b->v);
+    return merak_cuda_failed() ? -1 : 0;
 }
 #endif
 
@@ -242,7 +241,8 @@ void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse,
     if (cudnn_way(s)) {
         cudnn_bufs b;
         cudnn_layout(s, scratch, &b);
-        if (cudnn_forward(s, &b, Q, qs, K, ks, v) < 0)
+        const merak_attn_shape p = cudnn_shape(s);
+        if (cudnn_inputs(s, &b, Q, qs, K, ks, v) < 0 || merak_cudnn_attn_fwd(&p, b.o, b.stats, b.q, b.k, b.v) < 0)
             return;
         LAUNCH("attention_fwd(out from bf16)", merak_cuda_launch_rows_from_bf16(STREAM, out, C, b.o, (size_t)s->B * T, C));
         merak_cuda_memcpy_d2d(lse, b.stats, (size_t)s->B * nh * T * sizeof(float));
@@ -311,7 +311,7 @@ size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
 }
 
 void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
-                            const float *dout, const float *lse, const float *qr,
+                            const float *dout, const float *out, const float *lse, const float *qr,
                             const float *kr, const float *q, const float *k, const float *v,
                             float *scratch)
 {
@@ -328,8 +328,12 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
         cudnn_bufs b;
         cudnn_layout(s, scratch, &b);
         const merak_attn_shape p = cudnn_shape(s);
-        if (cudnn_forward(s, &b, Q, qs, K, ks, v) < 0)
+        if (cudnn_inputs(s, &b, Q, qs, K, ks, v) < 0)
             return;
+        /* the forward's output (bf16 values: exact) and stats, where cuDNN
+         * wants them: dense, 16-byte aligned */
+        LAUNCH("attention_bwd(out to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b.o, out, (size_t)B * T, C, C));
+        merak_cuda_memcpy_d2d(b.stats, lse, (size_t)B * nh * T * sizeof(float));
         LAUNCH("attention_bwd(dout to bf16)",
                merak_cuda_launch_rows_to_bf16(STREAM, b.dout, dout, (size_t)B * T, C, C));
         if (merak_cuda_failed() ||

@@ -168,8 +168,8 @@ int merak_cuda_ptr_align(const void *p);
 void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse, float *qr, float *kr,
                               const float *q, const float *k, const float *v, float *scratch);
 void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv, const float *dout,
-                              const float *lse, const float *qr, const float *kr, const float *q, const float *k,
-                              const float *v, float *scratch);
+                              const float *out, const float *lse, const float *qr, const float *kr, const float *q,
+                              const float *k, const float *v, float *scratch);
 size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s);
 void merak_cuda_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out, float *kc, float *vc,
                                      const float *q, const float *k, const float *v, float *scratch);

@@ -224,7 +224,7 @@ static void attention_backward_input(const merak_op_io *io)
     merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
     merak_op_attn_qkv(io->o, io->dx[0], io->dx[1], io->dx[2], &dq, &dk, &dv);
     if (dq)
-        io->k->attention_bwd(&s, dq, dk, dv, io->dy, lse, qr, kr, q, k, v, io->scratch);
+        io->k->attention_bwd(&s, dq, dk, dv, io->dy, io->y, lse, qr, kr, q, k, v, io->scratch);
 }
 
 /* the new positions of one sequence against the caches */

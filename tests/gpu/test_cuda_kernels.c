@@ -568,17 +568,17 @@ static void op_attention_fwd(const merak_kernels *K, int on_gpu, void **p, const
     attn_scratch_free(on_gpu, scratch);
 }
 
-/* buffers: dq(kv), dk, dv, dout, lse, qr, kr, q(kv), k, v */
+/* buffers: dq(kv), dk, dv, dout, out, lse, qr, kr, q(kv), k, v */
 static void op_attention_bwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
                              double *ret)
 {
     const attn_arg *a = arg;
     float *q, *k, *v, *dq, *dk, *dv;
     (void)ret;
-    attn_split(a, F(p[7]), F(p[8]), F(p[9]), &q, &k, &v);
+    attn_split(a, F(p[8]), F(p[9]), F(p[10]), &q, &k, &v);
     attn_split(a, F(p[0]), F(p[1]), F(p[2]), &dq, &dk, &dv);
     float *scratch = attn_scratch(K, on_gpu, a);
-    K->attention_bwd(&a->s, dq, dk, dv, F(p[3]), F(p[4]), F(p[5]), F(p[6]), q, k, v, scratch);
+    K->attention_bwd(&a->s, dq, dk, dv, F(p[3]), F(p[4]), F(p[5]), F(p[6]), F(p[7]), q, k, v, scratch);
     attn_scratch_free(on_gpu, scratch);
 }
 
@@ -699,6 +699,7 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
         {.name = "dk", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
         {.name = "dv", .kind = OUT_ACC, .n = nk, .lo = -1, .hi = 1},
         {.name = "dout", .kind = IN_F, .n = BT * C, .lo = -1, .hi = 1},
+        {.name = "out", .kind = IN_F, .n = BT * C, .preset = out},
         {.name = "lse", .kind = IN_F, .n = (size_t)B * nh * T, .preset = lse},
         {.name = "qr", .kind = IN_F, .n = rotary ? BT * C : 0, .preset = qr},
         {.name = "kr", .kind = IN_F, .n = rotary ? BT * Ckv : 0, .preset = kr},

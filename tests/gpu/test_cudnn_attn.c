@@ -125,7 +125,7 @@ static void test_shape(const shape_case *c)
         exit(1);
     }
     cpu->attention_fwd(&s, cout, clse, NULL, NULL, fqkv, fqkv + orow, fqkv + orow + nkv * hd, scratch);
-    cpu->attention_bwd(&s, cdqkv, cdqkv + orow, cdqkv + orow + nkv * hd, fdout, clse, NULL, NULL, fqkv,
+    cpu->attention_bwd(&s, cdqkv, cdqkv + orow, cdqkv + orow + nkv * hd, fdout, cout, clse, NULL, NULL, fqkv,
                        fqkv + orow, fqkv + orow + nkv * hd, scratch);
 
     /* device: outputs start as NaN */

@@ -407,7 +407,7 @@ static void attn_bwd(opcase *c, int f32)
     const int rope = c->as.rope.theta > 0;
     DISPATCH(c, f32,
              KT->attention_bwd(&c->as, g[c->qi] + c->qoff, g[c->ki] + c->koff,
-                               g[c->vi] + c->voff, R, o[1], rope ? o[2] : NULL,
+                               g[c->vi] + c->voff, R, o[0], o[1], rope ? o[2] : NULL,
                                rope ? o[3] : NULL, x[c->qi] + c->qoff, x[c->ki] + c->koff,
                                x[c->vi] + c->voff, o[4]));
 }
