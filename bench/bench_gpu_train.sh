@@ -112,7 +112,8 @@ class LBlock(nn.Module):
         h = s.n1(x)
         q = s.q(h).view(b, t, H, hd).transpose(1, 2)
         k, v = s.kv(h).view(b, t, 2, KV, hd).permute(2, 0, 3, 1, 4)
-        rot = lambda z: z * cos + torch.cat((-z[..., hd // 2:], z[..., :hd // 2]), -1) * sin
+        c, sn = cos.to(q.dtype), sin.to(q.dtype)   # as Hugging Face: in the activations' dtype
+        rot = lambda z: z * c + torch.cat((-z[..., hd // 2:], z[..., :hd // 2]), -1) * sn
         y = F.scaled_dot_product_attention(rot(q), rot(k), v, is_causal=True, enable_gqa=True)
         x = x + s.o(y.transpose(1, 2).reshape(b, t, C))
         h = s.n2(x)
