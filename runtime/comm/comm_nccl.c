@@ -427,7 +427,7 @@ static int chan_stream(nccl_chan *ch, char *err, size_t errlen)
                                              cudaGetErrorString(e));
 }
 
-static void chan_close(const merak_comm *c, nccl_chan *ch);
+static void chan_close(merak_comm *c, nccl_chan *ch);
 
 /* Waits for st, polling: 0, or -1 when the watchdog asked c to abort
  * meanwhile or the stream failed (e). */
@@ -592,7 +592,7 @@ static int nccl_p2p_open(merak_group *g, char *err, size_t errlen)
 
 /* Flushes what is in flight on ch and frees it (aborts it if that fails;
  * an aborted communicator was freed by ncclCommAbort), and its stream. */
-static void chan_close(const merak_comm *c, nccl_chan *ch)
+static void chan_close(merak_comm *c, nccl_chan *ch)
 {
     if (ch->comm && !ch->broken) {
         const ncclResult_t r = settled(c, ch->comm, ncclCommFinalize(ch->comm));
@@ -601,7 +601,7 @@ static void chan_close(const merak_comm *c, nccl_chan *ch)
         } else {
             ncclCommAbort(ch->comm);
             if (merak_abort_asked(c))
-                merak_abort_done((merak_comm *)c);
+                merak_abort_done(c);
         }
     }
     ch->comm = NULL;
@@ -610,7 +610,7 @@ static void chan_close(const merak_comm *c, nccl_chan *ch)
     ch->stream = NULL;
 }
 
-static void free_state(const merak_comm *c, nccl_group *s)
+static void free_state(merak_comm *c, nccl_group *s)
 {
     for (int i = 0; i < s->nlinks; i++)
         chan_close(c, &s->links[i]);
