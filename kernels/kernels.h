@@ -156,8 +156,11 @@ typedef struct merak_adamw_span {
      * holds the whole vocabulary. */                                          \
     void (*crossentropy_stats)(REAL *lse, REAL *tlogit, const REAL *logits,        \
                                const int32_t *targets, int N, int V, int v0);      \
-    /* dlogits += (exp(logits - lse[n]) - onehot(targets[n]-v0)) * scale, lse  \
-     * the logsumexp over the whole vocabulary; target < 0 rows untouched */    \
+    /* dlogits += (exp(logits - lse[n]) - onehot(targets[n]-v0)) * scale, lse      \
+     * the logsumexp over the whole vocabulary; target < 0 rows untouched.         \
+     * In place (dlogits == logits) the gradient replaces the logits, as +=        \
+     * on zeroed dlogits would give, bit for bit (target < 0 rows: zero): the      \
+     * executor's classifier keeps no second N x V buffer. */                      \
     void (*crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *lse,   \
                              const int32_t *targets, int N, int V, int v0,         \
                              float scale);                                         \

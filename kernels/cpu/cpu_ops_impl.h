@@ -742,7 +742,10 @@ static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
  *        ignore_index -100) gives lse = tlogit = 0.
  * bwd:   dlogits[n][j] += (exp(logits[n][j] - lse[n]) - [j == targets[n] - v0])
  *        * scale, with lse the row's logsumexp over the whole vocabulary;
- *        rows with a negative target get no gradient. */
+ *        rows with a negative target get no gradient.  In place (dlogits ==
+ *        logits) the gradient replaces the logits, which is what += gives
+ *        on a zeroed dlogits, bit for bit: d = 0 + g is g (g is never -0),
+ *        and rows with a negative target become zero. */
 static void FN(crossentropy_stats)(REAL *lse, REAL *tlogit, const REAL *logits,
                                    const int32_t *targets, int N, int V, int v0)
 {
@@ -769,16 +772,24 @@ static void FN(crossentropy_stats)(REAL *lse, REAL *tlogit, const REAL *logits,
 static void FN(crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *lse,
                                  const int32_t *targets, int N, int V, int v0, float scale)
 {
+    const int in_place = dlogits == logits;
     OMP(parallel for if ((size_t)N * V >= PAR_MIN / 4) schedule(static))
     for (int n = 0; n < N; n++) {
         const REAL *x = logits + (size_t)n * V;
         REAL *d = dlogits + (size_t)n * V;
         const int64_t tg = targets[n], t = tg - v0;
-        if (tg < 0)
+        if (tg < 0) {
+            if (in_place)
+                memset(d, 0, (size_t)V * sizeof *d);
             continue;
+        }
         const REAL l = lse[n], sc = (REAL)scale;
-        for (int j = 0; j < V; j++)
-            d[j] += (R_EXP(x[j] - l) - (j == t ? 1 : 0)) * sc;
+        if (in_place)
+            for (int j = 0; j < V; j++)
+                d[j] = (R_EXP(x[j] - l) - (j == t ? 1 : 0)) * sc;
+        else
+            for (int j = 0; j < V; j++)
+                d[j] += (R_EXP(x[j] - l) - (j == t ? 1 : 0)) * sc;
     }
 }
 

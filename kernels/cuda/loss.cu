@@ -34,19 +34,29 @@ __global__ void crossentropy_stats_k(float *lse, float *tlogit, const float *log
     }
 }
 
-/* dlogits += (exp(x - lse) - onehot(target - v0)) * scale */
+/* dlogits += (exp(x - lse) - onehot(target - v0)) * scale; in place
+ * (dlogits == logits: each thread reads its element before it writes it)
+ * the gradient replaces the logits and a row with a negative target
+ * becomes zero (kernels.h). */
 __global__ void crossentropy_bwd_k(float *dlogits, const float *logits, const float *lse,
                                    const int32_t *targets, int V, int v0, float scale)
 {
     const size_t n = blockIdx.x;
     const long long tg = targets[n], t = tg - v0;
-    if (tg < 0)
-        return;
+    const bool in_place = dlogits == logits;
     const float *x = logits + n * V;
     float *dx = dlogits + n * V;
+    if (tg < 0) {
+        if (in_place)
+            for (int j = threadIdx.x; j < V; j += blockDim.x)
+                dx[j] = 0.0f;
+        return;
+    }
     const float l = lse[n];
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        dx[j] += (expf(x[j] - l) - (j == t ? 1.0f : 0.0f)) * scale;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float g = (expf(x[j] - l) - (j == t ? 1.0f : 0.0f)) * scale;
+        dx[j] = in_place ? g : dx[j] + g;
+    }
 }
 
 extern "C" {

@@ -55,6 +55,7 @@ struct merak_exec {
     /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
     int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (floats) or -1 */
     int64_t *g_off;        /* [ntensors] offset in the gradient arena or -1 */
+    unsigned char *in_place;   /* [ntensors] the gradient replaces the value (grad_in_place) */
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
     size_t act_floats, grad_floats;   /* all slots */
     float *act, *gradarena;
@@ -152,10 +153,23 @@ static int set_chunks(merak_exec *e, const merak_exec_opts *opts, char *err, siz
     return 0;
 }
 
+/* Does tensor t's gradient take its value's storage?  The logits: made
+ * in chunk ch and read only by its loss op, whose backward writes the
+ * gradient over them in place (kernels.h crossentropy_bwd), as nothing
+ * reads them after it; that saves an N x V buffer (1.6 GB for GPT-2 at
+ * B=8, T=1024) and zeroing it every micro-batch.  nuse[t]: the ops that
+ * read t, last_use[t] the last of them. */
+static int grad_in_place(const merak_graph *g, const chunk *ch, int t, const int *nuse, const int *last_use)
+{
+    const int p = g->tensors[t].producer, u = last_use[t];
+    return nuse[t] == 1 && p >= ch->begin && p < ch->end && u >= ch->begin && u < ch->end &&
+           merak_op_kind_of(&g->ops[u])->loss && g->ops[u].in[0] == t;
+}
+
 /* Plans chunk c's slot arena and recompute buffer and the parameters its
  * ops read (in first-use order after those of the chunks before it). */
-static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use, size_t *scratch_n,
-                      size_t *tpbuf_n, size_t *host_n, char *err, size_t errlen)
+static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use, int *first_use,
+                      size_t *scratch_n, size_t *tpbuf_n, size_t *host_n, char *err, size_t errlen)
 {
     const merak_graph *g = e->g;
     chunk *ch = &e->ch[c];
@@ -163,12 +177,12 @@ static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use,
     for (int i = ch->begin; i < ch->end; i++) {
         const merak_op *o = &g->ops[i];
         int uses[MERAK_OP_MAX_IN + 1];
-        int nuse = 0;
+        int nu = 0;
         for (int j = 0; j < o->nin; j++)
             if (o->in[j] >= 0)
-                uses[nuse++] = o->in[j];
-        uses[nuse++] = o->out;
-        for (int j = 0; j < nuse; j++) {
+                uses[nu++] = o->in[j];
+        uses[nu++] = o->out;
+        for (int j = 0; j < nu; j++) {
             int t = uses[j];
             const merak_tensor *x = &g->tensors[t];
             size_t n = (size_t)merak_tensor_elems(x);
@@ -197,7 +211,10 @@ static int plan_chunk(merak_exec *e, int c, const int *last_use, int *first_use,
                 size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_floats;
                 e->t_off[t] = (int64_t)*av;
                 *av += round_up(n);   /* int32 ids take one float each */
-                if (x->dtype == MERAK_F32) {
+                if (x->dtype == MERAK_F32 && grad_in_place(g, ch, t, nuse, last_use)) {
+                    e->in_place[t] = 1;
+                    e->g_off[t] = e->t_off[t];
+                } else if (x->dtype == MERAK_F32) {
                     e->g_off[t] = (int64_t)*gv;
                     *gv += round_up(n);
                 }
@@ -300,6 +317,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->tensor_chunk = malloc((size_t)nt * sizeof *e->tensor_chunk);
     e->t_off = malloc((size_t)nt * sizeof *e->t_off);
     e->g_off = malloc((size_t)nt * sizeof *e->g_off);
+    e->in_place = calloc((size_t)nt, 1);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
@@ -312,11 +330,14 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->pending = calloc((size_t)e->K, sizeof *e->pending);
     int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
     int *last_use = malloc((size_t)nt * sizeof *last_use);    /* over the whole graph */
+    int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready || !first_use ||
-        !last_use || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy || !e->pending) {
+        !e->g_off || !e->in_place || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
+        !e->pending) {
         free(first_use);
         free(last_use);
+        free(nuse);
         merak_exec_destroy(e);
         return merak_errf(err, errlen, "executor: out of memory");
     }
@@ -329,8 +350,10 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         last_use[t] = -1;
     for (int i = 0; i < g->nops; i++)
         for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] >= 0)
+            if (g->ops[i].in[j] >= 0) {
                 last_use[g->ops[i].in[j]] = i;
+                nuse[g->ops[i].in[j]]++;
+            }
     for (int t = 0; t < nt; t++)
         e->param_of[t] = -1, e->tensor_chunk[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
     for (int i = 0; i < g->nops; i++)
@@ -342,7 +365,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     size_t scratch_n = 0, tpbuf_n = 0, host_n = 0;
     int rc = 0;
     for (int c = 0; c < e->nchunks && rc == 0; c++)
-        rc = plan_chunk(e, c, last_use, first_use, &scratch_n, &tpbuf_n, &host_n, err, errlen);
+        rc = plan_chunk(e, c, nuse, last_use, first_use, &scratch_n, &tpbuf_n, &host_n, err, errlen);
     /* Parameters first used at or after op i complete once i's weight
      * gradient is done: a suffix of the flat buffer. */
     for (int c = 0, p = 0; c < e->nchunks && rc == 0; c++)
@@ -353,6 +376,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         }
     free(first_use);
     free(last_use);
+    free(nuse);
     e->scratch_n = scratch_n;
     e->tpbuf_n = tpbuf_n;
     if (rc == 0)
@@ -400,6 +424,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->param_of);
     free(e->t_off);
     free(e->g_off);
+    free(e->in_place);
     free(e->save_off);
     if (e->k) {
         e->k->free(e->params);
@@ -509,6 +534,8 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t)
 {
     if (e->g_off[t] < 0 || e->tensor_chunk[t] != e->slot_chunk[slot])
         return NULL;
+    if (e->in_place[t])
+        return merak_exec_tensor(e, slot, t);
     if (e->pooled[t]) {
         int p = pool_index(e, slot);
         return p < 0 ? NULL : e->pgrad + (size_t)p * e->pool_grad + e->g_off[t];

@@ -6,7 +6,10 @@
  * flat buffer, and one for their gradients) and, per slot, one arena for the
  * slice's tensors and the ops' saved values and one for their gradients.  A
  * slot holds one micro-batch in flight; gpipe needs M slots, 1f1b at most pp.
- * Nothing is allocated in forward or backward.
+ * Nothing is allocated in forward or backward.  The logits (a tensor made
+ * in a chunk and read only by its loss op) have no gradient buffer: the
+ * loss's backward writes their gradient over them (merak_exec_grad returns
+ * the tensor's storage), as nothing reads them after it.
  *
  * Chunks: a slice may be several disjoint op ranges (the model chunks an
  * interleaved pipeline stage runs), each with its own slots; the
@@ -161,6 +164,8 @@ int merak_exec_cast_params(merak_exec *e);
  * the gradient of an activation consumed after the slice is written into
  * merak_exec_grad before backward. */
 void *merak_exec_tensor(const merak_exec *e, int slot, int t);
+/* (the logits' gradient is their storage, which holds the values until the
+ * loss's backward and the gradient after it) */
 float *merak_exec_grad(const merak_exec *e, int slot, int t);
 /* The chunk holding tensor t (not a parameter), or -1. */
 int merak_exec_tensor_chunk(const merak_exec *e, int t);

@@ -897,6 +897,15 @@ static void op_ce_bwd(const merak_kernels *K, int on_gpu, void **p, const void *
     K->crossentropy_bwd(F(p[0]), F(p[1]), F(p[2]), I(p[3]), a->N, a->V, a->v0, a->scale);
 }
 
+/* In place, as the executor runs it: the gradient replaces the logits. */
+static void op_ce_bwd_in_place(const merak_kernels *K, int on_gpu, void **p, const void *arg,
+                               double *ret)
+{
+    const ce_arg *a = arg;
+    (void)on_gpu, (void)ret;
+    K->crossentropy_bwd(F(p[0]), F(p[0]), F(p[1]), I(p[2]), a->N, a->V, a->v0, a->scale);
+}
+
 /* Logits of a vocabulary shard starting at v0; targets from [0, V + v0), so
  * some rows' targets lie outside the shard. */
 static void test_crossentropy(int N, int V, int v0)
@@ -923,6 +932,13 @@ static void test_crossentropy(int N, int V, int v0)
     };
     snprintf(name, sizeof name, "crossentropy_bwd N=%d V=%d v0=%d", N, V, v0);
     run_case(name, bwd, NB(bwd), op_ce_bwd, &a, 0);
+    buf inp[] = {
+        {.name = "logits", .kind = OUT_ACC, .n = (size_t)N * V, .lo = -8, .hi = 8},
+        {.name = "lse", .kind = IN_F, .n = (size_t)N, .lo = 8, .hi = 12},
+        {.name = "targets", .kind = IN_I, .n = (size_t)N, .preset = tg},
+    };
+    snprintf(name, sizeof name, "crossentropy_bwd in place N=%d V=%d v0=%d", N, V, v0);
+    run_case(name, inp, NB(inp), op_ce_bwd_in_place, &a, 0);
     free(tg);
 }
 

@@ -318,6 +318,59 @@ static void test_model_gradients(const char *preset)
 /* The graph run as two slices (pipeline stages), the crossing activation
  * and its gradient carried by hand, gives the whole graph's loss and
  * gradients; the tied embedding's gradient is the sum of both stages'. */
+/* The logits have no gradient buffer: the loss's backward writes their
+ * gradient, (softmax - onehot) / rows, over them.  Every other float
+ * tensor has its own. */
+static void test_logits_in_place(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    merak_exec *e;
+    merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2};
+    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu()};
+    if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
+        tap_ok(0, "%s: %s", preset, err);
+        return;
+    }
+    const merak_op *lo = &g->ops[g->tensors[g->loss].producer];
+    const int lt = lo->in[0], tt = lo->in[1];
+    int shared = 0, own = 0;
+    for (int s = 0; s < 2; s++)
+        for (int t = 0; t < g->ntensors; t++) {
+            const void *v = merak_exec_tensor(e, s, t), *d = merak_exec_grad(e, s, t);
+            if (v && d)
+                (t == lt ? &shared : &own)[0] += v == d;
+        }
+    merak_init_params(g, e, 42, NULL, 0);
+    fill_tokens(g, e, 1, c.vocab_size, 3);
+    merak_exec_forward(e, 1, 7);
+    const int N = 16, V = (int)g->tensors[lt].shape[g->tensors[lt].ndim - 1];
+    float *z = malloc((size_t)N * V * sizeof *z);
+    const int32_t *tg = merak_exec_tensor(e, 1, tt);
+    memcpy(z, merak_exec_tensor(e, 1, lt), (size_t)N * V * sizeof *z);
+    merak_exec_backward(e, 1);
+    const float *d = merak_exec_grad(e, 1, lt);
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, z[(size_t)n * V + j]);
+        for (int j = 0; j < V; j++)
+            sum += exp(z[(size_t)n * V + j] - mx);
+        for (int j = 0; j < V; j++) {
+            double want = (exp(z[(size_t)n * V + j] - mx) / sum - (j == tg[n])) / N;
+            worst = fmax(worst, fabs(d[(size_t)n * V + j] - want));
+        }
+    }
+    tap_ok(shared == 2 && own == 0 && worst < 1e-7,
+           "%s: the logits' gradient is their storage in both slots (%d), no other tensor's (%d); after the "
+           "backward it holds (softmax - onehot) / %d (worst error %.2g)", preset, shared, own, N, worst);
+    free(z);
+    merak_exec_destroy(e);
+    merak_graph_destroy(g);
+}
+
 static void test_two_stages(const char *preset)
 {
     merak_model_config c;
@@ -746,6 +799,8 @@ int main(void)
     test_first_error_kept();
     test_model_gradients("tiny-gpt2");
     test_model_gradients("tiny-llama");
+    test_logits_in_place("tiny-gpt2");
+    test_logits_in_place("tiny-llama");
     test_two_stages("tiny-gpt2");
     test_two_stages("tiny-llama");
     test_recompute("tiny-gpt2");

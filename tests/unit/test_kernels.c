@@ -755,7 +755,7 @@ static const setup_fn OPS[] = {
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
 #define CHECKS_PER_OP 5
-#define NEXTRA 13
+#define NEXTRA 14
 
 /* ------------------------------------------------------------------ per-op checks */
 
@@ -1132,6 +1132,34 @@ static void check_ce_shards(void)
     free(x), free(dx), free(ds), free(lse), free(tl), free(sl), free(st), free(shard), free(tg);
 }
 
+/* In place (dlogits == logits, as the executor runs the classifier) the
+ * gradient replaces the logits bit for bit as += gives it on a zeroed
+ * buffer, of a shard too; a row whose target is ignored becomes zero. */
+static void check_ce_in_place(void)
+{
+    const int N = rng_int(2, 9), V = rng_int(8, 70), v0 = rng_int(0, 1) * rng_int(1, 30);
+    const size_t nv = (size_t)N * V;
+    float *x = xcalloc(nv, sizeof(float)), *dx = xcalloc(nv, sizeof(float));
+    float *lse = xcalloc((size_t)N, sizeof(float)), *tl = xcalloc((size_t)N, sizeof(float));
+    int32_t *tg = xcalloc((size_t)N, sizeof(int32_t));
+    for (size_t i = 0; i < nv; i++)
+        x[i] = (float)rng_sym(6.0);
+    for (int n = 0; n < N; n++)
+        tg[n] = v0 + rng_int(-3, V + 2);   /* some targets in other shards */
+    tg[rng_int(0, N - 1)] = -100;
+    KF->crossentropy_stats(lse, tl, x, tg, N, V, v0);
+    KF->crossentropy_bwd(dx, x, lse, tg, N, V, v0, 0.25f);
+    KF->crossentropy_bwd(x, x, lse, tg, N, V, v0, 0.25f);
+    size_t ignored = 0, zero = 0;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; tg[n] < 0 && j < V; j++)
+            ignored++, zero += x[(size_t)n * V + j] == 0.0f && !signbit(x[(size_t)n * V + j]);
+    tap_ok(memcmp(x, dx, nv * sizeof(float)) == 0 && ignored && zero == ignored,
+           "cross-entropy backward in place (N=%d V=%d v0=%d): the gradient += gives on zeros, bit for "
+           "bit; the ignored row zero", N, V, v0);
+    free(x), free(dx), free(lse), free(tl), free(tg);
+}
+
 static void check_dropout_p0(void)
 {
     const size_t n = (size_t)rng_int(1, 5000);
@@ -1314,6 +1342,7 @@ int main(void)
     for (int i = 0; i < 4; i++)
         check_cached_attention();
     check_ce_shards();
+    check_ce_in_place();
     check_dropout_p0();
     check_dropout_stats();
     check_adamw();
