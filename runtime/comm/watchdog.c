@@ -96,6 +96,12 @@ static void *watch(void *arg)
         describe(w, what, g, peer, merak_now() - since, line, sizeof line);
         ssize_t rc = write(STDERR_FILENO, line, strlen(line));
         (void)rc;
+        /* A rank waiting for one that waits for the stuck one may time
+         * out first, and the launcher ends every rank when one exits: a
+         * second (the timeout, if shorter) lets the others stuck say so. */
+        const double grace = w->timeout < 1 ? w->timeout : 1.0;
+        const struct timespec gs = {(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)};
+        nanosleep(&gs, NULL);
         abort_device(w->comm);
         _exit(1);
     }
