@@ -56,9 +56,15 @@ struct merak_exec {
     int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (floats) or -1 */
     int64_t *g_off;        /* [ntensors] offset in the gradient arena or -1 */
     unsigned char *in_place;   /* [ntensors] the gradient replaces the value (grad_in_place) */
+    unsigned char *g_shared;   /* [ntensors] the gradient lives in gshared (share_grads) */
+    int *last_use;         /* [ntensors] the last op reading a tensor, or -1 */
+    int split;             /* weight parts may run apart (merak_exec_opts.split) */
+    int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
     size_t act_floats, grad_floats;   /* all slots */
     float *act, *gradarena;
+    size_t gshared_floats;            /* the backward's buffer of short-lived gradients */
+    float *gshared;
     size_t scratch_n, tpbuf_n;        /* floats of the kernels' scratch and the tp sum buffer */
 
     /* recomputation: a chunk's ops [begin, rc_end) whose output no later op
@@ -159,11 +165,89 @@ static int set_chunks(merak_exec *e, const merak_exec_opts *opts, char *err, siz
  * reads them after it; that saves an N x V buffer (1.6 GB for GPT-2 at
  * B=8, T=1024) and zeroing it every micro-batch.  nuse[t]: the ops that
  * read t, last_use[t] the last of them. */
-static int grad_in_place(const merak_graph *g, const chunk *ch, int t, const int *nuse, const int *last_use)
+static int grad_in_place(const merak_exec *e, const chunk *ch, int t, const int *nuse, const int *last_use)
 {
+    const merak_graph *g = e->g;
     const int p = g->tensors[t].producer, u = last_use[t];
-    return nuse[t] == 1 && p >= ch->begin && p < ch->end && u >= ch->begin && u < ch->end &&
+    return !e->keep_grads && nuse[t] == 1 && p >= ch->begin && p < ch->end && u >= ch->begin && u < ch->end &&
            merak_op_kind_of(&g->ops[u])->loss && g->ops[u].in[0] == t;
+}
+
+/* Can tensor t's gradient live in the backward's shared buffer?  It must
+ * live only inside one backward pass of its chunk: t made and read there
+ * (not a pipeline message), and no weight part run apart from the input
+ * parts (split) reads it.  Sub-batches (K > 1) run the ops of a segment
+ * once per sub-batch, so lifetimes are not op intervals: none shares. */
+static int grad_shareable(const merak_exec *e, const chunk *ch, int t)
+{
+    const merak_graph *g = e->g;
+    const int p = g->tensors[t].producer, u = e->last_use[t];
+    if (e->K > 1 || e->keep_grads || e->in_place[t] || p < ch->begin || u <= p || u >= ch->end)
+        return 0;
+    return !(e->split && merak_op_kind_of(&g->ops[p])->backward_weight);
+}
+
+/* One gradient of the shared buffer: live from the backward of op hi (the
+ * last reader of its tensor, the first to add to it) to that of op lo (its
+ * producer, the last to read it), both included; at off floats. */
+typedef struct live {
+    int t, lo, hi;
+    size_t n, off;
+} live;
+
+static int by_start(const void *a, const void *b)
+{
+    const live *x = a, *y = b;
+    return x->hi != y->hi ? (x->hi < y->hi ? 1 : -1) : (x->t > y->t) - (x->t < y->t);
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const live *x = *(live *const *)a, *y = *(live *const *)b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* Places chunk ch's shareable gradients in the shared buffer: in the order
+ * the backward starts them (the reverse of op order), each at the lowest
+ * offset no live one holds (first fit), a gradient being dead once its
+ * producer's backward has run.  Raises e->gshared_floats to the chunk's
+ * peak.  0, or -1 out of memory. */
+static int share_grads(merak_exec *e, const chunk *ch)
+{
+    const merak_graph *g = e->g;
+    int n = 0, nact = 0;
+    live *v = malloc((size_t)g->ntensors * sizeof *v);
+    live **act = malloc((size_t)g->ntensors * sizeof *act);
+    if (!v || !act) {
+        free(v);
+        free(act);
+        return -1;
+    }
+    for (int t = 0; t < g->ntensors; t++)
+        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch)
+            v[n++] = (live){t, g->tensors[t].producer, e->last_use[t],
+                            round_up((size_t)merak_tensor_elems(&g->tensors[t])), 0};
+    qsort(v, (size_t)n, sizeof *v, by_start);
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int j = 0; j < nact; j++)   /* drop the dead */
+            if (act[j]->lo <= v[i].hi)
+                act[k++] = act[j];
+        nact = k;
+        qsort(act, (size_t)nact, sizeof *act, by_offset);
+        size_t off = 0;
+        for (int j = 0; j < nact && act[j]->off < off + v[i].n; j++)
+            if (act[j]->off + act[j]->n > off)
+                off = act[j]->off + act[j]->n;
+        v[i].off = off;
+        act[nact++] = &v[i];
+        e->g_off[v[i].t] = (int64_t)off;
+        if (off + v[i].n > e->gshared_floats)
+            e->gshared_floats = off + v[i].n;
+    }
+    free(v);
+    free(act);
+    return 0;
 }
 
 /* Plans chunk c's slot arena and recompute buffer and the parameters its
@@ -211,9 +295,11 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                 size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_floats;
                 e->t_off[t] = (int64_t)*av;
                 *av += round_up(n);   /* int32 ids take one float each */
-                if (x->dtype == MERAK_F32 && grad_in_place(g, ch, t, nuse, last_use)) {
+                if (x->dtype == MERAK_F32 && grad_in_place(e, ch, t, nuse, last_use)) {
                     e->in_place[t] = 1;
                     e->g_off[t] = e->t_off[t];
+                } else if (x->dtype == MERAK_F32 && grad_shareable(e, ch, t)) {
+                    e->g_shared[t] = 1;   /* placed by share_grads */
                 } else if (x->dtype == MERAK_F32) {
                     e->g_off[t] = (int64_t)*gv;
                     *gv += round_up(n);
@@ -248,6 +334,8 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
     e->grad_floats += ch->grad_floats * (size_t)ch->nslots;
     e->pool_act = pool_act > e->pool_act ? pool_act : e->pool_act;
     e->pool_grad = pool_grad > e->pool_grad ? pool_grad : e->pool_grad;
+    if (share_grads(e, ch) < 0)
+        return merak_errf(err, errlen, "executor: out of memory");
     return 0;
 }
 
@@ -300,6 +388,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->tp = opts->tp;
     e->K = opts->tp_overlap > 1 ? opts->tp_overlap : 1;
     e->bf16 = opts->bf16 != 0;
+    e->split = opts->split != 0;
+    e->keep_grads = opts->keep_grads != 0;
     int nt = g->ntensors;
     e->ch = calloc((size_t)e->nchunks, sizeof *e->ch);
     if (!e->ch) {
@@ -318,6 +408,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->t_off = malloc((size_t)nt * sizeof *e->t_off);
     e->g_off = malloc((size_t)nt * sizeof *e->g_off);
     e->in_place = calloc((size_t)nt, 1);
+    e->g_shared = calloc((size_t)nt, 1);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
@@ -329,14 +420,13 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->pool_busy = calloc((size_t)e->npool + 1, 1);
     e->pending = calloc((size_t)e->K, sizeof *e->pending);
     int *first_use = calloc((size_t)nt, sizeof *first_use);  /* by param index */
-    int *last_use = malloc((size_t)nt * sizeof *last_use);    /* over the whole graph */
+    int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
-        free(last_use);
         free(nuse);
         merak_exec_destroy(e);
         return merak_errf(err, errlen, "executor: out of memory");
@@ -375,7 +465,6 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
             e->ready[i] = p < e->nparams ? e->param_off[p] : e->flat_n;
         }
     free(first_use);
-    free(last_use);
     free(nuse);
     e->scratch_n = scratch_n;
     e->tpbuf_n = tpbuf_n;
@@ -397,10 +486,11 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->grads = alloc_floats(k, e->flat_n);
     e->act = alloc_floats(k, e->act_floats);
     e->gradarena = alloc_floats(k, e->grad_floats);
+    e->gshared = alloc_floats(k, e->gshared_floats);
     e->scratch = alloc_floats(k, scratch_n);
     e->tpbuf = alloc_floats(k, tpbuf_n);
     e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
-    if (!e->params || (e->bf16 && !e->cparams) || !e->grads || !e->act || !e->gradarena || !e->scratch || !e->tpbuf ||
+    if (!e->params || (e->bf16 && !e->cparams) || !e->grads || !e->act || !e->gradarena || !e->gshared || !e->scratch || !e->tpbuf ||
         !e->host || !e->pact || !e->pgrad) {
         size_t mb = (e->flat_n * 2 * sizeof(float) + merak_exec_arena_bytes(e) +
                      scratch_n * sizeof(float)) >> 20;
@@ -425,6 +515,8 @@ void merak_exec_destroy(merak_exec *e)
     free(e->t_off);
     free(e->g_off);
     free(e->in_place);
+    free(e->g_shared);
+    free(e->last_use);
     free(e->save_off);
     if (e->k) {
         e->k->free(e->params);
@@ -432,6 +524,7 @@ void merak_exec_destroy(merak_exec *e)
         e->k->free(e->grads);
         e->k->free(e->act);
         e->k->free(e->gradarena);
+        e->k->free(e->gshared);
         e->k->free(e->scratch);
         e->k->free(e->tpbuf);
         e->k->free(e->pact);
@@ -536,6 +629,8 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t)
         return NULL;
     if (e->in_place[t])
         return merak_exec_tensor(e, slot, t);
+    if (e->g_shared[t])
+        return e->gshared + e->g_off[t];
     if (e->pooled[t]) {
         int p = pool_index(e, slot);
         return p < 0 ? NULL : e->pgrad + (size_t)p * e->pool_grad + e->g_off[t];
@@ -545,12 +640,14 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t)
 
 size_t merak_exec_arena_bytes(const merak_exec *e)
 {
-    return (e->act_floats + e->grad_floats + (e->pool_act + e->pool_grad) * (size_t)e->npool) * sizeof(float);
+    return (e->act_floats + e->grad_floats + e->gshared_floats + (e->pool_act + e->pool_grad) * (size_t)e->npool) *
+           sizeof(float);
 }
 
 size_t merak_exec_device_bytes(const merak_exec *e)
 {
     return (e->bf16 ? 3 : 2) * alloc_bytes(e->flat_n) + alloc_bytes(e->act_floats) + alloc_bytes(e->grad_floats) +
+           alloc_bytes(e->gshared_floats) +
            alloc_bytes(e->pool_act * (size_t)e->npool) + alloc_bytes(e->pool_grad * (size_t)e->npool) +
            alloc_bytes(e->scratch_n) + alloc_bytes(e->tpbuf_n);
 }
@@ -847,10 +944,26 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
 
 /* ------------------------------------------------------------------ backward */
 
+/* The shared gradients op i is the first to add to (it reads their
+ * tensors last), zeroed: the buffer held others' before.  0 or -1. */
+static int zero_shared(merak_exec *e, int i)
+{
+    const merak_op *o = &e->g->ops[i];
+    for (int j = 0; j < o->nin; j++) {
+        const int t = o->in[j];
+        if (t >= 0 && e->g_shared[t] && e->last_use[t] == i &&
+            e->k->zero(e->gshared + e->g_off[t], (size_t)merak_tensor_elems(&e->g->tensors[t]) * sizeof(float)) < 0)
+            return fail(e, "op %d: zeroing a %s gradient failed", i, e->k->name);
+    }
+    return 0;
+}
+
 /* Input-gradient part of op i's backward for the sub-batch (blocking sums). */
 static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
 {
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    if (zero_shared(e, i) < 0)
+        return -1;
     if (kd->sum == MERAK_SUM_BACKWARD) {
         size_t n;
         float *buf = sum_buffer(e, slot, i, sb, 1, &n);
@@ -1094,6 +1207,8 @@ int merak_exec_backward_weight(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
+    if (!e->split)
+        return fail(e, "slot %d: weight parts apart from the input parts need an executor made with split", slot);
     const chunk *c = chunk_of(e, slot);
     for (int i = c->end - 1; i >= c->begin; i--) {
         weight_step(e, slot, i, WHOLE);

@@ -122,6 +122,8 @@ static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb,
         return MERAK_USAGE;   /* the spec was checked: only M < S gets here */
     *eo = (merak_exec_opts){.chunks = s->xc, .nchunks = s->V, .kernels = s->k, .tp = &s->tpc,
                             .tp_overlap = s->tp_overlap, .bf16 = o->bf16};
+    for (int i = 0; i < s->sched.n; i++)   /* zero-bubble: weight parts run apart */
+        eo->split |= s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT;
     for (int c = 0, first = 0; c < s->V; first += ly->nl[c++]) {
         int q = c * gr->pp + p, k = s->sched.recompute ? chunk_share(ly, n, c) : 0;
         s->xc[c] = (merak_exec_chunk){lb[q], lb[q + 1], s->sched.chunk_slots[c], k ? ly->ends[first + k - 1] : 0};

@@ -98,7 +98,7 @@ for model in tiny-gpt2 tiny-llama; do
     done
 done
 # Merak's engine: scp, zb-h1 and interleaved (2 chunks per stage; 4 at
-# pp 2), and each recomputation policy (a budget of 0.8 MiB makes some
+# pp 2), and each recomputation policy (a budget of 0.5 MB makes some
 # stages recompute some of their layers), on a GPT-2 with dropout
 # everywhere; LLaMA with the new schedules too.
 printf '{"model_type": "gpt2", "vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 4, "n_head": 2,
@@ -112,7 +112,7 @@ for layout in "1 1 4" "2 2 2"; do
             --save-weights "$ref.safetensors" > /dev/null || fail "dropout model: reference run failed"
     fi
     for run in "scp none" "zb-h1 none" "1f1b full" "scp full" "zb-h1 full" "1f1b stage-aware" \
-               "scp stage-aware=0.5" "gpipe budget=0.0008" "interleaved none" "interleaved stage-aware"; do
+               "scp stage-aware=0.5" "gpipe budget=0.0005" "interleaved none" "interleaved stage-aware"; do
         set -- $run
         out=$WORK/drop.$dp$tp$pp.$1.$2
         v=

@@ -77,6 +77,7 @@ static void test_step(const char *preset)
     merak_exec_chunk whole = {0, -1, 1, 0}, rcall = {0, -1, 1, g ? g->nops : 0};
     merak_exec_opts o32 = {.chunks = &whole, .nchunks = 1, .kernels = k}, o16 = o32, orc = o32;
     o16.bf16 = orc.bf16 = 1;
+    o16.keep_grads = 1;   /* every activation gradient readable after the backward */
     orc.chunks = &rcall;
     orc.npool = 1;
     merak_exec *e32 = NULL, *e16 = NULL, *erc = NULL;

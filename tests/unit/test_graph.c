@@ -233,7 +233,7 @@ static void test_model_gradients(const char *preset)
     merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
     merak_exec *e;
     merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2};
-    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu()};
+    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu(), .split = 1};
     if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
         tap_ok(0, "%s: %s", preset, err);
         return;
@@ -368,6 +368,77 @@ static void test_logits_in_place(const char *preset)
            "backward it holds (softmax - onehot) / %d (worst error %.2g)", preset, shared, own, N, worst);
     free(z);
     merak_exec_destroy(e);
+    merak_graph_destroy(g);
+}
+
+/* Gradients that never live at once share storage, and that changes no
+ * bit: two micro-batches in gpipe order (both forwards, then both
+ * backwards) give the losses and weight gradients of an executor keeping
+ * every gradient, with less memory; two gradients whose lifetimes (from
+ * the last op reading the tensor to the op making it) overlap never
+ * overlap in memory, and some that do not, do. */
+static void test_shared_grads(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    c.dropout = 0.1f;
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    merak_exec *e[2] = {NULL, NULL};
+    merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2};
+    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu()}, ok = o;
+    ok.keep_grads = 1;
+    if (!g || merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &ok, &e[1], err, sizeof err) < 0) {
+        tap_ok(0, "%s: %s", preset, err);
+        return;
+    }
+    double loss[2][2];
+    for (int i = 0; i < 2; i++) {
+        merak_init_params(g, e[i], 42, NULL, 0);
+        fill_tokens(g, e[i], 0, c.vocab_size, 5);
+        fill_tokens(g, e[i], 1, c.vocab_size, 6);
+        merak_exec_zero_grads(e[i]);
+        merak_exec_forward(e[i], 0, 7);
+        merak_exec_forward(e[i], 1, 8);
+        merak_exec_backward(e[i], 1);
+        merak_exec_backward(e[i], 0);
+        loss[i][0] = merak_exec_loss(e[i], 0);
+        loss[i][1] = merak_exec_loss(e[i], 1);
+    }
+    size_t n;
+    const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+    size_t b0 = merak_exec_arena_bytes(e[0]), b1 = merak_exec_arena_bytes(e[1]);
+    tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 && b0 < b1,
+           "%s: shared gradients give the losses and weight gradients of kept ones, bit for bit, in %zu bytes "
+           "of arenas instead of %zu", preset, b0, b1);
+
+    int *last = malloc((size_t)g->ntensors * sizeof *last), shared = 0, clash = 0, reuse = 0;
+    for (int t = 0; t < g->ntensors; t++)
+        last[t] = -1;
+    for (int i = 0; i < g->nops; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0)
+                last[g->ops[i].in[j]] = i;
+    for (int a = 0; a < g->ntensors; a++) {
+        const float *pa = merak_exec_grad(e[0], 0, a);
+        if (!pa || pa != merak_exec_grad(e[0], 1, a))
+            continue;   /* the slot's own */
+        shared++;
+        for (int b = 0; b < g->ntensors; b++) {
+            const float *pb = merak_exec_grad(e[0], 0, b);
+            if (b == a || !pb || pb != merak_exec_grad(e[0], 1, b))
+                continue;
+            const int live = g->tensors[a].producer <= last[b] && g->tensors[b].producer <= last[a];
+            const int mem = pa < pb + merak_tensor_elems(&g->tensors[b]) && pb < pa + merak_tensor_elems(&g->tensors[a]);
+            clash += live && mem;
+            reuse += !live && mem;
+        }
+    }
+    tap_ok(shared > 10 && clash == 0 && reuse > 0,
+           "%s: %d gradients in the shared buffer; %d pairs living at once overlap in memory, %d pairs not "
+           "living at once do", preset, shared, clash, reuse);
+    free(last);
+    merak_exec_destroy(e[0]);
+    merak_exec_destroy(e[1]);
     merak_graph_destroy(g);
 }
 
@@ -801,6 +872,8 @@ int main(void)
     test_model_gradients("tiny-llama");
     test_logits_in_place("tiny-gpt2");
     test_logits_in_place("tiny-llama");
+    test_shared_grads("tiny-gpt2");
+    test_shared_grads("tiny-llama");
     test_two_stages("tiny-gpt2");
     test_two_stages("tiny-llama");
     test_recompute("tiny-gpt2");
