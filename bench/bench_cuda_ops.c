@@ -456,6 +456,18 @@ static void round_b(const void *p)
     const pw_arg *a = p;
     g_k->round_bf16(a->dx, a->n);
 }
+/* bf16 storage's conversions (the executor's staging), into and out of
+ * dy's memory as bf16 */
+static void to_b(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->to_bf16((uint16_t *)a->dy, a->x, a->n);
+}
+static void from_b(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->from_bf16(a->out, (const uint16_t *)a->dy, a->n);
+}
 static void dropout_f(const void *p)
 {
     const pw_arg *a = p;
@@ -480,7 +492,9 @@ static void bench_pointwise(int N, int C)
     const roof_row res[] = {
         {"add_fwd", add_f, f * 3 * e1},          /* a, b; out */
         {"accumulate", accum, f * 3 * e1},       /* src; dst += */
-        {"round_bf16", round_b, f * 2 * e1},     /* x = bf16(x) (--dtype bf16, after every op) */
+        {"round_bf16", round_b, f * 2 * e1},     /* x = bf16(x) (--dtype bf16 in float storage) */
+        {"to_bf16", to_b, 6 * e1},               /* x; bf16 (bf16 storage: after every op) */
+        {"from_bf16", from_b, 6 * e1},           /* bf16; out (bf16 storage: before every op) */
         {"dropout_fwd", dropout_f, f * 2 * e1},  /* inp; out (p = 0.1) */
         {"dropout_bwd", dropout_b, f * 3 * e1}}; /* dout; dinp += */
     char shape[64];
@@ -489,7 +503,7 @@ static void bench_pointwise(int N, int C)
     pw_arg r = a;
     r.n = n1;
     snprintf(shape, sizeof shape, "%d,%d", N, C);
-    roof_rows(res, 5, shape, &r);
+    roof_rows(res, 7, shape, &r);
     float *bufs[] = {a.x, a.y, a.out, a.dout, a.dx, a.dy};
     free_all(bufs, 6);
 }

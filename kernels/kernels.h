@@ -217,6 +217,13 @@ typedef struct merak_kernels {
      * how the executor emulates bf16 storage (--dtype bf16, exec.h).  NULL
      * where the backend has no bf16. */
     void (*round_bf16)(float *x, size_t n);
+    /* bf16 storage: dst[i] = src[i] rounded to bfloat16 as round_bf16
+     * does (merak_f32_to_bf16), and back (merak_bf16_to_f32: exact); the
+     * executor's activations in bf16 storage, widened for the kernels and
+     * narrowed after them.  NULL where the backend has no bf16 storage
+     * (the executor then keeps bf16 values in float storage). */
+    void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+    void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
     /* The products' math from now on (merak_products): the backend's
      * state, for every later linear and attention product.  NULL where the
      * products are always FP32 (the CPU: its FP32 products of bf16 values

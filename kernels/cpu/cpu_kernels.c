@@ -196,6 +196,21 @@ static void cpu_round_bf16(float *x, size_t n)
         x[i] = merak_bf16_round(x[i]);
 }
 
+/* bf16 storage: narrowed as cpu_round_bf16 rounds, widened exactly. */
+static void cpu_to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        dst[i] = merak_f32_to_bf16(src[i]);
+}
+
+static void cpu_from_bf16(float *dst, const uint16_t *src, size_t n)
+{
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+        dst[i] = merak_bf16_to_f32(src[i]);
+}
+
 float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i); }
 
 /* ------------------------------------------------------------------ float */
@@ -213,7 +228,7 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
                      .synchronize = cpu_synchronize, .memory = cpu_memory, .capacity = cpu_capacity, \
-                     .round_bf16 = cpu_round_bf16,
+                     .round_bf16 = cpu_round_bf16, .to_bf16 = cpu_to_bf16, .from_bf16 = cpu_from_bf16,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL

@@ -227,6 +227,28 @@ static void k_round_bf16(float *x, size_t n)
     LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
 }
 
+/* bf16 storage: flat n elements as rows of at most 2^30 (the kernels take
+ * an int width), four at a time over the multiple of 4 and the rest after. */
+#define CONV_W ((size_t)1 << 30)
+
+static void k_to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t at = 0; at < n;) {
+        const size_t w = n - at < CONV_W ? n - at : CONV_W, w4 = w / 4 * 4, w1 = w4 ? w4 : w;
+        LAUNCH("to_bf16", merak_cuda_launch_rows_to_bf16(STREAM, dst + at, src + at, 1, (int)w1, (int)w1));
+        at += w1;
+    }
+}
+
+static void k_from_bf16(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t at = 0; at < n;) {
+        const size_t w = n - at < CONV_W ? n - at : CONV_W, w4 = w / 4 * 4, w1 = w4 ? w4 : w;
+        LAUNCH("from_bf16", merak_cuda_launch_rows_from_bf16(STREAM, dst + at, (int)w1, src + at, 1, (int)w1));
+        at += w1;
+    }
+}
+
 static void k_scale(float *x, size_t n, float s)
 {
     LAUNCH("scale", merak_cuda_launch_scale(STREAM, x, n, s));
@@ -287,6 +309,8 @@ static const merak_kernels cuda_table = {
     .memory = m_memory,
     .capacity = m_capacity,
     .round_bf16 = k_round_bf16,
+    .to_bf16 = k_to_bf16,
+    .from_bf16 = k_from_bf16,
     .set_products = merak_cuda_set_products,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,

@@ -18,18 +18,29 @@
 #include "errf.h"
 #include "exec.h"
 #include "graph/graph.h"
+#include "bf16.h"
 #include "graph/ops.h"
 #include "mix64.h"
 
 
 /* One op range of the slice, with its slots' arenas: slot slot0 + j's
- * values are act_floats floats at act + act_base + j * act_floats (and its
- * gradients likewise). */
+ * values are act_bytes bytes at act + act_base + j * act_bytes (and its
+ * gradients likewise).  Every size and offset of the arenas is in bytes:
+ * a tensor's elements take 4 bytes (float, int32) or 2 (bf16 storage). */
 typedef struct chunk {
     int begin, end, rc_end;   /* ops; [begin, rc_end) recomputed */
     int slot0, nslots;
-    size_t act_floats, grad_floats, act_base, grad_base;
+    size_t act_bytes, grad_bytes, act_base, grad_base;
 } chunk;
+
+/* An op's bf16 tensor widened to float for its kernels (stage_in): its
+ * storage, and the float copy in the executor's staging buffer. */
+typedef struct staged {
+    void *raw;
+    float *f;
+    size_t n;
+} staged;
+#define MAX_STAGED 8   /* an op's values and gradients: 3 inputs and its output, twice */
 
 struct merak_exec {
     const merak_graph *g;
@@ -53,18 +64,25 @@ struct merak_exec {
     float *cparams;        /* bf16: the compute copies of params (flat_n), which the ops read */
 
     /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
-    int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (floats) or -1 */
-    int64_t *g_off;        /* [ntensors] offset in the gradient arena or -1 */
+    int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (bytes) or -1 */
+    int64_t *g_off;        /* [ntensors] offset in the gradient arena (bytes) or -1 */
     unsigned char *in_place;   /* [ntensors] the gradient replaces the value (grad_in_place) */
     unsigned char *g_shared;   /* [ntensors] the gradient lives in gshared (share_grads) */
     int *last_use;         /* [ntensors] the last op reading a tensor, or -1 */
     int split;             /* weight parts may run apart (merak_exec_opts.split) */
     int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
+    int store16;           /* bf16 storage (exec.h, Precision): the activations take 2 bytes */
+    unsigned char *half;   /* [ntensors] this tensor's values and gradient are bf16 storage */
+    float *stage;          /* staging: the bf16 tensors of the op running, widened */
+    size_t stage_floats;
+    staged st[MAX_STAGED];
+    int nst;
+    size_t st_used;        /* floats of stage in use */
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
-    size_t act_floats, grad_floats;   /* all slots */
-    float *act, *gradarena;
-    size_t gshared_floats;            /* the backward's buffer of short-lived gradients */
-    float *gshared;
+    size_t act_bytes, grad_bytes;     /* all slots */
+    unsigned char *act, *gradarena;
+    size_t gshared_bytes;             /* the backward's buffer of short-lived gradients */
+    unsigned char *gshared;
     size_t scratch_n, tpbuf_n;        /* floats of the kernels' scratch and the tp sum buffer */
 
     /* recomputation: a chunk's ops [begin, rc_end) whose output no later op
@@ -75,8 +93,8 @@ struct merak_exec {
     int npool;
     unsigned char *pooled;      /* [ntensors] lives in a recompute buffer */
     unsigned char *dropped;     /* [nops] op re-run by merak_exec_recompute */
-    size_t pool_act, pool_grad; /* floats per buffer (the largest chunk's) */
-    float *pact, *pgrad;        /* npool buffers each */
+    size_t pool_act, pool_grad; /* bytes per buffer (the largest chunk's) */
+    unsigned char *pact, *pgrad;   /* npool buffers each */
     int *pool_of;               /* [nslots] buffer the slot holds, or -1 */
     unsigned char *pool_busy;   /* [npool] */
     float *scratch;        /* the attention kernels', shared by all slots */
@@ -104,11 +122,19 @@ struct merak_exec {
 };
 
 static size_t round_up(size_t n) { return merak_align_floats(n); }
+/* bytes rounded up to the arenas' alignment (MERAK_ALIGN_FLOATS floats) */
+static size_t round_bytes(size_t b) { return round_up((b + sizeof(float) - 1) / sizeof(float)) * sizeof(float); }
 
-/* n zeroed floats of the backend's memory (never a zero-size request) */
-/* What alloc_floats asks the backend for. */
+/* What the backend is asked for: n floats, or b bytes (never a zero-size
+ * request), zeroed. */
 static size_t alloc_bytes(size_t n) { return (n ? n : MERAK_ALIGN_FLOATS) * sizeof(float); }
 static float *alloc_floats(const merak_kernels *k, size_t n) { return k->alloc(alloc_bytes(n)); }
+static size_t alloc_size(size_t b) { return b ? b : MERAK_ALIGN_FLOATS * sizeof(float); }
+static void *alloc_raw(const merak_kernels *k, size_t b) { return k->alloc(alloc_size(b)); }
+
+/* Bytes of an element of tensor t in the arenas. */
+static size_t esize(const merak_exec *e, int t) { return e->half[t] ? sizeof(uint16_t) : sizeof(float); }
+static size_t tbytes(const merak_exec *e, int t) { return (size_t)merak_tensor_elems(&e->g->tensors[t]) * esize(e, t); }
 
 /* Records why a forward or backward failed; returns -1. */
 static int fail(merak_exec *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -189,7 +215,7 @@ static int grad_shareable(const merak_exec *e, const chunk *ch, int t)
 
 /* One gradient of the shared buffer: live from the backward of op hi (the
  * last reader of its tensor, the first to add to it) to that of op lo (its
- * producer, the last to read it), both included; at off floats. */
+ * producer, the last to read it), both included; n bytes at off. */
 typedef struct live {
     int t, lo, hi;
     size_t n, off;
@@ -225,8 +251,7 @@ static int share_grads(merak_exec *e, const chunk *ch)
     }
     for (int t = 0; t < g->ntensors; t++)
         if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch)
-            v[n++] = (live){t, g->tensors[t].producer, e->last_use[t],
-                            round_up((size_t)merak_tensor_elems(&g->tensors[t])), 0};
+            v[n++] = (live){t, g->tensors[t].producer, e->last_use[t], round_bytes(tbytes(e, t)), 0};
     qsort(v, (size_t)n, sizeof *v, by_start);
     for (int i = 0; i < n; i++) {
         int k = 0;
@@ -242,8 +267,8 @@ static int share_grads(merak_exec *e, const chunk *ch)
         v[i].off = off;
         act[nact++] = &v[i];
         e->g_off[v[i].t] = (int64_t)off;
-        if (off + v[i].n > e->gshared_floats)
-            e->gshared_floats = off + v[i].n;
+        if (off + v[i].n > e->gshared_bytes)
+            e->gshared_bytes = off + v[i].n;
     }
     free(v);
     free(act);
@@ -257,7 +282,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
 {
     const merak_graph *g = e->g;
     chunk *ch = &e->ch[c];
-    size_t pool_act = 0, pool_grad = 0;
+    size_t pool_act = 0, pool_grad = 0;   /* bytes */
     for (int i = ch->begin; i < ch->end; i++) {
         const merak_op *o = &g->ops[i];
         int uses[MERAK_OP_MAX_IN + 1];
@@ -291,18 +316,22 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                 e->tensor_chunk[t] = c;
                 e->pooled[t] = x->producer >= ch->begin && x->producer < ch->rc_end && last_use[t] >= 0 &&
                                last_use[t] < ch->rc_end;
-                size_t *av = e->pooled[t] ? &pool_act : &ch->act_floats;
-                size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_floats;
+                size_t *av = e->pooled[t] ? &pool_act : &ch->act_bytes;
+                size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_bytes;
+                e->in_place[t] = x->dtype == MERAK_F32 && grad_in_place(e, ch, t, nuse, last_use);
+                /* bf16 storage for the activations: not the loss, nor the
+                 * logits, whose gradient takes their storage (their
+                 * values are rounded in place, as in float storage) */
+                e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss && !e->in_place[t];
                 e->t_off[t] = (int64_t)*av;
-                *av += round_up(n);   /* int32 ids take one float each */
-                if (x->dtype == MERAK_F32 && grad_in_place(e, ch, t, nuse, last_use)) {
-                    e->in_place[t] = 1;
+                *av += round_bytes(n * esize(e, t));
+                if (e->in_place[t]) {
                     e->g_off[t] = e->t_off[t];
                 } else if (x->dtype == MERAK_F32 && grad_shareable(e, ch, t)) {
                     e->g_shared[t] = 1;   /* placed by share_grads */
                 } else if (x->dtype == MERAK_F32) {
                     e->g_off[t] = (int64_t)*gv;
-                    *gv += round_up(n);
+                    *gv += round_bytes(n * esize(e, t));
                 }
             }
         }
@@ -312,10 +341,17 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
         const merak_op_kind *kd = merak_op_kind_of(o);
         size_t sv = kd->saved_floats ? kd->saved_floats(g, o) : 0;
         if (sv) {
-            size_t *av = e->dropped[i] ? &pool_act : &ch->act_floats;
+            size_t *av = e->dropped[i] ? &pool_act : &ch->act_bytes;
             e->save_off[i] = (int64_t)*av;
-            *av += round_up(sv);
+            *av += round_up(sv) * sizeof(float);
         }
+        /* staging: the op's bf16 tensors, values and gradients */
+        size_t stf = 0;
+        for (int j = 0; j < nu; j++)
+            if (e->half[uses[j]])
+                stf += 2 * round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
+        if (stf > e->stage_floats)
+            e->stage_floats = stf;
         size_t sn = kd->scratch_floats ? kd->scratch_floats(g, o, e->k) : 0;
         if (sn > *scratch_n)
             *scratch_n = sn;
@@ -328,10 +364,10 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
             *host_n = 3 * rows + *tpbuf_n;
         }
     }
-    ch->act_base = e->act_floats;
-    ch->grad_base = e->grad_floats;
-    e->act_floats += ch->act_floats * (size_t)ch->nslots;
-    e->grad_floats += ch->grad_floats * (size_t)ch->nslots;
+    ch->act_base = e->act_bytes;
+    ch->grad_base = e->grad_bytes;
+    e->act_bytes += ch->act_bytes * (size_t)ch->nslots;
+    e->grad_bytes += ch->grad_bytes * (size_t)ch->nslots;
     e->pool_act = pool_act > e->pool_act ? pool_act : e->pool_act;
     e->pool_grad = pool_grad > e->pool_grad ? pool_grad : e->pool_grad;
     if (share_grads(e, ch) < 0)
@@ -390,6 +426,11 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->bf16 = opts->bf16 != 0;
     e->split = opts->split != 0;
     e->keep_grads = opts->keep_grads != 0;
+    /* bf16 storage where the backend converts and no sub-batches split the
+     * op's rows (their sums stay in flight across ops); else bf16 values in
+     * float storage, which give the same numbers */
+    e->store16 = e->bf16 && !opts->float_storage && e->K == 1 && opts->kernels->to_bf16 &&
+                 opts->kernels->from_bf16;
     int nt = g->ntensors;
     e->ch = calloc((size_t)e->nchunks, sizeof *e->ch);
     if (!e->ch) {
@@ -409,6 +450,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->g_off = malloc((size_t)nt * sizeof *e->g_off);
     e->in_place = calloc((size_t)nt, 1);
     e->g_shared = calloc((size_t)nt, 1);
+    e->half = calloc((size_t)nt, 1);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
@@ -423,7 +465,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->g_shared || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
@@ -479,19 +521,20 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         return 0;
     }
     const merak_kernels *k = e->k;
-    e->pact = alloc_floats(k, e->pool_act * (size_t)e->npool);
-    e->pgrad = alloc_floats(k, e->pool_grad * (size_t)e->npool);
+    e->pact = alloc_raw(k, e->pool_act * (size_t)e->npool);
+    e->pgrad = alloc_raw(k, e->pool_grad * (size_t)e->npool);
     e->params = alloc_floats(k, e->flat_n);
     e->cparams = e->bf16 ? alloc_floats(k, e->flat_n) : NULL;
     e->grads = alloc_floats(k, e->flat_n);
-    e->act = alloc_floats(k, e->act_floats);
-    e->gradarena = alloc_floats(k, e->grad_floats);
-    e->gshared = alloc_floats(k, e->gshared_floats);
+    e->act = alloc_raw(k, e->act_bytes);
+    e->gradarena = alloc_raw(k, e->grad_bytes);
+    e->gshared = alloc_raw(k, e->gshared_bytes);
+    e->stage = alloc_floats(k, e->stage_floats);
     e->scratch = alloc_floats(k, scratch_n);
     e->tpbuf = alloc_floats(k, tpbuf_n);
     e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
-    if (!e->params || (e->bf16 && !e->cparams) || !e->grads || !e->act || !e->gradarena || !e->gshared || !e->scratch || !e->tpbuf ||
-        !e->host || !e->pact || !e->pgrad) {
+    if (!e->params || (e->bf16 && !e->cparams) || !e->grads || !e->act || !e->gradarena || !e->gshared ||
+        !e->stage || !e->scratch || !e->tpbuf || !e->host || !e->pact || !e->pgrad) {
         size_t mb = (e->flat_n * 2 * sizeof(float) + merak_exec_arena_bytes(e) +
                      scratch_n * sizeof(float)) >> 20;
         merak_exec_destroy(e);
@@ -516,6 +559,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->g_off);
     free(e->in_place);
     free(e->g_shared);
+    free(e->half);
     free(e->last_use);
     free(e->save_off);
     if (e->k) {
@@ -525,6 +569,7 @@ void merak_exec_destroy(merak_exec *e)
         e->k->free(e->act);
         e->k->free(e->gradarena);
         e->k->free(e->gshared);
+        e->k->free(e->stage);
         e->k->free(e->scratch);
         e->k->free(e->tpbuf);
         e->k->free(e->pact);
@@ -587,8 +632,27 @@ int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host)
     void *dst = merak_exec_tensor(e, slot, t);
     if (!dst)
         return -1;
-    /* int32 ids and floats are both 4 bytes an element */
-    return e->k->copy(dst, host, (size_t)merak_tensor_elems(&e->g->tensors[t]) * 4, MERAK_COPY_H2D);
+    const size_t n = (size_t)merak_tensor_elems(&e->g->tensors[t]);
+    if (!e->half[t])   /* int32 ids and floats are both 4 bytes an element */
+        return e->k->copy(dst, host, n * 4, MERAK_COPY_H2D);
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        h[i] = merak_f32_to_bf16(((const float *)host)[i]);
+    int rc = e->k->copy(dst, h, n * sizeof *h, MERAK_COPY_H2D);
+    free(h);
+    return rc;
+}
+
+size_t merak_exec_tensor_bytes(const merak_exec *e, int t)
+{
+    return t >= 0 && t < e->g->ntensors && e->t_off[t] >= 0 ? tbytes(e, t) : 0;
+}
+
+int merak_exec_tensor_bf16(const merak_exec *e, int t)
+{
+    return t >= 0 && t < e->g->ntensors && e->half[t];
 }
 
 /* The recompute buffer slot holds, or -1. */
@@ -601,15 +665,15 @@ int merak_exec_tensor_chunk(const merak_exec *e, int t)
 
 /* The slot's chunk, and the start of its value and gradient arenas. */
 static const chunk *chunk_of(const merak_exec *e, int slot) { return &e->ch[e->slot_chunk[slot]]; }
-static float *slot_act(const merak_exec *e, int slot)
+static unsigned char *slot_act(const merak_exec *e, int slot)
 {
     const chunk *c = chunk_of(e, slot);
-    return e->act + c->act_base + (size_t)(slot - c->slot0) * c->act_floats;
+    return e->act + c->act_base + (size_t)(slot - c->slot0) * c->act_bytes;
 }
-static float *slot_grad(const merak_exec *e, int slot)
+static unsigned char *slot_grad(const merak_exec *e, int slot)
 {
     const chunk *c = chunk_of(e, slot);
-    return e->gradarena + c->grad_base + (size_t)(slot - c->slot0) * c->grad_floats;
+    return e->gradarena + c->grad_base + (size_t)(slot - c->slot0) * c->grad_bytes;
 }
 
 void *merak_exec_tensor(const merak_exec *e, int slot, int t)
@@ -623,7 +687,7 @@ void *merak_exec_tensor(const merak_exec *e, int slot, int t)
     return slot_act(e, slot) + e->t_off[t];
 }
 
-float *merak_exec_grad(const merak_exec *e, int slot, int t)
+void *merak_exec_grad(const merak_exec *e, int slot, int t)
 {
     if (e->g_off[t] < 0 || e->tensor_chunk[t] != e->slot_chunk[slot])
         return NULL;
@@ -640,15 +704,15 @@ float *merak_exec_grad(const merak_exec *e, int slot, int t)
 
 size_t merak_exec_arena_bytes(const merak_exec *e)
 {
-    return (e->act_floats + e->grad_floats + e->gshared_floats + (e->pool_act + e->pool_grad) * (size_t)e->npool) *
-           sizeof(float);
+    return e->act_bytes + e->grad_bytes + e->gshared_bytes + (e->pool_act + e->pool_grad) * (size_t)e->npool +
+           (e->store16 ? alloc_bytes(e->stage_floats) : 0);
 }
 
 size_t merak_exec_device_bytes(const merak_exec *e)
 {
-    return (e->bf16 ? 3 : 2) * alloc_bytes(e->flat_n) + alloc_bytes(e->act_floats) + alloc_bytes(e->grad_floats) +
-           alloc_bytes(e->gshared_floats) +
-           alloc_bytes(e->pool_act * (size_t)e->npool) + alloc_bytes(e->pool_grad * (size_t)e->npool) +
+    return (e->bf16 ? 3 : 2) * alloc_bytes(e->flat_n) + alloc_size(e->act_bytes) + alloc_size(e->grad_bytes) +
+           alloc_size(e->gshared_bytes) + alloc_bytes(e->stage_floats) +
+           alloc_size(e->pool_act * (size_t)e->npool) + alloc_size(e->pool_grad * (size_t)e->npool) +
            alloc_bytes(e->scratch_n) + alloc_bytes(e->tpbuf_n);
 }
 
@@ -685,8 +749,8 @@ int merak_exec_cast_params(merak_exec *e)
 }
 
 /* Value of tensor t in the slot: a parameter's data (its compute copy in
- * bf16) or the arena buffer. */
-static float *val(const merak_exec *e, int slot, int t)
+ * bf16) or the arena buffer (bf16 storage for a half tensor). */
+static void *val(const merak_exec *e, int slot, int t)
 {
     if (t < 0)
         return NULL;
@@ -697,7 +761,7 @@ static float *val(const merak_exec *e, int slot, int t)
 }
 
 /* Gradient of tensor t: a parameter's gradient or the slot's buffer. */
-static float *grad(const merak_exec *e, int slot, int t)
+static void *grad(const merak_exec *e, int slot, int t)
 {
     if (t < 0)
         return NULL;
@@ -710,8 +774,8 @@ static float *grad(const merak_exec *e, int slot, int t)
 static float *saved(const merak_exec *e, int slot, int op)
 {
     if (e->dropped[op])
-        return e->pact + (size_t)pool_index(e, slot) * e->pool_act + e->save_off[op];
-    return slot_act(e, slot) + e->save_off[op];
+        return (float *)(e->pact + (size_t)pool_index(e, slot) * e->pool_act + e->save_off[op]);
+    return (float *)(slot_act(e, slot) + e->save_off[op]);
 }
 
 /* Per-op dropout seed derived from the slot's seed. */
@@ -736,15 +800,15 @@ static const sub WHOLE = {0, 1};
 /* First element of the sub-batch's part of n elements. */
 static size_t part(size_t n, sub sb) { return n / (size_t)sb.K * (size_t)sb.k; }
 
-static float *sub_of(const merak_exec *e, float *p, int t, sub sb)
+static void *sub_of(const merak_exec *e, void *p, int t, sub sb)
 {
     if (!p || e->param_of[t] >= 0 || t == e->g->loss)
         return p;
-    return p + part((size_t)merak_tensor_elems(&e->g->tensors[t]), sb);
+    return (unsigned char *)p + part((size_t)merak_tensor_elems(&e->g->tensors[t]), sb) * esize(e, t);
 }
 
-static float *sval(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, val(e, slot, t), t, sb); }
-static float *sgrad(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, grad(e, slot, t), t, sb); }
+static void *sval(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, val(e, slot, t), t, sb); }
+static void *sgrad(const merak_exec *e, int slot, int t, sub sb) { return sub_of(e, grad(e, slot, t), t, sb); }
 
 /* ------------------------------------------------------------------ tensor parallelism */
 
@@ -824,9 +888,52 @@ static int loss_reduce(merak_exec *e, int slot, int op, const merak_op_io *io)
     return copy(e, io->y, &loss, sizeof loss, MERAK_COPY_H2D, op);
 }
 
+/* ------------------------------------------------------------------ bf16 storage
+ *
+ * The kernels compute in float.  Before an op's kernels run, the op's
+ * tensors in bf16 storage that its pass reads are widened into the staging
+ * buffer (exact: a bf16 value is a float), and its kernel call points
+ * there; after them, what the pass wrote is narrowed back to storage,
+ * rounded to nearest even: the rounding of exec.h's Precision (an op's
+ * output after its forward, its inputs' gradients after its input part),
+ * so bf16 storage gives the numbers of bf16 values in float storage, bit
+ * for bit.  A tensor is staged once per call, however many of the call's
+ * pointers name it. */
+
+/* What an op's call is for: which of its buffers it reads and writes. */
+typedef enum io_mode { IO_FORWARD, IO_INPUT, IO_WEIGHT } io_mode;
+
+/* raw (tensor t's storage, or its gradient's; NULL: none) for the call:
+ * itself in float storage, else its float copy in the staging buffer,
+ * widened from storage if `widen`. */
+static float *stage(merak_exec *e, void *raw, int t, size_t n, int widen)
+{
+    if (!raw || !e->half[t])
+        return raw;
+    for (int i = 0; i < e->nst; i++)
+        if (e->st[i].raw == raw)
+            return e->st[i].f;
+    staged *s = &e->st[e->nst++];
+    *s = (staged){raw, e->stage + e->st_used, n};
+    e->st_used += round_up(n);
+    if (widen)
+        e->k->from_bf16(s->f, raw, n);
+    return s->f;
+}
+
+/* The staged copy of raw back to its bf16 storage, rounded (nothing if
+ * the call did not stage raw). */
+static void narrow(merak_exec *e, const void *raw)
+{
+    for (int i = 0; i < e->nst; i++)
+        if (e->st[i].raw == raw)
+            e->k->to_bf16(e->st[i].raw, e->st[i].f, e->st[i].n);
+}
+
 /* Op i's kernel call for the slot's sub-batch: the sub-batch's parts of
- * its tensors and their gradients, parameters whole (ops.h). */
-static merak_op_io op_io(const merak_exec *e, int slot, int i, sub sb)
+ * its tensors and their gradients, parameters whole (ops.h); in bf16
+ * storage, the float copies the mode's kernels read and write. */
+static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
 {
     const merak_graph *g = e->g;
     const merak_op *o = &g->ops[i];
@@ -838,15 +945,21 @@ static merak_op_io op_io(const merak_exec *e, int slot, int i, sub sb)
     io.rows = io.rows_all / sb.K;
     io.seq = x->ndim >= 2 ? (int)x->shape[1] : 1;
     io.saved = e->save_off[i] >= 0 ? saved(e, slot, i) : NULL;
+    e->nst = 0;
+    e->st_used = 0;
     for (int j = 0; j < o->nin && j < 3; j++) {
         const int t = o->in[j];
-        io.x[j] = sval(e, slot, t, sb);
-        io.dx[j] = t >= 0 && e->param_of[t] < 0 ? sgrad(e, slot, t, sb) : NULL;
-        if (j > 0)
+        const size_t n = t < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[t]) / (size_t)sb.K;
+        io.x[j] = stage(e, sval(e, slot, t, sb), t, n, 1);
+        if (mode == IO_INPUT && t >= 0 && e->param_of[t] < 0)
+            io.dx[j] = stage(e, sgrad(e, slot, t, sb), t, n, 1);
+        if (j > 0 && t >= 0 && e->param_of[t] >= 0)
             io.dw[j - 1] = grad(e, slot, t);
     }
-    io.y = sval(e, slot, o->out, sb);
-    io.dy = sgrad(e, slot, o->out, sb);
+    const size_t n = (size_t)merak_tensor_elems(&g->tensors[o->out]) / (size_t)sb.K;
+    io.y = stage(e, sval(e, slot, o->out, sb), o->out, n, mode != IO_FORWARD);
+    if (mode != IO_FORWARD)
+        io.dy = stage(e, sgrad(e, slot, o->out, sb), o->out, n, 1);
     return io;
 }
 
@@ -868,6 +981,11 @@ static void round_output(merak_exec *e, int slot, int i, sub sb)
 {
     if (!e->bf16 || merak_op_kind_of(&e->g->ops[i])->loss)
         return;
+    const int out = e->g->ops[i].out;
+    if (e->half[out]) {
+        narrow(e, sval(e, slot, out, sb));
+        return;
+    }
     size_t n;
     float *y = sum_buffer(e, slot, i, sb, 0, &n);
     e->k->round_bf16(y, n);
@@ -878,8 +996,10 @@ static void round_input_grads(merak_exec *e, int slot, int i, sub sb)
     const merak_op *o = &e->g->ops[i];
     for (int j = 0; e->bf16 && j < o->nin && j < 3; j++) {   /* the inputs op_io passes */
         const int t = o->in[j];
-        float *dx = t >= 0 && e->param_of[t] < 0 ? sgrad(e, slot, t, sb) : NULL;
-        if (dx)
+        void *dx = t >= 0 && e->param_of[t] < 0 ? sgrad(e, slot, t, sb) : NULL;
+        if (dx && e->half[t])
+            narrow(e, dx);
+        else if (dx)
             e->k->round_bf16(dx, (size_t)merak_tensor_elems(&e->g->tensors[t]) / (size_t)sb.K);
     }
 }
@@ -927,13 +1047,12 @@ static int overlapped(const merak_exec *e, int i, int backward)
 static int op_forward(merak_exec *e, int slot, int i, sub sb)
 {
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
-    const merak_op_io io = op_io(e, slot, i, sb);
+    const merak_op_io io = op_io(e, slot, i, sb, IO_FORWARD);
     if (forward_kernels(e, i, kd, &io) < 0)
         return -1;
-    if (kd->sum == MERAK_SUM_FORWARD) {
-        size_t n;
-        float *buf = sum_buffer(e, slot, i, sb, 0, &n);
-        if (tp_sum(e, buf, n, i) < 0)
+    if (kd->sum == MERAK_SUM_FORWARD) {   /* the output, staged in bf16 storage */
+        const size_t n = (size_t)merak_tensor_elems(&e->g->tensors[e->g->ops[i].out]) / (size_t)sb.K;
+        if (tp_sum(e, io.y, n, i) < 0)
             return -1;
         if (kd->finish)
             kd->finish(&io);
@@ -952,7 +1071,7 @@ static int zero_shared(merak_exec *e, int i)
     for (int j = 0; j < o->nin; j++) {
         const int t = o->in[j];
         if (t >= 0 && e->g_shared[t] && e->last_use[t] == i &&
-            e->k->zero(e->gshared + e->g_off[t], (size_t)merak_tensor_elems(&e->g->tensors[t]) * sizeof(float)) < 0)
+            e->k->zero(e->gshared + e->g_off[t], tbytes(e, t)) < 0)
             return fail(e, "op %d: zeroing a %s gradient failed", i, e->k->name);
     }
     return 0;
@@ -964,14 +1083,15 @@ static int op_backward_input(merak_exec *e, int slot, int i, sub sb)
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
     if (zero_shared(e, i) < 0)
         return -1;
-    if (kd->sum == MERAK_SUM_BACKWARD) {
-        size_t n;
-        float *buf = sum_buffer(e, slot, i, sb, 1, &n);
-        if (tp_sum(e, buf, n, i) < 0)
+    if (kd->sum != MERAK_SUM_BACKWARD && !kd->backward_input)
+        return 0;
+    const merak_op_io io = op_io(e, slot, i, sb, IO_INPUT);
+    if (kd->sum == MERAK_SUM_BACKWARD) {   /* the output's gradient, staged in bf16 storage */
+        const size_t n = (size_t)merak_tensor_elems(&e->g->tensors[e->g->ops[i].out]) / (size_t)sb.K;
+        if (tp_sum(e, (float *)io.dy, n, i) < 0)
             return -1;
     }
     if (kd->backward_input) {
-        const merak_op_io io = op_io(e, slot, i, sb);
         kd->backward_input(&io);
         round_input_grads(e, slot, i, sb);
     }
@@ -984,7 +1104,7 @@ static void op_backward_weight(merak_exec *e, int slot, int i, sub sb)
 {
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
     if (kd->backward_weight) {
-        const merak_op_io io = op_io(e, slot, i, sb);
+        const merak_op_io io = op_io(e, slot, i, sb, IO_WEIGHT);
         kd->backward_weight(&io);
     }
 }
@@ -1048,12 +1168,13 @@ void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd)
     e->op_bwd = fwd && bwd ? bwd : NULL;
 }
 
-/* Overlapped op i, sub-batch sb: everything up to starting its sum. */
+/* Overlapped op i, sub-batch sb: everything up to starting its sum (in
+ * float storage: sub-batches keep bf16 values there). */
 static int coll_start(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
     const int back = ps >= P_BACKWARD_INPUT;
     if (!back) {
-        const merak_op_io io = op_io(e, slot, i, sb);
+        const merak_op_io io = op_io(e, slot, i, sb, IO_FORWARD);
         if (forward_kernels(e, i, merak_op_kind_of(&e->g->ops[i]), &io) < 0)
             return -1;
     }
@@ -1070,7 +1191,7 @@ static int coll_finish(merak_exec *e, int slot, int i, sub sb, pass ps)
     if (e->tp->wait(e->tp->ctx, sb.k) < 0)
         return fail(e, "op %d: the tensor-parallel sum of sub-batch %d failed", i, sb.k);
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
-    const merak_op_io io = op_io(e, slot, i, sb);
+    const merak_op_io io = op_io(e, slot, i, sb, ps < P_BACKWARD_INPUT ? IO_FORWARD : IO_INPUT);
     if (ps < P_BACKWARD_INPUT) {
         if (kd->finish)
             kd->finish(&io);
@@ -1159,7 +1280,7 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
     const chunk *c = chunk_of(e, slot);
     e->seed[slot] = seed;
     e->err[0] = 0;
-    if (k->zero(slot_grad(e, slot), c->grad_floats * sizeof(float)) < 0)
+    if (k->zero(slot_grad(e, slot), c->grad_bytes) < 0)
         return fail(e, "zeroing the %s gradient arena failed", k->name);
     /* a recomputing chunk borrows a buffer for what it drops */
     if (drops(e, slot) && pool_take(e, slot) < 0)
@@ -1181,7 +1302,7 @@ int merak_exec_recompute(merak_exec *e, int slot)
     if (pool_take(e, slot) < 0)
         return -1;
     int p = pool_index(e, slot);
-    if (e->k->zero(e->pgrad + (size_t)p * e->pool_grad, e->pool_grad * sizeof(float)) < 0)
+    if (e->k->zero(e->pgrad + (size_t)p * e->pool_grad, e->pool_grad) < 0)
         return fail(e, "zeroing a %s recompute buffer failed", e->k->name);
     return run_pass(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->rc_end, P_RECOMPUTE);
 }

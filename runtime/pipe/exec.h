@@ -59,10 +59,16 @@
  * range's end (and the slice's inputs and outputs) stays in the slot.
  * Each chunk has its own recompute_end; the buffers are shared.
  *
- * Precision (bf16, --dtype bf16; DESIGN.md 7a).  The executor emulates
- * bf16 storage with fp32 arithmetic: a value bf16 storage would hold is
- * kept in float storage rounded to the nearest bf16 (ties to even, the
- * backend's round_bf16), which gives the numbers bf16 storage gives.  The
+ * Precision (bf16, --dtype bf16; DESIGN.md 7a).  The activations and
+ * their gradients are bf16 storage, 2 bytes an element, where the backend
+ * converts (kernels.h to_bf16, from_bf16) and no sub-batches run
+ * (tp_overlap); the logits (whose gradient takes their storage), the loss
+ * and the ops' saved values stay float.  The kernels compute in fp32: an
+ * op's bf16 inputs are widened into a staging buffer for its kernels
+ * (exact) and what it writes is rounded back to bf16 storage.  Elsewhere
+ * (sub-batches, float_storage) a value bf16 storage would hold is kept in
+ * float storage rounded to the nearest bf16 (ties to even, the backend's
+ * round_bf16): the same numbers, bit for bit, in twice the memory.  The
  * rounding points, the definition a GPU's bf16 must reproduce:
  *   - parameters: the ops read compute copies, rounded from the fp32
  *     masters by merak_exec_cast_params (once per step, before the first
@@ -145,6 +151,8 @@ typedef struct merak_exec_opts {
                               * (merak_exec_backward_weight; zero-bubble schedules) */
     int keep_grads;          /* every activation gradient its own storage in the slot,
                               * readable after the backward (inspection; more memory) */
+    int float_storage;       /* bf16: keep the bf16 values in float storage even where
+                              * bf16 storage could hold them (Precision, above) */
 } merak_exec_opts;
 
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
@@ -183,11 +191,18 @@ void *merak_exec_tensor(const merak_exec *e, int slot, int t);
 /* (the logits' gradient is their storage, which holds the values until the
  * loss's backward and the gradient after it; a gradient living only inside
  * the backward is valid only while it runs: see the top) */
-float *merak_exec_grad(const merak_exec *e, int slot, int t);
+void *merak_exec_grad(const merak_exec *e, int slot, int t);
+/* Bytes of tensor t's storage (and of its gradient's): its elements times
+ * 4 (float, int32) or 2 (bf16 storage); 0 if the slice holds no t. */
+size_t merak_exec_tensor_bytes(const merak_exec *e, int t);
+/* Is tensor t (and its gradient) in bf16 storage?  (merak_bf16_to_f32 of
+ * bf16.h reads its elements.) */
+int merak_exec_tensor_bf16(const merak_exec *e, int t);
 /* The chunk holding tensor t (not a parameter), or -1. */
 int merak_exec_tensor_chunk(const merak_exec *e, int t);
-/* Writes host values (the tensor's elements, 4 bytes each: float or int32)
- * into the slot's tensor t; -1 if the slice holds no t or the copy failed. */
+/* Writes host values (the tensor's elements, 4 bytes each: float or int32;
+ * floats rounded to bf16 for a tensor in bf16 storage) into the slot's
+ * tensor t; -1 if the slice holds no t or the copy failed. */
 int merak_exec_tensor_write(merak_exec *e, int slot, int t, const void *host);
 /* Activation memory: every slot's arenas (kept values and their
  * gradients) and the recompute buffers. */

@@ -234,8 +234,9 @@ static int setup(merak_stage *s, const merak_stage_opts *o, const int *lb, char 
         s->out_t[c] = q == Q - 1 ? -1 : merak_cut_tensor(g, lb[q + 1]);
         if ((q > 0 && s->in_t[c] < 0) || (q < Q - 1 && s->out_t[c] < 0))
             return merak_errf(err, errlen, "stage %d: more than one activation crosses its bounds", q);
-        s->in_bytes[c] = s->in_t[c] < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[s->in_t[c]]) * sizeof(float);
-        s->out_bytes[c] = s->out_t[c] < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[s->out_t[c]]) * sizeof(float);
+        /* bf16 storage moves 2 bytes an element */
+        s->in_bytes[c] = merak_exec_tensor_bytes(s->e, s->in_t[c]);
+        s->out_bytes[c] = merak_exec_tensor_bytes(s->e, s->out_t[c]);
     }
     int ids = merak_graph_find(g, "input_ids"), tgt = merak_graph_find(g, "targets");
     s->ids_t = merak_exec_tensor_chunk(s->e, ids) >= 0 ? ids : -1;

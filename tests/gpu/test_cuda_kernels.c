@@ -1114,8 +1114,31 @@ static void test_round_bf16(void)
         same &= memcmp(c, g, (n + 3) * 4) == 0;
     }
     tap_ok(same, "round_bf16 equals the CPU's bit for bit (specials, 4 alignments, nothing outside touched)");
-    merak_cuda_free(d);
-    free(h), free(c), free(g);
+
+    /* bf16 storage's conversions: to_bf16 the CPU's bits, from_bf16 back
+     * exactly, at 4 alignments of each side (nothing outside written) */
+    uint16_t *b = xmalloc((n + 3) * 2), *bg = xmalloc((n + 3) * 2), *db = dmalloc((n + 3) * 2);
+    for (size_t off = 0; off < 4; off++)
+        for (size_t ob = 0; ob < 4; ob++) {
+            const size_t m = n - (off > ob ? off : ob);
+            memset(b, 0xab, (n + 3) * 2);
+            g_cpu->to_bf16(b + ob, h + off, m);
+            merak_cuda_memcpy_h2d(d, h, (n + 3) * 4);
+            merak_cuda_memcpy_h2d(db, b, (n + 3) * 2);   /* what the CPU wrote, and its filler around */
+            g_gpu->zero(db + ob, m * 2);
+            g_gpu->to_bf16(db + ob, d + off, m);
+            merak_cuda_memcpy_d2h(bg, db, (n + 3) * 2);
+            same &= memcmp(b, bg, (n + 3) * 2) == 0;
+            memcpy(c, h, (n + 3) * 4);
+            g_cpu->from_bf16(c + off, b + ob, m);
+            merak_cuda_memcpy_h2d(d, h, (n + 3) * 4);
+            g_gpu->from_bf16(d + off, db + ob, m);
+            merak_cuda_memcpy_d2h(g, d, (n + 3) * 4);
+            same &= memcmp(c, g, (n + 3) * 4) == 0;
+        }
+    tap_ok(same, "to_bf16 and from_bf16 equal the CPU's bit for bit (16 alignments, nothing outside touched)");
+    merak_cuda_free(d), merak_cuda_free(db);
+    free(h), free(c), free(g), free(b), free(bg);
 }
 
 int main(void)

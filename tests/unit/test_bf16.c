@@ -1,10 +1,11 @@
 /*
- * test_bf16.c - the CPU's bf16 emulation (--dtype bf16, exec.h's
- * Precision): the rounding helper, and one step of a tiny model, whose
- * activations and activation gradients are all bf16 values, whose masters
- * and weight gradients are not rounded, whose loss is within bf16's
- * rounding of fp32's but not equal to it, and whose recomputation gives
- * the same bits.
+ * test_bf16.c - bf16 on the CPU (--dtype bf16, exec.h's Precision): the
+ * rounding helper, and one step of a tiny model, whose activations and
+ * activation gradients are all bf16 values, whose masters and weight
+ * gradients are not rounded, whose loss is within bf16's rounding of
+ * fp32's but not equal to it, and whose recomputation gives the same bits;
+ * bf16 storage gives the numbers of bf16 values in float storage, bit for
+ * bit, in less memory.
  */
 #include <math.h>
 #include <stdint.h>
@@ -75,39 +76,56 @@ static void test_step(const char *preset)
     merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
     const merak_kernels *k = merak_kernels_cpu();
     merak_exec_chunk whole = {0, -1, 1, 0}, rcall = {0, -1, 1, g ? g->nops : 0};
-    merak_exec_opts o32 = {.chunks = &whole, .nchunks = 1, .kernels = k}, o16 = o32, orc = o32;
-    o16.bf16 = orc.bf16 = 1;
-    o16.keep_grads = 1;   /* every activation gradient readable after the backward */
+    merak_exec_opts o32 = {.chunks = &whole, .nchunks = 1, .kernels = k}, o16 = o32, orc = o32, ofl = o32;
+    o16.bf16 = orc.bf16 = ofl.bf16 = 1;
+    o16.keep_grads = ofl.keep_grads = 1;   /* every activation gradient readable after the backward */
+    ofl.float_storage = 1;
     orc.chunks = &rcall;
     orc.npool = 1;
-    merak_exec *e32 = NULL, *e16 = NULL, *erc = NULL;
+    merak_exec *e32 = NULL, *e16 = NULL, *erc = NULL, *efl = NULL;
     if (!g || merak_exec_create(g, &o32, &e32, err, sizeof err) < 0 ||
-        merak_exec_create(g, &o16, &e16, err, sizeof err) < 0 || merak_exec_create(g, &orc, &erc, err, sizeof err) < 0) {
+        merak_exec_create(g, &o16, &e16, err, sizeof err) < 0 || merak_exec_create(g, &orc, &erc, err, sizeof err) < 0 ||
+        merak_exec_create(g, &ofl, &efl, err, sizeof err) < 0) {
         tap_ok(0, "%s: bf16 executors: %s", preset, err);
         return;
     }
-    merak_exec *e[3] = {e32, e16, erc};
-    double loss[3];
-    for (int i = 0; i < 3; i++) {
+    merak_exec *e[4] = {e32, e16, erc, efl};
+    double loss[4];
+    for (int i = 0; i < 4; i++) {
         merak_init_params(g, e[i], 42, NULL, 0);
         fill_tokens(g, e[i], c.vocab_size, 3);
         loss[i] = step(e[i], i == 2);
     }
 
-    /* Every float tensor of the slot and its gradient holds bf16 values
-     * (the token ids and the fp32 loss aside). */
-    size_t acts = 0, off = 0;
+    /* In float storage every float tensor of the slot and its gradient
+     * holds bf16 values (the token ids and the fp32 loss aside).  In bf16
+     * storage the same values are there, bit for bit, in half the bytes
+     * (the logits, whose gradient takes their storage, in float). */
+    size_t acts = 0, off = 0, half = 0, differ = 0;
     for (int t = 0; t < g->ntensors; t++) {
-        const float *v = merak_exec_tensor(e16, 0, t), *d = merak_exec_grad(e16, 0, t);
+        const float *v = merak_exec_tensor(efl, 0, t), *d = merak_exec_grad(efl, 0, t);
+        const void *v16 = merak_exec_tensor(e16, 0, t), *d16 = merak_exec_grad(e16, 0, t);
         if (!v || g->tensors[t].dtype != MERAK_F32 || t == g->loss)
             continue;
+        const int h = merak_exec_tensor_bf16(e16, t);
+        half += h && merak_exec_tensor_bytes(e16, t) * 2 == merak_exec_tensor_bytes(efl, t);
         for (int64_t i = 0; i < merak_tensor_elems(&g->tensors[t]); i++) {
             off += !is_bf16(v[i]) + (d && !is_bf16(d[i]));
             acts += 1 + (d != NULL);
+            const float w = h ? merak_bf16_to_f32(((const uint16_t *)v16)[i]) : ((const float *)v16)[i];
+            const float dw = !d16 ? 0 : h ? merak_bf16_to_f32(((const uint16_t *)d16)[i]) : ((const float *)d16)[i];
+            differ += bits(w) != bits(v[i]) || (d && bits(dw) != bits(d[i]));
         }
     }
-    tap_ok(acts > 10000 && off == 0, "%s: %zu activation and activation-gradient values, %zu not bf16", preset,
-           acts, off);
+    tap_ok(acts > 10000 && off == 0, "%s: %zu activation and activation-gradient values in float storage, %zu not bf16",
+           preset, acts, off);
+    size_t nf, n16;
+    const float *gfl = merak_exec_grads_flat(efl, &nf), *gst = merak_exec_grads_flat(e16, &n16);
+    tap_ok(half > 10 && differ == 0 && loss[3] == loss[1] && nf == n16 && memcmp(gfl, gst, nf * sizeof *gfl) == 0 &&
+               merak_exec_arena_bytes(e16) < merak_exec_arena_bytes(efl),
+           "%s: bf16 storage (%zu tensors at 2 bytes) holds the values and gradients of float storage (%zu differ) "
+           "and gives its loss and weight gradients, bit for bit, in %zu bytes of arenas instead of %zu",
+           preset, half, differ, merak_exec_arena_bytes(e16), merak_exec_arena_bytes(efl));
 
     /* The masters and the weight gradients are fp32: most of their values
      * have low bits a bf16 would drop; the gradients differ from fp32's. */
@@ -139,7 +157,7 @@ static void test_step(const char *preset)
     /* Another step from the same masters rounds the same compute copies. */
     tap_ok(step(e16, 0) == loss[1], "%s: compute copies rounded again from the masters give the same loss", preset);
 
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         merak_exec_destroy(e[i]);
     merak_graph_destroy(g);
 }
