@@ -275,6 +275,28 @@ expect 2 "global-batch 7 is not a multiple of dp x micro-batch = 8 x 1" --gpus 8
 "$PLAN" $A --auto --pp 2 --json | "$PY" -c 'import json,sys; b=json.load(sys.stdin)["best"]; sys.exit(b["pp"] != 2)' ||
     fail "--auto --pp 2 did not keep pp 2"
 echo "ok: --auto --pp 2 searches dp and tp with pp 2"
+
+# --dtype bf16 plans the runtime's bf16 storage: GPT-2's activations take
+# well under fp32's (the logits and saved statistics stay float), the
+# weights' bf16 copies add to the rest; tf32 plans as fp32; the answer
+# says its dtype, and --auto searches with it.
+G1="--model gpt2 --gpus 1 --micro-batch 8 --seq-len 1024 --json"
+for t in fp32 tf32 bf16; do
+    "$PLAN" $G1 --dtype $t > "$WORK/dtype.$t.json" || fail "--dtype $t: $(cat "$WORK/dtype.$t.json")"
+done
+"$PLAN" $A --auto --dtype bf16 --json > "$WORK/dtype.auto.json" || fail "--auto --dtype bf16"
+"$PY" - "$WORK" <<'PYEOF' || fail "--dtype: the plans above"
+import json, sys
+j = {t: json.load(open("%s/dtype.%s.json" % (sys.argv[1], t))) for t in ("fp32", "tf32", "bf16", "auto")}
+f, b = j["fp32"]["stages"][0]["memory"], j["bf16"]["stages"][0]["memory"]
+assert [j[t]["dtype"] for t in ("fp32", "tf32", "bf16")] == ["fp32", "tf32", "bf16"] and j["auto"]["best"]["dtype"] == "bf16"
+assert j["tf32"]["stages"] == j["fp32"]["stages"]
+assert b["activations"] < 0.75 * f["activations"] and b["params"] == f["params"] and b["other"] > f["other"], (f, b)
+print("ok: --dtype bf16: GPT-2 124M at B=8 T=1024 plans %.2f GB of activations (fp32 %.2f), %.2f GB in all (fp32 %.2f)"
+      % (b["activations"] / 1e9, f["activations"] / 1e9, b["total"] / 1e9, f["total"] / 1e9))
+PYEOF
+expect 2 "dtype: 'fp16' is not fp32, tf32 or bf16" --gpus 8 --model tiny-gpt2 --dtype fp16
+expect 2 "dtype does not go with --simulate" $S --schedule 1f1b --dtype bf16
 expect 2 "stages does not go with --gpus" --gpus 8 --model tiny-gpt2 --stages 2
 expect 2 "recompute: recompute 'most' is not" --gpus 8 --model tiny-gpt2 --recompute most
 expect 2 "seq-len 99999 is beyond the model's" --gpus 8 --model tiny-gpt2 --seq-len 99999

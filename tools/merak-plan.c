@@ -57,6 +57,8 @@ static void usage(FILE *out)
         "  --seq-len T             tokens per sequence (layouts: default the model's positions;\n"
         "                          calibration: 128)\n"
         "  --zero Z                1: ZeRO-1 optimizer sharding over dp; 0: off (default 0)\n"
+        "  --dtype T               fp32 (default), tf32 (planned as fp32) or bf16 (activations in\n"
+        "                          bf16 storage: half the activation memory and pipeline transfers)\n"
         "  --simulate              run the schedule simulator\n"
         "  --list-models           list the model presets: shapes and parameter counts\n"
         "  --partition-costs FILE  partition the blocks FILE lists (JSON: forward, backward,\n"
@@ -99,6 +101,8 @@ typedef struct plan_opts {
     const char *calibrate, *model, *base, *gpu, *device;
     int micro_batch, seq_len, threads, repeat;
     int gpus, gpus_per_node, dp, tp, pp, zero, zero_given, autoplan;
+    const char *dtype;     /* "fp32", "tf32" or "bf16" */
+    int bf16;
     long global_batch;
     merak_sim_costs costs;
     int have_weight, have_rcost;
@@ -110,7 +114,7 @@ enum { MODE_SIM = 1, MODE_LIST = 2, MODE_PCOSTS = 4, MODE_CALIB = 8, MODE_LAYOUT
 enum { OPT_SIM = 256, OPT_LIST, OPT_PCOSTS, OPT_CALIB, OPT_GPUS, OPT_PART, OPT_MODEL, OPT_MB, OPT_SEQ,
        OPT_THREADS, OPT_REPEAT, OPT_PROFILE, OPT_DEVICE, OPT_GPN, OPT_GPU, OPT_GBATCH, OPT_DP, OPT_TP, OPT_PP, OPT_ZERO,
        OPT_AUTO, OPT_SCHED, OPT_VIRTUAL, OPT_STAGES, OPT_MBS, OPT_FWD, OPT_BWD, OPT_BWDW, OPT_RC, OPT_RCOST,
-       OPT_COMM, OPT_JSON, OPT_SVG, OPT_HELP, OPT_VERSION, OPT_END_ };
+       OPT_COMM, OPT_JSON, OPT_SVG, OPT_DTYPE, OPT_HELP, OPT_VERSION, OPT_END_ };
 
 /* The modes each option goes with. */
 static int option_modes(int opt)
@@ -124,7 +128,7 @@ static int option_modes(int opt)
     case OPT_CALIB: case OPT_THREADS: case OPT_REPEAT: case OPT_PROFILE: case OPT_DEVICE: return MODE_CALIB;
     case OPT_MODEL: case OPT_MB: case OPT_SEQ: return MODE_CALIB | MODE_LAYOUT;
     case OPT_GPUS: case OPT_GPN: case OPT_GPU: case OPT_GBATCH: case OPT_DP: case OPT_TP: case OPT_PP:
-    case OPT_ZERO: case OPT_AUTO: return MODE_LAYOUT;
+    case OPT_ZERO: case OPT_AUTO: case OPT_DTYPE: return MODE_LAYOUT;
     case OPT_SCHED: case OPT_VIRTUAL: case OPT_RC: return MODE_SIM | MODE_LAYOUT;
     case OPT_JSON: return MODE_SIM | MODE_LIST | MODE_PCOSTS | MODE_LAYOUT;
     }
@@ -153,6 +157,7 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         {"tp", required_argument, 0, OPT_TP},
         {"pp", required_argument, 0, OPT_PP},
         {"zero", required_argument, 0, OPT_ZERO},
+        {"dtype", required_argument, 0, OPT_DTYPE},
         {"auto", no_argument, 0, OPT_AUTO},
         {"model", required_argument, 0, OPT_MODEL},
         {"micro-batch", required_argument, 0, OPT_MB},
@@ -199,6 +204,12 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         case OPT_PP: o->pp = (int)cli_parse_int("--pp", optarg, 1, 1024); break;
         case OPT_ZERO: o->zero = (int)cli_parse_int("--zero", optarg, 0, 1), o->zero_given = 1; break;
         case OPT_AUTO: o->autoplan = 1; break;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "tf32") != 0 && strcmp(optarg, "bf16") != 0)
+                cli_die_usage("--dtype: '%s' is not fp32, tf32 or bf16", optarg);
+            o->dtype = optarg;
+            o->bf16 = strcmp(optarg, "bf16") == 0;
+            break;
         case OPT_MODEL: o->model = optarg; break;
         case OPT_MB: o->micro_batch = (int)cli_parse_int("--micro-batch", optarg, 1, 1 << 16); break;
         case OPT_SEQ: o->seq_len = (int)cli_parse_int("--seq-len", optarg, 1, 1 << 20); break;
@@ -581,7 +592,8 @@ static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, me
     return (merak_layout){.dp = dp, .tp = tp, .pp = pp, .gpus_per_node = c->gpus_per_node, .schedule = kind,
                           .virtual_stages = o->virtual_stages, .recompute = *rc,
                           .micro_batches = (int)(c->global_batch / per),
-                          .zero = o->zero, .partition = o->partition ? o->partition : "autopipe"};
+                          .zero = o->zero, .partition = o->partition ? o->partition : "autopipe",
+                          .bf16 = o->bf16};
 }
 
 static double gb(double bytes) { return bytes / 1e9; }
@@ -601,14 +613,14 @@ static json_t *layout_json(const plan_ctx *c, const merak_layout *L, const char 
                                             "parameters", s->params, "memory", mem, "forward_s", s->fwd,
                                             "backward_s", s->bwd, "recompute_s", s->recompute));
     }
-    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:i, s:i, s:I, s:s, "
+    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:i, s:i, s:I, s:s, s:s, "
                      "s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
                      "model", o->model, "gpus", L->dp * L->tp * L->pp, "gpus_per_node", L->gpus_per_node,
                      "gpu", o->gpu, "dp", L->dp, "tp", L->tp, "pp", L->pp, "schedule",
                      merak_schedule_name(L->schedule), "virtual_stages", r->chunks, "recompute", rc_name, "zero",
                      L->zero, "micro_batch", o->micro_batch, "seq_len", c->seq_len, "micro_batches",
                      L->micro_batches, "global_batch", (json_int_t)c->global_batch, "partition", L->partition,
-                     "stages", st, "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce,
+                     "dtype", o->dtype ? o->dtype : "fp32", "stages", st, "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce,
                      "optimizer_s", r->optimizer, "bubble", r->bubble, "tokens_per_s", r->tokens_per_s, "mfu",
                      r->mfu, "memory_available", r->available, "fits", r->fits);
 }
@@ -626,7 +638,8 @@ static void print_layout(const plan_ctx *c, const merak_layout *L, const char *r
            L->gpus_per_node, L->dp, L->tp, L->pp, sched);
     if (r->chunks > 1)
         printf(" (%d chunks per stage)", r->chunks);
-    printf(", recompute %s%s\n", rc_name, L->zero ? ", ZeRO-1" : "");
+    printf(", recompute %s%s%s%s\n", rc_name, L->zero ? ", ZeRO-1" : "", o->bf16 ? ", dtype " : "",
+           o->bf16 ? o->dtype : "");
     printf("batch: %ld sequences of %d tokens = %d micro-batches of %d per replica; partition %s over %d blocks\n",
            c->global_batch, c->seq_len, L->micro_batches, o->micro_batch, L->partition, r->blocks);
     printf("%5s %6s %7s %9s %11s %9s %9s %11s %7s %9s\n", "stage", "first", "layers", "recompute", "parameters",
@@ -696,7 +709,7 @@ static void plan_auto(const plan_opts *o)
                           .global_batch = c.global_batch, .dp = o->dp, .tp = o->tp, .pp = o->pp,
                           .schedule = o->schedule_name ? (int)o->schedule : -1, .virtual_stages = o->virtual_stages,
                           .layers = c.cfg.n_layer, .recompute = o->recompute_name,
-                          .zero = o->zero_given ? o->zero : -1, .partition = o->partition};
+                          .zero = o->zero_given ? o->zero : -1, .partition = o->partition, .bf16 = o->bf16};
     merak_auto_result res;
     int rc = merak_layout_auto(c.g, &q, &c.d, &res, err, sizeof err);
     if (rc == MERAK_USAGE)

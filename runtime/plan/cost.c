@@ -51,14 +51,14 @@ void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *f
     }
 }
 
-double merak_cut_time(const merak_graph *g, int k, const merak_device *d, double link_bw)
+double merak_cut_time(const merak_graph *g, int k, const merak_device *d, double link_bw, double elem)
 {
     int t = merak_cut_tensor(g, k);
-    return t < 0 ? 0 : 4.0 * (double)merak_tensor_elems(&g->tensors[t]) / link_bw + d->latency;
+    return t < 0 ? 0 : elem * (double)merak_tensor_elems(&g->tensors[t]) / link_bw + d->latency;
 }
 
 void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph *local, const merak_device *d,
-                       double link_bw, merak_blocks *b)
+                       double link_bw, double elem, merak_blocks *b)
 {
     for (int k = 0; k < b->n; k++) {
         b->fwd[k] = b->bwd[k] = 0;
@@ -69,7 +69,7 @@ void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph
             b->fwd[k] += f;
             b->bwd[k] += w;
         }
-        b->comm[k] = k > 0 ? merak_cut_time(g, first[k], d, link_bw) : 0;
+        b->comm[k] = k > 0 ? merak_cut_time(g, first[k], d, link_bw, elem) : 0;
     }
 }
 

@@ -35,14 +35,16 @@ double merak_allreduce_time(double bytes, int n, double bw, double latency);
 void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *fwd, double *bwd);
 
 /* Seconds the activation crossing cut k of g (merak_cut_tensor; 0 if none
- * does) takes over a link of link_bw bytes/s. */
-double merak_cut_time(const merak_graph *g, int k, const merak_device *d, double link_bw);
+ * does) takes over a link of link_bw bytes/s, elem bytes an element (4, or
+ * 2 in bf16 storage). */
+double merak_cut_time(const merak_graph *g, int k, const merak_device *d, double link_bw, double elem);
 
 /* Fills b's forward and backward times (seconds per micro-batch) for the
  * blocks of g (merak_graph_blocks; first[] their first ops) from the ops
  * of `local`, g's tensor-parallel shard (or g itself), and the time to
- * move each cut's activation over a link of link_bw bytes/s. */
+ * move each cut's activation (elem bytes an element) over a link of
+ * link_bw bytes/s. */
 void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph *local, const merak_device *d,
-                       double link_bw, merak_blocks *b);
+                       double link_bw, double elem, merak_blocks *b);
 
 #endif /* MERAK_COST_H */

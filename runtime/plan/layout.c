@@ -54,8 +54,8 @@ static int partition_blocks(merak_blocks *b, const int *first, const char *metho
 /* The blocks of g costed from the ops of `local` on d (NULL: no costs, for
  * the methods that need none), cut by `method` into pp * V stages. */
 static int partition_graph(const merak_graph *g, const merak_graph *local, const char *method, const merak_device *d,
-                           double link_bw, int pp, int V, int M, double budget, int *starts, int *bounds,
-                           double *step, char *err, size_t errlen)
+                           double link_bw, double elem, int pp, int V, int M, double budget, int *starts,
+                           int *bounds, double *step, char *err, size_t errlen)
 {
     merak_blocks b;
     int *first = NULL;
@@ -63,7 +63,7 @@ static int partition_graph(const merak_graph *g, const merak_graph *local, const
         return -1;
     b.budget = budget;
     if (d)
-        merak_blocks_cost(g, first, local, d, link_bw, &b);
+        merak_blocks_cost(g, first, local, d, link_bw, elem, &b);
     int rc = strcmp(method, "autopipe") == 0 && !d && pp * V > 1
                  ? merak_errf(err, errlen, "autopipe needs a device profile")
                  : partition_blocks(&b, first, method, pp, V, M, starts, bounds, step, err, errlen);
@@ -71,6 +71,9 @@ static int partition_graph(const merak_graph *g, const merak_graph *local, const
     free(first);
     return rc;
 }
+
+/* Bytes of an activation's element on the pipeline's links. */
+static double layout_elem(const merak_layout *L) { return L->bf16 ? 2.0 : 4.0; }
 
 double merak_adamw_bytes(size_t share) { return 2.0 * (double)(share ? share : 1) * sizeof(float); }
 
@@ -131,7 +134,8 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
         return MERAK_USAGE;
     merak_stage_opts so = {.schedule = L->schedule, .recompute = L->recompute, .bounds = bounds, .rules = L->rules,
                            .nrules = L->nrules, .micro_batches = L->micro_batches, .virtual_stages = V,
-                           .zero = L->zero, .kernels = merak_kernels_cpu(), .shard = L->tp > 1 ? local : NULL};
+                           .zero = L->zero, .kernels = merak_kernels_cpu(), .shard = L->tp > 1 ? local : NULL,
+                           .bf16 = L->bf16};
     int rc = merak_stage_plan(&gr, g, &so, m, err, errlen);
     if (rc < 0)
         return rc;
@@ -156,7 +160,7 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
                 k.recompute += f;
         }
         int q = c * L->pp + p;
-        k.comm = q + 1 < Q ? merak_cut_time(g, bounds[q + 1], d, ln->pp) : 0;
+        k.comm = q + 1 < Q ? merak_cut_time(g, bounds[q + 1], d, ln->pp, layout_elem(L)) : 0;
         costs[q] = k;
         st->fwd += k.fwd;
         st->bwd += k.bwd;
@@ -218,8 +222,8 @@ int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_de
     if (d && strcmp(method, "autopipe") == 0)   /* only autopipe reads the shard's op times */
         rc = layout_shard(g, L, &made, &local, err, errlen);
     if (rc == 0)
-        rc = partition_graph(g, local, method, d, d ? layout_links(L, V, d).pp : 0, L->pp, V, L->micro_batches,
-                             L->search_work, starts, bounds, step, err, errlen);
+        rc = partition_graph(g, local, method, d, d ? layout_links(L, V, d).pp : 0, layout_elem(L), L->pp, V,
+                             L->micro_batches, L->search_work, starts, bounds, step, err, errlen);
     merak_graph_destroy(made);
     return rc;
 }

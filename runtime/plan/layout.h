@@ -13,8 +13,10 @@
  * the activation slots the schedule keeps and the recompute buffers, the
  * kernels' scratch, the ZeRO shard; plus AdamW's two floats per parameter
  * the rank updates (its ZeRO share) and the device's reserved memory.
- * The stage of dp rank 0 (the largest ZeRO share).  Every value is float32,
- * as the runtime trains.
+ * The stage of dp rank 0 (the largest ZeRO share).  Values are float32,
+ * as the runtime trains, but for bf16's (L->bf16): the activations and
+ * their gradients in bf16 storage, the weights' bf16 copies, and 2 bytes
+ * an element on the pipeline's links.
  *
  * Time: each virtual stage's forward, backward (its weight share: half
  * the linear layers' backward), recompute and send times from the cost
@@ -49,6 +51,8 @@ typedef struct merak_layout {
     merak_recompute recompute;
     int micro_batches;           /* M per replica */
     int zero;                    /* 1: ZeRO-1 over dp */
+    int bf16;                    /* --dtype bf16: activations in bf16 storage, weight copies
+                                  * (the runtime's plan) and bf16 pipeline transfers */
     const char *partition;       /* method (partition.h); NULL: autopipe */
     const merak_tp_rule *rules;  /* tensor-parallel rules over the graph's own, or NULL */
     int nrules;

@@ -44,7 +44,8 @@ int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, mera
                           .global_batch = rep->global_batch, .dp = a->dp, .tp = a->tp, .pp = a->pp,
                           .schedule = a->schedule ? (int)kind : -1, .virtual_stages = a->virtual_stages,
                           .layers = a->model ? a->model->n_layer : 0,
-                          .recompute = a->recompute, .zero = a->zero, .partition = a->partition};
+                          .recompute = a->recompute, .zero = a->zero, .partition = a->partition,
+                          .bf16 = merak_args_bf16(a) && a->tp_overlap <= 1};
     merak_auto_result r;
     rc = merak_layout_auto(g, &q, &d, &r, err, errlen);
     rep->tried = r.tried, rep->fitting = r.fitting, rep->simulated = r.simulated;

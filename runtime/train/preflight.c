@@ -300,7 +300,10 @@ int merak_partition_stages(const merak_graph *g, const merak_args *a, const mera
     }
     merak_layout L = {.dp = gr->dp, .tp = gr->tp, .pp = gr->pp, .gpus_per_node = gr->world, .node_of = nodes,
                       .schedule = kind, .virtual_stages = V, .micro_batches = a->micro_batches,
-                      .partition = method, .rules = rules, .nrules = nrules};
+                      .partition = method, .rules = rules, .nrules = nrules,
+                      /* bf16 storage moves 2 bytes an element between stages (not
+                       * with sub-batches, which keep float storage) */
+                      .bf16 = merak_args_bf16(a) && a->tp_overlap <= 1};
     /* one stage is the whole graph whatever the method: no costs needed,
      * but a profile asked for is still read (and refused if bad) */
     int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);

@@ -44,7 +44,7 @@ static void test_graph_partition(void)
         merak_graph_destroy(g);
         return;
     }
-    merak_blocks_cost(g, first, g, &d, d.intra, &b);
+    merak_blocks_cost(g, first, g, &d, d.intra, 4.0, &b);
     const char *methods[] = {"uniform", "parameters", "autopipe", "custom:0,2,4,6"};
     for (int m = 0; m < 4; m++) {
         int rc = merak_partition_graph(&b, first, 4, 8, methods[m], starts, bounds, NULL, err, sizeof err);
@@ -324,7 +324,7 @@ static void test_real_graphs(void)
         if (ok && merak_graph_blocks(g, &b, &first, err, sizeof err) < 0)
             ok = 0;
         if (ok)
-            merak_blocks_cost(g, first, g, &d, d.inter, &b);
+            merak_blocks_cost(g, first, g, &d, d.inter, 4.0, &b);
         for (int P = 2; ok && P <= 8; P *= 2) {
             int st[8];
             double t[3];
