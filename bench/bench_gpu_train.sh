@@ -9,7 +9,8 @@
 # tokens; run it at T=2048) at sequence length T both sides train
 # WARMUP + STEPS optimizer steps of M micro-batches of B sequences from the
 # same token shard; the median step time of the timed steps is reported.
-# merak trains in each of MERAK_DTYPES (--dtype fp32, tf32, bf16).  PyTorch runs a
+# merak trains in each of MERAK_DTYPES (--dtype fp32, tf32, bf16; bf16-float: bf16
+# values in float storage, MERAK_BF16_STORAGE=float).  PyTorch runs a
 # nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention with
 # is_causal, fused AdamW, clip_grad_norm_; for llama-1b nn.RMSNorm,
 # rotate-half RoPE, SDPA with enable_gqa, SwiGLU, no biases) in four modes:
@@ -29,7 +30,7 @@
 # planned allocation ("memory (allocated)").
 #
 # Environment: MODELS [gpt2 gpt2-medium; or llama-1b]  T [1024]  B [8]  M [1]  STEPS [20]
-#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16]
+#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16 bf16-float]
 #   PYTHON [python3]  PEAK_TFLOPS [989.4]  PEAK_TF32_TFLOPS [494.7]
 #   PEAK_FP32_TFLOPS [66.9]
 set -eu
@@ -42,7 +43,7 @@ M=${M:-1}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
 MODES=${MODES:-"fp32 tf32 bf16 bf16-compile"}
-MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32 bf16"}
+MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32 bf16 bf16-float"}
 PYTHON=${PYTHON:-python3}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-66.9}
@@ -194,11 +195,16 @@ JSON
         spec=$model
         N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
     fi
-    best= ms_fp32= ms_tf32= ms_bf16=
+    best= ms_fp32= ms_tf32= ms_bf16= ms_bf16_float=
     for dt in $MERAK_DTYPES; do
         rm -f "$TMP/m.jsonl"
+        case $dt in
+        bf16-float) flag=bf16 storage=float ;;
+        *) flag=$dt storage=bf16 ;;
+        esac
         # a run that fails is reported and the others go on (a GPU's minutes are few)
-        if ! "$BUILDDIR/merak-train" --model "$spec" --device cuda --dtype "$dt" --data "$TMP/shard.bin" \
+        if ! env MERAK_BF16_STORAGE=$storage "$BUILDDIR/merak-train" --model "$spec" --device cuda --dtype "$flag" \
+            --data "$TMP/shard.bin" \
             --micro-batch "$B" --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 \
             --lr-schedule constant --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" > "$TMP/merak.out" 2>&1; then
             tail -5 "$TMP/merak.out" >&2
@@ -209,7 +215,7 @@ JSON
               awk -v w="$WARMUP" '$1 >= w {print $2}' | median)
         mpeak=$(sed -n 's/^memory (allocated): stage 0 \([0-9.]*\) MiB.*/\1/p' "$TMP/merak.out" | head -1)
         line "$model" "merak-$dt" "$mms" "$N" "${mpeak:-?}" "$L" "$C"
-        eval "ms_$dt=\$mms"
+        eval "ms_$(echo "$dt" | tr - _)=\$mms"
         if [ -z "$best" ] || awk -v a="$mms" -v b="$best" 'BEGIN {exit !(a < b)}'; then best=$mms; fi
     done
     for mode in $MODES; do

@@ -7,17 +7,27 @@
 #include "graph.h"
 
 /* last_use[t]: the last op reading activation t (or -1). */
+void merak_graph_last_uses(const merak_graph *g, int *last, int *nuse)
+{
+    for (int t = 0; t < g->ntensors; t++) {
+        last[t] = -1;
+        if (nuse)
+            nuse[t] = 0;
+    }
+    for (int i = 0; i < g->nops; i++)
+        for (int j = 0; j < g->ops[i].nin; j++)
+            if (g->ops[i].in[j] >= 0) {
+                last[g->ops[i].in[j]] = i;
+                if (nuse)
+                    nuse[g->ops[i].in[j]]++;
+            }
+}
+
 static int *last_uses(const merak_graph *g)
 {
     int *last = malloc((size_t)g->ntensors * sizeof *last);
-    if (!last)
-        return NULL;
-    for (int t = 0; t < g->ntensors; t++)
-        last[t] = -1;
-    for (int i = 0; i < g->nops; i++)
-        for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] >= 0)
-                last[g->ops[i].in[j]] = i;
+    if (last)
+        merak_graph_last_uses(g, last, NULL);
     return last;
 }
 

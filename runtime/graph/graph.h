@@ -185,6 +185,9 @@ int merak_op_reads(const merak_op *o, int t);
 /* The one activation crossing a cut before op k, or -1 if k is not a cut
  * point (none or several cross). */
 int merak_cut_tensor(const merak_graph *g, int k);
+/* last[t] = the last op reading tensor t (-1: none) and, unless nuse is
+ * NULL, nuse[t] = how many op inputs name t; both [g->ntensors]. */
+void merak_graph_last_uses(const merak_graph *g, int *last, int *nuse);
 
 /* The cut points k with begin < k < end into cuts (room for end - begin
  * entries); returns their number, or -1 out of memory.  The segments

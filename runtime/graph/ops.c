@@ -388,7 +388,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_ATTENTION] = {.name = "attention", .shard = MERAK_SHARD_ATTENTION, .cost = MERAK_COST_FLOPS,
                             .saved_floats = attention_saved, .scratch_floats = attention_scratch,
                             .forward = attention_forward, .backward_input = attention_backward_input,
-                            .decode = attention_decode, .decode_plan = attention_decode_plan},
+                            .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan},
     [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                        .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward},
     [MERAK_OP_SWIGLU] = {.name = "swiglu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,

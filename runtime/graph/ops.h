@@ -103,6 +103,8 @@ typedef struct merak_op_kind {
     int loss;              /* its output is the graph's loss: the forward leaves
                             * per-row statistics (merak_op_loss_rows) the
                             * executor reduces */
+    int reads_output;      /* its backward reads its forward's output (io->y);
+                            * the others get NULL there */
     /* floats kept from forward to backward (one micro-batch), and of
      * scratch; NULL: none */
     size_t (*saved_floats)(const merak_graph *g, const merak_op *o);

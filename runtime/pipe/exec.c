@@ -65,7 +65,8 @@ struct merak_exec {
 
     /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
     int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (bytes) or -1 */
-    int64_t *g_off;        /* [ntensors] offset in the gradient arena (bytes) or -1 */
+    int64_t *g_off;        /* [ntensors] offset in the gradient arena, or in gshared, or t_off
+                            * for an in-place gradient (bytes); or -1 */
     unsigned char *in_place;   /* [ntensors] the gradient replaces the value (grad_in_place) */
     unsigned char *g_shared;   /* [ntensors] the gradient lives in gshared (share_grads) */
     int *last_use;         /* [ntensors] the last op reading a tensor, or -1 */
@@ -78,6 +79,7 @@ struct merak_exec {
     staged st[MAX_STAGED];
     int nst;
     size_t st_used;        /* floats of stage in use */
+    int st_mode, st_slot, st_op, st_k;   /* the call they were staged for (op_io) */
     int64_t *save_off;     /* [nops] offset of the op's saved values or -1 */
     size_t act_bytes, grad_bytes;     /* all slots */
     unsigned char *act, *gradarena;
@@ -196,7 +198,8 @@ static int grad_in_place(const merak_exec *e, const chunk *ch, int t, const int 
     const merak_graph *g = e->g;
     const int p = g->tensors[t].producer, u = last_use[t];
     return !e->keep_grads && nuse[t] == 1 && p >= ch->begin && p < ch->end && u >= ch->begin && u < ch->end &&
-           merak_op_kind_of(&g->ops[u])->loss && g->ops[u].in[0] == t;
+           merak_op_kind_of(&g->ops[u])->loss && g->ops[u].in[0] == t &&
+           !merak_op_kind_of(&g->ops[p])->reads_output;   /* its producer's backward reads the values */
 }
 
 /* Can tensor t's gradient live in the backward's shared buffer?  It must
@@ -478,14 +481,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
             e->slot_chunk[e->ch[c].slot0 + j] = c;
     for (int i = 0; i < e->nslots; i++)
         e->pool_of[i] = -1;
-    for (int t = 0; t < nt; t++)
-        last_use[t] = -1;
-    for (int i = 0; i < g->nops; i++)
-        for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] >= 0) {
-                last_use[g->ops[i].in[j]] = i;
-                nuse[g->ops[i].in[j]]++;
-            }
+    merak_graph_last_uses(g, last_use, nuse);
     for (int t = 0; t < nt; t++)
         e->param_of[t] = -1, e->tensor_chunk[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
     for (int i = 0; i < g->nops; i++)
@@ -945,8 +941,13 @@ static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
     io.rows = io.rows_all / sb.K;
     io.seq = x->ndim >= 2 ? (int)x->shape[1] : 1;
     io.saved = e->save_off[i] >= 0 ? saved(e, slot, i) : NULL;
-    e->nst = 0;
-    e->st_used = 0;
+    /* the weight part right after the input part of the same call finds
+     * the values and the output's gradient staged already */
+    const int again = mode == IO_WEIGHT && e->st_mode == IO_INPUT && e->st_slot == slot && e->st_op == i &&
+                      e->st_k == sb.k;
+    if (!again)
+        e->nst = 0, e->st_used = 0;
+    e->st_mode = mode, e->st_slot = slot, e->st_op = i, e->st_k = sb.k;
     for (int j = 0; j < o->nin && j < 3; j++) {
         const int t = o->in[j];
         const size_t n = t < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[t]) / (size_t)sb.K;
@@ -957,7 +958,8 @@ static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
             io.dw[j - 1] = grad(e, slot, t);
     }
     const size_t n = (size_t)merak_tensor_elems(&g->tensors[o->out]) / (size_t)sb.K;
-    io.y = stage(e, sval(e, slot, o->out, sb), o->out, n, mode != IO_FORWARD);
+    if (mode == IO_FORWARD || merak_op_kind_of(o)->reads_output)
+        io.y = stage(e, sval(e, slot, o->out, sb), o->out, n, mode != IO_FORWARD);
     if (mode != IO_FORWARD)
         io.dy = stage(e, sgrad(e, slot, o->out, sb), o->out, n, 1);
     return io;
@@ -1320,6 +1322,8 @@ int merak_exec_backward_input(merak_exec *e, int slot)
 {
     if (check_recomputed(e, slot) < 0)
         return -1;
+    if (!e->split)   /* the weight parts would find the gradients they read gone */
+        return fail(e, "slot %d: input parts apart from the weight parts need an executor made with split", slot);
     return run_pass(e, slot, chunk_of(e, slot)->begin, chunk_of(e, slot)->end, P_BACKWARD_INPUT);
 }
 

@@ -227,8 +227,9 @@ double merak_exec_loss(const merak_exec *e, int slot);
  * do for a chunk that recomputes no op); the backward of a recomputing
  * chunk fails without it.  0 or -1. */
 int merak_exec_recompute(merak_exec *e, int slot);
+/* The backward's input parts, then its weight parts: only for an
+ * executor made with split (-1 otherwise). */
 int merak_exec_backward_input(merak_exec *e, int slot);
-/* (only for an executor made with split: -1 otherwise) */
 int merak_exec_backward_weight(merak_exec *e, int slot);
 int merak_exec_backward(merak_exec *e, int slot);
 /* Why the last forward or backward failed (empty if it did not). */

@@ -22,7 +22,7 @@ count=$(echo "$pids" | wc -w)
 rank=5
 victim=$(rank_pid "$marker" $rank $job) || exit 1
 start=$(date +%s)
-kill -9 "$victim"
+kill -9 "$victim" || { wait $job || true; cat "$WORK/err" >&2; fail "rank $rank (pid $victim) was gone before it was killed"; }
 set +e
 wait $job
 rc=$?

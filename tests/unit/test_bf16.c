@@ -13,6 +13,7 @@
 
 #include "bf16.h"
 #include "graph/graph.h"
+#include "graph/ops.h"
 #include "kernels.h"
 #include "merak/merak.h"
 #include "pipe/exec.h"
@@ -162,6 +163,69 @@ static void test_step(const char *preset)
     merak_graph_destroy(g);
 }
 
+/* A stand-in tensor-parallel group for one process: a "sum" that doubles
+ * (as if the peer held the same values), the same for both executors
+ * below, which is all a bitwise comparison needs. */
+static int twice(void *ctx, float *buf, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        buf[i] += buf[i];
+    return 0;
+}
+
+/* Tensor parallelism's sums (the forward's after the row-parallel
+ * layers, the backward's before the column-parallel ones' input
+ * gradients, the vocabulary-parallel loss) run on the staged floats: a
+ * tp = 2 shard gives the same bits in bf16 and float storage. */
+static void test_tp_storage(void)
+{
+    merak_graph *g = build("tiny-gpt2", 2, 16), *sh = g ? merak_graph_shard(g, 2, 0, NULL, 0, err, sizeof err) : NULL;
+    merak_exec_chunk whole = {0, -1, 1, 0};
+    merak_exec_comm tp = {.allreduce = twice};
+    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu(), .tp = &tp, .bf16 = 1,
+                         .keep_grads = 1}, of = o;
+    of.float_storage = 1;
+    merak_exec *e[2] = {NULL, NULL};
+    if (!sh || merak_exec_create(sh, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(sh, &of, &e[1], err, sizeof err) < 0) {
+        tap_ok(0, "tp shard executors: %s", err);
+        merak_graph_destroy(sh);
+        merak_graph_destroy(g);
+        return;
+    }
+    double loss[2];
+    for (int i = 0; i < 2; i++) {
+        merak_init_params(sh, e[i], 42, NULL, 0);
+        fill_tokens(sh, e[i], 256, 5);   /* ids of both shards of the vocabulary */
+        loss[i] = step(e[i], 0);
+    }
+    size_t n, differ = 0, half = 0;
+    const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+    for (int t = 0; t < sh->ntensors; t++) {
+        const void *v = merak_exec_tensor(e[0], 0, t), *d = merak_exec_grad(e[0], 0, t);
+        const float *vf = merak_exec_tensor(e[1], 0, t), *df = merak_exec_grad(e[1], 0, t);
+        if (!v || !merak_exec_tensor_bf16(e[0], t))
+            continue;
+        half++;
+        /* a TP_COPY sums its output's gradient where its backward reads
+         * it: in place in float storage, in the staged copy in bf16
+         * storage (the sum is the op's alone: nothing reads it after) */
+        const int p = sh->tensors[t].producer;
+        if (p >= 0 && merak_op_kind_of(&sh->ops[p])->sum == MERAK_SUM_BACKWARD)
+            d = NULL;
+        for (int64_t i = 0; i < merak_tensor_elems(&sh->tensors[t]); i++)
+            differ += bits(merak_bf16_to_f32(((const uint16_t *)v)[i])) != bits(vf[i]) ||
+                      (d && bits(merak_bf16_to_f32(((const uint16_t *)d)[i])) != bits(df[i]));
+    }
+    tap_ok(half > 10 && differ == 0 && loss[0] == loss[1] && memcmp(g0, g1, n * sizeof *g0) == 0,
+           "tp = 2 shard: bf16 storage (%zu tensors) gives float storage's values, gradients, loss and weight "
+           "gradients bit for bit (%zu differ)", half, differ);
+    merak_exec_destroy(e[0]);
+    merak_exec_destroy(e[1]);
+    merak_graph_destroy(sh);
+    merak_graph_destroy(g);
+}
+
 /* A backend without bf16 is refused by name. */
 static void test_refused(void)
 {
@@ -181,6 +245,7 @@ int main(void)
     test_round();
     test_step("tiny-gpt2");
     test_step("tiny-llama");
+    test_tp_storage();
     test_refused();
     return tap_done();
 }

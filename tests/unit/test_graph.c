@@ -319,8 +319,8 @@ static void test_model_gradients(const char *preset)
  * and its gradient carried by hand, gives the whole graph's loss and
  * gradients; the tied embedding's gradient is the sum of both stages'. */
 /* The logits have no gradient buffer: the loss's backward writes their
- * gradient, (softmax - onehot) / rows, over them.  Every other float
- * tensor has its own. */
+ * gradient, (softmax - onehot) / rows, over them (zero in a row whose
+ * target is ignored).  No other float tensor's gradient is its storage. */
 static void test_logits_in_place(const char *preset)
 {
     merak_model_config c;
@@ -347,7 +347,9 @@ static void test_logits_in_place(const char *preset)
     merak_exec_forward(e, 1, 7);
     const int N = 16, V = (int)g->tensors[lt].shape[g->tensors[lt].ndim - 1];
     float *z = malloc((size_t)N * V * sizeof *z);
-    const int32_t *tg = merak_exec_tensor(e, 1, tt);
+    int32_t *tg = merak_exec_tensor(e, 1, tt);
+    tg[3] = -100;   /* ignore_index */
+    merak_exec_forward(e, 1, 7);
     memcpy(z, merak_exec_tensor(e, 1, lt), (size_t)N * V * sizeof *z);
     merak_exec_backward(e, 1);
     const float *d = merak_exec_grad(e, 1, lt);
@@ -359,86 +361,103 @@ static void test_logits_in_place(const char *preset)
         for (int j = 0; j < V; j++)
             sum += exp(z[(size_t)n * V + j] - mx);
         for (int j = 0; j < V; j++) {
-            double want = (exp(z[(size_t)n * V + j] - mx) / sum - (j == tg[n])) / N;
+            double want = tg[n] < 0 ? 0 : (exp(z[(size_t)n * V + j] - mx) / sum - (j == tg[n])) / N;
             worst = fmax(worst, fabs(d[(size_t)n * V + j] - want));
         }
     }
     tap_ok(shared == 2 && own == 0 && worst < 1e-7,
            "%s: the logits' gradient is their storage in both slots (%d), no other tensor's (%d); after the "
-           "backward it holds (softmax - onehot) / %d (worst error %.2g)", preset, shared, own, N, worst);
+           "backward it holds (softmax - onehot) / %d, zero where the target is ignored (worst error %.2g)", preset, shared, own, N, worst);
     free(z);
     merak_exec_destroy(e);
     merak_graph_destroy(g);
 }
 
 /* Gradients that never live at once share storage, and that changes no
- * bit: two micro-batches in gpipe order (both forwards, then both
- * backwards) give the losses and weight gradients of an executor keeping
- * every gradient, with less memory; two gradients whose lifetimes (from
- * the last op reading the tensor to the op making it) overlap never
- * overlap in memory, and some that do not, do. */
+ * bit: two micro-batches in gpipe order, against an executor keeping
+ * every gradient, give the same losses and weight gradients with less
+ * memory, with the backward whole, split in zero-bubble order (both
+ * input parts, then both weight parts) and with every layer recomputed;
+ * two gradients whose lifetimes (from the last op reading the tensor to
+ * the op making it) overlap never overlap in memory, and some that do
+ * not, do. */
+static void run_two(merak_exec *e, int how)
+{
+    merak_exec_zero_grads(e);
+    merak_exec_forward(e, 0, 7);
+    merak_exec_forward(e, 1, 8);
+    for (int s = 1; s >= 0; s--) {
+        if (how == 2)
+            merak_exec_recompute(e, s);
+        if (how == 1)
+            merak_exec_backward_input(e, s);
+        else
+            merak_exec_backward(e, s);
+    }
+    for (int s = 1; how == 1 && s >= 0; s--)
+        merak_exec_backward_weight(e, s);
+}
+
 static void test_shared_grads(const char *preset)
 {
+    static const char *ways[] = {"whole backward", "split backward", "recomputed"};
     merak_model_config c;
     merak_model_preset(preset, &c);
     c.dropout = 0.1f;
     merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
-    merak_exec *e[2] = {NULL, NULL};
-    merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2};
-    merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu()}, ok = o;
-    ok.keep_grads = 1;
-    if (!g || merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &ok, &e[1], err, sizeof err) < 0) {
-        tap_ok(0, "%s: %s", preset, err);
-        return;
-    }
-    double loss[2][2];
-    for (int i = 0; i < 2; i++) {
-        merak_init_params(g, e[i], 42, NULL, 0);
-        fill_tokens(g, e[i], 0, c.vocab_size, 5);
-        fill_tokens(g, e[i], 1, c.vocab_size, 6);
-        merak_exec_zero_grads(e[i]);
-        merak_exec_forward(e[i], 0, 7);
-        merak_exec_forward(e[i], 1, 8);
-        merak_exec_backward(e[i], 1);
-        merak_exec_backward(e[i], 0);
-        loss[i][0] = merak_exec_loss(e[i], 0);
-        loss[i][1] = merak_exec_loss(e[i], 1);
-    }
-    size_t n;
-    const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
-    size_t b0 = merak_exec_arena_bytes(e[0]), b1 = merak_exec_arena_bytes(e[1]);
-    tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 && b0 < b1,
-           "%s: shared gradients give the losses and weight gradients of kept ones, bit for bit, in %zu bytes "
-           "of arenas instead of %zu", preset, b0, b1);
-
-    int *last = malloc((size_t)g->ntensors * sizeof *last), shared = 0, clash = 0, reuse = 0;
-    for (int t = 0; t < g->ntensors; t++)
-        last[t] = -1;
-    for (int i = 0; i < g->nops; i++)
-        for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] >= 0)
-                last[g->ops[i].in[j]] = i;
-    for (int a = 0; a < g->ntensors; a++) {
-        const float *pa = merak_exec_grad(e[0], 0, a);
-        if (!pa || pa != merak_exec_grad(e[0], 1, a))
-            continue;   /* the slot's own */
-        shared++;
-        for (int b = 0; b < g->ntensors; b++) {
-            const float *pb = merak_exec_grad(e[0], 0, b);
-            if (b == a || !pb || pb != merak_exec_grad(e[0], 1, b))
-                continue;
-            const int live = g->tensors[a].producer <= last[b] && g->tensors[b].producer <= last[a];
-            const int mem = pa < pb + merak_tensor_elems(&g->tensors[b]) && pb < pa + merak_tensor_elems(&g->tensors[a]);
-            clash += live && mem;
-            reuse += !live && mem;
+    for (int how = 0; g && how < 3; how++) {
+        merak_exec *e[2] = {NULL, NULL};
+        merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2, .recompute_end = how == 2 ? g->nops : 0};
+        merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu(), .split = how == 1,
+                             .npool = how == 2 ? 2 : 0}, ok = o;
+        ok.keep_grads = 1;
+        if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &ok, &e[1], err, sizeof err) < 0) {
+            tap_ok(0, "%s: %s", preset, err);
+            merak_exec_destroy(e[0]);
+            continue;
         }
+        double loss[2][2];
+        for (int i = 0; i < 2; i++) {
+            merak_init_params(g, e[i], 42, NULL, 0);
+            fill_tokens(g, e[i], 0, c.vocab_size, 5);
+            fill_tokens(g, e[i], 1, c.vocab_size, 6);
+            run_two(e[i], how);
+            loss[i][0] = merak_exec_loss(e[i], 0);
+            loss[i][1] = merak_exec_loss(e[i], 1);
+        }
+        size_t n;
+        const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+        size_t b0 = merak_exec_arena_bytes(e[0]), b1 = merak_exec_arena_bytes(e[1]);
+        tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 && b0 < b1,
+               "%s, %s: shared gradients give the losses and weight gradients of kept ones, bit for bit, in %zu "
+               "bytes of arenas instead of %zu", preset, ways[how], b0, b1);
+        if (how == 0) {
+            int *last = malloc((size_t)g->ntensors * sizeof *last), shared = 0, clash = 0, reuse = 0;
+            merak_graph_last_uses(g, last, NULL);
+            for (int a = 0; a < g->ntensors; a++) {
+                const float *pa = merak_exec_grad(e[0], 0, a);
+                if (!pa || pa != merak_exec_grad(e[0], 1, a))
+                    continue;   /* the slot's own */
+                shared++;
+                for (int b = 0; b < g->ntensors; b++) {
+                    const float *pb = merak_exec_grad(e[0], 0, b);
+                    if (b == a || !pb || pb != merak_exec_grad(e[0], 1, b))
+                        continue;
+                    const int live = g->tensors[a].producer <= last[b] && g->tensors[b].producer <= last[a];
+                    const int mem = pa < pb + merak_tensor_elems(&g->tensors[b]) &&
+                                    pb < pa + merak_tensor_elems(&g->tensors[a]);
+                    clash += live && mem;
+                    reuse += !live && mem;
+                }
+            }
+            tap_ok(shared > 10 && clash == 0 && reuse > 0,
+                   "%s: %d gradients in the shared buffer; %d pairs living at once overlap in memory, %d pairs not "
+                   "living at once do", preset, shared, clash, reuse);
+            free(last);
+        }
+        merak_exec_destroy(e[0]);
+        merak_exec_destroy(e[1]);
     }
-    tap_ok(shared > 10 && clash == 0 && reuse > 0,
-           "%s: %d gradients in the shared buffer; %d pairs living at once overlap in memory, %d pairs not "
-           "living at once do", preset, shared, clash, reuse);
-    free(last);
-    merak_exec_destroy(e[0]);
-    merak_exec_destroy(e[1]);
     merak_graph_destroy(g);
 }
 
