@@ -17,6 +17,7 @@
  *   generate.h        sampling with a key/value cache (merak-generate)
  *   graph/graph.h     the graph's tensors (merak-ckpt's export)
  *   pipe/schedule.h   schedules and the simulator (merak-plan, merak-trace)
+ *   pipe/stage.h      MERAK_BF16_STORAGE (merak-plan)
  *   pipe/trace.h      timelines (merak-trace)
  *   plan/auto.h, cost.h, layout.h, partition.h
  *                     costs, partitions, layouts and the --auto search (merak-plan)
@@ -35,6 +36,7 @@
 #include "graph/graph.h"
 #include "grow.h"
 #include "pipe/schedule.h"
+#include "pipe/stage.h"
 #include "pipe/trace.h"
 #include "plan/auto.h"
 #include "plan/cost.h"

@@ -102,7 +102,7 @@ typedef struct plan_opts {
     int micro_batch, seq_len, threads, repeat;
     int gpus, gpus_per_node, dp, tp, pp, zero, zero_given, autoplan;
     const char *dtype;     /* "fp32", "tf32" or "bf16" */
-    int bf16;
+    int bf16, float_storage;   /* float_storage: MERAK_BF16_STORAGE=float */
     long global_batch;
     merak_sim_costs costs;
     int have_weight, have_rcost;
@@ -265,6 +265,11 @@ static void parse_args(int argc, char **argv, plan_opts *o)
     for (int i = 0; opts[i].name; i++)
         if (given[opts[i].val - OPT_SIM] && !(option_modes(opts[i].val) & o->mode))
             cli_die_usage("--%s does not go with %s", opts[i].name, mode_flag(o->mode));
+    if (o->bf16) {
+        char err[256];
+        if (merak_bf16_storage_env(&o->float_storage, err, sizeof err) < 0)
+            cli_die_usage("%s", err);
+    }
     if (o->mode == MODE_CALIB) {
         const merak_backend *be = merak_backend_find(o->device);
         if (given[OPT_THREADS - OPT_SIM] && !be->host)
@@ -593,7 +598,7 @@ static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, me
                           .virtual_stages = o->virtual_stages, .recompute = *rc,
                           .micro_batches = (int)(c->global_batch / per),
                           .zero = o->zero, .partition = o->partition ? o->partition : "autopipe",
-                          .bf16 = o->bf16};
+                          .bf16 = o->bf16, .float_storage = o->float_storage};
 }
 
 static double gb(double bytes) { return bytes / 1e9; }
@@ -709,7 +714,8 @@ static void plan_auto(const plan_opts *o)
                           .global_batch = c.global_batch, .dp = o->dp, .tp = o->tp, .pp = o->pp,
                           .schedule = o->schedule_name ? (int)o->schedule : -1, .virtual_stages = o->virtual_stages,
                           .layers = c.cfg.n_layer, .recompute = o->recompute_name,
-                          .zero = o->zero_given ? o->zero : -1, .partition = o->partition, .bf16 = o->bf16};
+                          .zero = o->zero_given ? o->zero : -1, .partition = o->partition, .bf16 = o->bf16,
+                          .float_storage = o->float_storage};
     merak_auto_result res;
     int rc = merak_layout_auto(c.g, &q, &c.d, &res, err, sizeof err);
     if (rc == MERAK_USAGE)

@@ -323,9 +323,12 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                 size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_bytes;
                 e->in_place[t] = x->dtype == MERAK_F32 && grad_in_place(e, ch, t, nuse, last_use);
                 /* bf16 storage for the activations: not the loss, nor the
-                 * logits, whose gradient takes their storage (their
-                 * values are rounded in place, as in float storage) */
-                e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss && !e->in_place[t];
+                 * logits (the loss's input), whose gradient takes their
+                 * storage where their head is in the chunk, and which the
+                 * loss would stage whole, N x V floats, in bf16 storage
+                 * (their values are rounded in place, as in float storage) */
+                e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss && !e->in_place[t] &&
+                             !(last_use[t] >= 0 && merak_op_kind_of(&g->ops[last_use[t]])->loss);
                 e->t_off[t] = (int64_t)*av;
                 *av += round_bytes(n * esize(e, t));
                 if (e->in_place[t]) {

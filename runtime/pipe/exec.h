@@ -62,8 +62,11 @@
  * Precision (bf16, --dtype bf16; DESIGN.md 7a).  The activations and
  * their gradients are bf16 storage, 2 bytes an element, where the backend
  * converts (kernels.h to_bf16, from_bf16) and no sub-batches run
- * (tp_overlap); the logits (whose gradient takes their storage), the loss
- * and the ops' saved values stay float.  The kernels compute in fp32: an
+ * (tp_overlap); the logits (the loss's input, whose gradient takes their
+ * storage), the loss and the ops' saved values stay float.  (A TP_COPY sums
+ * its output's gradient in the staged copy, where float storage sums it in
+ * place: inspected with keep_grads, that gradient is the addends in bf16
+ * storage and the sum in float storage; nothing else reads it.)  The kernels compute in fp32: an
  * op's bf16 inputs are widened into a staging buffer for its kernels
  * (exact) and what it writes is rounded back to bf16 storage.  Elsewhere
  * (sub-batches, float_storage) a value bf16 storage would hold is kept in

@@ -101,6 +101,15 @@ static int chunk_share(const stage_layers *ly, int n, int c)
     return (int)((long)n * (before + ly->nl[c]) / ly->total - (long)n * before / ly->total);
 }
 
+int merak_bf16_storage_env(int *float_storage, char *err, size_t errlen)
+{
+    const char *st = getenv("MERAK_BF16_STORAGE");
+    *float_storage = st && strcmp(st, "float") == 0;
+    if (st && !*float_storage && strcmp(st, "bf16") != 0)
+        return merak_errf(err, errlen, "MERAK_BF16_STORAGE '%.32s' is not bf16 or float", st), MERAK_USAGE;
+    return 0;
+}
+
 /* The schedule, and the executor's options, for recomputing n of the
  * stage's layers (each chunk its first chunk_share). */
 static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb, const stage_layers *ly, int n,
@@ -124,11 +133,7 @@ static int plan_layers(merak_stage *s, const merak_stage_opts *o, const int *lb,
                             .tp_overlap = s->tp_overlap, .bf16 = o->bf16};
     for (int i = 0; i < s->sched.n; i++)   /* zero-bubble: weight parts run apart */
         eo->split |= s->sched.instr[i].kind == MERAK_I_BWD_WEIGHT;
-    /* MERAK_BF16_STORAGE=float: bf16 values in float storage (merak-train(1)) */
-    const char *st = getenv("MERAK_BF16_STORAGE");
-    if (st && strcmp(st, "float") != 0 && strcmp(st, "bf16") != 0)
-        return merak_errf(err, errlen, "MERAK_BF16_STORAGE '%.32s' is not bf16 or float", st), MERAK_USAGE;
-    eo->float_storage = st && strcmp(st, "float") == 0;
+    eo->float_storage = o->float_storage;
     for (int c = 0, first = 0; c < s->V; first += ly->nl[c++]) {
         int q = c * gr->pp + p, k = s->sched.recompute ? chunk_share(ly, n, c) : 0;
         s->xc[c] = (merak_exec_chunk){lb[q], lb[q + 1], s->sched.chunk_slots[c], k ? ly->ends[first + k - 1] : 0};

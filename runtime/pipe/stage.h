@@ -45,7 +45,12 @@ typedef struct merak_stage_opts {
                                    * makes it */
     int bf16;                     /* emulated bf16 (exec.h, Precision): compute copies of the
                                    * parameters rounded before each step and evaluation */
+    int float_storage;            /* bf16 values in float storage (merak_bf16_storage_env) */
 } merak_stage_opts;
+
+/* MERAK_BF16_STORAGE (merak-train(1)): *float_storage 1 for "float", 0 for
+ * "bf16" or unset; MERAK_USAGE with one line for another value, else 0. */
+int merak_bf16_storage_env(int *float_storage, char *err, size_t errlen);
 
 /* What the step loop provides to the interpreter. */
 typedef struct merak_stage_hooks {

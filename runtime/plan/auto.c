@@ -96,7 +96,7 @@ static int try_layout(search *s, const merak_graph *g, const merak_auto_query *q
                       .recompute = {MERAK_RECOMPUTE_NONE, 0}, .micro_batches = (int)(q->global_batch / per),
                       .zero = q->zero > 0, .partition = q->partition ? q->partition : "autopipe",
                       .rules = q->rules, .nrules = q->nrules, .shard = s->shards[tp],
-                      .search_work = AUTO_SEARCH_WORK, .bf16 = q->bf16};
+                      .search_work = AUTO_SEARCH_WORK, .bf16 = q->bf16, .float_storage = q->float_storage};
     const int Q = pp * V;
     int *starts = keep(s, malloc((size_t)Q * sizeof *starts));
     int *bounds = starts ? keep(s, malloc((size_t)(Q + 1) * sizeof *bounds)) : NULL;

@@ -36,6 +36,7 @@ typedef struct merak_auto_query {
     const char *recompute;       /* a policy (policy.h); NULL: none, stage-aware and full */
     int zero;                    /* 0 or 1; -1: both where there is a dp group to shard over */
     int bf16;                    /* plan --dtype bf16 (merak_layout.bf16) */
+    int float_storage;           /* ... in float storage (merak_layout.float_storage) */
     const char *partition;       /* the partition method (partition.h); NULL: autopipe */
     const merak_tp_rule *rules;  /* tensor-parallel rules over the graph's own, or NULL */
     int nrules;

@@ -73,7 +73,7 @@ static int partition_graph(const merak_graph *g, const merak_graph *local, const
 }
 
 /* Bytes of an activation's element on the pipeline's links. */
-static double layout_elem(const merak_layout *L) { return L->bf16 ? 2.0 : 4.0; }
+static double layout_elem(const merak_layout *L) { return L->bf16 && !L->float_storage ? 2.0 : 4.0; }
 
 double merak_adamw_bytes(size_t share) { return 2.0 * (double)(share ? share : 1) * sizeof(float); }
 
@@ -135,7 +135,7 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
     merak_stage_opts so = {.schedule = L->schedule, .recompute = L->recompute, .bounds = bounds, .rules = L->rules,
                            .nrules = L->nrules, .micro_batches = L->micro_batches, .virtual_stages = V,
                            .zero = L->zero, .kernels = merak_kernels_cpu(), .shard = L->tp > 1 ? local : NULL,
-                           .bf16 = L->bf16};
+                           .bf16 = L->bf16, .float_storage = L->float_storage};
     int rc = merak_stage_plan(&gr, g, &so, m, err, errlen);
     if (rc < 0)
         return rc;

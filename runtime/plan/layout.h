@@ -53,6 +53,8 @@ typedef struct merak_layout {
     int zero;                    /* 1: ZeRO-1 over dp */
     int bf16;                    /* --dtype bf16: activations in bf16 storage, weight copies
                                   * (the runtime's plan) and bf16 pipeline transfers */
+    int float_storage;           /* bf16 values kept in float storage (MERAK_BF16_STORAGE=float,
+                                  * or sub-batches): 4 bytes an element on the links */
     const char *partition;       /* method (partition.h); NULL: autopipe */
     const merak_tp_rule *rules;  /* tensor-parallel rules over the graph's own, or NULL */
     int nrules;

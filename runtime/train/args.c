@@ -10,6 +10,8 @@
 #include "kernels.h"
 #include "merak/merak.h"
 #include "pipe/policy.h"
+#include "pipe/stage.h"
+#include "trainer_impl.h"
 #include "plan/partition.h"
 
 void merak_args_default(merak_args *a)
@@ -122,7 +124,18 @@ static int check(const merak_args *a, char *err, size_t errlen)
     if (a->dtype && strcmp(a->dtype, "tf32") == 0 && !be->tf32)
         return merak_errf(err, errlen, "dtype tf32 on device %s: TF32 is the tensor-core product format of NVIDIA "
                           "GPUs (--device cuda); here --dtype fp32, or bf16 (emulated)", be->name);
+    int fs;
+    if (merak_args_bf16(a) && merak_bf16_storage_env(&fs, err, errlen) < 0)
+        return -1;
     return 0;
+}
+
+int merak_args_float_storage(const merak_args *a)
+{
+    int fs = 0;
+    if (merak_args_bf16(a) && merak_bf16_storage_env(&fs, NULL, 0) < 0)
+        fs = 0;   /* merak_args_check refused it */
+    return merak_args_bf16(a) && (fs || a->tp_overlap > 1);
 }
 
 int merak_args_check(const merak_args *a, char *err, size_t errlen)

@@ -12,6 +12,7 @@
 #include "pipe/policy.h"
 #include "plan/auto.h"
 #include "plan/device.h"
+#include "trainer_impl.h"
 
 const char *merak_args_profile(const merak_args *a)
 {
@@ -45,7 +46,7 @@ int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, mera
                           .schedule = a->schedule ? (int)kind : -1, .virtual_stages = a->virtual_stages,
                           .layers = a->model ? a->model->n_layer : 0,
                           .recompute = a->recompute, .zero = a->zero, .partition = a->partition,
-                          .bf16 = merak_args_bf16(a) && a->tp_overlap <= 1};
+                          .bf16 = merak_args_bf16(a), .float_storage = merak_args_float_storage(a)};
     merak_auto_result r;
     rc = merak_layout_auto(g, &q, &d, &r, err, errlen);
     rep->tried = r.tried, rep->fitting = r.fitting, rep->simulated = r.simulated;

@@ -303,7 +303,7 @@ int merak_partition_stages(const merak_graph *g, const merak_args *a, const mera
                       .partition = method, .rules = rules, .nrules = nrules,
                       /* bf16 storage moves 2 bytes an element between stages (not
                        * with sub-batches, which keep float storage) */
-                      .bf16 = merak_args_bf16(a) && a->tp_overlap <= 1};
+                      .bf16 = merak_args_bf16(a), .float_storage = merak_args_float_storage(a)};
     /* one stage is the whole graph whatever the method: no costs needed,
      * but a profile asked for is still read (and refused if bad) */
     int rc = 0, costed = strcmp(method, "autopipe") == 0 && (gr->pp * V > 1 || a->profile);

@@ -479,6 +479,23 @@ static int steps(merak_run *r, merak_metrics *metrics, char *err, size_t errlen)
     return r->step;
 }
 
+/* The pipeline's messages have the size of the activations' storage: every
+ * rank keeps bf16 in the storage rank 0 keeps (MERAK_BF16_STORAGE alike
+ * everywhere), or the ranks end with the one naming its own.  Collective. */
+static int agree_storage(merak_run *r, int mine, int st, char *err, size_t errlen)
+{
+    if (r->grid->world == 1)
+        return st;
+    int first = mine;
+    if (merak_broadcast(r->world, &first, sizeof first, 0) < 0)
+        return merak_errf(err, errlen, "%s", merak_comm_error(r->comm)), MERAK_FAILED;
+    if (st == MERAK_OK && first != mine)
+        st = (merak_errf(err, errlen, "rank %d keeps bf16 in %s storage and rank 0 in %s: set MERAK_BF16_STORAGE "
+                         "alike on every rank", merak_rank(), mine ? "float" : "bf16", first ? "float" : "bf16"),
+              MERAK_USAGE);
+    return merak_comm_agree(r->comm, st, err, errlen);
+}
+
 int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t errlen)
 {
     if (err && errlen)
@@ -508,7 +525,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     r.lr = (merak_lr){a->lr_schedule, a->lr, a->min_lr, a->warmup, a->steps};
     merak_stage_opts so = {.micro_batches = a->micro_batches, .virtual_stages = a->virtual_stages,
                            .tp_overlap = a->tp_overlap, .zero = a->zero, .bucket_mb = a->bucket_mb,
-                           .bf16 = merak_args_bf16(a)};
+                           .bf16 = merak_args_bf16(a), .float_storage = merak_args_float_storage(a)};
     merak_tp_rule *rules = NULL;
     merak_schedule_parse(a->schedule ? a->schedule : "1f1b", &so.schedule);
     merak_recompute_parse(a->recompute ? a->recompute : "none", &so.recompute, NULL, 0);
@@ -522,6 +539,8 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
     else if (merak_comm_set_timeout(comm, a->comm_timeout, err, errlen) < 0)
         st = MERAK_FAILED;
     else if ((st = merak_session_kernels(a, gr->world, &so.kernels, &path, err, errlen)) != MERAK_OK)
+        ;
+    else if ((st = agree_storage(&r, so.float_storage, MERAK_OK, err, errlen)) != MERAK_OK)
         ;
     else if (a->tp_rules && merak_tp_rules_load(g, a->tp_rules, &rules, &so.nrules, err, errlen) < 0)
         st = MERAK_FAILED;

@@ -94,6 +94,9 @@ typedef struct stage_table {
 /* The graph has what the step loop feeds and reads: the vocabulary size
  * (the loss's logits width), or -1 with err. */
 int merak_check_graph(const merak_graph *g, const merak_args *a, char *err, size_t errlen);
+/* 1 when a bf16 run keeps its bf16 values in float storage
+ * (MERAK_BF16_STORAGE=float, or sub-batches: --tp-overlap > 1). */
+int merak_args_float_storage(const merak_args *a);
 /* The checkpoint to resume from, into r->resume (collective): 0 or -1. */
 int merak_find_resume(merak_run *r, char *err, size_t errlen);
 /* The stages' memory, layers and recomputed layers on every rank (collective). */

@@ -1118,6 +1118,7 @@ static void test_round_bf16(void)
     /* bf16 storage's conversions: to_bf16 the CPU's bits, from_bf16 back
      * exactly, at 4 alignments of each side (nothing outside written) */
     uint16_t *b = xmalloc((n + 3) * 2), *bg = xmalloc((n + 3) * 2), *db = dmalloc((n + 3) * 2);
+    same = 1;
     for (size_t off = 0; off < 4; off++)
         for (size_t ob = 0; ob < 4; ob++) {
             const size_t m = n - (off > ob ? off : ob);

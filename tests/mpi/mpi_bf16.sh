@@ -104,4 +104,12 @@ for model in tiny-gpt2 tiny-llama; do
     done
 done
 [ $status -eq 0 ] || fail "a bf16 layout differs from one bf16 process past its gate"
+# The pipeline's messages have the size of the activations' storage:
+# MERAK_BF16_STORAGE must be alike on every rank, and a rank that differs
+# is named.
+expect_job_fails merak-train "rank 1 keeps bf16 in float storage and rank 0 in bf16: set MERAK_BF16_STORAGE alike" \
+    "$WRAP" 2 sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export MERAK_BF16_STORAGE=float; exec "$0" "$@"' "$TRAIN" \
+    --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 --seq-len 16 --steps 1 --pp 2 --micro-batches 2 \
+    --dtype bf16
+echo "ok: $(grep '^merak-train:' "$WORK/err")"
 echo "mpi_bf16: ok"

@@ -45,17 +45,19 @@ static void test_round(void)
            "round_bf16: to nearest, ties to even; past the range to infinity; nan stays nan");
 }
 
-/* Token ids and targets of slot 0 from the seed. */
-static void fill_tokens(const merak_graph *g, merak_exec *e, int V, unsigned seed)
+/* Token ids and targets of a slot (0 unless said) from the seed. */
+static void fill_slot(const merak_graph *g, merak_exec *e, int slot, int V, unsigned seed)
 {
     uint64_t z = seed;
     for (int t = 0; t < merak_graph_num_tensors(g); t++) {
-        int32_t *p = merak_exec_tensor(e, 0, t);
+        int32_t *p = merak_exec_tensor(e, slot, t);
         if (p && g->tensors[t].dtype == MERAK_I32)
             for (int64_t i = 0; i < merak_tensor_elems(&g->tensors[t]); i++)
                 p[i] = (int32_t)((z = z * 6364136223846793005ull + 1442695040888963407ull) >> 33) % V;
     }
 }
+
+static void fill_tokens(const merak_graph *g, merak_exec *e, int V, unsigned seed) { fill_slot(g, e, 0, V, seed); }
 
 /* One forward and backward of slot 0 (recomputing first when rc); the loss. */
 static double step(merak_exec *e, int rc)
@@ -163,6 +165,63 @@ static void test_step(const char *preset)
     merak_graph_destroy(g);
 }
 
+/* bf16 storage against float storage as the runtime runs them (gradients
+ * shared, the logits' in place, two micro-batches in flight, dropout):
+ * the same losses and weight gradients, bit for bit, with the backward
+ * whole, split in zero-bubble order (both input parts, then both weight
+ * parts: the weight parts widen from storage) and every layer recomputed. */
+static void test_storage_runs(const char *preset)
+{
+    static const char *ways[] = {"whole backward", "split backward", "recomputed"};
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    c.dropout = 0.1f;
+    merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
+    for (int how = 0; g && how < 3; how++) {
+        merak_exec_chunk whole = {0, -1, 2, how == 2 ? g->nops : 0};
+        merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu(), .bf16 = 1,
+                             .split = how == 1, .npool = how == 2 ? 2 : 0}, of = o;
+        of.float_storage = 1;
+        merak_exec *e[2] = {NULL, NULL};
+        if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &of, &e[1], err, sizeof err) < 0) {
+            tap_ok(0, "%s: %s", preset, err);
+            merak_exec_destroy(e[0]);
+            continue;
+        }
+        double loss[2][2];
+        for (int i = 0; i < 2; i++) {
+            merak_init_params(g, e[i], 42, NULL, 0);
+            fill_slot(g, e[i], 0, c.vocab_size, 5);
+            fill_slot(g, e[i], 1, c.vocab_size, 6);
+            merak_exec_cast_params(e[i]);
+            merak_exec_zero_grads(e[i]);
+            merak_exec_forward(e[i], 0, 11);
+            merak_exec_forward(e[i], 1, 12);
+            for (int s = 1; s >= 0; s--) {
+                if (how == 2)
+                    merak_exec_recompute(e[i], s);
+                if (how == 1)
+                    merak_exec_backward_input(e[i], s);
+                else
+                    merak_exec_backward(e[i], s);
+            }
+            for (int s = 1; how == 1 && s >= 0; s--)
+                merak_exec_backward_weight(e[i], s);
+            loss[i][0] = merak_exec_loss(e[i], 0);
+            loss[i][1] = merak_exec_loss(e[i], 1);
+        }
+        size_t n;
+        const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+        tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
+                   merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1]),
+               "%s, %s: bf16 storage gives float storage's losses and weight gradients, bit for bit, in %zu bytes "
+               "of arenas instead of %zu", preset, ways[how], merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
+        merak_exec_destroy(e[0]);
+        merak_exec_destroy(e[1]);
+    }
+    merak_graph_destroy(g);
+}
+
 /* A stand-in tensor-parallel group for one process: a "sum" that doubles
  * (as if the peer held the same values), the same for both executors
  * below, which is all a bitwise comparison needs. */
@@ -245,6 +304,8 @@ int main(void)
     test_round();
     test_step("tiny-gpt2");
     test_step("tiny-llama");
+    test_storage_runs("tiny-gpt2");
+    test_storage_runs("tiny-llama");
     test_tp_storage();
     test_refused();
     return tap_done();
