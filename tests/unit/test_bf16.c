@@ -172,15 +172,15 @@ static void test_step(const char *preset)
  * parts: the weight parts widen from storage) and every layer recomputed. */
 static void test_storage_runs(const char *preset)
 {
-    static const char *ways[] = {"whole backward", "split backward", "recomputed"};
     merak_model_config c;
     merak_model_preset(preset, &c);
     c.dropout = 0.1f;
     merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
-    for (int how = 0; g && how < 3; how++) {
-        merak_exec_chunk whole = {0, -1, 2, how == 2 ? g->nops : 0};
-        merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu(), .bf16 = 1,
-                             .split = how == 1, .npool = how == 2 ? 2 : 0}, of = o;
+    for (int how = 0; g && how < RUN_WAYS; how++) {
+        merak_exec_chunk whole;
+        merak_exec_opts o = run_opts(g, how, &whole), of;
+        o.bf16 = 1;
+        of = o;
         of.float_storage = 1;
         merak_exec *e[2] = {NULL, NULL};
         if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &of, &e[1], err, sizeof err) < 0) {
@@ -193,20 +193,7 @@ static void test_storage_runs(const char *preset)
             merak_init_params(g, e[i], 42, NULL, 0);
             fill_slot(g, e[i], 0, c.vocab_size, 5);
             fill_slot(g, e[i], 1, c.vocab_size, 6);
-            merak_exec_cast_params(e[i]);
-            merak_exec_zero_grads(e[i]);
-            merak_exec_forward(e[i], 0, 11);
-            merak_exec_forward(e[i], 1, 12);
-            for (int s = 1; s >= 0; s--) {
-                if (how == 2)
-                    merak_exec_recompute(e[i], s);
-                if (how == 1)
-                    merak_exec_backward_input(e[i], s);
-                else
-                    merak_exec_backward(e[i], s);
-            }
-            for (int s = 1; how == 1 && s >= 0; s--)
-                merak_exec_backward_weight(e[i], s);
+            run_two(e[i], how);
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
         }
@@ -215,7 +202,7 @@ static void test_storage_runs(const char *preset)
         tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
                    merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1]),
                "%s, %s: bf16 storage gives float storage's losses and weight gradients, bit for bit, in %zu bytes "
-               "of arenas instead of %zu", preset, ways[how], merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
+               "of arenas instead of %zu", preset, run_name(how), merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
         merak_exec_destroy(e[0]);
         merak_exec_destroy(e[1]);
     }

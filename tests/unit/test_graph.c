@@ -381,35 +381,16 @@ static void test_logits_in_place(const char *preset)
  * two gradients whose lifetimes (from the last op reading the tensor to
  * the op making it) overlap never overlap in memory, and some that do
  * not, do. */
-static void run_two(merak_exec *e, int how)
-{
-    merak_exec_zero_grads(e);
-    merak_exec_forward(e, 0, 7);
-    merak_exec_forward(e, 1, 8);
-    for (int s = 1; s >= 0; s--) {
-        if (how == 2)
-            merak_exec_recompute(e, s);
-        if (how == 1)
-            merak_exec_backward_input(e, s);
-        else
-            merak_exec_backward(e, s);
-    }
-    for (int s = 1; how == 1 && s >= 0; s--)
-        merak_exec_backward_weight(e, s);
-}
-
 static void test_shared_grads(const char *preset)
 {
-    static const char *ways[] = {"whole backward", "split backward", "recomputed"};
     merak_model_config c;
     merak_model_preset(preset, &c);
     c.dropout = 0.1f;
     merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
-    for (int how = 0; g && how < 3; how++) {
+    for (int how = 0; g && how < RUN_WAYS; how++) {
         merak_exec *e[2] = {NULL, NULL};
-        merak_exec_chunk whole = {.op_begin = 0, .op_end = -1, .nslots = 2, .recompute_end = how == 2 ? g->nops : 0};
-        merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = merak_kernels_cpu(), .split = how == 1,
-                             .npool = how == 2 ? 2 : 0}, ok = o;
+        merak_exec_chunk whole;
+        merak_exec_opts o = run_opts(g, how, &whole), ok = o;
         ok.keep_grads = 1;
         if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &ok, &e[1], err, sizeof err) < 0) {
             tap_ok(0, "%s: %s", preset, err);
@@ -430,8 +411,8 @@ static void test_shared_grads(const char *preset)
         size_t b0 = merak_exec_arena_bytes(e[0]), b1 = merak_exec_arena_bytes(e[1]);
         tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 && b0 < b1,
                "%s, %s: shared gradients give the losses and weight gradients of kept ones, bit for bit, in %zu "
-               "bytes of arenas instead of %zu", preset, ways[how], b0, b1);
-        if (how == 0) {
+               "bytes of arenas instead of %zu", preset, run_name(how), b0, b1);
+        if (how == RUN_WHOLE) {
             int *last = malloc((size_t)g->ntensors * sizeof *last), shared = 0, clash = 0, reuse = 0;
             merak_graph_last_uses(g, last, NULL);
             for (int a = 0; a < g->ntensors; a++) {
