@@ -229,6 +229,34 @@ typedef struct merak_kernels {
      * products are always FP32 (the CPU: its FP32 products of bf16 values
      * are already what BF16 products compute, up to the order of sums). */
     void (*set_products)(merak_products p);
+    /* ---- bf16 storage, run natively.  The executor's tensors in bf16
+     * storage (exec.h, Precision: activations, their gradients and the
+     * parameters' compute copies) are bfloat16 bit patterns (uint16_t); an
+     * op whose kind has its entries here reads and writes them as they
+     * are, any other op runs its float entries on copies widened into a
+     * staging buffer.  Each entry computes in fp32 from the widened values
+     * (products accumulate in fp32) and rounds what it writes to bf16 once
+     * (merak_f32_to_bf16), a bf16 gradient as its float entry accumulates
+     * (widened, += in fp32, rounded); weight gradients (dw, db) are float.
+     * So an entry gives, bit for bit, what its float entry gives on the
+     * widened values with the written tensor narrowed, up to the order of
+     * fp32 sums (the CPU's are exactly that: they widen into scratch and
+     * call the float entries).  scratch: with bf16_scratch, floats for the
+     * call's bf16 operands, each rounded up to 16 (what the executor's
+     * staging of the op holds); else unused (may be NULL).  NULL entries:
+     * that op kind is staged.  Shapes as the float entries'. */
+    int bf16_scratch;
+    void (*linear16_fwd)(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
+                         int N, int K, int O, float *scratch);
+    void (*linear16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
+                           int O, float *scratch);
+    void (*linear16_bwd_w)(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
+                           int K, int O, float *scratch);
+    /* (rows of wte copied: exact; ids outside the shard give zero rows) */
+    void (*embedding16_fwd)(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
+                            int v0, int V);
+    void (*embedding16_bwd_w)(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
+                              int v0, int V);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

@@ -213,6 +213,19 @@ static void cpu_from_bf16(float *dst, const uint16_t *src, size_t n)
 
 float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i); }
 
+/* bf16 storage run natively (kernels.h): defined after the float table,
+ * whose kernels they call. */
+static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
+                             int N, int K, int O, float *scratch);
+static void cpu_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
+                               int O, float *scratch);
+static void cpu_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
+                               int K, int O, float *scratch);
+static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
+                                int v0, int V);
+static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
+                                  int v0, int V);
+
 /* ------------------------------------------------------------------ float */
 
 #define REAL float
@@ -228,7 +241,10 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
                      .synchronize = cpu_synchronize, .memory = cpu_memory, .capacity = cpu_capacity, \
-                     .round_bf16 = cpu_round_bf16, .to_bf16 = cpu_to_bf16, .from_bf16 = cpu_from_bf16,
+                     .round_bf16 = cpu_round_bf16, .to_bf16 = cpu_to_bf16, .from_bf16 = cpu_from_bf16, \
+                     .bf16_scratch = 1, .linear16_fwd = cpu_linear16_fwd, \
+                     .linear16_bwd_x = cpu_linear16_bwd_x, .linear16_bwd_w = cpu_linear16_bwd_w, \
+                     .embedding16_fwd = cpu_embedding16_fwd, .embedding16_bwd_w = cpu_embedding16_bwd_w,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL
@@ -242,6 +258,96 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 #undef R_INV_FREQ
 #undef TABLE_T
 #undef TABLE_NAME
+
+/* ------------------------------------------------------------------ bf16 storage
+ *
+ * The float kernels on widened copies in scratch, what they write rounded
+ * back once: bit for bit what the executor's staging gives (exec.h), which
+ * is what makes the CPU the reference of a GPU's native bf16 kernels.  The
+ * scratch holds the operands one after another, each rounded up to 64
+ * bytes: no more than the operands' elements plus 16 floats each. */
+
+/* The next n floats of scratch at *at, widened from src if given. */
+static float *widen(float *scratch, size_t *at, const uint16_t *src, size_t n)
+{
+    float *f = scratch + *at;
+    *at += (n + 15) / 16 * 16;
+    if (src)
+        cpu_from_bf16(f, src, n);
+    return f;
+}
+
+static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
+                             int N, int K, int O, float *scratch)
+{
+    if (N <= 0 || O <= 0)
+        return;
+    size_t at = 0;
+    const size_t nk = (size_t)N * (size_t)(K > 0 ? K : 0), ok = (size_t)O * (size_t)(K > 0 ? K : 0);
+    const float *fi = widen(scratch, &at, inp, nk), *fw = widen(scratch, &at, w, ok);
+    const float *fb = b ? widen(scratch, &at, b, (size_t)O) : NULL;
+    float *fo = widen(scratch, &at, NULL, (size_t)N * O);
+    linear_fwd_f32(fo, fi, fw, fb, N, K, O);
+    cpu_to_bf16(out, fo, (size_t)N * O);
+}
+
+static void cpu_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
+                               int O, float *scratch)
+{
+    if (N <= 0 || K <= 0 || O <= 0)
+        return;
+    size_t at = 0;
+    const float *fd = widen(scratch, &at, dout, (size_t)N * O), *fw = widen(scratch, &at, w, (size_t)O * K);
+    float *fx = widen(scratch, &at, dinp, (size_t)N * K);
+    linear_bwd_x_f32(fx, fd, fw, N, K, O);
+    cpu_to_bf16(dinp, fx, (size_t)N * K);
+}
+
+static void cpu_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
+                               int K, int O, float *scratch)
+{
+    if (N <= 0 || O <= 0)
+        return;
+    size_t at = 0;
+    const float *fd = widen(scratch, &at, dout, (size_t)N * O);
+    const float *fi = dw && K > 0 ? widen(scratch, &at, inp, (size_t)N * K) : NULL;
+    linear_bwd_w_f32(fi ? dw : NULL, db, fd, fi, N, K, O);
+}
+
+/* Rows of wte as they are: what widening, copying and narrowing give. */
+static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
+                                int v0, int V)
+{
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int n = 0; n < N; n++) {
+        const int64_t r = (int64_t)ids[n] - v0;
+        if (r >= 0 && r < V)
+            memcpy(out + (size_t)n * C, wte + (size_t)r * C, (size_t)C * sizeof *out);
+        else
+            memset(out + (size_t)n * C, 0, (size_t)C * sizeof *out);
+    }
+}
+
+/* embedding_bwd_w's order (column blocks, rows in order), dout widened
+ * element by element. */
+static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
+                                  int v0, int V)
+{
+    const int nblk = (C + COLBLK - 1) / COLBLK;
+    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
+    for (int cb = 0; cb < nblk; cb++) {
+        const int c0 = cb * COLBLK, c1 = imin(C, c0 + COLBLK);
+        for (int n = 0; n < N; n++) {
+            const int64_t r = (int64_t)ids[n] - v0;
+            if (r < 0 || r >= V)
+                continue;
+            float *d = dwte + (size_t)r * C;
+            const uint16_t *g = dout + (size_t)n * C;
+            for (int c = c0; c < c1; c++)
+                d[c] += merak_bf16_to_f32(g[c]);
+        }
+    }
+}
 
 /* ------------------------------------------------------------------ double */
 

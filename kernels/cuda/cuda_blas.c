@@ -46,6 +46,7 @@ typedef struct lt_key {
     int batch;            /* strided-batched products (1: one) */
     long long sa, sb, sc; /* their strides (elements) */
     int math;             /* merak_cuda_products: the compute type */
+    int ab, cd;           /* the operands' types: A and B, C and D (cudaDataType) */
 } lt_key;
 
 typedef struct lt_entry {
@@ -183,9 +184,13 @@ static int lt_layout_batch(cublasLtMatrixLayout_t l, int count, long long stride
                  "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
 }
 
-int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
-                    const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
-                    merak_cuda_batch bt)
+/* C = alpha op(A) op(B) + beta C [+ bias], A and B of type ab, C (and
+ * the bias) of type cd; FP32 operands multiply as set_products says,
+ * bf16 ones in FP32 (CUBLAS_COMPUTE_32F: bf16 products on the tensor
+ * cores, accumulated in fp32, rounded to a bf16 C once). */
+static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda, const void *B,
+                int ldb, void *C, int ldc, float beta, const void *bias, merak_cuda_batch bt,
+                cudaDataType_t ab, cudaDataType_t cd)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -193,7 +198,8 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int rc = -1;
 
-    if (!lt_ok(lt.MatmulDescCreate(&op, compute_type(cb.math), CUDA_R_32F),
+    const merak_products math = ab == CUDA_R_32F ? cb.math : MERAK_PRODUCTS_FP32;
+    if (!lt_ok(lt.MatmulDescCreate(&op, compute_type(math), CUDA_R_32F),
                "cublasLtMatmulDescCreate") ||
         !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
                "cublasLtMatmulDescSetAttribute(TRANSA)") ||
@@ -210,11 +216,11 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
                    "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
             goto out;
     }
-    if (!lt_ok(lt.MatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
+    if (!lt_ok(lt.MatrixLayoutCreate(&la, ab, ta ? k : m, ta ? m : k, lda),
                "cublasLtMatrixLayoutCreate(A)") ||
-        !lt_ok(lt.MatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
+        !lt_ok(lt.MatrixLayoutCreate(&lb, ab, tb ? n : k, tb ? k : n, ldb),
                "cublasLtMatrixLayoutCreate(B)") ||
-        !lt_ok(lt.MatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc),
+        !lt_ok(lt.MatrixLayoutCreate(&lc, cd, m, n, ldc),
                "cublasLtMatrixLayoutCreate(C)"))
         goto out;
     if (bt.count > 1 && !(lt_layout_batch(la, bt.count, bt.sa) &&
@@ -241,7 +247,9 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
     key.sa = bt.sa;
     key.sb = bt.sb;
     key.sc = bt.sc;
-    key.math = (int)cb.math;
+    key.math = (int)math;
+    key.ab = (int)ab;
+    key.cd = (int)cd;
     const lt_entry *e = lt_algo(&key, op, la, lb, lc);
     if (!e)
         goto out;
@@ -266,6 +274,20 @@ out:
     if (op)
         lt.MatmulDescDestroy(op);
     return rc;
+}
+
+int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
+                    merak_cuda_batch bt)
+{
+    return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, bt, CUDA_R_32F, CUDA_R_32F);
+}
+
+int merak_cuda_gemm16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A, int lda,
+                      const uint16_t *B, int ldb, void *C, int c16, int ldc, float beta, const void *bias)
+{
+    return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, MERAK_CUDA_ONE, CUDA_R_16BF,
+                c16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 
 /* ------------------------------------------------------------------ loading */

@@ -45,6 +45,19 @@ static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);  \
          i += (size_t)gridDim.x * blockDim.x)
 
+/* An element as float: a float, or a bfloat16 bit pattern (bf16 storage)
+ * widened, exactly; and a float rounded to bfloat16 (merak_f32_to_bf16's
+ * rounding: to nearest, ties to even). */
+__device__ __forceinline__ float as_f32(float x) { return x; }
+__device__ __forceinline__ float as_f32(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ uint16_t to_bf16(float x)
+{
+    const unsigned u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 template <typename T> __device__ __forceinline__ T warp_sum(T v)
 {
     for (int o = 16; o > 0; o >>= 1)

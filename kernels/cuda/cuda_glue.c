@@ -222,6 +222,75 @@ static double k_sumsq(const float *x, size_t n)
     return r;
 }
 
+/* ---- bf16 storage (kernels.h): the linear layers' GEMMs with bf16
+ * operands (products in FP32, a bf16 result rounded once) and the
+ * embedding on bf16 rows; no scratch asked of the executor. */
+
+/* out = bf16(inp @ w^T + b): the bias in the epilogue, else the fp32
+ * product in the backend's scratch and a kernel adding the bias and
+ * rounding (one rounding either way). */
+static void k_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
+                           int N, int K, int O, float *scratch)
+{
+    (void)scratch;
+    if (merak_cuda_failed() || N <= 0 || O <= 0)
+        return;
+    const uint16_t *eb = b && merak_cuda_ptr_align(b) >= 16 ? b : NULL;
+    if (K > 0 && (!b || eb)) {
+        const int rc = merak_cuda_gemm16(1, 0, O, N, K, 1.0f, w, K, inp, K, out, 1, O, 0.0f, eb);
+        if (rc != 1)
+            return;
+    }
+    const size_t bytes = (size_t)N * O * sizeof(float);
+    float *acc = merak_cuda_scratch(bytes);
+    if (!acc) {
+        merak_cuda_record("linear16_fwd", "out of device memory for the product");
+        return;
+    }
+    if (K <= 0 ? merak_cuda_memset(acc, 0, bytes) < 0
+               : merak_cuda_gemm16(1, 0, O, N, K, 1.0f, w, K, inp, K, acc, 0, O, 0.0f, NULL) != 0)
+        return;
+    if (b)
+        LAUNCH("linear16_fwd(bias)", merak_cuda_launch_bias_round16(STREAM, out, acc, b, N, O));
+    else
+        LAUNCH("linear16_fwd(round)", merak_cuda_launch_rows_to_bf16(STREAM, out, acc, (size_t)N, O, O));
+}
+
+/* dinp = bf16(dinp + dout @ w): beta 1 on the bf16 C, summed in fp32 */
+static void k_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
+                             int O, float *scratch)
+{
+    (void)scratch;
+    if (merak_cuda_failed() || N <= 0 || K <= 0 || O <= 0)
+        return;
+    (void)merak_cuda_gemm16(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, 1, K, 1.0f, NULL);
+}
+
+/* dw (float) += dout^T @ inp from bf16 operands; db += colsum(dout) */
+static void k_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
+                             int K, int O, float *scratch)
+{
+    (void)scratch;
+    if (merak_cuda_failed() || N <= 0 || O <= 0)
+        return;
+    if (K > 0 && dw)
+        (void)merak_cuda_gemm16(0, 1, K, O, N, 1.0f, inp, K, dout, O, dw, 0, K, 1.0f, NULL);
+    if (db)
+        LAUNCH("linear16_bwd_w(db)", merak_cuda_launch_colsum16(STREAM, db, dout, N, O));
+}
+
+static void k_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C, int v0,
+                              int V)
+{
+    LAUNCH("embedding16_fwd", merak_cuda_launch_embedding16_fwd(STREAM, out, ids, wte, N, C, v0, V));
+}
+
+static void k_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C, int v0,
+                                int V)
+{
+    LAUNCH("embedding16_bwd_w", merak_cuda_launch_embedding16_bwd_w(STREAM, dwte, dout, ids, N, C, v0, V));
+}
+
 static void k_round_bf16(float *x, size_t n)
 {
     LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
@@ -312,6 +381,12 @@ static const merak_kernels cuda_table = {
     .to_bf16 = k_to_bf16,
     .from_bf16 = k_from_bf16,
     .set_products = merak_cuda_set_products,
+    .bf16_scratch = 0,
+    .linear16_fwd = k_linear16_fwd,
+    .linear16_bwd_x = k_linear16_bwd_x,
+    .linear16_bwd_w = k_linear16_bwd_w,
+    .embedding16_fwd = k_embedding16_fwd,
+    .embedding16_bwd_w = k_embedding16_bwd_w,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

@@ -161,6 +161,11 @@ int merak_cuda_blas_open(void);
 int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                     const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
                     merak_cuda_batch bt);
+/* gemm16: the same (one product) with bf16 A and B (uint16_t bit
+ * patterns) and C (and the bias) bf16 if c16, else float: products in
+ * FP32 whatever set_products says, a bf16 C rounded once. */
+int merak_cuda_gemm16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A, int lda,
+                      const uint16_t *B, int ldb, void *C, int c16, int ldc, float beta, const void *bias);
 int merak_cuda_ptr_align(const void *p);
 
 /* cuda_attention.c, which calls cuda_blas.c and cuda_mem.c: the table's
@@ -179,6 +184,11 @@ int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids
                                     const float *wte, int N, int C, int v0, int V);
 int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
                                       const int32_t *ids, int N, int C, int v0, int V);
+/* the same on bf16 storage (kernels.h embedding16_fwd, embedding16_bwd_w) */
+int merak_cuda_launch_embedding16_fwd(void *stream, uint16_t *out, const int32_t *ids,
+                                      const uint16_t *wte, int N, int C, int v0, int V);
+int merak_cuda_launch_embedding16_bwd_w(void *stream, float *dwte, const uint16_t *dout,
+                                        const int32_t *ids, int N, int C, int v0, int V);
 int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
                                  const float *wpe, int B, int T, int C);
 int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout,
@@ -203,6 +213,12 @@ int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O);
 /* db (O) += column sums of dout (N,O) */
 int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O);
+/* bf16 storage: db (O) += column sums of bf16 dout (N,O), as colsum's
+ * order; out (N,O) = bf16(acc + b[o]) from fp32 acc and a bf16 bias (the
+ * linear bias when no epilogue takes it: one rounding) */
+int merak_cuda_launch_colsum16(void *stream, float *db, const uint16_t *dout, int N, int O);
+int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, const float *acc, const uint16_t *b,
+                                   int N, int O);
 /* Attention's pointwise parts; its GEMMs are cuBLASLt's (cuda_glue.c).
  * rope_fwd: qr, kr = the RoPE rotation of q, k (strides of s).
  * attn_softmax: rows of L scores -> causal softmax rows (row r is query

@@ -8,16 +8,18 @@
 #include "cuda_common.cuh"
 
 /* out (N,C) = wte[ids - v0] ; wte (V,C), a shard of the vocabulary: ids
- * outside [v0, v0+V) give zero rows */
-__global__ void embedding_fwd_k(float *out, const int32_t *ids, const float *wte, int N,
-                                int C, int v0, int V)
+ * outside [v0, v0+V) give zero rows.  T: float, or uint16_t (bf16
+ * storage: the bits copied) */
+template <typename T>
+__global__ void embedding_fwd_k(T *out, const int32_t *ids, const T *wte, int N, int C, int v0,
+                                int V)
 {
     const size_t n = (size_t)N * C;
     GRID_STRIDE(i, n)
     {
         size_t row = i / C, c = i % C;
         const long long r = (long long)ids[row] - v0;
-        out[i] = (r >= 0 && r < V) ? wte[(size_t)r * C + c] : 0.0f;
+        out[i] = (r >= 0 && r < V) ? wte[(size_t)r * C + c] : (T)0;
     }
 }
 
@@ -29,7 +31,8 @@ __global__ void iota_k(int32_t *x, int N)
 /* One block per position p of the stably sorted ids; the block at the start
  * of a run of equal ids adds the rows of that run, in increasing row order
  * (the order a sequential loop over rows would use), into dwte[id]. */
-__global__ void embedding_bwd_runs_k(float *dwte, const float *dout, const int32_t *keys,
+template <typename T>
+__global__ void embedding_bwd_runs_k(float *dwte, const T *dout, const int32_t *keys,
                                      const int32_t *rows, int N, int C, int v0, int V)
 {
     const int p = blockIdx.x;
@@ -43,7 +46,7 @@ __global__ void embedding_bwd_runs_k(float *dwte, const float *dout, const int32
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = dst[c];
         for (int r = p; r < q; r++)
-            acc += dout[(size_t)rows[r] * C + c];
+            acc += as_f32(dout[(size_t)rows[r] * C + c]);
         dst[c] = acc;
     }
 }
@@ -67,24 +70,23 @@ __global__ void posemb_bwd_w_k(float *dwpe, const float *dout, int B, size_t TC)
     }
 }
 
-extern "C" {
-
-int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
-                                    const float *wte, int N, int C, int v0, int V)
+template <typename T>
+static int embedding_fwd(cudaStream_t st, T *out, const int32_t *ids, const T *wte, int N, int C,
+                         int v0, int V)
 {
     const size_t n = (size_t)N * C;
     if (n == 0)
         return cudaSuccess;
-    embedding_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, ids, wte, N, C, v0, V);
+    embedding_fwd_k<T><<<ew_grid(n), NT, 0, st>>>(out, ids, wte, N, C, v0, V);
     return cudaGetLastError();
 }
 
 /* dwte (V,C) += dout (N,C) scattered by ids: a stable radix sort of the ids
  * (rows keep their order within an id), then one block per run of equal ids. */
-int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
-                                      const int32_t *ids, int N, int C, int v0, int V)
+template <typename T>
+static int embedding_bwd_w(cudaStream_t st, float *dwte, const T *dout, const int32_t *ids, int N,
+                           int C, int v0, int V)
 {
-    cudaStream_t st = STREAM(stream);
     if (N <= 0 || C <= 0)
         return cudaSuccess;
     size_t temp = 0;
@@ -104,8 +106,34 @@ int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *do
     e = cub::DeviceRadixSort::SortPairs(tmp, temp, ids, keys, rows_in, rows, N, 0, 32, st);
     if (e != cudaSuccess)
         return e;
-    embedding_bwd_runs_k<<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
+    embedding_bwd_runs_k<T><<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
     return cudaGetLastError();
+}
+
+extern "C" {
+
+int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
+                                    const float *wte, int N, int C, int v0, int V)
+{
+    return embedding_fwd<float>(STREAM(stream), out, ids, wte, N, C, v0, V);
+}
+
+int merak_cuda_launch_embedding16_fwd(void *stream, uint16_t *out, const int32_t *ids,
+                                      const uint16_t *wte, int N, int C, int v0, int V)
+{
+    return embedding_fwd<uint16_t>(STREAM(stream), out, ids, wte, N, C, v0, V);
+}
+
+int merak_cuda_launch_embedding_bwd_w(void *stream, float *dwte, const float *dout,
+                                      const int32_t *ids, int N, int C, int v0, int V)
+{
+    return embedding_bwd_w<float>(STREAM(stream), dwte, dout, ids, N, C, v0, V);
+}
+
+int merak_cuda_launch_embedding16_bwd_w(void *stream, float *dwte, const uint16_t *dout,
+                                        const int32_t *ids, int N, int C, int v0, int V)
+{
+    return embedding_bwd_w<uint16_t>(STREAM(stream), dwte, dout, ids, N, C, v0, V);
 }
 
 int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,

@@ -107,8 +107,8 @@ enum { CR_COLSUM = 0, CR_LAYERNORM = 1, CR_RMSNORM = 2 };
  *   COLSUM:    dout                                   (part0)
  *   LAYERNORM: dout*(x-mean)*rstd (dw), dout (db)     (part0, part1)
  *   RMSNORM:   dout*x*rstd (dw)                       (part0)  */
-template <int MODE>
-__global__ void colred_partial_k(float *part0, float *part1, const float *dout,
+template <int MODE, typename D>
+__global__ void colred_partial_k(float *part0, float *part1, const D *dout,
                                  const float *inp, const float *mean, const float *rstd,
                                  int N, int C, int rows)
 {
@@ -121,7 +121,7 @@ __global__ void colred_partial_k(float *part0, float *part1, const float *dout,
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += CR_Y) {
             const size_t idx = (size_t)r * C + c;
-            const float d = dout[idx];
+            const float d = as_f32(dout[idx]);
             if (MODE == CR_COLSUM) {
                 a0 += d;
             } else if (MODE == CR_LAYERNORM) {
@@ -167,8 +167,8 @@ __global__ void colred_final_k(float *dst0, float *dst1, const float *part0,
 }
 
 /* Runs both stages; the chunking depends on N only. */
-template <int MODE>
-static int colred(cudaStream_t st, float *dst0, float *dst1, const float *dout,
+template <int MODE, typename D>
+static int colred(cudaStream_t st, float *dst0, float *dst1, const D *dout,
                   const float *inp, const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0)
@@ -185,7 +185,7 @@ static int colred(cudaStream_t st, float *dst0, float *dst1, const float *dout,
         return cudaErrorMemoryAllocation;
     float *part1 = nq == 2 ? part + (size_t)nchunks * C : NULL;
     dim3 grid((C + 31) / 32, nchunks), block(32, CR_Y);
-    colred_partial_k<MODE><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C,
+    colred_partial_k<MODE, D><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C,
                                                    rows);
     colred_final_k<<<(C + NT - 1) / NT, NT, 0, st>>>(dst0, MODE == CR_LAYERNORM ? dst1 : NULL,
                                                      part, part1, nchunks, C);
@@ -196,6 +196,12 @@ static int colred(cudaStream_t st, float *dst0, float *dst1, const float *dout,
 __global__ void bias_add_k(float *out, const float *b, size_t n, int O)
 {
     GRID_STRIDE(i, n) out[i] += b[i % O];
+}
+
+/* out (N,O) = bf16(acc + b[o]): bf16 storage's bias, one rounding */
+__global__ void bias_round16_k(uint16_t *out, const float *acc, const uint16_t *b, size_t n, int O)
+{
+    GRID_STRIDE(i, n) out[i] = to_bf16(acc[i] + as_f32(b[i % O]));
 }
 
 extern "C" {
@@ -224,7 +230,7 @@ int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
                                       const float *dout, const float *inp,
                                       const float *mean, const float *rstd, int N, int C)
 {
-    return colred<CR_LAYERNORM>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+    return colred<CR_LAYERNORM, float>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
 }
 
 int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const float *inp,
@@ -249,7 +255,7 @@ int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout
 int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
                                     const float *inp, const float *rstd, int N, int C)
 {
-    return colred<CR_RMSNORM>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+    return colred<CR_RMSNORM, float>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O)
@@ -263,7 +269,22 @@ int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, 
 
 int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O)
 {
-    return colred<CR_COLSUM>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+    return colred<CR_COLSUM, float>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+}
+
+int merak_cuda_launch_colsum16(void *stream, float *db, const uint16_t *dout, int N, int O)
+{
+    return colred<CR_COLSUM, uint16_t>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+}
+
+int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, const float *acc, const uint16_t *b,
+                                   int N, int O)
+{
+    const size_t n = (size_t)N * O;
+    if (n == 0)
+        return cudaSuccess;
+    bias_round16_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, acc, b, n, O);
+    return cudaGetLastError();
 }
 
 } /* extern "C" */

@@ -57,16 +57,28 @@ static int vocab_rows(const merak_op_io *io) { return (int)in_tensor(io, 1)->sha
 /* ids: every element is a row */
 static int embedding_forward(const merak_op_io *io)
 {
-    io->k->embedding_fwd(io->y, (const int32_t *)io->x[0], io->x[1], io->rows, width(out_tensor(io)), io->o->v0,
-                         vocab_rows(io));
+    const int32_t *ids = (const int32_t *)io->x[0];
+    if (io->b16)
+        io->k->embedding16_fwd(io->y16, ids, io->x16[1], io->rows, width(out_tensor(io)), io->o->v0,
+                               vocab_rows(io));
+    else
+        io->k->embedding_fwd(io->y, ids, io->x[1], io->rows, width(out_tensor(io)), io->o->v0,
+                             vocab_rows(io));
     return 0;
 }
 
 static void embedding_backward_weight(const merak_op_io *io)
 {
-    io->k->embedding_bwd_w(io->dw[0], io->dy, (const int32_t *)io->x[0], io->rows, width(out_tensor(io)),
-                           io->o->v0, vocab_rows(io));
+    const int32_t *ids = (const int32_t *)io->x[0];
+    if (io->b16)
+        io->k->embedding16_bwd_w(io->dw[0], io->dy16, ids, io->rows, width(out_tensor(io)), io->o->v0,
+                                 vocab_rows(io));
+    else
+        io->k->embedding_bwd_w(io->dw[0], io->dy, ids, io->rows, width(out_tensor(io)), io->o->v0,
+                               vocab_rows(io));
 }
+
+static int embedding_bf16(const merak_kernels *k) { return k->embedding16_fwd && k->embedding16_bwd_w; }
 
 /* (B,T,C) + wpe rows [pos, pos + T) */
 static int posemb_forward(const merak_op_io *io)
@@ -153,19 +165,35 @@ static void rmsnorm_backward_weight(const merak_op_io *io)
 
 static int linear_forward(const merak_op_io *io)
 {
-    io->k->linear_fwd(io->y, io->x[0], io->x[1], io->x[2], io->rows, cols(io), width(out_tensor(io)));
+    const int N = io->rows, K = cols(io), O = width(out_tensor(io));
+    if (io->b16)
+        io->k->linear16_fwd(io->y16, io->x16[0], io->x16[1], io->x16[2], N, K, O, io->scratch16);
+    else
+        io->k->linear_fwd(io->y, io->x[0], io->x[1], io->x[2], N, K, O);
     return 0;
 }
 
 static void linear_backward_input(const merak_op_io *io)
 {
-    if (io->dx[0])
-        io->k->linear_bwd_x(io->dx[0], io->dy, io->x[1], io->rows, cols(io), width(out_tensor(io)));
+    const int N = io->rows, K = cols(io), O = width(out_tensor(io));
+    if (io->b16 && io->dx16[0])
+        io->k->linear16_bwd_x(io->dx16[0], io->dy16, io->x16[1], N, K, O, io->scratch16);
+    else if (!io->b16 && io->dx[0])
+        io->k->linear_bwd_x(io->dx[0], io->dy, io->x[1], N, K, O);
 }
 
 static void linear_backward_weight(const merak_op_io *io)
 {
-    io->k->linear_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], io->rows, cols(io), width(out_tensor(io)));
+    const int N = io->rows, K = cols(io), O = width(out_tensor(io));
+    if (io->b16)
+        io->k->linear16_bwd_w(io->dw[0], io->dw[1], io->dy16, io->x16[0], N, K, O, io->scratch16);
+    else
+        io->k->linear_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], N, K, O);
+}
+
+static int linear_bf16(const merak_kernels *k)
+{
+    return k->linear16_fwd && k->linear16_bwd_x && k->linear16_bwd_w;
 }
 
 /* ------------------------------------------------------------------ attention
@@ -368,7 +396,7 @@ static void bias_backward_weight(const merak_op_io *io)
 static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_EMBEDDING] = {.name = "embedding", .shard = MERAK_SHARD_EMBEDDING, .cost = MERAK_COST_BYTES,
                             .forward = embedding_forward, .backward_weight = embedding_backward_weight,
-                            .decode = embedding_forward},
+                            .bf16 = embedding_bf16, .decode = embedding_forward},
     [MERAK_OP_POS_EMBEDDING] = {.name = "pos_embedding", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                                 .forward = posemb_forward, .backward_input = accumulate_input,
                                 .backward_weight = posemb_backward_weight, .decode = posemb_forward,
@@ -384,7 +412,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     /* the weight gradient is one of the backward's two matmuls */
     [MERAK_OP_LINEAR] = {.name = "linear", .shard = MERAK_SHARD_LINEAR, .cost = MERAK_COST_FLOPS,
                          .weight_share = 0.5, .forward = linear_forward, .backward_input = linear_backward_input,
-                         .backward_weight = linear_backward_weight, .decode = linear_forward},
+                         .backward_weight = linear_backward_weight, .bf16 = linear_bf16,
+                         .decode = linear_forward},
     [MERAK_OP_ATTENTION] = {.name = "attention", .shard = MERAK_SHARD_ATTENTION, .cost = MERAK_COST_FLOPS,
                             .saved_floats = attention_saved, .scratch_floats = attention_scratch,
                             .forward = attention_forward, .backward_input = attention_backward_input,

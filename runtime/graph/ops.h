@@ -89,6 +89,15 @@ typedef struct merak_op_io {
     uint64_t seed;         /* dropout's */
     int eval;              /* dropout off */
     float loss_scale;      /* the loss's gradient scale (mixed precision) */
+    /* bf16 storage run natively (the executor, when the kind's bf16
+     * entries exist: merak_op_kind.bf16): the tensors in bf16 storage in
+     * these instead of x, y, dx and dy (NULL there); token ids, weight
+     * gradients and saved values where they always are */
+    int b16;
+    const uint16_t *x16[3];
+    uint16_t *y16, *dx16[3];
+    const uint16_t *dy16;
+    float *scratch16;      /* for the backend's bf16 entries (kernels.h bf16_scratch) */
     /* generation (decode) */
     int pos, ctx;          /* the rows are positions [pos, pos + rows) of ctx */
     float *kcache, *vcache;
@@ -105,6 +114,10 @@ typedef struct merak_op_kind {
                             * executor reduces */
     int reads_output;      /* its backward reads its forward's output (io->y);
                             * the others get NULL there */
+    /* 1 if backend k has this kind's bf16 entries (kernels.h): its calls
+     * then read and write bf16 storage natively (merak_op_io.b16), when
+     * every float tensor it names is in bf16 storage; NULL: never */
+    int (*bf16)(const merak_kernels *k);
     /* floats kept from forward to backward (one micro-batch), and of
      * scratch; NULL: none */
     size_t (*saved_floats)(const merak_graph *g, const merak_op *o);

@@ -61,7 +61,8 @@ struct merak_exec {
     float *params, *grads;
     size_t flat_n;
     int bf16;              /* emulated bf16 (exec.h, Precision) */
-    float *cparams;        /* bf16: the compute copies of params (flat_n), which the ops read */
+    void *cparams;         /* bf16: the compute copies of params (flat_n elements, bf16
+                            * storage with store16, else float), which the ops read */
 
     /* per-slot arenas: tensor values, ops' saved values, tensor gradients */
     int64_t *t_off;        /* [ntensors] offset in its chunk's slot arena (bytes) or -1 */
@@ -73,7 +74,10 @@ struct merak_exec {
     int split;             /* weight parts may run apart (merak_exec_opts.split) */
     int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
     int store16;           /* bf16 storage (exec.h, Precision): the activations take 2 bytes */
-    unsigned char *half;   /* [ntensors] this tensor's values and gradient are bf16 storage */
+    unsigned char *half;   /* [ntensors] this tensor's values and gradient are bf16 storage
+                            * (a parameter: its compute copy) */
+    unsigned char *native; /* [nops] its calls read and write bf16 storage as it is (the
+                            * kind's bf16 entries, merak_op_io.b16), unstaged */
     float *stage;          /* staging: the bf16 tensors of the op running, widened */
     size_t stage_floats;
     staged st[MAX_STAGED];
@@ -133,6 +137,9 @@ static size_t alloc_bytes(size_t n) { return (n ? n : MERAK_ALIGN_FLOATS) * size
 static float *alloc_floats(const merak_kernels *k, size_t n) { return k->alloc(alloc_bytes(n)); }
 static size_t alloc_size(size_t b) { return b ? b : MERAK_ALIGN_FLOATS * sizeof(float); }
 static void *alloc_raw(const merak_kernels *k, size_t b) { return k->alloc(alloc_size(b)); }
+
+/* Bytes of the parameters' compute copies (bf16). */
+static size_t cparams_bytes(const merak_exec *e) { return e->flat_n * (e->store16 ? sizeof(uint16_t) : sizeof(float)); }
 
 /* Bytes of an element of tensor t in the arenas. */
 static size_t esize(const merak_exec *e, int t) { return e->half[t] ? sizeof(uint16_t) : sizeof(float); }
@@ -310,6 +317,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                     first_use[p] = i;
                 }
                 e->param_of[t] = e->param_of[root];
+                e->half[t] = e->half[root] = (unsigned char)e->store16;
             } else if (e->tensor_chunk[t] >= 0 && e->tensor_chunk[t] != c) {
                 return merak_errf(err, errlen,
                                   "executor: tensor %s is used by chunks %d and %d (chunks exchange "
@@ -351,11 +359,20 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
             e->save_off[i] = (int64_t)*av;
             *av += round_up(sv) * sizeof(float);
         }
-        /* staging: the op's bf16 tensors, values and gradients */
+        /* bf16 storage run natively: a kind with bf16 entries in the
+         * backend, summing nothing, all of whose float tensors are bf16 */
+        int all16 = e->store16 && kd->bf16 && kd->bf16(e->k) && kd->sum == MERAK_SUM_NONE;
+        for (int j = 0; j < nu && all16; j++)
+            all16 = g->tensors[uses[j]].dtype != MERAK_F32 || e->half[uses[j]];
+        e->native[i] = (unsigned char)all16;
+        /* staging: the op's bf16 tensors, values and gradients (a
+         * parameter: its value), widened for the op's float kernels, or
+         * the scratch of its bf16 entries where they want one */
         size_t stf = 0;
-        for (int j = 0; j < nu; j++)
+        for (int j = 0; j < nu && (!e->native[i] || e->k->bf16_scratch); j++)
             if (e->half[uses[j]])
-                stf += 2 * round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
+                stf += (g->tensors[uses[j]].kind == MERAK_T_PARAM ? 1 : 2) *
+                       round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
         if (stf > e->stage_floats)
             e->stage_floats = stf;
         size_t sn = kd->scratch_floats ? kd->scratch_floats(g, o, e->k) : 0;
@@ -457,6 +474,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->in_place = calloc((size_t)nt, 1);
     e->g_shared = calloc((size_t)nt, 1);
     e->half = calloc((size_t)nt, 1);
+    e->native = calloc((size_t)g->nops, 1);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
@@ -471,7 +489,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->native || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
@@ -523,7 +541,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->pact = alloc_raw(k, e->pool_act * (size_t)e->npool);
     e->pgrad = alloc_raw(k, e->pool_grad * (size_t)e->npool);
     e->params = alloc_floats(k, e->flat_n);
-    e->cparams = e->bf16 ? alloc_floats(k, e->flat_n) : NULL;
+    e->cparams = !e->bf16 ? NULL : e->store16 ? alloc_raw(k, cparams_bytes(e)) : (void *)alloc_floats(k, e->flat_n);
     e->grads = alloc_floats(k, e->flat_n);
     e->act = alloc_raw(k, e->act_bytes);
     e->gradarena = alloc_raw(k, e->grad_bytes);
@@ -559,6 +577,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->in_place);
     free(e->g_shared);
     free(e->half);
+    free(e->native);
     free(e->last_use);
     free(e->save_off);
     if (e->k) {
@@ -709,7 +728,7 @@ size_t merak_exec_arena_bytes(const merak_exec *e)
 
 size_t merak_exec_device_bytes(const merak_exec *e)
 {
-    return (e->bf16 ? 3 : 2) * alloc_bytes(e->flat_n) + alloc_size(e->act_bytes) + alloc_size(e->grad_bytes) +
+    return 2 * alloc_bytes(e->flat_n) + (e->bf16 ? alloc_size(cparams_bytes(e)) : 0) + alloc_size(e->act_bytes) + alloc_size(e->grad_bytes) +
            alloc_size(e->gshared_bytes) + alloc_bytes(e->stage_floats) +
            alloc_size(e->pool_act * (size_t)e->npool) + alloc_size(e->pool_grad * (size_t)e->npool) +
            alloc_bytes(e->scratch_n) + alloc_bytes(e->tpbuf_n);
@@ -741,6 +760,10 @@ int merak_exec_cast_params(merak_exec *e)
 {
     if (!e->bf16)
         return 0;
+    if (e->store16) {
+        e->k->to_bf16(e->cparams, e->params, e->flat_n);
+        return 0;
+    }
     if (e->k->copy(e->cparams, e->params, e->flat_n * sizeof(float), MERAK_COPY_D2D) < 0)
         return -1;
     e->k->round_bf16(e->cparams, e->flat_n);
@@ -754,8 +777,10 @@ static void *val(const merak_exec *e, int slot, int t)
     if (t < 0)
         return NULL;
     int p = e->param_of[t];
+    if (p >= 0 && e->store16)
+        return (uint16_t *)e->cparams + e->param_off[p];
     if (p >= 0)
-        return (e->bf16 ? e->cparams : e->params) + e->param_off[p];
+        return (e->bf16 ? (float *)e->cparams : e->params) + e->param_off[p];
     return merak_exec_tensor(e, slot, t);
 }
 
@@ -929,6 +954,39 @@ static void narrow(merak_exec *e, const void *raw)
             e->k->to_bf16(e->st[i].raw, e->st[i].f, e->st[i].n);
 }
 
+/* A buffer in bf16 storage of tensor t, or NULL (a float one goes to *f). */
+static uint16_t *b16_or(const merak_exec *e, int t, void *raw, float **f)
+{
+    if (t >= 0 && e->half[t])
+        return raw;
+    *f = raw;
+    return NULL;
+}
+
+/* op_io for an op run natively in bf16 storage (e->native): its buffers as
+ * they are, nothing staged. */
+static merak_op_io op_io16(merak_exec *e, int slot, int i, sub sb, io_mode mode, merak_op_io io)
+{
+    const merak_op *o = &e->g->ops[i];
+    e->nst = 0, e->st_used = 0, e->st_op = -1;   /* nothing staged for this call */
+    io.b16 = 1;
+    io.scratch16 = e->stage;
+    for (int j = 0; j < o->nin && j < 3; j++) {
+        const int t = o->in[j];
+        io.x16[j] = b16_or(e, t, sval(e, slot, t, sb), &io.x[j]);
+        if (mode == IO_INPUT && t >= 0 && e->param_of[t] < 0)
+            io.dx16[j] = b16_or(e, t, sgrad(e, slot, t, sb), &io.dx[j]);
+        if (j > 0 && t >= 0 && e->param_of[t] >= 0)
+            io.dw[j - 1] = grad(e, slot, t);
+    }
+    /* (the output of an op run natively is in bf16 storage) */
+    if (mode == IO_FORWARD || merak_op_kind_of(o)->reads_output)
+        io.y16 = sval(e, slot, o->out, sb);
+    if (mode != IO_FORWARD)
+        io.dy16 = sgrad(e, slot, o->out, sb);
+    return io;
+}
+
 /* Op i's kernel call for the slot's sub-batch: the sub-batch's parts of
  * its tensors and their gradients, parameters whole (ops.h); in bf16
  * storage, the float copies the mode's kernels read and write. */
@@ -944,6 +1002,8 @@ static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
     io.rows = io.rows_all / sb.K;
     io.seq = x->ndim >= 2 ? (int)x->shape[1] : 1;
     io.saved = e->save_off[i] >= 0 ? saved(e, slot, i) : NULL;
+    if (e->native[i])
+        return op_io16(e, slot, i, sb, mode, io);
     /* the weight part right after the input part of the same call finds
      * the values and the output's gradient staged already */
     const int again = mode == IO_WEIGHT && e->st_mode == IO_INPUT && e->st_slot == slot && e->st_op == i &&

@@ -59,16 +59,22 @@
  * range's end (and the slice's inputs and outputs) stays in the slot.
  * Each chunk has its own recompute_end; the buffers are shared.
  *
- * Precision (bf16, --dtype bf16; DESIGN.md 7a).  The activations and
- * their gradients are bf16 storage, 2 bytes an element, where the backend
- * converts (kernels.h to_bf16, from_bf16) and no sub-batches run
- * (tp_overlap); the logits (the loss's input, whose gradient takes their
- * storage), the loss and the ops' saved values stay float.  (A TP_COPY sums
- * its output's gradient in the staged copy, where float storage sums it in
+ * Precision (bf16, --dtype bf16; DESIGN.md 7a).  The activations, their
+ * gradients and the parameters' compute copies are bf16 storage, 2 bytes
+ * an element, where the backend converts (kernels.h to_bf16, from_bf16)
+ * and no sub-batches run (tp_overlap); the logits (the loss's input,
+ * whose gradient takes their storage), the loss, the ops' saved values,
+ * the masters and the weight gradients stay float.  (A TP_COPY sums its
+ * output's gradient in the staged copy, where float storage sums it in
  * place: inspected with keep_grads, that gradient is the addends in bf16
- * storage and the sum in float storage; nothing else reads it.)  The kernels compute in fp32: an
- * op's bf16 inputs are widened into a staging buffer for its kernels
- * (exact) and what it writes is rounded back to bf16 storage.  Elsewhere
+ * storage and the sum in float storage; nothing else reads it.)  The
+ * kernels compute in fp32.  An op whose kind has bf16 entries in the
+ * backend (kernels.h: the linear layers, the embedding), sums nothing and
+ * has every float tensor in bf16 storage reads and writes that storage
+ * natively; any other op's bf16 tensors are widened into a staging buffer
+ * for its float kernels (exact) and what it writes is rounded back to
+ * bf16 storage.  The two ways give the same bits on the CPU, whose bf16
+ * entries widen into that buffer.  Elsewhere
  * (sub-batches, float_storage) a value bf16 storage would hold is kept in
  * float storage rounded to the nearest bf16 (ties to even, the backend's
  * round_bf16): the same numbers, bit for bit, in twice the memory.  The
@@ -99,10 +105,11 @@
  * NCCL's bf16 sum rounds after each add, the same for tp = 2 and not
  * beyond, so a GPU reproducing this bit for bit sums in fp32.  The
  * data-parallel and tied-embedding reductions sum weight gradients: fp32.
- * On a GPU (the CUDA backend in this release: the same float storage, its
- * round_bf16) the products multiply on the tensor cores from bf16
- * operands (kernels.h MERAK_PRODUCTS_BF16): exact for the operands above,
- * all bf16 values; attention (cuDNN's fused kernels, or products) rounds
+ * On a GPU (the CUDA backend: bf16 storage, its linear layers on
+ * cuBLASLt with bf16 operands, the other ops staged) the products multiply
+ * on the tensor cores from bf16 operands (the bf16 entries, or kernels.h
+ * MERAK_PRODUCTS_BF16 for staged ones): exact for the operands above, all
+ * bf16 values; attention (cuDNN's fused kernels, or products) rounds
  * to bf16 what it makes in between, as flash attention does: its
  * probabilities and their gradient, RoPE's rotated q and k, and with
  * cuDNN the gradients of q, k and v before they are added (the CPU keeps

@@ -30,6 +30,7 @@
 #include "../unit/tap.h"
 #include "test_mem.h"            /* xmalloc, dmalloc */
 #include "mix64.h"
+#include "bf16.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1142,6 +1143,130 @@ static void test_round_bf16(void)
     free(h), free(c), free(g), free(b), free(bg);
 }
 
+/* ------------------------------------------------------------------ bf16 storage */
+
+/* n random bf16 values in [lo, hi) as bit patterns, in host memory. */
+static uint16_t *rand_bf16(size_t n, float lo, float hi)
+{
+    uint16_t *x = xmalloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = merak_f32_to_bf16(rng_uniform(lo, hi));
+    return x;
+}
+
+static void *to_dev(const void *h, size_t bytes)
+{
+    void *d = dmalloc(bytes ? bytes : 1);
+    merak_cuda_memcpy_h2d(d, h, bytes);
+    return d;
+}
+
+/* max over n of |g - c| / (rtol |c| + atol max|c|): > 1 fails; g, c as
+ * floats (bf16 widened by the caller), NaN fails. */
+static double worst(const float *g, const float *c, size_t n, double rtol, double atol)
+{
+    double m = 0, w = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(c[i]) > m ? fabs(c[i]) : m;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)g[i] - c[i]) / (rtol * fabs(c[i]) + atol * m + 1e-30);
+        w = isnan(g[i]) || isnan(e) ? INFINITY : e > w ? e : w;
+    }
+    return w;
+}
+
+static float *widened(const uint16_t *b, size_t n)
+{
+    float *f = xmalloc((n ? n : 1) * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = merak_bf16_to_f32(b[i]);
+    return f;
+}
+
+/* The linear layer's bf16 entries against the CPU's (which are its float
+ * kernels on the widened values, rounded once): a bf16 result within one
+ * rounding (2^-8 relative) of the CPU's, weight gradients within fp32's
+ * tolerance, two GPU runs bitwise equal.  bias: 0 none, 1 in the
+ * epilogue, 2 misaligned (the bias kernel after an fp32 product). */
+static void test_linear16(int N, int K, int O, int bias)
+{
+    const size_t nk = (size_t)N * K, ok = (size_t)O * K, no = (size_t)N * O;
+    uint16_t *inp = rand_bf16(nk, -1, 1), *w = rand_bf16(ok, -0.5f, 0.5f), *b = rand_bf16(O + 1, -1, 1);
+    uint16_t *dout = rand_bf16(no, -1, 1), *dinp0 = rand_bf16(nk, -1, 1);
+    float *dw0 = rand_array(ok, -1, 1), *db0 = rand_array(O, -1, 1);
+    const uint16_t *hb = bias ? b + (bias == 2) : NULL;
+    float *scratch = xmalloc((nk + ok + no + (size_t)O + 64) * sizeof(float));
+    /* the CPU */
+    uint16_t *out_c = xmalloc(no * 2), *dinp_c = xmalloc(nk * 2);
+    float *dw_c = xmalloc(ok * 4), *db_c = xmalloc((size_t)O * 4);
+    memcpy(dinp_c, dinp0, nk * 2), memcpy(dw_c, dw0, ok * 4), memcpy(db_c, db0, (size_t)O * 4);
+    g_cpu->linear16_fwd(out_c, inp, w, hb, N, K, O, scratch);
+    g_cpu->linear16_bwd_x(dinp_c, dout, w, N, K, O, scratch);
+    g_cpu->linear16_bwd_w(dw_c, db_c, dout, inp, N, K, O, scratch);
+    /* the GPU, twice */
+    uint16_t *out_g[2], *dinp_g[2];
+    float *dw_g[2], *db_g[2];
+    uint16_t *d_inp = to_dev(inp, nk * 2), *d_w = to_dev(w, ok * 2), *d_b = to_dev(b, (size_t)(O + 1) * 2),
+             *d_dout = to_dev(dout, no * 2);
+    for (int r = 0; r < 2; r++) {
+        uint16_t *d_out = dmalloc(no * 2), *d_dinp = to_dev(dinp0, nk * 2);
+        float *d_dw = to_dev(dw0, ok * 4), *d_db = to_dev(db0, (size_t)O * 4);
+        merak_cuda_memset(d_out, 0xff, no * 2);   /* NaN: every element must be written */
+        g_gpu->linear16_fwd(d_out, d_inp, d_w, bias ? d_b + (bias == 2) : NULL, N, K, O, NULL);
+        g_gpu->linear16_bwd_x(d_dinp, d_dout, d_w, N, K, O, NULL);
+        g_gpu->linear16_bwd_w(d_dw, d_db, d_dout, d_inp, N, K, O, NULL);
+        out_g[r] = xmalloc(no * 2), dinp_g[r] = xmalloc(nk * 2), dw_g[r] = xmalloc(ok * 4), db_g[r] = xmalloc((size_t)O * 4);
+        merak_cuda_memcpy_d2h(out_g[r], d_out, no * 2);
+        merak_cuda_memcpy_d2h(dinp_g[r], d_dinp, nk * 2);
+        merak_cuda_memcpy_d2h(dw_g[r], d_dw, ok * 4);
+        merak_cuda_memcpy_d2h(db_g[r], d_db, (size_t)O * 4);
+        merak_cuda_free(d_out), merak_cuda_free(d_dinp), merak_cuda_free(d_dw), merak_cuda_free(d_db);
+    }
+    float *oc = widened(out_c, no), *og = widened(out_g[0], no), *xc = widened(dinp_c, nk), *xg = widened(dinp_g[0], nk);
+    const double e_out = worst(og, oc, no, 8e-3, 1e-4), e_x = worst(xg, xc, nk, 8e-3, 1e-4),
+                 e_w = worst(dw_g[0], dw_c, ok, RTOL, ATOL), e_b = worst(db_g[0], db_c, (size_t)O, RTOL, ATOL);
+    const int same = !memcmp(out_g[0], out_g[1], no * 2) && !memcmp(dinp_g[0], dinp_g[1], nk * 2) &&
+                     !memcmp(dw_g[0], dw_g[1], ok * 4) && !memcmp(db_g[0], db_g[1], (size_t)O * 4);
+    tap_ok(e_out <= 1 && e_x <= 1 && e_w <= 1 && e_b <= 1 && same,
+           "linear16 N=%d K=%d O=%d bias=%s: out %.2f, dinp %.2f, dw %.2f, db %.2f of the tolerance; repeatable %d",
+           N, K, O, bias == 0 ? "none" : bias == 1 ? "epilogue" : "misaligned", e_out, e_x, e_w, e_b, same);
+    for (int r = 0; r < 2; r++)
+        free(out_g[r]), free(dinp_g[r]), free(dw_g[r]), free(db_g[r]);
+    free(oc), free(og), free(xc), free(xg);
+    merak_cuda_free(d_inp), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_dout);
+    free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0), free(scratch);
+    free(out_c), free(dinp_c), free(dw_c), free(db_c);
+}
+
+/* The embedding's bf16 entries: rows copied bit for bit, the weight
+ * gradient within fp32's tolerance of the CPU's. */
+static void test_embedding16(int N, int C, int V, int v0)
+{
+    uint16_t *wte = rand_bf16((size_t)V * C, -1, 1), *dout = rand_bf16((size_t)N * C, -1, 1);
+    int32_t *ids = xmalloc((size_t)N * sizeof *ids);
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)(rng_u64() % (uint64_t)(V + v0 + 3));
+    float *dw0 = rand_array((size_t)V * C, -1, 1), *dw_c = xmalloc((size_t)V * C * 4), *dw_g = xmalloc((size_t)V * C * 4);
+    uint16_t *out_c = xmalloc((size_t)N * C * 2), *out_g = xmalloc((size_t)N * C * 2);
+    memcpy(dw_c, dw0, (size_t)V * C * 4);
+    g_cpu->embedding16_fwd(out_c, ids, wte, N, C, v0, V);
+    g_cpu->embedding16_bwd_w(dw_c, dout, ids, N, C, v0, V);
+    uint16_t *d_wte = to_dev(wte, (size_t)V * C * 2), *d_dout = to_dev(dout, (size_t)N * C * 2),
+             *d_out = dmalloc((size_t)N * C * 2);
+    int32_t *d_ids = to_dev(ids, (size_t)N * 4);
+    float *d_dw = to_dev(dw0, (size_t)V * C * 4);
+    merak_cuda_memset(d_out, 0xff, (size_t)N * C * 2);
+    g_gpu->embedding16_fwd(d_out, d_ids, d_wte, N, C, v0, V);
+    g_gpu->embedding16_bwd_w(d_dw, d_dout, d_ids, N, C, v0, V);
+    merak_cuda_memcpy_d2h(out_g, d_out, (size_t)N * C * 2);
+    merak_cuda_memcpy_d2h(dw_g, d_dw, (size_t)V * C * 4);
+    const double e = worst(dw_g, dw_c, (size_t)V * C, RTOL, ATOL);
+    tap_ok(!memcmp(out_c, out_g, (size_t)N * C * 2) && e <= 1,
+           "embedding16 N=%d C=%d V=%d v0=%d: rows bit for bit, dwte %.2f of the tolerance", N, C, V, v0, e);
+    merak_cuda_free(d_wte), merak_cuda_free(d_dout), merak_cuda_free(d_out), merak_cuda_free(d_ids), merak_cuda_free(d_dw);
+    free(wte), free(dout), free(ids), free(dw0), free(dw_c), free(dw_g), free(out_c), free(out_g);
+}
+
 int main(void)
 {
     if (!merak_cuda_available()) {
@@ -1194,6 +1319,14 @@ int main(void)
     test_crossentropy(3, 50257, 0);
     test_crossentropy(7, 300, 100);
     test_adamw(1000);
+    /* bf16 storage's entries (new, unmeasured: after the others) */
+    test_embedding16(37, 50, 11, 0);
+    test_embedding16(700, 64, 40, 5);
+    test_linear16(64, 768, 2304, 1);   /* GPT-2's qkv */
+    test_linear16(40, 64, 96, 2);
+    test_linear16(33, 48, 80, 0);
+    test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
+    test_linear16(37, 53, 29, 1);      /* odd rows: 2-byte aligned operands */
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */
     test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);

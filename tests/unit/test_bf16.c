@@ -165,46 +165,104 @@ static void test_step(const char *preset)
     merak_graph_destroy(g);
 }
 
+/* The CPU table with its bf16 entries counted (calls[]), and without
+ * them (every op staged): the executor's two ways of running bf16
+ * storage. */
+static int calls[5];
+static void lin_f(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b, int N, int K, int O,
+                  float *scratch)
+{
+    calls[0]++;
+    merak_kernels_cpu()->linear16_fwd(out, inp, w, b, N, K, O, scratch);
+}
+static void lin_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K, int O, float *scratch)
+{
+    calls[1]++;
+    merak_kernels_cpu()->linear16_bwd_x(dinp, dout, w, N, K, O, scratch);
+}
+static void lin_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N, int K, int O,
+                  float *scratch)
+{
+    calls[2]++;
+    merak_kernels_cpu()->linear16_bwd_w(dw, db, dout, inp, N, K, O, scratch);
+}
+static void emb_f(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C, int v0, int V)
+{
+    calls[3]++;
+    merak_kernels_cpu()->embedding16_fwd(out, ids, wte, N, C, v0, V);
+}
+static void emb_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C, int v0, int V)
+{
+    calls[4]++;
+    merak_kernels_cpu()->embedding16_bwd_w(dwte, dout, ids, N, C, v0, V);
+}
+static merak_kernels counted, staged;
+
+static void tables(void)
+{
+    counted = staged = *merak_kernels_cpu();
+    counted.linear16_fwd = lin_f, counted.linear16_bwd_x = lin_x, counted.linear16_bwd_w = lin_w;
+    counted.embedding16_fwd = emb_f, counted.embedding16_bwd_w = emb_w;
+    staged.linear16_fwd = NULL, staged.linear16_bwd_x = NULL, staged.linear16_bwd_w = NULL;
+    staged.embedding16_fwd = NULL, staged.embedding16_bwd_w = NULL;
+}
+
 /* bf16 storage against float storage as the runtime runs them (gradients
  * shared, the logits' in place, two micro-batches in flight, dropout):
  * the same losses and weight gradients, bit for bit, with the backward
  * whole, split in zero-bubble order (both input parts, then both weight
- * parts: the weight parts widen from storage) and every layer recomputed. */
+ * parts: the weight parts widen from storage) and every layer recomputed;
+ * the linear layers and the embedding run natively in bf16 storage (the
+ * backend's bf16 entries, called) or staged (a table without them). */
 static void test_storage_runs(const char *preset)
 {
     merak_model_config c;
     merak_model_preset(preset, &c);
     c.dropout = 0.1f;
     merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
+    tables();
     for (int how = 0; g && how < RUN_WAYS; how++) {
         merak_exec_chunk whole;
-        merak_exec_opts o = run_opts(g, how, &whole), of;
+        merak_exec_opts o = run_opts(g, how, &whole), os, of;
         o.bf16 = 1;
-        of = o;
+        os = of = o;
+        o.kernels = &counted;
+        os.kernels = &staged;
         of.float_storage = 1;
-        merak_exec *e[2] = {NULL, NULL};
-        if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &of, &e[1], err, sizeof err) < 0) {
+        merak_exec *e[3] = {NULL, NULL, NULL};
+        if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &of, &e[1], err, sizeof err) < 0 ||
+            merak_exec_create(g, &os, &e[2], err, sizeof err) < 0) {
             tap_ok(0, "%s: %s", preset, err);
             merak_exec_destroy(e[0]);
+            merak_exec_destroy(e[1]);
             continue;
         }
-        double loss[2][2];
-        for (int i = 0; i < 2; i++) {
+        double loss[3][2];
+        int ncalls[3];
+        for (int i = 0; i < 3; i++) {
+            memset(calls, 0, sizeof calls);
             merak_init_params(g, e[i], 42, NULL, 0);
             fill_slot(g, e[i], 0, c.vocab_size, 5);
             fill_slot(g, e[i], 1, c.vocab_size, 6);
             run_two(e[i], how);
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
+            ncalls[i] = calls[0] > 0 && calls[1] > 0 && calls[2] > 0 && calls[3] > 0 && calls[4] > 0;
         }
         size_t n;
-        const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+        const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n),
+                    *g2 = merak_exec_grads_flat(e[2], &n);
         tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
                    merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1]),
                "%s, %s: bf16 storage gives float storage's losses and weight gradients, bit for bit, in %zu bytes "
                "of arenas instead of %zu", preset, run_name(how), merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
-        merak_exec_destroy(e[0]);
-        merak_exec_destroy(e[1]);
+        tap_ok(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0 &&
+                   merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1]),
+               "%s, %s: the linear layers and the embedding run natively in bf16 storage (every bf16 entry called) "
+               "as staged, bit for bit; compute copies in bf16: %zu bytes on the device instead of %zu",
+               preset, run_name(how), merak_exec_device_bytes(e[0]), merak_exec_device_bytes(e[1]));
+        for (int i = 0; i < 3; i++)
+            merak_exec_destroy(e[i]);
     }
     merak_graph_destroy(g);
 }
