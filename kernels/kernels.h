@@ -174,7 +174,9 @@ typedef struct merak_adamw_span {
     /* x *= s */                                                                   \
     void (*scale)(REAL *x, size_t n, float s);
 
-/* How the linear and attention products multiply (kernels set_products):
+/* How the float entries' linear and attention products multiply (kernels
+ * set_products; the bf16 entries' products are of bf16 operands already,
+ * in fp32 whatever it says):
  *   FP32  float32 inputs and products (the exact reference; the default);
  *   TF32  the inputs rounded to TF32 (10 bits of mantissa) on the tensor
  *         cores, for --dtype tf32;
@@ -256,7 +258,7 @@ typedef struct merak_kernels {
     void (*embedding16_fwd)(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
                             int v0, int V);
     void (*embedding16_bwd_w)(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
-                              int v0, int V);
+                              int v0, int V, float *scratch);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

@@ -455,7 +455,8 @@ typedef struct merak_args {
      * activations, activation gradients and compute copies of the weights
      * over fp32 master weights, moments and weight gradients (DESIGN.md
      * 7a; runtime/pipe/exec.h says where values round).  The CPU backend
-     * emulates bf16; device cuda has no bf16 yet (a usage error).
+     * emulates bf16 (the reference); device cuda runs it on the tensor
+     * cores.
      * Checkpoints hold the fp32 masters whatever the dtype. */
     const char *dtype;
 } merak_args;

@@ -224,7 +224,7 @@ static void cpu_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const
 static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
                                 int v0, int V);
 static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
-                                  int v0, int V);
+                                  int v0, int V, float *scratch);
 
 /* ------------------------------------------------------------------ float */
 
@@ -328,25 +328,13 @@ static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_
     }
 }
 
-/* embedding_bwd_w's order (column blocks, rows in order), dout widened
- * element by element. */
 static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
-                                  int v0, int V)
+                                  int v0, int V, float *scratch)
 {
-    const int nblk = (C + COLBLK - 1) / COLBLK;
-    OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
-    for (int cb = 0; cb < nblk; cb++) {
-        const int c0 = cb * COLBLK, c1 = imin(C, c0 + COLBLK);
-        for (int n = 0; n < N; n++) {
-            const int64_t r = (int64_t)ids[n] - v0;
-            if (r < 0 || r >= V)
-                continue;
-            float *d = dwte + (size_t)r * C;
-            const uint16_t *g = dout + (size_t)n * C;
-            for (int c = c0; c < c1; c++)
-                d[c] += merak_bf16_to_f32(g[c]);
-        }
-    }
+    if (N <= 0 || C <= 0)
+        return;
+    size_t at = 0;
+    embedding_bwd_w_f32(dwte, widen(scratch, &at, dout, (size_t)N * C), ids, N, C, v0, V);
 }
 
 /* ------------------------------------------------------------------ double */

@@ -6,7 +6,10 @@
  *
  * GEMMs: row-major tensors are handed to column-major cuBLASLt as their
  * transposes (a row-major (r,c) buffer is a column-major (c,r) matrix), FP32
- * in, FP32 out.  The products' math (merak_cuda_set_products): FP32,
+ * in, FP32 out (merak_cuda_gemm), or bf16 in, bf16 or FP32 out
+ * (merak_cuda_gemm16: bf16 storage's linear layers, CUBLAS_COMPUTE_32F,
+ * a bf16 result rounded once).  The FP32 products' math
+ * (merak_cuda_set_products): FP32,
  * CUBLAS_COMPUTE_32F; TF32 (--dtype tf32), CUBLAS_COMPUTE_32F_FAST_TF32: the
  * tensor cores multiply the inputs rounded to TF32 (10 bits of mantissa);
  * BF16 (--dtype bf16), CUBLAS_COMPUTE_32F_FAST_16BF: the tensor cores
@@ -106,7 +109,7 @@ int merak_cuda_ptr_align(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
     int al = 256;
-    while (al > 4 && a % (uintptr_t)al)
+    while (al > 2 && a % (uintptr_t)al)
         al >>= 1;
     return al;
 }

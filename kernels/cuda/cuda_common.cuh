@@ -25,6 +25,7 @@
 
 #define MERAK_CUDA_INTERNAL
 #include "cuda_kernels.h"
+#include "bf16.h"
 
 /* Threads of every 1-D block (a multiple of 32; the reductions rely on it). */
 #define NT 256
@@ -46,17 +47,11 @@ static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
          i += (size_t)gridDim.x * blockDim.x)
 
 /* An element as float: a float, or a bfloat16 bit pattern (bf16 storage)
- * widened, exactly; and a float rounded to bfloat16 (merak_f32_to_bf16's
- * rounding: to nearest, ties to even). */
+ * widened, exactly (bf16.h, the one definition); and a float rounded to
+ * bfloat16 as merak_f32_to_bf16 rounds. */
 __device__ __forceinline__ float as_f32(float x) { return x; }
-__device__ __forceinline__ float as_f32(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
-__device__ __forceinline__ uint16_t to_bf16(float x)
-{
-    const unsigned u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+__device__ __forceinline__ float as_f32(uint16_t b) { return merak_bf16_to_f32(b); }
+__device__ __forceinline__ uint16_t to_bf16(float x) { return merak_f32_to_bf16(x); }
 
 template <typename T> __device__ __forceinline__ T warp_sum(T v)
 {

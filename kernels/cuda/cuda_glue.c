@@ -228,7 +228,9 @@ static double k_sumsq(const float *x, size_t n)
 
 /* out = bf16(inp @ w^T + b): the bias in the epilogue, else the fp32
  * product in the backend's scratch and a kernel adding the bias and
- * rounding (one rounding either way). */
+ * rounding (one rounding either way).  That fallback (K = 0, or no
+ * epilogue algorithm: the executor's biases are 32-byte aligned) takes
+ * N x O floats of merak_cuda_scratch, which nothing plans. */
 static void k_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
                            int N, int K, int O, float *scratch)
 {
@@ -286,8 +288,9 @@ static void k_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t 
 }
 
 static void k_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C, int v0,
-                                int V)
+                                int V, float *scratch)
 {
+    (void)scratch;
     LAUNCH("embedding16_bwd_w", merak_cuda_launch_embedding16_bwd_w(STREAM, dwte, dout, ids, N, C, v0, V));
 }
 

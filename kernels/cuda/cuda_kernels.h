@@ -151,7 +151,7 @@ cudaStream_t merak_cuda_stream(void);
  * bt.count such products at strides bt.sa, bt.sb, bt.sc (no bias then).
  * Returns 0, 1 when no algorithm exists for this combination (only asked
  * with a bias: the caller retries without), or -1 on an error (recorded).
- * ptr_align: the largest power of two (4 to 256) p is aligned to. */
+ * ptr_align: the largest power of two (2 to 256) p is aligned to. */
 typedef struct merak_cuda_batch {
     int count;
     long long sa, sb, sc;

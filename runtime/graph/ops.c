@@ -72,7 +72,7 @@ static void embedding_backward_weight(const merak_op_io *io)
     const int32_t *ids = (const int32_t *)io->x[0];
     if (io->b16)
         io->k->embedding16_bwd_w(io->dw[0], io->dy16, ids, io->rows, width(out_tensor(io)), io->o->v0,
-                                 vocab_rows(io));
+                                 vocab_rows(io), io->scratch16);
     else
         io->k->embedding_bwd_w(io->dw[0], io->dy, ids, io->rows, width(out_tensor(io)), io->o->v0,
                                vocab_rows(io));

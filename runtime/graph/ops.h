@@ -74,7 +74,8 @@ typedef struct merak_op_io {
     const merak_graph *g;
     const merak_op *o;
     const merak_kernels *k;
-    float *x[3];           /* values of in[0..2]; NULL where absent */
+    float *x[3];           /* values of in[0..2]; NULL where absent (and a
+                            * parameter's in the weight part, which reads none) */
     float *y;              /* the output's value */
     float *dx[3];          /* input gradients to accumulate into; NULL where none is wanted
                             * (parameters, token ids) */
@@ -116,7 +117,8 @@ typedef struct merak_op_kind {
                             * the others get NULL there */
     /* 1 if backend k has this kind's bf16 entries (kernels.h): its calls
      * then read and write bf16 storage natively (merak_op_io.b16), when
-     * every float tensor it names is in bf16 storage; NULL: never */
+     * every float tensor it names is in bf16 storage and it sums nothing
+     * over the tp group; NULL: never */
     int (*bf16)(const merak_kernels *k);
     /* floats kept from forward to backward (one micro-batch), and of
      * scratch; NULL: none */

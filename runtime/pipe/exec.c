@@ -73,7 +73,8 @@ struct merak_exec {
     int *last_use;         /* [ntensors] the last op reading a tensor, or -1 */
     int split;             /* weight parts may run apart (merak_exec_opts.split) */
     int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
-    int store16;           /* bf16 storage (exec.h, Precision): the activations take 2 bytes */
+    int store16;           /* bf16 storage (exec.h, Precision): the activations, their
+                            * gradients and the compute copies take 2 bytes */
     unsigned char *half;   /* [ntensors] this tensor's values and gradient are bf16 storage
                             * (a parameter: its compute copy) */
     unsigned char *native; /* [nops] its calls read and write bf16 storage as it is (the
@@ -552,8 +553,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->host = malloc((host_n ? host_n : 1) * sizeof *e->host);
     if (!e->params || (e->bf16 && !e->cparams) || !e->grads || !e->act || !e->gradarena || !e->gshared ||
         !e->stage || !e->scratch || !e->tpbuf || !e->host || !e->pact || !e->pgrad) {
-        size_t mb = (e->flat_n * 2 * sizeof(float) + merak_exec_arena_bytes(e) +
-                     scratch_n * sizeof(float)) >> 20;
+        size_t mb = merak_exec_device_bytes(e) >> 20;
         merak_exec_destroy(e);
         return merak_errf(err, errlen, "executor: cannot allocate %zu MiB for parameters and activations", mb);
     }
@@ -670,7 +670,7 @@ size_t merak_exec_tensor_bytes(const merak_exec *e, int t)
 
 int merak_exec_tensor_bf16(const merak_exec *e, int t)
 {
-    return t >= 0 && t < e->g->ntensors && e->half[t];
+    return t >= 0 && t < e->g->ntensors && e->half[t] && e->param_of[t] < 0;
 }
 
 /* The recompute buffer slot holds, or -1. */
@@ -922,7 +922,8 @@ static int loss_reduce(merak_exec *e, int slot, int op, const merak_op_io *io)
  * output after its forward, its inputs' gradients after its input part),
  * so bf16 storage gives the numbers of bf16 values in float storage, bit
  * for bit.  A tensor is staged once per call, however many of the call's
- * pointers name it. */
+ * pointers name it; a weight part stages no parameter (it reads none).
+ * An op run natively (e->native: op_io16) stages nothing. */
 
 /* What an op's call is for: which of its buffers it reads and writes. */
 typedef enum io_mode { IO_FORWARD, IO_INPUT, IO_WEIGHT } io_mode;
@@ -973,7 +974,8 @@ static merak_op_io op_io16(merak_exec *e, int slot, int i, sub sb, io_mode mode,
     io.scratch16 = e->stage;
     for (int j = 0; j < o->nin && j < 3; j++) {
         const int t = o->in[j];
-        io.x16[j] = b16_or(e, t, sval(e, slot, t, sb), &io.x[j]);
+        if (mode != IO_WEIGHT || t < 0 || e->param_of[t] < 0)
+            io.x16[j] = b16_or(e, t, sval(e, slot, t, sb), &io.x[j]);
         if (mode == IO_INPUT && t >= 0 && e->param_of[t] < 0)
             io.dx16[j] = b16_or(e, t, sgrad(e, slot, t, sb), &io.dx[j]);
         if (j > 0 && t >= 0 && e->param_of[t] >= 0)
@@ -1014,7 +1016,8 @@ static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
     for (int j = 0; j < o->nin && j < 3; j++) {
         const int t = o->in[j];
         const size_t n = t < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[t]) / (size_t)sb.K;
-        io.x[j] = stage(e, sval(e, slot, t, sb), t, n, 1);
+        if (mode != IO_WEIGHT || t < 0 || e->param_of[t] < 0)
+            io.x[j] = stage(e, sval(e, slot, t, sb), t, n, 1);
         if (mode == IO_INPUT && t >= 0 && e->param_of[t] < 0)
             io.dx[j] = stage(e, sgrad(e, slot, t, sb), t, n, 1);
         if (j > 0 && t >= 0 && e->param_of[t] >= 0)

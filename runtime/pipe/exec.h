@@ -106,7 +106,8 @@
  * beyond, so a GPU reproducing this bit for bit sums in fp32.  The
  * data-parallel and tied-embedding reductions sum weight gradients: fp32.
  * On a GPU (the CUDA backend: bf16 storage, its linear layers on
- * cuBLASLt with bf16 operands, the other ops staged) the products multiply
+ * cuBLASLt with bf16 operands and its embedding native, the other ops
+ * staged) the products multiply
  * on the tensor cores from bf16 operands (the bf16 entries, or kernels.h
  * MERAK_PRODUCTS_BF16 for staged ones): exact for the operands above, all
  * bf16 values; attention (cuDNN's fused kernels, or products) rounds

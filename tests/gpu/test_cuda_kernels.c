@@ -1250,14 +1250,16 @@ static void test_embedding16(int N, int C, int V, int v0)
     uint16_t *out_c = xmalloc((size_t)N * C * 2), *out_g = xmalloc((size_t)N * C * 2);
     memcpy(dw_c, dw0, (size_t)V * C * 4);
     g_cpu->embedding16_fwd(out_c, ids, wte, N, C, v0, V);
-    g_cpu->embedding16_bwd_w(dw_c, dout, ids, N, C, v0, V);
+    float *scratch = xmalloc(((size_t)N * C + 16) * sizeof(float));
+    g_cpu->embedding16_bwd_w(dw_c, dout, ids, N, C, v0, V, scratch);
+    free(scratch);
     uint16_t *d_wte = to_dev(wte, (size_t)V * C * 2), *d_dout = to_dev(dout, (size_t)N * C * 2),
              *d_out = dmalloc((size_t)N * C * 2);
     int32_t *d_ids = to_dev(ids, (size_t)N * 4);
     float *d_dw = to_dev(dw0, (size_t)V * C * 4);
     merak_cuda_memset(d_out, 0xff, (size_t)N * C * 2);
     g_gpu->embedding16_fwd(d_out, d_ids, d_wte, N, C, v0, V);
-    g_gpu->embedding16_bwd_w(d_dw, d_dout, d_ids, N, C, v0, V);
+    g_gpu->embedding16_bwd_w(d_dw, d_dout, d_ids, N, C, v0, V, NULL);
     merak_cuda_memcpy_d2h(out_g, d_out, (size_t)N * C * 2);
     merak_cuda_memcpy_d2h(dw_g, d_dw, (size_t)V * C * 4);
     const double e = worst(dw_g, dw_c, (size_t)V * C, RTOL, ATOL);
@@ -1326,7 +1328,7 @@ int main(void)
     test_linear16(40, 64, 96, 2);
     test_linear16(33, 48, 80, 0);
     test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
-    test_linear16(37, 53, 29, 1);      /* odd rows: 2-byte aligned operands */
+    test_linear16(37, 53, 29, 1);      /* odd leading dimensions: rows 2-byte aligned */
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */
     test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);

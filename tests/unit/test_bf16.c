@@ -191,10 +191,10 @@ static void emb_f(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N,
     calls[3]++;
     merak_kernels_cpu()->embedding16_fwd(out, ids, wte, N, C, v0, V);
 }
-static void emb_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C, int v0, int V)
+static void emb_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C, int v0, int V, float *scratch)
 {
     calls[4]++;
-    merak_kernels_cpu()->embedding16_bwd_w(dwte, dout, ids, N, C, v0, V);
+    merak_kernels_cpu()->embedding16_bwd_w(dwte, dout, ids, N, C, v0, V, scratch);
 }
 static merak_kernels counted, staged;
 
