@@ -110,6 +110,16 @@ static const merak_kernels *open_cuda(char *err, size_t errlen)
 }
 #endif
 
+const merak_kernels *merak_kernels_plan(const char *name)
+{
+#ifdef HAVE_CUDA
+    if (name && strcmp(name, "cuda") == 0)
+        return merak_kernels_cuda_plan();
+#endif
+    (void)name;
+    return merak_kernels_cpu();
+}
+
 const merak_kernels *merak_kernels_open(const char *name, int threads, char *err, size_t errlen)
 {
     if (merak_backend_check(name, err, errlen) < 0)

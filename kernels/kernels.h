@@ -259,6 +259,13 @@ typedef struct merak_kernels {
                             int v0, int V);
     void (*embedding16_bwd_w)(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
                               int v0, int V, float *scratch);
+    /* (the cross-entropy on bf16 logits; its backward in place, dlogits ==
+     * logits, writes the gradient over them) */
+    void (*crossentropy16_stats)(float *lse, float *tlogit, const uint16_t *logits,
+                                 const int32_t *targets, int N, int V, int v0, float *scratch);
+    void (*crossentropy16_bwd)(uint16_t *dlogits, const uint16_t *logits, const float *lse,
+                               const int32_t *targets, int N, int V, int v0, float scale,
+                               float *scratch);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 
@@ -304,6 +311,12 @@ const char *merak_backend_names(void);
  * line in err when no backend has that name or this library was built
  * without it. */
 int merak_backend_check(const char *name, char *err, size_t errlen);
+/* The table a plan of backend `name` (NULL: "cpu") sees: which entries it
+ * has and its bf16_scratch, on which the executor's memory depends.  No
+ * device is opened, and nothing may call its kernels or memory hooks (a
+ * plan_only executor calls none).  The CPU's for a backend this library
+ * was built without (whose staging covers every op: never less). */
+const merak_kernels *merak_kernels_plan(const char *name);
 /* The kernels of backend `name` (NULL: "cpu"): the CPU's with `threads`
  * threads, or a GPU's (the one MERAK_GPU names, else this rank's place on
  * its node over the GPUs it sees, else the current one) when this library

@@ -295,6 +295,25 @@ assert b["activations"] < 0.75 * f["activations"] and b["params"] == f["params"]
 print("ok: --dtype bf16: GPT-2 124M at B=8 T=1024 plans %.2f GB of activations (fp32 %.2f), %.2f GB in all (fp32 %.2f)"
       % (b["activations"] / 1e9, f["activations"] / 1e9, b["total"] / 1e9, f["total"] / 1e9))
 PYEOF
+# The profile's backend decides which kernel table the memory is planned
+# with: the CPU's widens every op's bf16 tensors into its staging buffer
+# (the logits' N x V floats among them), CUDA's only those of the ops
+# without bf16 kernels (a build without CUDA plans both with the CPU's).
+for be in cpu cuda tpu; do
+    printf '{"backend": "%s", "memory_gb": 80, "matmul_tflops": 400, "memory_gbps": 2700, "intra_node_gbps": 360,
+      "inter_node_gbps": 45, "latency_us": 8}' "$be" > "$WORK/be-$be.json"
+done
+expect 1 "device profile: backend 'tpu' is not cpu or cuda" $G1 --dtype bf16 --gpu "$WORK/be-tpu.json"
+for be in cpu cuda; do
+    "$PLAN" $G1 --dtype bf16 --gpu "$WORK/be-$be.json" > "$WORK/be-$be.out" || fail "backend $be: $(cat "$WORK/be-$be.out")"
+done
+grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h" && cuda=1 || cuda=0
+"$PY" - "$WORK" "$cuda" <<'PYEOF' || fail "the backend's plans: $(cat "$WORK/be-cpu.out" "$WORK/be-cuda.out")"
+import json, sys
+c, g = (json.load(open("%s/be-%s.out" % (sys.argv[1], b)))["stages"][0]["memory"]["total"] for b in ("cpu", "cuda"))
+assert (g < c - 1e9) if sys.argv[2] == "1" else (g == c), (c, g)
+print("ok: GPT-2 124M in bf16 plans %.2f GB with the cuda backend's kernels, %.2f GB with the cpu's" % (g / 1e9, c / 1e9))
+PYEOF
 expect 2 "dtype: 'fp16' is not fp32, tf32 or bf16" --gpus 8 --model tiny-gpt2 --dtype fp16
 expect 2 "dtype does not go with --simulate" $S --schedule 1f1b --dtype bf16
 expect 2 "stages does not go with --gpus" --gpus 8 --model tiny-gpt2 --stages 2

@@ -528,6 +528,7 @@ static void calibrate(const plan_opts *o)
     fflush(stdout);
     if (merak_device_calibrate(g, k, o->repeat, &d, err, sizeof err) < 0)
         cli_die("%s", err);
+    snprintf(d.backend, sizeof d.backend, "%s", merak_backend_find(k->name)->name);
     printf("%-14s %16s %16s  (FLOP/s for linear and attention, bytes/s for the rest)\n", "op", "forward",
            "backward");
     for (int t = 0; t < MERAK_OP_COUNT_; t++)

@@ -225,6 +225,10 @@ static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_
                                 int v0, int V);
 static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
                                   int v0, int V, float *scratch);
+static void cpu_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets,
+                                     int N, int V, int v0, float *scratch);
+static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
+                                   const int32_t *targets, int N, int V, int v0, float scale, float *scratch);
 
 /* ------------------------------------------------------------------ float */
 
@@ -244,7 +248,9 @@ static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32
                      .round_bf16 = cpu_round_bf16, .to_bf16 = cpu_to_bf16, .from_bf16 = cpu_from_bf16, \
                      .bf16_scratch = 1, .linear16_fwd = cpu_linear16_fwd, \
                      .linear16_bwd_x = cpu_linear16_bwd_x, .linear16_bwd_w = cpu_linear16_bwd_w, \
-                     .embedding16_fwd = cpu_embedding16_fwd, .embedding16_bwd_w = cpu_embedding16_bwd_w,
+                     .embedding16_fwd = cpu_embedding16_fwd, .embedding16_bwd_w = cpu_embedding16_bwd_w, \
+                     .crossentropy16_stats = cpu_crossentropy16_stats, \
+                     .crossentropy16_bwd = cpu_crossentropy16_bwd,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL
@@ -335,6 +341,29 @@ static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32
         return;
     size_t at = 0;
     embedding_bwd_w_f32(dwte, widen(scratch, &at, dout, (size_t)N * C), ids, N, C, v0, V);
+}
+
+static void cpu_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets,
+                                     int N, int V, int v0, float *scratch)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    size_t at = 0;
+    crossentropy_stats_f32(lse, tlogit, widen(scratch, &at, logits, (size_t)N * V), targets, N, V, v0);
+}
+
+/* In place, the one widened copy is the float kernel's in-place buffer. */
+static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
+                                   const int32_t *targets, int N, int V, int v0, float scale, float *scratch)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    size_t at = 0;
+    const size_t n = (size_t)N * V;
+    float *fx = widen(scratch, &at, logits, n);
+    float *fd = dlogits == logits ? fx : widen(scratch, &at, dlogits, n);
+    crossentropy_bwd_f32(fd, fx, lse, targets, N, V, v0, scale);
+    cpu_to_bf16(dlogits, fd, n);
 }
 
 /* ------------------------------------------------------------------ double */

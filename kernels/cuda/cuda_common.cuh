@@ -52,6 +52,9 @@ static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 __device__ __forceinline__ float as_f32(float x) { return x; }
 __device__ __forceinline__ float as_f32(uint16_t b) { return merak_bf16_to_f32(b); }
 __device__ __forceinline__ uint16_t to_bf16(float x) { return merak_f32_to_bf16(x); }
+/* *p = v in p's storage (a bf16 one rounds) */
+__device__ __forceinline__ void put(float *p, float v) { *p = v; }
+__device__ __forceinline__ void put(uint16_t *p, float v) { *p = merak_f32_to_bf16(v); }
 
 template <typename T> __device__ __forceinline__ T warp_sum(T v)
 {

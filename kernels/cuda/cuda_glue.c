@@ -294,6 +294,22 @@ static void k_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t
     LAUNCH("embedding16_bwd_w", merak_cuda_launch_embedding16_bwd_w(STREAM, dwte, dout, ids, N, C, v0, V));
 }
 
+static void k_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets,
+                                   int N, int V, int v0, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("crossentropy16_stats",
+           merak_cuda_launch_crossentropy16_stats(STREAM, lse, tlogit, logits, targets, N, V, v0));
+}
+
+static void k_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
+                                 const int32_t *targets, int N, int V, int v0, float scale, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("crossentropy16_bwd",
+           merak_cuda_launch_crossentropy16_bwd(STREAM, dlogits, logits, lse, targets, N, V, v0, scale));
+}
+
 static void k_round_bf16(float *x, size_t n)
 {
     LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
@@ -390,6 +406,8 @@ static const merak_kernels cuda_table = {
     .linear16_bwd_w = k_linear16_bwd_w,
     .embedding16_fwd = k_embedding16_fwd,
     .embedding16_bwd_w = k_embedding16_bwd_w,
+    .crossentropy16_stats = k_crossentropy16_stats,
+    .crossentropy16_bwd = k_crossentropy16_bwd,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,
@@ -431,6 +449,8 @@ static int backend_init(void)
         return -1;
     return merak_cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)") ? 0 : -1;
 }
+
+const merak_kernels *merak_kernels_cuda_plan(void) { return &cuda_table; }
 
 const merak_kernels *merak_kernels_cuda(void)
 {

@@ -51,6 +51,8 @@ int merak_cuda_set_device(int device);
  * the backend could not initialise (cuBLASLt handle, workspace).  The first
  * call initialises the backend; later calls return the same table. */
 const merak_kernels *merak_kernels_cuda(void);
+/* The table without the device (kernels.h merak_kernels_plan): for plans only. */
+const merak_kernels *merak_kernels_cuda_plan(void);
 
 /* 0 if no CUDA/cuBLASLt error has happened so far, else -1 with one line in
  * err (may be NULL) naming the first failing call.  Does not synchronise: an
@@ -284,6 +286,12 @@ int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
                                        const float *lse, const int32_t *targets, int N, int V,
                                        int v0, float scale);
+/* the same on bf16 logits (kernels.h crossentropy16_*) */
+int merak_cuda_launch_crossentropy16_stats(void *stream, float *lse, float *tlogit, const uint16_t *logits,
+                                           const int32_t *targets, int N, int V, int v0);
+int merak_cuda_launch_crossentropy16_bwd(void *stream, uint16_t *dlogits, const uint16_t *logits,
+                                         const float *lse, const int32_t *targets, int N, int V, int v0,
+                                         float scale);
 /* One AdamW step over the spans (device memory), a block each; the scalars
  * are computed on the host as torch does (decay for the spans with decay set):
  * decay = 1-lr*wd, w1 = 1-beta1, c2 = 1-beta2, nstep = -lr/(1-beta1^t),

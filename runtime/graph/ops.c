@@ -351,20 +351,58 @@ void merak_op_loss_rows(const merak_op_io *io, float **lse, float **tlogit)
     *tlogit = *lse + io->rows_all;
 }
 
+/* bf16 logits: a backend whose bf16 entries widen into scratch runs the
+ * rows in blocks that fit it (two rows' logits at least: the values and,
+ * not in place, their gradient), so the scratch need not hold N x V
+ * floats. */
+static size_t loss_bf16_scratch(const merak_graph *g, const merak_op *o)
+{
+    return 2 * merak_align_floats((size_t)width(&g->tensors[o->in[0]]));
+}
+
+static int loss_block(const merak_op_io *io)
+{
+    const size_t V = (size_t)cols(io);
+    if (!io->k->bf16_scratch)
+        return io->rows;
+    const size_t b = io->scratch16_n / 2 > MERAK_ALIGN_FLOATS ? (io->scratch16_n / 2 - MERAK_ALIGN_FLOATS) / V : 0;
+    return b < 1 ? 1 : b > (size_t)io->rows ? io->rows : (int)b;
+}
+
 static int loss_forward(const merak_op_io *io)
 {
     float *lse, *tlogit;
     merak_op_loss_rows(io, &lse, &tlogit);
-    io->k->crossentropy_stats(lse, tlogit, io->x[0], (const int32_t *)io->x[1], io->rows, cols(io), io->o->v0);
+    const int32_t *tg = (const int32_t *)io->x[1];
+    const int V = cols(io);
+    if (!io->b16) {
+        io->k->crossentropy_stats(lse, tlogit, io->x[0], tg, io->rows, V, io->o->v0);
+        return 0;
+    }
+    for (int r = 0, blk = loss_block(io); r < io->rows; r += blk) {
+        const int n = io->rows - r < blk ? io->rows - r : blk;
+        io->k->crossentropy16_stats(lse + r, tlogit + r, io->x16[0] + (size_t)r * V, tg + r, n, V, io->o->v0,
+                                    io->scratch16);
+    }
     return 0;
 }
 
 static void loss_backward_input(const merak_op_io *io)
 {
-    if (io->dx[0])
-        io->k->crossentropy_bwd(io->dx[0], io->x[0], saved_rows(io), (const int32_t *)io->x[1], io->rows,
-                                cols(io), io->o->v0, io->loss_scale / (float)io->rows_all);
+    const int32_t *tg = (const int32_t *)io->x[1];
+    const int V = cols(io);
+    const float scale = io->loss_scale / (float)io->rows_all, *lse = saved_rows(io);
+    if (!io->b16 && io->dx[0])
+        io->k->crossentropy_bwd(io->dx[0], io->x[0], lse, tg, io->rows, V, io->o->v0, scale);
+    for (int r = 0, blk = loss_block(io); io->b16 && io->dx16[0] && r < io->rows; r += blk) {
+        const int n = io->rows - r < blk ? io->rows - r : blk;
+        const size_t at = (size_t)r * V;
+        io->k->crossentropy16_bwd(io->dx16[0] + at, io->x16[0] + at, lse + r, tg + r, n, V, io->o->v0, scale,
+                                  io->scratch16);
+    }
 }
+
+static int loss_bf16(const merak_kernels *k) { return k->crossentropy16_stats && k->crossentropy16_bwd; }
 
 /* ------------------------------------------------------------------ tensor-parallel boundaries
  *
@@ -430,7 +468,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                           .decode = dropout_forward},
     [MERAK_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .shard = MERAK_SHARD_LOSS, .cost = MERAK_COST_BYTES,
                                 .loss = 1, .saved_floats = loss_saved, .forward = loss_forward,
-                                .backward_input = loss_backward_input},
+                                .backward_input = loss_backward_input, .bf16 = loss_bf16,
+                                .bf16_scratch_floats = loss_bf16_scratch},
     [MERAK_OP_TP_COPY] = {.name = "tp_copy", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_BACKWARD,
                           .sum = MERAK_SUM_BACKWARD, .forward = pass_forward, .backward_input = accumulate_input},
     [MERAK_OP_TP_REDUCE] = {.name = "tp_reduce", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_FORWARD,

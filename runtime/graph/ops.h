@@ -99,6 +99,7 @@ typedef struct merak_op_io {
     uint16_t *y16, *dx16[3];
     const uint16_t *dy16;
     float *scratch16;      /* for the backend's bf16 entries (kernels.h bf16_scratch) */
+    size_t scratch16_n;    /* its floats */
     /* generation (decode) */
     int pos, ctx;          /* the rows are positions [pos, pos + rows) of ctx */
     float *kcache, *vcache;
@@ -120,6 +121,10 @@ typedef struct merak_op_kind {
      * every float tensor it names is in bf16 storage and it sums nothing
      * over the tp group; NULL: never */
     int (*bf16)(const merak_kernels *k);
+    /* floats of scratch its bf16 entries need at least on a backend with
+     * bf16_scratch, which its calls split their rows to fit (NULL: its
+     * bf16 tensors', values and gradients, each call whole) */
+    size_t (*bf16_scratch_floats)(const merak_graph *g, const merak_op *o);
     /* floats kept from forward to backward (one micro-batch), and of
      * scratch; NULL: none */
     size_t (*saved_floats)(const merak_graph *g, const merak_op *o);

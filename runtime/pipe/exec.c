@@ -332,12 +332,14 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                 size_t *gv = e->pooled[t] ? &pool_grad : &ch->grad_bytes;
                 e->in_place[t] = x->dtype == MERAK_F32 && grad_in_place(e, ch, t, nuse, last_use);
                 /* bf16 storage for the activations: not the loss, nor the
-                 * logits (the loss's input), whose gradient takes their
-                 * storage where their head is in the chunk, and which the
-                 * loss would stage whole, N x V floats, in bf16 storage
-                 * (their values are rounded in place, as in float storage) */
-                e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss && !e->in_place[t] &&
-                             !(last_use[t] >= 0 && merak_op_kind_of(&g->ops[last_use[t]])->loss);
+                 * logits (the loss's input, whose gradient takes their
+                 * storage where their head is in the chunk) unless the
+                 * backend's cross-entropy reads bf16 (else the loss would
+                 * stage them whole, N x V floats; they stay float storage
+                 * holding bf16 values) */
+                const merak_op_kind *lk = last_use[t] >= 0 ? merak_op_kind_of(&g->ops[last_use[t]]) : NULL;
+                e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss &&
+                             !(lk && lk->loss && !(lk->bf16 && lk->bf16(e->k)));
                 e->t_off[t] = (int64_t)*av;
                 *av += round_bytes(n * esize(e, t));
                 if (e->in_place[t]) {
@@ -361,18 +363,22 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
             *av += round_up(sv) * sizeof(float);
         }
         /* bf16 storage run natively: a kind with bf16 entries in the
-         * backend, summing nothing, all of whose float tensors are bf16 */
+         * backend, summing nothing, all of whose float tensors but the
+         * loss are bf16 */
         int all16 = e->store16 && kd->bf16 && kd->bf16(e->k) && kd->sum == MERAK_SUM_NONE;
         for (int j = 0; j < nu && all16; j++)
-            all16 = g->tensors[uses[j]].dtype != MERAK_F32 || e->half[uses[j]];
+            all16 = g->tensors[uses[j]].dtype != MERAK_F32 || e->half[uses[j]] || uses[j] == g->loss;
         e->native[i] = (unsigned char)all16;
         /* staging: the op's bf16 tensors, values and gradients (a
-         * parameter: its value), widened for the op's float kernels, or
-         * the scratch of its bf16 entries where they want one */
+         * parameter, or a gradient in its value's storage: once),
+         * widened for the op's float kernels, or the scratch of its bf16
+         * entries where they want one (what the kind says, if it says) */
         size_t stf = 0;
-        for (int j = 0; j < nu && (!e->native[i] || e->k->bf16_scratch); j++)
+        if (e->native[i] && e->k->bf16_scratch && kd->bf16_scratch_floats)
+            stf = kd->bf16_scratch_floats(g, o);
+        for (int j = 0; j < nu && (!e->native[i] || (e->k->bf16_scratch && !kd->bf16_scratch_floats)); j++)
             if (e->half[uses[j]])
-                stf += (g->tensors[uses[j]].kind == MERAK_T_PARAM ? 1 : 2) *
+                stf += (g->tensors[uses[j]].kind == MERAK_T_PARAM || e->in_place[uses[j]] ? 1 : 2) *
                        round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
         if (stf > e->stage_floats)
             e->stage_floats = stf;
@@ -972,6 +978,7 @@ static merak_op_io op_io16(merak_exec *e, int slot, int i, sub sb, io_mode mode,
     e->nst = 0, e->st_used = 0, e->st_op = -1;   /* nothing staged for this call */
     io.b16 = 1;
     io.scratch16 = e->stage;
+    io.scratch16_n = e->stage_floats;
     for (int j = 0; j < o->nin && j < 3; j++) {
         const int t = o->in[j];
         if (mode != IO_WEIGHT || t < 0 || e->param_of[t] < 0)
@@ -981,11 +988,13 @@ static merak_op_io op_io16(merak_exec *e, int slot, int i, sub sb, io_mode mode,
         if (j > 0 && t >= 0 && e->param_of[t] >= 0)
             io.dw[j - 1] = grad(e, slot, t);
     }
-    /* (the output of an op run natively is in bf16 storage) */
     if (mode == IO_FORWARD || merak_op_kind_of(o)->reads_output)
-        io.y16 = sval(e, slot, o->out, sb);
-    if (mode != IO_FORWARD)
-        io.dy16 = sgrad(e, slot, o->out, sb);
+        io.y16 = b16_or(e, o->out, sval(e, slot, o->out, sb), &io.y);
+    if (mode != IO_FORWARD) {
+        float *dy = NULL;
+        io.dy16 = b16_or(e, o->out, sgrad(e, slot, o->out, sb), &dy);
+        io.dy = dy;
+    }
     return io;
 }
 

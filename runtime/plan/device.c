@@ -47,6 +47,13 @@ static int read_profile(json_t *o, const char *file, const char *name, merak_dev
     if (rv && !(json_is_number(rv) && json_number_value(rv) >= 0 && json_number_value(rv) < 1e6))
         return merak_errf(err, errlen, "%s: device '%s': reserved_gb must be a number from 0", file, name);
     d->reserved = rv ? json_number_value(rv) * 1e9 : 0;
+    /* (which names a backend is the planner's to say: merak_layout_plan) */
+    json_t *bv = json_object_get(o, "backend");
+    const char *bn = bv ? json_string_value(bv) : "cpu";
+    if (!bn || !*bn || strlen(bn) >= sizeof d->backend)
+        return merak_errf(err, errlen, "%s: device '%s': backend must be a backend's name (a short string)", file,
+                          name);
+    strcpy(d->backend, bn);
     if (d->reserved >= d->memory)
         return merak_errf(err, errlen, "%s: device '%s': reserved_gb must be less than memory_gb", file, name);
     json_t *ops = json_object_get(o, "ops");
@@ -97,6 +104,7 @@ int merak_device_write(const merak_device *d, FILE *f)
         put_number(f, *(const double *)((const char *)d + fields[i].off), fields[i].unit);
         fprintf(f, ",\n");
     }
+    fprintf(f, "  \"backend\": \"%s\",\n", d->backend[0] ? d->backend : "cpu");
     if (d->reserved > 0) {
         fprintf(f, "  \"reserved_gb\": ");
         put_number(f, d->reserved, 1e9);

@@ -38,6 +38,11 @@ typedef struct merak_device {
      * (FLOP/s for linear and attention, bytes/s for the rest); 0: from the
      * rates above */
     double op_fwd[MERAK_OP_COUNT_], op_bwd[MERAK_OP_COUNT_];
+    /* the kernels' backend it is ("backend": "cpu" or "cuda"; "cpu" when
+     * absent), whose table the executor's memory is planned with
+     * (merak_kernels_plan: which ops run natively in bf16 storage); a
+     * name no backend has is refused by merak_layout_plan */
+    char backend[16];
 } merak_device;
 
 /* The text of data/devices.json, made into C by the build (Makefile.am). */

@@ -134,7 +134,7 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
         return MERAK_USAGE;
     merak_stage_opts so = {.schedule = L->schedule, .recompute = L->recompute, .bounds = bounds, .rules = L->rules,
                            .nrules = L->nrules, .micro_batches = L->micro_batches, .virtual_stages = V,
-                           .zero = L->zero, .kernels = merak_kernels_cpu(), .shard = L->tp > 1 ? local : NULL,
+                           .zero = L->zero, .kernels = merak_kernels_plan(d->backend), .shard = L->tp > 1 ? local : NULL,
                            .bf16 = L->bf16, .float_storage = L->float_storage};
     int rc = merak_stage_plan(&gr, g, &so, m, err, errlen);
     if (rc < 0)
@@ -235,6 +235,8 @@ int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_d
     int rc = merak_layout_check(L, err, errlen);
     if (rc < 0)
         return rc;
+    if (d->backend[0] && !merak_backend_find(d->backend))
+        return merak_errf(err, errlen, "device profile: backend '%s' is not %s", d->backend, merak_backend_names());
     const int V = merak_virtual_stages(L->schedule, L->virtual_stages), Q = L->pp * V;
     merak_graph *shard;
     const merak_graph *local;

@@ -22,7 +22,10 @@
  * cuDNN's fused kernels where the build has them, and by the products),
  * within their tolerances, and must differ from the float32 products somewhere; BF16's
  * product of bf16 values must not (beyond float32's tolerance).  round_bf16
- * must equal the CPU's bit for bit.  MERAK_TEST_SEED=<n> changes the random
+ * must equal the CPU's bit for bit.  bf16 storage's entries (linear16,
+ * embedding16, crossentropy16) are compared with the CPU's within one bf16
+ * rounding of what they write (fp32's tolerance for the fp32 weight
+ * gradients and statistics).  MERAK_TEST_SEED=<n> changes the random
  * values.
  */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
@@ -1269,6 +1272,50 @@ static void test_embedding16(int N, int C, int V, int v0)
     free(wte), free(dout), free(ids), free(dw0), free(dw_c), free(dw_g), free(out_c), free(out_g);
 }
 
+/* The cross-entropy's bf16 entries against the CPU's: the statistics
+ * within fp32's tolerance, the gradient within one bf16 rounding, in place
+ * (over the logits, rows of an ignored target zero) and accumulated. */
+static void test_crossentropy16(int N, int V, int v0)
+{
+    const size_t n = (size_t)N * V;
+    uint16_t *x = rand_bf16(n, -4, 4), *d0 = rand_bf16(n, -1, 1);
+    int32_t *tg = xmalloc((size_t)N * sizeof *tg);
+    for (int i = 0; i < N; i++)
+        tg[i] = i % 5 == 3 ? -1 : (int32_t)(rng_u64() % (uint64_t)(V + v0));
+    float *scratch = xmalloc((2 * n + 32) * sizeof(float));
+    float *st_c = xmalloc((size_t)N * 2 * sizeof(float)), *st_g = xmalloc((size_t)N * 2 * sizeof(float));
+    uint16_t *in_c = xmalloc(n * 2), *acc_c = xmalloc(n * 2), *in_g = xmalloc(n * 2), *acc_g = xmalloc(n * 2);
+    const float scale = 1.0f / (float)N;
+    g_cpu->crossentropy16_stats(st_c, st_c + N, x, tg, N, V, v0, scratch);
+    memcpy(in_c, x, n * 2), memcpy(acc_c, d0, n * 2);
+    g_cpu->crossentropy16_bwd(in_c, in_c, st_c, tg, N, V, v0, scale, scratch);
+    g_cpu->crossentropy16_bwd(acc_c, x, st_c, tg, N, V, v0, scale, scratch);
+    uint16_t *d_x = to_dev(x, n * 2), *d_in = to_dev(x, n * 2), *d_acc = to_dev(d0, n * 2);
+    int32_t *d_tg = to_dev(tg, (size_t)N * 4);
+    float *d_st = dmalloc((size_t)N * 2 * sizeof(float));
+    g_gpu->crossentropy16_stats(d_st, d_st + N, d_x, d_tg, N, V, v0, NULL);
+    merak_cuda_memcpy_d2h(st_g, d_st, (size_t)N * 2 * sizeof(float));
+    /* the backward from the CPU's statistics: the gradient alone compared */
+    merak_cuda_memcpy_h2d(d_st, st_c, (size_t)N * 2 * sizeof(float));
+    g_gpu->crossentropy16_bwd(d_in, d_in, d_st, d_tg, N, V, v0, scale, NULL);
+    g_gpu->crossentropy16_bwd(d_acc, d_x, d_st, d_tg, N, V, v0, scale, NULL);
+    merak_cuda_memcpy_d2h(in_g, d_in, n * 2);
+    merak_cuda_memcpy_d2h(acc_g, d_acc, n * 2);
+    float *a = widened(in_c, n), *b = widened(in_g, n), *c = widened(acc_c, n), *d = widened(acc_g, n);
+    const double e_st = worst(st_g, st_c, (size_t)N * 2, RTOL, ATOL), e_in = worst(b, a, n, 8e-3, 1e-4),
+                 e_acc = worst(d, c, n, 8e-3, 1e-4);
+    int zero = 1;
+    for (int r = 0; r < N; r++)
+        for (int j = 0; tg[r] < 0 && j < V; j++)
+            zero &= in_g[(size_t)r * V + j] == 0;
+    tap_ok(e_st <= 1 && e_in <= 1 && e_acc <= 1 && zero,
+           "crossentropy16 N=%d V=%d v0=%d: statistics %.2f, in place %.2f, accumulated %.2f of the tolerance; "
+           "ignored rows zero %d", N, V, v0, e_st, e_in, e_acc, zero);
+    merak_cuda_free(d_x), merak_cuda_free(d_in), merak_cuda_free(d_acc), merak_cuda_free(d_tg), merak_cuda_free(d_st);
+    free(x), free(d0), free(tg), free(scratch), free(st_c), free(st_g), free(in_c), free(acc_c), free(in_g);
+    free(acc_g), free(a), free(b), free(c), free(d);
+}
+
 int main(void)
 {
     if (!merak_cuda_available()) {
@@ -1328,6 +1375,8 @@ int main(void)
     test_linear16(40, 64, 96, 2);
     test_linear16(33, 48, 80, 0);
     test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
+    test_crossentropy16(9, 1000, 0);
+    test_crossentropy16(7, 50257, 100);
     test_linear16(37, 53, 29, 1);      /* odd leading dimensions: rows 2-byte aligned */
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */

@@ -168,7 +168,7 @@ static void test_step(const char *preset)
 /* The CPU table with its bf16 entries counted (calls[]), and without
  * them (every op staged): the executor's two ways of running bf16
  * storage. */
-static int calls[5];
+static int calls[7];
 static void lin_f(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b, int N, int K, int O,
                   float *scratch)
 {
@@ -196,6 +196,18 @@ static void emb_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, 
     calls[4]++;
     merak_kernels_cpu()->embedding16_bwd_w(dwte, dout, ids, N, C, v0, V, scratch);
 }
+static void ce_s(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets, int N, int V, int v0,
+                 float *scratch)
+{
+    calls[5]++;
+    merak_kernels_cpu()->crossentropy16_stats(lse, tlogit, logits, targets, N, V, v0, scratch);
+}
+static void ce_b(uint16_t *dlogits, const uint16_t *logits, const float *lse, const int32_t *targets, int N, int V,
+                 int v0, float scale, float *scratch)
+{
+    calls[6]++;
+    merak_kernels_cpu()->crossentropy16_bwd(dlogits, logits, lse, targets, N, V, v0, scale, scratch);
+}
 static merak_kernels counted, staged;
 
 static void tables(void)
@@ -203,8 +215,10 @@ static void tables(void)
     counted = staged = *merak_kernels_cpu();
     counted.linear16_fwd = lin_f, counted.linear16_bwd_x = lin_x, counted.linear16_bwd_w = lin_w;
     counted.embedding16_fwd = emb_f, counted.embedding16_bwd_w = emb_w;
+    counted.crossentropy16_stats = ce_s, counted.crossentropy16_bwd = ce_b;
     staged.linear16_fwd = NULL, staged.linear16_bwd_x = NULL, staged.linear16_bwd_w = NULL;
     staged.embedding16_fwd = NULL, staged.embedding16_bwd_w = NULL;
+    staged.crossentropy16_stats = NULL, staged.crossentropy16_bwd = NULL;
 }
 
 /* bf16 storage against float storage as the runtime runs them (gradients
@@ -214,11 +228,15 @@ static void tables(void)
  * parts: the weight parts widen from storage) and every layer recomputed;
  * the linear layers and the embedding run natively in bf16 storage (the
  * backend's bf16 entries, called) or staged (a table without them). */
-static void test_storage_runs(const char *preset)
+static void test_storage_runs(const char *preset, int wide)
 {
     merak_model_config c;
     merak_model_preset(preset, &c);
     c.dropout = 0.1f;
+    if (wide) {   /* logits far larger than the rest: the CPU's cross-entropy runs in row blocks */
+        c.vocab_size = 4096, c.hidden = 16, c.ffn_hidden = 64, c.n_head = c.n_kv_head = 2;
+        preset = "wide-vocabulary gpt2";
+    }
     merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
     tables();
     for (int how = 0; g && how < RUN_WAYS; how++) {
@@ -238,7 +256,7 @@ static void test_storage_runs(const char *preset)
             continue;
         }
         double loss[3][2];
-        int ncalls[3];
+        int ncalls[3], blocks = 0;
         for (int i = 0; i < 3; i++) {
             memset(calls, 0, sizeof calls);
             merak_init_params(g, e[i], 42, NULL, 0);
@@ -247,20 +265,27 @@ static void test_storage_runs(const char *preset)
             run_two(e[i], how);
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
-            ncalls[i] = calls[0] > 0 && calls[1] > 0 && calls[2] > 0 && calls[3] > 0 && calls[4] > 0;
+            ncalls[i] = 1;
+            for (int f = 0; f < 7; f++)
+                ncalls[i] &= calls[f] > 0;
+            if (i == 0)
+                blocks = calls[5] / 2;   /* per micro-batch (a recompute keeps the loss) */
         }
         size_t n;
         const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n),
                     *g2 = merak_exec_grads_flat(e[2], &n);
+        /* (the CPU's bf16 entries widen into the staging buffer: with
+         * logits far larger than the rest, N x V floats of it) */
         tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
-                   merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1]),
+                   (wide || merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1])),
                "%s, %s: bf16 storage gives float storage's losses and weight gradients, bit for bit, in %zu bytes "
                "of arenas instead of %zu", preset, run_name(how), merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
         tap_ok(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0 &&
-                   merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1]),
-               "%s, %s: the linear layers and the embedding run natively in bf16 storage (every bf16 entry called) "
-               "as staged, bit for bit; compute copies in bf16: %zu bytes on the device instead of %zu",
-               preset, run_name(how), merak_exec_device_bytes(e[0]), merak_exec_device_bytes(e[1]));
+                   (wide ? blocks > 1 : merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1])),
+               "%s, %s: the linear layers, the embedding and the cross-entropy run natively in bf16 storage (every "
+               "bf16 entry called; the loss in %d row blocks) as staged, bit for bit; compute copies and logits in bf16: "
+               "%zu bytes on the device instead of %zu",
+               preset, run_name(how), blocks, merak_exec_device_bytes(e[0]), merak_exec_device_bytes(e[1]));
         for (int i = 0; i < 3; i++)
             merak_exec_destroy(e[i]);
     }
@@ -349,8 +374,9 @@ int main(void)
     test_round();
     test_step("tiny-gpt2");
     test_step("tiny-llama");
-    test_storage_runs("tiny-gpt2");
-    test_storage_runs("tiny-llama");
+    test_storage_runs("tiny-gpt2", 0);
+    test_storage_runs("tiny-llama", 0);
+    test_storage_runs("tiny-gpt2", 1);
     test_tp_storage();
     test_refused();
     return tap_done();

@@ -511,7 +511,7 @@ static void test_profiles(void)
 {
     merak_device d;
     tap_ok(merak_device_load("h100-80g", &d, err, sizeof err) == 0 && d.memory == 80e9 && d.matmul == 400e12 &&
-               fabs(d.latency - 8e-6) < 1e-15, "h100-80g: 80 GB, 400 TFLOP/s, 8 us");
+               fabs(d.latency - 8e-6) < 1e-15 && !strcmp(d.backend, "cuda"), "h100-80g: 80 GB, 400 TFLOP/s, 8 us, cuda");
     tap_ok(merak_device_load("tpu9", &d, err, sizeof err) == MERAK_USAGE && strstr(err, "device profile 'tpu9' is not in") &&
                strstr(err, "a100-80g"), "an unknown device lists the known ones: %s", err);
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -522,6 +522,8 @@ static void test_profiles(void)
         {"{\"memory_gb\": 8, \"matmul_tflops\": -1}", "matmul_tflops must be a positive number"},
         {"{\"devices\": {\"a\": {}, \"b\": {}}}", "2 devices; give one of them by name"},
         {"{\"memory_gb\": ", "merak-test-profile"},
+        {"{\"memory_gb\": 2, \"matmul_tflops\": 0.5, \"memory_gbps\": 10, "
+         "\"intra_node_gbps\": 5, \"inter_node_gbps\": 1, \"latency_us\": 0, \"backend\": 7}", "backend must be a backend's name"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         FILE *f = fopen(path, "w");
@@ -535,7 +537,8 @@ static void test_profiles(void)
           "\"inter_node_gbps\": 1, \"latency_us\": 0}", f);
     fclose(f);
     int rc = merak_device_load(path, &d, err, sizeof err);
-    tap_ok(rc == 0 && d.matmul == 0.5e12 && d.latency == 0, "a profile file of one device loads%s%s", rc ? ": " : "", rc ? err : "");
+    tap_ok(rc == 0 && d.matmul == 0.5e12 && d.latency == 0 && !strcmp(d.backend, "cpu"),
+           "a profile file of one device loads, its backend cpu when it names none%s%s", rc ? ": " : "", rc ? err : "");
     remove(path);
 
     /* A linear op's forward is its FLOPs at the matrix rate (compute-bound
@@ -576,6 +579,7 @@ static void test_calibrate(void)
     int same = wrote && merak_device_load(path, &back, err, sizeof err) == 0;
     for (int t = 0; same && t < MERAK_OP_COUNT_; t++)
         same &= back.op_fwd[t] == d.op_fwd[t] && back.op_bwd[t] == d.op_bwd[t];
+    same &= same && !strcmp(back.backend, d.backend[0] ? d.backend : "cpu");
     /* a measured rate in TFLOP/s may not come back to the last bit (d /
      * 1e12 * 1e12); what was read from a file does (fuzz/fuzz_device.c) */
     tap_ok(same && fabs(back.matmul - d.matmul) <= 1e-15 * d.matmul, "the profile reads back as written: %s",
