@@ -266,6 +266,23 @@ typedef struct merak_kernels {
     void (*crossentropy16_bwd)(uint16_t *dlogits, const uint16_t *logits, const float *lse,
                                const int32_t *targets, int N, int V, int v0, float scale,
                                float *scratch);
+    /* (the position embedding and the elementwise ops) */
+    void (*posemb16_fwd)(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
+                         float *scratch);
+    void (*posemb16_bwd_w)(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
+    void (*gelu16_fwd)(uint16_t *out, const uint16_t *inp, size_t n, float *scratch);
+    void (*gelu16_bwd)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n,
+                       float *scratch);
+    void (*swiglu16_fwd)(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n,
+                         float *scratch);
+    void (*swiglu16_bwd)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                         const uint16_t *up, size_t n, float *scratch);
+    void (*add16_fwd)(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch);
+    void (*accumulate16)(uint16_t *dst, const uint16_t *src, size_t n, float *scratch);
+    void (*dropout16_fwd)(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed,
+                          uint64_t i0, float *scratch);
+    void (*dropout16_bwd)(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed,
+                          uint64_t i0, float *scratch);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

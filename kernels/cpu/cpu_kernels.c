@@ -229,6 +229,20 @@ static void cpu_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *
                                      int N, int V, int v0, float *scratch);
 static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
                                    const int32_t *targets, int N, int V, int v0, float scale, float *scratch);
+static void cpu_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
+                             float *scratch);
+static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
+static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch);
+static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch);
+static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch);
+static void cpu_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                             const uint16_t *up, size_t n, float *scratch);
+static void cpu_add16_fwd(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch);
+static void cpu_accumulate16(uint16_t *dst, const uint16_t *src, size_t n, float *scratch);
+static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed, uint64_t i0,
+                              float *scratch);
+static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
+                              float *scratch);
 
 /* ------------------------------------------------------------------ float */
 
@@ -250,7 +264,12 @@ static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, co
                      .linear16_bwd_x = cpu_linear16_bwd_x, .linear16_bwd_w = cpu_linear16_bwd_w, \
                      .embedding16_fwd = cpu_embedding16_fwd, .embedding16_bwd_w = cpu_embedding16_bwd_w, \
                      .crossentropy16_stats = cpu_crossentropy16_stats, \
-                     .crossentropy16_bwd = cpu_crossentropy16_bwd,
+                     .crossentropy16_bwd = cpu_crossentropy16_bwd, .posemb16_fwd = cpu_posemb16_fwd, \
+                     .posemb16_bwd_w = cpu_posemb16_bwd_w, .gelu16_fwd = cpu_gelu16_fwd, \
+                     .gelu16_bwd = cpu_gelu16_bwd, .swiglu16_fwd = cpu_swiglu16_fwd, \
+                     .swiglu16_bwd = cpu_swiglu16_bwd, .add16_fwd = cpu_add16_fwd, \
+                     .accumulate16 = cpu_accumulate16, .dropout16_fwd = cpu_dropout16_fwd, \
+                     .dropout16_bwd = cpu_dropout16_bwd,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL
@@ -364,6 +383,104 @@ static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, co
     float *fd = dlogits == logits ? fx : widen(scratch, &at, dlogits, n);
     crossentropy_bwd_f32(fd, fx, lse, targets, N, V, v0, scale);
     cpu_to_bf16(dlogits, fd, n);
+}
+
+/* The position embedding: wpe's first T rows widened (of its P). */
+static void cpu_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
+                             float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)B * T * C;
+    const float *x = widen(scratch, &at, inp, n), *p = widen(scratch, &at, wpe, (size_t)T * C);
+    float *y = widen(scratch, &at, NULL, n);
+    posemb_fwd_f32(y, x, p, B, T, C);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch)
+{
+    size_t at = 0;
+    posemb_bwd_w_f32(dwpe, widen(scratch, &at, dout, (size_t)B * T * C), B, T, C);
+}
+
+/* The elementwise ops: inputs widened, outputs (read first where the op
+ * accumulates, +=) widened or made in scratch, then narrowed. */
+static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch)
+{
+    size_t at = 0;
+    const float *x = widen(scratch, &at, inp, n);
+    float *y = widen(scratch, &at, NULL, n);
+    gelu_fwd_f32(y, x, n);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch)
+{
+    size_t at = 0;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n);
+    float *dx = widen(scratch, &at, dinp, n);
+    gelu_bwd_f32(dx, d, x, n);
+    cpu_to_bf16(dinp, dx, n);
+}
+
+static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch)
+{
+    size_t at = 0;
+    const float *g = widen(scratch, &at, gate, n), *u = widen(scratch, &at, up, n);
+    float *y = widen(scratch, &at, NULL, n);
+    swiglu_fwd_f32(y, g, u, n);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                             const uint16_t *up, size_t n, float *scratch)
+{
+    size_t at = 0;
+    const float *d = widen(scratch, &at, dout, n), *g = widen(scratch, &at, gate, n), *u = widen(scratch, &at, up, n);
+    float *dg = dgate ? widen(scratch, &at, dgate, n) : NULL, *du = dup ? widen(scratch, &at, dup, n) : NULL;
+    swiglu_bwd_f32(dg, du, d, g, u, n);
+    if (dg)
+        cpu_to_bf16(dgate, dg, n);
+    if (du)
+        cpu_to_bf16(dup, du, n);
+}
+
+static void cpu_add16_fwd(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch)
+{
+    size_t at = 0;
+    const float *x = widen(scratch, &at, a, n), *z = widen(scratch, &at, b, n);
+    float *y = widen(scratch, &at, NULL, n);
+    add_fwd_f32(y, x, z, n);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_accumulate16(uint16_t *dst, const uint16_t *src, size_t n, float *scratch)
+{
+    size_t at = 0;
+    const float *x = widen(scratch, &at, src, n);
+    float *y = widen(scratch, &at, dst, n);
+    accumulate_f32(y, x, n);
+    cpu_to_bf16(dst, y, n);
+}
+
+static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed, uint64_t i0,
+                              float *scratch)
+{
+    size_t at = 0;
+    const float *x = widen(scratch, &at, inp, n);
+    float *y = widen(scratch, &at, NULL, n);
+    dropout_fwd_f32(y, x, n, p, seed, i0);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
+                              float *scratch)
+{
+    size_t at = 0;
+    const float *d = widen(scratch, &at, dout, n);
+    float *dx = widen(scratch, &at, dinp, n);
+    dropout_bwd_f32(dx, d, n, p, seed, i0);
+    cpu_to_bf16(dinp, dx, n);
 }
 
 /* ------------------------------------------------------------------ double */

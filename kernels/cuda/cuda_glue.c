@@ -310,6 +310,70 @@ static void k_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, cons
            merak_cuda_launch_crossentropy16_bwd(STREAM, dlogits, logits, lse, targets, N, V, v0, scale));
 }
 
+static void k_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
+                           float *scratch)
+{
+    (void)scratch;
+    LAUNCH("posemb16_fwd", merak_cuda_launch_posemb16_fwd(STREAM, out, inp, wpe, B, T, C));
+}
+
+static void k_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("posemb16_bwd_w", merak_cuda_launch_posemb16_bwd_w(STREAM, dwpe, dout, B, T, C));
+}
+
+static void k_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("gelu16_fwd", merak_cuda_launch_gelu16_fwd(STREAM, out, inp, n));
+}
+
+static void k_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("gelu16_bwd", merak_cuda_launch_gelu16_bwd(STREAM, dinp, dout, inp, n));
+}
+
+static void k_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("swiglu16_fwd", merak_cuda_launch_swiglu16_fwd(STREAM, out, gate, up, n));
+}
+
+static void k_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                           const uint16_t *up, size_t n, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("swiglu16_bwd", merak_cuda_launch_swiglu16_bwd(STREAM, dgate, dup, dout, gate, up, n));
+}
+
+static void k_add16_fwd(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("add16_fwd", merak_cuda_launch_add16_fwd(STREAM, out, a, b, n));
+}
+
+static void k_accumulate16(uint16_t *dst, const uint16_t *src, size_t n, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("accumulate16", merak_cuda_launch_accumulate16(STREAM, dst, src, n));
+}
+
+static void k_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed, uint64_t i0,
+                            float *scratch)
+{
+    (void)scratch;
+    LAUNCH("dropout16_fwd", merak_cuda_launch_dropout16_fwd(STREAM, out, inp, n, p, seed, i0));
+}
+
+static void k_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
+                            float *scratch)
+{
+    (void)scratch;
+    LAUNCH("dropout16_bwd", merak_cuda_launch_dropout16_bwd(STREAM, dinp, dout, n, p, seed, i0));
+}
+
 static void k_round_bf16(float *x, size_t n)
 {
     LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
@@ -408,6 +472,16 @@ static const merak_kernels cuda_table = {
     .embedding16_bwd_w = k_embedding16_bwd_w,
     .crossentropy16_stats = k_crossentropy16_stats,
     .crossentropy16_bwd = k_crossentropy16_bwd,
+    .posemb16_fwd = k_posemb16_fwd,
+    .posemb16_bwd_w = k_posemb16_bwd_w,
+    .gelu16_fwd = k_gelu16_fwd,
+    .gelu16_bwd = k_gelu16_bwd,
+    .swiglu16_fwd = k_swiglu16_fwd,
+    .swiglu16_bwd = k_swiglu16_bwd,
+    .add16_fwd = k_add16_fwd,
+    .accumulate16 = k_accumulate16,
+    .dropout16_fwd = k_dropout16_fwd,
+    .dropout16_bwd = k_dropout16_bwd,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

@@ -195,6 +195,10 @@ int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
                                  const float *wpe, int B, int T, int C);
 int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout,
                                    int B, int T, int C);
+/* the same on bf16 storage (kernels.h posemb16_*) */
+int merak_cuda_launch_posemb16_fwd(void *stream, uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B,
+                                   int T, int C);
+int merak_cuda_launch_posemb16_bwd_w(void *stream, float *dwpe, const uint16_t *dout, int B, int T, int C);
 int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float *rstd,
                                     const float *inp, const float *w, const float *b,
                                     int N, int C, float eps);
@@ -280,6 +284,18 @@ int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, si
                                   float p, uint64_t seed, uint64_t i0);
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
                                   float p, uint64_t seed, uint64_t i0);
+/* the elementwise ops on bf16 storage (kernels.h gelu16_fwd, ...) */
+int merak_cuda_launch_gelu16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n);
+int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n);
+int merak_cuda_launch_swiglu16_fwd(void *stream, uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
+int merak_cuda_launch_swiglu16_bwd(void *stream, uint16_t *dgate, uint16_t *dup, const uint16_t *dout,
+                                   const uint16_t *gate, const uint16_t *up, size_t n);
+int merak_cuda_launch_add16_fwd(void *stream, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+int merak_cuda_launch_accumulate16(void *stream, uint16_t *dst, const uint16_t *src, size_t n);
+int merak_cuda_launch_dropout16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n, float p,
+                                    uint64_t seed, uint64_t i0);
+int merak_cuda_launch_dropout16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, size_t n, float p,
+                                    uint64_t seed, uint64_t i0);
 int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit,
                                          const float *logits, const int32_t *targets, int N,
                                          int V, int v0);

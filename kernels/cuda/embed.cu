@@ -51,23 +51,44 @@ __global__ void embedding_bwd_runs_k(float *dwte, const T *dout, const int32_t *
     }
 }
 
-/* out (B,T,C) = inp + wpe[t] */
-__global__ void posemb_fwd_k(float *out, const float *inp, const float *wpe, size_t n,
-                             size_t TC)
+/* out (B,T,C) = inp + wpe[t] (T: float, or bf16 storage rounded once) */
+template <typename T>
+__global__ void posemb_fwd_k(T *out, const T *inp, const T *wpe, size_t n, size_t TC)
 {
-    GRID_STRIDE(i, n) out[i] = inp[i] + wpe[i % TC];
+    GRID_STRIDE(i, n) put(out + i, as_f32(inp[i]) + as_f32(wpe[i % TC]));
 }
 
 /* dwpe[t,c] += sum over b (in order) of dout[b,t,c] */
-__global__ void posemb_bwd_w_k(float *dwpe, const float *dout, int B, size_t TC)
+template <typename T>
+__global__ void posemb_bwd_w_k(float *dwpe, const T *dout, int B, size_t TC)
 {
     GRID_STRIDE(i, TC)
     {
         float acc = 0.0f;
         for (int b = 0; b < B; b++)
-            acc += dout[(size_t)b * TC + i];
+            acc += as_f32(dout[(size_t)b * TC + i]);
         dwpe[i] += acc;
     }
+}
+
+template <typename T>
+static int posemb_fwd(cudaStream_t st, T *out, const T *inp, const T *wpe, int B, int T_, int C)
+{
+    const size_t TC = (size_t)T_ * C, n = (size_t)B * TC;
+    if (n == 0)
+        return cudaSuccess;
+    posemb_fwd_k<T><<<ew_grid(n), NT, 0, st>>>(out, inp, wpe, n, TC);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static int posemb_bwd_w(cudaStream_t st, float *dwpe, const T *dout, int B, int T_, int C)
+{
+    const size_t TC = (size_t)T_ * C;
+    if (TC == 0 || B <= 0)
+        return cudaSuccess;
+    posemb_bwd_w_k<T><<<ew_grid(TC), NT, 0, st>>>(dwpe, dout, B, TC);
+    return cudaGetLastError();
 }
 
 template <typename T>
@@ -139,21 +160,24 @@ int merak_cuda_launch_embedding16_bwd_w(void *stream, float *dwte, const uint16_
 int merak_cuda_launch_posemb_fwd(void *stream, float *out, const float *inp,
                                  const float *wpe, int B, int T, int C)
 {
-    const size_t TC = (size_t)T * C, n = (size_t)B * TC;
-    if (n == 0)
-        return cudaSuccess;
-    posemb_fwd_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, inp, wpe, n, TC);
-    return cudaGetLastError();
+    return posemb_fwd<float>(STREAM(stream), out, inp, wpe, B, T, C);
 }
 
 int merak_cuda_launch_posemb_bwd_w(void *stream, float *dwpe, const float *dout, int B,
                                    int T, int C)
 {
-    const size_t TC = (size_t)T * C;
-    if (TC == 0 || B <= 0)
-        return cudaSuccess;
-    posemb_bwd_w_k<<<ew_grid(TC), NT, 0, STREAM(stream)>>>(dwpe, dout, B, TC);
-    return cudaGetLastError();
+    return posemb_bwd_w<float>(STREAM(stream), dwpe, dout, B, T, C);
+}
+
+int merak_cuda_launch_posemb16_fwd(void *stream, uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B,
+                                   int T, int C)
+{
+    return posemb_fwd<uint16_t>(STREAM(stream), out, inp, wpe, B, T, C);
+}
+
+int merak_cuda_launch_posemb16_bwd_w(void *stream, float *dwpe, const uint16_t *dout, int B, int T, int C)
+{
+    return posemb_bwd_w<uint16_t>(STREAM(stream), dwpe, dout, B, T, C);
 }
 
 } /* extern "C" */

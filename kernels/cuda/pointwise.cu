@@ -4,9 +4,11 @@
  *
  * One kernel runs them all (ew_k): an op is a functor that computes element
  * e from its inputs' values and its outputs' (read first where the op
- * accumulates, +=).  Where every buffer of a call sits at the same offset
- * within 16 bytes, each thread moves four elements with one 16-byte load
- * per input and one store per output (ld.global.v4 / st.global.v4: what
+ * accumulates, +=), in float, on float buffers or on bf16 storage (the
+ * *16 launchers: read widened, written rounded once).  Where every buffer
+ * of a call sits at the same offset within 16 bytes, each thread moves four
+ * floats or eight bf16 with one 16-byte load per input and one store per
+ * output (ld.global.v4 / st.global.v4: what
  * the roofline asks of a memory-bound kernel); the elements before the
  * first 16-byte boundary and after the last are done one at a time.  An
  * element's arithmetic is the same either way, so results do not depend
@@ -20,75 +22,92 @@
 
 /* ------------------------------------------------------------------ the kernel */
 
-/* A call's buffers: up to 3 inputs, up to 2 outputs (NULL: absent). */
+/* A call's buffers: up to 3 inputs, up to 2 outputs (NULL: absent), of
+ * elements T: float, or uint16_t for bf16 storage (widened as read,
+ * rounded once as written). */
+template <typename T>
 struct ew_bufs {
-    const float *in[3];
-    float *out[2];
+    const T *in[3];
+    T *out[2];
 };
 
-/* Elements [0, head) and [head + 4 n4, n) one at a time, [head, head +
- * 4 n4) four at a time (every buffer 16-byte aligned there).  Op: static
+/* 16 bytes of T: four floats, or eight bf16. */
+template <typename T> struct ew_vec;
+template <> struct ew_vec<float> {
+    typedef float4 V;
+    static const int W = 4;
+};
+template <> struct ew_vec<uint16_t> {
+    typedef uint4 V;
+    static const int W = 8;
+};
+
+/* Elements [0, head) and [head + W n4, n) one at a time, [head, head +
+ * W n4) W at a time (every buffer 16-byte aligned there).  Op: static
  * NI inputs, NO outputs, RMW (the outputs are read first), and
  *   __device__ void operator()(size_t e, const float *x, float *y) const
  * with x[NI] the inputs' values of element e and y[NO] its outputs'. */
-template <class Op>
-__global__ void ew_k(Op op, ew_bufs b, size_t head, size_t n4, size_t n)
+template <class Op, typename T>
+__global__ void ew_k(Op op, ew_bufs<T> b, size_t head, size_t n4, size_t n)
 {
+    typedef typename ew_vec<T>::V V;
+    const int W = ew_vec<T>::W;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = tid; i < n4; i += stride) {
-        float4 x[Op::NI > 0 ? Op::NI : 1], y[Op::NO];
+        V x[Op::NI > 0 ? Op::NI : 1], y[Op::NO];
 #pragma unroll
         for (int k = 0; k < Op::NI; k++)
-            x[k] = reinterpret_cast<const float4 *>(b.in[k] + head)[i];
+            x[k] = reinterpret_cast<const V *>(b.in[k] + head)[i];
 #pragma unroll
         for (int k = 0; k < Op::NO; k++)
             if (Op::RMW && b.out[k])
-                y[k] = reinterpret_cast<const float4 *>(b.out[k] + head)[i];
+                y[k] = reinterpret_cast<const V *>(b.out[k] + head)[i];
 #pragma unroll
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < W; l++) {
             float xs[Op::NI > 0 ? Op::NI : 1], ys[Op::NO];
 #pragma unroll
             for (int k = 0; k < Op::NI; k++)
-                xs[k] = reinterpret_cast<const float *>(&x[k])[l];
+                xs[k] = as_f32(reinterpret_cast<const T *>(&x[k])[l]);
 #pragma unroll
             for (int k = 0; k < Op::NO; k++)
-                ys[k] = Op::RMW && b.out[k] ? reinterpret_cast<const float *>(&y[k])[l] : 0.0f;
-            op(head + 4 * i + l, xs, ys);
+                ys[k] = Op::RMW && b.out[k] ? as_f32(reinterpret_cast<const T *>(&y[k])[l]) : 0.0f;
+            op(head + (size_t)W * i + l, xs, ys);
 #pragma unroll
             for (int k = 0; k < Op::NO; k++)
-                reinterpret_cast<float *>(&y[k])[l] = ys[k];
+                put(reinterpret_cast<T *>(&y[k]) + l, ys[k]);
         }
 #pragma unroll
         for (int k = 0; k < Op::NO; k++)
             if (b.out[k])
-                reinterpret_cast<float4 *>(b.out[k] + head)[i] = y[k];
+                reinterpret_cast<V *>(b.out[k] + head)[i] = y[k];
     }
     /* the rest one at a time: the head, then the tail */
-    const size_t rest = n - 4 * n4;
+    const size_t rest = n - (size_t)W * n4;
     for (size_t j = tid; j < rest; j += stride) {
-        const size_t e = j < head ? j : j + 4 * n4;
+        const size_t e = j < head ? j : j + (size_t)W * n4;
         float xs[Op::NI > 0 ? Op::NI : 1], ys[Op::NO];
 #pragma unroll
         for (int k = 0; k < Op::NI; k++)
-            xs[k] = b.in[k][e];
+            xs[k] = as_f32(b.in[k][e]);
 #pragma unroll
         for (int k = 0; k < Op::NO; k++)
-            ys[k] = Op::RMW && b.out[k] ? b.out[k][e] : 0.0f;
+            ys[k] = Op::RMW && b.out[k] ? as_f32(b.out[k][e]) : 0.0f;
         op(e, xs, ys);
 #pragma unroll
         for (int k = 0; k < Op::NO; k++)
             if (b.out[k])
-                b.out[k][e] = ys[k];
+                put(b.out[k] + e, ys[k]);
     }
 }
 
-/* Launches op over n elements of b: four at a time where every buffer has
+/* Launches op over n elements of b: W at a time where every buffer has
  * the same offset within 16 bytes (an executor's sub-batch can start
  * anywhere), after the elements before the first boundary. */
-template <class Op>
-static int ew(void *stream, const Op &op, ew_bufs b, size_t n)
+template <class Op, typename T>
+static int ew(void *stream, const Op &op, ew_bufs<T> b, size_t n)
 {
+    const size_t W = (size_t)ew_vec<T>::W;
     if (n == 0)
         return cudaSuccess;
     const void *p[5] = {b.in[0], b.in[1], b.in[2], b.out[0], b.out[1]};
@@ -101,14 +120,14 @@ static int ew(void *stream, const Op &op, ew_bufs b, size_t n)
             off = off < 0 ? o : off;
         }
     size_t head = n, n4 = 0;
-    if (same && off >= 0 && off % (long)sizeof(float) == 0) {
-        head = (size_t)((16 - off) % 16) / sizeof(float);
+    if (same && off >= 0 && off % (long)sizeof(T) == 0) {
+        head = (size_t)((16 - off) % 16) / sizeof(T);
         if (head > n)
             head = n;
-        n4 = (n - head) / 4;
+        n4 = (n - head) / W;
     }
-    const size_t work = n4 > n - 4 * n4 ? n4 : n - 4 * n4;
-    ew_k<Op><<<ew_grid(work), NT, 0, STREAM(stream)>>>(op, b, head, n4, n);
+    const size_t work = n4 > n - W * n4 ? n4 : n - W * n4;
+    ew_k<Op, T><<<ew_grid(work), NT, 0, STREAM(stream)>>>(op, b, head, n4, n);
     return cudaGetLastError();
 }
 
@@ -244,9 +263,10 @@ static Op dropout_op(float p, uint64_t seed, uint64_t i0)
     return op;
 }
 
-static ew_bufs bufs(const float *a, const float *b, const float *c, float *y0, float *y1)
+template <typename T>
+static ew_bufs<T> bufs(const T *a, const T *b, const T *c, T *y0, T *y1)
 {
-    ew_bufs r = {{a, b, c}, {y0, y1}};
+    ew_bufs<T> r = {{a, b, c}, {y0, y1}};
     return r;
 }
 
@@ -254,60 +274,103 @@ extern "C" {
 
 int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n)
 {
-    return ew(stream, gelu_fwd_op(), bufs(inp, NULL, NULL, out, NULL), n);
+    return ew(stream, gelu_fwd_op(), bufs<float>(inp, NULL, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
                                const float *inp, size_t n)
 {
-    return ew(stream, gelu_bwd_op(), bufs(dout, inp, NULL, dinp, NULL), n);
+    return ew(stream, gelu_bwd_op(), bufs<float>(dout, inp, NULL, dinp, NULL), n);
 }
 
 int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
                                  const float *up, size_t n)
 {
-    return ew(stream, swiglu_fwd_op(), bufs(gate, up, NULL, out, NULL), n);
+    return ew(stream, swiglu_fwd_op(), bufs<float>(gate, up, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_swiglu_bwd(void *stream, float *dgate, float *dup, const float *dout,
                                  const float *gate, const float *up, size_t n)
 {
-    return ew(stream, swiglu_bwd_op(), bufs(dout, gate, up, dgate, dup), n);
+    return ew(stream, swiglu_bwd_op(), bufs<float>(dout, gate, up, dgate, dup), n);
 }
 
 int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const float *b,
                               size_t n)
 {
-    return ew(stream, add_op(), bufs(a, b, NULL, out, NULL), n);
+    return ew(stream, add_op(), bufs<float>(a, b, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, size_t n)
 {
-    return ew(stream, accumulate_op(), bufs(src, NULL, NULL, dst, NULL), n);
+    return ew(stream, accumulate_op(), bufs<float>(src, NULL, NULL, dst, NULL), n);
 }
 
 int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
                                   float p, uint64_t seed, uint64_t i0)
 {
-    return ew(stream, dropout_op<dropout_fwd_op>(p, seed, i0), bufs(inp, NULL, NULL, out, NULL), n);
+    return ew(stream, dropout_op<dropout_fwd_op>(p, seed, i0), bufs<float>(inp, NULL, NULL, out, NULL), n);
 }
 
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
                                   float p, uint64_t seed, uint64_t i0)
 {
-    return ew(stream, dropout_op<dropout_bwd_op>(p, seed, i0), bufs(dout, NULL, NULL, dinp, NULL), n);
+    return ew(stream, dropout_op<dropout_bwd_op>(p, seed, i0), bufs<float>(dout, NULL, NULL, dinp, NULL), n);
 }
 
 int merak_cuda_launch_round_bf16(void *stream, float *x, size_t n)
 {
-    return ew(stream, round_bf16_op(), bufs(NULL, NULL, NULL, x, NULL), n);
+    return ew(stream, round_bf16_op(), bufs<float>(NULL, NULL, NULL, x, NULL), n);
+}
+
+int merak_cuda_launch_gelu16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n)
+{
+    return ew(stream, gelu_fwd_op(), bufs<uint16_t>(inp, NULL, NULL, out, NULL), n);
+}
+
+int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n)
+{
+    return ew(stream, gelu_bwd_op(), bufs<uint16_t>(dout, inp, NULL, dinp, NULL), n);
+}
+
+int merak_cuda_launch_swiglu16_fwd(void *stream, uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n)
+{
+    return ew(stream, swiglu_fwd_op(), bufs<uint16_t>(gate, up, NULL, out, NULL), n);
+}
+
+int merak_cuda_launch_swiglu16_bwd(void *stream, uint16_t *dgate, uint16_t *dup, const uint16_t *dout,
+                                   const uint16_t *gate, const uint16_t *up, size_t n)
+{
+    return ew(stream, swiglu_bwd_op(), bufs<uint16_t>(dout, gate, up, dgate, dup), n);
+}
+
+int merak_cuda_launch_add16_fwd(void *stream, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    return ew(stream, add_op(), bufs<uint16_t>(a, b, NULL, out, NULL), n);
+}
+
+int merak_cuda_launch_accumulate16(void *stream, uint16_t *dst, const uint16_t *src, size_t n)
+{
+    return ew(stream, accumulate_op(), bufs<uint16_t>(src, NULL, NULL, dst, NULL), n);
+}
+
+int merak_cuda_launch_dropout16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n, float p,
+                                    uint64_t seed, uint64_t i0)
+{
+    return ew(stream, dropout_op<dropout_fwd_op>(p, seed, i0), bufs<uint16_t>(inp, NULL, NULL, out, NULL), n);
+}
+
+int merak_cuda_launch_dropout16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, size_t n, float p,
+                                    uint64_t seed, uint64_t i0)
+{
+    return ew(stream, dropout_op<dropout_bwd_op>(p, seed, i0), bufs<uint16_t>(dout, NULL, NULL, dinp, NULL), n);
 }
 
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s)
 {
     scale_op op;
     op.s = s;
-    return ew(stream, op, bufs(NULL, NULL, NULL, x, NULL), n);
+    return ew(stream, op, bufs<float>(NULL, NULL, NULL, x, NULL), n);
 }
 
 } /* extern "C" */

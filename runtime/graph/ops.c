@@ -84,20 +84,31 @@ static int embedding_bf16(const merak_kernels *k) { return k->embedding16_fwd &&
 static int posemb_forward(const merak_op_io *io)
 {
     const int C = cols(io);
-    io->k->posemb_fwd(io->y, io->x[0], io->x[1] + (size_t)io->pos * (size_t)C, io->rows / io->seq, io->seq, C);
+    const size_t at = (size_t)io->pos * (size_t)C;
+    if (io->b16)
+        io->k->posemb16_fwd(io->y16, io->x16[0], io->x16[1] + at, io->rows / io->seq, io->seq, C, io->scratch16);
+    else
+        io->k->posemb_fwd(io->y, io->x[0], io->x[1] + at, io->rows / io->seq, io->seq, C);
     return 0;
 }
 
 static void accumulate_input(const merak_op_io *io)
 {
-    if (io->dx[0])
+    if (io->b16 && io->dx16[0])
+        io->k->accumulate16(io->dx16[0], io->dy16, elems(io), io->scratch16);
+    else if (!io->b16 && io->dx[0])
         io->k->accumulate(io->dx[0], io->dy, elems(io));
 }
 
 static void posemb_backward_weight(const merak_op_io *io)
 {
-    io->k->posemb_bwd_w(io->dw[0], io->dy, io->rows / io->seq, io->seq, cols(io));
+    if (io->b16)
+        io->k->posemb16_bwd_w(io->dw[0], io->dy16, io->rows / io->seq, io->seq, cols(io), io->scratch16);
+    else
+        io->k->posemb_bwd_w(io->dw[0], io->dy, io->rows / io->seq, io->seq, cols(io));
 }
+
+static int posemb_bf16(const merak_kernels *k) { return k->posemb16_fwd && k->posemb16_bwd_w && k->accumulate16; }
 
 static int posemb_decode_plan(const merak_graph *g, const merak_op *o, const merak_kernels *k, int rows, int ctx,
                               size_t *cache, size_t *scratch, char *err, size_t errlen)
@@ -281,56 +292,85 @@ static int attention_decode_plan(const merak_graph *g, const merak_op *o, const 
 
 static int gelu_forward(const merak_op_io *io)
 {
-    io->k->gelu_fwd(io->y, io->x[0], elems(io));
+    if (io->b16)
+        io->k->gelu16_fwd(io->y16, io->x16[0], elems(io), io->scratch16);
+    else
+        io->k->gelu_fwd(io->y, io->x[0], elems(io));
     return 0;
 }
 
 static void gelu_backward_input(const merak_op_io *io)
 {
-    if (io->dx[0])
+    if (io->b16 && io->dx16[0])
+        io->k->gelu16_bwd(io->dx16[0], io->dy16, io->x16[0], elems(io), io->scratch16);
+    else if (!io->b16 && io->dx[0])
         io->k->gelu_bwd(io->dx[0], io->dy, io->x[0], elems(io));
 }
 
+static int gelu_bf16(const merak_kernels *k) { return k->gelu16_fwd && k->gelu16_bwd; }
+
 static int swiglu_forward(const merak_op_io *io)
 {
-    io->k->swiglu_fwd(io->y, io->x[0], io->x[1], elems(io));
+    if (io->b16)
+        io->k->swiglu16_fwd(io->y16, io->x16[0], io->x16[1], elems(io), io->scratch16);
+    else
+        io->k->swiglu_fwd(io->y, io->x[0], io->x[1], elems(io));
     return 0;
 }
 
 static void swiglu_backward_input(const merak_op_io *io)
 {
-    if (io->dx[0])
+    if (io->b16 && io->dx16[0])
+        io->k->swiglu16_bwd(io->dx16[0], io->dx16[1], io->dy16, io->x16[0], io->x16[1], elems(io), io->scratch16);
+    else if (!io->b16 && io->dx[0])
         io->k->swiglu_bwd(io->dx[0], io->dx[1], io->dy, io->x[0], io->x[1], elems(io));
 }
 
+static int swiglu_bf16(const merak_kernels *k) { return k->swiglu16_fwd && k->swiglu16_bwd; }
+
 static int add_forward(const merak_op_io *io)
 {
-    io->k->add_fwd(io->y, io->x[0], io->x[1], elems(io));
+    if (io->b16)
+        io->k->add16_fwd(io->y16, io->x16[0], io->x16[1], elems(io), io->scratch16);
+    else
+        io->k->add_fwd(io->y, io->x[0], io->x[1], elems(io));
     return 0;
 }
 
 static void add_backward_input(const merak_op_io *io)
 {
     for (int j = 0; j < 2; j++)
-        if (io->dx[j])
+        if (io->b16 && io->dx16[j])
+            io->k->accumulate16(io->dx16[j], io->dy16, elems(io), io->scratch16);
+        else if (!io->b16 && io->dx[j])
             io->k->accumulate(io->dx[j], io->dy, elems(io));
 }
+
+static int add_bf16(const merak_kernels *k) { return k->add16_fwd && k->accumulate16; }
 
 /* The mask of element i is a hash of the seed and i: a part of the rows
  * starts at its first element. */
 static int dropout_forward(const merak_op_io *io)
 {
-    const size_t n = elems(io);
-    io->k->dropout_fwd(io->y, io->x[0], n, io->eval ? 0.0f : io->o->p, io->seed, n * (size_t)io->part);
+    const size_t n = elems(io), i0 = n * (size_t)io->part;
+    const float p = io->eval ? 0.0f : io->o->p;
+    if (io->b16)
+        io->k->dropout16_fwd(io->y16, io->x16[0], n, p, io->seed, i0, io->scratch16);
+    else
+        io->k->dropout_fwd(io->y, io->x[0], n, p, io->seed, i0);
     return 0;
 }
 
 static void dropout_backward_input(const merak_op_io *io)
 {
-    const size_t n = elems(io);
-    if (io->dx[0])
-        io->k->dropout_bwd(io->dx[0], io->dy, n, io->o->p, io->seed, n * (size_t)io->part);
+    const size_t n = elems(io), i0 = n * (size_t)io->part;
+    if (io->b16 && io->dx16[0])
+        io->k->dropout16_bwd(io->dx16[0], io->dy16, n, io->o->p, io->seed, i0, io->scratch16);
+    else if (!io->b16 && io->dx[0])
+        io->k->dropout_bwd(io->dx[0], io->dy, n, io->o->p, io->seed, i0);
 }
+
+static int dropout_bf16(const merak_kernels *k) { return k->dropout16_fwd && k->dropout16_bwd; }
 
 /* ------------------------------------------------------------------ the loss
  *
@@ -438,7 +478,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_POS_EMBEDDING] = {.name = "pos_embedding", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                                 .forward = posemb_forward, .backward_input = accumulate_input,
                                 .backward_weight = posemb_backward_weight, .decode = posemb_forward,
-                                .decode_plan = posemb_decode_plan},
+                                .decode_plan = posemb_decode_plan, .bf16 = posemb_bf16},
     [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
                             .backward_input = layernorm_backward_input,
@@ -457,15 +497,17 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                             .forward = attention_forward, .backward_input = attention_backward_input,
                             .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan},
     [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
-                       .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward},
+                       .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward,
+                       .bf16 = gelu_bf16},
     [MERAK_OP_SWIGLU] = {.name = "swiglu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                          .forward = swiglu_forward, .backward_input = swiglu_backward_input,
-                         .decode = swiglu_forward},
+                         .decode = swiglu_forward, .bf16 = swiglu_bf16},
     [MERAK_OP_ADD] = {.name = "add", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
-                      .forward = add_forward, .backward_input = add_backward_input, .decode = add_forward},
+                      .forward = add_forward, .backward_input = add_backward_input, .decode = add_forward,
+                      .bf16 = add_bf16},
     [MERAK_OP_DROPOUT] = {.name = "dropout", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                           .forward = dropout_forward, .backward_input = dropout_backward_input,
-                          .decode = dropout_forward},
+                          .decode = dropout_forward, .bf16 = dropout_bf16},
     [MERAK_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .shard = MERAK_SHARD_LOSS, .cost = MERAK_COST_BYTES,
                                 .loss = 1, .saved_floats = loss_saved, .forward = loss_forward,
                                 .backward_input = loss_backward_input, .bf16 = loss_bf16,

@@ -364,10 +364,15 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
         }
         /* bf16 storage run natively: a kind with bf16 entries in the
          * backend, summing nothing, all of whose float tensors but the
-         * loss are bf16 */
+         * loss are bf16, none read twice (staging adds an op's two
+         * contributions to one gradient before rounding, its entries
+         * would round after each) */
         int all16 = e->store16 && kd->bf16 && kd->bf16(e->k) && kd->sum == MERAK_SUM_NONE;
-        for (int j = 0; j < nu && all16; j++)
+        for (int j = 0; j < nu && all16; j++) {
             all16 = g->tensors[uses[j]].dtype != MERAK_F32 || e->half[uses[j]] || uses[j] == g->loss;
+            for (int q = 0; q < j && all16; q++)
+                all16 = uses[q] != uses[j];
+        }
         e->native[i] = (unsigned char)all16;
         /* staging: the op's bf16 tensors, values and gradients (a
          * parameter, or a gradient in its value's storage: once),

@@ -1316,6 +1316,77 @@ static void test_crossentropy16(int N, int V, int v0)
     free(acc_g), free(a), free(b), free(c), free(d);
 }
 
+/* The elementwise and position-embedding bf16 entries against the CPU's
+ * over n elements at an offset of `off` elements (the vectorised body
+ * and the one-at-a-time head and tail): outputs within one bf16 rounding,
+ * dwpe within fp32's tolerance. */
+static void test_pointwise16(size_t n, size_t off)
+{
+    enum { GELU_F, GELU_B, SWIGLU_F, SWIGLU_B, ADD, ACC, DROP_F, DROP_B, POS_F, POS_W, NOPS };
+    static const char *names[NOPS] = {"gelu16_fwd", "gelu16_bwd", "swiglu16_fwd", "swiglu16_bwd", "add16_fwd",
+                                      "accumulate16", "dropout16_fwd", "dropout16_bwd", "posemb16_fwd",
+                                      "posemb16_bwd_w"};
+    const int Cc = 40, T = (int)(n / 2 / Cc), B = 2;   /* posemb: (B, T, C) within n */
+    const size_t m = n + off;
+    uint16_t *in[3], *o0 = rand_bf16(m, -1, 1), *o1 = rand_bf16(m, -1, 1);
+    for (int k = 0; k < 3; k++)
+        in[k] = rand_bf16(m, -3, 3);
+    float *dw0 = rand_array((size_t)T * Cc, -1, 1), *scratch = xmalloc((6 * m + 128) * sizeof(float));
+    uint16_t *d_in[3], *d_o[2];
+    for (int k = 0; k < 3; k++)
+        d_in[k] = to_dev(in[k], m * 2);
+    float *d_dw = dmalloc((size_t)T * Cc * 4);
+    double worst_e = 0;
+    const char *worst_op = "";
+    for (int op = 0; op < NOPS; op++) {
+        uint16_t *c[2] = {xmalloc(m * 2), xmalloc(m * 2)}, *g[2] = {xmalloc(m * 2), xmalloc(m * 2)};
+        float *cw = xmalloc((size_t)T * Cc * 4), *gw = xmalloc((size_t)T * Cc * 4);
+        memcpy(c[0], o0, m * 2), memcpy(c[1], o1, m * 2), memcpy(cw, dw0, (size_t)T * Cc * 4);
+        d_o[0] = to_dev(o0, m * 2), d_o[1] = to_dev(o1, m * 2);
+        merak_cuda_memcpy_h2d(d_dw, dw0, (size_t)T * Cc * 4);
+        for (int side = 0; side < 2; side++) {
+            const merak_kernels *K = side ? g_gpu : g_cpu;
+            uint16_t *const *x = side ? d_in : in;
+            uint16_t *y0 = (side ? d_o[0] : c[0]) + off, *y1 = (side ? d_o[1] : c[1]) + off;
+            float *sc = side ? NULL : scratch, *dw = side ? d_dw : cw;
+            const uint16_t *a = x[0] + off, *b = x[1] + off, *z = x[2] + off;
+            switch (op) {
+            case GELU_F: K->gelu16_fwd(y0, a, n, sc); break;
+            case GELU_B: K->gelu16_bwd(y0, a, b, n, sc); break;
+            case SWIGLU_F: K->swiglu16_fwd(y0, a, b, n, sc); break;
+            case SWIGLU_B: K->swiglu16_bwd(y0, y1, a, b, z, n, sc); break;
+            case ADD: K->add16_fwd(y0, a, b, n, sc); break;
+            case ACC: K->accumulate16(y0, a, n, sc); break;
+            case DROP_F: K->dropout16_fwd(y0, a, n, 0.3f, 77, 5, sc); break;
+            case DROP_B: K->dropout16_bwd(y0, a, n, 0.3f, 77, 5, sc); break;
+            case POS_F: K->posemb16_fwd(y0, a, b, B, T, Cc, sc); break;
+            case POS_W: K->posemb16_bwd_w(dw, a, B, T, Cc, sc); break;
+            }
+        }
+        merak_cuda_memcpy_d2h(g[0], d_o[0], m * 2);
+        merak_cuda_memcpy_d2h(g[1], d_o[1], m * 2);
+        merak_cuda_memcpy_d2h(gw, d_dw, (size_t)T * Cc * 4);
+        for (int k = 0; k < 2; k++) {
+            float *cf = widened(c[k], m), *gf = widened(g[k], m);
+            const double e = worst(gf, cf, m, 8e-3, 1e-4);
+            if (e > worst_e || isnan(e))
+                worst_e = e, worst_op = names[op];
+            free(cf), free(gf);
+        }
+        const double e = worst(gw, cw, (size_t)T * Cc, RTOL, ATOL);
+        if (e > worst_e || isnan(e))
+            worst_e = e, worst_op = names[op];
+        merak_cuda_free(d_o[0]), merak_cuda_free(d_o[1]);
+        free(c[0]), free(c[1]), free(g[0]), free(g[1]), free(cw), free(gw);
+    }
+    tap_ok(worst_e <= 1, "pointwise bf16 entries n=%zu at offset %zu: within %.2f of the tolerance (worst: %s)", n, off,
+           worst_e, worst_op);
+    for (int k = 0; k < 3; k++)
+        merak_cuda_free(d_in[k]), free(in[k]);
+    merak_cuda_free(d_dw);
+    free(o0), free(o1), free(dw0), free(scratch);
+}
+
 int main(void)
 {
     if (!merak_cuda_available()) {
@@ -1375,6 +1446,9 @@ int main(void)
     test_linear16(40, 64, 96, 2);
     test_linear16(33, 48, 80, 0);
     test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
+    test_pointwise16(100003, 0);
+    test_pointwise16(4003, 3);          /* 6-byte offset: one at a time */
+    test_pointwise16(4000, 8);          /* 16-byte offset: vectorised */
     test_crossentropy16(9, 1000, 0);
     test_crossentropy16(7, 50257, 100);
     test_linear16(37, 53, 29, 1);      /* odd leading dimensions: rows 2-byte aligned */

@@ -167,58 +167,75 @@ static void test_step(const char *preset)
 
 /* The CPU table with its bf16 entries counted (calls[]), and without
  * them (every op staged): the executor's two ways of running bf16
- * storage. */
-static int calls[7];
-static void lin_f(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b, int N, int K, int O,
-                  float *scratch)
-{
-    calls[0]++;
-    merak_kernels_cpu()->linear16_fwd(out, inp, w, b, N, K, O, scratch);
-}
-static void lin_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K, int O, float *scratch)
-{
-    calls[1]++;
-    merak_kernels_cpu()->linear16_bwd_x(dinp, dout, w, N, K, O, scratch);
-}
-static void lin_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N, int K, int O,
-                  float *scratch)
-{
-    calls[2]++;
-    merak_kernels_cpu()->linear16_bwd_w(dw, db, dout, inp, N, K, O, scratch);
-}
-static void emb_f(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C, int v0, int V)
-{
-    calls[3]++;
-    merak_kernels_cpu()->embedding16_fwd(out, ids, wte, N, C, v0, V);
-}
-static void emb_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C, int v0, int V, float *scratch)
-{
-    calls[4]++;
-    merak_kernels_cpu()->embedding16_bwd_w(dwte, dout, ids, N, C, v0, V, scratch);
-}
-static void ce_s(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets, int N, int V, int v0,
-                 float *scratch)
-{
-    calls[5]++;
-    merak_kernels_cpu()->crossentropy16_stats(lse, tlogit, logits, targets, N, V, v0, scratch);
-}
-static void ce_b(uint16_t *dlogits, const uint16_t *logits, const float *lse, const int32_t *targets, int N, int V,
-                 int v0, float scale, float *scratch)
-{
-    calls[6]++;
-    merak_kernels_cpu()->crossentropy16_bwd(dlogits, logits, lse, targets, N, V, v0, scale, scratch);
-}
+ * storage.  C(i, entry, params, args): a wrapper counting entry i. */
+enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
+       E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_COUNT };
+static int calls[E_COUNT];
+#define C(i, entry, params, args)                       \
+    static void count_##entry params                    \
+    {                                                   \
+        calls[i]++;                                     \
+        merak_kernels_cpu()->entry args;                \
+    }
+typedef uint16_t h16;
+C(E_LIN_F, linear16_fwd, (h16 *o, const h16 *x, const h16 *w, const h16 *b, int N, int K, int O, float *s),
+  (o, x, w, b, N, K, O, s))
+C(E_LIN_X, linear16_bwd_x, (h16 *dx, const h16 *d, const h16 *w, int N, int K, int O, float *s), (dx, d, w, N, K, O, s))
+C(E_LIN_W, linear16_bwd_w, (float *dw, float *db, const h16 *d, const h16 *x, int N, int K, int O, float *s),
+  (dw, db, d, x, N, K, O, s))
+C(E_EMB_F, embedding16_fwd, (h16 *o, const int32_t *ids, const h16 *w, int N, int Cc, int v0, int V),
+  (o, ids, w, N, Cc, v0, V))
+C(E_EMB_W, embedding16_bwd_w, (float *dw, const h16 *d, const int32_t *ids, int N, int Cc, int v0, int V, float *s),
+  (dw, d, ids, N, Cc, v0, V, s))
+C(E_CE_S, crossentropy16_stats, (float *l, float *t, const h16 *x, const int32_t *tg, int N, int V, int v0, float *s),
+  (l, t, x, tg, N, V, v0, s))
+C(E_CE_B, crossentropy16_bwd,
+  (h16 *dx, const h16 *x, const float *l, const int32_t *tg, int N, int V, int v0, float sc, float *s),
+  (dx, x, l, tg, N, V, v0, sc, s))
+C(E_POS_F, posemb16_fwd, (h16 *o, const h16 *x, const h16 *w, int B, int T, int Cc, float *s), (o, x, w, B, T, Cc, s))
+C(E_POS_W, posemb16_bwd_w, (float *dw, const h16 *d, int B, int T, int Cc, float *s), (dw, d, B, T, Cc, s))
+C(E_GELU_F, gelu16_fwd, (h16 *o, const h16 *x, size_t n, float *s), (o, x, n, s))
+C(E_GELU_B, gelu16_bwd, (h16 *dx, const h16 *d, const h16 *x, size_t n, float *s), (dx, d, x, n, s))
+C(E_SWIGLU_F, swiglu16_fwd, (h16 *o, const h16 *g, const h16 *u, size_t n, float *s), (o, g, u, n, s))
+C(E_SWIGLU_B, swiglu16_bwd, (h16 *dg, h16 *du, const h16 *d, const h16 *g, const h16 *u, size_t n, float *s),
+  (dg, du, d, g, u, n, s))
+C(E_ADD_F, add16_fwd, (h16 *o, const h16 *a, const h16 *b, size_t n, float *s), (o, a, b, n, s))
+C(E_ACC, accumulate16, (h16 *y, const h16 *x, size_t n, float *s), (y, x, n, s))
+C(E_DROP_F, dropout16_fwd, (h16 *o, const h16 *x, size_t n, float p, uint64_t sd, uint64_t i0, float *s),
+  (o, x, n, p, sd, i0, s))
+C(E_DROP_B, dropout16_bwd, (h16 *dx, const h16 *d, size_t n, float p, uint64_t sd, uint64_t i0, float *s),
+  (dx, d, n, p, sd, i0, s))
+#undef C
 static merak_kernels counted, staged;
 
+/* Both tables; X(entry) lists every bf16 entry. */
+#define BF16_ENTRIES(X)                                                                                    \
+    X(linear16_fwd) X(linear16_bwd_x) X(linear16_bwd_w) X(embedding16_fwd) X(embedding16_bwd_w)          \
+    X(crossentropy16_stats) X(crossentropy16_bwd) X(posemb16_fwd) X(posemb16_bwd_w) X(gelu16_fwd)         \
+    X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
+    X(dropout16_bwd)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
-    counted.linear16_fwd = lin_f, counted.linear16_bwd_x = lin_x, counted.linear16_bwd_w = lin_w;
-    counted.embedding16_fwd = emb_f, counted.embedding16_bwd_w = emb_w;
-    counted.crossentropy16_stats = ce_s, counted.crossentropy16_bwd = ce_b;
-    staged.linear16_fwd = NULL, staged.linear16_bwd_x = NULL, staged.linear16_bwd_w = NULL;
-    staged.embedding16_fwd = NULL, staged.embedding16_bwd_w = NULL;
-    staged.crossentropy16_stats = NULL, staged.crossentropy16_bwd = NULL;
+#define SET(entry) counted.entry = count_##entry, staged.entry = NULL;
+    BF16_ENTRIES(SET)
+#undef SET
+}
+
+/* The entries graph g's ops need: each of its kinds' (1 in need[]). */
+static void needed(const merak_graph *g, int *need)
+{
+    static const struct { merak_op_type t; int e[3]; } uses[] = {
+        {MERAK_OP_LINEAR, {E_LIN_F, E_LIN_X, E_LIN_W}}, {MERAK_OP_EMBEDDING, {E_EMB_F, E_EMB_W, -1}},
+        {MERAK_OP_CROSS_ENTROPY, {E_CE_S, E_CE_B, -1}}, {MERAK_OP_POS_EMBEDDING, {E_POS_F, E_POS_W, E_ACC}},
+        {MERAK_OP_GELU, {E_GELU_F, E_GELU_B, -1}}, {MERAK_OP_SWIGLU, {E_SWIGLU_F, E_SWIGLU_B, -1}},
+        {MERAK_OP_ADD, {E_ADD_F, E_ACC, -1}}, {MERAK_OP_DROPOUT, {E_DROP_F, E_DROP_B, -1}}};
+    memset(need, 0, E_COUNT * sizeof *need);
+    for (int i = 0; i < g->nops; i++)
+        for (size_t u = 0; u < sizeof uses / sizeof *uses; u++)
+            for (int k = 0; k < 3 && g->ops[i].type == uses[u].t; k++)
+                if (uses[u].e[k] >= 0)
+                    need[uses[u].e[k]] = 1;
 }
 
 /* bf16 storage against float storage as the runtime runs them (gradients
@@ -226,8 +243,8 @@ static void tables(void)
  * the same losses and weight gradients, bit for bit, with the backward
  * whole, split in zero-bubble order (both input parts, then both weight
  * parts: the weight parts widen from storage) and every layer recomputed;
- * the linear layers and the embedding run natively in bf16 storage (the
- * backend's bf16 entries, called) or staged (a table without them). */
+ * the ops run natively in bf16 storage (the backend's bf16 entries, each
+ * one the graph's kinds have called) or staged (a table without them). */
 static void test_storage_runs(const char *preset, int wide)
 {
     merak_model_config c;
@@ -265,11 +282,13 @@ static void test_storage_runs(const char *preset, int wide)
             run_two(e[i], how);
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
+            int need[E_COUNT];
+            needed(g, need);
             ncalls[i] = 1;
-            for (int f = 0; f < 7; f++)
-                ncalls[i] &= calls[f] > 0;
+            for (int f = 0; f < E_COUNT; f++)
+                ncalls[i] &= calls[f] > 0 || !need[f];
             if (i == 0)
-                blocks = calls[5] / 2;   /* per micro-batch (a recompute keeps the loss) */
+                blocks = calls[E_CE_S] / 2;   /* per micro-batch (a recompute keeps the loss) */
         }
         size_t n;
         const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n),
@@ -282,9 +301,9 @@ static void test_storage_runs(const char *preset, int wide)
                "of arenas instead of %zu", preset, run_name(how), merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
         tap_ok(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0 &&
                    (wide ? blocks > 1 : merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1])),
-               "%s, %s: the linear layers, the embedding and the cross-entropy run natively in bf16 storage (every "
-               "bf16 entry called; the loss in %d row blocks) as staged, bit for bit; compute copies and logits in bf16: "
-               "%zu bytes on the device instead of %zu",
+               "%s, %s: its ops run natively in bf16 storage (every bf16 entry its kinds have called; the loss "
+               "in %d row blocks) as staged, bit for bit; compute copies and logits in bf16: %zu bytes on the device "
+               "instead of %zu",
                preset, run_name(how), blocks, merak_exec_device_bytes(e[0]), merak_exec_device_bytes(e[1]));
         for (int i = 0; i < 3; i++)
             merak_exec_destroy(e[i]);
