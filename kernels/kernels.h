@@ -329,10 +329,12 @@ const char *merak_backend_names(void);
  * without it. */
 int merak_backend_check(const char *name, char *err, size_t errlen);
 /* The table a plan of backend `name` (NULL: "cpu") sees: which entries it
- * has and its bf16_scratch, on which the executor's memory depends.  No
- * device is opened, and nothing may call its kernels or memory hooks (a
- * plan_only executor calls none).  The CPU's for a backend this library
- * was built without (whose staging covers every op: never less). */
+ * has, its bf16_scratch and its scratch queries, on which the executor's
+ * memory depends (its set_products may be called: the attention's
+ * scratch depends on it).  No device is opened, and nothing else may be
+ * called (a plan_only executor calls no kernel or memory hook).  The
+ * CPU's for a backend this library was built without (an estimate: its
+ * staging covers every op, its attention's scratch differs). */
 const merak_kernels *merak_kernels_plan(const char *name);
 /* The kernels of backend `name` (NULL: "cpu"): the CPU's with `threads`
  * threads, or a GPU's (the one MERAK_GPU names, else this rank's place on

@@ -277,8 +277,8 @@ expect 2 "global-batch 7 is not a multiple of dp x micro-batch = 8 x 1" --gpus 8
 echo "ok: --auto --pp 2 searches dp and tp with pp 2"
 
 # --dtype bf16 plans the runtime's bf16 storage: GPT-2's activations take
-# well under fp32's (the logits and saved statistics stay float), the
-# weights' bf16 copies add to the rest; tf32 plans as fp32; the answer
+# well under fp32's (the saved statistics stay float), the weights' bf16
+# copies add to the rest; tf32 plans as fp32; the answer
 # says its dtype, and --auto searches with it.
 G1="--model gpt2 --gpus 1 --micro-batch 8 --seq-len 1024 --json"
 for t in fp32 tf32 bf16; do

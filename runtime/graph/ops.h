@@ -118,12 +118,13 @@ typedef struct merak_op_kind {
                             * the others get NULL there */
     /* 1 if backend k has this kind's bf16 entries (kernels.h): its calls
      * then read and write bf16 storage natively (merak_op_io.b16), when
-     * every float tensor it names is in bf16 storage and it sums nothing
-     * over the tp group; NULL: never */
+     * every float tensor it names but the loss is in bf16 storage, none
+     * twice, and it sums nothing over the tp group; NULL: never */
     int (*bf16)(const merak_kernels *k);
     /* floats of scratch its bf16 entries need at least on a backend with
      * bf16_scratch, which its calls split their rows to fit (NULL: its
-     * bf16 tensors', values and gradients, each call whole) */
+     * bf16 tensors', values and gradients, a parameter or a gradient
+     * stored over its value once, each call whole) */
     size_t (*bf16_scratch_floats)(const merak_graph *g, const merak_op *o);
     /* floats kept from forward to backward (one micro-batch), and of
      * scratch; NULL: none */

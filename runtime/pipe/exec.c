@@ -197,7 +197,8 @@ static int set_chunks(merak_exec *e, const merak_exec_opts *opts, char *err, siz
 
 /* Does tensor t's gradient take its value's storage?  The logits: made
  * in chunk ch and read only by its loss op, whose backward writes the
- * gradient over them in place (kernels.h crossentropy_bwd), as nothing
+ * gradient over them in place (kernels.h crossentropy_bwd, or
+ * crossentropy16_bwd over bf16 logits), as nothing
  * reads them after it; that saves an N x V buffer (1.6 GB for GPT-2 at
  * B=8, T=1024) and zeroing it every micro-batch.  nuse[t]: the ops that
  * read t, last_use[t] the last of them. */

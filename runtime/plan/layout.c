@@ -132,9 +132,14 @@ static int plan_stage(const merak_graph *g, const merak_graph *local, const mera
     if (merak_grid_init(&gr, L->dp, L->tp, L->pp, world, 0, err, errlen) < 0 ||
         merak_grid_init(&gr, L->dp, L->tp, L->pp, world, merak_grid_rank(&gr, 0, 0, p), err, errlen) < 0)
         return MERAK_USAGE;
+    /* the profile's backend's table, its products as the run's (the
+     * attention's scratch depends on them) */
+    const merak_kernels *kt = merak_kernels_plan(d->backend);
+    if (kt->set_products)
+        kt->set_products(L->bf16 ? MERAK_PRODUCTS_BF16 : MERAK_PRODUCTS_FP32);
     merak_stage_opts so = {.schedule = L->schedule, .recompute = L->recompute, .bounds = bounds, .rules = L->rules,
                            .nrules = L->nrules, .micro_batches = L->micro_batches, .virtual_stages = V,
-                           .zero = L->zero, .kernels = merak_kernels_plan(d->backend), .shard = L->tp > 1 ? local : NULL,
+                           .zero = L->zero, .kernels = kt, .shard = L->tp > 1 ? local : NULL,
                            .bf16 = L->bf16, .float_storage = L->float_storage};
     int rc = merak_stage_plan(&gr, g, &so, m, err, errlen);
     if (rc < 0)

@@ -3,6 +3,7 @@
  * the planner's search (plan/auto.h, the one merak-plan --auto runs) for
  * the ranks the launcher started (merak.h, merak_args_auto).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -34,6 +35,10 @@ int merak_args_auto(merak_args *a, const merak_graph *g, long global_batch, mera
     int rc = merak_device_load(profile, &d, err, errlen);
     if (rc < 0)
         return rc;
+    /* memory as the kernels this run opens plan it, whatever the profile says */
+    const merak_backend *be = merak_backend_find(a->device);
+    if (be)
+        snprintf(d.backend, sizeof d.backend, "%s", be->name);
     merak_schedule_kind kind = MERAK_SCHEDULE_1F1B;
     if (a->schedule && merak_schedule_parse(a->schedule, &kind) < 0)
         return merak_errf(err, errlen, "schedule '%s' is not one of %s", a->schedule, merak_schedule_names()), MERAK_USAGE;

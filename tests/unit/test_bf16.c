@@ -103,7 +103,7 @@ static void test_step(const char *preset)
     /* In float storage every float tensor of the slot and its gradient
      * holds bf16 values (the token ids and the fp32 loss aside).  In bf16
      * storage the same values are there, bit for bit, in half the bytes
-     * (the logits, whose gradient takes their storage, in float). */
+     * (the logits too, whose gradient takes their storage). */
     size_t acts = 0, off = 0, half = 0, differ = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const float *v = merak_exec_tensor(efl, 0, t), *d = merak_exec_grad(efl, 0, t);

@@ -524,6 +524,8 @@ static void test_profiles(void)
         {"{\"memory_gb\": ", "merak-test-profile"},
         {"{\"memory_gb\": 2, \"matmul_tflops\": 0.5, \"memory_gbps\": 10, "
          "\"intra_node_gbps\": 5, \"inter_node_gbps\": 1, \"latency_us\": 0, \"backend\": 7}", "backend must be a backend's name"},
+        {"{\"memory_gb\": 2, \"matmul_tflops\": 0.5, \"memory_gbps\": 10, \"intra_node_gbps\": 5, "
+         "\"inter_node_gbps\": 1, \"latency_us\": 0, \"backend\": \"a\\\"b\"}", "backend must be a backend's name"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         FILE *f = fopen(path, "w");
