@@ -283,6 +283,21 @@ typedef struct merak_kernels {
                           uint64_t i0, float *scratch);
     void (*dropout16_bwd)(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed,
                           uint64_t i0, float *scratch);
+    /* (the norms: their saved mean and rstd float) */
+    void (*layernorm16_fwd)(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                            const uint16_t *w, const uint16_t *b, int N, int C, float eps,
+                            float *scratch);
+    void (*layernorm16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                              const uint16_t *w, const float *mean, const float *rstd, int N, int C,
+                              float *scratch);
+    void (*layernorm16_bwd_w)(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                              const float *mean, const float *rstd, int N, int C, float *scratch);
+    void (*rmsnorm16_fwd)(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N,
+                          int C, float eps, float *scratch);
+    void (*rmsnorm16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                            const uint16_t *w, const float *rstd, int N, int C, float *scratch);
+    void (*rmsnorm16_bwd_w)(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd,
+                            int N, int C, float *scratch);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

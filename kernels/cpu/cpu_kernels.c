@@ -243,6 +243,18 @@ static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, floa
                               float *scratch);
 static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
                               float *scratch);
+static void cpu_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
+                                const uint16_t *b, int N, int C, float eps, float *scratch);
+static void cpu_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                  const float *mean, const float *rstd, int N, int C, float *scratch);
+static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                                  const float *mean, const float *rstd, int N, int C, float *scratch);
+static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
+                              float eps, float *scratch);
+static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                const float *rstd, int N, int C, float *scratch);
+static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N,
+                                int C, float *scratch);
 
 /* ------------------------------------------------------------------ float */
 
@@ -269,7 +281,10 @@ static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, fl
                      .gelu16_bwd = cpu_gelu16_bwd, .swiglu16_fwd = cpu_swiglu16_fwd, \
                      .swiglu16_bwd = cpu_swiglu16_bwd, .add16_fwd = cpu_add16_fwd, \
                      .accumulate16 = cpu_accumulate16, .dropout16_fwd = cpu_dropout16_fwd, \
-                     .dropout16_bwd = cpu_dropout16_bwd,
+                     .dropout16_bwd = cpu_dropout16_bwd, .layernorm16_fwd = cpu_layernorm16_fwd, \
+                     .layernorm16_bwd_x = cpu_layernorm16_bwd_x, .layernorm16_bwd_w = cpu_layernorm16_bwd_w, \
+                     .rmsnorm16_fwd = cpu_rmsnorm16_fwd, .rmsnorm16_bwd_x = cpu_rmsnorm16_bwd_x, \
+                     .rmsnorm16_bwd_w = cpu_rmsnorm16_bwd_w,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL
@@ -481,6 +496,72 @@ static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, fl
     float *dx = widen(scratch, &at, dinp, n);
     dropout_bwd_f32(dx, d, n, p, seed, i0);
     cpu_to_bf16(dinp, dx, n);
+}
+
+/* The norms: (N,C) rows and C-wide weights widened. */
+static void cpu_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
+                                const uint16_t *b, int N, int C, float eps, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *x = widen(scratch, &at, inp, n), *fw = widen(scratch, &at, w, (size_t)C);
+    const float *fb = b ? widen(scratch, &at, b, (size_t)C) : NULL;
+    float *y = widen(scratch, &at, NULL, n);
+    layernorm_fwd_f32(y, mean, rstd, x, fw, fb, N, C, eps);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                  const float *mean, const float *rstd, int N, int C, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
+                *fw = widen(scratch, &at, w, (size_t)C);
+    float *dx = widen(scratch, &at, dinp, n);
+    layernorm_bwd_x_f32(dx, d, x, fw, mean, rstd, N, C);
+    cpu_to_bf16(dinp, dx, n);
+}
+
+static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                                  const float *mean, const float *rstd, int N, int C, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n);
+    layernorm_bwd_w_f32(dw, db, d, x, mean, rstd, N, C);
+}
+
+static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
+                              float eps, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *x = widen(scratch, &at, inp, n), *fw = widen(scratch, &at, w, (size_t)C);
+    float *y = widen(scratch, &at, NULL, n);
+    rmsnorm_fwd_f32(y, rstd, x, fw, N, C, eps);
+    cpu_to_bf16(out, y, n);
+}
+
+static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                const float *rstd, int N, int C, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
+                *fw = widen(scratch, &at, w, (size_t)C);
+    float *dx = widen(scratch, &at, dinp, n);
+    rmsnorm_bwd_x_f32(dx, d, x, fw, rstd, N, C);
+    cpu_to_bf16(dinp, dx, n);
+}
+
+static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N,
+                                int C, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n);
+    rmsnorm_bwd_w_f32(dw, d, x, rstd, N, C);
 }
 
 /* ------------------------------------------------------------------ double */

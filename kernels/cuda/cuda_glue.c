@@ -374,6 +374,50 @@ static void k_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, floa
     LAUNCH("dropout16_bwd", merak_cuda_launch_dropout16_bwd(STREAM, dinp, dout, n, p, seed, i0));
 }
 
+static void k_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
+                              const uint16_t *b, int N, int C, float eps, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("layernorm16_fwd", merak_cuda_launch_layernorm16_fwd(STREAM, out, mean, rstd, inp, w, b, N, C, eps));
+}
+
+static void k_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                const float *mean, const float *rstd, int N, int C, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("layernorm16_bwd_x",
+           merak_cuda_launch_layernorm16_bwd_x(STREAM, dinp, dout, inp, w, mean, rstd, N, C));
+}
+
+static void k_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, const float *mean,
+                                const float *rstd, int N, int C, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("layernorm16_bwd_w",
+           merak_cuda_launch_layernorm16_bwd_w(STREAM, dw, db, dout, inp, mean, rstd, N, C));
+}
+
+static void k_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
+                            float eps, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("rmsnorm16_fwd", merak_cuda_launch_rmsnorm16_fwd(STREAM, out, rstd, inp, w, N, C, eps));
+}
+
+static void k_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                              const float *rstd, int N, int C, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("rmsnorm16_bwd_x", merak_cuda_launch_rmsnorm16_bwd_x(STREAM, dinp, dout, inp, w, rstd, N, C));
+}
+
+static void k_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N, int C,
+                              float *scratch)
+{
+    (void)scratch;
+    LAUNCH("rmsnorm16_bwd_w", merak_cuda_launch_rmsnorm16_bwd_w(STREAM, dw, dout, inp, rstd, N, C));
+}
+
 static void k_round_bf16(float *x, size_t n)
 {
     LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
@@ -482,6 +526,12 @@ static const merak_kernels cuda_table = {
     .accumulate16 = k_accumulate16,
     .dropout16_fwd = k_dropout16_fwd,
     .dropout16_bwd = k_dropout16_bwd,
+    .layernorm16_fwd = k_layernorm16_fwd,
+    .layernorm16_bwd_x = k_layernorm16_bwd_x,
+    .layernorm16_bwd_w = k_layernorm16_bwd_w,
+    .rmsnorm16_fwd = k_rmsnorm16_fwd,
+    .rmsnorm16_bwd_x = k_rmsnorm16_bwd_x,
+    .rmsnorm16_bwd_w = k_rmsnorm16_bwd_w,
     .embedding_fwd = k_embedding_fwd,
     .embedding_bwd_w = k_embedding_bwd_w,
     .posemb_fwd = k_posemb_fwd,

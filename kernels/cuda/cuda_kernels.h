@@ -215,6 +215,19 @@ int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout
                                     int N, int C);
 int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
                                     const float *inp, const float *rstd, int N, int C);
+/* the norms on bf16 storage (kernels.h layernorm16_*, rmsnorm16_*) */
+int merak_cuda_launch_layernorm16_fwd(void *stream, uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                                      const uint16_t *w, const uint16_t *b, int N, int C, float eps);
+int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                                        const uint16_t *w, const float *mean, const float *rstd, int N, int C);
+int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
+                                        const uint16_t *inp, const float *mean, const float *rstd, int N, int C);
+int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, const uint16_t *inp,
+                                    const uint16_t *w, int N, int C, float eps);
+int merak_cuda_launch_rmsnorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                                      const uint16_t *w, const float *rstd, int N, int C);
+int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *dout, const uint16_t *inp,
+                                      const float *rstd, int N, int C);
 /* out (N,O) += b[o] (the linear bias when the cuBLASLt epilogue is not used) */
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O);
 /* db (O) += column sums of dout (N,O) */

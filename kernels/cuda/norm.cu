@@ -6,27 +6,32 @@
  */
 #include "cuda_common.cuh"
 
+/* The kernels below take T = float, or uint16_t for bf16 storage (the
+ * activations, their gradients and the weights read widened, what they
+ * write rounded once; mean and rstd float either way). */
+
 /* One block per row n: out (N,C) = (x-mean)*rstd*w + b (two-pass variance). */
-__global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int C, float eps)
+template <typename T>
+__global__ void layernorm_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int C,
+                                float eps)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
-    const float *x = inp + n * C;
-    float *y = out + n * C;
+    const T *x = inp + n * C;
+    T *y = out + n * C;
     float s = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        s += x[c];
+        s += as_f32(x[c]);
     const float m = block_sum(s, sh) / C;
     float v = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float d = x[c] - m;
+        float d = as_f32(x[c]) - m;
         v += d * d;
     }
     const float r = 1.0f / sqrtf(block_sum(v, sh) / C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float o = (x[c] - m) * r * w[c];
-        y[c] = b ? o + b[c] : o;
+        float o = (as_f32(x[c]) - m) * r * as_f32(w[c]);
+        put(y + c, b ? o + as_f32(b[c]) : o);
     }
     if (threadIdx.x == 0) {
         if (mean)
@@ -37,62 +42,62 @@ __global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const floa
 }
 
 /* dinp += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd, dnorm = dout*w */
-__global__ void layernorm_bwd_x_k(float *dinp, const float *dout, const float *inp,
-                                  const float *w, const float *mean, const float *rstd,
-                                  int C)
+template <typename T>
+__global__ void layernorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                                  const float *rstd, int C)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
-    const float *x = inp + n * C, *g = dout + n * C;
-    float *dx = dinp + n * C;
+    const T *x = inp + n * C, *g = dout + n * C;
+    T *dx = dinp + n * C;
     const float m = mean[n], r = rstd[n];
     float a = 0.0f, bb = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float norm = (x[c] - m) * r, dn = g[c] * w[c];
+        float norm = (as_f32(x[c]) - m) * r, dn = as_f32(g[c]) * as_f32(w[c]);
         a += dn;
         bb += dn * norm;
     }
     a = block_sum(a, sh) / C;
     bb = block_sum(bb, sh) / C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float norm = (x[c] - m) * r, dn = g[c] * w[c];
-        dx[c] += (dn - a - norm * bb) * r;
+        float norm = (as_f32(x[c]) - m) * r, dn = as_f32(g[c]) * as_f32(w[c]);
+        put(dx + c, as_f32(dx[c]) + (dn - a - norm * bb) * r);
     }
 }
 
 /* One block per row: rstd = 1/sqrt(mean(x^2)+eps), out = x*rstd*w */
-__global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const float *w,
-                              int C, float eps)
+template <typename T>
+__global__ void rmsnorm_fwd_k(T *out, float *rstd, const T *inp, const T *w, int C, float eps)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
-    const float *x = inp + n * C;
-    float *y = out + n * C;
+    const T *x = inp + n * C;
+    T *y = out + n * C;
     float s = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        s += x[c] * x[c];
+        s += as_f32(x[c]) * as_f32(x[c]);
     const float r = 1.0f / sqrtf(block_sum(s, sh) / C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        y[c] = x[c] * r * w[c];
+        put(y + c, as_f32(x[c]) * r * as_f32(w[c]));
     if (threadIdx.x == 0 && rstd)
         rstd[n] = r;
 }
 
 /* dinp += rstd*dout*w - x * rstd^3 * mean(dout*w*x) */
-__global__ void rmsnorm_bwd_x_k(float *dinp, const float *dout, const float *inp,
-                                const float *w, const float *rstd, int C)
+template <typename T>
+__global__ void rmsnorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int C)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
-    const float *x = inp + n * C, *g = dout + n * C;
-    float *dx = dinp + n * C;
+    const T *x = inp + n * C, *g = dout + n * C;
+    T *dx = dinp + n * C;
     const float r = rstd[n];
     float s = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        s += g[c] * w[c] * x[c];
+        s += as_f32(g[c]) * as_f32(w[c]) * as_f32(x[c]);
     const float k = block_sum(s, sh) / C * r * r * r;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        dx[c] += r * g[c] * w[c] - x[c] * k;
+        put(dx + c, as_f32(dx[c]) + (r * as_f32(g[c]) * as_f32(w[c]) - as_f32(x[c]) * k));
 }
 
 /* Column reductions: 32 columns x CR_Y row lanes per block, CR_ROWS rows per
@@ -109,7 +114,7 @@ enum { CR_COLSUM = 0, CR_LAYERNORM = 1, CR_RMSNORM = 2 };
  *   RMSNORM:   dout*x*rstd (dw)                       (part0)  */
 template <int MODE, typename D>
 __global__ void colred_partial_k(float *part0, float *part1, const D *dout,
-                                 const float *inp, const float *mean, const float *rstd,
+                                 const D *inp, const float *mean, const float *rstd,
                                  int N, int C, int rows)
 {
     __shared__ float s0[CR_Y][33], s1[CR_Y][33];
@@ -125,10 +130,10 @@ __global__ void colred_partial_k(float *part0, float *part1, const D *dout,
             if (MODE == CR_COLSUM) {
                 a0 += d;
             } else if (MODE == CR_LAYERNORM) {
-                a0 += d * ((inp[idx] - mean[r]) * rstd[r]);
+                a0 += d * ((as_f32(inp[idx]) - mean[r]) * rstd[r]);
                 a1 += d;
             } else {
-                a0 += d * (inp[idx] * rstd[r]);
+                a0 += d * (as_f32(inp[idx]) * rstd[r]);
             }
         }
     }
@@ -169,7 +174,7 @@ __global__ void colred_final_k(float *dst0, float *dst1, const float *part0,
 /* Runs both stages; the chunking depends on N only. */
 template <int MODE, typename D>
 static int colred(cudaStream_t st, float *dst0, float *dst1, const D *dout,
-                  const float *inp, const float *mean, const float *rstd, int N, int C)
+                  const D *inp, const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
@@ -204,26 +209,59 @@ __global__ void bias_round16_k(uint16_t *out, const float *acc, const uint16_t *
     GRID_STRIDE(i, n) out[i] = to_bf16(acc[i] + as_f32(b[i % O]));
 }
 
+template <typename T>
+static int layernorm_fwd(cudaStream_t st, T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b,
+                         int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    layernorm_fwd_k<T><<<N, NT, 0, st>>>(out, mean, rstd, inp, w, b, C, eps);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static int layernorm_bwd_x(cudaStream_t st, T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                           const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    layernorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, mean, rstd, C);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static int rmsnorm_fwd(cudaStream_t st, T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    rmsnorm_fwd_k<T><<<N, NT, 0, st>>>(out, rstd, inp, w, C, eps);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static int rmsnorm_bwd_x(cudaStream_t st, T *dinp, const T *dout, const T *inp, const T *w, const float *rstd,
+                         int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return cudaSuccess;
+    rmsnorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, rstd, C);
+    return cudaGetLastError();
+}
+
 extern "C" {
 
 int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float *rstd,
                                     const float *inp, const float *w, const float *b,
                                     int N, int C, float eps)
 {
-    if (N <= 0 || C <= 0)
-        return cudaSuccess;
-    layernorm_fwd_k<<<N, NT, 0, STREAM(stream)>>>(out, mean, rstd, inp, w, b, C, eps);
-    return cudaGetLastError();
+    return layernorm_fwd<float>(STREAM(stream), out, mean, rstd, inp, w, b, N, C, eps);
 }
 
 int merak_cuda_launch_layernorm_bwd_x(void *stream, float *dinp, const float *dout,
                                       const float *inp, const float *w,
                                       const float *mean, const float *rstd, int N, int C)
 {
-    if (N <= 0 || C <= 0)
-        return cudaSuccess;
-    layernorm_bwd_x_k<<<N, NT, 0, STREAM(stream)>>>(dinp, dout, inp, w, mean, rstd, C);
-    return cudaGetLastError();
+    return layernorm_bwd_x<float>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C);
 }
 
 int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
@@ -236,26 +274,56 @@ int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
 int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const float *inp,
                                   const float *w, int N, int C, float eps)
 {
-    if (N <= 0 || C <= 0)
-        return cudaSuccess;
-    rmsnorm_fwd_k<<<N, NT, 0, STREAM(stream)>>>(out, rstd, inp, w, C, eps);
-    return cudaGetLastError();
+    return rmsnorm_fwd<float>(STREAM(stream), out, rstd, inp, w, N, C, eps);
 }
 
 int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout,
                                     const float *inp, const float *w, const float *rstd,
                                     int N, int C)
 {
-    if (N <= 0 || C <= 0)
-        return cudaSuccess;
-    rmsnorm_bwd_x_k<<<N, NT, 0, STREAM(stream)>>>(dinp, dout, inp, w, rstd, C);
-    return cudaGetLastError();
+    return rmsnorm_bwd_x<float>(STREAM(stream), dinp, dout, inp, w, rstd, N, C);
 }
 
 int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
                                     const float *inp, const float *rstd, int N, int C)
 {
     return colred<CR_RMSNORM, float>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+int merak_cuda_launch_layernorm16_fwd(void *stream, uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                                      const uint16_t *w, const uint16_t *b, int N, int C, float eps)
+{
+    return layernorm_fwd<uint16_t>(STREAM(stream), out, mean, rstd, inp, w, b, N, C, eps);
+}
+
+int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                                        const uint16_t *w, const float *mean, const float *rstd, int N, int C)
+{
+    return layernorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C);
+}
+
+int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
+                                        const uint16_t *inp, const float *mean, const float *rstd, int N, int C)
+{
+    return colred<CR_LAYERNORM, uint16_t>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+}
+
+int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, const uint16_t *inp,
+                                    const uint16_t *w, int N, int C, float eps)
+{
+    return rmsnorm_fwd<uint16_t>(STREAM(stream), out, rstd, inp, w, N, C, eps);
+}
+
+int merak_cuda_launch_rmsnorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                                      const uint16_t *w, const float *rstd, int N, int C)
+{
+    return rmsnorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, rstd, N, C);
+}
+
+int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *dout, const uint16_t *inp,
+                                      const float *rstd, int N, int C)
+{
+    return colred<CR_RMSNORM, uint16_t>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O)

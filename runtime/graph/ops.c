@@ -132,21 +132,38 @@ static size_t layernorm_saved(const merak_graph *g, const merak_op *o)   /* mean
 static int layernorm_forward(const merak_op_io *io)
 {
     float *s = saved_rows(io);
-    io->k->layernorm_fwd(io->y, s, s + io->rows_all, io->x[0], io->x[1], io->x[2], io->rows, cols(io), io->o->eps);
+    if (io->b16)
+        io->k->layernorm16_fwd(io->y16, s, s + io->rows_all, io->x16[0], io->x16[1], io->x16[2], io->rows, cols(io),
+                               io->o->eps, io->scratch16);
+    else
+        io->k->layernorm_fwd(io->y, s, s + io->rows_all, io->x[0], io->x[1], io->x[2], io->rows, cols(io),
+                             io->o->eps);
     return 0;
 }
 
 static void layernorm_backward_input(const merak_op_io *io)
 {
     float *s = saved_rows(io);
-    if (io->dx[0])
+    if (io->b16 && io->dx16[0])
+        io->k->layernorm16_bwd_x(io->dx16[0], io->dy16, io->x16[0], io->x16[1], s, s + io->rows_all, io->rows,
+                                 cols(io), io->scratch16);
+    else if (!io->b16 && io->dx[0])
         io->k->layernorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], s, s + io->rows_all, io->rows, cols(io));
 }
 
 static void layernorm_backward_weight(const merak_op_io *io)
 {
     float *s = saved_rows(io);
-    io->k->layernorm_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], s, s + io->rows_all, io->rows, cols(io));
+    if (io->b16)
+        io->k->layernorm16_bwd_w(io->dw[0], io->dw[1], io->dy16, io->x16[0], s, s + io->rows_all, io->rows, cols(io),
+                                 io->scratch16);
+    else
+        io->k->layernorm_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], s, s + io->rows_all, io->rows, cols(io));
+}
+
+static int layernorm_bf16(const merak_kernels *k)
+{
+    return k->layernorm16_fwd && k->layernorm16_bwd_x && k->layernorm16_bwd_w;
 }
 
 static size_t rmsnorm_saved(const merak_graph *g, const merak_op *o)   /* rstd per row */
@@ -157,20 +174,32 @@ static size_t rmsnorm_saved(const merak_graph *g, const merak_op *o)   /* rstd p
 
 static int rmsnorm_forward(const merak_op_io *io)
 {
-    io->k->rmsnorm_fwd(io->y, saved_rows(io), io->x[0], io->x[1], io->rows, cols(io), io->o->eps);
+    if (io->b16)
+        io->k->rmsnorm16_fwd(io->y16, saved_rows(io), io->x16[0], io->x16[1], io->rows, cols(io), io->o->eps,
+                             io->scratch16);
+    else
+        io->k->rmsnorm_fwd(io->y, saved_rows(io), io->x[0], io->x[1], io->rows, cols(io), io->o->eps);
     return 0;
 }
 
 static void rmsnorm_backward_input(const merak_op_io *io)
 {
-    if (io->dx[0])
+    if (io->b16 && io->dx16[0])
+        io->k->rmsnorm16_bwd_x(io->dx16[0], io->dy16, io->x16[0], io->x16[1], saved_rows(io), io->rows, cols(io),
+                               io->scratch16);
+    else if (!io->b16 && io->dx[0])
         io->k->rmsnorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], saved_rows(io), io->rows, cols(io));
 }
 
 static void rmsnorm_backward_weight(const merak_op_io *io)
 {
-    io->k->rmsnorm_bwd_w(io->dw[0], io->dy, io->x[0], saved_rows(io), io->rows, cols(io));
+    if (io->b16)
+        io->k->rmsnorm16_bwd_w(io->dw[0], io->dy16, io->x16[0], saved_rows(io), io->rows, cols(io), io->scratch16);
+    else
+        io->k->rmsnorm_bwd_w(io->dw[0], io->dy, io->x[0], saved_rows(io), io->rows, cols(io));
 }
+
+static int rmsnorm_bf16(const merak_kernels *k) { return k->rmsnorm16_fwd && k->rmsnorm16_bwd_x && k->rmsnorm16_bwd_w; }
 
 /* ------------------------------------------------------------------ linear */
 
@@ -482,11 +511,12 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
                             .backward_input = layernorm_backward_input,
-                            .backward_weight = layernorm_backward_weight, .decode = layernorm_forward},
+                            .backward_weight = layernorm_backward_weight, .decode = layernorm_forward,
+                            .bf16 = layernorm_bf16},
     [MERAK_OP_RMSNORM] = {.name = "rmsnorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                           .saved_floats = rmsnorm_saved, .forward = rmsnorm_forward,
                           .backward_input = rmsnorm_backward_input, .backward_weight = rmsnorm_backward_weight,
-                          .decode = rmsnorm_forward},
+                          .decode = rmsnorm_forward, .bf16 = rmsnorm_bf16},
     /* the weight gradient is one of the backward's two matmuls */
     [MERAK_OP_LINEAR] = {.name = "linear", .shard = MERAK_SHARD_LINEAR, .cost = MERAK_COST_FLOPS,
                          .weight_share = 0.5, .forward = linear_forward, .backward_input = linear_backward_input,

@@ -1387,6 +1387,61 @@ static void test_pointwise16(size_t n, size_t off)
     free(o0), free(o1), free(dw0), free(scratch);
 }
 
+/* The norms' bf16 entries against the CPU's: outputs and input gradients
+ * within one bf16 rounding, the saved statistics and weight gradients
+ * within fp32's tolerance. */
+static void test_norms16(int N, int C)
+{
+    const size_t n = (size_t)N * C;
+    uint16_t *x = rand_bf16(n, -2, 2), *w = rand_bf16((size_t)C, 0.5f, 1.5f), *b = rand_bf16((size_t)C, -1, 1);
+    uint16_t *d = rand_bf16(n, -1, 1), *dx0 = rand_bf16(n, -1, 1);
+    float *dw0 = rand_array((size_t)C, -1, 1), *scratch = xmalloc((4 * n + 3 * (size_t)C + 128) * sizeof(float));
+    uint16_t *d_x = to_dev(x, n * 2), *d_w = to_dev(w, (size_t)C * 2), *d_b = to_dev(b, (size_t)C * 2),
+             *d_d = to_dev(d, n * 2);
+    double worst_e = 0;
+    for (int rms = 0; rms < 2; rms++) {
+        uint16_t *yc = xmalloc(n * 2), *yg = xmalloc(n * 2), *xc = xmalloc(n * 2), *xg = xmalloc(n * 2);
+        float *st_c = xmalloc((size_t)N * 2 * 4), *st_g = xmalloc((size_t)N * 2 * 4);
+        float *wc = xmalloc((size_t)C * 4), *bc = xmalloc((size_t)C * 4), *wg = xmalloc((size_t)C * 4),
+              *bg = xmalloc((size_t)C * 4);
+        memcpy(xc, dx0, n * 2), memcpy(wc, dw0, (size_t)C * 4), memcpy(bc, dw0, (size_t)C * 4);
+        uint16_t *d_y = dmalloc(n * 2), *d_dx = to_dev(dx0, n * 2);
+        float *d_st = dmalloc((size_t)N * 2 * 4), *d_dw = to_dev(dw0, (size_t)C * 4), *d_db = to_dev(dw0, (size_t)C * 4);
+        if (rms) {
+            g_cpu->rmsnorm16_fwd(yc, st_c, x, w, N, C, 1e-5f, scratch);
+            g_cpu->rmsnorm16_bwd_x(xc, d, x, w, st_c, N, C, scratch);
+            g_cpu->rmsnorm16_bwd_w(wc, d, x, st_c, N, C, scratch);
+            g_gpu->rmsnorm16_fwd(d_y, d_st, d_x, d_w, N, C, 1e-5f, NULL);
+            g_gpu->rmsnorm16_bwd_x(d_dx, d_d, d_x, d_w, d_st, N, C, NULL);
+            g_gpu->rmsnorm16_bwd_w(d_dw, d_d, d_x, d_st, N, C, NULL);
+        } else {
+            g_cpu->layernorm16_fwd(yc, st_c, st_c + N, x, w, b, N, C, 1e-5f, scratch);
+            g_cpu->layernorm16_bwd_x(xc, d, x, w, st_c, st_c + N, N, C, scratch);
+            g_cpu->layernorm16_bwd_w(wc, bc, d, x, st_c, st_c + N, N, C, scratch);
+            g_gpu->layernorm16_fwd(d_y, d_st, d_st + N, d_x, d_w, d_b, N, C, 1e-5f, NULL);
+            g_gpu->layernorm16_bwd_x(d_dx, d_d, d_x, d_w, d_st, d_st + N, N, C, NULL);
+            g_gpu->layernorm16_bwd_w(d_dw, d_db, d_d, d_x, d_st, d_st + N, N, C, NULL);
+        }
+        merak_cuda_memcpy_d2h(yg, d_y, n * 2);
+        merak_cuda_memcpy_d2h(xg, d_dx, n * 2);
+        merak_cuda_memcpy_d2h(st_g, d_st, (size_t)N * 2 * 4);
+        merak_cuda_memcpy_d2h(wg, d_dw, (size_t)C * 4);
+        merak_cuda_memcpy_d2h(bg, d_db, (size_t)C * 4);
+        float *a = widened(yc, n), *a2 = widened(yg, n), *g1 = widened(xc, n), *g2 = widened(xg, n);
+        const double e[5] = {worst(a2, a, n, 8e-3, 1e-4), worst(g2, g1, n, 8e-3, 1e-4),
+                             worst(st_g, st_c, (size_t)N * (rms ? 1 : 2), RTOL, ATOL),
+                             worst(wg, wc, (size_t)C, RTOL, ATOL), rms ? 0 : worst(bg, bc, (size_t)C, RTOL, ATOL)};
+        for (int k = 0; k < 5; k++)
+            worst_e = e[k] > worst_e || isnan(e[k]) ? e[k] : worst_e;
+        merak_cuda_free(d_y), merak_cuda_free(d_dx), merak_cuda_free(d_st), merak_cuda_free(d_dw), merak_cuda_free(d_db);
+        free(yc), free(yg), free(xc), free(xg), free(st_c), free(st_g), free(wc), free(bc), free(wg), free(bg);
+        free(a), free(a2), free(g1), free(g2);
+    }
+    tap_ok(worst_e <= 1, "layernorm16 and rmsnorm16 N=%d C=%d: within %.2f of the tolerance", N, C, worst_e);
+    merak_cuda_free(d_x), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_d);
+    free(x), free(w), free(b), free(d), free(dx0), free(dw0), free(scratch);
+}
+
 int main(void)
 {
     if (!merak_cuda_available()) {
@@ -1446,6 +1501,8 @@ int main(void)
     test_linear16(40, 64, 96, 2);
     test_linear16(33, 48, 80, 0);
     test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
+    test_norms16(300, 70);
+    test_norms16(5, 1000);
     test_pointwise16(100003, 0);
     test_pointwise16(4003, 3);          /* 6-byte offset: one at a time */
     test_pointwise16(4000, 8);          /* 16-byte offset: vectorised */

@@ -169,7 +169,8 @@ static void test_step(const char *preset)
  * them (every op staged): the executor's two ways of running bf16
  * storage.  C(i, entry, params, args): a wrapper counting entry i. */
 enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
-       E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_COUNT };
+       E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_LN_F, E_LN_X, E_LN_W, E_RMS_F, E_RMS_X,
+       E_RMS_W, E_COUNT };
 static int calls[E_COUNT];
 #define C(i, entry, params, args)                       \
     static void count_##entry params                    \
@@ -205,6 +206,21 @@ C(E_DROP_F, dropout16_fwd, (h16 *o, const h16 *x, size_t n, float p, uint64_t sd
   (o, x, n, p, sd, i0, s))
 C(E_DROP_B, dropout16_bwd, (h16 *dx, const h16 *d, size_t n, float p, uint64_t sd, uint64_t i0, float *s),
   (dx, d, n, p, sd, i0, s))
+C(E_LN_F, layernorm16_fwd,
+  (h16 *o, float *m, float *r, const h16 *x, const h16 *w, const h16 *b, int N, int Cc, float eps, float *s),
+  (o, m, r, x, w, b, N, Cc, eps, s))
+C(E_LN_X, layernorm16_bwd_x,
+  (h16 *dx, const h16 *d, const h16 *x, const h16 *w, const float *m, const float *r, int N, int Cc, float *s),
+  (dx, d, x, w, m, r, N, Cc, s))
+C(E_LN_W, layernorm16_bwd_w,
+  (float *dw, float *db, const h16 *d, const h16 *x, const float *m, const float *r, int N, int Cc, float *s),
+  (dw, db, d, x, m, r, N, Cc, s))
+C(E_RMS_F, rmsnorm16_fwd, (h16 *o, float *r, const h16 *x, const h16 *w, int N, int Cc, float eps, float *s),
+  (o, r, x, w, N, Cc, eps, s))
+C(E_RMS_X, rmsnorm16_bwd_x, (h16 *dx, const h16 *d, const h16 *x, const h16 *w, const float *r, int N, int Cc, float *s),
+  (dx, d, x, w, r, N, Cc, s))
+C(E_RMS_W, rmsnorm16_bwd_w, (float *dw, const h16 *d, const h16 *x, const float *r, int N, int Cc, float *s),
+  (dw, d, x, r, N, Cc, s))
 #undef C
 static merak_kernels counted, staged;
 
@@ -213,7 +229,8 @@ static merak_kernels counted, staged;
     X(linear16_fwd) X(linear16_bwd_x) X(linear16_bwd_w) X(embedding16_fwd) X(embedding16_bwd_w)          \
     X(crossentropy16_stats) X(crossentropy16_bwd) X(posemb16_fwd) X(posemb16_bwd_w) X(gelu16_fwd)         \
     X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
-    X(dropout16_bwd)
+    X(dropout16_bwd) X(layernorm16_fwd) X(layernorm16_bwd_x) X(layernorm16_bwd_w) X(rmsnorm16_fwd)            \
+    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
@@ -229,7 +246,8 @@ static void needed(const merak_graph *g, int *need)
         {MERAK_OP_LINEAR, {E_LIN_F, E_LIN_X, E_LIN_W}}, {MERAK_OP_EMBEDDING, {E_EMB_F, E_EMB_W, -1}},
         {MERAK_OP_CROSS_ENTROPY, {E_CE_S, E_CE_B, -1}}, {MERAK_OP_POS_EMBEDDING, {E_POS_F, E_POS_W, E_ACC}},
         {MERAK_OP_GELU, {E_GELU_F, E_GELU_B, -1}}, {MERAK_OP_SWIGLU, {E_SWIGLU_F, E_SWIGLU_B, -1}},
-        {MERAK_OP_ADD, {E_ADD_F, E_ACC, -1}}, {MERAK_OP_DROPOUT, {E_DROP_F, E_DROP_B, -1}}};
+        {MERAK_OP_ADD, {E_ADD_F, E_ACC, -1}}, {MERAK_OP_DROPOUT, {E_DROP_F, E_DROP_B, -1}},
+        {MERAK_OP_LAYERNORM, {E_LN_F, E_LN_X, E_LN_W}}, {MERAK_OP_RMSNORM, {E_RMS_F, E_RMS_X, E_RMS_W}}};
     memset(need, 0, E_COUNT * sizeof *need);
     for (int i = 0; i < g->nops; i++)
         for (size_t u = 0; u < sizeof uses / sizeof *uses; u++)
