@@ -345,8 +345,9 @@ const char *merak_backend_names(void);
 int merak_backend_check(const char *name, char *err, size_t errlen);
 /* The table a plan of backend `name` (NULL: "cpu") sees: which entries it
  * has, its bf16_scratch and its scratch queries, on which the executor's
- * memory depends (its set_products may be called: the attention's
- * scratch depends on it).  No device is opened, and nothing else may be
+ * memory depends (a plan calls its set_products: the attention's
+ * scratch depends on it; that is the backend's state, which a caller
+ * that plans after opening the kernels sets again).  No device is opened, and nothing else may be
  * called (a plan_only executor calls no kernel or memory hook).  The
  * CPU's for a backend this library was built without (an estimate: its
  * staging covers every op, its attention's scratch differs). */

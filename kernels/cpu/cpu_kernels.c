@@ -418,32 +418,40 @@ static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, 
     posemb_bwd_w_f32(dwpe, widen(scratch, &at, dout, (size_t)B * T * C), B, T, C);
 }
 
-/* The elementwise ops: inputs widened, outputs (read first where the op
- * accumulates, +=) widened or made in scratch, then narrowed. */
-static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch)
+/* The elementwise ops: an elementwise call's n-element inputs in[0..ni)
+ * widened into f[], then its output, widened too where the op adds to it
+ * (acc), else made in scratch; the caller narrows the output after the
+ * float kernel. */
+static float *ew16(float *scratch, const uint16_t *const *in, int ni, const float **f, const uint16_t *acc,
+                   size_t n)
 {
     size_t at = 0;
-    const float *x = widen(scratch, &at, inp, n);
-    float *y = widen(scratch, &at, NULL, n);
-    gelu_fwd_f32(y, x, n);
+    for (int i = 0; i < ni; i++)
+        f[i] = widen(scratch, &at, in[i], n);
+    return widen(scratch, &at, acc, n);
+}
+
+static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch)
+{
+    const float *f[1];
+    float *y = ew16(scratch, (const uint16_t *const[]){inp}, 1, f, NULL, n);
+    gelu_fwd_f32(y, f[0], n);
     cpu_to_bf16(out, y, n);
 }
 
 static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch)
 {
-    size_t at = 0;
-    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n);
-    float *dx = widen(scratch, &at, dinp, n);
-    gelu_bwd_f32(dx, d, x, n);
+    const float *f[2];
+    float *dx = ew16(scratch, (const uint16_t *const[]){dout, inp}, 2, f, dinp, n);
+    gelu_bwd_f32(dx, f[0], f[1], n);
     cpu_to_bf16(dinp, dx, n);
 }
 
 static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch)
 {
-    size_t at = 0;
-    const float *g = widen(scratch, &at, gate, n), *u = widen(scratch, &at, up, n);
-    float *y = widen(scratch, &at, NULL, n);
-    swiglu_fwd_f32(y, g, u, n);
+    const float *f[2];
+    float *y = ew16(scratch, (const uint16_t *const[]){gate, up}, 2, f, NULL, n);
+    swiglu_fwd_f32(y, f[0], f[1], n);
     cpu_to_bf16(out, y, n);
 }
 
@@ -462,39 +470,35 @@ static void cpu_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dou
 
 static void cpu_add16_fwd(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch)
 {
-    size_t at = 0;
-    const float *x = widen(scratch, &at, a, n), *z = widen(scratch, &at, b, n);
-    float *y = widen(scratch, &at, NULL, n);
-    add_fwd_f32(y, x, z, n);
+    const float *f[2];
+    float *y = ew16(scratch, (const uint16_t *const[]){a, b}, 2, f, NULL, n);
+    add_fwd_f32(y, f[0], f[1], n);
     cpu_to_bf16(out, y, n);
 }
 
 static void cpu_accumulate16(uint16_t *dst, const uint16_t *src, size_t n, float *scratch)
 {
-    size_t at = 0;
-    const float *x = widen(scratch, &at, src, n);
-    float *y = widen(scratch, &at, dst, n);
-    accumulate_f32(y, x, n);
+    const float *f[1];
+    float *y = ew16(scratch, (const uint16_t *const[]){src}, 1, f, dst, n);
+    accumulate_f32(y, f[0], n);
     cpu_to_bf16(dst, y, n);
 }
 
 static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed, uint64_t i0,
                               float *scratch)
 {
-    size_t at = 0;
-    const float *x = widen(scratch, &at, inp, n);
-    float *y = widen(scratch, &at, NULL, n);
-    dropout_fwd_f32(y, x, n, p, seed, i0);
+    const float *f[1];
+    float *y = ew16(scratch, (const uint16_t *const[]){inp}, 1, f, NULL, n);
+    dropout_fwd_f32(y, f[0], n, p, seed, i0);
     cpu_to_bf16(out, y, n);
 }
 
 static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
                               float *scratch)
 {
-    size_t at = 0;
-    const float *d = widen(scratch, &at, dout, n);
-    float *dx = widen(scratch, &at, dinp, n);
-    dropout_bwd_f32(dx, d, n, p, seed, i0);
+    const float *f[1];
+    float *dx = ew16(scratch, (const uint16_t *const[]){dout}, 1, f, dinp, n);
+    dropout_bwd_f32(dx, f[0], n, p, seed, i0);
     cpu_to_bf16(dinp, dx, n);
 }
 

@@ -1317,17 +1317,19 @@ static void test_crossentropy16(int N, int V, int v0)
 }
 
 /* The elementwise and position-embedding bf16 entries against the CPU's
- * over n elements at an offset of `off` elements (the vectorised body
- * and the one-at-a-time head and tail): outputs within one bf16 rounding,
- * dwpe within fp32's tolerance. */
-static void test_pointwise16(size_t n, size_t off)
+ * over n elements, the inputs at an offset of `off` elements and the
+ * outputs `skew` more (the vectorised body, the one-at-a-time head and
+ * tail, and with a skew the buffers' offsets within 16 bytes differ: all
+ * one at a time): outputs within one bf16 rounding, dwpe within fp32's
+ * tolerance. */
+static void test_pointwise16(size_t n, size_t off, size_t skew)
 {
     enum { GELU_F, GELU_B, SWIGLU_F, SWIGLU_B, ADD, ACC, DROP_F, DROP_B, POS_F, POS_W, NOPS };
     static const char *names[NOPS] = {"gelu16_fwd", "gelu16_bwd", "swiglu16_fwd", "swiglu16_bwd", "add16_fwd",
                                       "accumulate16", "dropout16_fwd", "dropout16_bwd", "posemb16_fwd",
                                       "posemb16_bwd_w"};
     const int Cc = 40, T = (int)(n / 2 / Cc), B = 2;   /* posemb: (B, T, C) within n */
-    const size_t m = n + off;
+    const size_t m = n + off + skew;
     uint16_t *in[3], *o0 = rand_bf16(m, -1, 1), *o1 = rand_bf16(m, -1, 1);
     for (int k = 0; k < 3; k++)
         in[k] = rand_bf16(m, -3, 3);
@@ -1347,7 +1349,7 @@ static void test_pointwise16(size_t n, size_t off)
         for (int side = 0; side < 2; side++) {
             const merak_kernels *K = side ? g_gpu : g_cpu;
             uint16_t *const *x = side ? d_in : in;
-            uint16_t *y0 = (side ? d_o[0] : c[0]) + off, *y1 = (side ? d_o[1] : c[1]) + off;
+            uint16_t *y0 = (side ? d_o[0] : c[0]) + off + skew, *y1 = (side ? d_o[1] : c[1]) + off + skew;
             float *sc = side ? NULL : scratch, *dw = side ? d_dw : cw;
             const uint16_t *a = x[0] + off, *b = x[1] + off, *z = x[2] + off;
             switch (op) {
@@ -1379,8 +1381,8 @@ static void test_pointwise16(size_t n, size_t off)
         merak_cuda_free(d_o[0]), merak_cuda_free(d_o[1]);
         free(c[0]), free(c[1]), free(g[0]), free(g[1]), free(cw), free(gw);
     }
-    tap_ok(worst_e <= 1, "pointwise bf16 entries n=%zu at offset %zu: within %.2f of the tolerance (worst: %s)", n, off,
-           worst_e, worst_op);
+    tap_ok(worst_e <= 1, "pointwise bf16 entries n=%zu at offset %zu, outputs %zu further: within %.2f of the tolerance "
+           "(worst: %s)", n, off, skew, worst_e, worst_op);
     for (int k = 0; k < 3; k++)
         merak_cuda_free(d_in[k]), free(in[k]);
     merak_cuda_free(d_dw);
@@ -1503,9 +1505,10 @@ int main(void)
     test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
     test_norms16(300, 70);
     test_norms16(5, 1000);
-    test_pointwise16(100003, 0);
-    test_pointwise16(4003, 3);          /* 6-byte offset: one at a time */
-    test_pointwise16(4000, 8);          /* 16-byte offset: vectorised */
+    test_pointwise16(100003, 0, 0);
+    test_pointwise16(4003, 3, 0);       /* 6-byte offset: a head of 5, then vectorised */
+    test_pointwise16(4000, 8, 0);       /* 16-byte offset: vectorised from the start */
+    test_pointwise16(4001, 0, 1);       /* outputs 2 bytes off the inputs: one at a time */
     test_crossentropy16(9, 1000, 0);
     test_crossentropy16(7, 50257, 100);
     test_linear16(37, 53, 29, 1);      /* odd leading dimensions: rows 2-byte aligned */
