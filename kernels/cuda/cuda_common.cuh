@@ -47,12 +47,10 @@ static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
          i += (size_t)gridDim.x * blockDim.x)
 
 /* An element as float: a float, or a bfloat16 bit pattern (bf16 storage)
- * widened, exactly (bf16.h, the one definition); and a float rounded to
- * bfloat16 as merak_f32_to_bf16 rounds. */
+ * widened, exactly (bf16.h, the one definition); and *p = v in p's
+ * storage (a bf16 one rounded as merak_f32_to_bf16 rounds). */
 __device__ __forceinline__ float as_f32(float x) { return x; }
 __device__ __forceinline__ float as_f32(uint16_t b) { return merak_bf16_to_f32(b); }
-__device__ __forceinline__ uint16_t to_bf16(float x) { return merak_f32_to_bf16(x); }
-/* *p = v in p's storage (a bf16 one rounds) */
 __device__ __forceinline__ void put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void put(uint16_t *p, float v) { *p = merak_f32_to_bf16(v); }
 

@@ -206,7 +206,7 @@ __global__ void bias_add_k(float *out, const float *b, size_t n, int O)
 /* out (N,O) = bf16(acc + b[o]): bf16 storage's bias, one rounding */
 __global__ void bias_round16_k(uint16_t *out, const float *acc, const uint16_t *b, size_t n, int O)
 {
-    GRID_STRIDE(i, n) out[i] = to_bf16(acc[i] + as_f32(b[i % O]));
+    GRID_STRIDE(i, n) put(out + i, acc[i] + as_f32(b[i % O]));
 }
 
 template <typename T>

@@ -377,15 +377,17 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
         e->native[i] = (unsigned char)all16;
         /* staging: the op's bf16 tensors, values and gradients (a
          * parameter, or a gradient in its value's storage: once),
-         * widened for the op's float kernels, or the scratch of its bf16
-         * entries where they want one (what the kind says, if it says) */
+         * widened for the op's float kernels; run natively, the scratch
+         * of its bf16 entries where they want one (what the kind says, if
+         * it says, else the same) */
         size_t stf = 0;
         if (e->native[i] && e->k->bf16_scratch && kd->bf16_scratch_floats)
             stf = kd->bf16_scratch_floats(g, o);
-        for (int j = 0; j < nu && (!e->native[i] || (e->k->bf16_scratch && !kd->bf16_scratch_floats)); j++)
-            if (e->half[uses[j]])
-                stf += (g->tensors[uses[j]].kind == MERAK_T_PARAM || e->in_place[uses[j]] ? 1 : 2) *
-                       round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
+        else if (!e->native[i] || e->k->bf16_scratch)
+            for (int j = 0; j < nu; j++)
+                if (e->half[uses[j]])
+                    stf += (g->tensors[uses[j]].kind == MERAK_T_PARAM || e->in_place[uses[j]] ? 1 : 2) *
+                           round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
         if (stf > e->stage_floats)
             e->stage_floats = stf;
         size_t sn = kd->scratch_floats ? kd->scratch_floats(g, o, e->k) : 0;
@@ -554,7 +556,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->pact = alloc_raw(k, e->pool_act * (size_t)e->npool);
     e->pgrad = alloc_raw(k, e->pool_grad * (size_t)e->npool);
     e->params = alloc_floats(k, e->flat_n);
-    e->cparams = !e->bf16 ? NULL : e->store16 ? alloc_raw(k, cparams_bytes(e)) : (void *)alloc_floats(k, e->flat_n);
+    e->cparams = e->bf16 ? alloc_raw(k, cparams_bytes(e)) : NULL;
     e->grads = alloc_floats(k, e->flat_n);
     e->act = alloc_raw(k, e->act_bytes);
     e->gradarena = alloc_raw(k, e->grad_bytes);

@@ -50,7 +50,8 @@ static int read_profile(json_t *o, const char *file, const char *name, merak_dev
     /* (which names a backend is the planner's to say: merak_layout_plan) */
     json_t *bv = json_object_get(o, "backend");
     const char *bn = bv ? json_string_value(bv) : "cpu";
-    if (!bn || !*bn || strlen(bn) >= sizeof d->backend || strspn(bn, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(bn))
+    if (!bn || !*bn || strlen(bn) >= sizeof d->backend ||
+        strspn(bn, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(bn))
         return merak_errf(err, errlen, "%s: device '%s': backend must be a backend's name (lower-case letters, "
                           "digits, '_' and '-', under 16)", file, name);
     strcpy(d->backend, bn);
