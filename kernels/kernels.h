@@ -298,6 +298,23 @@ typedef struct merak_kernels {
                             const uint16_t *w, const float *rstd, int N, int C, float *scratch);
     void (*rmsnorm16_bwd_w)(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd,
                             int N, int C, float *scratch);
+    /* (causal attention, as attention_fwd and attention_bwd: q, k, v and
+     * dq, dk, dv bf16 at the shape's strides, out and dout bf16 dense, dq,
+     * dk, dv accumulated; lse, and with RoPE the rotated qr and kr, float
+     * as theirs.  attention16_supported: 1 if the entries take shape s,
+     * else the executor stages the op for the float entries (NULL: every
+     * shape).  ascratch: attention16_scratch_elems(s) floats, in place of
+     * the float entries' scratch; scratch as above, for the widened q, k,
+     * v, out and their gradients (each dense)) */
+    int (*attention16_supported)(const merak_attn_shape *s);
+    void (*attention16_fwd)(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
+                            const uint16_t *q, const uint16_t *k, const uint16_t *v, float *ascratch,
+                            float *scratch);
+    void (*attention16_bwd)(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                            const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
+                            const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                            float *ascratch, float *scratch);
+    size_t (*attention16_scratch_elems)(const merak_attn_shape *s);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;
 

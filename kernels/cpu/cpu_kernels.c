@@ -255,6 +255,14 @@ static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint
                                 const float *rstd, int N, int C, float *scratch);
 static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N,
                                 int C, float *scratch);
+static void cpu_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v, float *ascratch,
+                                float *scratch);
+static void cpu_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
+                                const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                float *ascratch, float *scratch);
+static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
 
 /* ------------------------------------------------------------------ float */
 
@@ -284,7 +292,9 @@ static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t 
                      .dropout16_bwd = cpu_dropout16_bwd, .layernorm16_fwd = cpu_layernorm16_fwd, \
                      .layernorm16_bwd_x = cpu_layernorm16_bwd_x, .layernorm16_bwd_w = cpu_layernorm16_bwd_w, \
                      .rmsnorm16_fwd = cpu_rmsnorm16_fwd, .rmsnorm16_bwd_x = cpu_rmsnorm16_bwd_x, \
-                     .rmsnorm16_bwd_w = cpu_rmsnorm16_bwd_w,
+                     .rmsnorm16_bwd_w = cpu_rmsnorm16_bwd_w, .attention16_fwd = cpu_attention16_fwd, \
+                     .attention16_bwd = cpu_attention16_bwd, \
+                     .attention16_scratch_elems = cpu_attention16_scratch_elems,
 #include "cpu_ops_impl.h"
 #undef TABLE_MEMORY
 #undef REAL
@@ -566,6 +576,81 @@ static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t 
     const size_t n = (size_t)N * C;
     const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n);
     rmsnorm_bwd_w_f32(dw, d, x, rstd, N, C);
+}
+
+/* Attention: q, k, v (rows at the shape's strides), out and the
+ * gradients widened dense; the float kernels on the dense shape (their
+ * arithmetic does not depend on the strides); what they wrote narrowed
+ * back to its rows. */
+static float *widen_rows(float *scratch, size_t *at, const uint16_t *src, size_t rows, int w, int ss)
+{
+    float *f = widen(scratch, at, NULL, rows * (size_t)w);
+    const size_t n = src ? rows * (size_t)w : 0;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
+        f[e] = merak_bf16_to_f32(src[(size_t)e / (size_t)w * (size_t)ss + (size_t)e % (size_t)w]);
+    return f;
+}
+
+static void narrow_rows(uint16_t *dst, int ds, const float *f, size_t rows, int w)
+{
+    const size_t n = rows * (size_t)w;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
+        dst[(size_t)e / (size_t)w * (size_t)ds + (size_t)e % (size_t)w] = merak_f32_to_bf16(f[e]);
+}
+
+static merak_attn_shape dense_shape(const merak_attn_shape *s)
+{
+    merak_attn_shape d = *s;
+    d.q_stride = s->n_head * s->head_dim;
+    d.k_stride = d.v_stride = s->n_kv_head * s->head_dim;
+    return d;
+}
+
+static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s)
+{
+    return attention_scratch_elems_f32(s);
+}
+
+static void cpu_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v, float *ascratch,
+                                float *scratch)
+{
+    if (s->B <= 0 || s->T <= 0)
+        return;
+    const merak_attn_shape d = dense_shape(s);
+    const size_t BT = (size_t)s->B * (size_t)s->T;
+    size_t at = 0;
+    const float *fq = widen_rows(scratch, &at, q, BT, d.q_stride, s->q_stride);
+    const float *fk = widen_rows(scratch, &at, k, BT, d.k_stride, s->k_stride);
+    const float *fv = widen_rows(scratch, &at, v, BT, d.v_stride, s->v_stride);
+    float *fo = widen(scratch, &at, NULL, BT * (size_t)d.q_stride);
+    attention_fwd_f32(&d, fo, lse, qr, kr, fq, fk, fv, ascratch);
+    cpu_to_bf16(out, fo, BT * (size_t)d.q_stride);
+}
+
+static void cpu_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
+                                const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                float *ascratch, float *scratch)
+{
+    if (s->B <= 0 || s->T <= 0)
+        return;
+    const merak_attn_shape d = dense_shape(s);
+    const size_t BT = (size_t)s->B * (size_t)s->T, C = (size_t)d.q_stride;
+    size_t at = 0;
+    const float *fq = widen_rows(scratch, &at, q, BT, d.q_stride, s->q_stride);
+    const float *fk = widen_rows(scratch, &at, k, BT, d.k_stride, s->k_stride);
+    const float *fv = widen_rows(scratch, &at, v, BT, d.v_stride, s->v_stride);
+    const float *fo = widen(scratch, &at, out, BT * C), *fd = widen(scratch, &at, dout, BT * C);
+    float *gq = widen_rows(scratch, &at, dq, BT, d.q_stride, s->q_stride);
+    float *gk = widen_rows(scratch, &at, dk, BT, d.k_stride, s->k_stride);
+    float *gv = widen_rows(scratch, &at, dv, BT, d.v_stride, s->v_stride);
+    attention_bwd_f32(&d, gq, gk, gv, fd, fo, lse, qr, kr, fq, fk, fv, ascratch);
+    narrow_rows(dq, s->q_stride, gq, BT, d.q_stride);
+    narrow_rows(dk, s->k_stride, gk, BT, d.k_stride);
+    narrow_rows(dv, s->v_stride, gv, BT, d.v_stride);
 }
 
 /* ------------------------------------------------------------------ double */

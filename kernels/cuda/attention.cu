@@ -30,40 +30,38 @@ __device__ __forceinline__ void rope_cs(const merak_rope &rope, int t, int j, in
     *s = sinf(ang);
 }
 
-/* A gradient's element as a float: float or bfloat16 storage. */
-__device__ __forceinline__ float ldf(const float *p) { return *p; }
-__device__ __forceinline__ float ldf(const uint16_t *p) { return merak_bf16_to_f32(*p); }
-
 /* row (hd) += g, the gradient of a row at position t taken with respect to
  * its rotated values, brought back through the rotation (with rope.theta > 0):
  *   row[j] += g[j] cos + g[j+hd/2] sin ; row[j+hd/2] += g[j+hd/2] cos - g[j] sin
+ * in float, row and g in float or bfloat16 storage (row's sums rounded).
  * Block-wide; g may be in shared memory. */
-template <typename G>
-__device__ void rope_bwd_add(float *row, const G *g, const merak_rope &rope, int t, int hd)
+template <typename D, typename G>
+__device__ void rope_bwd_add(D *row, const G *g, const merak_rope &rope, int t, int hd)
 {
     if (rope.theta > 0.0f) {
         const int half = hd / 2;
         for (int j = threadIdx.x; j < half; j += blockDim.x) {
             float c, s;
             rope_cs(rope, t, j, hd, &c, &s);
-            const float g0 = ldf(g + j), g1 = ldf(g + j + half);
-            row[j] += g0 * c + g1 * s;
-            row[j + half] += g1 * c - g0 * s;
+            const float g0 = as_f32(g[j]), g1 = as_f32(g[j + half]);
+            put(row + j, as_f32(row[j]) + (g0 * c + g1 * s));
+            put(row + j + half, as_f32(row[j + half]) + (g1 * c - g0 * s));
         }
     } else {
         for (int d = threadIdx.x; d < hd; d += blockDim.x)
-            row[d] += ldf(g + d);
+            put(row + d, as_f32(row[d]) + as_f32(g[d]));
     }
 }
 
 /* The rows [pos, pos+T) of every batch row of a cache (B, cap, C) from
  * src (B*T rows of stride ss): element e of those B*T*C. */
-__device__ __forceinline__ void cache_put(float *cache, const float *src, size_t e, int C, int ss,
-                                          int T, int pos, int cap)
+template <typename X>
+__device__ __forceinline__ void cache_put(float *cache, const X *src, size_t e, int C, int ss, int T, int pos,
+                                          int cap)
 {
     const size_t bt = e / C, row = bt / T * cap + pos + bt % T;
     const int c = (int)(e % C);
-    cache[row * C + c] = src[bt * ss + c];
+    cache[row * C + c] = as_f32(src[bt * ss + c]);
 }
 
 /* Queries and keys of B*T token rows at positions pos + t.  With RoPE
@@ -74,8 +72,9 @@ __device__ __forceinline__ void cache_put(float *cache, const float *src, size_t
  * kc element by element.  With vc, v goes into vc's rows the same way.
  * q, k, v have row strides qs, ks, vs.  Training's RoPE: pos 0, cap T, no
  * vc (qr, kr saved for the backward); decoding: the key/value cache. */
-__global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const float *k,
-                           const float *v, attn_p p, int qs, int ks, int vs, int pos, int cap)
+template <typename X>
+__global__ void qkv_rows_k(float *Q, float *kc, float *vc, const X *q, const X *k, const X *v, attn_p p, int qs,
+                           int ks, int vs, int pos, int cap)
 {
     const int half = p.hd / 2, heads = p.nh + p.nkv, Ckv = p.nkv * p.hd;
     const size_t BT = (size_t)p.B * p.T;
@@ -96,7 +95,7 @@ __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const
         const int hh = (int)(rest % heads);
         const size_t bt = rest / heads;
         const int t = pos + (int)(bt % p.T);
-        const float *src;
+        const X *src;
         float *dst;
         if (hh < p.nh) {
             src = q + bt * qs + (size_t)hh * p.hd;
@@ -107,7 +106,7 @@ __global__ void qkv_rows_k(float *Q, float *kc, float *vc, const float *q, const
         }
         float c, s;
         rope_cs(p.rope, t, j, p.hd, &c, &s);
-        const float x0 = src[j], x1 = src[j + half];
+        const float x0 = as_f32(src[j]), x1 = as_f32(src[j + half]);
         dst[j] = x0 * c - x1 * s;
         dst[j + half] = x1 * c + x0 * s;
     }
@@ -174,9 +173,9 @@ __global__ void attn_dsoftmax_k(float *dS, const float *P, int T, float scale)
 /* One block per token row bt: dq += rot^T(dQ), dk += rot^T(dK) for every
  * head (plain adds without RoPE), dv += dV.  dQ (B,T,nh*hd), dK and dV
  * (B,T,nkv*hd) are dense; dq, dk, dv have the row strides of q, k, v. */
-template <typename G>
-__global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const G *dQ, const G *dK, const G *dV,
-                               attn_p p, int dqs, int dks, int dvs)
+template <typename D, typename G>
+__global__ void attn_bwd_add_k(D *dq, D *dk, D *dv, const G *dQ, const G *dK, const G *dV, attn_p p, int dqs,
+                               int dks, int dvs)
 {
     const size_t bt = blockIdx.x;
     const int t = (int)(bt % (size_t)p.T), hd = p.hd, C = p.nh * hd, Ckv = p.nkv * hd;
@@ -187,7 +186,7 @@ __global__ void attn_bwd_add_k(float *dq, float *dk, float *dv, const G *dQ, con
         rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.rope,
                      t, hd);
     for (int c = threadIdx.x; c < Ckv; c += blockDim.x)
-        dv[bt * dvs + c] += ldf(dV + bt * Ckv + c);
+        put(dv + bt * dvs + c, as_f32(dv[bt * dvs + c]) + as_f32(dV[bt * Ckv + c]));
 }
 
 /* dst (rows, w) bfloat16, dense = src's rows (row stride ss) rounded to
@@ -246,10 +245,11 @@ static attn_p attn_params(const merak_attn_shape *s)
     return p;
 }
 
-/* attn_bwd_add_k over the B*T token rows, from gradients stored as G. */
-template <typename G>
-static int bwd_add(void *stream, const merak_attn_shape *s, float *dq, float *dk, float *dv, const G *dQ,
-                   const G *dK, const G *dV)
+/* attn_bwd_add_k over the B*T token rows, into gradients stored as D from
+ * gradients stored as G. */
+template <typename D, typename G>
+static int bwd_add(void *stream, const merak_attn_shape *s, D *dq, D *dk, D *dv, const G *dQ, const G *dK,
+                   const G *dV)
 {
     const attn_p p = attn_params(s);
     const size_t rows = (size_t)p.B * p.T;
@@ -379,8 +379,19 @@ int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *q
     const attn_p p = attn_params(s);
     const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
     if (n)
-        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, NULL, p, s->q_stride,
-                                                           s->k_stride, 0, 0, p.T);
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, (const float *)NULL, p,
+                                                           s->q_stride, s->k_stride, 0, 0, p.T);
+    return cudaGetLastError();
+}
+
+int merak_cuda_launch_rope16_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
+                                 const uint16_t *q, const uint16_t *k)
+{
+    const attn_p p = attn_params(s);
+    const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
+    if (n)
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, (const uint16_t *)NULL, p,
+                                                           s->q_stride, s->k_stride, 0, 0, p.T);
     return cudaGetLastError();
 }
 
@@ -430,6 +441,12 @@ int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, floa
 int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
                                         float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
                                         const uint16_t *dV)
+{
+    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
+}
+
+int merak_cuda_launch_attn_bwd_add16(void *stream, const merak_attn_shape *s, uint16_t *dq, uint16_t *dk,
+                                    uint16_t *dv, const uint16_t *dQ, const uint16_t *dK, const uint16_t *dV)
 {
     return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
 }

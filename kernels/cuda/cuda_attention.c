@@ -66,7 +66,10 @@
  * then the stats (B,nh,T) fp32.
  *
  * All end with dq += rot^T(dQ), dk += rot^T(dK), dv += dV (rot = RoPE,
- * or the identity). */
+ * or the identity).
+ *
+ * On bf16 storage (the attention16 entries, at the end): cuDNN's way on
+ * the operands as they are, nothing widened. */
 
 /* Row-major C (M,N) = alpha op(A) op(B) + beta C over bt.count products:
  * cuBLASLt, column-major, computes C^T = op(B)^T op(A)^T. */
@@ -109,6 +112,7 @@ static int fused_bwd(const merak_attn_shape *s)
 
 /* ------------------------------------------------------------------ cuDNN */
 
+#ifdef HAVE_CUDNN_ATTN
 /* s as cuDNN's call sees it: dense bf16 rows of q, k, v. */
 static merak_attn_shape cudnn_shape(const merak_attn_shape *s)
 {
@@ -118,6 +122,7 @@ static merak_attn_shape cudnn_shape(const merak_attn_shape *s)
     p.rope.theta = 0.0f;
     return p;
 }
+#endif
 
 /* cuDNN's way: with BF16 products unless another way is forced, for the
  * shapes it takes, in a build that has it. */
@@ -140,9 +145,13 @@ typedef struct cudnn_bufs {
     float *stats;                                    /* (B,nh,T) */
 } cudnn_bufs;
 
-/* The scratch of cuDNN's way, laid out from scratch into b (NULL: only
- * counted): its size in floats. */
-static size_t cudnn_layout(const merak_attn_shape *s, float *scratch, cudnn_bufs *b)
+/* cudnn_bufs' bf16 buffers, as bits of a layout's `need` */
+enum { B_Q = 1, B_K = 2, B_V = 4, B_O = 8, B_DOUT = 16, B_DQ = 32, B_DK = 64, B_DV = 128, B_ALL = 255 };
+
+/* The scratch of cuDNN's way, the buffers of `need` (the others NULL)
+ * then the stats, laid out from scratch into b (NULL: only counted): its
+ * size in floats. */
+static size_t cudnn_layout(const merak_attn_shape *s, unsigned need, float *scratch, cudnn_bufs *b)
 {
     const size_t BT = (size_t)s->B * (size_t)s->T, C = (size_t)s->n_head * (size_t)s->head_dim;
     const size_t Ckv = (size_t)s->n_kv_head * (size_t)s->head_dim;
@@ -155,8 +164,9 @@ static size_t cudnn_layout(const merak_attn_shape *s, float *scratch, cudnn_bufs
     size_t off = 0;   /* bf16 elements, a multiple of 8 (16 bytes) */
     for (int i = 0; i < 8; i++) {
         if (b)
-            *at[i] = (uint16_t *)scratch + off;
-        off += (n[i] + 7) / 8 * 8;
+            *at[i] = need & (1u << i) ? (uint16_t *)scratch + off : NULL;
+        if (need & (1u << i))
+            off += (n[i] + 7) / 8 * 8;
     }
     if (b)
         b->stats = scratch + off / 2;
@@ -240,7 +250,7 @@ void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse,
 #ifdef HAVE_CUDNN_ATTN
     if (cudnn_way(s)) {
         cudnn_bufs b;
-        cudnn_layout(s, scratch, &b);
+        cudnn_layout(s, B_ALL, scratch, &b);
         const merak_attn_shape p = cudnn_shape(s);
         if (cudnn_inputs(s, &b, Q, qs, K, ks, v) < 0 || merak_cudnn_attn_fwd(&p, b.o, b.stats, b.q, b.k, b.v) < 0)
             return;
@@ -302,7 +312,7 @@ size_t merak_cuda_attention_cached_scratch_elems(const merak_attn_shape *s, int 
 size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
 {
     if (cudnn_way(s))
-        return cudnn_layout(s, NULL, NULL);
+        return cudnn_layout(s, B_ALL, NULL, NULL);
     const size_t B = (size_t)s->B, T = (size_t)s->T;
     const size_t grads = B * T * (size_t)(s->n_head + 2 * s->n_kv_head) * (size_t)s->head_dim;
     const size_t tt = fused_fwd(s) && fused_bwd(s) ? 0 : 2 * (size_t)s->n_head * T * T;
@@ -323,10 +333,12 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
     const int rope = s->rope.theta > 0;
     const float *Q = rope ? qr : q, *K = rope ? kr : k;
     const int qs = rope ? C : s->q_stride, ks = rope ? Ckv : s->k_stride;
-#ifdef HAVE_CUDNN_ATTN
+#ifndef HAVE_CUDNN_ATTN
+    (void)out;   /* cuDNN's backward reads it, the others rebuild from lse */
+#else
     if (cudnn_way(s)) {
         cudnn_bufs b;
-        cudnn_layout(s, scratch, &b);
+        cudnn_layout(s, B_ALL, scratch, &b);
         const merak_attn_shape p = cudnn_shape(s);
         if (cudnn_inputs(s, &b, Q, qs, K, ks, v) < 0)
             return;
@@ -337,7 +349,7 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
         LAUNCH("attention_bwd(dout to bf16)",
                merak_cuda_launch_rows_to_bf16(STREAM, b.dout, dout, (size_t)B * T, C, C));
         if (merak_cuda_failed() ||
-            merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, b.dout, b.o, b.stats, b.q, b.k, b.v) < 0)
+            merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, C, Ckv, Ckv, b.dout, b.o, b.stats, b.q, b.k, b.v) < 0)
             return;
         LAUNCH("attention_bwd(add)", merak_cuda_launch_attn_bwd_add_bf16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv));
         return;
@@ -391,4 +403,133 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
     }
     LAUNCH("attention_bwd(add)",
            merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
+}
+
+/* ------------------------------------------------------------------ bf16 storage
+ * The attention16 entries (kernels.h): cuDNN's way on the operands as they
+ * are, for the shapes where it is the way (merak_cuda_attention16_supported;
+ * the executor stages the others for the float entries).  q, k, v are read
+ * at their strides, out and dout dense; with RoPE, q and k rotated into
+ * the saved qr, kr (float, as the float entries keep them) and rounded into
+ * dense bf16 buffers.  The stats are the saved lse where it is 16-byte
+ * aligned, else a copy.  The backward's dQ, dK, dV (cuDNN overwrites) go
+ * to scratch, then dq += rot^T(dQ), dk += rot^T(dK), dv += dV on the bf16
+ * gradients, each sum rounded once.  ascratch: (RoPE: q, k,) dQ, dK, dV
+ * bf16, then the stats. */
+
+#ifdef HAVE_CUDNN_ATTN
+/* The shape cuDNN's call sees: q, k at their strides or, rotated, dense. */
+static merak_attn_shape native_shape(const merak_attn_shape *s)
+{
+    merak_attn_shape p = *s;
+    if (s->rope.theta > 0) {
+        p.q_stride = s->n_head * s->head_dim;
+        p.k_stride = s->n_kv_head * s->head_dim;
+    }
+    p.rope.theta = 0.0f;
+    return p;
+}
+#endif
+
+static unsigned native_need(const merak_attn_shape *s)
+{
+    return (s->rope.theta > 0 ? B_Q | B_K : 0u) | B_DQ | B_DK | B_DV;
+}
+
+int merak_cuda_attention16_supported(const merak_attn_shape *s)
+{
+#ifdef HAVE_CUDNN_ATTN
+    const merak_attn_shape p = native_shape(s);
+    return cudnn_way(s) && merak_cudnn_attn_supported(&p);
+#else
+    (void)s;
+    return 0;
+#endif
+}
+
+size_t merak_cuda_attention16_scratch_elems(const merak_attn_shape *s)
+{
+    return cudnn_layout(s, native_need(s), NULL, NULL);
+}
+
+/* 1 if the call can go on: nothing failed, a shape to run. */
+static int native_ok(const merak_attn_shape *s, const char *what)
+{
+    if (merak_cuda_failed() || !attn_shape_ok(s, what))
+        return 0;
+#ifdef HAVE_CUDNN_ATTN
+    return s->B > 0 && s->T > 0 && s->head_dim > 0;
+#else
+    merak_cuda_record(what, "this build has no cuDNN attention");
+    return 0;
+#endif
+}
+
+#ifdef HAVE_CUDNN_ATTN
+/* With RoPE, the rotated qr, kr rounded into b's q, k (which *Q, *K then
+ * name); else *Q, *K stay q, k.  0, or -1 after an error. */
+static int native_qk(const merak_attn_shape *s, const cudnn_bufs *b, const float *qr, const float *kr,
+                     const uint16_t **Q, const uint16_t **K)
+{
+    if (s->rope.theta > 0) {
+        const size_t BT = (size_t)s->B * (size_t)s->T;
+        const int C = s->n_head * s->head_dim, Ckv = s->n_kv_head * s->head_dim;
+        LAUNCH("attention16(q to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->q, qr, BT, C, C));
+        LAUNCH("attention16(k to bf16)", merak_cuda_launch_rows_to_bf16(STREAM, b->k, kr, BT, Ckv, Ckv));
+        *Q = b->q, *K = b->k;
+    }
+    return merak_cuda_failed() ? -1 : 0;
+}
+#endif
+
+void merak_cuda_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v, float *ascratch,
+                                float *scratch)
+{
+    (void)scratch;
+    if (!native_ok(s, "attention16_fwd"))
+        return;
+#ifdef HAVE_CUDNN_ATTN
+    cudnn_bufs b;
+    cudnn_layout(s, native_need(s), ascratch, &b);
+    const merak_attn_shape p = native_shape(s);
+    const size_t nstats = (size_t)s->B * (size_t)s->n_head * (size_t)s->T * sizeof(float);
+    float *stats = merak_cuda_ptr_align(lse) >= 16 ? lse : b.stats;
+    if (s->rope.theta > 0)
+        LAUNCH("attention16_fwd(rope)", merak_cuda_launch_rope16_fwd(STREAM, s, qr, kr, q, k));
+    if (native_qk(s, &b, qr, kr, &q, &k) < 0 || merak_cudnn_attn_fwd(&p, out, stats, q, k, v) < 0)
+        return;
+    if (stats != lse)
+        merak_cuda_memcpy_d2d(lse, stats, nstats);
+#else
+    (void)out, (void)lse, (void)qr, (void)kr, (void)q, (void)k, (void)v, (void)ascratch;
+#endif
+}
+
+void merak_cuda_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
+                                const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                float *ascratch, float *scratch)
+{
+    (void)scratch;
+    if (!native_ok(s, "attention16_bwd"))
+        return;
+#ifdef HAVE_CUDNN_ATTN
+    cudnn_bufs b;
+    cudnn_layout(s, native_need(s), ascratch, &b);
+    const merak_attn_shape p = native_shape(s);
+    const float *stats = lse;
+    if (merak_cuda_ptr_align(lse) < 16) {
+        merak_cuda_memcpy_d2d(b.stats, lse, (size_t)s->B * (size_t)s->n_head * (size_t)s->T * sizeof(float));
+        stats = b.stats;
+    }
+    if (native_qk(s, &b, qr, kr, &q, &k) < 0 ||
+        merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, p.n_head * p.head_dim, p.n_kv_head * p.head_dim,
+                             p.n_kv_head * p.head_dim, dout, out, stats, q, k, v) < 0)
+        return;
+    LAUNCH("attention16_bwd(add)", merak_cuda_launch_attn_bwd_add16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv));
+#else
+    (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)qr, (void)kr, (void)q, (void)k, (void)v;
+    (void)ascratch;
+#endif
 }

@@ -181,6 +181,16 @@ size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s);
 void merak_cuda_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out, float *kc, float *vc,
                                      const float *q, const float *k, const float *v, float *scratch);
 size_t merak_cuda_attention_cached_scratch_elems(const merak_attn_shape *s, int cap);
+/* ... on bf16 storage (cuDNN's way only: attention16_supported says where) */
+int merak_cuda_attention16_supported(const merak_attn_shape *s);
+void merak_cuda_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v, float *ascratch,
+                                float *scratch);
+void merak_cuda_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
+                                const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                float *ascratch, float *scratch);
+size_t merak_cuda_attention16_scratch_elems(const merak_attn_shape *s);
 
 int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
                                     const float *wte, int N, int C, int v0, int V);
@@ -263,12 +273,18 @@ int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, floa
                                    float *dk, float *dv, const float *dQ, const float *dK,
                                    const float *dV);
 /* For cuDNN's attention (bfloat16 in and out): attn_bwd_add_bf16 is
- * attn_bwd_add from bfloat16 dQ, dK, dV; rows_to_bf16: dst (rows, w) dense
+ * attn_bwd_add from bfloat16 dQ, dK, dV, attn_bwd_add16 into bfloat16 dq,
+ * dk, dv too (each sum rounded); rope16_fwd is rope_fwd from bfloat16 q,
+ * k; rows_to_bf16: dst (rows, w) dense
  * bfloat16 = src's rows (stride ss) rounded to nearest, ties to even;
  * rows_from_bf16: dst's rows (stride ds) = src (rows, w), exactly. */
 int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
                                         float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
                                         const uint16_t *dV);
+int merak_cuda_launch_attn_bwd_add16(void *stream, const merak_attn_shape *s, uint16_t *dq, uint16_t *dk,
+                                    uint16_t *dv, const uint16_t *dQ, const uint16_t *dK, const uint16_t *dV);
+int merak_cuda_launch_rope16_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
+                                 const uint16_t *q, const uint16_t *k);
 int merak_cuda_launch_rows_to_bf16(void *stream, uint16_t *dst, const float *src, size_t rows, int w,
                                    int ss);
 int merak_cuda_launch_rows_from_bf16(void *stream, float *dst, int ds, const uint16_t *src, size_t rows,

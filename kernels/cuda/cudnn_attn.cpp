@@ -23,7 +23,8 @@
  *        (max and sum of exp of the scaled, masked scores; natural log):
  *        the lse of kernels.h.
  *   bwd: sdpa_backward(q, k, v, o, do, stats), same mask and scale,
- *        deterministic -> dq, dk, dv (strides of q, k, v), overwritten.
+ *        deterministic -> dq, dk, dv (row strides dqs, dks, dvs: the
+ *        caller's), overwritten.
  * A graph is built (heuristics mode A, its first plan) once per key below
  * and cached; the workspace is one device buffer shared by all graphs,
  * grown to the largest a graph asks for.
@@ -80,6 +81,7 @@ struct attn_key {
     int bwd;
     int B, T, nh, nkv, hd;
     int qs, ks, vs;
+    int dqs, dks, dvs; /* the backward's gradients' (0 in a forward's key) */
 };
 
 struct attn_entry {
@@ -234,9 +236,9 @@ std::shared_ptr<fe::graph::Graph> describe(const attn_key &k)
                         .set_attn_scale(scale)
                         .set_deterministic_algorithm(true);
         auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
-        set_bhsd(dQ, UID_DQ, B, nh, T, hd, k.qs);
-        set_bhsd(dK, UID_DK, B, nkv, T, hd, k.ks);
-        set_bhsd(dV, UID_DV, B, nkv, T, hd, k.vs);
+        set_bhsd(dQ, UID_DQ, B, nh, T, hd, k.dqs);
+        set_bhsd(dK, UID_DK, B, nkv, T, hd, k.dks);
+        set_bhsd(dV, UID_DV, B, nkv, T, hd, k.dvs);
     }
     return g;
 }
@@ -293,11 +295,15 @@ int aligned16(const void *p)
 }
 
 /* Runs the graph of key over the tensors of vp (uid -> device pointer). */
-int run(const merak_attn_shape *s, int bwd, std::unordered_map<int64_t, void *> &vp)
+int run(const merak_attn_shape *s, const int *gs, std::unordered_map<int64_t, void *> &vp)
 {
+    const int bwd = gs != nullptr;
     if (merak_cuda_failed())
         return -1;
-    if (!merak_cudnn_attn_supported(s)) {
+    merak_attn_shape g = *s;   /* the gradients' strides, checked as q's, k's, v's are */
+    if (bwd)
+        g.q_stride = gs[0], g.k_stride = gs[1], g.v_stride = gs[2];
+    if (!merak_cudnn_attn_supported(s) || !merak_cudnn_attn_supported(&g)) {
         merak_cuda_record(bwd ? "merak_cudnn_attn_bwd" : "merak_cudnn_attn_fwd",
                           "shape not supported (merak_cudnn_attn_supported)");
         return -1;
@@ -312,8 +318,9 @@ int run(const merak_attn_shape *s, int bwd, std::unordered_map<int64_t, void *> 
         attn_state *st = state();
         if (!st)
             return -1;
-        const attn_key key = {bwd,     s->B,        s->T,        s->n_head,  s->n_kv_head,
-                              s->head_dim, s->q_stride, s->k_stride, s->v_stride};
+        const attn_key key = {bwd,         s->B,        s->T,        s->n_head,  s->n_kv_head,
+                              s->head_dim, s->q_stride, s->k_stride, s->v_stride, bwd ? gs[0] : 0,
+                              bwd ? gs[1] : 0, bwd ? gs[2] : 0};
         const attn_entry *e = graph_for(st, key);
         if (!e)
             return -1;
@@ -372,17 +379,18 @@ extern "C" int merak_cudnn_attn_fwd(const merak_attn_shape *s, uint16_t *out, fl
 {
     std::unordered_map<int64_t, void *> vp = {
         {UID_Q, dev(q)}, {UID_K, dev(k)}, {UID_V, dev(v)}, {UID_O, out}, {UID_STATS, stats}};
-    return run(s, 0, vp);
+    return run(s, nullptr, vp);
 }
 
 extern "C" int merak_cudnn_attn_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                                    const uint16_t *dout, const uint16_t *out, const float *stats,
-                                    const uint16_t *q, const uint16_t *k, const uint16_t *v)
+                                    int dqs, int dks, int dvs, const uint16_t *dout, const uint16_t *out,
+                                    const float *stats, const uint16_t *q, const uint16_t *k, const uint16_t *v)
 {
     std::unordered_map<int64_t, void *> vp = {
         {UID_Q, dev(q)},   {UID_K, dev(k)},         {UID_V, dev(v)},   {UID_O, dev(out)}, {UID_DO, dev(dout)},
         {UID_STATS, dev(stats)}, {UID_DQ, dq}, {UID_DK, dk}, {UID_DV, dv}};
-    return run(s, 1, vp);
+    const int gs[3] = {dqs, dks, dvs};
+    return run(s, gs, vp);
 }
 
 extern "C" void merak_cudnn_attn_close(void)

@@ -60,14 +60,15 @@ int merak_cudnn_attn_supported(const merak_attn_shape *s);
 int merak_cudnn_attn_fwd(const merak_attn_shape *s, uint16_t *out, float *stats,
                          const uint16_t *q, const uint16_t *k, const uint16_t *v);
 
-/* dq, dk, dv (strides of q, k, v) OVERWRITTEN (not accumulated: the caller
- * adds them where kernels.h wants +=) with the gradients of the forward's
- * out given dout.  out and stats are the forward's, unchanged since.  The
- * algorithm is cuDNN's deterministic one: bitwise repeatable run to run.
- * For a fused qkv buffer, dq, dk, dv may point into one fused gradient row
- * like q, k, v. */
-int merak_cudnn_attn_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                         const uint16_t *dout, const uint16_t *out, const float *stats,
+/* dq, dk, dv (row strides dqs, dks, dvs, as supported would take for q,
+ * k, v) OVERWRITTEN (not accumulated: the caller adds them where
+ * kernels.h wants +=) with the gradients of the forward's out given dout.
+ * out and stats are the forward's, unchanged since.  The algorithm is
+ * cuDNN's deterministic one: bitwise repeatable run to run.  dq, dk, dv
+ * may point into one fused gradient row (strides its width), whatever
+ * q, k, v's strides are. */
+int merak_cudnn_attn_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv, int dqs,
+                         int dks, int dvs, const uint16_t *dout, const uint16_t *out, const float *stats,
                          const uint16_t *q, const uint16_t *k, const uint16_t *v);
 
 /* Drops the cached graphs, the workspace and the handle (optional; a later

@@ -38,16 +38,21 @@ merak_attn_shape merak_op_attn_shape(const merak_graph *g, const merak_op *o)
     return s;
 }
 
+/* Where k and v start in a row of a fused qkv tensor (0: not fused). */
+static int fused_offsets(const merak_op *o, size_t *k_at, size_t *v_at)
+{
+    *k_at = (size_t)o->n_head * (size_t)o->head_dim;
+    *v_at = (size_t)(o->n_head + o->n_kv_head) * (size_t)o->head_dim;
+    return o->fused_qkv;
+}
+
 void merak_op_attn_qkv(const merak_op *o, float *base_q, float *base_k, float *base_v, float **q, float **k,
                        float **v)
 {
-    if (o->fused_qkv) {
-        *q = base_q;
-        *k = base_q ? base_q + (size_t)o->n_head * o->head_dim : NULL;
-        *v = base_q ? base_q + (size_t)(o->n_head + o->n_kv_head) * o->head_dim : NULL;
-    } else {
-        *q = base_q, *k = base_k, *v = base_v;
-    }
+    size_t ka, va;
+    if (fused_offsets(o, &ka, &va))
+        base_k = base_q ? base_q + ka : NULL, base_v = base_q ? base_q + va : NULL;
+    *q = base_q, *k = base_k, *v = base_v;
 }
 
 /* ------------------------------------------------------------------ embeddings */
@@ -78,7 +83,11 @@ static void embedding_backward_weight(const merak_op_io *io)
                                vocab_rows(io));
 }
 
-static int embedding_bf16(const merak_kernels *k) { return k->embedding16_fwd && k->embedding16_bwd_w; }
+static int embedding_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->embedding16_fwd && k->embedding16_bwd_w;
+}
 
 /* (B,T,C) + wpe rows [pos, pos + T) */
 static int posemb_forward(const merak_op_io *io)
@@ -108,7 +117,11 @@ static void posemb_backward_weight(const merak_op_io *io)
         io->k->posemb_bwd_w(io->dw[0], io->dy, io->rows / io->seq, io->seq, cols(io));
 }
 
-static int posemb_bf16(const merak_kernels *k) { return k->posemb16_fwd && k->posemb16_bwd_w && k->accumulate16; }
+static int posemb_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->posemb16_fwd && k->posemb16_bwd_w && k->accumulate16;
+}
 
 static int posemb_decode_plan(const merak_graph *g, const merak_op *o, const merak_kernels *k, int rows, int ctx,
                               size_t *cache, size_t *scratch, char *err, size_t errlen)
@@ -161,8 +174,9 @@ static void layernorm_backward_weight(const merak_op_io *io)
         io->k->layernorm_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], s, s + io->rows_all, io->rows, cols(io));
 }
 
-static int layernorm_bf16(const merak_kernels *k)
+static int layernorm_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
 {
+    (void)g, (void)o;
     return k->layernorm16_fwd && k->layernorm16_bwd_x && k->layernorm16_bwd_w;
 }
 
@@ -199,7 +213,11 @@ static void rmsnorm_backward_weight(const merak_op_io *io)
         io->k->rmsnorm_bwd_w(io->dw[0], io->dy, io->x[0], saved_rows(io), io->rows, cols(io));
 }
 
-static int rmsnorm_bf16(const merak_kernels *k) { return k->rmsnorm16_fwd && k->rmsnorm16_bwd_x && k->rmsnorm16_bwd_w; }
+static int rmsnorm_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->rmsnorm16_fwd && k->rmsnorm16_bwd_x && k->rmsnorm16_bwd_w;
+}
 
 /* ------------------------------------------------------------------ linear */
 
@@ -231,8 +249,9 @@ static void linear_backward_weight(const merak_op_io *io)
         io->k->linear_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], N, K, O);
 }
 
-static int linear_bf16(const merak_kernels *k)
+static int linear_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
 {
+    (void)g, (void)o;
     return k->linear16_fwd && k->linear16_bwd_x && k->linear16_bwd_w;
 }
 
@@ -252,10 +271,28 @@ static size_t attention_saved(const merak_graph *g, const merak_op *o)
     return n;
 }
 
-static size_t attention_scratch(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+static size_t attention_scratch(const merak_graph *g, const merak_op *o, const merak_kernels *k, int b16)
 {
     merak_attn_shape s = merak_op_attn_shape(g, o);
-    return k->attention_scratch_elems(&s);
+    return b16 ? k->attention16_scratch_elems(&s) : k->attention_scratch_elems(&s);
+}
+
+static int attention_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    if (!k->attention16_fwd || !k->attention16_bwd || !k->attention16_scratch_elems)
+        return 0;
+    merak_attn_shape s = merak_op_attn_shape(g, o);
+    return !k->attention16_supported || k->attention16_supported(&s);
+}
+
+/* What the bf16 entries widen with bf16_scratch (kernels.h): q, k, v,
+ * out and their gradients, each dense. */
+static size_t attention_bf16_scratch(const merak_graph *g, const merak_op *o)
+{
+    merak_attn_shape s = merak_op_attn_shape(g, o);
+    const size_t BT = (size_t)s.B * (size_t)s.T, C = (size_t)s.n_head * (size_t)s.head_dim;
+    const size_t Ckv = (size_t)s.n_kv_head * (size_t)s.head_dim;
+    return 2 * (2 * merak_align_floats(BT * C) + 2 * merak_align_floats(BT * Ckv));
 }
 
 /* The call's shape (its rows / seq sequences) and saved values. */
@@ -276,23 +313,50 @@ static merak_attn_shape attention_call(const merak_op_io *io, float **lse, float
     return s;
 }
 
+/* merak_op_attn_qkv for bf16 storage. */
+static void attn_qkv16(const merak_op *o, uint16_t *base_q, uint16_t *base_k, uint16_t *base_v, uint16_t **q,
+                       uint16_t **k, uint16_t **v)
+{
+    size_t ka, va;
+    if (fused_offsets(o, &ka, &va))
+        base_k = base_q ? base_q + ka : NULL, base_v = base_q ? base_q + va : NULL;
+    *q = base_q, *k = base_k, *v = base_v;
+}
+
 static int attention_forward(const merak_op_io *io)
 {
-    float *q, *k, *v, *lse, *qr, *kr;
+    float *lse, *qr, *kr;
     merak_attn_shape s = attention_call(io, &lse, &qr, &kr);
-    merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
-    io->k->attention_fwd(&s, io->y, lse, qr, kr, q, k, v, io->scratch);
+    if (io->b16) {
+        uint16_t *q, *k, *v;
+        attn_qkv16(io->o, (uint16_t *)io->x16[0], (uint16_t *)io->x16[1], (uint16_t *)io->x16[2], &q, &k, &v);
+        io->k->attention16_fwd(&s, io->y16, lse, qr, kr, q, k, v, io->scratch, io->scratch16);
+    } else {
+        float *q, *k, *v;
+        merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
+        io->k->attention_fwd(&s, io->y, lse, qr, kr, q, k, v, io->scratch);
+    }
     return 0;
 }
 
 static void attention_backward_input(const merak_op_io *io)
 {
-    float *q, *k, *v, *dq, *dk, *dv, *lse, *qr, *kr;
+    float *lse, *qr, *kr;
     merak_attn_shape s = attention_call(io, &lse, &qr, &kr);
-    merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
-    merak_op_attn_qkv(io->o, io->dx[0], io->dx[1], io->dx[2], &dq, &dk, &dv);
-    if (dq)
-        io->k->attention_bwd(&s, dq, dk, dv, io->dy, io->y, lse, qr, kr, q, k, v, io->scratch);
+    if (io->b16) {
+        uint16_t *q, *k, *v, *dq, *dk, *dv;
+        attn_qkv16(io->o, (uint16_t *)io->x16[0], (uint16_t *)io->x16[1], (uint16_t *)io->x16[2], &q, &k, &v);
+        attn_qkv16(io->o, io->dx16[0], io->dx16[1], io->dx16[2], &dq, &dk, &dv);
+        if (dq)
+            io->k->attention16_bwd(&s, dq, dk, dv, io->dy16, io->y16, lse, qr, kr, q, k, v, io->scratch,
+                                   io->scratch16);
+    } else {
+        float *q, *k, *v, *dq, *dk, *dv;
+        merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
+        merak_op_attn_qkv(io->o, io->dx[0], io->dx[1], io->dx[2], &dq, &dk, &dv);
+        if (dq)
+            io->k->attention_bwd(&s, dq, dk, dv, io->dy, io->y, lse, qr, kr, q, k, v, io->scratch);
+    }
 }
 
 /* the new positions of one sequence against the caches */
@@ -336,7 +400,11 @@ static void gelu_backward_input(const merak_op_io *io)
         io->k->gelu_bwd(io->dx[0], io->dy, io->x[0], elems(io));
 }
 
-static int gelu_bf16(const merak_kernels *k) { return k->gelu16_fwd && k->gelu16_bwd; }
+static int gelu_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->gelu16_fwd && k->gelu16_bwd;
+}
 
 static int swiglu_forward(const merak_op_io *io)
 {
@@ -355,7 +423,11 @@ static void swiglu_backward_input(const merak_op_io *io)
         io->k->swiglu_bwd(io->dx[0], io->dx[1], io->dy, io->x[0], io->x[1], elems(io));
 }
 
-static int swiglu_bf16(const merak_kernels *k) { return k->swiglu16_fwd && k->swiglu16_bwd; }
+static int swiglu_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->swiglu16_fwd && k->swiglu16_bwd;
+}
 
 static int add_forward(const merak_op_io *io)
 {
@@ -375,7 +447,11 @@ static void add_backward_input(const merak_op_io *io)
             io->k->accumulate(io->dx[j], io->dy, elems(io));
 }
 
-static int add_bf16(const merak_kernels *k) { return k->add16_fwd && k->accumulate16; }
+static int add_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->add16_fwd && k->accumulate16;
+}
 
 /* The mask of element i is a hash of the seed and i: a part of the rows
  * starts at its first element. */
@@ -399,7 +475,11 @@ static void dropout_backward_input(const merak_op_io *io)
         io->k->dropout_bwd(io->dx[0], io->dy, n, io->o->p, io->seed, i0);
 }
 
-static int dropout_bf16(const merak_kernels *k) { return k->dropout16_fwd && k->dropout16_bwd; }
+static int dropout_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->dropout16_fwd && k->dropout16_bwd;
+}
 
 /* ------------------------------------------------------------------ the loss
  *
@@ -471,7 +551,11 @@ static void loss_backward_input(const merak_op_io *io)
     }
 }
 
-static int loss_bf16(const merak_kernels *k) { return k->crossentropy16_stats && k->crossentropy16_bwd; }
+static int loss_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
+{
+    (void)g, (void)o;
+    return k->crossentropy16_stats && k->crossentropy16_bwd;
+}
 
 /* ------------------------------------------------------------------ tensor-parallel boundaries
  *
@@ -525,6 +609,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_ATTENTION] = {.name = "attention", .shard = MERAK_SHARD_ATTENTION, .cost = MERAK_COST_FLOPS,
                             .saved_floats = attention_saved, .scratch_floats = attention_scratch,
                             .forward = attention_forward, .backward_input = attention_backward_input,
+                            .bf16 = attention_bf16, .bf16_scratch_floats = attention_bf16_scratch,
                             .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan},
     [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                        .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward,

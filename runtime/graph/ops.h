@@ -82,7 +82,7 @@ typedef struct merak_op_io {
     const float *dy;       /* the output's gradient */
     float *dw[2];          /* weight part: gradients of in[1], in[2] (whole), or NULL */
     float *saved;          /* the op's saved values for all rows_all rows */
-    float *scratch;        /* attention's (scratch_floats) */
+    float *scratch;        /* attention's (scratch_floats), bf16 or not */
     int rows;              /* rows this call runs */
     int rows_all;          /* rows of the micro-batch (the saved values' layout) */
     int part;              /* the rows are part `part` of rows_all / rows */
@@ -116,20 +116,22 @@ typedef struct merak_op_kind {
                             * executor reduces */
     int reads_output;      /* its backward reads its forward's output (io->y);
                             * the others get NULL there */
-    /* 1 if backend k has this kind's bf16 entries (kernels.h): its calls
-     * then read and write bf16 storage natively (merak_op_io.b16), when
-     * every float tensor it names but the loss is in bf16 storage, none
-     * twice, and it sums nothing over the tp group; NULL: never */
-    int (*bf16)(const merak_kernels *k);
-    /* floats of scratch its bf16 entries need at least on a backend with
-     * bf16_scratch, which its calls split their rows to fit (NULL: its
-     * bf16 tensors', values and gradients, a parameter or a gradient
-     * stored over its value once, each call whole) */
+    /* 1 if backend k has this kind's bf16 entries (kernels.h) and they
+     * take op o of graph g: its calls then read and write bf16 storage
+     * natively (merak_op_io.b16), when every float tensor it names but the
+     * loss is in bf16 storage, none twice, and it sums nothing over the tp
+     * group; NULL: never */
+    int (*bf16)(const merak_graph *g, const merak_op *o, const merak_kernels *k);
+    /* floats of scratch its bf16 entries need on a backend with
+     * bf16_scratch: at least (the loss's calls split their rows to fit),
+     * or for the whole micro-batch (attention's); NULL: its bf16
+     * tensors', values and gradients, a parameter or a gradient stored
+     * over its value once, each call whole */
     size_t (*bf16_scratch_floats)(const merak_graph *g, const merak_op *o);
     /* floats kept from forward to backward (one micro-batch), and of
-     * scratch; NULL: none */
+     * scratch (its calls' io->scratch; b16: run natively); NULL: none */
     size_t (*saved_floats)(const merak_graph *g, const merak_op *o);
-    size_t (*scratch_floats)(const merak_graph *g, const merak_op *o, const merak_kernels *k);
+    size_t (*scratch_floats)(const merak_graph *g, const merak_op *o, const merak_kernels *k, int b16);
     /* the forward: 0, or -1 if a memory hook failed; before the sum for
      * MERAK_SUM_FORWARD, finish after it (NULL: nothing) */
     int (*forward)(const merak_op_io *io);

@@ -340,7 +340,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                  * holding bf16 values) */
                 const merak_op_kind *lk = last_use[t] >= 0 ? merak_op_kind_of(&g->ops[last_use[t]]) : NULL;
                 e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss &&
-                             !(lk && lk->loss && !(lk->bf16 && lk->bf16(e->k)));
+                             !(lk && lk->loss && !(lk->bf16 && lk->bf16(g, &g->ops[last_use[t]], e->k)));
                 e->t_off[t] = (int64_t)*av;
                 *av += round_bytes(n * esize(e, t));
                 if (e->in_place[t]) {
@@ -368,7 +368,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
          * loss are bf16, none read twice (staging adds an op's two
          * contributions to one gradient before rounding, its entries
          * would round after each) */
-        int all16 = e->store16 && kd->bf16 && kd->bf16(e->k) && kd->sum == MERAK_SUM_NONE;
+        int all16 = e->store16 && kd->bf16 && kd->bf16(g, o, e->k) && kd->sum == MERAK_SUM_NONE;
         for (int j = 0; j < nu && all16; j++) {
             all16 = g->tensors[uses[j]].dtype != MERAK_F32 || e->half[uses[j]] || uses[j] == g->loss;
             for (int q = 0; q < j && all16; q++)
@@ -390,7 +390,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                            round_up((size_t)merak_tensor_elems(&g->tensors[uses[j]]));
         if (stf > e->stage_floats)
             e->stage_floats = stf;
-        size_t sn = kd->scratch_floats ? kd->scratch_floats(g, o, e->k) : 0;
+        size_t sn = kd->scratch_floats ? kd->scratch_floats(g, o, e->k, e->native[i]) : 0;
         if (sn > *scratch_n)
             *scratch_n = sn;
         if (kd->loss) {

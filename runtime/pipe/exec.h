@@ -72,7 +72,8 @@
  * storage and the sum in float storage; nothing else reads it.)  The
  * kernels compute in fp32.  An op whose kind has bf16 entries in the
  * backend (kernels.h: the linear layers, the embeddings, the norms,
- * the cross-entropy, GELU, SwiGLU, the adds, dropout), sums nothing, reads no
+ * the cross-entropy, GELU, SwiGLU, the adds, dropout, and attention where
+ * they take its shape), sums nothing, reads no
  * tensor twice and has every float tensor but the loss in bf16 storage
  * reads and writes that storage
  * natively; any other op's bf16 tensors are widened into a staging buffer
@@ -111,7 +112,8 @@
  * data-parallel and tied-embedding reductions sum weight gradients: fp32.
  * On a GPU (the CUDA backend: bf16 storage, its linear layers on
  * cuBLASLt with bf16 operands, the embeddings, the norms, the
- * cross-entropy and the elementwise ops native, attention staged) the products multiply
+ * cross-entropy, the elementwise ops and cuDNN's attention native;
+ * attention where cuDNN does not take it staged) the products multiply
  * on the tensor cores from bf16 operands (the bf16 entries, or kernels.h
  * MERAK_PRODUCTS_BF16 for staged ones): exact for the operands above, all
  * bf16 values; attention (cuDNN's fused kernels, or products) rounds

@@ -23,11 +23,13 @@
  * within their tolerances, and must differ from the float32 products somewhere; BF16's
  * product of bf16 values must not (beyond float32's tolerance).  round_bf16
  * must equal the CPU's bit for bit.  bf16 storage's entries (linear16,
- * embedding16, crossentropy16) are compared with the CPU's within one bf16
- * rounding of what they write (fp32's tolerance for the fp32 weight
+ * embedding16, crossentropy16, the norms, the pointwise ops) are compared
+ * with the CPU's within one bf16 rounding of what they write (attention16:
+ * BF16's tolerance) (fp32's tolerance for the fp32 weight
  * gradients and statistics).  MERAK_TEST_SEED=<n> changes the random
  * values.
  */
+#include "config.h"            /* HAVE_CUDNN_ATTN */
 #include "cuda/cuda_kernels.h" /* merak_kernels_cuda, device memory helpers */
 #include "kernels.h"           /* merak_kernels, merak_kernels_cpu */
 #include "../unit/tap.h"
@@ -1444,6 +1446,91 @@ static void test_norms16(int N, int C)
     free(x), free(w), free(b), free(d), free(dx0), free(dw0), free(scratch);
 }
 
+/* The attention's bf16 entries against the CPU's (its float kernels on the
+ * widened values): cuDNN's fused attention on q, k, v as they are (a fused
+ * qkv row's strides, or dense), out, the input gradients (accumulated into
+ * random values, or with `zero` into zeros) and lse within BF16's
+ * tolerance (cuDNN rounds the probabilities, and with RoPE the rotated q
+ * and k, to bf16), the rotated qr, kr within fp32's; two GPU runs bitwise
+ * equal.  misalign: lse one float off 16 bytes (its copy through
+ * scratch).  A shape cuDNN does not take (head_dim 5) is not supported. */
+static void test_attention16(const char *tag, int B, int T, int nh, int nkv, int hd, merak_rope rope, int fused,
+                             int misalign, int zero)
+{
+    merak_attn_shape s = {.B = B, .T = T, .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .rope = rope};
+    const size_t BT = (size_t)B * T, C = (size_t)nh * hd, Ckv = (size_t)nkv * hd, W = C + 2 * Ckv;
+    const size_t nq = BT * C, nkv_ = BT * Ckv, nl = (size_t)B * nh * T, nall = BT * W;
+    s.q_stride = fused ? (int)W : (int)C;
+    s.k_stride = s.v_stride = fused ? (int)W : (int)Ckv;
+    g_gpu->set_products(MERAK_PRODUCTS_BF16);
+    if (!g_gpu->attention16_supported(&s)) {
+#ifdef HAVE_CUDNN_ATTN
+        tap_ok(hd % 8 != 0, "attention16 %s: cuDNN's way %s the shape (head_dim %d)", tag,
+               hd % 8 ? "refuses" : "wrongly refuses", hd);
+#else
+        tap_ok(1, "attention16 %s # SKIP this build has no cuDNN attention", tag);
+#endif
+        g_gpu->set_products(MERAK_PRODUCTS_FP32);
+        return;
+    }
+    /* q, k, v in one buffer: a fused row's column blocks, or three dense blocks */
+    const size_t ko = fused ? C : nq, vo = fused ? C + Ckv : nq + nkv_;
+    uint16_t *qkv = rand_bf16(nall, -1, 1), *dout = rand_bf16(nq, -1, 1), *dqkv0 = rand_bf16(nall, -1, 1);
+    if (zero)
+        memset(dqkv0, 0, nall * 2);
+    const size_t n16 = 2 * (2 * (nq + 16) + 2 * (nkv_ + 16));
+    float *ascr = xmalloc((g_cpu->attention16_scratch_elems(&s) + 1) * 4), *scr = xmalloc(n16 * 4);
+    uint16_t *out_c = xmalloc(nq * 2), *dqkv_c = xmalloc(nall * 2);
+    float *lse_c = xmalloc(nl * 4), *qr_c = xmalloc(nq * 4), *kr_c = xmalloc(nkv_ * 4);
+    memcpy(dqkv_c, dqkv0, nall * 2);
+    g_cpu->attention16_fwd(&s, out_c, lse_c, qr_c, kr_c, qkv, qkv + ko, qkv + vo, ascr, scr);
+    g_cpu->attention16_bwd(&s, dqkv_c, dqkv_c + ko, dqkv_c + vo, dout, out_c, lse_c, qr_c, kr_c, qkv, qkv + ko,
+                           qkv + vo, ascr, scr);
+    uint16_t *out_g[2], *dqkv_g[2];
+    float *lse_g[2], *qr_g = xmalloc(nq * 4), *kr_g = xmalloc(nkv_ * 4);
+    uint16_t *d_qkv = to_dev(qkv, nall * 2), *d_dout = to_dev(dout, nq * 2);
+    float *d_ascr = dmalloc(g_gpu->attention16_scratch_elems(&s) * 4);
+    for (int r = 0; r < 2; r++) {
+        uint16_t *d_out = dmalloc(nq * 2), *d_dqkv = to_dev(dqkv0, nall * 2);
+        float *d_lse = dmalloc((nl + 4) * 4), *d_qr = dmalloc(nq * 4), *d_kr = dmalloc(nkv_ * 4);
+        float *lse = d_lse + (misalign ? 1 : 0);
+        merak_cuda_memset(d_out, 0xff, nq * 2);   /* NaN: every element must be written */
+        merak_cuda_memset(d_lse, 0xff, (nl + 4) * 4);
+        g_gpu->attention16_fwd(&s, d_out, lse, d_qr, d_kr, d_qkv, d_qkv + ko, d_qkv + vo, d_ascr, NULL);
+        g_gpu->attention16_bwd(&s, d_dqkv, d_dqkv + ko, d_dqkv + vo, d_dout, d_out, lse, d_qr, d_kr, d_qkv,
+                               d_qkv + ko, d_qkv + vo, d_ascr, NULL);
+        out_g[r] = xmalloc(nq * 2), dqkv_g[r] = xmalloc(nall * 2), lse_g[r] = xmalloc(nl * 4);
+        merak_cuda_memcpy_d2h(out_g[r], d_out, nq * 2);
+        merak_cuda_memcpy_d2h(dqkv_g[r], d_dqkv, nall * 2);
+        merak_cuda_memcpy_d2h(lse_g[r], lse, nl * 4);
+        if (rope.theta > 0) {
+            merak_cuda_memcpy_d2h(qr_g, d_qr, nq * 4);
+            merak_cuda_memcpy_d2h(kr_g, d_kr, nkv_ * 4);
+        }
+        merak_cuda_free(d_out), merak_cuda_free(d_dqkv), merak_cuda_free(d_lse), merak_cuda_free(d_qr);
+        merak_cuda_free(d_kr);
+    }
+    float *oc = widened(out_c, nq), *og = widened(out_g[0], nq), *gc = widened(dqkv_c, nall),
+          *gg = widened(dqkv_g[0], nall);
+    const double e_out = worst(og, oc, nq, RTOL_BF16, ATOL_BF16), e_g = worst(gg, gc, nall, RTOL_BF16, ATOL_BF16),
+                 e_lse = worst(lse_g[0], lse_c, nl, RTOL_BF16, ATOL_BF16),
+                 e_r = rope.theta > 0 ? fmax(worst(qr_g, qr_c, nq, RTOL, ATOL), worst(kr_g, kr_c, nkv_, RTOL, ATOL))
+                                      : 0;
+    const int same = !memcmp(out_g[0], out_g[1], nq * 2) && !memcmp(dqkv_g[0], dqkv_g[1], nall * 2) &&
+                     !memcmp(lse_g[0], lse_g[1], nl * 4);
+    tap_ok(e_out <= 1 && e_g <= 1 && e_lse <= 1 && e_r <= 1 && same,
+           "attention16 %s B=%d T=%d heads %d/%d of %d%s%s%s: out %.2f, dq dk dv %.2f, lse %.2f, rotated %.2f of the "
+           "tolerance; repeatable %d", tag, B, T, nh, nkv, hd, fused ? ", fused qkv" : "",
+           misalign ? ", lse misaligned" : "", zero ? ", gradients from zero" : "", e_out, e_g, e_lse, e_r, same);
+    for (int r = 0; r < 2; r++)
+        free(out_g[r]), free(dqkv_g[r]), free(lse_g[r]);
+    free(oc), free(og), free(gc), free(gg), free(qr_g), free(kr_g);
+    merak_cuda_free(d_qkv), merak_cuda_free(d_dout), merak_cuda_free(d_ascr);
+    free(qkv), free(dout), free(dqkv0), free(ascr), free(scr), free(out_c), free(dqkv_c), free(lse_c), free(qr_c);
+    free(kr_c);
+    g_gpu->set_products(MERAK_PRODUCTS_FP32);
+}
+
 int main(void)
 {
     if (!merak_cuda_available()) {
@@ -1515,6 +1602,12 @@ int main(void)
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */
     test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);
+    /* cuDNN's attention on bf16 storage, the newest */
+    test_attention16("gpt2", 2, 64, 4, 4, 64, ROPE(0.0f), 1, 0, 1);
+    test_attention16("gpt2", 1, 33, 2, 2, 64, ROPE(0.0f), 1, 0, 0);
+    test_attention16("llama-gqa", 2, 80, 4, 2, 64, LLAMA3_ROPE, 0, 1, 0);
+    test_attention16("gqa-rope-fused", 1, 70, 4, 1, 32, ROPE(500000.0f), 1, 0, 1);
+    test_attention16("odd-head", 1, 9, 2, 2, 5, ROPE(0.0f), 1, 0, 0);
 
     char err[256] = "";
     tap_ok(merak_cuda_status(err, sizeof err) == 0, "no CUDA error recorded %s", err);

@@ -148,10 +148,10 @@ static void test_shape(const shape_case *c)
 
     const uint16_t *q = dqkv, *k = dqkv + orow, *v = dqkv + orow + nkv * hd;
     int rf = merak_cudnn_attn_fwd(&s, dout_, dstats, q, k, v);
-    int rb = rf ? -1 : merak_cudnn_attn_bwd(&s, ddqkv, ddqkv + orow, ddqkv + orow + nkv * hd, ddout, dout_,
-                                           dstats, q, k, v);
-    int rb2 = rb ? -1 : merak_cudnn_attn_bwd(&s, ddqkv2, ddqkv2 + orow, ddqkv2 + orow + nkv * hd, ddout,
-                                            dout_, dstats, q, k, v);
+    int rb = rf ? -1 : merak_cudnn_attn_bwd(&s, ddqkv, ddqkv + orow, ddqkv + orow + nkv * hd, row, row, row,
+                                           ddout, dout_, dstats, q, k, v);
+    int rb2 = rb ? -1 : merak_cudnn_attn_bwd(&s, ddqkv2, ddqkv2 + orow, ddqkv2 + orow + nkv * hd, row, row,
+                                            row, ddout, dout_, dstats, q, k, v);
     tap_ok(rf == 0 && rb == 0 && rb2 == 0, "%s: forward and backward return 0", name);
     merak_cuda_synchronize();
     bail_if_failed(name);

@@ -170,7 +170,7 @@ static void test_step(const char *preset)
  * storage.  C(i, entry, params, args): a wrapper counting entry i. */
 enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
        E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_LN_F, E_LN_X, E_LN_W, E_RMS_F, E_RMS_X,
-       E_RMS_W, E_COUNT };
+       E_RMS_W, E_ATT_F, E_ATT_B, E_COUNT };
 static int calls[E_COUNT];
 #define C(i, entry, params, args)                       \
     static void count_##entry params                    \
@@ -221,6 +221,14 @@ C(E_RMS_X, rmsnorm16_bwd_x, (h16 *dx, const h16 *d, const h16 *x, const h16 *w, 
   (dx, d, x, w, r, N, Cc, s))
 C(E_RMS_W, rmsnorm16_bwd_w, (float *dw, const h16 *d, const h16 *x, const float *r, int N, int Cc, float *s),
   (dw, d, x, r, N, Cc, s))
+typedef merak_attn_shape ash;
+C(E_ATT_F, attention16_fwd,
+  (const ash *a, h16 *o, float *l, float *qr, float *kr, const h16 *q, const h16 *k, const h16 *v, float *as, float *s),
+  (a, o, l, qr, kr, q, k, v, as, s))
+C(E_ATT_B, attention16_bwd,
+  (const ash *a, h16 *dq, h16 *dk, h16 *dv, const h16 *d, const h16 *o, const float *l, const float *qr,
+   const float *kr, const h16 *q, const h16 *k, const h16 *v, float *as, float *s),
+  (a, dq, dk, dv, d, o, l, qr, kr, q, k, v, as, s))
 #undef C
 static merak_kernels counted, staged;
 
@@ -230,7 +238,7 @@ static merak_kernels counted, staged;
     X(crossentropy16_stats) X(crossentropy16_bwd) X(posemb16_fwd) X(posemb16_bwd_w) X(gelu16_fwd)         \
     X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
     X(dropout16_bwd) X(layernorm16_fwd) X(layernorm16_bwd_x) X(layernorm16_bwd_w) X(rmsnorm16_fwd)            \
-    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w)
+    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(attention16_fwd) X(attention16_bwd)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
@@ -247,7 +255,8 @@ static void needed(const merak_graph *g, int *need)
         {MERAK_OP_CROSS_ENTROPY, {E_CE_S, E_CE_B, -1}}, {MERAK_OP_POS_EMBEDDING, {E_POS_F, E_POS_W, E_ACC}},
         {MERAK_OP_GELU, {E_GELU_F, E_GELU_B, -1}}, {MERAK_OP_SWIGLU, {E_SWIGLU_F, E_SWIGLU_B, -1}},
         {MERAK_OP_ADD, {E_ADD_F, E_ACC, -1}}, {MERAK_OP_DROPOUT, {E_DROP_F, E_DROP_B, -1}},
-        {MERAK_OP_LAYERNORM, {E_LN_F, E_LN_X, E_LN_W}}, {MERAK_OP_RMSNORM, {E_RMS_F, E_RMS_X, E_RMS_W}}};
+        {MERAK_OP_LAYERNORM, {E_LN_F, E_LN_X, E_LN_W}}, {MERAK_OP_RMSNORM, {E_RMS_F, E_RMS_X, E_RMS_W}},
+        {MERAK_OP_ATTENTION, {E_ATT_F, E_ATT_B, -1}}};
     memset(need, 0, E_COUNT * sizeof *need);
     for (int i = 0; i < g->nops; i++)
         for (size_t u = 0; u < sizeof uses / sizeof *uses; u++)

@@ -77,7 +77,7 @@ static void test_errors(void)
     int rc = merak_cudnn_attn_fwd(&bad, p, (float *)p, p, p, p);
     tap_ok(rc == -1 && merak_cuda_status(err, sizeof err) == -1 && strstr(err, "not supported"),
            "an unsupported shape fails, recorded: %s", err);
-    rc = merak_cudnn_attn_bwd(&bad, p, p, p, p, p, (float *)p, p, p, p);
+    rc = merak_cudnn_attn_bwd(&bad, p, p, p, 256, 256, 256, p, p, (float *)p, p, p, p);
     tap_ok(rc == -1, "after an error every call fails at once");
 }
 
@@ -105,7 +105,7 @@ int main(void)
         /* the backend is stopped now: the sticky-error check still holds */
         merak_attn_shape bad = fused(2, 64, 4, 4, 36);
         uint16_t *p = (uint16_t *)(uintptr_t)0x10000;
-        tap_ok(merak_cudnn_attn_bwd(&bad, p, p, p, p, p, (float *)p, p, p, p) == -1,
+        tap_ok(merak_cudnn_attn_bwd(&bad, p, p, p, 256, 256, 256, p, p, (float *)p, p, p, p) == -1,
                "after an error every call fails at once");
     }
     return tap_done();
