@@ -75,6 +75,18 @@ expect_job_fails() {
 # rank_pid MARKER RANK JOB: prints the pid of the merak-train of MPI rank
 # RANK among those whose command line holds "--metrics MARKER"; kills JOB
 # and fails if there is none (call it as victim=$(rank_pid ...) || exit 1).
+# survivors MARKER START: how many processes run with --metrics MARKER,
+# asked each second until none is left or START + 30 s (a rank mpirun
+# killed can take a moment to be torn down on a loaded machine)
+survivors() {
+    n=$(pgrep -f -- "--metrics $1" | wc -l)
+    while [ "$n" -gt 0 ] && [ $(($(date +%s) - $2)) -le 30 ]; do
+        sleep 1
+        n=$(pgrep -f -- "--metrics $1" | wc -l)
+    done
+    echo "$n"
+}
+
 rank_pid() {
     for p in $(pgrep -f -- "--metrics $1"); do
         r=$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')

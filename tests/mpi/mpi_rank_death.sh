@@ -28,7 +28,7 @@ wait $job
 rc=$?
 set -e
 took=$(($(date +%s) - start))
-left=$(pgrep -f -- "--metrics $marker" | wc -l)
+left=$(survivors "$marker" "$start")
 host=$(hostname)
 echo "killed rank $rank (pid $victim) on $host; mpirun exited $rc after ${took}s; $left merak-train process(es) left"
 cat "$WORK/err"

@@ -30,7 +30,7 @@ stall() {   # stall NAME ENV [FLAGS...]: the job (ENV: VAR=VALUE or ""), rank 5 
     set -e
     took=$(($(date +%s) - start))
     kill -KILL "$victim" 2> /dev/null || true   # if the launcher left it stopped
-    left=$(pgrep -f -- "--metrics $marker" | wc -l)
+    left=$(survivors "$marker" "$start")
     echo "$name: rank 5 (pid $victim) stopped; mpirun exited $rc after ${took}s; $left merak-train process(es) left"
     grep 'no progress for' "$WORK/err" | head -4
     [ "$rc" -ne 0 ] || fail "$name: the job exited 0 with a rank stopped"
