@@ -270,8 +270,14 @@ all)
     cut -c1-200 "$out/l1b/gpu_train.txt"
     stamp calibrate
     ( . "$root/env.sh" && cd "$root/build" &&
-      timeout 90 ./merak-plan --calibrate "$out/calib.json" --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
-          > "$out/calib.txt" 2>&1; echo "calibrate: exit $?"; tail -20 "$out/calib.txt" )
+      timeout 90 ./merak-plan --calibrate "$out/calib32.json" --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+          > "$out/calib.txt" 2>&1; echo "calibrate: exit $?"; tail -20 "$out/calib.txt"
+      # the bf16 roofline, its rates beside fp32's in one profile
+      timeout 90 ./merak-plan --calibrate "$out/calib.json" --device-profile "$out/calib32.json" --dtype bf16 \
+          --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 > "$out/calib16.txt" 2>&1
+      echo "calibrate bf16: exit $?"; tail -22 "$out/calib16.txt"
+      ./merak-plan --gpus 1 --model gpt2 --micro-batch 8 --seq-len 1024 --dtype bf16 --gpu "$out/calib.json" |
+          grep "^step\|^op times\|^memory" )
     stamp finished
     ;;
 *)

@@ -46,9 +46,11 @@ build ckpt "$S/runtime/train/ckpt_read.c" "$S/runtime/train/safetensors.c" "$S/r
 # seeds: one valid input of each kind (the fuzzer mutates from there)
 mkdir -p "$WORK/safetensors" "$WORK/config" "$WORK/shard" "$WORK/tp_rules" "$WORK/ckpt" "$WORK/spank_args" \
     "$WORK/tokenizer" "$WORK/device" "$WORK/topo"
-# a device profile (with measured rates per op kind), and a table of one
+# a device profile (with measured rates per op kind, fp32's and bf16's), and a table of one
 printf '{"memory_gb": 80, "matmul_tflops": 400, "memory_gbps": 2700, "intra_node_gbps": 360, "inter_node_gbps": 45,
- "latency_us": 8, "reserved_gb": 1.5, "ops": {"linear": {"forward": 3.5e14, "backward": 3e14}}}\n' > "$WORK/device/one"
+ "latency_us": 8, "reserved_gb": 1.5, "ops": {"linear": {"forward": 3.5e14, "backward": 3e14}},
+ "ops_bf16": {"linear": {"forward": 6.5e14, "backward": 6e14}, "gelu": {"forward": 2e12, "backward": 1.8e12}}}\n' \
+    > "$WORK/device/one"
 printf '{"devices": {"cpu": {"memory_gb": 16, "matmul_tflops": 0.05, "memory_gbps": 10, "intra_node_gbps": 5,
  "inter_node_gbps": 1, "latency_us": 0}}}\n' > "$WORK/device/table"
 # placements on three real topologies (request bytes, the node, a string):

@@ -195,6 +195,54 @@ assert p["inter_node_gbps"] == 1 and p["latency_us"] == 5, "links come from the 
 print("ok: --calibrate:", len(ops), "op kinds, linear %.3g GFLOP/s forward" % (ops["linear"]["forward"] / 1e9))
 PYEOF
 grep -q "^wrote $WORK/here.json$" "$WORK/calib.out" || fail "--calibrate output: $(cat "$WORK/calib.out")"
+# its roofline: every kind's passes, the product's and the copy's peaks
+grep -q "^peaks (fp32): a 1024 x 1024 product [0-9.]* GFLOP/s, a 64 MiB copy [0-9.]* GB/s" "$WORK/calib.out" &&
+    grep -q "^linear  *forward  *[0-9.]* *[0-9.]* MFLOP *[0-9.]* [kMG]FLOP/s *[0-9]*%" "$WORK/calib.out" &&
+    grep -q "^layernorm  *backward  *[0-9.]* *[0-9.]* kB *[0-9.]* [MG]B/s *[0-9]*%" "$WORK/calib.out" ||
+    fail "--calibrate's roofline: $(cat "$WORK/calib.out")"
+# in bf16: its own table, beside fp32's, which a bf16 plan times with
+"$PLAN" --calibrate "$WORK/here16.json" --device-profile "$WORK/here.json" --dtype bf16 --model tiny-gpt2 \
+    --micro-batch 2 --seq-len 16 --repeat 2 --threads 1 > "$WORK/calib16.out" ||
+    fail "--calibrate --dtype bf16 failed: $(cat "$WORK/calib16.out")"
+grep -q "^peaks (bf16): " "$WORK/calib16.out" && grep -q '^bf16 rates measured ("ops_bf16")' "$WORK/calib16.out" ||
+    fail "--calibrate --dtype bf16 output: $(cat "$WORK/calib16.out")"
+"$PY" - "$WORK/here.json" "$WORK/here16.json" <<'PYEOF' || fail "the bf16 profile: $(cat "$WORK/here16.json")"
+import json, sys
+p32, p16 = (json.load(open(f)) for f in sys.argv[1:3])
+assert p16["ops"] == p32["ops"] and p16["matmul_tflops"] == p32["matmul_tflops"], "fp32's rates kept"
+assert set(p16["ops_bf16"]) == set(p32["ops"]), "every kind measured in bf16"
+print("ok: --calibrate --dtype bf16: linear %.3g GFLOP/s forward (fp32 %.3g)"
+      % (p16["ops_bf16"]["linear"]["forward"] / 1e9, p32["ops"]["linear"]["forward"] / 1e9))
+PYEOF
+for dt in bf16 fp32; do
+    "$PLAN" --gpus 1 --model tiny-gpt2 --micro-batch 2 --seq-len 16 --gpu "$WORK/here16.json" --dtype $dt \
+        > "$WORK/plan16.out" || fail "a plan with the bf16 profile: $(cat "$WORK/plan16.out")"
+    grep -q "^op times: the profile's measured $dt rates$" "$WORK/plan16.out" ||
+        fail "a $dt plan does not time with the profile's $dt rates: $(cat "$WORK/plan16.out")"
+done
+"$PLAN" --gpus 1 --model tiny-gpt2 --micro-batch 2 --seq-len 16 --gpu "$WORK/here.json" --dtype bf16 --json \
+    > "$WORK/plan32.json" && grep -q '"op_rates": "fp32"' "$WORK/plan32.json" ||
+    fail "a bf16 plan without bf16 rates does not say it times with fp32's"
+"$PLAN" --gpus 1 --model tiny-gpt2 --micro-batch 2 --seq-len 16 --gpu "$WORK/here16.json" --dtype bf16 --json \
+    > "$WORK/plan16.json" || fail "a bf16 plan with bf16 rates"
+# the same plan from a profile whose fp32 table is that bf16 table: the same pipeline
+"$PY" - "$WORK/here16.json" "$WORK/swapped.json" <<'PYEOF' || fail "swapping the tables"
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["ops"] = p.pop("ops_bf16")
+json.dump(p, open(sys.argv[2], "w"))
+PYEOF
+"$PLAN" --gpus 1 --model tiny-gpt2 --micro-batch 2 --seq-len 16 --gpu "$WORK/swapped.json" --dtype bf16 --json \
+    > "$WORK/plansw.json" || fail "a bf16 plan with the swapped profile"
+"$PY" - "$WORK/plan32.json" "$WORK/plan16.json" "$WORK/plansw.json" <<'PYEOF' ||
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:4])
+assert b["pipeline_s"] == c["pipeline_s"] and a["pipeline_s"] != b["pipeline_s"], (a, b, c)
+print("ok: a bf16 plan times with bf16's rates: pipeline %.4g ms (fp32's rates: %.4g ms)"
+      % (b["pipeline_s"] * 1e3, a["pipeline_s"] * 1e3))
+PYEOF
+    fail "a bf16 plan's step does not come from the bf16 rates"
+expect 2 "calibrate fp32 or bf16" --calibrate "$WORK/x.json" --dtype tf32
 make_shard "$WORK/data.bin"
 "$MERAK_BUILDDIR/merak-train" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 --seq-len 16 --steps 1 \
     --threads 1 --partition autopipe --device-profile "$WORK/here.json" > "$WORK/train.out" 2>&1 ||
@@ -213,6 +261,10 @@ expect 1 "no-such-dir" --calibrate "$WORK/no-such-dir/x.json" --model tiny-gpt2 
 printf '{"memory_gb": 1, "matmul_tflops": 1, "memory_gbps": 1, "intra_node_gbps": 1, "inter_node_gbps": 1,
   "latency_us": 1, "ops": {"matmul": {"forward": 1, "backward": 1}}}' > "$WORK/badops.json"
 expect 1 "ops: 'matmul' is not an op kind" --calibrate "$WORK/x.json" --device-profile "$WORK/badops.json"
+sed 's/"ops"/"ops_bf16"/' "$WORK/badops.json" > "$WORK/badops16.json"
+expect 1 "ops_bf16: 'matmul' is not an op kind" --gpus 1 --model tiny-gpt2 --gpu "$WORK/badops16.json"
+sed 's/"ops": {.*}}}/"ops_bf16": [1]}/' "$WORK/badops.json" > "$WORK/badops16.json"
+expect 1 '"ops_bf16" is not an object' --gpus 1 --model tiny-gpt2 --gpu "$WORK/badops16.json"
 
 # --gpus: layouts.  GPT-3 175B on 1024 H100s as dp 8, tp 8, pp 16: without
 # recomputation stage 0 holds 16 micro-batches' activations and does not

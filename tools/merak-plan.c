@@ -40,7 +40,7 @@ static void usage(FILE *out)
         "       %s --list-models [--json]\n"
         "       %s --partition-costs FILE [--partition METHOD] [--json]\n"
         "       %s --calibrate FILE [--model M] [--micro-batch B] [--seq-len T] [--threads N]\n"
-        "                  [--repeat R] [--device cpu|cuda] [--device-profile D]\n"
+        "                  [--repeat R] [--device cpu|cuda] [--dtype fp32|bf16] [--device-profile D]\n"
         "Plan a training layout (memory per stage, step time) or find the fastest, simulate\n"
         "a pipeline schedule, list the model presets, partition a list of blocks into\n"
         "pipeline stages, or measure this machine's device profile.\n"
@@ -58,14 +58,15 @@ static void usage(FILE *out)
         "                          calibration: 128)\n"
         "  --zero Z                1: ZeRO-1 optimizer sharding over dp; 0: off (default 0)\n"
         "  --dtype T               fp32 (default), tf32 (planned as fp32) or bf16 (activations in\n"
-        "                          bf16 storage: half the activation memory and pipeline transfers)\n"
+        "                          bf16 storage: half the activation memory and pipeline transfers);\n"
+        "                          calibration: the arithmetic timed (fp32 or bf16)\n"
         "  --simulate              run the schedule simulator\n"
         "  --list-models           list the model presets: shapes and parameter counts\n"
         "  --partition-costs FILE  partition the blocks FILE lists (JSON: forward, backward,\n"
         "                          stages, micro_batches; optional comm, parameters)\n"
         "  --partition METHOD      uniform, parameters, autopipe or custom:S0,S1,... (default autopipe)\n"
-        "  --calibrate FILE        time every op of a model's forward and backward here and write\n"
-        "                          the measured device profile to FILE\n"
+        "  --calibrate FILE        time every op of a model's forward and backward here, print\n"
+        "                          their roofline, and write the measured device profile to FILE\n"
         "  --device D              calibrate the cpu (default) or the cuda kernels\n"
         "  --threads N             CPU threads for the kernels (default: the cores it may\n"
         "                          run on)\n"
@@ -126,9 +127,9 @@ static int option_modes(int opt)
     case OPT_PCOSTS: return MODE_PCOSTS;
     case OPT_PART: return MODE_PCOSTS | MODE_LAYOUT;
     case OPT_CALIB: case OPT_THREADS: case OPT_REPEAT: case OPT_PROFILE: case OPT_DEVICE: return MODE_CALIB;
-    case OPT_MODEL: case OPT_MB: case OPT_SEQ: return MODE_CALIB | MODE_LAYOUT;
+    case OPT_MODEL: case OPT_MB: case OPT_SEQ: case OPT_DTYPE: return MODE_CALIB | MODE_LAYOUT;
     case OPT_GPUS: case OPT_GPN: case OPT_GPU: case OPT_GBATCH: case OPT_DP: case OPT_TP: case OPT_PP:
-    case OPT_ZERO: case OPT_AUTO: case OPT_DTYPE: return MODE_LAYOUT;
+    case OPT_ZERO: case OPT_AUTO: return MODE_LAYOUT;
     case OPT_SCHED: case OPT_VIRTUAL: case OPT_RC: return MODE_SIM | MODE_LAYOUT;
     case OPT_JSON: return MODE_SIM | MODE_LIST | MODE_PCOSTS | MODE_LAYOUT;
     }
@@ -274,6 +275,10 @@ static void parse_args(int argc, char **argv, plan_opts *o)
         const merak_backend *be = merak_backend_find(o->device);
         if (given[OPT_THREADS - OPT_SIM] && !be->host)
             cli_die_usage("--threads is for the cpu kernels (not --device %s)", o->device);
+        if (o->dtype && strcmp(o->dtype, "tf32") == 0)
+            cli_die_usage("--calibrate --dtype tf32: calibrate fp32 or bf16 (tf32 plans use fp32's rates)");
+        if (o->bf16 && !be->bf16)
+            cli_die_usage("--calibrate --dtype bf16: the %s kernels have no bf16", be->name);
         if (!o->base)   /* the links a GPU's profile keeps: the H100's, as merak-train's default */
             o->base = be->profile;
         o->micro_batch = o->micro_batch ? o->micro_batch : 4;
@@ -482,6 +487,46 @@ static void partition_costs(const plan_opts *o)
 
 /* ------------------------------------------------------------------ calibration */
 
+/* v in the unit's SI multiple, as "12.3 G" + unit. */
+static const char *si(char *buf, size_t n, double v, const char *unit)
+{
+    static const char pre[] = " kMGTP";
+    int i = 0;
+    while (v >= 999.5 && i < 5)   /* (what %.3g would print as 1e+03) */
+        v /= 1000, i++;
+    snprintf(buf, n, "%.3g %s%s", v, i ? (char[]){pre[i], 0} : "", unit);
+    return buf;
+}
+
+/* The roofline: each op kind's passes, their work and rate, and the share
+ * of the peak it reaches (the product's for linear and attention, the
+ * copy's for the rest); under 60% is marked. */
+static void print_roofline(const merak_roofline *r, const char *arith)
+{
+    char a[32], b[32];
+    if (r->product > 0 && r->copy > 0)
+        printf("peaks (%s): a %d x %d product %s, a %.0f MiB copy %s (read and written)\n", arith, r->product_n,
+               r->product_n, si(a, sizeof a, r->product, "FLOP/s"), r->copy_bytes / 1048576.0,
+               si(b, sizeof b, r->copy, "B/s"));
+    else
+        printf("peaks (%s): not measured (%s)\n", arith, r->why);
+    printf("%-14s %-8s %10s %14s %16s %8s\n", "op", "pass", "ms", "work", "rate", "of peak");
+    for (int t = 0; t < MERAK_OP_COUNT_; t++)
+        for (int p = 0; p < 2; p++) {
+            const double s = p ? r->bwd_s[t] : r->fwd_s[t], w = p ? r->bwd_work[t] : r->fwd_work[t];
+            if (!(s > 0 && w > 0))
+                continue;
+            const int flops = r->flops[t];
+            const double peak = flops ? r->product : r->copy, frac = peak > 0 ? w / s / peak : 0;
+            char share[16] = "-";
+            if (peak > 0)
+                snprintf(share, sizeof share, "%.0f%%", 100 * frac);
+            printf("%-14s %-8s %10.3f %14s %16s %8s%s\n", merak_op_name((merak_op_type)t), p ? "backward" : "forward",
+                   1e3 * s, si(a, sizeof a, w, flops ? "FLOP" : "B"), si(b, sizeof b, w / s, flops ? "FLOP/s" : "B/s"),
+                   share, peak > 0 && frac < 0.6 ? "  under 60%" : "");
+        }
+}
+
 /* --calibrate: the base profile's links and memory, this machine's
  * measured compute rates, written to the file named. */
 static void calibrate(const plan_opts *o)
@@ -519,23 +564,39 @@ static void calibrate(const plan_opts *o)
         if (!merak_backend_find(k->name)->host)
             d.reserved = (double)(total_b - free_b);
     }
+    const merak_rates rates = o->bf16 ? MERAK_RATES_BF16 : MERAK_RATES_FP32;
+    const char *arith = o->bf16 ? "bf16" : "fp32";
+    if (k->set_products)
+        k->set_products(o->bf16 ? MERAK_PRODUCTS_BF16 : MERAK_PRODUCTS_FP32);
     if (merak_backend_find(k->name)->host)
-        printf("calibrating on %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
-               o->model, o->micro_batch, o->seq_len, o->threads, o->repeat);
+        printf("calibrating on %s in %s (micro-batch %d x %d tokens, %d thread(s)), %d timed passes after a warm-up\n",
+               o->model, arith, o->micro_batch, o->seq_len, o->threads, o->repeat);
     else
-        printf("calibrating on %s with the %s kernels (micro-batch %d x %d tokens), %d timed passes after a warm-up\n",
-               o->model, k->name, o->micro_batch, o->seq_len, o->repeat);
+        printf("calibrating on %s in %s with the %s kernels (micro-batch %d x %d tokens), %d timed passes after a "
+               "warm-up\n", o->model, arith, k->name, o->micro_batch, o->seq_len, o->repeat);
     fflush(stdout);
-    if (merak_device_calibrate(g, k, o->repeat, &d, err, sizeof err) < 0)
+    /* the base's measured rates are kept beside the new table only when
+     * they are this backend's */
+    const char *bk = merak_backend_find(k->name)->name;
+    if (strcmp(d.backend[0] ? d.backend : "cpu", bk) != 0) {
+        int had = 0;
+        for (int r = 0; r < MERAK_RATES_COUNT_; r++)
+            for (int t = 0; t < MERAK_OP_COUNT_; t++)
+                had |= d.op_fwd[r][t] > 0;
+        if (had)
+            printf("(the measured rates of %s are the %s backend's, not %s's: not kept)\n", o->base, d.backend, bk);
+        memset(d.op_fwd, 0, sizeof d.op_fwd);
+        memset(d.op_bwd, 0, sizeof d.op_bwd);
+    }
+    merak_roofline rl;
+    if (merak_device_calibrate(g, k, o->repeat, rates, o->float_storage, &d, &rl, err, sizeof err) < 0)
         cli_die("%s", err);
-    snprintf(d.backend, sizeof d.backend, "%s", merak_backend_find(k->name)->name);
-    printf("%-14s %16s %16s  (FLOP/s for linear and attention, bytes/s for the rest)\n", "op", "forward",
-           "backward");
-    for (int t = 0; t < MERAK_OP_COUNT_; t++)
-        if (d.op_fwd[t] > 0)
-            printf("%-14s %16.4g %16.4g\n", merak_op_name((merak_op_type)t), d.op_fwd[t], d.op_bwd[t]);
-    printf("matrix %.4g TFLOP/s, memory %.4g GB/s, %.1f GB (%.2f GB reserved); links and latency from %s\n",
-           d.matmul / 1e12, d.mem_bw / 1e9, d.memory / 1e9, d.reserved / 1e9, o->base);
+    snprintf(d.backend, sizeof d.backend, "%s", bk);
+    print_roofline(&rl, arith);
+    printf("%s rates measured (\"%s\"); matrix %.4g TFLOP/s and memory %.4g GB/s %s; %.1f GB (%.2f GB "
+           "reserved); links and latency from %s\n", arith, rates ? "ops_bf16" : "ops", d.matmul / 1e12,
+           d.mem_bw / 1e9, rates ? "as the base profile has them" : "from them", d.memory / 1e9, d.reserved / 1e9,
+           o->base);
     merak_atomic *a;
     if (merak_atomic_open(o->calibrate, &a, err, sizeof err) < 0)
         cli_die("%s", err);
@@ -604,6 +665,17 @@ static merak_layout plan_layout_of(const plan_ctx *c, int dp, int tp, int pp, me
 
 static double gb(double bytes) { return bytes / 1e9; }
 
+/* Which of a profile's rates time a plan's ops (merak_op_time): "bf16"
+ * or "fp32" (measured), or "nominal" (its matrix and memory rates). */
+static const char *op_rates(const merak_device *d, int bf16)
+{
+    int has[MERAK_RATES_COUNT_] = {0};
+    for (int r = 0; r < MERAK_RATES_COUNT_; r++)
+        for (int t = 0; t < MERAK_OP_COUNT_; t++)
+            has[r] |= d->op_fwd[r][t] > 0;
+    return bf16 && has[MERAK_RATES_BF16] ? "bf16" : has[MERAK_RATES_FP32] ? "fp32" : "nominal";
+}
+
 /* The --json answer for one planned layout. */
 static json_t *layout_json(const plan_ctx *c, const merak_layout *L, const char *rc_name, const merak_layout_result *r)
 {
@@ -620,13 +692,14 @@ static json_t *layout_json(const plan_ctx *c, const merak_layout *L, const char 
                                             "backward_s", s->bwd, "recompute_s", s->recompute));
     }
     return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:i, s:i, s:i, s:I, s:s, s:s, "
-                     "s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+                     "s:s, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
                      "model", o->model, "gpus", L->dp * L->tp * L->pp, "gpus_per_node", L->gpus_per_node,
                      "gpu", o->gpu, "dp", L->dp, "tp", L->tp, "pp", L->pp, "schedule",
                      merak_schedule_name(L->schedule), "virtual_stages", r->chunks, "recompute", rc_name, "zero",
                      L->zero, "micro_batch", o->micro_batch, "seq_len", c->seq_len, "micro_batches",
                      L->micro_batches, "global_batch", (json_int_t)c->global_batch, "partition", L->partition,
-                     "dtype", o->dtype ? o->dtype : "fp32", "stages", st, "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce,
+                     "dtype", o->dtype ? o->dtype : "fp32", "op_rates", op_rates(&c->d, o->bf16),
+                     "stages", st, "step_s", r->step, "pipeline_s", r->pipeline, "reduce_s", r->reduce,
                      "optimizer_s", r->optimizer, "bubble", r->bubble, "tokens_per_s", r->tokens_per_s, "mfu",
                      r->mfu, "memory_available", r->available, "fits", r->fits);
 }
@@ -648,6 +721,11 @@ static void print_layout(const plan_ctx *c, const merak_layout *L, const char *r
            o->bf16 ? o->dtype : "");
     printf("batch: %ld sequences of %d tokens = %d micro-batches of %d per replica; partition %s over %d blocks\n",
            c->global_batch, c->seq_len, L->micro_batches, o->micro_batch, L->partition, r->blocks);
+    const char *rates = op_rates(&c->d, o->bf16);
+    printf("op times: %s\n", strcmp(rates, "nominal") == 0 ? "the profile's matrix and memory rates"
+                              : strcmp(rates, "bf16") == 0 ? "the profile's measured bf16 rates"
+                              : o->bf16 ? "the profile's measured fp32 rates (it has no bf16 rates)"
+                                        : "the profile's measured fp32 rates");
     printf("%5s %6s %7s %9s %11s %9s %9s %11s %7s %9s\n", "stage", "first", "layers", "recompute", "parameters",
            "params GB", "grads GB", "optimizer GB", "acts GB", "total GB");
     for (int p = 0; p < r->stages; p++) {

@@ -245,6 +245,18 @@ static attn_p attn_params(const merak_attn_shape *s)
     return p;
 }
 
+/* Training's RoPE: qr, kr (float, dense) = q, k (stored as X) rotated. */
+template <typename X>
+static int rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr, const X *q, const X *k)
+{
+    const attn_p p = attn_params(s);
+    const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
+    if (n)
+        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, (const X *)NULL, p, s->q_stride,
+                                                           s->k_stride, 0, 0, p.T);
+    return cudaGetLastError();
+}
+
 /* attn_bwd_add_k over the B*T token rows, into gradients stored as D from
  * gradients stored as G. */
 template <typename D, typename G>
@@ -376,23 +388,13 @@ extern "C" {
 int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
                                const float *q, const float *k)
 {
-    const attn_p p = attn_params(s);
-    const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
-    if (n)
-        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, (const float *)NULL, p,
-                                                           s->q_stride, s->k_stride, 0, 0, p.T);
-    return cudaGetLastError();
+    return rope_fwd(stream, s, qr, kr, q, k);
 }
 
 int merak_cuda_launch_rope16_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
                                  const uint16_t *q, const uint16_t *k)
 {
-    const attn_p p = attn_params(s);
-    const size_t n = (size_t)p.B * p.T * (p.nh + p.nkv) * (p.hd / 2);
-    if (n)
-        qkv_rows_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(qr, kr, NULL, q, k, (const uint16_t *)NULL, p,
-                                                           s->q_stride, s->k_stride, 0, 0, p.T);
-    return cudaGetLastError();
+    return rope_fwd(stream, s, qr, kr, q, k);
 }
 
 int merak_cuda_launch_attn_softmax(void *stream, float *P, float *lse, size_t rows, int T, int L,

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "cost.h"
 #include "errf.h"
 #include "file.h"
@@ -29,10 +30,12 @@ void merak_op_time(const merak_graph *g, int i, const merak_device *d, double *f
     double out = 4.0 * (double)merak_tensor_elems(&g->tensors[o->out]);
     const merak_op_cost cost = merak_op_kind_of(o)->cost;
     const int sums = cost == MERAK_COST_SUM_FORWARD || cost == MERAK_COST_SUM_BACKWARD;
-    if (d->op_fwd[o->type] > 0 && !sums) {
+    const merak_rates want = d->rates < MERAK_RATES_COUNT_ ? d->rates : MERAK_RATES_FP32;
+    const merak_rates r = d->op_fwd[want][o->type] > 0 ? want : MERAK_RATES_FP32;
+    if (d->op_fwd[r][o->type] > 0 && !sums) {
         double work = by_flops(o->type) ? o->flops : o->bytes;
-        *fwd = work / d->op_fwd[o->type];
-        *bwd = work / d->op_bwd[o->type];
+        *fwd = work / d->op_fwd[r][o->type];
+        *bwd = work / d->op_bwd[r][o->type];
         return;
     }
     if (cost == MERAK_COST_FLOPS) {
@@ -75,11 +78,12 @@ void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph
 
 /* Runs g's forward and backward reps times with every op timed; fwd and
  * bwd ([nops]) get the seconds per pass. */
-static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, double *fwd, double *bwd, char *err,
-                    size_t errlen)
+static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int bf16, int float_storage,
+                    double *fwd, double *bwd, char *err, size_t errlen)
 {
     merak_exec_chunk whole = {0, -1, 1, 0};
-    merak_exec_opts eo = {.chunks = &whole, .nchunks = 1, .kernels = k};
+    merak_exec_opts eo = {.chunks = &whole, .nchunks = 1, .kernels = k, .bf16 = bf16,
+                          .float_storage = float_storage};
     merak_exec *e = NULL;
     if (g->tp != 1)
         return merak_errf(err, errlen, "calibration runs a whole graph in one process");
@@ -118,36 +122,122 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, doub
     return rc;
 }
 
-int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int reps, merak_device *d, char *err,
-                           size_t errlen)
+/* Seconds per call of `call` on k's device: one warm-up, then reps calls
+ * between two synchronisations; -1 when a synchronisation fails (a
+ * kernel did). */
+#define TIMED(k, reps, t, call)                                                        \
+    do {                                                                              \
+        call;                                                                         \
+        const int ok0_ = (k)->synchronize() == 0;                                     \
+        const double t0_ = merak_now();                                               \
+        for (int r_ = 0; r_ < (reps); r_++)                                           \
+            call;                                                                     \
+        (t) = ok0_ && (k)->synchronize() == 0 ? (merak_now() - t0_) / (reps) : -1.0; \
+    } while (0)
+
+/* The roofline's peaks with k: a product of n x n matrices (the bf16
+ * entry with bf16, else the float one in the products set) and a copy. */
+static int measure_peaks(const merak_kernels *k, int bf16, int reps, merak_roofline *rf, char *err, size_t errlen)
+{
+    const merak_backend *be = merak_backend_find(k->name);
+    const int host = !be || be->host;
+    int n = host ? 1024 : 8192;
+    size_t cb = host ? (size_t)64 << 20 : (size_t)1 << 30;
+    /* a device short of memory: a quarter of each (what the ops needed
+     * is free again) */
+    size_t free_b = 0, total_b = 0;
+    if (!host && k->capacity && k->capacity(&free_b, &total_b) == 0 &&
+        free_b < 2 * ((size_t)5 * n * n * 4 + 2 * cb))
+        n /= 2, cb /= 4;
+    reps = reps > 5 ? 5 : reps;
+    const size_t nn = (size_t)n * (size_t)n;
+    const int b16 = bf16 && k->linear16_fwd && k->to_bf16;
+    float *hx = malloc(nn * sizeof *hx);
+    float *a = k->alloc(nn * sizeof(float)), *w = k->alloc(nn * sizeof(float)), *out = k->alloc(nn * sizeof(float));
+    float *scratch = b16 && k->bf16_scratch ? k->alloc((3 * nn + 48) * sizeof(float)) : NULL;
+    void *src = k->alloc(cb), *dst = k->alloc(cb);
+    int rc = 0;
+    if (!hx || !a || !w || !out || !src || !dst || (b16 && k->bf16_scratch && !scratch))
+        rc = merak_errf(err, errlen, "calibration: out of memory for the peaks (%d x %d products, a %zu MiB copy)",
+                        n, n, cb >> 20);
+    for (size_t i = 0; rc == 0 && i < nn; i++)
+        hx[i] = 0.02f * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.01f;
+    if (rc == 0 && (k->copy(a, hx, nn * sizeof(float), MERAK_COPY_H2D) < 0 ||
+                    k->copy(w, hx, nn * sizeof(float), MERAK_COPY_H2D) < 0 || k->zero(src, cb) < 0))
+        rc = merak_errf(err, errlen, "calibration: the peaks' buffers could not be written");
+    double tp = 0, tc = 0;
+    uint16_t *a16 = rc == 0 && b16 ? k->alloc(nn * 2) : NULL, *w16 = rc == 0 && b16 ? k->alloc(nn * 2) : NULL;
+    if (rc == 0 && b16 && (!a16 || !w16))
+        rc = merak_errf(err, errlen, "calibration: out of memory for the peaks' bf16 operands");
+    if (rc == 0 && b16) {
+        k->to_bf16(a16, a, nn);
+        k->to_bf16(w16, w, nn);
+        TIMED(k, reps, tp, k->linear16_fwd((uint16_t *)out, a16, w16, NULL, n, n, n, scratch));
+    } else if (rc == 0) {
+        TIMED(k, reps, tp, k->linear_fwd(out, a, w, NULL, n, n, n));
+    }
+    if (rc == 0)
+        TIMED(k, reps, tc, k->copy(dst, src, cb, MERAK_COPY_D2D));
+    if (rc == 0 && !(tp > 0 && tc > 0))
+        rc = merak_errf(err, errlen, "calibration: the peaks failed or took no measurable time");
+    if (rc == 0) {
+        rf->product = 2.0 * (double)nn * (double)n / tp;
+        rf->product_n = n;
+        rf->copy = 2.0 * (double)cb / tc;
+        rf->copy_bytes = (double)cb;
+    }
+    free(hx);
+    k->free(a), k->free(w), k->free(out), k->free(scratch), k->free(src), k->free(dst), k->free(a16), k->free(w16);
+    return rc;
+}
+
+int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int reps, merak_rates rates,
+                           int float_storage, merak_device *d, merak_roofline *roof, char *err, size_t errlen)
 {
     double *fwd = calloc((size_t)g->nops + 1, sizeof *fwd), *bwd = calloc((size_t)g->nops + 1, sizeof *bwd);
     if (!fwd || !bwd) {
         free(fwd), free(bwd);
         return merak_errf(err, errlen, "out of memory");
     }
-    int rc = time_ops(g, k, reps < 1 ? 1 : reps, fwd, bwd, err, errlen);
-    /* per kind: work over time, forward and backward */
+    const int bf16 = rates == MERAK_RATES_BF16;
+    int rc = time_ops(g, k, reps < 1 ? 1 : reps, bf16, float_storage, fwd, bwd, err, errlen);
+    /* per kind: work over time, forward and backward; bytes at the run's
+     * element size for the roofline (the rates stay in 4-byte bytes, as
+     * the graph counts them) */
+    const double elem = bf16 && !float_storage && k->to_bf16 ? 2.0 : 4.0;
     double work[MERAK_OP_COUNT_] = {0}, tf[MERAK_OP_COUNT_] = {0}, tb[MERAK_OP_COUNT_] = {0};
+    merak_roofline rl;
+    memset(&rl, 0, sizeof rl);
     for (int i = 0; rc == 0 && i < g->nops; i++) {
         const merak_op *o = &g->ops[i];
         work[o->type] += by_flops(o->type) ? o->flops : o->bytes;
         tf[o->type] += fwd[i];
         tb[o->type] += bwd[i];
+        const double w = by_flops(o->type) ? o->flops : o->bytes * elem / 4.0;
+        rl.fwd_work[o->type] += w;
+        rl.bwd_work[o->type] += 2.0 * w;
     }
     double mem_work = 0, mem_t = 0;
     for (int t = 0; rc == 0 && t < MERAK_OP_COUNT_; t++) {
+        rl.fwd_s[t] = tf[t], rl.bwd_s[t] = tb[t];
+        rl.flops[t] = (unsigned char)by_flops((merak_op_type)t);
         if (!(work[t] > 0 && tf[t] > 0 && tb[t] > 0))
             continue;
-        d->op_fwd[t] = work[t] / tf[t];
-        d->op_bwd[t] = work[t] / tb[t];
+        d->op_fwd[rates][t] = work[t] / tf[t];
+        d->op_bwd[rates][t] = work[t] / tb[t];
         if (merak_op_kind_get((merak_op_type)t)->cost == MERAK_COST_STREAM)
             mem_work += work[t], mem_t += tf[t];
     }
-    if (rc == 0 && d->op_fwd[MERAK_OP_LINEAR] > 0)
-        d->matmul = d->op_fwd[MERAK_OP_LINEAR];
-    if (rc == 0 && mem_t > 0)
+    if (rc == 0 && rates == MERAK_RATES_FP32 && d->op_fwd[rates][MERAK_OP_LINEAR] > 0)
+        d->matmul = d->op_fwd[rates][MERAK_OP_LINEAR];
+    if (rc == 0 && rates == MERAK_RATES_FP32 && mem_t > 0)
         d->mem_bw = mem_work / mem_t;
+    /* the peaks: a roofline without them (0) when they cannot be had */
+    if (rc == 0 && roof) {
+        if (measure_peaks(k, bf16, reps < 1 ? 1 : reps, &rl, rl.why, sizeof rl.why) < 0)
+            rl.product = rl.copy = 0;
+        *roof = rl;
+    }
     free(fwd), free(bwd);
     return rc;
 }

@@ -28,10 +28,13 @@ static const struct field {
 };
 enum { NFIELD = sizeof fields / sizeof fields[0] };
 
+/* The keys of the measured rates' tables (merak_rates). */
+static const char *const ops_key[MERAK_RATES_COUNT_] = {"ops", "ops_bf16"};
+
 static int read_profile(json_t *o, const char *file, const char *name, merak_device *d, char *err,
                         size_t errlen)
 {
-    *d = (merak_device){0};
+    memset(d, 0, sizeof *d);   /* padding too: a profile compares with memcmp (fuzz_device) */
     if (!json_is_object(o))
         return merak_errf(err, errlen, "%s: device '%s' is not an object", file, name);
     for (int i = 0; i < NFIELD; i++) {
@@ -57,24 +60,27 @@ static int read_profile(json_t *o, const char *file, const char *name, merak_dev
     strcpy(d->backend, bn);
     if (d->reserved >= d->memory)
         return merak_errf(err, errlen, "%s: device '%s': reserved_gb must be less than memory_gb", file, name);
-    json_t *ops = json_object_get(o, "ops");
-    if (ops && !json_is_object(ops))
-        return merak_errf(err, errlen, "%s: device '%s': \"ops\" is not an object", file, name);
-    const char *key;
-    json_t *v;
-    json_object_foreach(ops, key, v) {
-        int t = 0;
-        while (t < MERAK_OP_COUNT_ && strcmp(merak_op_name((merak_op_type)t), key) != 0)
-            t++;
-        if (t == MERAK_OP_COUNT_)
-            return merak_errf(err, errlen, "%s: device '%s': ops: '%s' is not an op kind", file, name, key);
-        json_t *f = json_object_get(v, "forward"), *b = json_object_get(v, "backward");
-        double x = json_is_number(f) ? json_number_value(f) : -1, y = json_is_number(b) ? json_number_value(b) : -1;
-        if (!(x > 0 && x < 1e30 && y > 0 && y < 1e30))
-            return merak_errf(err, errlen, "%s: device '%s': ops: %s needs positive \"forward\" and \"backward\" rates",
-                              file, name, key);
-        d->op_fwd[t] = x;
-        d->op_bwd[t] = y;
+    for (int r = 0; r < MERAK_RATES_COUNT_; r++) {
+        json_t *ops = json_object_get(o, ops_key[r]);
+        if (ops && !json_is_object(ops))
+            return merak_errf(err, errlen, "%s: device '%s': \"%s\" is not an object", file, name, ops_key[r]);
+        const char *key;
+        json_t *v;
+        json_object_foreach(ops, key, v) {
+            int t = 0;
+            while (t < MERAK_OP_COUNT_ && strcmp(merak_op_name((merak_op_type)t), key) != 0)
+                t++;
+            if (t == MERAK_OP_COUNT_)
+                return merak_errf(err, errlen, "%s: device '%s': %s: '%s' is not an op kind", file, name, ops_key[r],
+                                  key);
+            json_t *f = json_object_get(v, "forward"), *b = json_object_get(v, "backward");
+            double x = json_is_number(f) ? json_number_value(f) : -1, y = json_is_number(b) ? json_number_value(b) : -1;
+            if (!(x > 0 && x < 1e30 && y > 0 && y < 1e30))
+                return merak_errf(err, errlen, "%s: device '%s': %s: %s needs positive \"forward\" and \"backward\" "
+                                  "rates", file, name, ops_key[r], key);
+            d->op_fwd[r][t] = x;
+            d->op_bwd[r][t] = y;
+        }
     }
     return 0;
 }
@@ -111,16 +117,25 @@ int merak_device_write(const merak_device *d, FILE *f)
         put_number(f, d->reserved, 1e9);
         fprintf(f, ",\n");
     }
-    fprintf(f, "  \"ops\": {");
-    for (int t = 0, n = 0; t < MERAK_OP_COUNT_; t++)
-        if (d->op_fwd[t] > 0 && d->op_bwd[t] > 0) {
-            fprintf(f, "%s\n    \"%s\": {\"forward\": ", n++ ? "," : "", merak_op_name((merak_op_type)t));
-            put_number(f, d->op_fwd[t], 1);
-            fprintf(f, ", \"backward\": ");
-            put_number(f, d->op_bwd[t], 1);
-            fprintf(f, "}");
-        }
-    fprintf(f, "\n  }\n}\n");
+    /* "ops" always (the last member but for a measured bf16 table) */
+    for (int r = 0; r < MERAK_RATES_COUNT_; r++) {
+        int n = 0;
+        for (int t = 0; t < MERAK_OP_COUNT_; t++)
+            n += d->op_fwd[r][t] > 0 && d->op_bwd[r][t] > 0;
+        if (r && !n)
+            continue;
+        fprintf(f, "%s  \"%s\": {", r ? ",\n" : "", ops_key[r]);
+        for (int t = 0, k = 0; t < MERAK_OP_COUNT_; t++)
+            if (d->op_fwd[r][t] > 0 && d->op_bwd[r][t] > 0) {
+                fprintf(f, "%s\n    \"%s\": {\"forward\": ", k++ ? "," : "", merak_op_name((merak_op_type)t));
+                put_number(f, d->op_fwd[r][t], 1);
+                fprintf(f, ", \"backward\": ");
+                put_number(f, d->op_bwd[r][t], 1);
+                fprintf(f, "}");
+            }
+        fprintf(f, "\n  }");
+    }
+    fprintf(f, "\n}\n");
     return ferror(f) ? -1 : 0;
 }
 

@@ -17,7 +17,10 @@
  * device object at the top level.  A profile may also hold measured rates
  * per op kind, "ops": {"linear": {"forward": r, "backward": r}, ...}, in
  * FLOP/s for linear and attention and bytes/s for the others (forward
- * bytes, for the backward too); an op kind it lists is timed by them.
+ * bytes at 4 bytes an element, for the backward too): fp32's (which tf32
+ * plans use too), and "ops_bf16" likewise, measured in bf16 (merak-plan
+ * --calibrate --dtype bf16); an op kind the plan's arithmetic's table
+ * lists is timed by it, else by fp32's, else by the rates below.
  */
 #ifndef MERAK_DEVICE_H
 #define MERAK_DEVICE_H
@@ -25,6 +28,10 @@
 #include <stdio.h>
 
 #include "graph/graph.h"
+
+/* The arithmetic of a table of measured op rates: "ops" (fp32, and tf32
+ * plans), "ops_bf16". */
+typedef enum merak_rates { MERAK_RATES_FP32, MERAK_RATES_BF16, MERAK_RATES_COUNT_ } merak_rates;
 
 typedef struct merak_device {
     double memory;           /* bytes per device */
@@ -35,9 +42,12 @@ typedef struct merak_device {
     double reserved;         /* bytes the device's context and libraries take (optional
                               * "reserved_gb"; 0 if absent) */
     /* measured work per second of each op kind's forward and backward
-     * (FLOP/s for linear and attention, bytes/s for the rest); 0: from the
-     * rates above */
-    double op_fwd[MERAK_OP_COUNT_], op_bwd[MERAK_OP_COUNT_];
+     * (FLOP/s for linear and attention, bytes/s for the rest) in each
+     * arithmetic (merak_rates); 0: not measured */
+    double op_fwd[MERAK_RATES_COUNT_][MERAK_OP_COUNT_], op_bwd[MERAK_RATES_COUNT_][MERAK_OP_COUNT_];
+    /* the table a plan times with (the planner sets it from its dtype;
+     * a loaded profile has FP32) */
+    merak_rates rates;
     /* the kernels' backend it is ("backend": "cpu" or "cuda"; "cpu" when
      * absent), whose table the executor's memory is planned with
      * (merak_kernels_plan: which ops run natively in bf16 storage); a

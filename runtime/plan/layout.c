@@ -216,9 +216,18 @@ static int layout_shard(const merak_graph *g, const merak_layout *L, merak_graph
     return 0;
 }
 
-int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *d, int *starts, int *bounds,
-                     double *step, char *err, size_t errlen)
+/* d as the layout's arithmetic times it: bf16's measured rates for bf16. */
+static merak_device layout_device(const merak_layout *L, const merak_device *d)
 {
+    merak_device v = *d;
+    v.rates = L->bf16 ? MERAK_RATES_BF16 : MERAK_RATES_FP32;
+    return v;
+}
+
+int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_device *dev, int *starts,
+                     int *bounds, double *step, char *err, size_t errlen)
+{
+    const merak_device view = dev ? layout_device(L, dev) : (merak_device){0}, *d = dev ? &view : NULL;
     const char *method = L->partition ? L->partition : "autopipe";
     const int V = merak_virtual_stages(L->schedule, L->virtual_stages);
     merak_graph *made = NULL;
@@ -233,9 +242,10 @@ int merak_layout_cut(const merak_graph *g, const merak_layout *L, const merak_de
     return rc;
 }
 
-int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *d,
+int merak_layout_plan(const merak_graph *g, const merak_layout *L, const merak_device *dev,
                       merak_layout_result *r, char *err, size_t errlen)
 {
+    const merak_device view = layout_device(L, dev), *d = &view;
     memset(r, 0, sizeof *r);
     int rc = merak_layout_check(L, err, errlen);
     if (rc < 0)

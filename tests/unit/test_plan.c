@@ -558,19 +558,50 @@ static void test_profiles(void)
     merak_graph_destroy(g);
 }
 
-/* Calibration times every op kind of tiny GPT-2 on the CPU kernels; the
- * profile written and read back times ops by the measured rates. */
+/* Calibration times every op kind of tiny GPT-2 on the CPU kernels, in
+ * fp32 then in bf16 (each into its own table; fp32's also sets the matrix
+ * and memory rates, bf16's leaves them); the roofline's peaks and work;
+ * the profile written and read back times ops by the measured rates of
+ * the plan's arithmetic, else fp32's. */
 static void test_calibrate(void)
 {
     merak_graph *g = build("tiny-gpt2", 2, 16);
     merak_device d, back;
-    merak_device_load("cpu", &d, err, sizeof err);
+    if (merak_device_load("cpu", &d, err, sizeof err) < 0) {
+        tap_ok(0, "the cpu profile loads: %s", err);
+        merak_graph_destroy(g);
+        return;
+    }
     merak_kernels_cpu_set_threads(1);
-    int rc = g ? merak_device_calibrate(g, merak_kernels_cpu(), 1, &d, err, sizeof err) : -1;
-    tap_ok(rc == 0 && d.op_fwd[MERAK_OP_LINEAR] > 0 && d.op_bwd[MERAK_OP_ATTENTION] > 0 &&
-               d.op_fwd[MERAK_OP_CROSS_ENTROPY] > 0 && d.matmul == d.op_fwd[MERAK_OP_LINEAR] && d.mem_bw > 0,
-           "calibration measures linear %.3g GFLOP/s, attention backward %.3g GFLOP/s, memory %.3g GB/s: %s",
-           d.op_fwd[MERAK_OP_LINEAR] / 1e9, d.op_bwd[MERAK_OP_ATTENTION] / 1e9, d.mem_bw / 1e9, rc ? err : "ok");
+    merak_roofline rl;
+    memset(&rl, 0, sizeof rl);
+    const double *f32 = d.op_fwd[MERAK_RATES_FP32], *b32 = d.op_bwd[MERAK_RATES_FP32];
+    const double *f16 = d.op_fwd[MERAK_RATES_BF16];
+    int rc = g ? merak_device_calibrate(g, merak_kernels_cpu(), 1, MERAK_RATES_FP32, 0, &d, &rl, err, sizeof err) : -1;
+    tap_ok(rc == 0 && f32[MERAK_OP_LINEAR] > 0 && b32[MERAK_OP_ATTENTION] > 0 && f32[MERAK_OP_CROSS_ENTROPY] > 0 &&
+               d.matmul == f32[MERAK_OP_LINEAR] && d.mem_bw > 0 && f16[MERAK_OP_LINEAR] == 0,
+           "calibration measures linear %.3g GFLOP/s, attention backward %.3g GFLOP/s, memory %.3g GB/s "
+           "(fp32's table only): %s", f32[MERAK_OP_LINEAR] / 1e9, b32[MERAK_OP_ATTENTION] / 1e9, d.mem_bw / 1e9,
+           rc ? err : "ok");
+    /* the roofline: the linear layers' FLOPs, the norms' bytes at 4 bytes
+     * an element, the backward's work twice the forward's */
+    double flops = 0, ln_bytes = 0;
+    for (int i = 0; g && i < g->nops; i++)
+        flops += g->ops[i].type == MERAK_OP_LINEAR ? g->ops[i].flops : 0,
+            ln_bytes += g->ops[i].type == MERAK_OP_LAYERNORM ? g->ops[i].bytes : 0;
+    tap_ok(rc == 0 && rl.product > 0 && rl.copy > 0 && rl.product_n == 1024 && rl.flops[MERAK_OP_LINEAR] &&
+               !rl.flops[MERAK_OP_LAYERNORM] && rl.fwd_work[MERAK_OP_LINEAR] == flops &&
+               rl.bwd_work[MERAK_OP_LINEAR] == 2 * flops && rl.fwd_work[MERAK_OP_LAYERNORM] == ln_bytes &&
+               rl.fwd_s[MERAK_OP_LINEAR] > 0 && rl.bwd_s[MERAK_OP_GELU] > 0,
+           "the roofline: product %.3g GFLOP/s, copy %.3g GB/s; linear %.3g FLOP forward, layernorm %.3g bytes",
+           rl.product / 1e9, rl.copy / 1e9, rl.fwd_work[MERAK_OP_LINEAR], rl.fwd_work[MERAK_OP_LAYERNORM]);
+    const double matmul = d.matmul, lin32 = f32[MERAK_OP_LINEAR];
+    rc = g ? merak_device_calibrate(g, merak_kernels_cpu(), 1, MERAK_RATES_BF16, 0, &d, &rl, err, sizeof err) : -1;
+    tap_ok(rc == 0 && f16[MERAK_OP_LINEAR] > 0 && d.op_bwd[MERAK_RATES_BF16][MERAK_OP_ATTENTION] > 0 &&
+               f32[MERAK_OP_LINEAR] == lin32 && d.matmul == matmul &&
+               rl.fwd_work[MERAK_OP_LAYERNORM] == ln_bytes / 2,
+           "a bf16 calibration fills bf16's table (linear %.3g GFLOP/s), keeps fp32's and the matrix rate, and "
+           "counts bytes at 2 an element: %s", f16[MERAK_OP_LINEAR] / 1e9, rc ? err : "ok");
     char path[512];
     snprintf(path, sizeof path, "%s/merak-test-calib-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              (int)getpid());
@@ -579,9 +610,10 @@ static void test_calibrate(void)
     if (f)
         fclose(f);
     int same = wrote && merak_device_load(path, &back, err, sizeof err) == 0;
-    for (int t = 0; same && t < MERAK_OP_COUNT_; t++)
-        same &= back.op_fwd[t] == d.op_fwd[t] && back.op_bwd[t] == d.op_bwd[t];
-    same &= same && !strcmp(back.backend, d.backend[0] ? d.backend : "cpu");
+    for (int r = 0; same && r < MERAK_RATES_COUNT_; r++)
+        for (int t = 0; same && t < MERAK_OP_COUNT_; t++)
+            same &= back.op_fwd[r][t] == d.op_fwd[r][t] && back.op_bwd[r][t] == d.op_bwd[r][t];
+    same &= same && !strcmp(back.backend, d.backend[0] ? d.backend : "cpu") && back.rates == MERAK_RATES_FP32;
     /* a measured rate in TFLOP/s may not come back to the last bit (d /
      * 1e12 * 1e12); what was read from a file does (fuzz/fuzz_device.c) */
     tap_ok(same && fabs(back.matmul - d.matmul) <= 1e-15 * d.matmul, "the profile reads back as written: %s",
@@ -591,12 +623,23 @@ static void test_calibrate(void)
     for (int i = 0; g && i < g->nops && lin < 0; i++)
         if (g->ops[i].type == MERAK_OP_LINEAR)
             lin = i;
-    double fw = 0, bw = 0;
-    if (lin >= 0)
+    double fw = 0, bw = 0, fw16 = 0, bw16 = 0;
+    if (lin >= 0) {
         merak_op_time(g, lin, &d, &fw, &bw);
-    tap_ok(lin >= 0 && fabs(fw - g->ops[lin].flops / d.op_fwd[MERAK_OP_LINEAR]) <= 1e-12 * fw &&
-               fabs(bw - g->ops[lin].flops / d.op_bwd[MERAK_OP_LINEAR]) <= 1e-12 * bw,
-           "a linear op is timed by the measured rates: forward %.3g s, backward %.3g s", fw, bw);
+        d.rates = MERAK_RATES_BF16;
+        merak_op_time(g, lin, &d, &fw16, &bw16);
+    }
+    tap_ok(lin >= 0 && fabs(fw - g->ops[lin].flops / f32[MERAK_OP_LINEAR]) <= 1e-12 * fw &&
+               fabs(bw - g->ops[lin].flops / b32[MERAK_OP_LINEAR]) <= 1e-12 * bw &&
+               fabs(fw16 - g->ops[lin].flops / f16[MERAK_OP_LINEAR]) <= 1e-12 * fw16 &&
+               fabs(bw16 - g->ops[lin].flops / d.op_bwd[MERAK_RATES_BF16][MERAK_OP_LINEAR]) <= 1e-12 * bw16,
+           "a linear op is timed by the measured rates of the plan's arithmetic: fp32 %.3g s + %.3g s, bf16 %.3g s "
+           "+ %.3g s", fw, bw, fw16, bw16);
+    /* a kind bf16's table lacks: fp32's rate */
+    d.op_fwd[MERAK_RATES_BF16][MERAK_OP_LINEAR] = d.op_bwd[MERAK_RATES_BF16][MERAK_OP_LINEAR] = 0;
+    if (lin >= 0)
+        merak_op_time(g, lin, &d, &fw16, &bw16);
+    tap_ok(lin >= 0 && fw16 == fw && bw16 == bw, "a kind bf16's table lacks is timed by fp32's rate");
     merak_graph_destroy(g);
 }
 
@@ -608,7 +651,10 @@ static void test_calibrate(void)
 static void test_layout_bound(void)
 {
     merak_device d;
-    merak_device_load("cpu", &d, err, sizeof err);
+    if (merak_device_load("cpu", &d, err, sizeof err) < 0) {
+        tap_ok(0, "the cpu profile loads: %s", err);
+        return;
+    }
     static const char *models[] = {"tiny-gpt2", "tiny-llama"}, *rcs[] = {"none", "full", "stage-aware"};
     int cases = 0, below = 0, skipped_ok = 0, failed = 0;
     double worst = 0;
