@@ -124,6 +124,16 @@ static merak_attn_shape cudnn_shape(const merak_attn_shape *s)
 }
 #endif
 
+#ifdef HAVE_CUDNN_ATTN
+/* cuDNN takes shape p (its calls' shape, dense gradients): by its sizes
+ * alone in a plan, and on the device by building its graphs there. */
+static int cudnn_takes(const merak_attn_shape *p)
+{
+    const int gs[3] = {p->n_head * p->head_dim, p->n_kv_head * p->head_dim, p->n_kv_head * p->head_dim};
+    return merak_cudnn_attn_supported(p) && (!merak_cuda_is_open() || merak_cudnn_attn_takes(p, gs));
+}
+#endif
+
 /* cuDNN's way: with BF16 products unless another way is forced, for the
  * shapes it takes, in a build that has it. */
 static int cudnn_way(const merak_attn_shape *s)
@@ -132,7 +142,7 @@ static int cudnn_way(const merak_attn_shape *s)
     const merak_attn_shape p = cudnn_shape(s);
     return g_fwd_path == MERAK_CUDA_ATTN_CUDNN ||
            (g_fwd_path == MERAK_CUDA_ATTN_AUTO && merak_cuda_products() == MERAK_PRODUCTS_BF16)
-        ? merak_cudnn_attn_supported(&p)
+        ? cudnn_takes(&p)
         : 0;
 #else
     (void)s;
@@ -440,7 +450,7 @@ int merak_cuda_attention16_supported(const merak_attn_shape *s)
 {
 #ifdef HAVE_CUDNN_ATTN
     const merak_attn_shape p = native_shape(s);
-    return cudnn_way(s) && merak_cudnn_attn_supported(&p);
+    return cudnn_way(s) && cudnn_takes(&p);
 #else
     (void)s;
     return 0;

@@ -575,7 +575,10 @@ static int backend_init(void)
 {
     if (!merak_cuda_available() || merak_cuda_blas_open() < 0)
         return -1;
-    return merak_cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)") ? 0 : -1;
+    if (!merak_cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))
+        return -1;
+    merak_cuda_mark_open();
+    return 0;
 }
 
 const merak_kernels *merak_kernels_cuda_plan(void) { return &cuda_table; }

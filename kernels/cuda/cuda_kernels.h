@@ -132,6 +132,10 @@ void *merak_cuda_scratch(size_t bytes);
  * detail: why); ok records e unless it is cudaSuccess and says whether it
  * was; failed: one has been recorded (merak_cuda_status reads it). */
 void merak_cuda_record(const char *what, const char *detail);
+/* merak_kernels_cuda started the backend on a device (mark_open, once):
+ * what may ask a library about this device (a plan alone may not). */
+void merak_cuda_mark_open(void);
+int merak_cuda_is_open(void);
 int merak_cuda_ok(cudaError_t e, const char *what);
 int merak_cuda_failed(void);
 /* The stream every launch and copy is queued on. */

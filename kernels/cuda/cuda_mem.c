@@ -44,6 +44,11 @@ cudaStream_t merak_cuda_stream(void) { return cb.stream; }
 
 int merak_cuda_failed(void) { return cb.failed; }
 
+/* The backend's device is in use (merak_kernels_cuda started it). */
+static int g_open;
+void merak_cuda_mark_open(void) { g_open = 1; }
+int merak_cuda_is_open(void) { return g_open; }
+
 /* ------------------------------------------------------------------ errors */
 
 void merak_cuda_record(const char *what, const char *detail)

@@ -103,9 +103,22 @@ struct attn_state {
 };
 attn_state *g_state;
 
+/* While a probe runs (merak_cudnn_attn_takes), where an error goes
+ * instead of the backend's record: a refusal is not a failure. */
+char *g_quiet;
+size_t g_quiet_n;
+
+void note(const char *what, const char *why)
+{
+    if (g_quiet)
+        snprintf(g_quiet, g_quiet_n, "%s: %s", what, why);
+    else
+        merak_cuda_record(what, why);
+}
+
 void record(const char *what, const std::string &why)
 {
-    merak_cuda_record(what, why.c_str());
+    note(what, why.c_str());
 }
 
 /* 1 if the frontend call went well, else records it. */
@@ -135,16 +148,16 @@ int cudnn_load()
 #endif
     if (!h) {
         const char *why = dlerror();
-        merak_cuda_record("loading " CUDNN_SONAME, why ? why : "not found");
+        note("loading " CUDNN_SONAME, why ? why : "not found");
         return -1;
     }
     fe::cudnn_dlhandle = h; /* stays open for the process */
     /* The graphs use what the headers of this build know: an older library
      * would fail later, with less clear messages. */
     if (fe::detail::get_backend_version() < CUDNN_VERSION) {
-        merak_cuda_record("loading " CUDNN_SONAME,
-                          ("version " + std::to_string(fe::detail::get_backend_version()) +
-                           " is older than the headers' " + std::to_string(CUDNN_VERSION)).c_str());
+        note("loading " CUDNN_SONAME, ("version " + std::to_string(fe::detail::get_backend_version()) +
+                                        " is older than the headers' " + std::to_string(CUDNN_VERSION))
+                                           .c_str());
         return -1;
     }
     return 0;
@@ -294,15 +307,35 @@ int aligned16(const void *p)
     return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
+/* The key of s's forward (gs NULL) or of its backward with gradient strides gs. */
+attn_key key_of(const merak_attn_shape *s, const int *gs)
+{
+    const int bwd = gs != nullptr;
+    return attn_key{bwd,         s->B,        s->T,        s->n_head,  s->n_kv_head,
+                    s->head_dim, s->q_stride, s->k_stride, s->v_stride, bwd ? gs[0] : 0,
+                    bwd ? gs[1] : 0, bwd ? gs[2] : 0};
+}
+
+/* s with the gradients' strides gs in place of q's, k's and v's. */
+merak_attn_shape grad_shape(const merak_attn_shape *s, const int *gs)
+{
+    merak_attn_shape g = *s;
+    g.q_stride = gs[0], g.k_stride = gs[1], g.v_stride = gs[2];
+    return g;
+}
+
+/* Keys cuDNN refused when probed, and whether it cannot be loaded at all. */
+attn_key g_refused[CACHE];
+int g_nrefused;
+int g_no_cudnn;
+
 /* Runs the graph of key over the tensors of vp (uid -> device pointer). */
 int run(const merak_attn_shape *s, const int *gs, std::unordered_map<int64_t, void *> &vp)
 {
     const int bwd = gs != nullptr;
     if (merak_cuda_failed())
         return -1;
-    merak_attn_shape g = *s;   /* the gradients' strides, checked as q's, k's, v's are */
-    if (bwd)
-        g.q_stride = gs[0], g.k_stride = gs[1], g.v_stride = gs[2];
+    const merak_attn_shape g = bwd ? grad_shape(s, gs) : *s;   /* checked as q's, k's, v's are */
     if (!merak_cudnn_attn_supported(s) || !merak_cudnn_attn_supported(&g)) {
         merak_cuda_record(bwd ? "merak_cudnn_attn_bwd" : "merak_cudnn_attn_fwd",
                           "shape not supported (merak_cudnn_attn_supported)");
@@ -318,10 +351,7 @@ int run(const merak_attn_shape *s, const int *gs, std::unordered_map<int64_t, vo
         attn_state *st = state();
         if (!st)
             return -1;
-        const attn_key key = {bwd,         s->B,        s->T,        s->n_head,  s->n_kv_head,
-                              s->head_dim, s->q_stride, s->k_stride, s->v_stride, bwd ? gs[0] : 0,
-                              bwd ? gs[1] : 0, bwd ? gs[2] : 0};
-        const attn_entry *e = graph_for(st, key);
+        const attn_entry *e = graph_for(st, key_of(s, gs));
         if (!e)
             return -1;
         void *ws = nullptr;
@@ -372,6 +402,43 @@ extern "C" int merak_cudnn_attn_supported(const merak_attn_shape *s)
         (long long)s->B * s->T * s->v_stride > INT32_MAX)
         return 0;
     return 1;
+}
+
+extern "C" int merak_cudnn_attn_takes(const merak_attn_shape *s, const int *gs)
+{
+    if (merak_cuda_failed() || !merak_cudnn_attn_supported(s) || g_no_cudnn)
+        return 0;
+    if (gs) {
+        const merak_attn_shape g = grad_shape(s, gs);
+        if (!merak_cudnn_attn_supported(&g))
+            return 0;
+    }
+    const attn_key fk = key_of(s, nullptr), bk = gs ? key_of(s, gs) : fk;
+    for (int i = 0; i < g_nrefused && i < CACHE; i++)
+        if (!std::memcmp(&g_refused[i], &fk, sizeof fk) || !std::memcmp(&g_refused[i], &bk, sizeof bk))
+            return 0;
+    char why[512] = "";
+    g_quiet = why, g_quiet_n = sizeof why;
+    int ok = 0, built_fwd = 0;
+    try {
+        attn_state *st = state();
+        g_no_cudnn = st == nullptr;
+        built_fwd = st && graph_for(st, fk) != nullptr;
+        ok = built_fwd && (!gs || graph_for(st, bk) != nullptr);
+    } catch (const std::exception &ex) {
+        snprintf(why, sizeof why, "%s", ex.what());
+    } catch (...) {
+        snprintf(why, sizeof why, "unknown C++ exception");
+    }
+    g_quiet = nullptr;
+    if (!ok) {
+        if (!g_no_cudnn)
+            g_refused[g_nrefused++ % CACHE] = built_fwd ? bk : fk;
+        fprintf(stderr, "merak: cuDNN's fused attention does not take %sB=%d T=%d, %d/%d heads of %d (%s); "
+                "attention runs without it\n", built_fwd ? "the backward of " : "", s->B, s->T, s->n_head,
+                s->n_kv_head, s->head_dim, why);
+    }
+    return ok;
 }
 
 extern "C" int merak_cudnn_attn_fwd(const merak_attn_shape *s, uint16_t *out, float *stats,

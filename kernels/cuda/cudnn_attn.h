@@ -35,7 +35,8 @@
  *
  * Errors: 0 or -1; on -1 the first error is recorded with merak_cuda_record
  * and merak_cuda_status reports it.  After any recorded error of the backend
- * the calls do nothing and return -1.  Nothing prints.
+ * the calls do nothing and return -1.  Nothing prints but
+ * merak_cudnn_attn_takes' refusals.
  */
 #ifndef MERAK_CUDNN_ATTN_H
 #define MERAK_CUDNN_ATTN_H
@@ -54,6 +55,15 @@ extern "C" {
  * arithmetic: touches neither the GPU nor cuDNN (a supported shape can
  * still fail at the first call, e.g. an older GPU or cuDNN). */
 int merak_cudnn_attn_supported(const merak_attn_shape *s);
+
+/* 1 if cuDNN, on this device, builds the graphs of shape s: its forward
+ * and, with gs (the gradients' row strides dq, dk, dv), its backward;
+ * else 0, with nothing recorded (the caller goes without cuDNN) and one
+ * line on stderr naming the shape and cuDNN's reason, once per shape (or
+ * once if cuDNN cannot be loaded or its handle made).  The graphs built
+ * are kept for the calls.  Needs the backend's device (merak_cuda_is_open):
+ * a plan without one asks merak_cudnn_attn_supported alone. */
+int merak_cudnn_attn_takes(const merak_attn_shape *s, const int *gs);
 
 /* out (B,T,nh*hd) = causal softmax(q k^T / sqrt(hd)) v, overwritten;
  * stats (B,nh,T), overwritten (see above), which the backward needs. */

@@ -11,8 +11,9 @@
  *
  * Built with the cuDNN attention (HAVE_CUDNN_ATTN); runs on any machine.
  * Without a device, a supported call goes as far as loading libcudnn and
- * making its handle, and must fail there cleanly; with one, that case is
- * skipped (the GPU test runs the real thing).
+ * making its handle, and must fail there cleanly, and a probe
+ * (merak_cudnn_attn_takes) must refuse without recording anything; with
+ * one, those cases are skipped (the GPU test runs the real thing).
  */
 #include "cuda/cuda_kernels.h" /* merak_cuda_available, merak_cuda_status */
 #include "cuda/cudnn_attn.h"   /* merak_cudnn_attn_* */
@@ -81,6 +82,21 @@ static void test_errors(void)
     tap_ok(rc == -1, "after an error every call fails at once");
 }
 
+/* A probe where cuDNN cannot run is a refusal, not an error: 0, nothing
+ * recorded (the backend goes on without cuDNN), and no second try. */
+static void test_takes_no_device(void)
+{
+    char err[512] = "";
+    merak_attn_shape s = fused(1, 64, 2, 2, 64);
+    const int gs[3] = {128, 128, 128};
+    int a = merak_cudnn_attn_takes(&s, gs), b = merak_cudnn_attn_takes(&s, NULL);
+    tap_ok(a == 0 && b == 0 && merak_cuda_status(err, sizeof err) == 0,
+           "without a device cuDNN does not take a shape, and nothing is recorded: %s", err[0] ? err : "ok");
+    merak_attn_shape bad = fused(2, 64, 4, 4, 36);
+    tap_ok(merak_cudnn_attn_takes(&bad, NULL) == 0 && merak_cuda_status(err, sizeof err) == 0,
+           "nor a shape it never supports");
+}
+
 /* A separate process would be needed for both; run this one first when
  * there is no device (see main). */
 static void test_no_device(void)
@@ -101,6 +117,7 @@ int main(void)
         tap_ok(1, "# SKIP a device is present: tests/gpu/test_cudnn_attn runs the graphs");
         test_errors();
     } else {
+        test_takes_no_device();
         test_no_device();
         /* the backend is stopped now: the sticky-error check still holds */
         merak_attn_shape bad = fused(2, 64, 4, 4, 36);
