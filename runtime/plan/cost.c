@@ -90,8 +90,10 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int 
     if (merak_exec_create(g, &eo, &e, err, errlen) < 0)
         return -1;
     int rc = 0;
-    /* small parameters and token 0 everywhere: the values do not change
-     * the time, and no denormals or NaNs slow a kernel down */
+    /* small parameters, and tokens spread over the vocabulary: the values
+     * do not change a kernel's time (no denormals or NaNs slow one down),
+     * but the tokens do the embedding's backward, whose rows of one token
+     * add up in turn (all one token: one long run) */
     for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
         size_t n = merak_exec_param_elems(e, i);
         float *v = malloc(n * sizeof *v);
@@ -103,9 +105,16 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int 
             rc = merak_errf(err, errlen, "%s", merak_exec_error(e));
         free(v);
     }
+    int64_t vocab = 1;   /* the token embedding's rows (ids and targets stay below) */
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].type == MERAK_OP_EMBEDDING && g->tensors[g->ops[i].in[1]].shape[0] > vocab)
+            vocab = g->tensors[g->ops[i].in[1]].shape[0];
     for (int t = 0; t < g->ntensors && rc == 0; t++)
         if (g->tensors[t].kind == MERAK_T_INPUT) {
-            int32_t *z = calloc((size_t)merak_tensor_elems(&g->tensors[t]), sizeof *z);
+            const size_t n = (size_t)merak_tensor_elems(&g->tensors[t]);
+            int32_t *z = malloc((n ? n : 1) * sizeof *z);
+            for (size_t j = 0; z && j < n; j++)   /* (a float input: zeros) */
+                z[j] = g->tensors[t].dtype == MERAK_I32 ? (int32_t)(((uint64_t)j * 2654435761u) % (uint64_t)vocab) : 0;
             if (!z || merak_exec_tensor_write(e, 0, t, z) < 0)
                 rc = merak_errf(err, errlen, "calibration inputs: %s", z ? merak_exec_error(e) : "out of memory");
             free(z);
