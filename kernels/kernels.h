@@ -365,7 +365,9 @@ int merak_backend_check(const char *name, char *err, size_t errlen);
  * memory depends (a plan calls its set_products: the attention's
  * scratch depends on it; that is the backend's state, which a caller
  * that plans after opening the kernels sets again).  No device is opened, and nothing else may be
- * called (a plan_only executor calls no kernel or memory hook).  The
+ * called (a plan_only executor calls no kernel or memory hook); where the
+ * kernels are open already, CUDA's support queries ask cuDNN on the device
+ * (cudnn_attn.h merak_cudnn_attn_takes).  The
  * CPU's for a backend this library was built without (an estimate: its
  * staging covers every op, its attention's scratch differs). */
 const merak_kernels *merak_kernels_plan(const char *name);

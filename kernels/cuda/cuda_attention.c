@@ -27,11 +27,15 @@
  * forward too, take the products while their two T x T buffers (2 n_head
  * T^2 floats) stay within MERAK_CUDA_ATTN_PRODUCTS_BYTES, else the fused
  * kernels (FP32 arithmetic on the CUDA cores whatever the products' math).
+ * On the device, cuDNN's way is also what cuDNN takes there
+ * (merak_cudnn_attn_takes builds a shape's graphs once; its answer holds
+ * for the process).
  * Measured on an H100, GPT-2's 12 heads of 64 at B = 8, T = 1024, FP32
  * (bench/RESULTS.md): fused forward 1.22 ms, products 1.31; fused backward
  * 7.88 ms, products 2.42; the tensor cores take the products' FLOPs (half
  * their time in FP32) several times faster.  The choice depends on the
- * shape and the math alone, so runs stay bitwise repeatable.
+ * shape, the math and (once) cuDNN's answer, so runs stay bitwise
+ * repeatable.
  *
  * Head dimensions up to FLASH_HD: the fused kernels of flash.h (forward:
  * out and lse; backward: dense dQ, dK, dV in scratch with D, each row's
@@ -134,16 +138,21 @@ static int cudnn_takes(const merak_attn_shape *p)
 }
 #endif
 
-/* cuDNN's way: with BF16 products unless another way is forced, for the
- * shapes it takes, in a build that has it. */
+#ifdef HAVE_CUDNN_ATTN
+/* cuDNN's way is wanted: with BF16 products unless another way is forced. */
+static int cudnn_wanted(void)
+{
+    return g_fwd_path == MERAK_CUDA_ATTN_CUDNN ||
+           (g_fwd_path == MERAK_CUDA_ATTN_AUTO && merak_cuda_products() == MERAK_PRODUCTS_BF16);
+}
+#endif
+
+/* cuDNN's way: wanted, for the shapes it takes, in a build that has it. */
 static int cudnn_way(const merak_attn_shape *s)
 {
 #ifdef HAVE_CUDNN_ATTN
     const merak_attn_shape p = cudnn_shape(s);
-    return g_fwd_path == MERAK_CUDA_ATTN_CUDNN ||
-           (g_fwd_path == MERAK_CUDA_ATTN_AUTO && merak_cuda_products() == MERAK_PRODUCTS_BF16)
-        ? cudnn_takes(&p)
-        : 0;
+    return cudnn_wanted() && cudnn_takes(&p);
 #else
     (void)s;
     return 0;
@@ -450,7 +459,7 @@ int merak_cuda_attention16_supported(const merak_attn_shape *s)
 {
 #ifdef HAVE_CUDNN_ATTN
     const merak_attn_shape p = native_shape(s);
-    return cudnn_way(s) && cudnn_takes(&p);
+    return cudnn_wanted() && cudnn_takes(&p);
 #else
     (void)s;
     return 0;

@@ -30,7 +30,9 @@
  * grown to the largest a graph asks for.
  *
  * Every frontend call that can fail returns an error_t or throws; both end
- * as merak_cuda_record("cudnn ...", message) and -1.  Nothing prints.
+ * as merak_cuda_record("cudnn ...", message) and -1, except in a probe
+ * (merak_cudnn_attn_takes), whose refusal records nothing and prints one
+ * line.  Nothing else prints.
  */
 #include "config.h"
 
@@ -44,6 +46,7 @@
 #include <dlfcn.h>            /* dlopen */
 
 #include <cmath>   /* std::sqrt */
+#include <cstdio>  /* snprintf, fprintf (a probe's refusal) */
 #include <cstdint>
 #include <cstring> /* memcmp */
 #include <exception>
@@ -158,6 +161,7 @@ int cudnn_load()
         note("loading " CUDNN_SONAME, ("version " + std::to_string(fe::detail::get_backend_version()) +
                                         " is older than the headers' " + std::to_string(CUDNN_VERSION))
                                            .c_str());
+        fe::cudnn_dlhandle = nullptr; /* not used, even after a refusal that recorded nothing */
         return -1;
     }
     return 0;
@@ -324,10 +328,34 @@ merak_attn_shape grad_shape(const merak_attn_shape *s, const int *gs)
     return g;
 }
 
-/* Keys cuDNN refused when probed, and whether it cannot be loaded at all. */
-attn_key g_refused[CACHE];
-int g_nrefused;
+/* Probes' answers, which never change: the keys (B 0: an answer holds
+ * for every batch size) cuDNN took or refused, and whether it could not
+ * be loaded at all (then every probe is refused). */
+constexpr int ANSWERS = 64;
+struct answer {
+    attn_key key;
+    int takes;
+};
+answer g_answers[ANSWERS];
+int g_nanswers;
 int g_no_cudnn;
+
+/* The answer for key k (any B), or -1. */
+int answered(attn_key k)
+{
+    k.B = 0;
+    for (int i = 0; i < g_nanswers; i++)
+        if (!std::memcmp(&g_answers[i].key, &k, sizeof k))
+            return g_answers[i].takes;
+    return -1;
+}
+
+void answer_is(attn_key k, int takes)
+{
+    k.B = 0;
+    if (g_nanswers < ANSWERS)
+        g_answers[g_nanswers++] = answer{k, takes};
+}
 
 /* Runs the graph of key over the tensors of vp (uid -> device pointer). */
 int run(const merak_attn_shape *s, const int *gs, std::unordered_map<int64_t, void *> &vp)
@@ -414,31 +442,35 @@ extern "C" int merak_cudnn_attn_takes(const merak_attn_shape *s, const int *gs)
             return 0;
     }
     const attn_key fk = key_of(s, nullptr), bk = gs ? key_of(s, gs) : fk;
-    for (int i = 0; i < g_nrefused && i < CACHE; i++)
-        if (!std::memcmp(&g_refused[i], &fk, sizeof fk) || !std::memcmp(&g_refused[i], &bk, sizeof bk))
-            return 0;
+    const int af = answered(fk), ab = answered(bk);
+    if (af == 0 || ab == 0 || (af == 1 && ab == 1))
+        return af == 1 && ab == 1;
     char why[512] = "";
     g_quiet = why, g_quiet_n = sizeof why;
-    int ok = 0, built_fwd = 0;
+    int built_fwd = 0, built_bwd = 0;
     try {
         attn_state *st = state();
         g_no_cudnn = st == nullptr;
-        built_fwd = st && graph_for(st, fk) != nullptr;
-        ok = built_fwd && (!gs || graph_for(st, bk) != nullptr);
+        built_fwd = st && (af == 1 || graph_for(st, fk) != nullptr);
+        built_bwd = built_fwd && (!gs || ab == 1 || graph_for(st, bk) != nullptr);
     } catch (const std::exception &ex) {
         snprintf(why, sizeof why, "%s", ex.what());
     } catch (...) {
         snprintf(why, sizeof why, "unknown C++ exception");
     }
     g_quiet = nullptr;
-    if (!ok) {
-        if (!g_no_cudnn)
-            g_refused[g_nrefused++ % CACHE] = built_fwd ? bk : fk;
-        fprintf(stderr, "merak: cuDNN's fused attention does not take %sB=%d T=%d, %d/%d heads of %d (%s); "
-                "attention runs without it\n", built_fwd ? "the backward of " : "", s->B, s->T, s->n_head,
-                s->n_kv_head, s->head_dim, why);
+    if (!g_no_cudnn) {
+        answer_is(fk, built_fwd);
+        if (built_fwd && gs)
+            answer_is(bk, built_bwd);
     }
-    return ok;
+    if (!built_bwd) {
+        (void)cudaGetLastError(); /* what the frontend's CUDA calls left is not a later kernel's error */
+        fprintf(stderr, "merak: cuDNN's fused attention does not take %sB=%d T=%d, %d/%d heads of %d, rows %d/%d/%d "
+                "apart (%s); attention runs without it\n", built_fwd ? "the backward of " : "", s->B, s->T,
+                s->n_head, s->n_kv_head, s->head_dim, s->q_stride, s->k_stride, s->v_stride, why);
+    }
+    return built_bwd;
 }
 
 extern "C" int merak_cudnn_attn_fwd(const merak_attn_shape *s, uint16_t *out, float *stats,

@@ -59,10 +59,15 @@ int merak_cudnn_attn_supported(const merak_attn_shape *s);
 /* 1 if cuDNN, on this device, builds the graphs of shape s: its forward
  * and, with gs (the gradients' row strides dq, dk, dv), its backward;
  * else 0, with nothing recorded (the caller goes without cuDNN) and one
- * line on stderr naming the shape and cuDNN's reason, once per shape (or
- * once if cuDNN cannot be loaded or its handle made).  The graphs built
- * are kept for the calls.  Needs the backend's device (merak_cuda_is_open):
- * a plan without one asks merak_cudnn_attn_supported alone. */
+ * line on stderr naming the shape and cuDNN's reason.  The answer is the
+ * shape's for every batch size and for the rest of the process (asked
+ * again, it is not built again: a caller that sized its memory by it
+ * keeps the same way); cuDNN that cannot be loaded, or whose handle
+ * cannot be made, refuses every shape.  The graphs built are kept for the
+ * calls (a call whose graph was dropped from the cache builds it again,
+ * and its failure is an error).  Needs the backend's device
+ * (merak_cuda_is_open): a plan without one asks merak_cudnn_attn_supported
+ * alone. */
 int merak_cudnn_attn_takes(const merak_attn_shape *s, const int *gs);
 
 /* out (B,T,nh*hd) = causal softmax(q k^T / sqrt(hd)) v, overwritten;

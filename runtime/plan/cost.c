@@ -1,6 +1,7 @@
 /*
  * cost.c - device profiles and op times (cost.h).
  */
+#include <math.h> /* exp, log */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "errf.h"
 #include "file.h"
 #include "graph/ops.h"
+#include "mix64.h"
 #include "pipe/exec.h"
 
 double merak_allreduce_time(double bytes, int n, double bw, double latency)
@@ -90,10 +92,12 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int 
     if (merak_exec_create(g, &eo, &e, err, errlen) < 0)
         return -1;
     int rc = 0;
-    /* small parameters, and tokens spread over the vocabulary: the values
-     * do not change a kernel's time (no denormals or NaNs slow one down),
-     * but the tokens do the embedding's backward, whose rows of one token
-     * add up in turn (all one token: one long run) */
+    /* small parameters, and tokens spread over the vocabulary as text
+     * spreads them (id k about as often as 1/(k+1), Zipf's law: 0 is a
+     * few percent of them): the values do not change a kernel's time (no
+     * denormals or NaNs slow one down), but the tokens do the embedding's
+     * backward, whose rows of one token add up in turn (all one token:
+     * one long run; all different: none) */
     for (int i = 0; i < merak_exec_num_params(e) && rc == 0; i++) {
         size_t n = merak_exec_param_elems(e, i);
         float *v = malloc(n * sizeof *v);
@@ -105,16 +109,23 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int 
             rc = merak_errf(err, errlen, "%s", merak_exec_error(e));
         free(v);
     }
-    int64_t vocab = 1;   /* the token embedding's rows (ids and targets stay below) */
+    int64_t vocab = 0;   /* the token embedding's rows and the loss's: ids and targets stay below both */
     for (int i = 0; i < g->nops; i++)
         if (g->ops[i].type == MERAK_OP_EMBEDDING && g->tensors[g->ops[i].in[1]].shape[0] > vocab)
             vocab = g->tensors[g->ops[i].in[1]].shape[0];
+    const int lv = merak_graph_loss_vocab(g);
+    if (lv > 0 && (vocab == 0 || lv < vocab))
+        vocab = lv;
+    const double lnv = log((double)(vocab > 1 ? vocab : 1));
     for (int t = 0; t < g->ntensors && rc == 0; t++)
         if (g->tensors[t].kind == MERAK_T_INPUT) {
             const size_t n = (size_t)merak_tensor_elems(&g->tensors[t]);
             int32_t *z = malloc((n ? n : 1) * sizeof *z);
-            for (size_t j = 0; z && j < n; j++)   /* (a float input: zeros) */
-                z[j] = g->tensors[t].dtype == MERAK_I32 ? (int32_t)(((uint64_t)j * 2654435761u) % (uint64_t)vocab) : 0;
+            for (size_t j = 0; z && j < n; j++) {   /* (a float input: zeros) */
+                const double u = (double)(merak_mix64(j + 1) >> 11) * 0x1p-53;   /* [0, 1) */
+                const int64_t id = (int64_t)exp(u * lnv) - 1;
+                z[j] = g->tensors[t].dtype == MERAK_I32 && vocab > 1 ? (int32_t)(id < vocab ? id : vocab - 1) : 0;
+            }
             if (!z || merak_exec_tensor_write(e, 0, t, z) < 0)
                 rc = merak_errf(err, errlen, "calibration inputs: %s", z ? merak_exec_error(e) : "out of memory");
             free(z);
