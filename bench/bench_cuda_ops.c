@@ -35,6 +35,9 @@
 #include <time.h>
 
 #include "cuda/cuda_kernels.h"
+#ifdef HAVE_CUDNN_ATTN
+#include "cuda/cudnn_attn.h" /* merak_cudnn_attn_takes: whether cuDNN's path is what runs */
+#endif
 #include "kernels.h"
 #include "mix64.h"
 
@@ -171,6 +174,15 @@ static void bench_attention(int B, int T, int nh, int hd, merak_cuda_attn_path p
     memset(&a, 0, sizeof a);
     a.s = (merak_attn_shape){.B = B, .T = T, .n_head = nh, .n_kv_head = nh, .head_dim = hd,
                              .q_stride = 3 * C, .k_stride = 3 * C, .v_stride = 3 * C};
+#ifdef HAVE_CUDNN_ATTN
+    /* the float entries hand cuDNN dense copies: a shape it refuses on this
+     * device is timed on the way the backend falls back to, and says so */
+    const merak_attn_shape dense = {.B = B, .T = T, .n_head = nh, .n_kv_head = nh, .head_dim = hd,
+                                    .q_stride = C, .k_stride = C, .v_stride = C};
+    const int gs[3] = {C, C, C};
+    if (path == MERAK_CUDA_ATTN_CUDNN && !merak_cudnn_attn_takes(&dense, gs))
+        pname = "cudnn-refused";
+#endif
     const size_t BT = (size_t)B * T;
     a.qkv = drand(BT * 3 * C, 7);
     a.out = drand(BT * C, 8);
