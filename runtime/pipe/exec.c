@@ -687,6 +687,11 @@ int merak_exec_tensor_bf16(const merak_exec *e, int t)
     return t >= 0 && t < e->g->ntensors && e->half[t] && e->param_of[t] < 0;
 }
 
+int merak_exec_op_native(const merak_exec *e, int i)
+{
+    return i >= 0 && i < e->g->nops && e->native[i];
+}
+
 /* The recompute buffer slot holds, or -1. */
 static int pool_index(const merak_exec *e, int slot) { return e->pool_of[slot]; }
 

@@ -217,6 +217,10 @@ size_t merak_exec_tensor_bytes(const merak_exec *e, int t);
 int merak_exec_tensor_bf16(const merak_exec *e, int t);
 /* The chunk holding tensor t (not a parameter), or -1. */
 int merak_exec_tensor_chunk(const merak_exec *e, int t);
+/* Does op i of the slice read and write bf16 storage as it is (its kind's
+ * bf16 entries), rather than staged through float copies?  (Precision;
+ * known with plan_only too.) */
+int merak_exec_op_native(const merak_exec *e, int i);
 /* Writes host values (the tensor's elements, 4 bytes each: float or int32;
  * floats rounded to bf16 for a tensor in bf16 storage) into the slot's
  * tensor t; -1 if the slice holds no t or the copy failed. */

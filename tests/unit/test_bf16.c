@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "config.h" /* HAVE_CUDA, HAVE_CUDNN_ATTN */
 #include "bf16.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
@@ -415,6 +416,54 @@ static void test_refused(void)
     merak_graph_destroy(g);
 }
 
+/* The CUDA backend's plan (its table without a device, BF16 products):
+ * in bf16 every op of GPT-2 124M and of LLaMA-2 7B reads and writes bf16
+ * storage as it is, nothing staged (the memory merak-plan gives), but for
+ * attention with a head cuDNN does not take (20 wide), or in a build
+ * without cuDNN. */
+static void test_cuda_plan(void)
+{
+#ifndef HAVE_CUDA
+    tap_ok(1, "# SKIP a build without CUDA");
+#else
+#ifdef HAVE_CUDNN_ATTN
+    const int cudnn = 1;
+#else
+    const int cudnn = 0;
+#endif
+    const merak_kernels *kt = merak_kernels_plan("cuda");
+    kt->set_products(MERAK_PRODUCTS_BF16);
+    static const char *const names[] = {"gpt2", "llama2-7b", "gpt2 of heads 20 wide"};
+    for (int m = 0; m < 3; m++) {
+        merak_model_config c;
+        merak_model_preset(m == 1 ? "llama2-7b" : "gpt2", &c);
+        if (m == 2)
+            c.hidden = 640, c.n_head = c.n_kv_head = 32, c.ffn_hidden = 2560;
+        merak_graph *g = merak_model_build(&c, 1, 128, err, sizeof err);
+        merak_exec_chunk whole = {0, -1, 1, 0};
+        merak_exec_opts o = {.chunks = &whole, .nchunks = 1, .kernels = kt, .bf16 = 1, .plan_only = 1};
+        merak_exec *e = NULL;
+        if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0) {
+            tap_ok(0, "the cuda plan of %s: %s", names[m], err);
+            merak_graph_destroy(g);
+            continue;
+        }
+        int nstaged = 0, wrong = 0;
+        for (int i = 0; i < g->nops; i++) {
+            const int attn = g->ops[i].type == MERAK_OP_ATTENTION;
+            const int want = !attn || (cudnn && m != 2);
+            nstaged += !merak_exec_op_native(e, i);
+            wrong += merak_exec_op_native(e, i) != want;
+        }
+        tap_ok(wrong == 0, "the cuda plan of %s in bf16: %d of %d ops staged%s", names[m], nstaged, g->nops,
+               m == 2 || !cudnn ? " (attention: cuDNN does not take it)" : "");
+        merak_exec_destroy(e);
+        merak_graph_destroy(g);
+    }
+    kt->set_products(MERAK_PRODUCTS_FP32);
+#endif
+}
+
 int main(void)
 {
     test_round();
@@ -425,5 +474,6 @@ int main(void)
     test_storage_runs("tiny-gpt2", 1);
     test_tp_storage();
     test_refused();
+    test_cuda_plan();
     return tap_done();
 }
