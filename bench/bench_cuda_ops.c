@@ -208,6 +208,78 @@ static void bench_attention(int B, int T, int nh, int hd, merak_cuda_attn_path p
     merak_cuda_set_attention_paths(MERAK_CUDA_ATTN_AUTO, MERAK_CUDA_ATTN_AUTO);
 }
 
+/* Attention on bf16 storage (the attention16 entries, what --dtype bf16
+ * trains with): cuDNN's fused attention on GPT-2's fused bf16 qkv rows,
+ * path=cudnn-bf16, against torch's bf16 SDPA like the rows above. */
+typedef struct {
+    merak_attn_shape s;
+    uint16_t *qkv, *out, *dout, *dqkv;
+    float *lse, *ascratch;
+} attn16_arg;
+
+/* n random bf16 values on the device (drand's, rounded). */
+static uint16_t *drand16(size_t n, uint64_t seed)
+{
+    float *f = drand(n, seed);
+    uint16_t *d = merak_cuda_malloc(n * sizeof *d);
+    if (!d)
+        die("out of memory");
+    g_k->to_bf16(d, f, n);
+    merak_cuda_synchronize();
+    merak_cuda_free(f);
+    return d;
+}
+
+static void attn16_fwd(const void *p)
+{
+    const attn16_arg *a = p;
+    const int C = a->s.n_head * a->s.head_dim;
+    g_k->attention16_fwd(&a->s, a->out, a->lse, NULL, NULL, a->qkv, a->qkv + C, a->qkv + 2 * C, a->ascratch, NULL);
+}
+static void attn16_bwd(const void *p)
+{
+    const attn16_arg *a = p;
+    const int C = a->s.n_head * a->s.head_dim;
+    g_k->attention16_bwd(&a->s, a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->dout, a->out, a->lse, NULL, NULL, a->qkv,
+                         a->qkv + C, a->qkv + 2 * C, a->ascratch, NULL);
+}
+
+static void bench_attention16(int B, int T, int nh, int hd)
+{
+    const int C = nh * hd;
+    attn16_arg a;
+    memset(&a, 0, sizeof a);
+    a.s = (merak_attn_shape){.B = B, .T = T, .n_head = nh, .n_kv_head = nh, .head_dim = hd,
+                             .q_stride = 3 * C, .k_stride = 3 * C, .v_stride = 3 * C};
+    if (!g_k->attention16_supported || !g_k->attention16_supported(&a.s)) {
+        printf("failed op=attention math=bf16 path=cudnn-bf16 shape=%d,%d,%d,%d: not taken on this device\n", B, T,
+               nh, hd);
+        return;
+    }
+    const size_t BT = (size_t)B * T;
+    a.qkv = drand16(BT * 3 * C, 31);
+    a.out = drand16(BT * C, 32);
+    a.dout = drand16(BT * C, 33);
+    a.dqkv = drand16(BT * 3 * C, 34);
+    a.lse = drand((size_t)B * nh * T, 35);   /* the forward, timed first, writes it */
+    a.ascratch = drand(g_k->attention16_scratch_elems(&a.s), 36);
+    const double fl = 2.0 * B * nh * (double)T * T * hd;
+    const double f = timeit(attn16_fwd, &a), b = timeit(attn16_bwd, &a);
+    char err[256] = "";
+    if (merak_cuda_status(err, sizeof err) < 0)
+        printf("failed op=attention math=bf16 path=cudnn-bf16 shape=%d,%d,%d,%d: %s\n", B, T, nh, hd, err);
+    else {
+        printf("op=attention_fwd math=bf16 path=cudnn-bf16 shape=%d,%d,%d,%d ms=%.4f tflops=%.2f\n", B, T, nh, hd,
+               f, fl / f / 1e9);
+        printf("op=attention_bwd math=bf16 path=cudnn-bf16 shape=%d,%d,%d,%d ms=%.4f tflops=%.2f\n", B, T, nh, hd,
+               b, 2 * fl / b / 1e9);
+    }
+    fflush(stdout);
+    void *bufs[] = {a.qkv, a.out, a.dout, a.dqkv, a.lse, a.ascratch};
+    for (int i = 0; i < 6; i++)
+        merak_cuda_free(bufs[i]);
+}
+
 /* ------------------------------------------------------------------ roofline
  *
  * The memory-bound entries at GPT-2 124M's shapes against the least
@@ -721,6 +793,9 @@ int main(int argc, char **argv)
     g_math = "bf16";
     bench_attention(B, T, 12, 64, MERAK_CUDA_ATTN_CUDNN);
     bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64, MERAK_CUDA_ATTN_CUDNN);
+    /* and on bf16 storage, as training runs it: the newest of all */
+    bench_attention16(B, T, 12, 64);
+    bench_attention16(B > 4 ? B / 4 : 1, 4 * T, 12, 64);
     merak_cuda_set_products(MERAK_PRODUCTS_FP32);
 #endif
     if (ferror(g_roof) || (g_roof != stdout && fclose(g_roof) != 0))

@@ -5,8 +5,10 @@
 # torch's allow_tf32: math=tf32) and with BF16 products (merak --dtype bf16:
 # float32 storage, products of bf16 values on the tensor cores; torch:
 # bfloat16 tensors, math=bf16), attention by each of merak's ways (path=
-# fused or products, and with bf16 cudnn: cuDNN's fused attention, last; a
-# row that failed is printed as such and left out of the comparison), and
+# fused or products, and with bf16 cudnn: cuDNN's fused attention, then
+# cudnn-bf16: the same on bf16 storage, GPT-2's fused qkv rows as they are,
+# as --dtype bf16 trains; a row that failed is printed as such and left
+# out of the comparison), and
 # the linear ops against the peak of the same math:
 # an 8192^3 product through the same table (the "peak" layer).
 #
