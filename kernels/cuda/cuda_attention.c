@@ -126,9 +126,7 @@ static merak_attn_shape cudnn_shape(const merak_attn_shape *s)
     p.rope.theta = 0.0f;
     return p;
 }
-#endif
 
-#ifdef HAVE_CUDNN_ATTN
 /* cuDNN takes shape p (its calls' shape, dense gradients): by its sizes
  * alone in a plan, and on the device by building its graphs there. */
 static int cudnn_takes(const merak_attn_shape *p)
@@ -136,9 +134,7 @@ static int cudnn_takes(const merak_attn_shape *p)
     const int gs[3] = {p->n_head * p->head_dim, p->n_kv_head * p->head_dim, p->n_kv_head * p->head_dim};
     return merak_cudnn_attn_supported(p) && (!merak_cuda_is_open() || merak_cudnn_attn_takes(p, gs));
 }
-#endif
 
-#ifdef HAVE_CUDNN_ATTN
 /* cuDNN's way is wanted: with BF16 products unless another way is forced. */
 static int cudnn_wanted(void)
 {
