@@ -214,6 +214,19 @@ typedef struct merak_kernels {
     /* the device's memory: what is free now and its size, in bytes (host
      * memory for the CPU); 0, or -1 if it cannot tell */
     int (*capacity)(size_t *free_bytes, size_t *total_bytes);
+    /* ---- device time: where a backend's kernels run behind the host (a
+     * GPU's stream), the host's clock says only when work was queued.
+     * mark records a mark on the kernels' stream, reached when every
+     * kernel launched before it has finished (a host backend's kernels
+     * are done when their call returns: its mark is the clock's reading),
+     * and returns its number (0, 1, ... since the last marks_clear), or
+     * -1 on an error; mark_seconds(a, b), once the device has reached
+     * both (after synchronize), is the time from mark a to mark b in
+     * seconds, or < 0 on an error.  NULL: the host's clock times the
+     * kernels. */
+    int (*mark)(void);
+    double (*mark_seconds)(int a, int b);
+    void (*marks_clear)(void);
     /* ---- precision.  x[i] = the bfloat16 value nearest x[i] (to nearest,
      * ties to even: merak_bf16_round of bf16.h), kept in float storage:
      * how the executor emulates bf16 storage (--dtype bf16, exec.h).  NULL

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../rope.h"
@@ -188,6 +189,38 @@ static int cpu_copy(void *dst, const void *src, size_t bytes, merak_copy_kind ki
 
 static int cpu_synchronize(void) { return 0; }
 
+/* Device time on the host: a kernel is done when its call returns, so a
+ * mark is the clock's reading when it is made. */
+static struct {
+    double *t;
+    int n, cap;
+} cpu_marks;
+
+static int cpu_mark(void)
+{
+    if (cpu_marks.n == cpu_marks.cap) {
+        int cap = cpu_marks.cap ? 2 * cpu_marks.cap : 256;
+        double *t = realloc(cpu_marks.t, (size_t)cap * sizeof *t);
+        if (!t)
+            return -1;
+        cpu_marks.t = t;
+        cpu_marks.cap = cap;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    cpu_marks.t[cpu_marks.n] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return cpu_marks.n++;
+}
+
+static double cpu_mark_seconds(int a, int b)
+{
+    if (a < 0 || b < 0 || a >= cpu_marks.n || b >= cpu_marks.n)
+        return -1;
+    return cpu_marks.t[b] - cpu_marks.t[a];
+}
+
+static void cpu_marks_clear(void) { cpu_marks.n = 0; }
+
 /* bf16 storage emulated in float storage: every value the nearest bf16. */
 static void cpu_round_bf16(float *x, size_t n)
 {
@@ -279,6 +312,7 @@ static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
 #define TABLE_NAME "cpu"
 #define TABLE_MEMORY .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy = cpu_copy, \
                      .synchronize = cpu_synchronize, .memory = cpu_memory, .capacity = cpu_capacity, \
+                     .mark = cpu_mark, .mark_seconds = cpu_mark_seconds, .marks_clear = cpu_marks_clear, \
                      .round_bf16 = cpu_round_bf16, .to_bf16 = cpu_to_bf16, .from_bf16 = cpu_from_bf16, \
                      .bf16_scratch = 1, .linear16_fwd = cpu_linear16_fwd, \
                      .linear16_bwd_x = cpu_linear16_bwd_x, .linear16_bwd_w = cpu_linear16_bwd_w, \

@@ -74,6 +74,11 @@ int merak_cuda_memset(void *dst, int value, size_t bytes);
 int merak_cuda_is_device_ptr(const void *p);
 /* Waits for every kernel enqueued by the backend; returns 0 or -1. */
 int merak_cuda_synchronize(void);
+/* The table's device time (kernels.h mark): CUDA events recorded on the
+ * stream, made as needed and kept for the process. */
+int merak_cuda_mark(void);
+double merak_cuda_mark_seconds(int a, int b);
+void merak_cuda_marks_clear(void);
 /* The stream the backend queues everything on (a cudaStream_t; NULL: the
  * legacy default stream), for communication that must follow its work. */
 void *merak_cuda_stream_handle(void);

@@ -7,6 +7,7 @@
  */
 #include <cuda_runtime_api.h> /* cudaMalloc, cudaMemcpyAsync, streams, errors */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MERAK_CUDA_INTERNAL
@@ -38,6 +39,8 @@ static struct cuda_mem {
     stage_buf stage[NSTAGE];
     int nstage;       /* buffers made so far; -1: page-locked memory refused, copies wait */
     int stage_next;
+    cudaEvent_t *marks; /* the device-time marks: nmarks recorded since the last clear */
+    int nmarks, cap_marks;
 } cb;
 
 cudaStream_t merak_cuda_stream(void) { return cb.stream; }
@@ -210,6 +213,38 @@ int merak_cuda_synchronize(void)
 {
     return merak_cuda_ok(cudaStreamSynchronize(cb.stream), "cudaStreamSynchronize") ? 0 : -1;
 }
+
+/* ------------------------------------------------------------------ device time */
+
+int merak_cuda_mark(void)
+{
+    if (cb.failed)
+        return -1;
+    if (cb.nmarks == cb.cap_marks) {
+        int cap = cb.cap_marks ? 2 * cb.cap_marks : 256;
+        cudaEvent_t *m = realloc(cb.marks, (size_t)cap * sizeof *m);
+        if (!m)
+            return -1;
+        cb.marks = m;
+        for (; cb.cap_marks < cap; cb.cap_marks++)
+            if (!merak_cuda_ok(cudaEventCreate(&cb.marks[cb.cap_marks]), "cudaEventCreate(mark)"))
+                return -1;
+    }
+    if (!merak_cuda_ok(cudaEventRecord(cb.marks[cb.nmarks], cb.stream), "cudaEventRecord(mark)"))
+        return -1;
+    return cb.nmarks++;
+}
+
+double merak_cuda_mark_seconds(int a, int b)
+{
+    float ms = 0;
+    if (cb.failed || a < 0 || b < 0 || a >= cb.nmarks || b >= cb.nmarks ||
+        !merak_cuda_ok(cudaEventElapsedTime(&ms, cb.marks[a], cb.marks[b]), "cudaEventElapsedTime(marks)"))
+        return -1;
+    return ms * 1e-3;
+}
+
+void merak_cuda_marks_clear(void) { cb.nmarks = 0; }
 
 /* Grows geometrically.  The old arena is kept, never freed: enqueued
  * kernels may still read it, and cudaFree waits for the whole device,

@@ -46,16 +46,16 @@ void merak_stage_destroy(merak_stage *s)
  * compute waits in them: a blocking sum whole; a non-blocking one (a
  * sub-batch's) from the start call and the wait, not while it is in
  * flight behind other sub-batches' compute. */
-static void tp_traced(merak_stage *s, double t0)
+static void tp_traced(merak_stage *s, merak_stamp t0)
 {
-    if (s->trace)
-        merak_trace_add(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, s->cur_chunk, t0, merak_now());
+    merak_trace_add_stamped(s->trace, 0, MERAK_TRACE_TP_ALLREDUCE, s->cur_mb, s->cur_chunk, t0,
+                            merak_trace_stamp(s->trace));
 }
 
 static int tp_allreduce(void *ctx, float *buf, size_t n)
 {
     merak_stage *s = ctx;
-    double t0 = s->trace ? merak_now() : 0;
+    merak_stamp t0 = merak_trace_stamp(s->trace);
     int rc = merak_allreduce(s->tp_g, buf, n, NULL);
     tp_traced(s, t0);
     return rc;
@@ -64,7 +64,7 @@ static int tp_allreduce(void *ctx, float *buf, size_t n)
 static int tp_start(void *ctx, float *buf, size_t n, int k)
 {
     merak_stage *s = ctx;
-    double t0 = s->trace ? merak_now() : 0;
+    merak_stamp t0 = merak_trace_stamp(s->trace);
     int rc = merak_allreduce(s->tp_g, buf, n, &s->tp_req[k]);
     tp_traced(s, t0);
     return rc;
@@ -73,7 +73,7 @@ static int tp_start(void *ctx, float *buf, size_t n, int k)
 static int tp_wait(void *ctx, int k)
 {
     merak_stage *s = ctx;
-    double t0 = s->trace ? merak_now() : 0;
+    merak_stamp t0 = merak_trace_stamp(s->trace);
     int rc = merak_wait(&s->tp_req[k]);
     tp_traced(s, t0);
     return rc;

@@ -184,12 +184,12 @@ static int run_list(merak_stage *s, const merak_stage_hooks *h, const merak_sche
 {
     for (int i = 0; i < sc->n; i++) {
         const merak_instr *in = &sc->instr[i];
-        double t0 = s->trace ? merak_now() : 0;
+        merak_stamp t0 = merak_trace_stamp(s->trace);
         s->cur_mb = in->mb;
         s->cur_chunk = in->chunk;
         int rc = run_instr(s, h, in, err, errlen);
-        if (s->trace && !sc->forward_only)
-            merak_trace_add(s->trace, 0, in->kind, in->mb, in->chunk, t0, merak_now());
+        if (!sc->forward_only)
+            merak_trace_add_stamped(s->trace, 0, in->kind, in->mb, in->chunk, t0, merak_trace_stamp(s->trace));
         merak_group_progress(s->pp_g);
         if (rc < 0) {
             /* name the instruction; a group call's reason if nothing else said why */
@@ -221,11 +221,13 @@ int merak_stage_run(merak_stage *s, const merak_stage_hooks *h, char *err, size_
     /* the masters the last step (or a checkpoint, or the initialisation) wrote */
     if (merak_exec_cast_params(s->e) < 0)
         return merak_errf(err, errlen, "rounding the parameters' bf16 copies on the %s backend failed", s->k->name);
+    merak_trace_device_begin(s->trace, s->k);
     if (run_list(s, h, &s->sched, "", err, errlen) < 0)
         return -1;
     /* The step's device work is done (its time counts) and its errors show. */
     if (s->k->synchronize() < 0)
         return merak_errf(err, errlen, "the %s backend failed during the step", s->k->name);
+    merak_trace_device_end(s->trace);
     return 0;
 }
 

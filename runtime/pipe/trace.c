@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "grow.h"
+#include "kernels.h"
 #include "trace.h"
 
 const char *merak_trace_kind_name(int kind)
@@ -57,5 +59,57 @@ void merak_trace_add(merak_trace *t, int lane, int kind, int mb, int chunk, doub
 void merak_trace_free(merak_trace *t)
 {
     free(t->ev);
+    free(t->marked);
     memset(t, 0, sizeof *t);
+}
+
+void merak_trace_device_begin(merak_trace *t, const merak_kernels *k)
+{
+    if (!t)
+        return;
+    t->dev = NULL;
+    t->nmarked = 0;
+    if (!k || !k->mark || !k->mark_seconds || !k->marks_clear || k->synchronize() < 0)
+        return;
+    k->marks_clear();
+    t->dev0 = merak_now();
+    if (k->mark() == 0)
+        t->dev = k;
+}
+
+merak_stamp merak_trace_stamp(merak_trace *t)
+{
+    if (!t)
+        return (merak_stamp){0, -1};
+    return (merak_stamp){merak_now(), t->dev ? t->dev->mark() : -1};
+}
+
+void merak_trace_add_stamped(merak_trace *t, int lane, int kind, int mb, int chunk, merak_stamp start,
+                             merak_stamp end)
+{
+    if (!t)
+        return;
+    const size_t n = t->n;
+    merak_trace_add(t, lane, kind, mb, chunk, start.host, end.host);
+    if (t->n == n || !t->dev || start.mark < 0 || end.mark < 0)
+        return;
+    if (merak_grow((void **)&t->marked, &t->cap_marked, t->nmarked + 1, sizeof *t->marked) < 0)
+        return;   /* that event keeps the host's times */
+    t->marked[t->nmarked++] = (merak_trace_marked){n, start.mark, end.mark};
+}
+
+void merak_trace_device_end(merak_trace *t)
+{
+    if (!t || !t->dev)
+        return;
+    for (size_t i = 0; i < t->nmarked; i++) {
+        const merak_trace_marked *m = &t->marked[i];
+        const double a = t->dev->mark_seconds(0, m->m0), b = t->dev->mark_seconds(0, m->m1);
+        if (a < 0 || b < a)
+            continue;
+        t->ev[m->ev].start = t->dev0 + a - t->origin;
+        t->ev[m->ev].end = t->dev0 + b - t->origin;
+    }
+    t->dev = NULL;
+    t->nmarked = 0;
 }

@@ -39,13 +39,34 @@ typedef struct merak_trace_event {
     int32_t lane;         /* the row a picture draws it in (a recording rank: 0) */
 } merak_trace_event;
 
+struct merak_kernels;
+
+/* An event waiting for its device times (merak_trace_device_end). */
+typedef struct merak_trace_marked {
+    size_t ev;            /* its index in ev */
+    int m0, m1;           /* the backend's marks at its start and end */
+} merak_trace_marked;
+
 typedef struct merak_trace {
     merak_trace_event *ev;
     size_t n, cap;
     double origin;        /* merak_now() at time 0 */
     int step;             /* stamped on the events added from now on */
     int failed;           /* out of memory: events were lost */
+    /* device time (merak_trace_device_begin): the backend whose marks
+     * time this step's events, or NULL; the host's time of its mark 0 */
+    const struct merak_kernels *dev;
+    double dev0;
+    merak_trace_marked *marked;
+    size_t nmarked, cap_marked;
 } merak_trace;
+
+/* A moment on the trace's clock: the host's time and, while the trace
+ * times a device, a mark on the device's stream (else -1). */
+typedef struct merak_stamp {
+    double host;
+    int mark;
+} merak_stamp;
 
 /* The kind's name ("FWD", "TP_ALLREDUCE"; "?" if unknown), its track, and
  * the kind a name belongs to (-1 if none). */
@@ -58,5 +79,20 @@ int merak_trace_kind_find(const char *name);
  * origin 0). */
 void merak_trace_add(merak_trace *t, int lane, int kind, int mb, int chunk, double start, double end);
 void merak_trace_free(merak_trace *t);
+
+/* Device time.  On a backend whose kernels run behind the host (a GPU:
+ * kernels.h mark), the host's clock only says when work was queued.  For
+ * one step, from device_begin (which waits for the device, then records
+ * mark 0 as the host reads its clock) to device_end (after the device
+ * has reached every mark: the step's synchronize), each event added with
+ * stamps takes the times at which the device's stream reached its start
+ * and its end: what the device waited for and worked on.  A host backend
+ * (no mark), a NULL trace or a mark that fails keeps the host's times. */
+void merak_trace_device_begin(merak_trace *t, const struct merak_kernels *k);
+void merak_trace_device_end(merak_trace *t);
+/* now (t may be NULL: {0, -1}) */
+merak_stamp merak_trace_stamp(merak_trace *t);
+void merak_trace_add_stamped(merak_trace *t, int lane, int kind, int mb, int chunk, merak_stamp start,
+                             merak_stamp end);
 
 #endif /* MERAK_TRACE_H */

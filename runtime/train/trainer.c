@@ -126,10 +126,10 @@ static int hook_optimizer_step(void *ctx, char *err, size_t errlen)
     merak_run *r = ctx;
     const merak_args *a = r->a;
     double red[2] = {merak_stage_loss_sum(r->stage), merak_stage_grad_sumsq(r->stage)};
-    double t0 = merak_now();
+    merak_trace *tr = a->trace ? &r->trace : NULL;
+    merak_stamp t0 = merak_trace_stamp(tr);
     int rc = merak_allreduce_f64(r->world, red, 2);
-    if (a->trace)
-        merak_trace_add(&r->trace, 0, MERAK_TRACE_STEP_ALLREDUCE, -1, 0, t0, merak_now());
+    merak_trace_add_stamped(tr, 0, MERAK_TRACE_STEP_ALLREDUCE, -1, 0, t0, merak_trace_stamp(tr));
     if (rc < 0)
         return merak_errf(err, errlen, "summing the loss and gradient norm: %s", merak_comm_error(r->comm));
     r->loss = red[0] / (a->micro_batches * r->grid->dp);

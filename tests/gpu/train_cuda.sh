@@ -4,8 +4,11 @@
 # runs give bitwise-identical losses.  --dtype tf32 (products on the tensor
 # cores): two runs bitwise identical, different from fp32's, within 2e-2 of
 # the CPU's fp32 losses.  --dtype bf16: two runs bitwise identical, within
-# 2e-2 of the CPU's bf16 (its emulation, the reference).  Skipped without a
-# CUDA build or a GPU.
+# 2e-2 of the CPU's bf16 (its emulation, the reference).  --trace times
+# the device: GPT-2 124M's compute instructions follow one another on the
+# stream and each backward takes longer than its forward (host times would
+# give the forward the wait for the loss and the backward only its
+# launches).  Skipped without a CUDA build or a GPU.
 . "$(dirname "$0")/../lib.sh"
 grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h" || skip "built without CUDA"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
@@ -52,3 +55,19 @@ for model in tiny-gpt2 tiny-llama; do
     ! cmp -s "$WORK/bf16.a" "$WORK/fp32.a" || fail "$model: bf16's losses equal fp32's bit for bit (bf16 not applied?)"
     near $model bf16 2e-2 bf16
 done
+
+"$TRAIN" --model gpt2 --data "$WORK/data.bin" --micro-batch 4 --micro-batches 2 --seq-len 256 --steps 3 \
+    --device cuda --trace "$WORK/gpt2.trace.json" > "$WORK/cuda.out" 2>&1 ||
+    { cat "$WORK/cuda.out" >&2; fail "gpt2 --trace on the GPU"; }
+"$PY3" - "$WORK/gpt2.trace.json" <<'PYEOF' || fail "the GPU's trace is not timed on the device"
+import json, sys
+xs = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+comp = sorted((e for e in xs if e["tid"] == 0), key=lambda e: e["ts"])
+for a, b in zip(comp, comp[1:]):
+    assert a["dur"] >= 0 and a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
+for mb in (0, 1):
+    f = [e["dur"] for e in comp if e["name"] == "FWD" and e["args"]["mb"] == mb and e["args"]["step"] > 0]
+    b = [e["dur"] for e in comp if e["name"] == "BWD" and e["args"]["mb"] == mb and e["args"]["step"] > 0]
+    print("micro-batch %d: FWD %s us, BWD %s us" % (mb, f, b))
+    assert len(f) == 2 and len(b) == 2 and all(y > 1.2 * x for x, y in zip(f, b)), (f, b)
+PYEOF

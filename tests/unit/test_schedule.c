@@ -9,13 +9,17 @@
  * purpose are caught, which shows the simulator can fail; evaluation
  * (forward-only) lists of every schedule run deadlock-free; and on every
  * link the receives are posted in the order of the sends (what a
- * transport without tags needs).
+ * transport without tags needs).  And the trace's device time: events
+ * stamped while a device is timed take the device's times, a host clock
+ * or a failed mark keeps the host's.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "pipe/schedule.h"
+#include "pipe/trace.h"
 #include "tap.h"
 
 #define MAX_S 8
@@ -620,6 +624,81 @@ static int link_mismatches(const merak_schedule *sch, int S, char *first, size_t
     return bad;
 }
 
+/* A device that runs 1 ms behind each mark: mark i is reached i ms after
+ * mark 0, whatever the host's clock says.  fake_bad: that mark's time
+ * cannot be read; fake_sync_fails: synchronize fails. */
+static int fake_n, fake_bad = -1, fake_sync_fails;
+static int fake_sync(void) { return fake_sync_fails ? -1 : 0; }
+static int fake_mark(void) { return fake_n++; }
+static void fake_clear(void) { fake_n = 0; }
+static double fake_seconds(int a, int b)
+{
+    if (a < 0 || b < 0 || a >= fake_n || b >= fake_n || a == fake_bad || b == fake_bad)
+        return -1;
+    return (b - a) * 1e-3;
+}
+
+static void test_trace_device(void)
+{
+    merak_kernels dev;
+    memset(&dev, 0, sizeof dev);
+    dev.synchronize = fake_sync;
+    dev.mark = fake_mark;
+    dev.mark_seconds = fake_seconds;
+    dev.marks_clear = fake_clear;
+
+    merak_trace t;
+    memset(&t, 0, sizeof t);
+    t.origin = 100.0;
+    fake_n = 7; /* marks left from an earlier step: begin clears them */
+    merak_trace_device_begin(&t, &dev);
+    tap_ok(t.dev == &dev && fake_n == 1, "trace: device time begins with mark 0");
+    merak_stamp a = merak_trace_stamp(&t), b = merak_trace_stamp(&t);
+    merak_trace_add_stamped(&t, 0, MERAK_I_FWD, 0, 0, a, b);                    /* marks 1, 2 */
+    merak_stamp c = merak_trace_stamp(&t), d = merak_trace_stamp(&t);
+    merak_trace_add_stamped(&t, 0, MERAK_TRACE_TP_ALLREDUCE, 0, 0, c, d);       /* marks 3, 4 */
+    merak_trace_add(&t, 0, MERAK_I_SEND_ACT, 0, 0, 200.0, 201.0);               /* host times */
+    fake_bad = 6;
+    merak_stamp e = merak_trace_stamp(&t), f = merak_trace_stamp(&t);
+    merak_trace_add_stamped(&t, 0, MERAK_I_BWD, 0, 0, e, f);                    /* marks 5, 6: 6 unreadable */
+    const double host_e = e.host - t.origin, host_f = f.host - t.origin;
+    tap_ok(a.mark == 1 && b.mark == 2 && f.mark == 6 && t.n == 4, "trace: each stamp a mark");
+    merak_trace_device_end(&t);
+    const double z = t.dev0 - t.origin;
+    tap_ok(fabs(t.ev[0].start - (z + 1e-3)) < 1e-12 && fabs(t.ev[0].end - (z + 2e-3)) < 1e-12,
+           "trace: a stamped event takes the device's times (%.6f..%.6f, mark 0 at %.6f)", t.ev[0].start,
+           t.ev[0].end, z);
+    tap_ok(fabs(t.ev[1].start - (z + 3e-3)) < 1e-12 && fabs(t.ev[1].end - (z + 4e-3)) < 1e-12,
+           "trace: a nested one too, inside its instruction's");
+    tap_ok(t.ev[2].start == 100.0 && t.ev[2].end == 101.0, "trace: an event added with times keeps them");
+    tap_ok(t.ev[3].start == host_e && t.ev[3].end == host_f, "trace: a mark that cannot be read keeps the host's times");
+    tap_ok(t.dev == NULL && t.nmarked == 0, "trace: device time ends with the step");
+    merak_stamp g = merak_trace_stamp(&t);
+    tap_ok(g.mark < 0 && fake_n == 7, "trace: no marks between steps");
+
+    /* a device that cannot synchronise, and a host backend: the host's times */
+    fake_bad = -1;
+    fake_sync_fails = 1;
+    merak_trace_device_begin(&t, &dev);
+    tap_ok(t.dev == NULL, "trace: no device time when the device cannot synchronise");
+    fake_sync_fails = 0;
+    merak_kernels host;
+    memset(&host, 0, sizeof host);
+    host.synchronize = fake_sync;
+    merak_trace_device_begin(&t, &host);
+    merak_stamp h = merak_trace_stamp(&t), i = merak_trace_stamp(&t);
+    merak_trace_add_stamped(&t, 0, MERAK_I_FWD, 1, 0, h, i);
+    merak_trace_device_end(&t);
+    tap_ok(h.mark < 0 && t.ev[4].start == h.host - t.origin && t.ev[4].end == i.host - t.origin,
+           "trace: a backend without marks keeps the host's times");
+    merak_stamp none = merak_trace_stamp(NULL);
+    merak_trace_add_stamped(NULL, 0, MERAK_I_FWD, 0, 0, none, none);
+    merak_trace_device_begin(NULL, &dev);
+    merak_trace_device_end(NULL);
+    tap_ok(none.mark < 0 && none.host == 0, "trace: a NULL trace is no trace");
+    merak_trace_free(&t);
+}
+
 static void test_link_order(void)
 {
     static const merak_schedule_kind kinds[] = {MERAK_SCHEDULE_GPIPE, MERAK_SCHEDULE_1F1B, MERAK_SCHEDULE_SCP,
@@ -963,5 +1042,6 @@ int main(void)
     test_broken_recompute();
     test_eval();
     test_link_order();
+    test_trace_device();
     return tap_done();
 }
