@@ -318,7 +318,9 @@ typedef struct merak_kernels {
      * else the executor stages the op for the float entries (NULL: every
      * shape).  ascratch: attention16_scratch_elems(s) floats, in place of
      * the float entries' scratch; scratch as above, for the widened q, k,
-     * v, out and their gradients (each dense)) */
+     * v, out and their gradients (each dense).  The exception to "rounds
+     * once": a backend whose fused kernel writes bf16 gradients (CUDA's
+     * cuDNN) rounds dq, dk, dv there, and again when it adds them in) */
     int (*attention16_supported)(const merak_attn_shape *s);
     void (*attention16_fwd)(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
                             const uint16_t *q, const uint16_t *k, const uint16_t *v, float *ascratch,

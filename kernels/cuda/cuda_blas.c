@@ -50,7 +50,10 @@ typedef struct lt_key {
     long long sa, sb, sc; /* their strides (elements) */
     int math;             /* merak_cuda_products: the compute type */
     int ab, cd;           /* the operands' types: A and B, C and D (cudaDataType) */
+    int pad;              /* 0: the struct has no padding (it is memcmp'd, and copies
+                           * need not keep padding bytes) */
 } lt_key;
+_Static_assert(sizeof(lt_key) == 18 * sizeof(int) + 3 * sizeof(long long), "lt_key has padding");
 
 typedef struct lt_entry {
     lt_key key;
@@ -133,6 +136,7 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
         return NULL;
     uint64_t ws = LT_WORKSPACE_BYTES;
     uint32_t al[3] = {(uint32_t)key->al_a, (uint32_t)key->al_b, (uint32_t)key->al_c};
+    const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* (no split is always allowed) */
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     const lt_entry *ret = e;
@@ -150,7 +154,15 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
                "cublasLtMatmulPreferenceSetAttribute") ||
         !lt_ok(lt.MatmulPreferenceSetAttribute(
                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]),
-               "cublasLtMatmulPreferenceSetAttribute")) {
+               "cublasLtMatmulPreferenceSetAttribute") ||
+        /* a bf16 result is rounded once: a split-K reduction may keep its
+         * partial sums in the compute type (fp32, in the workspace), not
+         * in the output (INPLACE) or its type (OUTPUT_TYPE), which would
+         * round them to bf16 on the way */
+        (key->cd == (int)CUDA_R_16BF &&
+         !lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+                                                sizeof red),
+                "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)"))) {
         ret = NULL;
     } else {
         cublasStatus_t st =
@@ -232,7 +244,7 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
         goto out;
 
     lt_key key;
-    memset(&key, 0, sizeof key); /* padding-free, but memcmp'd: be explicit */
+    memset(&key, 0, sizeof key); /* memcmp'd: every byte set */
     key.ta = ta;
     key.tb = tb;
     key.m = m;

@@ -103,6 +103,10 @@ struct attn_state {
     void *ws = nullptr; /* workspace, ws_bytes long */
     size_t ws_bytes = 0;
     std::vector<void *> retired; /* smaller workspaces, freed by merak_cudnn_attn_close */
+    /* graphs dropped from the cache, kept until merak_cudnn_attn_close:
+     * launches of theirs may still be queued (a step's few shapes never
+     * leave the cache; tests' many shapes do) */
+    std::vector<std::shared_ptr<fe::graph::Graph>> retired_graphs;
 };
 attn_state *g_state;
 
@@ -282,6 +286,8 @@ const attn_entry *graph_for(attn_state *st, const attn_key &key)
 
     /* a free slot, else the oldest (a few shapes come back every step) */
     attn_entry &slot = st->cache[st->ncache < CACHE ? st->ncache++ : (int)(st->evict++ % CACHE)];
+    if (slot.graph)
+        st->retired_graphs.push_back(std::move(slot.graph));
     slot = std::move(e);
     return &slot;
 }
@@ -432,6 +438,23 @@ extern "C" int merak_cudnn_attn_supported(const merak_attn_shape *s)
     return 1;
 }
 
+extern "C" int merak_cudnn_attn_loadable(void)
+{
+    if (merak_cuda_failed() || g_no_cudnn)
+        return 0;
+    char why[512] = "";
+    g_quiet = why, g_quiet_n = sizeof why;
+    try {
+        g_no_cudnn = state() == nullptr;
+    } catch (...) {
+        g_no_cudnn = 1;
+    }
+    g_quiet = nullptr;
+    if (g_no_cudnn)
+        (void)cudaGetLastError();
+    return !g_no_cudnn;
+}
+
 extern "C" int merak_cudnn_attn_takes(const merak_attn_shape *s, const int *gs)
 {
     if (merak_cuda_failed() || !merak_cudnn_attn_supported(s) || g_no_cudnn)
@@ -499,7 +522,7 @@ extern "C" void merak_cudnn_attn_close(void)
         return;
     g_state = nullptr;
     try {
-        if (st->ws || !st->retired.empty())
+        if (st->ws || !st->retired.empty() || !st->retired_graphs.empty())
             merak_cuda_ok(cudaStreamSynchronize(merak_cuda_stream()), "cudaStreamSynchronize(cudnn close)");
         if (st->ws)
             merak_cuda_ok(cudaFree(st->ws), "cudaFree(cudnn workspace)");
@@ -507,6 +530,7 @@ extern "C" void merak_cudnn_attn_close(void)
             merak_cuda_ok(cudaFree(p), "cudaFree(cudnn workspace)");
         for (int i = 0; i < st->ncache; i++)
             st->cache[i].graph.reset();
+        st->retired_graphs.clear();
         fe::detail::destroy_handle(st->handle);
     } catch (const std::exception &ex) {
         record("cudnn close", ex.what());

@@ -56,6 +56,10 @@ extern "C" {
  * still fail at the first call, e.g. an older GPU or cuDNN). */
 int merak_cudnn_attn_supported(const merak_attn_shape *s);
 
+/* 1 if cuDNN loads and makes its handle on this device, else 0 (nothing
+ * recorded; every shape is then refused). */
+int merak_cudnn_attn_loadable(void);
+
 /* 1 if cuDNN, on this device, builds the graphs of shape s: its forward
  * and, with gs (the gradients' row strides dq, dk, dv), its backward;
  * else 0, with nothing recorded (the caller goes without cuDNN) and one
