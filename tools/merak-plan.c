@@ -525,6 +525,10 @@ static void print_roofline(const merak_roofline *r, const char *arith)
                    1e3 * s, si(a, sizeof a, w, flops ? "FLOP" : "B"), si(b, sizeof b, w / s, flops ? "FLOP/s" : "B/s"),
                    share, peak > 0 && frac < 0.6 ? "  under 60%" : "");
         }
+    if (r->ops_span > 0)
+        printf("ops: busy %.3f ms of the %.3f ms from the first one's start to the last one's end: idle %.1f%% "
+               "between ops (launches, host work)\n",
+               1e3 * r->ops_busy, 1e3 * r->ops_span, 100 * (1 - r->ops_busy / r->ops_span));
 }
 
 /* --calibrate: the base profile's links and memory, this machine's

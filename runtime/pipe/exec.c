@@ -18,6 +18,7 @@
 #include "errf.h"
 #include "exec.h"
 #include "graph/graph.h"
+#include "grow.h"
 #include "bf16.h"
 #include "graph/ops.h"
 #include "mix64.h"
@@ -46,6 +47,12 @@ struct merak_exec {
     const merak_graph *g;
     const merak_kernels *k;
     double *op_fwd, *op_bwd;   /* per-op seconds accumulated (merak_exec_time_ops), or NULL */
+    struct op_mark {           /* an op timed by the backend's marks, not added yet */
+        double *to;
+        int m0, m1;
+    } *op_marks;
+    size_t nop_marks, cap_op_marks;
+    double ops_busy, ops_span; /* of the ops timed by marks (merak_exec_ops_span) */
     int nchunks, nslots;
     int eval;                  /* merak_exec_set_eval: dropout off */
     chunk *ch;
@@ -594,6 +601,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->native);
     free(e->last_use);
     free(e->save_off);
+    free(e->op_marks);
     if (e->k) {
         e->k->free(e->params);
         e->k->free(e->cparams);
@@ -1243,17 +1251,46 @@ static double synced_now(const merak_exec *e)
 
 static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
-    double t0 = e->op_fwd ? synced_now(e) : 0;
+    double *to = e->op_fwd ? &(ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] : NULL;
+    const int marks = to && e->k->mark && e->k->mark_seconds;
+    const int m0 = marks ? e->k->mark() : -1;
+    const double t0 = to && !marks ? synced_now(e) : 0;
     int rc = run_op(e, slot, i, sb, ps);
-    if (e->op_fwd)
-        (ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] += synced_now(e) - t0;
+    if (marks) {
+        const int m1 = e->k->mark();
+        if (m0 >= 0 && m1 >= 0 &&
+            merak_grow((void **)&e->op_marks, &e->cap_op_marks, e->nop_marks + 1, sizeof *e->op_marks) == 0)
+            e->op_marks[e->nop_marks++] = (struct op_mark){to, m0, m1};
+    } else if (to) {
+        *to += synced_now(e) - t0;
+    }
     if (e->poll)
         e->poll(e->poll_ctx);
     return rc;
 }
 
+void merak_exec_ops_span(const merak_exec *e, double *busy, double *span)
+{
+    *busy = e->ops_busy;
+    *span = e->ops_span;
+}
+
 void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd)
 {
+    if (e->nop_marks && e->k->synchronize() == 0) {
+        double busy = 0;
+        for (size_t j = 0; j < e->nop_marks; j++) {
+            const double s = e->k->mark_seconds(e->op_marks[j].m0, e->op_marks[j].m1);
+            if (s >= 0)
+                *e->op_marks[j].to += s, busy += s;
+        }
+        const double span = e->k->mark_seconds(e->op_marks[0].m0, e->op_marks[e->nop_marks - 1].m1);
+        if (span >= busy)
+            e->ops_busy += busy, e->ops_span += span;
+    }
+    e->nop_marks = 0;
+    if (e->k->marks_clear)
+        e->k->marks_clear();
     e->op_fwd = fwd && bwd ? fwd : NULL;
     e->op_bwd = fwd && bwd ? bwd : NULL;
 }

@@ -256,10 +256,21 @@ int merak_exec_backward(merak_exec *e, int slot);
 /* Why the last forward or backward failed (empty if it did not). */
 const char *merak_exec_error(const merak_exec *e);
 /* From now on, adds the seconds each op's forward (recomputes too) and
- * backward take to fwd[i] and bwd[i] (i: the op in the graph), the kernels
- * synchronised around every op, which costs time (calibration); NULL
- * stops. */
+ * backward take to fwd[i] and bwd[i] (i: the op in the graph); NULL
+ * stops (calibration).  On a backend with marks (kernels.h mark) an op's
+ * time is the device's from its first kernel's start to its last one's
+ * end, with nothing synchronised (the ops run as in a step), added when
+ * this is called again, which waits for the kernels: call it with NULL
+ * before reading the times.  Otherwise the kernels are synchronised
+ * around every op and its time added at once.  The marks are the
+ * backend's: nothing else may use them meanwhile (merak_trace_device_begin). */
 void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd);
+/* Of the ops timed by marks so far (0 and 0 without marks), in seconds:
+ * busy, their times summed; span, from the first one's start to the last
+ * one's end, summed over the times merak_exec_time_ops added them.  span
+ * - busy: the device idle between ops, waiting for the host to launch
+ * the next one. */
+void merak_exec_ops_span(const merak_exec *e, double *busy, double *span);
 int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
 
 /* Gradient readiness, for reducing gradients while backward still runs:

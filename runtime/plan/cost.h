@@ -32,6 +32,10 @@ typedef struct merak_roofline {
     double product, copy;    /* FLOP/s, bytes/s; 0 when not measured (why says why) */
     int product_n;
     double copy_bytes;
+    /* on a backend with marks (kernels.h mark), per forward and backward:
+     * the ops' time summed, and from the first op's start to the last
+     * one's end (the device idle between ops is the difference); else 0 */
+    double ops_busy, ops_span;
     char why[256];
 } merak_roofline;
 

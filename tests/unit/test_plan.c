@@ -643,6 +643,39 @@ static void test_calibrate(void)
     merak_graph_destroy(g);
 }
 
+/* A device 1 ms behind each mark (mark i reached i ms after mark 0). */
+static int slow_n;
+static int slow_mark(void) { return slow_n++; }
+static void slow_clear(void) { slow_n = 0; }
+static double slow_seconds(int a, int b)
+{
+    return a < 0 || b < 0 || a >= slow_n || b >= slow_n ? -1 : (b - a) * 1e-3;
+}
+
+/* A backend with marks times each op by them, forward and backward,
+ * nothing else (the CPU's kernels under a device clock of 1 ms a mark). */
+static void test_calibrate_marks(void)
+{
+    merak_graph *g = build("tiny-llama", 2, 16);
+    merak_device d;
+    merak_kernels slow = *merak_kernels_cpu();
+    slow.mark = slow_mark, slow.mark_seconds = slow_seconds, slow.marks_clear = slow_clear;
+    merak_roofline rl;
+    memset(&rl, 0, sizeof rl);
+    int rc = !g || merak_device_load("cpu", &d, err, sizeof err) < 0 ? -1
+             : merak_device_calibrate(g, &slow, 2, MERAK_RATES_FP32, 0, &d, &rl, err, sizeof err);
+    int count[MERAK_OP_COUNT_] = {0}, bad = 0;
+    for (int i = 0; g && i < g->nops; i++)
+        count[g->ops[i].type]++;
+    for (int t = 0; t < MERAK_OP_COUNT_; t++)
+        bad += fabs(rl.fwd_s[t] - count[t] * 1e-3) > 1e-12 || fabs(rl.bwd_s[t] - count[t] * 1e-3) > 1e-12;
+    tap_ok(rc == 0 && !bad && count[MERAK_OP_RMSNORM] > 0,
+           "a calibration on a backend with marks times each op by them: %d rmsnorm ops take %.6f s forward, "
+           "%.6f s backward: %s", count[MERAK_OP_RMSNORM], rl.fwd_s[MERAK_OP_RMSNORM], rl.bwd_s[MERAK_OP_RMSNORM],
+           rc ? err : "ok");
+    merak_graph_destroy(g);
+}
+
 /* merak_layout_plan's lower bound never exceeds the simulated step (so
  * --auto may skip a layout by it), for every schedule, recomputation
  * policy and ZeRO setting over small layouts of both architectures, on a
@@ -713,6 +746,7 @@ int main(void)
     test_profile_tables();
     test_launch_size();
     test_calibrate();
+    test_calibrate_marks();
     test_layout_bound();
     return tap_done();
 }
