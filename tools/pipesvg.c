@@ -25,6 +25,7 @@ static const char *colour(int kind)
     case MERAK_I_REDUCE_DP: return "#76b7b2";
     case MERAK_TRACE_TP_ALLREDUCE: return "#edc948";
     case MERAK_TRACE_STEP_ALLREDUCE: return "#bab0ac";
+    case MERAK_TRACE_DP_BUCKETS: return "#4e79a7";
     default: return "#999999";
     }
 }
@@ -71,9 +72,13 @@ int pipesvg_write(const merak_trace *p, const char *path, const char *title, int
     int seen[MERAK_TRACE_KINDS_] = {0};
     for (size_t i = 0; i < p->n; i++) {
         const merak_trace_event *b = &p->ev[i];
-        int comm = merak_trace_track(b->kind) == MERAK_TRACK_COMM;
+        /* communication a strip at the bottom of the row, reductions in
+         * flight a thinner one at its top, over the compute they overlap */
+        const merak_track tr = merak_trace_track(b->kind);
+        int comm = tr != MERAK_TRACK_COMPUTE;
         double x = left + (b->start - t0) * scale, w = (b->end - b->start) * scale;
-        double y = top + row * b->lane + (comm ? row - 2 - strip : 2), h = comm ? strip : row - 4 - strip;
+        double y = top + row * b->lane + (tr == MERAK_TRACK_COMM ? row - 2 - strip : 2);
+        double h = tr == MERAK_TRACK_COMM ? strip : tr == MERAK_TRACK_FLIGHT ? strip / 2 : row - 4 - strip;
         if (b->kind >= 0 && b->kind < MERAK_TRACE_KINDS_)
             seen[b->kind] = 1;
         /* odd model chunks (interleaved) lighter */

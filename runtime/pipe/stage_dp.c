@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "stage_impl.h"
+#include "trace.h"
 
 
 static int launch_bucket(merak_stage *s, size_t lo, size_t hi)
@@ -19,6 +20,8 @@ static int launch_bucket(merak_stage *s, size_t lo, size_t hi)
     size_t n;
     float *g = merak_exec_grads_flat(s->e, &n);
     int i = s->nb++;
+    if (i == 0)
+        s->bfirst = s->blast = merak_now();
     s->blo[i] = lo;
     s->bhi[i] = hi;
     s->bdone[i] = 0;
@@ -37,6 +40,7 @@ void merak_stage_dp_progress(merak_stage *s)
             else if (r == 1) {
                 s->bdone[i] = 1;
                 s->done_early += s->bhi[i] - s->blo[i];
+                s->blast = merak_now();
             }
         }
 }
@@ -53,7 +57,9 @@ void merak_stage_dp_ready(void *ctx, size_t from)
     }
 }
 
-/* Buckets: launches the rest of the flat buffer and waits for every bucket. */
+/* Buckets: launches the rest of the flat buffer and waits for every
+ * bucket; the first time in a step, the trace gets them in flight (the
+ * host's times: from the first one's launch to the last one seen done). */
 static int finish_buckets(merak_stage *s)
 {
     if (!s->breq)
@@ -61,9 +67,15 @@ static int finish_buckets(merak_stage *s)
     if (s->launched > 0 && launch_bucket(s, 0, s->launched) < 0)
         return -1;
     s->launched = 0;
-    for (int i = 0; i < s->nb; i++)
+    for (int i = 0; i < s->nb; i++) {
         if (merak_wait(&s->breq[i]) < 0)
             return -1;
+        if (!s->bdone[i])
+            s->bdone[i] = 1, s->blast = merak_now();
+    }
+    if (s->trace && s->nb > 0 && !s->btraced)
+        merak_trace_add(s->trace, 0, MERAK_TRACE_DP_BUCKETS, -1, 0, s->bfirst, s->blast);
+    s->btraced = 1;
     return s->dp_failed ? -1 : 0;
 }
 
@@ -108,6 +120,7 @@ void merak_stage_dp_begin(merak_stage *s)
 {
     s->launched = s->flat_n;
     s->nb = 0;
+    s->btraced = 0;
     s->done_early = 0;
     s->wait_s = 0;
 }

@@ -66,6 +66,8 @@ struct merak_stage {
     int nb;
     int last_bwd;                 /* index of the stage's last backward instruction */
     size_t done_early;            /* floats reduced while the backward still ran */
+    double bfirst, blast;         /* the trace's: the first bucket's launch, the last seen done */
+    int btraced;                  /* this step's buckets are in the trace */
     double wait_s;                /* waiting for the reductions after the backward */
     int dp_failed;
     int pp_failed;                /* a pipeline transfer failed while polled */

@@ -14,6 +14,7 @@ const char *merak_trace_kind_name(int kind)
     switch (kind) {
     case MERAK_TRACE_TP_ALLREDUCE: return "TP_ALLREDUCE";
     case MERAK_TRACE_STEP_ALLREDUCE: return "STEP_ALLREDUCE";
+    case MERAK_TRACE_DP_BUCKETS: return "DP_BUCKETS";
     default: return merak_instr_name((merak_instr_kind)kind);
     }
 }
@@ -33,6 +34,7 @@ merak_track merak_trace_track(int kind)
     case MERAK_I_BWD_INPUT:
     case MERAK_I_BWD_WEIGHT:
     case MERAK_I_OPTIMIZER_STEP: return MERAK_TRACK_COMPUTE;
+    case MERAK_TRACE_DP_BUCKETS: return MERAK_TRACK_FLIGHT;
     default: return MERAK_TRACK_COMM;
     }
 }

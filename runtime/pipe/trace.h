@@ -21,14 +21,19 @@
 /* Event kinds: the instruction kinds, then the collectives that run
  * inside a compute instruction: the tensor-parallel all-reduces of a FWD or
  * BWD, and OPTIMIZER_STEP's sum of the loss and gradient norm over the
- * grid (where a stage waits for the slowest one). */
+ * grid (where a stage waits for the slowest one); then the data-parallel
+ * gradient buckets in flight, from the first one's launch in the last
+ * backward to the moment the rank saw the last one done (they overlap the
+ * compute: that is their point). */
 enum {
     MERAK_TRACE_TP_ALLREDUCE = MERAK_I_COUNT_,
     MERAK_TRACE_STEP_ALLREDUCE,
+    MERAK_TRACE_DP_BUCKETS,
     MERAK_TRACE_KINDS_
 };
 
-typedef enum merak_track { MERAK_TRACK_COMPUTE, MERAK_TRACK_COMM } merak_track;
+/* A track is a thread of the Chrome trace (its tid). */
+typedef enum merak_track { MERAK_TRACK_COMPUTE, MERAK_TRACK_COMM, MERAK_TRACK_FLIGHT } merak_track;
 
 typedef struct merak_trace_event {
     double start, end;    /* seconds since the trace's origin */

@@ -31,8 +31,9 @@ static void write_rank(FILE *f, int rank, const merak_grid *gr, const merak_trac
             "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (dp %d, tp %d, pp %d)\"}},"
             "\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}},"
             "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},"
-            "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"communication\"}}",
-            *first ? "" : ",", rank, rank, c.dp_rank, c.tp_rank, c.pp_rank, rank, rank, rank, rank);
+            "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"communication\"}},"
+            "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":\"reductions in flight\"}}",
+            *first ? "" : ",", rank, rank, c.dp_rank, c.tp_rank, c.pp_rank, rank, rank, rank, rank, rank);
     *first = 0;
     for (size_t i = 0; i < n; i++) {
         const merak_trace_event *e = &ev[i];
@@ -40,7 +41,8 @@ static void write_rank(FILE *f, int rank, const merak_grid *gr, const merak_trac
         fprintf(f,
                 ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                 "\"dur\":%.3f,\"args\":{\"step\":%d,\"mb\":%d,\"chunk\":%d}}",
-                merak_trace_kind_name(e->kind), tr == MERAK_TRACK_COMPUTE ? "compute" : "comm", rank, (int)tr,
+                merak_trace_kind_name(e->kind),
+                tr == MERAK_TRACK_COMPUTE ? "compute" : tr == MERAK_TRACK_COMM ? "comm" : "flight", rank, (int)tr,
                 e->start * 1e6, (e->end - e->start) * 1e6, e->step, e->mb, e->chunk);
     }
 }

@@ -114,6 +114,31 @@ expect_exit 1 '"virtual_stages" must be an integer from 1 to 64' "$TRACE" "$WORK
 sed 's/"chunk":1/"chunk":5/' "$WORK/il.json" > "$WORK/il5.json"
 expect_exit 1 "on chunk 5 of 2" "$TRACE" "$WORK/il5.json" --simulate
 
+# data parallel with small buckets: each rank's gradient buckets in flight,
+# one DP_BUCKETS event a step on the third thread, launched during the
+# step's last backward (overlapping it) and done no earlier than launched;
+# merak-trace reads and draws it
+"$WRAP" 2 "$TRAIN" --model tiny-gpt2 --data "$WORK/data.bin" --micro-batch 2 --seq-len 16 --steps 2 --threads 1 \
+    --dp 2 --micro-batches 2 --bucket-mb 0.02 --trace "$WORK/dp.json" > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out" >&2; fail "dp 2 run"; }
+"$PY" - "$WORK/dp.json" <<'PYEOF' || fail "the dp trace's buckets are not what they should be"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert threads[(0, 2)] == "reductions in flight" and threads[(1, 2)] == "reductions in flight", threads
+xs = [e for e in ev if e["ph"] == "X"]
+for r in (0, 1):
+    for step in (0, 1):
+        mine = [e for e in xs if e["pid"] == r and e["args"]["step"] == step]
+        b = [e for e in mine if e["name"] == "DP_BUCKETS"]
+        assert len(b) == 1 and b[0]["tid"] == 2 and b[0]["cat"] == "flight" and b[0]["dur"] >= 0, (r, step, b)
+        last = max((e for e in mine if e["name"] == "BWD"), key=lambda e: e["ts"])
+        assert last["ts"] - 1e-3 <= b[0]["ts"] <= last["ts"] + last["dur"] + 1e-3, (r, step, b[0], last)
+print("ok: dp 2: one DP_BUCKETS a step per rank, launched inside the last backward")
+PYEOF
+"$TRACE" "$WORK/dp.json" --svg "$WORK/dp.svg" > "$WORK/dpsum" || fail "merak-trace of the dp trace failed"
+grep -q "DP_BUCKETS mb -1" "$WORK/dp.svg" || fail "the dp trace's SVG does not draw the buckets"
+
 # merak-trace: the summary names every rank; the SVG is XML with a box per event of the step
 "$TRACE" "$WORK/1f1b.json" --svg "$WORK/t.svg" > "$WORK/sum" || fail "merak-trace failed"
 cat "$WORK/sum"
