@@ -23,6 +23,10 @@
 # and a '#' line with the step-time ratio of each torch mode over merak's
 # run in the same arithmetic (the bf16 modes: over merak's bf16, else its
 # fastest).
+# Each merak run is traced (--trace: on a GPU, the device's times) and a
+# '#' line gives the mean milliseconds of its timed steps' FWD, BWD and
+# OPTIMIZER_STEP and the device's idle time between them (where a step
+# goes, for the next change to aim at).
 # MFU counts PaLM's 6*N + 12*L*T*C floating-point operations per token (N
 # parameters, L layers, hidden C) against PEAK_TFLOPS (bf16 dense, H100 SXM)
 # for the bf16 modes, PEAK_TF32_TFLOPS (TF32 dense, H100 SXM) for tf32 and
@@ -206,7 +210,8 @@ JSON
         if ! env MERAK_BF16_STORAGE=$storage "$BUILDDIR/merak-train" --model "$spec" --device cuda --dtype "$flag" \
             --data "$TMP/shard.bin" \
             --micro-batch "$B" --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 \
-            --lr-schedule constant --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" > "$TMP/merak.out" 2>&1; then
+            --lr-schedule constant --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" \
+            --trace "$TMP/trace.json" > "$TMP/merak.out" 2>&1; then
             tail -5 "$TMP/merak.out" >&2
             echo "bench_gpu_train model=$model T=$T mode=merak-$dt failed: $(tail -1 "$TMP/merak.out" | cut -c1-160)"
             continue
@@ -215,6 +220,22 @@ JSON
               awk -v w="$WARMUP" '$1 >= w {print $2}' | median)
         mpeak=$(sed -n 's/^memory (allocated): stage 0 \([0-9.]*\) MiB.*/\1/p' "$TMP/merak.out" | head -1)
         line "$model" "merak-$dt" "$mms" "$N" "${mpeak:-?}" "$L" "$C"
+        "$PYTHON" - "$TMP/trace.json" "$WARMUP" "$model" "$dt" <<'PYEOF' || true
+import json, sys
+w = int(sys.argv[2])
+xs = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X" and e["args"]["step"] >= w]
+steps = sorted({e["args"]["step"] for e in xs})
+comp = [e for e in xs if e["tid"] == 0]
+ms = lambda k: sum(e["dur"] for e in comp if e["name"] == k) / 1e3 / max(len(steps), 1)
+busy, span = 0.0, 0.0
+for s in steps:
+    c = [e for e in comp if e["args"]["step"] == s]
+    busy += sum(e["dur"] for e in c)
+    span += max(e["ts"] + e["dur"] for e in c) - min(e["ts"] for e in c)
+print("# %s merak-%s trace (device times, mean of %d steps): FWD %.2f ms, BWD %.2f ms, OPTIMIZER_STEP %.2f ms, "
+      "idle between instructions %.2f ms" % (sys.argv[3], sys.argv[4], len(steps), ms("FWD"), ms("BWD"),
+      ms("OPTIMIZER_STEP"), (span - busy) / 1e3 / max(len(steps), 1)))
+PYEOF
         eval "ms_$(echo "$dt" | tr - _)=\$mms"
         if [ -z "$best" ] || awk -v a="$mms" -v b="$best" 'BEGIN {exit !(a < b)}'; then best=$mms; fi
     done
