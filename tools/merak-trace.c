@@ -193,7 +193,16 @@ typedef struct rank_sum {
     double tp;          /* tensor-parallel all-reduces */
     double wait;        /* waiting for transfers, gradient reductions and the
                          * step's loss and norm sum */
+    double flight;      /* the data-parallel buckets in flight (DP_BUCKETS) */
+    double hidden;      /* ... of which while the rank computed */
 } rank_sum;
+
+/* The milliseconds of [a0, a1] inside [b0, b1]. */
+static double overlap(double a0, double a1, double b0, double b1)
+{
+    double lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
 
 /* Mean per-micro-batch costs of each pipeline stage (with chunks, each
  * virtual stage) in the step, from every rank of the stage. */
@@ -333,6 +342,14 @@ int main(int argc, char **argv)
         else if (v->kind == MERAK_I_WAIT_ACT || v->kind == MERAK_I_WAIT_GRAD || v->kind == MERAK_I_WAIT_SENDS ||
                  v->kind == MERAK_I_REDUCE_TIED || v->kind == MERAK_I_REDUCE_DP)
             s->wait += d;
+        if (v->kind == MERAK_TRACE_DP_BUCKETS) {
+            s->flight += d;
+            for (size_t j = 0; j < t.ev.n; j++) {
+                const merak_trace_event *u = &t.ev.ev[j];
+                if (u->step == step && u->lane == v->lane && merak_trace_track(u->kind) == MERAK_TRACK_COMPUTE)
+                    s->hidden += overlap(v->start, v->end, u->start, u->end);
+            }
+        }
         if (svg)
             merak_trace_add(&pic, v->lane, v->kind, v->mb, v->chunk, v->start, v->end);
     }
@@ -353,9 +370,12 @@ int main(int argc, char **argv)
     if (json) {
         json_t *ranks = json_array();
         for (int r = 0; r < t.nrows; r++)
-            json_array_append_new(ranks, json_pack("{s:i, s:f, s:f, s:f, s:f}", "rank", t.pid[r], "compute_ms",
-                                                   sum[r].compute, "tp_allreduce_ms", sum[r].tp, "wait_ms",
-                                                   sum[r].wait, "idle", span > 0 ? 1 - sum[r].compute / span : 0));
+            json_array_append_new(ranks, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", t.pid[r],
+                                                   "compute_ms", sum[r].compute, "tp_allreduce_ms", sum[r].tp,
+                                                   "wait_ms", sum[r].wait, "idle",
+                                                   span > 0 ? 1 - sum[r].compute / span : 0, "dp_flight_ms",
+                                                   sum[r].flight, "dp_hidden",
+                                                   sum[r].flight > 0 ? sum[r].hidden / sum[r].flight : 0));
         json_t *j = json_pack("{s:i, s:f, s:o}", "step", step, "step_ms", span, "ranks", ranks);
         if (j && sim) {
             json_object_set_new(j, "pipeline_ms", json_real(pipe_ms));
@@ -369,9 +389,17 @@ int main(int argc, char **argv)
         printf("%s: step %d of %d to %d%s%s: %.2f ms, first instruction to last\n", path, step, t.first_step,
                t.last_step, t.about[0] ? ", " : "", t.about, span);
         printf("%-28s %12s %16s %10s %7s\n", "rank", "compute ms", "tp all-reduce ms", "waits ms", "idle");
+        int flights = 0;
         for (int r = 0; r < t.nrows; r++) {
             printf("%-28s %12.2f %16.2f %10.2f %6.1f%%\n", t.label[r], sum[r].compute,
                    sum[r].tp, sum[r].wait, span > 0 ? 100 * (1 - sum[r].compute / span) : 0.0);
+            flights += sum[r].flight > 0;
+        }
+        if (flights) {
+            printf("%-28s %12s %16s\n", "dp buckets in flight", "ms", "behind compute");
+            for (int r = 0; r < t.nrows; r++)
+                if (sum[r].flight > 0)
+                    printf("%-28s %12.2f %15.1f%%\n", t.label[r], sum[r].flight, 100 * sum[r].hidden / sum[r].flight);
         }
         if (sim) {
             printf("simulated on the measured per-%sstage costs (forward/backward/recompute ms per micro-batch:",

@@ -138,6 +138,14 @@ print("ok: dp 2: one DP_BUCKETS a step per rank, launched inside the last backwa
 PYEOF
 "$TRACE" "$WORK/dp.json" --svg "$WORK/dp.svg" > "$WORK/dpsum" || fail "merak-trace of the dp trace failed"
 grep -q "DP_BUCKETS mb -1" "$WORK/dp.svg" || fail "the dp trace's SVG does not draw the buckets"
+grep -q "^dp buckets in flight  *ms  *behind compute" "$WORK/dpsum" || fail "merak-trace: no buckets table: $(cat "$WORK/dpsum")"
+"$TRACE" "$WORK/dp.json" --json > "$WORK/dp.sum.json" || fail "merak-trace --json of the dp trace failed"
+"$PY" -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert all(r['dp_flight_ms'] > 0 and 0 <= r['dp_hidden'] <= 1 for r in j['ranks']) and len(j['ranks']) == 2, j
+print('ok: merak-trace: the buckets in flight and their share behind compute', [(r['dp_flight_ms'], r['dp_hidden']) for r in j['ranks']])" \
+    "$WORK/dp.sum.json" || fail "merak-trace --json: the buckets"
 
 # merak-trace: the summary names every rank; the SVG is XML with a box per event of the step
 "$TRACE" "$WORK/1f1b.json" --svg "$WORK/t.svg" > "$WORK/sum" || fail "merak-trace failed"
