@@ -23,7 +23,9 @@
 # and a '#' line with the step-time ratio of each torch mode over merak's
 # run in the same arithmetic (the bf16 modes: over merak's bf16, else its
 # fastest).
-# Each merak run is traced (--trace: on a GPU, the device's times) and a
+# Each merak run is traced (--trace: on a GPU, the device's times; it costs
+# one synchronisation at each step's start and two CUDA events per
+# instruction, a few microseconds a step) and a
 # '#' line gives the mean milliseconds of its timed steps' FWD, BWD and
 # OPTIMIZER_STEP and the device's idle time between them (where a step
 # goes, for the next change to aim at).

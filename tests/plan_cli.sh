@@ -200,10 +200,8 @@ grep -q "^peaks (fp32): a 1024 x 1024 product [0-9.]* GFLOP/s, a 64 MiB copy [0-
     grep -q "^linear  *forward  *[0-9.]* *[0-9.]* MFLOP *[0-9.]* [kMG]FLOP/s *[0-9]*%" "$WORK/calib.out" &&
     grep -q "^layernorm  *backward  *[0-9.]* *[0-9.]* kB *[0-9.]* [MG]B/s *[0-9]*%" "$WORK/calib.out" ||
     fail "--calibrate's roofline: $(cat "$WORK/calib.out")"
-# and the time between ops (the CPU's marks: its clock), busy no more than the span
-sed -n 's/^ops: busy \([0-9.]*\) ms of the \([0-9.]*\) ms from the first .* idle \([0-9.]*\)% between ops .*/\1 \2 \3/p' \
-    "$WORK/calib.out" | awk 'NF == 3 && $1 > 0 && $1 <= $2 && $3 >= 0 && $3 <= 100 { ok = 1 } END { exit !ok }' ||
-    fail "--calibrate's time between ops: $(cat "$WORK/calib.out")"
+# (how far the device ran behind the host: a GPU's; the CPU is its own device)
+! grep -q "^launches:" "$WORK/calib.out" || fail "--calibrate on the CPU speaks of launches: $(cat "$WORK/calib.out")"
 # in bf16: its own table, beside fp32's, which a bf16 plan times with
 "$PLAN" --calibrate "$WORK/here16.json" --device-profile "$WORK/here.json" --dtype bf16 --model tiny-gpt2 \
     --micro-batch 2 --seq-len 16 --repeat 2 --threads 1 > "$WORK/calib16.out" ||

@@ -501,7 +501,7 @@ static const char *si(char *buf, size_t n, double v, const char *unit)
 /* The roofline: each op kind's passes, their work and rate, and the share
  * of the peak it reaches (the product's for linear and attention, the
  * copy's for the rest); under 60% is marked. */
-static void print_roofline(const merak_roofline *r, const char *arith)
+static void print_roofline(const merak_roofline *r, const char *arith, int host)
 {
     char a[32], b[32];
     if (r->product > 0 && r->copy > 0)
@@ -525,10 +525,10 @@ static void print_roofline(const merak_roofline *r, const char *arith)
                    1e3 * s, si(a, sizeof a, w, flops ? "FLOP" : "B"), si(b, sizeof b, w / s, flops ? "FLOP/s" : "B/s"),
                    share, peak > 0 && frac < 0.6 ? "  under 60%" : "");
         }
-    if (r->ops_span > 0)
-        printf("ops: busy %.3f ms of the %.3f ms from the first one's start to the last one's end: idle %.1f%% "
-               "between ops (launches, host work)\n",
-               1e3 * r->ops_busy, 1e3 * r->ops_span, 100 * (1 - r->ops_busy / r->ops_span));
+    if (r->lag_bounds > 0 && !host)
+        printf("launches: the device ran %.3f ms behind the host on average; at %zu of %zu op starts and ends it "
+               "had caught up (under %.0f us behind: it waited for a launch or a read-back)\n",
+               1e3 * r->lag_mean, r->lag_caught, r->lag_bounds, 1e6 * r->lag_threshold);
 }
 
 /* --calibrate: the base profile's links and memory, this machine's
@@ -596,7 +596,7 @@ static void calibrate(const plan_opts *o)
     if (merak_device_calibrate(g, k, o->repeat, rates, o->float_storage, &d, &rl, err, sizeof err) < 0)
         cli_die("%s", err);
     snprintf(d.backend, sizeof d.backend, "%s", bk);
-    print_roofline(&rl, arith);
+    print_roofline(&rl, arith, merak_backend_find(k->name)->host);
     printf("%s rates measured (\"%s\"); matrix %.4g TFLOP/s and memory %.4g GB/s %s; %.1f GB (%.2f GB "
            "reserved); links and latency from %s\n", arith, rates ? "ops_bf16" : "ops", d.matmul / 1e12,
            d.mem_bw / 1e9, rates ? "as the base profile has them" : "from them", d.memory / 1e9, d.reserved / 1e9,

@@ -50,9 +50,13 @@ struct merak_exec {
     struct op_mark {           /* an op timed by the backend's marks, not added yet */
         double *to;
         int m0, m1;
+        double h0, h1;         /* the host's clock as it recorded them */
     } *op_marks;
     size_t nop_marks, cap_op_marks;
-    double ops_busy, ops_span; /* of the ops timed by marks (merak_exec_ops_span) */
+    int ref_mark;              /* a mark recorded with the device idle, or -1 */
+    double ref_host;           /* ... and the host's clock then */
+    size_t lag_n, lag_caught;  /* op boundaries timed, and those where the device had caught up (merak_exec_ops_lag) */
+    double lag_sum;
     int nchunks, nslots;
     int eval;                  /* merak_exec_set_eval: dropout off */
     chunk *ch;
@@ -466,6 +470,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->k = opts->kernels;
     e->nchunks = opts->nchunks;
     e->loss_scale = 1.0f;
+    e->ref_mark = -1;
     e->tp = opts->tp;
     e->K = opts->tp_overlap > 1 ? opts->tp_overlap : 1;
     e->bf16 = opts->bf16 != 0;
@@ -1254,13 +1259,14 @@ static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     double *to = e->op_fwd ? &(ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] : NULL;
     const int marks = to && e->k->mark && e->k->mark_seconds;
     const int m0 = marks ? e->k->mark() : -1;
-    const double t0 = to && !marks ? synced_now(e) : 0;
+    const double h0 = merak_now(), t0 = to && !marks ? synced_now(e) : 0;
     int rc = run_op(e, slot, i, sb, ps);
     if (marks) {
         const int m1 = e->k->mark();
+        const double h1 = merak_now();
         if (m0 >= 0 && m1 >= 0 &&
             merak_grow((void **)&e->op_marks, &e->cap_op_marks, e->nop_marks + 1, sizeof *e->op_marks) == 0)
-            e->op_marks[e->nop_marks++] = (struct op_mark){to, m0, m1};
+            e->op_marks[e->nop_marks++] = (struct op_mark){to, m0, m1, h0, h1};
     } else if (to) {
         *to += synced_now(e) - t0;
     }
@@ -1269,30 +1275,52 @@ static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     return rc;
 }
 
-void merak_exec_ops_span(const merak_exec *e, double *busy, double *span)
+void merak_exec_ops_lag(const merak_exec *e, size_t *bounds, size_t *caught, double *mean)
 {
-    *busy = e->ops_busy;
-    *span = e->ops_span;
+    *bounds = e->lag_n;
+    *caught = e->lag_caught;
+    *mean = e->lag_n ? e->lag_sum / (double)e->lag_n : 0;
+}
+
+/* How far behind the host the device reached mark m, recorded at host
+ * time h: its time from the idle reference mark, less the host's; 0, or
+ * -1 when the mark cannot be read. */
+static int lag_of(const merak_exec *e, int m, double h, double *lag)
+{
+    const double d = e->k->mark_seconds(e->ref_mark, m);
+    *lag = d - (h - e->ref_host);
+    return d < 0 ? -1 : 0;
 }
 
 void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd)
 {
-    if (e->nop_marks && e->k->synchronize() == 0) {
-        double busy = 0;
+    const int marks = e->k->mark && e->k->mark_seconds && e->k->marks_clear;
+    if (e->nop_marks && e->k->synchronize() == 0)
         for (size_t j = 0; j < e->nop_marks; j++) {
-            const double s = e->k->mark_seconds(e->op_marks[j].m0, e->op_marks[j].m1);
+            const struct op_mark *m = &e->op_marks[j];
+            const double s = e->k->mark_seconds(m->m0, m->m1);
             if (s >= 0)
-                *e->op_marks[j].to += s, busy += s;
+                *m->to += s;
+            for (int b = 0; b < 2 && e->ref_mark >= 0; b++) {
+                double lag;
+                if ((b ? lag_of(e, m->m1, m->h1, &lag) : lag_of(e, m->m0, m->h0, &lag)) < 0)
+                    continue;
+                e->lag_n++;
+                e->lag_sum += lag > 0 ? lag : 0;
+                e->lag_caught += lag < MERAK_EXEC_CAUGHT_UP;
+            }
         }
-        const double span = e->k->mark_seconds(e->op_marks[0].m0, e->op_marks[e->nop_marks - 1].m1);
-        if (span >= busy)
-            e->ops_busy += busy, e->ops_span += span;
-    }
     e->nop_marks = 0;
-    if (e->k->marks_clear)
+    e->ref_mark = -1;
+    if (marks)
         e->k->marks_clear();
     e->op_fwd = fwd && bwd ? fwd : NULL;
     e->op_bwd = fwd && bwd ? bwd : NULL;
+    /* the reference: a mark the idle device reaches as it is recorded */
+    if (marks && e->op_fwd && e->k->synchronize() == 0) {
+        e->ref_mark = e->k->mark();
+        e->ref_host = merak_now();
+    }
 }
 
 /* Overlapped op i, sub-batch sb: everything up to starting its sum (in

@@ -258,19 +258,25 @@ const char *merak_exec_error(const merak_exec *e);
 /* From now on, adds the seconds each op's forward (recomputes too) and
  * backward take to fwd[i] and bwd[i] (i: the op in the graph); NULL
  * stops (calibration).  On a backend with marks (kernels.h mark) an op's
- * time is the device's from its first kernel's start to its last one's
- * end, with nothing synchronised (the ops run as in a step), added when
- * this is called again, which waits for the kernels: call it with NULL
- * before reading the times.  Otherwise the kernels are synchronised
+ * time is the device's from the moment it finished the work queued before
+ * the op to the moment it finished the op's (its cost in a step, waits
+ * for launches included), with nothing synchronised (the ops run as in a
+ * step), added when this is called again, which waits for the kernels:
+ * call it with NULL before reading the times.  Otherwise the kernels are synchronised
  * around every op and its time added at once.  The marks are the
  * backend's: nothing else may use them meanwhile (merak_trace_device_begin). */
 void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd);
-/* Of the ops timed by marks so far (0 and 0 without marks), in seconds:
- * busy, their times summed; span, from the first one's start to the last
- * one's end, summed over the times merak_exec_time_ops added them.  span
- * - busy: the device idle between ops, waiting for the host to launch
- * the next one. */
-void merak_exec_ops_span(const merak_exec *e, double *busy, double *span);
+/* Whether the host kept the device fed, over the ops timed by marks so
+ * far: at how many op boundaries (each op's start and end: bounds) the
+ * device had caught up with the host (caught: it reached the mark less
+ * than MERAK_EXEC_CAUGHT_UP seconds after the host recorded it, so it had
+ * waited, or was about to wait, for a launch or a read-back), and the
+ * mean of how far behind the host it ran there, in seconds.  The device's
+ * times are lined up with the host's by a mark recorded while it was
+ * idle (merak_exec_time_ops synchronises first).  A host backend's
+ * device is the host: every boundary is caught up. */
+#define MERAK_EXEC_CAUGHT_UP 50e-6
+void merak_exec_ops_lag(const merak_exec *e, size_t *bounds, size_t *caught, double *mean);
 int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
 
 /* Gradient readiness, for reducing gradients while backward still runs:

@@ -20,8 +20,10 @@ static int launch_bucket(merak_stage *s, size_t lo, size_t hi)
     size_t n;
     float *g = merak_exec_grads_flat(s->e, &n);
     int i = s->nb++;
-    if (i == 0)
-        s->bfirst = s->blast = merak_now();
+    if (i == 0) {
+        s->bfirst = merak_trace_stamp(s->trace);
+        s->blast = merak_now();
+    }
     s->blo[i] = lo;
     s->bhi[i] = hi;
     s->bdone[i] = 0;
@@ -74,7 +76,7 @@ static int finish_buckets(merak_stage *s)
             s->bdone[i] = 1, s->blast = merak_now();
     }
     if (s->trace && s->nb > 0 && !s->btraced)
-        merak_trace_add(s->trace, 0, MERAK_TRACE_DP_BUCKETS, -1, 0, s->bfirst, s->blast);
+        merak_trace_add_stamped(s->trace, 0, MERAK_TRACE_DP_BUCKETS, -1, 0, s->bfirst, (merak_stamp){s->blast, -1});
     s->btraced = 1;
     return s->dp_failed ? -1 : 0;
 }

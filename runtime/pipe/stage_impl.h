@@ -16,6 +16,7 @@
 
 #include "errf.h"
 #include "stage.h"
+#include "trace.h"
 
 struct merak_stage {
     merak_comm *comm;
@@ -66,7 +67,8 @@ struct merak_stage {
     int nb;
     int last_bwd;                 /* index of the stage's last backward instruction */
     size_t done_early;            /* floats reduced while the backward still ran */
-    double bfirst, blast;         /* the trace's: the first bucket's launch, the last seen done */
+    merak_stamp bfirst;           /* the trace's: the first bucket's launch, */
+    double blast;                 /* the last seen done (the host's clock) */
     int btraced;                  /* this step's buckets are in the trace */
     double wait_s;                /* waiting for the reductions after the backward */
     int dp_failed;

@@ -93,7 +93,7 @@ void merak_trace_add_stamped(merak_trace *t, int lane, int kind, int mb, int chu
         return;
     const size_t n = t->n;
     merak_trace_add(t, lane, kind, mb, chunk, start.host, end.host);
-    if (t->n == n || !t->dev || start.mark < 0 || end.mark < 0)
+    if (t->n == n || !t->dev || start.mark < 0)
         return;
     if (merak_grow((void **)&t->marked, &t->cap_marked, t->nmarked + 1, sizeof *t->marked) < 0)
         return;   /* that event keeps the host's times */
@@ -106,11 +106,12 @@ void merak_trace_device_end(merak_trace *t)
         return;
     for (size_t i = 0; i < t->nmarked; i++) {
         const merak_trace_marked *m = &t->marked[i];
-        const double a = t->dev->mark_seconds(0, m->m0), b = t->dev->mark_seconds(0, m->m1);
-        if (a < 0 || b < a)
+        merak_trace_event *v = &t->ev[m->ev];
+        const double a = t->dev->mark_seconds(0, m->m0), b = m->m1 < 0 ? 0 : t->dev->mark_seconds(0, m->m1);
+        if (a < 0 || (m->m1 >= 0 && b < a))
             continue;
-        t->ev[m->ev].start = t->dev0 + a - t->origin;
-        t->ev[m->ev].end = t->dev0 + b - t->origin;
+        v->start = t->dev0 + a - t->origin;
+        v->end = m->m1 >= 0 ? t->dev0 + b - t->origin : v->end > v->start ? v->end : v->start;
     }
     t->dev = NULL;
     t->nmarked = 0;

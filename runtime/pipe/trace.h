@@ -92,7 +92,9 @@ void merak_trace_free(merak_trace *t);
  * has reached every mark: the step's synchronize), each event added with
  * stamps takes the times at which the device's stream reached its start
  * and its end: what the device waited for and worked on.  A host backend
- * (no mark), a NULL trace or a mark that fails keeps the host's times. */
+ * (no mark), a NULL trace or a mark that fails keeps the host's times; an
+ * end stamped without a mark keeps the host's time (what the host saw
+ * finish), the start the device's (not before it). */
 void merak_trace_device_begin(merak_trace *t, const struct merak_kernels *k);
 void merak_trace_device_end(merak_trace *t);
 /* now (t may be NULL: {0, -1}) */

@@ -81,9 +81,11 @@ void merak_blocks_cost(const merak_graph *g, const int *first, const merak_graph
 /* Runs g's forward and backward reps times with every op timed; fwd and
  * bwd ([nops]) get the seconds per pass. */
 static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int bf16, int float_storage,
-                    double *fwd, double *bwd, double *busy, double *span, char *err, size_t errlen)
+                    double *fwd, double *bwd, size_t *bounds, size_t *caught, double *lag, char *err,
+                    size_t errlen)
 {
-    *busy = *span = 0;
+    *bounds = *caught = 0;
+    *lag = 0;
     merak_exec_chunk whole = {0, -1, 1, 0};
     merak_exec_opts eo = {.chunks = &whole, .nchunks = 1, .kernels = k, .bf16 = bf16,
                           .float_storage = float_storage};
@@ -140,8 +142,7 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int 
     merak_exec_time_ops(e, NULL, NULL);   /* the last pass's times added */
     for (int i = 0; i < g->nops; i++)
         fwd[i] /= reps, bwd[i] /= reps;
-    merak_exec_ops_span(e, busy, span);
-    *busy /= reps, *span /= reps;
+    merak_exec_ops_lag(e, bounds, caught, lag);
     merak_exec_destroy(e);
     return rc;
 }
@@ -224,8 +225,9 @@ int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int rep
         return merak_errf(err, errlen, "out of memory");
     }
     const int bf16 = rates == MERAK_RATES_BF16;
-    double busy, span;
-    int rc = time_ops(g, k, reps < 1 ? 1 : reps, bf16, float_storage, fwd, bwd, &busy, &span, err, errlen);
+    size_t bounds, caught;
+    double lag;
+    int rc = time_ops(g, k, reps < 1 ? 1 : reps, bf16, float_storage, fwd, bwd, &bounds, &caught, &lag, err, errlen);
     /* per kind: work over time, forward and backward; bytes at the run's
      * element size for the roofline (the rates stay in 4-byte bytes, as
      * the graph counts them) */
@@ -233,7 +235,7 @@ int merak_device_calibrate(const merak_graph *g, const merak_kernels *k, int rep
     double work[MERAK_OP_COUNT_] = {0}, tf[MERAK_OP_COUNT_] = {0}, tb[MERAK_OP_COUNT_] = {0};
     merak_roofline rl;
     memset(&rl, 0, sizeof rl);
-    rl.ops_busy = busy, rl.ops_span = span;
+    rl.lag_bounds = bounds, rl.lag_caught = caught, rl.lag_mean = lag, rl.lag_threshold = MERAK_EXEC_CAUGHT_UP;
     for (int i = 0; rc == 0 && i < g->nops; i++) {
         const merak_op *o = &g->ops[i];
         work[o->type] += by_flops(o->type) ? o->flops : o->bytes;

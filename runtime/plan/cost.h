@@ -32,10 +32,11 @@ typedef struct merak_roofline {
     double product, copy;    /* FLOP/s, bytes/s; 0 when not measured (why says why) */
     int product_n;
     double copy_bytes;
-    /* on a backend with marks (kernels.h mark), per forward and backward:
-     * the ops' time summed, and from the first op's start to the last
-     * one's end (the device idle between ops is the difference); else 0 */
-    double ops_busy, ops_span;
+    /* on a backend with marks (kernels.h mark): the op boundaries timed,
+     * those where the device had caught up with the host, and how far
+     * behind it ran on average, in seconds (merak_exec_ops_lag); else 0 */
+    size_t lag_bounds, lag_caught;
+    double lag_mean, lag_threshold;   /* (caught up: under lag_threshold behind) */
     char why[256];
 } merak_roofline;
 

@@ -643,17 +643,20 @@ static void test_calibrate(void)
     merak_graph_destroy(g);
 }
 
-/* A device 1 ms behind each mark (mark i reached i ms after mark 0). */
+/* A device slow_s behind each mark (mark i reached i * slow_s after mark 0). */
 static int slow_n;
+static double slow_s;
 static int slow_mark(void) { return slow_n++; }
 static void slow_clear(void) { slow_n = 0; }
 static double slow_seconds(int a, int b)
 {
-    return a < 0 || b < 0 || a >= slow_n || b >= slow_n ? -1 : (b - a) * 1e-3;
+    return a < 0 || b < 0 || a >= slow_n || b >= slow_n ? -1 : (b - a) * slow_s;
 }
 
 /* A backend with marks times each op by them, forward and backward,
- * nothing else (the CPU's kernels under a device clock of 1 ms a mark). */
+ * nothing else (the CPU's kernels under a device clock of 1 ms a mark);
+ * a device far behind the host never catches up with it, the CPU (whose
+ * device is the host) always has. */
 static void test_calibrate_marks(void)
 {
     merak_graph *g = build("tiny-llama", 2, 16);
@@ -662,6 +665,7 @@ static void test_calibrate_marks(void)
     slow.mark = slow_mark, slow.mark_seconds = slow_seconds, slow.marks_clear = slow_clear;
     merak_roofline rl;
     memset(&rl, 0, sizeof rl);
+    slow_s = 1e-3;
     int rc = !g || merak_device_load("cpu", &d, err, sizeof err) < 0 ? -1
              : merak_device_calibrate(g, &slow, 2, MERAK_RATES_FP32, 0, &d, &rl, err, sizeof err);
     int count[MERAK_OP_COUNT_] = {0}, bad = 0;
@@ -673,6 +677,16 @@ static void test_calibrate_marks(void)
            "a calibration on a backend with marks times each op by them: %d rmsnorm ops take %.6f s forward, "
            "%.6f s backward: %s", count[MERAK_OP_RMSNORM], rl.fwd_s[MERAK_OP_RMSNORM], rl.bwd_s[MERAK_OP_RMSNORM],
            rc ? err : "ok");
+    /* each op's start and end in the forward and the backward of 2 passes */
+    const size_t bounds = g ? 8 * (size_t)g->nops : 0;
+    slow_s = 1.0;
+    rc = g ? merak_device_calibrate(g, &slow, 2, MERAK_RATES_FP32, 0, &d, &rl, err, sizeof err) : -1;
+    tap_ok(rc == 0 && rl.lag_bounds == bounds && rl.lag_caught == 0 && rl.lag_mean > 1.0,
+           "a device far behind the host never caught up at %zu of %zu op boundaries (%.3g s behind on average)",
+           rl.lag_caught, rl.lag_bounds, rl.lag_mean);
+    rc = g ? merak_device_calibrate(g, merak_kernels_cpu(), 2, MERAK_RATES_FP32, 0, &d, &rl, err, sizeof err) : -1;
+    tap_ok(rc == 0 && rl.lag_bounds == bounds && rl.lag_caught == bounds && rl.lag_mean < rl.lag_threshold,
+           "the CPU, its own device, has caught up at every op boundary (%zu of %zu)", rl.lag_caught, rl.lag_bounds);
     merak_graph_destroy(g);
 }
 

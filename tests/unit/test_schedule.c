@@ -662,7 +662,12 @@ static void test_trace_device(void)
     merak_stamp e = merak_trace_stamp(&t), f = merak_trace_stamp(&t);
     merak_trace_add_stamped(&t, 0, MERAK_I_BWD, 0, 0, e, f);                    /* marks 5, 6: 6 unreadable */
     const double host_e = e.host - t.origin, host_f = f.host - t.origin;
-    tap_ok(a.mark == 1 && b.mark == 2 && f.mark == 6 && t.n == 4, "trace: each stamp a mark");
+    /* in flight: the start the device's (mark 7), the end what the host saw
+     * (here before the device's start: then the start) */
+    merak_stamp fl = merak_trace_stamp(&t);
+    merak_trace_add_stamped(&t, 0, MERAK_TRACE_DP_BUCKETS, -1, 0, fl, (merak_stamp){t.origin + 1e6, -1});
+    merak_trace_add_stamped(&t, 0, MERAK_TRACE_DP_BUCKETS, -1, 0, fl, (merak_stamp){t.origin, -1});
+    tap_ok(a.mark == 1 && b.mark == 2 && f.mark == 6 && fl.mark == 7 && t.n == 6, "trace: each stamp a mark");
     merak_trace_device_end(&t);
     const double z = t.dev0 - t.origin;
     tap_ok(fabs(t.ev[0].start - (z + 1e-3)) < 1e-12 && fabs(t.ev[0].end - (z + 2e-3)) < 1e-12,
@@ -672,9 +677,12 @@ static void test_trace_device(void)
            "trace: a nested one too, inside its instruction's");
     tap_ok(t.ev[2].start == 100.0 && t.ev[2].end == 101.0, "trace: an event added with times keeps them");
     tap_ok(t.ev[3].start == host_e && t.ev[3].end == host_f, "trace: a mark that cannot be read keeps the host's times");
+    tap_ok(fabs(t.ev[4].start - (z + 7e-3)) < 1e-12 && t.ev[4].end == 1e6 && t.ev[5].end == t.ev[5].start &&
+               t.ev[5].start == t.ev[4].start,
+           "trace: an end without a mark keeps the host's time, never before the device's start");
     tap_ok(t.dev == NULL && t.nmarked == 0, "trace: device time ends with the step");
     merak_stamp g = merak_trace_stamp(&t);
-    tap_ok(g.mark < 0 && fake_n == 7, "trace: no marks between steps");
+    tap_ok(g.mark < 0 && fake_n == 8, "trace: no marks between steps");
 
     /* a device that cannot synchronise, and a host backend: the host's times */
     fake_bad = -1;
@@ -689,7 +697,7 @@ static void test_trace_device(void)
     merak_stamp h = merak_trace_stamp(&t), i = merak_trace_stamp(&t);
     merak_trace_add_stamped(&t, 0, MERAK_I_FWD, 1, 0, h, i);
     merak_trace_device_end(&t);
-    tap_ok(h.mark < 0 && t.ev[4].start == h.host - t.origin && t.ev[4].end == i.host - t.origin,
+    tap_ok(h.mark < 0 && t.ev[6].start == h.host - t.origin && t.ev[6].end == i.host - t.origin,
            "trace: a backend without marks keeps the host's times");
     merak_stamp none = merak_trace_stamp(NULL);
     merak_trace_add_stamped(NULL, 0, MERAK_I_FWD, 0, 0, none, none);
