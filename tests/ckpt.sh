@@ -4,7 +4,8 @@
 # incomplete checkpoint, a SIGKILL in the middle of writing one (the
 # previous one loads), damaged and foreign checkpoints refused, a save
 # directory that cannot be written refused before step 0, a failing save
-# under --on-save-error stop and continue, and output to a closed pipe.
+# under --on-save-error stop and continue, and output to a closed pipe;
+# files a checkpoint does not write never deleted.
 . "$(dirname "$0")/lib.sh"
 make_shard "$WORK/data.bin"
 C="--data $WORK/data.bin --micro-batch 2 --seq-len 16 --threads 1 --lr 3e-3 --warmup 2"
@@ -73,6 +74,23 @@ expect_exit 1 "save $CK already holds a checkpoint of step 8 and this run starts
 expect_exit 1 "already holds a checkpoint of step 8 and this run starts at step 4" \
     "$TRAIN" $C --steps 6 --save "$CK" --resume "$CK/step_00000004"
 echo "ok: latest skips incomplete checkpoints, which are refused by name"
+
+# 3b. A file a checkpoint does not write is never deleted: a step directory
+# holding one is refused (nothing deleted), and pruning an old checkpoint
+# leaves it (and its directory) in place.
+mkdir -p "$WORK/ck5/step_00000001"
+echo mine > "$WORK/ck5/step_00000001/notes.txt"
+expect_exit 1 "step_00000001 holds notes.txt, which a checkpoint does not write: move it away (nothing was deleted)" \
+    "$TRAIN" $C --steps 1 --save "$WORK/ck5"
+[ "$(cat "$WORK/ck5/step_00000001/notes.txt")" = mine ] || fail "a refused save deleted a user's file"
+"$TRAIN" $C --steps 2 --save "$WORK/ckp" --save-every 1 --keep-last 5 > "$WORK/out" 2>&1 || fail "save every step"
+echo mine > "$WORK/ckp/step_00000001/notes.txt"
+"$TRAIN" $C --steps 3 --save "$WORK/ckp" --save-every 1 --keep-last 1 --resume latest > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out"; fail "resume with --keep-last 1"; }
+[ "$(cat "$WORK/ckp/step_00000001/notes.txt")" = mine ] && [ ! -e "$WORK/ckp/step_00000001/DONE" ] &&
+    [ ! -e "$WORK/ckp/step_00000002" ] && [ -e "$WORK/ckp/step_00000003/DONE" ] ||
+    fail "pruning: $(ls -R "$WORK/ckp")"
+echo "ok: a user's file in a checkpoint directory is never deleted"
 
 # 4. Damaged and foreign checkpoints.
 "$TRAIN" $C --steps 2 --save "$WORK/ck2" > /dev/null 2>&1 || fail "save failed"

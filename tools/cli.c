@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,19 @@
 #include "cli.h"
 
 const char *cli_prog = "merak";
+
+void cli_start(const char *prog)
+{
+    cli_prog = prog;
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+void cli_stdout_done(void)
+{
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout))
+        cli_die("writing the output: %s", strerror(errno ? errno : EIO));
+}
 
 /* Under a parallel launcher every rank parses the same flags and finds
  * the same mistake: only the first rank says so (the launcher's rank

@@ -12,6 +12,13 @@
 
 /* The tool's name in messages; main sets it first. */
 extern const char *cli_prog;
+/* A tool starts: its name for messages; a file over the size limit
+ * (ulimit -f) becomes a failed write (EFBIG), reported, instead of
+ * SIGXFSZ killing the process and leaving its temporaries. */
+void cli_start(const char *prog);
+/* What the tool printed reached stdout (a full disk, a closed pipe: one
+ * line and exit status 1). */
+void cli_stdout_done(void);
 
 /* "PROG: message (see --help)", exit 2.  Under mpirun or srun only the
  * first rank prints (every rank finds the same mistake). */

@@ -237,7 +237,7 @@ int main(int argc, char **argv)
     uint64_t seed = 1337;
     int64_t shard_size = MERAK_SHARD_SIZE_DEFAULT;
     int c, seed_given = 0, shard_given = 0;
-    cli_prog = "merak-ckpt";
+    cli_start("merak-ckpt");
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
         switch (c) {
@@ -281,7 +281,9 @@ int main(int argc, char **argv)
         cli_die_usage("--%s goes only with import", model ? "model" : "seed");
     if (!is_export && (dtype || shard_given))
         cli_die_usage("--%s goes only with export", dtype ? "save-dtype" : "shard-size");
-    if (is_import)
-        return import(arg, model, out, seed);
-    return is_export ? export(arg, out, dtype && !strcmp(dtype, "bf16"), shard_size) : inspect(arg);
+    int rc = is_import ? import(arg, model, out, seed)
+             : is_export ? export(arg, out, dtype && !strcmp(dtype, "bf16"), shard_size)
+                         : inspect(arg);
+    cli_stdout_done();
+    return rc;
 }

@@ -231,7 +231,7 @@ static int emit(void *ctx, int32_t id)
 
 int main(int argc, char **argv)
 {
-    cli_prog = "merak-generate";
+    cli_start("merak-generate");
     opts o;
     parse(argc, argv, &o);
     char err[512];

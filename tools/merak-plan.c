@@ -863,7 +863,7 @@ int main(int argc, char **argv)
 {
     plan_opts o;
     char err[1024];
-    cli_prog = "merak-plan";
+    cli_start("merak-plan");
     parse_args(argc, argv, &o);
     if (o.mode == MODE_LIST) {
         list_models(o.json);

@@ -16,6 +16,7 @@
 #include "internal.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    signal(SIGXFSZ, SIG_IGN);   /* over ulimit -f: a failed write, reported (as cli_start does) */
     enum { OPT_HELP = 256, OPT_VERSION };
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},

@@ -14,6 +14,7 @@
 
 #include <errno.h>   /* errno, EINVAL */
 #include <getopt.h>  /* getopt_long */
+#include <signal.h>  /* SIGXFSZ */
 #include <jansson.h> /* json_t, json_dumpf */
 #include <limits.h>  /* INT_MAX */
 #include <stdio.h>   /* printf, fprintf */
@@ -84,6 +85,16 @@ static int gpu_and_nic(const merak_topo_node *node, int g, int nic, merak_topo_g
     return merak_topo_node_gpu_nic_path(node, g, nic, NULL);
 }
 
+/* The output written (failed: 1 with one line, such as a full disk). */
+static int output_done(int failed)
+{
+    if (fflush(stdout) != 0 || ferror(stdout) || failed) {
+        fprintf(stderr, PROG ": writing the output failed: %s\n", strerror(errno ? errno : EIO));
+        return 1;
+    }
+    return 0;
+}
+
 static int show_node_text(const merak_topo_node *node)
 {
     int G = merak_topo_node_ngpus(node), M = merak_topo_node_nnumas(node);
@@ -151,7 +162,7 @@ static int show_node_text(const merak_topo_node *node)
         }
     }
     free(nic);
-    return fflush(stdout) == 0 ? 0 : 1;
+    return output_done(0);
 }
 
 static json_t *jstr_or_null(const char *s)
@@ -224,8 +235,7 @@ static int show_node_json(const merak_topo_node *node)
     }
     json_object_set_new(root, "nvlink", nv);
     json_object_set_new(root, "gpu_paths", paths);
-    int rc =
-        json_dumpf(root, stdout, JSON_INDENT(2)) != 0 || printf("\n") < 0 || fflush(stdout) != 0;
+    int rc = output_done(json_dumpf(root, stdout, JSON_INDENT(2)) != 0 || printf("\n") < 0);
     json_decref(root);
     free(nic);
     return rc;
@@ -281,7 +291,7 @@ static int show_placement_text(const merak_topo_placement *p, const merak_topo_r
         printf("  mean NIC path            - (no NIC)\n");
     printf("  renumbered               %s\n",
            s->renumbered ? "yes (ranks differ from task ids)" : "no");
-    return fflush(stdout) == 0 ? 0 : 1;
+    return output_done(0);
 }
 
 static json_t *jreal_or_null(double v)
@@ -336,8 +346,7 @@ static int show_placement_json(const merak_topo_placement *p, const merak_topo_r
         return 1;
     }
     json_object_set_new(root, "score", sc);
-    int rc = json_dumpf(root, stdout, JSON_INDENT(1) | JSON_COMPACT) != 0 || printf("\n") < 0 ||
-             fflush(stdout) != 0;
+    int rc = output_done(json_dumpf(root, stdout, JSON_INDENT(1) | JSON_COMPACT) != 0 || printf("\n") < 0);
     json_decref(root);
     return rc;
 }
@@ -346,6 +355,7 @@ static int show_placement_json(const merak_topo_placement *p, const merak_topo_r
 
 int main(int argc, char **argv)
 {
+    signal(SIGXFSZ, SIG_IGN);   /* over ulimit -f: a failed write, reported (as cli_start does) */
     enum { OPT_TPN = 256, OPT_DP, OPT_TP, OPT_PP, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {
         {"input", required_argument, NULL, 'i'},

@@ -282,7 +282,7 @@ int main(int argc, char **argv)
         {"simulate", no_argument, 0, 'S'},
         {"version", no_argument, 0, 'V'},    {0, 0, 0, 0},
     };
-    cli_prog = "merak-trace";
+    cli_start("merak-trace");
     const char *svg = NULL;
     long want = -1;
     int json = 0, sim = 0, c;

@@ -625,7 +625,7 @@ int main(int argc, char **argv)
     merak_args ta;
     tool_opts t;
     char err[512];
-    cli_prog = "merak-train";
+    cli_start("merak-train");
     /* MPI and UCX may install handlers of their own as they start: ours
      * from the start (a signal during set-up is a stop at the first step)
      * and again after merak_init, so a signal asks for a stop, never a crash. */

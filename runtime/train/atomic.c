@@ -71,6 +71,10 @@ int merak_atomic_open(const char *path, merak_atomic **out, char *err, size_t er
     *out = NULL;
     if (!path || !*path)
         return merak_errf(err, errlen, "no file name given");
+    /* a device, a FIFO or a directory is not replaced by a file */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return merak_errf(err, errlen, "%s: not a regular file, so it cannot be written", path);
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     size_t dlen = slash ? (size_t)(slash - path) : 0; /* "/x": the directory is "/" */
@@ -195,9 +199,6 @@ void merak_atomic_abort(merak_atomic *a)
 
 int merak_atomic_probe(const char *path, char *err, size_t errlen)
 {
-    struct stat st;
-    if (path && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return merak_errf(err, errlen, "%s: not a regular file, so it cannot be written", path);
     merak_atomic *a;
     if (merak_atomic_open(path, &a, err, errlen) < 0)
         return -1;

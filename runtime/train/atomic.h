@@ -25,7 +25,9 @@
 typedef struct merak_atomic merak_atomic;
 
 /* Creates the temporary for PATH (mode 0666 less the umask).  Returns 0 and a
- * handle in *out, or -1 with one line in err naming PATH and the reason. */
+ * handle in *out, or -1 with one line in err naming PATH and the reason (a
+ * PATH that is there and is not a regular file, such as a device, a FIFO
+ * or a directory, is refused: a commit would replace it). */
 int merak_atomic_open(const char *path, merak_atomic **out, char *err, size_t errlen);
 
 /* The stream on the temporary, owned by the handle: write to it, never close

@@ -2,7 +2,7 @@
  * ckpt.c - training checkpoints (see ckpt.h): save with a background
  * writer, finish with manifest and DONE, find, and load into any layout.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
+#define _XOPEN_SOURCE 700
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
 #endif
@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
@@ -63,14 +62,63 @@ static char *place_format(const merak_tensor *t)
     return s;
 }
 
-/* Removes a checkpoint directory and everything in it (best effort). */
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+/* Is name one of the files a checkpoint directory holds (its config,
+ * manifest, DONE and shard files), or the temporary of one (atomic.h:
+ * ".NAME.XXXXXX")? */
+static int ckpt_own(const char *name)
 {
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
+    char base[NAME_MAX + 1];
+    size_t n = strlen(name);
+    if (name[0] == '.' && n > 8 && name[n - 7] == '.' && n - 8 < sizeof base) {
+        memcpy(base, name + 1, n - 8);
+        base[n - 8] = '\0';
+        name = base;
+    }
+    if (!strcmp(name, "DONE") || !strcmp(name, "config.json") || !strcmp(name, "manifest.json"))
+        return 1;
+    int pp, tp, end = 0;
+    char kind[8], again[64];
+    if (sscanf(name, "%5[a-z]-pp%3d-tp%3d.safetensors%n", kind, &pp, &tp, &end) != 3 || name[end] ||
+        (strcmp(kind, "model") && strcmp(kind, "optim")))
+        return 0;
+    file_name(strcmp(kind, "optim") == 0, pp, tp, again, sizeof again);
+    return strcmp(again, name) == 0;
+}
+
+/* The first entry of checkpoint directory dir that a checkpoint does not
+ * write, into other (empty if none); -1 if dir cannot be read. */
+static int ckpt_foreign(const char *dir, char *other, size_t len)
+{
+    other[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    while ((de = readdir(d)) && !other[0])
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !ckpt_own(de->d_name))
+            snprintf(other, len, "%s", de->d_name);
+    closedir(d);
     return 0;
 }
-static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* Removes a checkpoint directory: the files a checkpoint writes, then the
+ * directory if that empties it.  Anything else in it (a user's file) is
+ * kept, and so is the directory then (best effort). */
+static void rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (ckpt_own(de->d_name)) {
+            char p[PATH_MAX + NAME_MAX + 2];
+            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(path);
+}
 
 static int is_file(const char *dir, const char *name)
 {
@@ -430,8 +478,15 @@ static int make_dir(merak_ckpt_writer *w, char *err, size_t errlen)
     if (mkdir(w->root, 0777) != 0 && errno != EEXIST)
         return merak_errf(err, errlen, "--save %s: cannot make the directory: %s", w->root, strerror(errno));
     struct stat st;
-    if (stat(w->dir, &st) == 0)
-        rm_tree(w->dir);   /* an incomplete one from a run that died, or a step saved again */
+    char other[NAME_MAX + 1];
+    if (stat(w->dir, &st) == 0) {   /* an incomplete one from a run that died, or a step saved again */
+        if (!S_ISDIR(st.st_mode) || ckpt_foreign(w->dir, other, sizeof other) < 0)
+            return merak_errf(err, errlen, "%s: is there and is not a readable directory: move it away", w->dir);
+        if (other[0])
+            return merak_errf(err, errlen, "%s holds %s, which a checkpoint does not write: move it away (nothing "
+                              "was deleted)", w->dir, other);
+        rm_tree(w->dir);
+    }
     if (mkdir(w->dir, 0777) != 0)
         return merak_errf(err, errlen, "%s: cannot make the checkpoint directory: %s", w->dir, strerror(errno));
     return 0;
