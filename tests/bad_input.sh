@@ -108,6 +108,23 @@ expect_exit 1 "fifo: not a regular file" $T $D --data "$WORK/fifo"
 expect_exit 1 "fifo: not a regular file" $T $D --model "$WORK/fifo"
 expect_exit 1 "fifo: not a regular file" $T $D --init "$WORK/fifo"
 expect_exit 1 "device profiles: $WORK/fifo: not a regular file" $T $D --partition autopipe --device-profile "$WORK/fifo"
+# ... and every tool's output that is not a regular file (a FIFO, a device)
+# is refused, never replaced by a file
+B=$MERAK_BUILDDIR
+expect_exit 1 "fifo: not a regular file, so it cannot be written" timeout 30 "$SHARD" -o "$WORK/fifo" "$MERAK_SRCDIR/README.md"
+expect_exit 1 "fifo: not a regular file, so it cannot be written" timeout 30 "$B/merak-ckpt" export "$ck" -o "$WORK/fifo"
+expect_exit 1 "fifo: not a regular file, so it cannot be written" timeout 30 "$B/merak-plan" --simulate \
+    --schedule 1f1b --stages 2 --micro-batches 2 --svg "$WORK/fifo"
+[ -p "$WORK/fifo" ] || fail "a FIFO was replaced by a file"
+# a file over the size limit (ulimit -f) is a reported write error, its
+# temporary removed, not a SIGXFSZ; a full stdout is reported
+expect_exit 1 "big.bin: write failed: File too large" sh -c "ulimit -f 4; exec $SHARD -o $WORK/big.bin $MERAK_SRCDIR/README.md"
+[ -z "$(ls -A "$WORK" | grep '^\.big\.bin\.')" ] || fail "a temporary was left: $(ls -A "$WORK")"
+if [ -w /dev/full ]; then
+    expect_exit 1 "merak-ckpt: writing the output: No space left on device" sh -c "exec $B/merak-ckpt inspect $ck > /dev/full"
+    expect_exit 1 "merak-topo: writing the output failed: No space left on device" \
+        sh -c "exec $B/merak-topo --input $MERAK_SRCDIR/tests/fixtures/topologies/$(ls "$MERAK_SRCDIR/tests/fixtures/topologies" | grep '\.xml$' | head -1) > /dev/full"
+fi
 # sub-batches of sub-pipelined tensor parallelism: 1 to 64, dividing the micro-batch
 expect 2 "tp-overlap 3 does not divide the micro-batch of 2 sequences" -- $D --tp-overlap 3
 expect 2 "tp-overlap 128: 1 to 64 sub-batches per micro-batch" -- $D --micro-batch 128 --tp-overlap 128
