@@ -54,6 +54,15 @@ printf '{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 1, "vocab_s
     > "$WORK/huge.json"
 expect 2 "stage 0 holds 2560054208 parameters, more than one stage may (2147483647.*(--pp) or tensor-parallel ranks (--tp)" \
     -- $D --model "$WORK/huge.json"
+# a tensor past counting (its elements overflow) and a model deeper than
+# any are refused before anything is built at length (UBSan would see an
+# overflow; 8000 layers took minutes)
+printf '{"model_type": "gpt2", "n_embd": 2147483647, "n_head": 1, "n_layer": 1, "vocab_size": 256, "n_positions": 64}' \
+    > "$WORK/wide.json"
+expect 1 "c_attn.weight: more than 2^60 elements" -- $D --model "$WORK/wide.json"
+printf '{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 100000, "vocab_size": 256, "n_positions": 64}' \
+    > "$WORK/deep.json"
+expect 1 "n_layer 100000 is more than 2048, the deepest model merak builds" -- $D --model "$WORK/deep.json"
 # malformed, they are usage errors (merak-train(1), ENVIRONMENT)
 MERAK_RANK=x expect 2 "MERAK_RANK: 'x' is not an integer" -- $D
 MERAK_WORLD_SIZE=0 expect 2 "MERAK_WORLD_SIZE: 0 is out of range" -- $D

@@ -122,6 +122,8 @@ typedef enum merak_hf_layout {
 
 #define MERAK_MAX_DIMS 4
 #define MERAK_NAME_MAX 128
+/* The most layers a model config may have (merak_model_config_check). */
+#define MERAK_MAX_LAYERS 2048
 
 /* An empty graph.  NULL on out-of-memory. */
 merak_graph *merak_graph_create(void);

@@ -646,6 +646,13 @@ int merak_model_config_check(const merak_model_config *c, char *err, size_t errl
             return -1;
         }
     }
+    /* deeper than any model trained (DeepNet's 1000 layers): the planner's
+     * partitions take time in the square of the layers */
+    if (c->n_layer > MERAK_MAX_LAYERS) {
+        merak_errf(err, errlen, "%s: n_layer %d is more than %d, the deepest model merak builds", nm, c->n_layer,
+                   MERAK_MAX_LAYERS);
+        return -1;
+    }
     if (c->hidden % c->n_head != 0) {
         merak_errf(err, errlen,
                "%s: hidden %d is not a multiple of n_head %d; change hidden or n_head", nm,

@@ -22,6 +22,7 @@
 #include "file.h"
 #include "graph.h"
 #include "grow.h"
+#include "mix64.h" /* merak_fnv1a */
 
 /* Has a building call on g failed?  Then the graph is final. */
 static int failed(const merak_graph *g) { return g->err[0] != 0; }
@@ -54,6 +55,7 @@ void merak_graph_destroy(merak_graph *g)
         return;
     free(g->tensors);
     free(g->ops);
+    free(g->names);
     free(g);
 }
 
@@ -126,6 +128,38 @@ static int valid_tensor(const merak_graph *g, int t)
     return t >= 0 && t < g->ntensors;
 }
 
+/* The slot of name in g's name table: its tensor's, or the empty one it
+ * would take (the table is never full). */
+static size_t name_slot(const merak_graph *g, const char *name)
+{
+    const size_t mask = g->names_cap - 1;
+    size_t i = (size_t)merak_fnv1a(name, strlen(name)) & mask;
+    while (g->names[i] && strcmp(g->tensors[g->names[i] - 1].name, name) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Tensor t (named already) into the name table, which doubles when half
+ * full; 0, or -1 out of memory. */
+static int name_add(merak_graph *g, int t)
+{
+    if (2 * ((size_t)t + 1) > g->names_cap) {
+        int *old = g->names;
+        const size_t old_cap = g->names_cap, cap = old_cap ? 2 * old_cap : 64;
+        if (!(g->names = calloc(cap, sizeof *g->names))) {
+            g->names = old;
+            return -1;
+        }
+        g->names_cap = cap;
+        for (size_t j = 0; j < old_cap; j++)
+            if (old[j])
+                g->names[name_slot(g, g->tensors[old[j] - 1].name)] = old[j];
+        free(old);
+    }
+    g->names[name_slot(g, g->tensors[t].name)] = t + 1;
+    return 0;
+}
+
 static int check_name(merak_graph *g, const char *name)
 {
     if (!name || !*name)
@@ -133,9 +167,8 @@ static int check_name(merak_graph *g, const char *name)
     if (strlen(name) >= MERAK_NAME_MAX)
         return fail(g, "tensor name '%.40s...' is longer than %d characters", name,
                     MERAK_NAME_MAX - 1);
-    for (int i = 0; i < g->ntensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0)
-            return fail(g, "tensor name '%s' is used twice", name);
+    if (g->names_cap && g->names[name_slot(g, name)])
+        return fail(g, "tensor name '%s' is used twice", name);
     return 0;
 }
 
@@ -153,6 +186,13 @@ static int check_shape(merak_graph *g, const char *name, int ndim, const int64_t
 static int add_tensor(merak_graph *g, const char *name, merak_tensor_kind kind,
                       merak_dtype dtype, int ndim, const int64_t *shape)
 {
+    /* its elements must count in an int64_t, with room to spare for bytes */
+    int64_t elems = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0 || elems > ((int64_t)1 << 60) / shape[i])
+            return fail(g, "%s: more than 2^60 elements", name);
+        elems *= shape[i];
+    }
     if (g->ntensors == INT_MAX ||
         merak_grow((void **)&g->tensors, &g->cap_tensors, (size_t)g->ntensors + 1, sizeof *g->tensors) < 0)
         return fail(g, "out of memory");
@@ -168,6 +208,8 @@ static int add_tensor(merak_graph *g, const char *name, merak_tensor_kind kind,
     t->producer = -1;
     t->tied_to = -1;
     t->param_index = -1;
+    if (name_add(g, g->ntensors) < 0)
+        return fail(g, "out of memory");
     return g->ntensors++;
 }
 

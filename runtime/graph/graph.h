@@ -98,6 +98,8 @@ struct merak_graph {
     size_t cap_ops;
     int nparams;               /* distinct (untied) parameters */
     int loss;                  /* tensor id of the loss, or -1 */
+    int *names;                /* tensor ids + 1 by name, open addressing (0: empty) */
+    size_t names_cap;          /* a power of two, at least twice ntensors */
     char err[256];             /* the first building error; once set, building
                                 * calls change nothing and return -1 */
 };

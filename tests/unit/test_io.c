@@ -1184,16 +1184,28 @@ static void test_atomic(void)
         tap_ok(0, "atomic: getrlimit: %s", strerror(errno));
     }
 
-    /* A rename that fails: the target is a directory. */
+    /* A rename that fails: the target became a directory after the open. */
     const char *sub = tmp_path("atomic/sub");
+    err[0] = '\0';
+    merak_atomic *ra = NULL;
+    rc = merak_atomic_open(sub, &ra, err, sizeof(err));
     if (mkdir(sub, 0700) != 0)
         diag("mkdir %s failed", sub);
-    err[0] = '\0';
-    rc = atomic_put(sub, "x", err, sizeof(err));
+    if (rc == 0) {
+        merak_atomic_write(ra, "x", 1);
+        rc = merak_atomic_commit(ra, err, sizeof(err));
+    }
     struct stat st;
     tap_ok(rc != 0 && err_mentions(err, sub, "rename") && stat(sub, &st) == 0 &&
                S_ISDIR(st.st_mode) && listing_is(dir, 2),
            "atomic: a failed rename leaves the target and no temporary");
+    /* ... and a target that is a directory (a FIFO, a device) already is
+     * refused at the open */
+    err[0] = '\0';
+    rc = atomic_put(sub, "x", err, sizeof(err));
+    tap_ok(rc != 0 && err_mentions(err, sub, "not a regular file") && stat(sub, &st) == 0 && S_ISDIR(st.st_mode) &&
+               listing_is(dir, 2),
+           "atomic: a target that is not a regular file is refused at the open: %s", err);
 
     /* A directory without write permission (root writes anyway). */
     if (geteuid() == 0) {
