@@ -260,6 +260,8 @@ if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > /dev/null 2>&1; th
     expect 1 "device cuda: " --calibrate "$WORK/x.json" --model tiny-gpt2 --device cuda
 fi
 expect 1 "no-such-dir" --calibrate "$WORK/no-such-dir/x.json" --model tiny-gpt2 --micro-batch 1 --seq-len 8 --repeat 1
+# ... found before measuring anything: GPT-2 124M takes a minute to calibrate here
+expect_exit 1 "calibrate $WORK/no-such-dir/x.json: cannot create a file" timeout 20 "$PLAN" --calibrate "$WORK/no-such-dir/x.json" --model gpt2
 printf '{"memory_gb": 1, "matmul_tflops": 1, "memory_gbps": 1, "intra_node_gbps": 1, "inter_node_gbps": 1,
   "latency_us": 1, "ops": {"matmul": {"forward": 1, "backward": 1}}}' > "$WORK/badops.json"
 expect 1 "ops: 'matmul' is not an op kind" --calibrate "$WORK/x.json" --device-profile "$WORK/badops.json"

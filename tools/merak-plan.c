@@ -546,6 +546,9 @@ static void calibrate(const plan_opts *o)
         merak_file_not_input("--calibrate", o->calibrate, "the --device-profile file", o->base, err, sizeof err) < 0 ||
         merak_file_not_input("--calibrate", o->calibrate, "the --model config file", o->model, err, sizeof err) < 0)
         cli_die("%s", err);
+    /* the profile can be written: found now, not after the measuring */
+    if (merak_atomic_probe(o->calibrate, err, sizeof err) < 0)
+        cli_die("--calibrate %s", err);
     cli_model(o->model, &cfg);
     if (o->seq_len > cfg.max_positions)
         cli_die_usage("--seq-len %d is beyond the model's %d positions", o->seq_len, cfg.max_positions);
