@@ -70,6 +70,39 @@ static int row_of(const trace *t, int pid)
     return p ? (int)(p - t->pid) : -1;
 }
 
+/* Compute events by rank, then start (merak-trace's own ordering). */
+static const merak_trace_event *g_sort_ev;
+static int cmp_lane_start(const void *a, const void *b)
+{
+    const merak_trace_event *x = &g_sort_ev[*(const size_t *)a], *y = &g_sort_ev[*(const size_t *)b];
+    if (x->lane != y->lane)
+        return (x->lane > y->lane) - (x->lane < y->lane);
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* A rank runs one compute instruction at a time: events of its compute
+ * thread that overlap (beyond the rounding of the file's microseconds)
+ * are not a trace merak-train wrote, and would make its sums nonsense. */
+static void check_sequential(const trace *t, const char *path)
+{
+    size_t n = 0, *ix = malloc((t->ev.n + 1) * sizeof *ix);
+    if (!ix)
+        cli_die("out of memory reading %s", path);
+    for (size_t i = 0; i < t->ev.n; i++)
+        if (merak_trace_track(t->ev.ev[i].kind) == MERAK_TRACK_COMPUTE)
+            ix[n++] = i;
+    g_sort_ev = t->ev.ev;
+    qsort(ix, n, sizeof *ix, cmp_lane_start);
+    for (size_t i = 1; i < n; i++) {
+        const merak_trace_event *a = &t->ev.ev[ix[i - 1]], *b = &t->ev.ev[ix[i]];
+        if (a->lane == b->lane && b->start < a->end - 1e-5)
+            cli_die("%s: rank %d runs %s and %s at once (%.3f ms and %.3f ms): its compute instructions overlap", path,
+                    t->pid[a->lane], merak_trace_kind_name(a->kind), merak_trace_kind_name(b->kind), a->start,
+                    b->start);
+    }
+    free(ix);
+}
+
 /* Loads and checks the trace; any problem ends the tool naming the file
  * and the event. */
 static void load(const char *path, trace *t)
@@ -150,12 +183,20 @@ static void load(const char *path, trace *t)
         cli_die("out of memory reading %s", path);
     if (t->ev.n == 0)
         cli_die("%s: the trace holds no instructions", path);
+    check_sequential(t, path);
     json_t *o = json_object_get(root, "otherData");
     const char *sched = json_string_value(json_object_get(o, "schedule"));
     if (json_is_object(o) && sched) {
-        long pp = 0, m = 0, v = 1;
-        int_of(json_object_get(o, "pp"), 1, 1 << 20, &pp);
-        int_of(json_object_get(o, "micro_batches"), 1, 1 << 20, &m);
+        long pp = 0, m = 0, v = 1, dp = 0, tp = 0;
+        if (int_of(json_object_get(o, "dp"), 1, 1 << 20, &dp) < 0 ||
+            int_of(json_object_get(o, "tp"), 1, 1 << 20, &tp) < 0 ||
+            int_of(json_object_get(o, "pp"), 1, 1 << 20, &pp) < 0 ||
+            int_of(json_object_get(o, "micro_batches"), 1, 1 << 20, &m) < 0)
+            cli_die("%s: \"otherData\": \"dp\", \"tp\", \"pp\" and \"micro_batches\" must be integers from 1 to %d",
+                    path, 1 << 20);
+        if (dp * tp * pp != t->nrows)
+            cli_die("%s: \"otherData\": dp %ld x tp %ld x pp %ld is not the %d ranks the trace holds", path, dp, tp, pp,
+                    t->nrows);
         if (json_object_get(o, "virtual_stages") &&
             int_of(json_object_get(o, "virtual_stages"), 1, MERAK_MAX_CHUNKS, &v) < 0)
             cli_die("%s: \"otherData\": \"virtual_stages\" must be an integer from 1 to %d", path, MERAK_MAX_CHUNKS);
@@ -166,9 +207,8 @@ static void load(const char *path, trace *t)
         char chunks[48] = "";
         if (t->virtual_stages > 1)
             snprintf(chunks, sizeof chunks, " (%d chunks each)", t->virtual_stages);
-        snprintf(t->about, sizeof t->about, "dp %d tp %d pp %d%s, %s, %d micro-batches",
-                 (int)json_integer_value(json_object_get(o, "dp")), (int)json_integer_value(json_object_get(o, "tp")),
-                 t->pp, chunks, t->schedule, t->micro_batches);
+        snprintf(t->about, sizeof t->about, "dp %ld tp %ld pp %d%s, %s, %d micro-batches", dp, tp, t->pp, chunks,
+                 t->schedule, t->micro_batches);
     }
     /* "rank R (dp D, tp T, pp P)": the stage; a rank the trace does not
      * name is "rank PID" */

@@ -147,6 +147,20 @@ assert all(r['dp_flight_ms'] > 0 and 0 <= r['dp_hidden'] <= 1 for r in j['ranks'
 print('ok: merak-trace: the buckets in flight and their share behind compute', [(r['dp_flight_ms'], r['dp_hidden']) for r in j['ranks']])" \
     "$WORK/dp.sum.json" || fail "merak-trace --json: the buckets"
 
+# a trace whose rank runs two compute instructions at once (every event
+# twice) or whose layout is not its ranks is refused, not summed into
+# nonsense
+"$PY" - "$WORK/dp.json" "$WORK/dup.json" "$WORK/lay.json" <<'PYEOF' || fail "bad traces set-up"
+import json, sys
+d = json.load(open(sys.argv[1]))
+x = dict(d, traceEvents=d["traceEvents"] + [e for e in d["traceEvents"] if e["ph"] == "X"])
+json.dump(x, open(sys.argv[2], "w"))
+d["otherData"]["dp"] = 3
+json.dump(d, open(sys.argv[3], "w"))
+PYEOF
+expect_exit 1 "rank 0 runs .* at once (.*): its compute instructions overlap" "$TRACE" "$WORK/dup.json"
+expect_exit 1 '"otherData": dp 3 x tp 1 x pp 1 is not the 2 ranks the trace holds' "$TRACE" "$WORK/lay.json"
+
 # merak-trace: the summary names every rank; the SVG is XML with a box per event of the step
 "$TRACE" "$WORK/1f1b.json" --svg "$WORK/t.svg" > "$WORK/sum" || fail "merak-trace failed"
 cat "$WORK/sum"
