@@ -115,6 +115,28 @@ expect_exit 1 "manifest.json: changed after the checkpoint was written" "$TRAIN"
     --resume "$WORK/ck3/step_00000002"
 expect_exit 1 "manifest.json: changed after the checkpoint was written" "$MERAK_BUILDDIR/merak-ckpt" inspect \
     "$WORK/ck3/step_00000002"
+# a manifest edited with DONE's checksum made again: numbers no run writes
+# (a step past int, a layout of 0 ranks) are refused, never cut or used
+"$TRAIN" $C --steps 2 --save "$WORK/ck9" > /dev/null 2>&1 || fail "save failed"
+for edit in '"step": 2,/"step": 99999999999,' '"tp": 1,/"tp": 0,'; do
+    rm -rf "$WORK/ck9e" && cp -r "$WORK/ck9" "$WORK/ck9e"
+    E=$WORK/ck9e/step_00000002
+    sed "s/$edit/" "$WORK/ck9/step_00000002/manifest.json" > "$E/manifest.json"
+    cmp -s "$E/manifest.json" "$WORK/ck9/step_00000002/manifest.json" && fail "the manifest lacks $edit"
+    "$PY3" - "$E" <<'PYEOF' || fail "rewriting DONE"
+import sys, zlib
+d = sys.argv[1]
+m = open(d + "/manifest.json", "rb").read()
+lines = [l for l in open(d + "/DONE").read().splitlines() if not l.startswith("manifest.json crc32 ")]
+open(d + "/DONE", "w").write("\n".join(lines + ["manifest.json crc32 %08x bytes %d" % (zlib.crc32(m), len(m))]) + "\n")
+PYEOF
+    case $edit in
+    *step*) msg="the steps at most 2147483647" ;;
+    *) msg="layout.tp 0 is not a size a run has" ;;
+    esac
+    expect_exit 1 "$msg" "$MERAK_BUILDDIR/merak-ckpt" inspect "$E"
+    expect_exit 1 "$msg" "$TRAIN" $C --steps 4 --resume "$E"
+done
 # a step directory renamed: its name and its manifest disagree, and both are named
 "$TRAIN" $C --steps 2 --save "$WORK/renamed" > /dev/null 2>&1 || fail "save failed"
 mv "$WORK/renamed/step_00000002" "$WORK/renamed/step_00000004"

@@ -152,26 +152,43 @@ static int read_meta(const char *path, json_t *m, merak_ckpt_meta *mt, char *err
 {
     const char *format = NULL, *producer = "", *schedule = "", *data = "";
     int version = 0;
-    json_int_t consumed = -1, seed = -1;
+    json_int_t consumed = -1, seed = -1, step = -1, adam = -1;
     merak_ckpt_state *st = &mt->st;
-    if (json_unpack(m, "{s:s, s:i, s:i, s:{s:I}, s:{s:I}, s:{s:i}}", "format", &format, "version", &version,
-                    "step", &st->step, "data", "consumed", &consumed, "rng", "seed", &seed, "optimizer", "steps",
-                    &st->adam_steps) != 0 ||
+    if (json_unpack(m, "{s:s, s:i, s:I, s:{s:I}, s:{s:I}, s:{s:I}}", "format", &format, "version", &version,
+                    "step", &step, "data", "consumed", &consumed, "rng", "seed", &seed, "optimizer", "steps",
+                    &adam) != 0 ||
         strcmp(format, MERAK_CKPT_FORMAT) != 0)
         return merak_errf(err, errlen, "%s: not a merak checkpoint manifest (format, version, step, data.consumed, "
                                        "rng.seed, optimizer.steps and files are required)", path);
     if (version != MERAK_CKPT_VERSION)
         return merak_errf(err, errlen, "%s: checkpoint format version %d; this merak reads version %d", path, version,
                           MERAK_CKPT_VERSION);
-    if (st->step < 0 || consumed < 0 || seed < 0 || st->adam_steps < 0)
-        return merak_errf(err, errlen, "%s: step, data.consumed, rng.seed and optimizer.steps must not be negative",
-                          path);
+    if (step < 0 || consumed < 0 || seed < 0 || adam < 0 || step > INT_MAX || adam > INT_MAX)
+        return merak_errf(err, errlen, "%s: step, data.consumed, rng.seed and optimizer.steps must not be negative, "
+                          "the steps at most %d", path, INT_MAX);
+    st->step = (int)step;
+    st->adam_steps = (int)adam;
     st->consumed = (uint64_t)consumed;
     st->seed = (uint64_t)seed;
-    json_unpack(m, "{s?s, s?{s?s}, s?{s?i, s?i, s?i, s?s, s?i, s?i, s?i, s?i, s?i}}", "producer", &producer,
-                "data", "pattern", &data, "layout", "dp", &mt->dp, "tp", &mt->tp, "pp", &mt->pp, "schedule",
-                &schedule, "virtual_stages", &mt->virtual_stages, "zero", &mt->zero, "micro_batches",
-                &mt->micro_batches, "micro_batch", &mt->micro_batch, "seq_len", &mt->seq_len);
+    /* the layout it was written in (what inspect and the resume's message
+     * say): each number, when there, a size a run can have */
+    json_int_t lay[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    const char *lay_name[8] = {"dp", "tp", "pp", "virtual_stages", "zero", "micro_batches", "micro_batch", "seq_len"};
+    if (json_unpack(m, "{s?s, s?{s?s}, s?{s?I, s?I, s?I, s?s, s?I, s?I, s?I, s?I, s?I}}", "producer", &producer,
+                    "data", "pattern", &data, "layout", "dp", &lay[0], "tp", &lay[1], "pp", &lay[2], "schedule",
+                    &schedule, "virtual_stages", &lay[3], "zero", &lay[4], "micro_batches", &lay[5], "micro_batch",
+                    &lay[6], "seq_len", &lay[7]) != 0)
+        return merak_errf(err, errlen, "%s: producer, data.pattern and layout's fields have the wrong types", path);
+    int *dst[8] = {&mt->dp, &mt->tp, &mt->pp, &mt->virtual_stages, &mt->zero, &mt->micro_batches, &mt->micro_batch,
+                   &mt->seq_len};
+    for (int i = 0; i < 8; i++) {
+        if (lay[i] == -1 && !json_object_get(json_object_get(m, "layout"), lay_name[i]))
+            continue;   /* absent: left as it was */
+        if (lay[i] < (i == 4 ? 0 : 1) || lay[i] > (i == 4 ? 1 : INT_MAX))
+            return merak_errf(err, errlen, "%s: layout.%s %lld is not a size a run has", path, lay_name[i],
+                              (long long)lay[i]);
+        *dst[i] = (int)lay[i];
+    }
     snprintf(mt->producer, sizeof mt->producer, "%s", producer);
     snprintf(mt->schedule, sizeof mt->schedule, "%s", schedule);
     snprintf(mt->data, sizeof mt->data, "%s", data);
