@@ -170,7 +170,7 @@ static int check_whole_param(pass *p, int op, int t)
         return 0;
     int root = merak_graph_param_root(p->g, t);
     const merak_tensor *w = &p->g->tensors[root];
-    if (p->attr[root] != MERAK_TP_REPLICATED && w->ndim >= 2)
+    if (p->attr[root] != MERAK_TP_REPLICATED)
         return failf(p, "tp=%d: parameter %s is marked for splitting, but op %d (%s) cannot "
                      "split it; only linear weights and embedding tables can be split",
                      p->tp, w->name, op, merak_op_name(p->g->ops[op].type));

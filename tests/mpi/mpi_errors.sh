@@ -59,6 +59,10 @@ printf 'h.*.nothing column\n' > "$WORK/rules.miss"
 expect 2 "rules.miss:1: pattern 'h.\*.nothing' matches no parameter" --tp 2 --tp-rules "$WORK/rules.miss"
 printf '*.attn.c_proj.weight column\n' > "$WORK/rules.conflict"
 expect 2 "needs attention.4 whole" --tp 2 --tp-rules "$WORK/rules.conflict"
+# a norm's gain marked for splitting is refused, not ignored (1-D as 2-D)
+printf '*.ln_1.weight column\n' > "$WORK/rules.norm"
+expect 2 "parameter transformer.h.0.ln_1.weight is marked for splitting, but op 2 (layernorm) cannot split it" \
+    --tp 2 --tp-rules "$WORK/rules.norm"
 expect 2 "no file matches" --pp 2 --micro-batches 2 --data "$WORK/none-*.bin"
 UCX_TLS=no_such_transport expect 4 "UCX: ucp_init failed: .*UCX_TLS=no_such_transport" --pp 2 --dp 2 --micro-batches 2 --p2p ucx
 MERAK_PP=x expect 2 "MERAK_PP: 'x' is not an integer"
