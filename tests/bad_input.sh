@@ -17,6 +17,10 @@ expect 2 "not an integer" -- $D --steps abc
 expect 2 "out of range" -- $D --micro-batch 0
 # AdamW: epsilon above 0 (0 divides 0 by 0), betas below 1, the open end said
 expect 2 "--eps: 0 is out of range (0, 1\]" -- $D --eps 0
+# ... and as they are kept, in single precision: never silently 0 or 1
+expect 2 "--lr: 1e-50 is below the smallest single-precision number" -- $D --lr 1e-50
+expect 2 "--eps: 1e-320 is below the smallest single-precision number" -- $D --eps 1e-320
+expect 2 "--beta2: 0.9999999999 is 1 in single precision, out of range \[0, 1)" -- $D --beta2 0.9999999999
 expect 2 "--beta1: 1 is out of range \[0, 1)" -- $D --beta1 1
 expect 2 "--beta2: -0.5 is out of range \[0, 1)" -- $D --beta2 -0.5
 expect 2 "not constant or cosine" -- $D --lr-schedule linear

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
@@ -102,6 +103,28 @@ double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_op
 double cli_parse_double(const char *flag, const char *s, double lo, double hi)
 {
     return cli_parse_double_in(flag, s, lo, 0, hi, 0);
+}
+
+float cli_parse_float_in(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open)
+{
+    char *end;
+    errno = 0;
+    const double u = strtod(s, &end);
+    if (errno == ERANGE && end != s && !*end && fabs(u) < 1)
+        cli_die_usage("%s: %s is below the smallest single-precision number, %g", flag, s, (double)FLT_MIN);
+    const double v = cli_parse_double_in(flag, s, lo, lo_open, hi, hi_open);
+    const float f = (float)v;
+    if (v != 0 && fabs(v) < FLT_MIN)
+        cli_die_usage("%s: %s is below the smallest single-precision number, %g", flag, s, (double)FLT_MIN);
+    if (f < lo || f > hi || (lo_open && f == lo) || (hi_open && f == hi))
+        cli_die_usage("%s: %s is %.9g in single precision, out of range %c%g, %g%c", flag, s, (double)f,
+                      lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+    return f;
+}
+
+float cli_parse_float(const char *flag, const char *s, double lo, double hi)
+{
+    return cli_parse_float_in(flag, s, lo, 0, hi, 0);
 }
 
 int64_t cli_parse_size(const char *flag, const char *s)

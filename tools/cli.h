@@ -32,6 +32,11 @@ double cli_parse_double(const char *flag, const char *s, double lo, double hi);
 /* The same with either end open (lo_open: v > lo; hi_open: v < hi), the
  * range printed as it is: "(0, 1]". */
 double cli_parse_double_in(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open);
+/* ... kept as a float: a number below the smallest float (it would become
+ * 0) or one whose float leaves the range (0.9999999999 becoming 1) is
+ * refused too. */
+float cli_parse_float_in(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open);
+float cli_parse_float(const char *flag, const char *s, double lo, double hi);
 
 /* A size in bytes, above 0: a whole number, alone (bytes) or with a unit
  * as Hugging Face writes max_shard_size: B, KB, MB, GB, TB (powers of

@@ -95,9 +95,9 @@ static void parse(int argc, char **argv, opts *o)
         case OPT_TOKENIZER: o->tokenizer = optarg; break;
         case OPT_IDS: o->ids = 1; break;
         case OPT_MAX: o->max_tokens = (int)cli_parse_int("--max-tokens", optarg, 0, INT_MAX / 2); break;
-        case OPT_TEMP: o->sampling.temperature = (float)cli_parse_double("--temperature", optarg, 0, 1e6); break;
+        case OPT_TEMP: o->sampling.temperature = cli_parse_float("--temperature", optarg, 0, 1e6); break;
         case OPT_TOPK: o->sampling.top_k = (int)cli_parse_int("--top-k", optarg, 0, INT_MAX); break;
-        case OPT_TOPP: o->sampling.top_p = (float)cli_parse_double("--top-p", optarg, 1e-9, 1); break;
+        case OPT_TOPP: o->sampling.top_p = cli_parse_float("--top-p", optarg, 1e-9, 1); break;
         case OPT_SEED: o->sampling.seed = (uint64_t)cli_parse_int("--seed", optarg, 0, LONG_MAX); break;
         case OPT_EOT: o->eot = cli_parse_int("--eot", optarg, -1, INT32_MAX); break;
         case OPT_NOCACHE: o->no_cache = 1; break;

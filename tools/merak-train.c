@@ -264,18 +264,18 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             break;
         case OPT_SEQ: a->seq_len = (int)cli_parse_int("--seq-len", optarg, 1, 1 << 24); break;
         case OPT_STEPS: a->steps = (int)cli_parse_int("--steps", optarg, 0, INT_MAX); break;
-        case OPT_LR: a->lr = (float)cli_parse_double("--lr", optarg, 0, 10); break;
+        case OPT_LR: a->lr = cli_parse_float("--lr", optarg, 0, 10); break;
         case OPT_WARMUP: a->warmup = (int)cli_parse_int("--warmup", optarg, 0, INT_MAX); break;
         case OPT_SCHED:
             if (merak_lr_parse(optarg, &a->lr_schedule) < 0)
                 cli_die_usage("--lr-schedule: '%s' is not %s", optarg, merak_lr_names());
             break;
-        case OPT_MINLR: a->min_lr = (float)cli_parse_double("--min-lr", optarg, 0, 10); break;
-        case OPT_WD: a->weight_decay = (float)cli_parse_double("--weight-decay", optarg, 0, 10); break;
-        case OPT_B1: a->beta1 = (float)cli_parse_double_in("--beta1", optarg, 0, 0, 1, 1); break;
-        case OPT_B2: a->beta2 = (float)cli_parse_double_in("--beta2", optarg, 0, 0, 1, 1); break;
-        case OPT_EPS: a->eps = (float)cli_parse_double_in("--eps", optarg, 0, 1, 1, 0); break;
-        case OPT_CLIP: a->clip = (float)cli_parse_double("--clip", optarg, 0, 1e30); break;
+        case OPT_MINLR: a->min_lr = cli_parse_float("--min-lr", optarg, 0, 10); break;
+        case OPT_WD: a->weight_decay = cli_parse_float("--weight-decay", optarg, 0, 10); break;
+        case OPT_B1: a->beta1 = cli_parse_float_in("--beta1", optarg, 0, 0, 1, 1); break;
+        case OPT_B2: a->beta2 = cli_parse_float_in("--beta2", optarg, 0, 0, 1, 1); break;
+        case OPT_EPS: a->eps = cli_parse_float_in("--eps", optarg, 0, 1, 1, 0); break;
+        case OPT_CLIP: a->clip = cli_parse_float("--clip", optarg, 0, 1e30); break;
         case OPT_SEED: a->seed = (uint64_t)cli_parse_int("--seed", optarg, 0, LONG_MAX); break;
         case OPT_THREADS:
             a->threads = (int)cli_parse_int("--threads", optarg, 1, 4096);
@@ -312,7 +312,7 @@ static void parse_args(int argc, char **argv, merak_args *a, tool_opts *t)
             break;
         case OPT_AUTO: t->autoplan = 1; break;
         case OPT_GBATCH: t->global_batch = cli_parse_int("--global-batch", optarg, 1, 1L << 40); break;
-        case OPT_BUCKET: a->bucket_mb = (float)cli_parse_double("--bucket-mb", optarg, 1e-6, 1e6); break;
+        case OPT_BUCKET: a->bucket_mb = cli_parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
         case OPT_P2P: a->p2p = optarg; break;
         case OPT_COLL: a->coll = optarg; break;
         case OPT_COMM_TIMEOUT:
