@@ -274,6 +274,7 @@ cmp "$WORK/exported.st" "$WORK/full.st" || fail "export of step 6 differs from -
 "$TRAIN" $C --steps 3 --init "$WORK/full.st" --metrics "$WORK/init.jsonl" > /dev/null 2>&1 || fail "--init run"
 [ "$(losses "$WORK/imp.jsonl")" = "$(losses "$WORK/init.jsonl")" ] || fail "an imported checkpoint trains unlike --init"
 expect_exit 1 "imp: not empty" "$CKPT" import "$WORK/full.st" --model tiny-gpt2 -o "$WORK/imp"
+expect_exit 2 "-o: an empty name" "$CKPT" import "$WORK/full.st" --model tiny-gpt2 -o ''
 expect_exit 1 "full.st: tensor 'model.embed_tokens.weight' is missing" "$CKPT" import "$WORK/full.st" \
     --model tiny-llama -o "$WORK/imp2"
 [ ! -e "$WORK/imp2" ] || fail "a failed import left $WORK/imp2"

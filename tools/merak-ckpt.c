@@ -281,6 +281,8 @@ int main(int argc, char **argv)
         cli_die_usage("--%s goes only with import", model ? "model" : "seed");
     if (!is_export && (dtype || shard_given))
         cli_die_usage("--%s goes only with export", dtype ? "save-dtype" : "shard-size");
+    if (out && !*out)
+        cli_die_usage("-o: an empty name");
     int rc = is_import ? import(arg, model, out, seed)
              : is_export ? export(arg, out, dtype && !strcmp(dtype, "bf16"), shard_size)
                          : inspect(arg);

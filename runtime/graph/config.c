@@ -193,9 +193,9 @@ static int get_positive_num(const loader *L, const char *key, double dflt, doubl
 {
     if (get_num(L, key, dflt, out) != 0)
         return -1;
-    if (!(*out > 0) || !isfinite(*out) || *out > 3.0e38) {
-        merak_errf(L->err, L->errlen, "%s: field '%s' must be a positive number, got %g", L->path,
-               key, *out);
+    if (!(*out > 0) || !isfinite(*out) || *out > 3.0e38 || *out < 1.2e-38) {
+        merak_errf(L->err, L->errlen, "%s: field '%s' must be a positive number a float holds (1.2e-38 to 3e38), "
+                   "got %g", L->path, key, *out);
         return -1;
     }
     return 0;
