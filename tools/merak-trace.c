@@ -93,14 +93,14 @@ static void check_sequential(const trace *t, const char *path)
             ix[n++] = i;
     g_sort_ev = t->ev.ev;
     qsort(ix, n, sizeof *ix, cmp_lane_start);
-    for (size_t i = 1; i < n; i++) {
-        const merak_trace_event *a = &t->ev.ev[ix[i - 1]], *b = &t->ev.ev[ix[i]];
-        if (a->lane == b->lane && b->start < a->end - 1e-5)
-            cli_die("%s: rank %d runs %s and %s at once (%.3f ms and %.3f ms): its compute instructions overlap", path,
-                    t->pid[a->lane], merak_trace_kind_name(a->kind), merak_trace_kind_name(b->kind), a->start,
-                    b->start);
-    }
+    const merak_trace_event *a = NULL, *b = NULL;
+    for (size_t i = 1; i < n && !a; i++)
+        if (t->ev.ev[ix[i]].lane == t->ev.ev[ix[i - 1]].lane && t->ev.ev[ix[i]].start < t->ev.ev[ix[i - 1]].end - 1e-5)
+            a = &t->ev.ev[ix[i - 1]], b = &t->ev.ev[ix[i]];
     free(ix);
+    if (a)
+        cli_die("%s: rank %d runs %s and %s at once (%.3f ms and %.3f ms): its compute instructions overlap", path,
+                t->pid[a->lane], merak_trace_kind_name(a->kind), merak_trace_kind_name(b->kind), a->start, b->start);
 }
 
 /* Loads and checks the trace; any problem ends the tool naming the file
