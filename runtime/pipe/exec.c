@@ -1259,7 +1259,7 @@ static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     double *to = e->op_fwd ? &(ps <= P_RECOMPUTE ? e->op_fwd : e->op_bwd)[i] : NULL;
     const int marks = to && e->k->mark && e->k->mark_seconds;
     const int m0 = marks ? e->k->mark() : -1;
-    const double h0 = merak_now(), t0 = to && !marks ? synced_now(e) : 0;
+    const double h0 = marks ? merak_now() : 0, t0 = to && !marks ? synced_now(e) : 0;
     int rc = run_op(e, slot, i, sb, ps);
     if (marks) {
         const int m1 = e->k->mark();

@@ -104,7 +104,7 @@ static int ckpt_foreign(const char *dir, char *other, size_t len)
 /* Removes a checkpoint directory: the files a checkpoint writes, then the
  * directory if that empties it.  Anything else in it (a user's file) is
  * kept, and so is the directory then (best effort). */
-static void rm_tree(const char *path)
+static void rm_ckpt_dir(const char *path)
 {
     DIR *d = opendir(path);
     if (!d)
@@ -485,7 +485,7 @@ static int make_dir(merak_ckpt_writer *w, char *err, size_t errlen)
         if (other[0])
             return merak_errf(err, errlen, "%s holds %s, which a checkpoint does not write: move it away (nothing "
                               "was deleted)", w->dir, other);
-        rm_tree(w->dir);
+        rm_ckpt_dir(w->dir);
     }
     if (mkdir(w->dir, 0777) != 0)
         return merak_errf(err, errlen, "%s: cannot make the checkpoint directory: %s", w->dir, strerror(errno));
@@ -530,7 +530,7 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
         failed = job_alloc(j, s, writer, err, errlen) < 0;
     if (merak_comm_agree(comm, failed ? MERAK_FAILED : MERAK_OK, err, errlen) < 0) {
         if (gr->rank == 0)
-            rm_tree(w->dir);
+            rm_ckpt_dir(w->dir);
         job_reset(j);
         return -1;
     }
@@ -580,7 +580,7 @@ static void prune_fn(void *ctx, int step, int complete, const char *path)
     if (step >= c->now)
         return;   /* the one just written (nothing newer is in ROOT: merak-train checks) */
     if (!complete) {
-        rm_tree(path);   /* never loadable: a write that died */
+        rm_ckpt_dir(path);   /* never loadable: a write that died */
         return;
     }
     if (merak_grow((void **)&c->steps, &c->cap_steps, (size_t)c->n + 1, sizeof *c->steps) < 0 ||
@@ -601,7 +601,7 @@ static void prune(const char *root, int keep, int now)
             for (int i = 0; i < c.n; i++)
                 if (c.steps[i] >= 0 && (oldest < 0 || c.steps[i] < c.steps[oldest]))
                     oldest = i;
-            rm_tree(c.paths[oldest]);
+            rm_ckpt_dir(c.paths[oldest]);
             c.steps[oldest] = -1;
         }
     free(c.steps);
@@ -702,7 +702,7 @@ int merak_ckpt_finish(merak_ckpt_writer *w, merak_comm *comm, merak_ckpt_done *d
         if (gr->rank == 0)
             prune(w->root, w->keep_last, w->step);
     } else if (gr->rank == 0) {
-        rm_tree(w->dir);   /* never half a checkpoint; the previous ones stay */
+        rm_ckpt_dir(w->dir);   /* never half a checkpoint; the previous ones stay */
     }
     free(v);
     job_reset(j);
@@ -770,7 +770,7 @@ int merak_ckpt_write_whole(const char *root, const merak_graph *g, int n, const 
     rc = write_manifest(w, &gr, v, err, errlen);
 out:
     if (rc < 0 && w->dir[0])
-        rm_tree(w->dir);
+        rm_ckpt_dir(w->dir);
     free(zeros);
     merak_ckpt_writer_destroy(w);
     return rc;
