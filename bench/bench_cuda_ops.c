@@ -117,7 +117,7 @@ static void lin_fwd(const void *p)
 static void lin_bwd_x(const void *p)
 {
     const lin_arg *a = p;
-    g_k->linear_bwd_x(a->dinp, a->dout, a->w, a->N, a->K, a->O);
+    g_k->linear_bwd_x(a->dinp, a->dout, a->w, a->N, a->K, a->O, 1);
 }
 static void lin_bwd_w(const void *p)
 {
@@ -513,7 +513,12 @@ static void gelu_f(const void *p)
 static void gelu_b(const void *p)
 {
     const pw_arg *a = p;
-    g_k->gelu_bwd(a->dx, a->dout, a->x, a->n);
+    g_k->gelu_bwd(a->dx, a->dout, a->x, a->n, 1);
+}
+static void gelu_b0(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->gelu_bwd(a->dx, a->dout, a->x, a->n, 0);
 }
 static void swiglu_f(const void *p)
 {
@@ -523,7 +528,12 @@ static void swiglu_f(const void *p)
 static void swiglu_b(const void *p)
 {
     const pw_arg *a = p;
-    g_k->swiglu_bwd(a->dx, a->dy, a->dout, a->x, a->y, a->n);
+    g_k->swiglu_bwd(a->dx, a->dy, a->dout, a->x, a->y, a->n, 1);
+}
+static void swiglu_b0(const void *p)
+{
+    const pw_arg *a = p;
+    g_k->swiglu_bwd(a->dx, a->dy, a->dout, a->x, a->y, a->n, 0);
 }
 static void add_f(const void *p)
 {
@@ -571,8 +581,10 @@ static void bench_pointwise(int N, int C)
     const roof_row mlp[] = {
         {"gelu_fwd", gelu_f, f * 2 * e4},      /* inp; out */
         {"gelu_bwd", gelu_b, f * 4 * e4},      /* dout, inp; dinp += */
+        {"gelu_bwd(acc=0)", gelu_b0, f * 3 * e4}, /* dout, inp; dinp = (its first writer) */
         {"swiglu_fwd", swiglu_f, f * 3 * e4},  /* gate, up; out */
-        {"swiglu_bwd", swiglu_b, f * 7 * e4}}; /* dout, gate, up; dgate +=, dup += */
+        {"swiglu_bwd", swiglu_b, f * 7 * e4},  /* dout, gate, up; dgate +=, dup += */
+        {"swiglu_bwd(acc=0)", swiglu_b0, f * 5 * e4}}; /* dout, gate, up; dgate =, dup = */
     const roof_row res[] = {
         {"add_fwd", add_f, f * 3 * e1},          /* a, b; out */
         {"accumulate", accum, f * 3 * e1},       /* src; dst += */

@@ -104,7 +104,7 @@ static void run_op(int op, int raw, const shape *s, bufs *b)
     if (!raw) {
         switch (op) {
         case OP_FWD: kt->linear_fwd(b->out, b->inp, b->w, NULL, N, K, O); break;
-        case OP_BWD_X: kt->linear_bwd_x(b->dinp, b->dout, b->w, N, K, O); break;
+        case OP_BWD_X: kt->linear_bwd_x(b->dinp, b->dout, b->w, N, K, O, 1); break;
         case OP_BWD_W: kt->linear_bwd_w(b->dw, NULL, b->dout, b->inp, N, K, O); break;
         }
         return;

@@ -13,6 +13,11 @@
  *   - Backward kernels ACCUMULATE (+=) into every gradient they are given:
  *     a tensor read by several ops gets the sum of their contributions, and
  *     weight gradients add up over micro-batches.  Callers zero them.
+ *     The input-gradient entries that take `acc` (linear, GELU, SwiGLU)
+ *     add when acc is 1; when it is 0 they write the gradient as if it had
+ *     been zero (0 + the contribution, the same bits) without reading it,
+ *     so its first writer spares the caller a pass zeroing it and itself
+ *     a pass reading the zeros.
  *   - A NULL bias (or bias gradient) means "no bias".
  *   - Results are deterministic: the same inputs give bitwise-identical
  *     outputs whatever the thread count.
@@ -93,9 +98,9 @@ typedef struct merak_adamw_span {
     /* out (N,O) = inp (N,K) @ w^T + b ; w (O,K) as nn.Linear, b (O) or NULL */     \
     void (*linear_fwd)(REAL *out, const REAL *inp, const REAL *w, const REAL *b,   \
                        int N, int K, int O);                                       \
-    /* dinp (N,K) += dout (N,O) @ w (O,K) */                                       \
+    /* dinp (N,K) += dout (N,O) @ w (O,K); acc 0: dinp = dout @ w */             \
     void (*linear_bwd_x)(REAL *dinp, const REAL *dout, const REAL *w,              \
-                         int N, int K, int O);                                     \
+                         int N, int K, int O, int acc);                            \
     /* dw (O,K) += dout^T @ inp ; db (O) += colsum(dout) if db != NULL */           \
     void (*linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *inp,    \
                          int N, int K, int O);                                     \
@@ -133,11 +138,12 @@ typedef struct merak_adamw_span {
     size_t (*attention_cached_scratch_elems)(const merak_attn_shape *s, int cap);  \
     /* GELU, tanh approximation (GPT-2's gelu_new) */                             \
     void (*gelu_fwd)(REAL *out, const REAL *inp, size_t n);                        \
-    void (*gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n);     \
+    void (*gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n,      \
+                     int acc);                                                     \
     /* out = silu(gate) * up */                                                    \
     void (*swiglu_fwd)(REAL *out, const REAL *gate, const REAL *up, size_t n);     \
     void (*swiglu_bwd)(REAL *dgate, REAL *dup, const REAL *dout,                   \
-                       const REAL *gate, const REAL *up, size_t n);                \
+                       const REAL *gate, const REAL *up, size_t n, int acc);       \
     /* out = a + b */                                                              \
     void (*add_fwd)(REAL *out, const REAL *a, const REAL *b, size_t n);            \
     /* dst += src (the input-gradient of add and of posemb) */                     \
@@ -264,7 +270,7 @@ typedef struct merak_kernels {
     void (*linear16_fwd)(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
                          int N, int K, int O, float *scratch);
     void (*linear16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                           int O, float *scratch);
+                           int O, int acc, float *scratch);
     void (*linear16_bwd_w)(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
                            int K, int O, float *scratch);
     /* (rows of wte copied: exact; ids outside the shard give zero rows) */
@@ -284,12 +290,12 @@ typedef struct merak_kernels {
                          float *scratch);
     void (*posemb16_bwd_w)(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
     void (*gelu16_fwd)(uint16_t *out, const uint16_t *inp, size_t n, float *scratch);
-    void (*gelu16_bwd)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n,
+    void (*gelu16_bwd)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, int acc,
                        float *scratch);
     void (*swiglu16_fwd)(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n,
                          float *scratch);
     void (*swiglu16_bwd)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
-                         const uint16_t *up, size_t n, float *scratch);
+                         const uint16_t *up, size_t n, int acc, float *scratch);
     void (*add16_fwd)(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch);
     void (*accumulate16)(uint16_t *dst, const uint16_t *src, size_t n, float *scratch);
     void (*dropout16_fwd)(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed,

@@ -251,7 +251,7 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
                              int N, int K, int O, float *scratch);
 static void cpu_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                               int O, float *scratch);
+                               int O, int acc, float *scratch);
 static void cpu_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
                                int K, int O, float *scratch);
 static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
@@ -266,10 +266,11 @@ static void cpu_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t 
                              float *scratch);
 static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
 static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch);
-static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch);
+static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, int acc,
+                           float *scratch);
 static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch);
 static void cpu_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
-                             const uint16_t *up, size_t n, float *scratch);
+                             const uint16_t *up, size_t n, int acc, float *scratch);
 static void cpu_add16_fwd(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch);
 static void cpu_accumulate16(uint16_t *dst, const uint16_t *src, size_t n, float *scratch);
 static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed, uint64_t i0,
@@ -376,14 +377,15 @@ static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t 
 }
 
 static void cpu_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                               int O, float *scratch)
+                               int O, int acc, float *scratch)
 {
-    if (N <= 0 || K <= 0 || O <= 0)
+    if (N <= 0 || K <= 0 || (O <= 0 && acc))
         return;
+    O = O < 0 ? 0 : O;
     size_t at = 0;
     const float *fd = widen(scratch, &at, dout, (size_t)N * O), *fw = widen(scratch, &at, w, (size_t)O * K);
-    float *fx = widen(scratch, &at, dinp, (size_t)N * K);
-    linear_bwd_x_f32(fx, fd, fw, N, K, O);
+    float *fx = widen(scratch, &at, acc ? dinp : NULL, (size_t)N * K);
+    linear_bwd_x_f32(fx, fd, fw, N, K, O, acc);
     cpu_to_bf16(dinp, fx, (size_t)N * K);
 }
 
@@ -483,11 +485,12 @@ static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *
     cpu_to_bf16(out, y, n);
 }
 
-static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch)
+static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, int acc,
+                           float *scratch)
 {
     const float *f[2];
-    float *dx = ew16(scratch, (const uint16_t *const[]){dout, inp}, 2, f, dinp, n);
-    gelu_bwd_f32(dx, f[0], f[1], n);
+    float *dx = ew16(scratch, (const uint16_t *const[]){dout, inp}, 2, f, acc ? dinp : NULL, n);
+    gelu_bwd_f32(dx, f[0], f[1], n, acc);
     cpu_to_bf16(dinp, dx, n);
 }
 
@@ -500,12 +503,13 @@ static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t
 }
 
 static void cpu_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
-                             const uint16_t *up, size_t n, float *scratch)
+                             const uint16_t *up, size_t n, int acc, float *scratch)
 {
     size_t at = 0;
     const float *d = widen(scratch, &at, dout, n), *g = widen(scratch, &at, gate, n), *u = widen(scratch, &at, up, n);
-    float *dg = dgate ? widen(scratch, &at, dgate, n) : NULL, *du = dup ? widen(scratch, &at, dup, n) : NULL;
-    swiglu_bwd_f32(dg, du, d, g, u, n);
+    float *dg = dgate ? widen(scratch, &at, acc ? dgate : NULL, n) : NULL;
+    float *du = dup ? widen(scratch, &at, acc ? dup : NULL, n) : NULL;
+    swiglu_bwd_f32(dg, du, d, g, u, n, acc);
     if (dg)
         cpu_to_bf16(dgate, dg, n);
     if (du)

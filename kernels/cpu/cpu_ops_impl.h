@@ -264,7 +264,8 @@ static void FN(gemm_tiled)(int ta, int tb, int M, int N, int Kd, const REAL *A, 
 
 /* ============================================================== linear
  * fwd:   out (N,O) = inp (N,K) @ w^T + b ; w (O,K) as nn.Linear, b (O) or NULL
- * bwd_x: dinp (N,K) += dout (N,O) @ w (O,K)
+ * bwd_x: dinp (N,K) += dout (N,O) @ w (O,K)  (acc 0: =; BLAS's beta 0, which
+ *        zeroes dinp before adding the product in, as beta 1 adds it to zeros)
  * bwd_w: dw (O,K) += dout^T @ inp ; db (O) += colsum(dout) if db != NULL */
 static void FN(linear_fwd)(REAL *out, const REAL *inp, const REAL *w, const REAL *b,
                            int N, int K, int O)
@@ -285,11 +286,16 @@ static void FN(linear_fwd)(REAL *out, const REAL *inp, const REAL *w, const REAL
 }
 
 static void FN(linear_bwd_x)(REAL *dinp, const REAL *dout, const REAL *w,
-                             int N, int K, int O)
+                             int N, int K, int O, int acc)
 {
-    if (N <= 0 || K <= 0 || O <= 0)
+    if (N <= 0 || K <= 0)
         return;
-    FN(gemm_tiled)(0, 0, N, K, O, dout, O, w, K, 1, dinp, K);
+    if (O <= 0) {
+        if (!acc)
+            memset(dinp, 0, (size_t)N * K * sizeof(REAL));
+        return;
+    }
+    FN(gemm_tiled)(0, 0, N, K, O, dout, O, w, K, acc ? 1 : 0, dinp, K);
 }
 
 static void FN(linear_bwd_w)(REAL *dw, REAL *db, const REAL *dout, const REAL *inp,
@@ -633,7 +639,8 @@ static void FN(attention_cached_fwd)(const merak_attn_shape *s, int pos, int cap
 
 /* ============================================================== GELU (tanh)
  * fwd: out = 0.5*x*(1 + tanh(k0*(x + k1*x^3))), k0 = sqrt(2/pi), k1 = 0.044715
- * bwd: dinp += dout * (0.5*(1+th) + 0.5*x*(1-th^2)*k0*(1 + 3*k1*x^2)) */
+ * bwd: dinp += dout * (0.5*(1+th) + 0.5*x*(1-th^2)*k0*(1 + 3*k1*x^2))
+ *      (acc 0: dinp = 0 + that, dinp unread; likewise SwiGLU's) */
 static void FN(gelu_fwd)(REAL *out, const REAL *inp, size_t n)
 {
     const REAL k0 = (REAL)0.7978845608028654, k1 = (REAL)0.044715;
@@ -644,7 +651,7 @@ static void FN(gelu_fwd)(REAL *out, const REAL *inp, size_t n)
     }
 }
 
-static void FN(gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n)
+static void FN(gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n, int acc)
 {
     const REAL k0 = (REAL)0.7978845608028654, k1 = (REAL)0.044715;
     OMP(parallel for if (n >= PAR_MIN) schedule(static))
@@ -654,7 +661,7 @@ static void FN(gelu_bwd)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n
         const REAL left = (REAL)0.5 * x, right = 1 + th;
         const REAL dleft = (REAL)0.5 * right;
         const REAL dright = left * (1 - th * th) * (k0 * (1 + 3 * k1 * x2));
-        dinp[i] += dout[i] * (dleft + dright);
+        dinp[i] = (acc ? dinp[i] : 0) + dout[i] * (dleft + dright);
     }
 }
 
@@ -671,15 +678,15 @@ static void FN(swiglu_fwd)(REAL *out, const REAL *gate, const REAL *up, size_t n
 }
 
 static void FN(swiglu_bwd)(REAL *dgate, REAL *dup, const REAL *dout,
-                           const REAL *gate, const REAL *up, size_t n)
+                           const REAL *gate, const REAL *up, size_t n, int acc)
 {
     OMP(parallel for if (n >= PAR_MIN) schedule(static))
     for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
         const REAL g = gate[i], sig = 1 / (1 + R_EXP(-g));
         if (dgate)
-            dgate[i] += dout[i] * up[i] * (sig * (1 + g * (1 - sig)));
+            dgate[i] = (acc ? dgate[i] : 0) + dout[i] * up[i] * (sig * (1 + g * (1 - sig)));
         if (dup)
-            dup[i] += dout[i] * (g * sig);
+            dup[i] = (acc ? dup[i] : 0) + dout[i] * (g * sig);
     }
 }
 

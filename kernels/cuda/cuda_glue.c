@@ -117,12 +117,18 @@ static void k_linear_fwd(float *out, const float *inp, const float *w, const flo
         LAUNCH("linear_fwd(bias)", merak_cuda_launch_bias_add(STREAM, out, b, N, O));
 }
 
-/* dinp (N,K) += dout (N,O) @ w (O,K).  Column-major: dinp^T (K,N) += W^T (K,O) dout^T (O,N). */
-static void k_linear_bwd_x(float *dinp, const float *dout, const float *w, int N, int K, int O)
+/* dinp (N,K) += dout (N,O) @ w (O,K) (acc 0: =, beta 0: cuBLASLt does not read C).
+ * Column-major: dinp^T (K,N) += W^T (K,O) dout^T (O,N). */
+static void k_linear_bwd_x(float *dinp, const float *dout, const float *w, int N, int K, int O, int acc)
 {
-    if (merak_cuda_failed() || N <= 0 || K <= 0 || O <= 0)
+    if (merak_cuda_failed() || N <= 0 || K <= 0)
         return;
-    (void)merak_cuda_gemm(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, K, 1.0f, NULL, MERAK_CUDA_ONE);
+    if (O <= 0) {
+        if (!acc)
+            (void)merak_cuda_memset(dinp, 0, (size_t)N * (size_t)K * sizeof(float));
+        return;
+    }
+    (void)merak_cuda_gemm(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, K, acc ? 1.0f : 0.0f, NULL, MERAK_CUDA_ONE);
 }
 
 /* dw (O,K) += dout^T @ inp.  Column-major: dw^T (K,O) += inp^T (K,N) dout (N,O), where
@@ -143,9 +149,9 @@ static void k_gelu_fwd(float *out, const float *inp, size_t n)
     LAUNCH("gelu_fwd", merak_cuda_launch_gelu_fwd(STREAM, out, inp, n));
 }
 
-static void k_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n)
+static void k_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n, int acc)
 {
-    LAUNCH("gelu_bwd", merak_cuda_launch_gelu_bwd(STREAM, dinp, dout, inp, n));
+    LAUNCH("gelu_bwd", merak_cuda_launch_gelu_bwd(STREAM, dinp, dout, inp, n, acc));
 }
 
 static void k_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
@@ -154,9 +160,9 @@ static void k_swiglu_fwd(float *out, const float *gate, const float *up, size_t 
 }
 
 static void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                         const float *up, size_t n)
+                         const float *up, size_t n, int acc)
 {
-    LAUNCH("swiglu_bwd", merak_cuda_launch_swiglu_bwd(STREAM, dgate, dup, dout, gate, up, n));
+    LAUNCH("swiglu_bwd", merak_cuda_launch_swiglu_bwd(STREAM, dgate, dup, dout, gate, up, n, acc));
 }
 
 static void k_add_fwd(float *out, const float *a, const float *b, size_t n)
@@ -258,14 +264,20 @@ static void k_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w
         LAUNCH("linear16_fwd(round)", merak_cuda_launch_rows_to_bf16(STREAM, out, acc, (size_t)N, O, O));
 }
 
-/* dinp = bf16(dinp + dout @ w): beta 1 on the bf16 C, summed in fp32 */
+/* dinp = bf16(dinp + dout @ w): beta 1 on the bf16 C, summed in fp32 (acc 0:
+ * bf16(dout @ w), beta 0) */
 static void k_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                             int O, float *scratch)
+                             int O, int acc, float *scratch)
 {
     (void)scratch;
-    if (merak_cuda_failed() || N <= 0 || K <= 0 || O <= 0)
+    if (merak_cuda_failed() || N <= 0 || K <= 0)
         return;
-    (void)merak_cuda_gemm16(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, 1, K, 1.0f, NULL);
+    if (O <= 0) {
+        if (!acc)
+            (void)merak_cuda_memset(dinp, 0, (size_t)N * (size_t)K * sizeof(uint16_t));
+        return;
+    }
+    (void)merak_cuda_gemm16(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, 1, K, acc ? 1.0f : 0.0f, NULL);
 }
 
 /* dw (float) += dout^T @ inp from bf16 operands; db += colsum(dout) */
@@ -329,10 +341,11 @@ static void k_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *sc
     LAUNCH("gelu16_fwd", merak_cuda_launch_gelu16_fwd(STREAM, out, inp, n));
 }
 
-static void k_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, float *scratch)
+static void k_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, int acc,
+                         float *scratch)
 {
     (void)scratch;
-    LAUNCH("gelu16_bwd", merak_cuda_launch_gelu16_bwd(STREAM, dinp, dout, inp, n));
+    LAUNCH("gelu16_bwd", merak_cuda_launch_gelu16_bwd(STREAM, dinp, dout, inp, n, acc));
 }
 
 static void k_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch)
@@ -342,10 +355,10 @@ static void k_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *
 }
 
 static void k_swiglu16_bwd(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
-                           const uint16_t *up, size_t n, float *scratch)
+                           const uint16_t *up, size_t n, int acc, float *scratch)
 {
     (void)scratch;
-    LAUNCH("swiglu16_bwd", merak_cuda_launch_swiglu16_bwd(STREAM, dgate, dup, dout, gate, up, n));
+    LAUNCH("swiglu16_bwd", merak_cuda_launch_swiglu16_bwd(STREAM, dgate, dup, dout, gate, up, n, acc));
 }
 
 static void k_add16_fwd(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, float *scratch)

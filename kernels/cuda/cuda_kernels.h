@@ -310,11 +310,11 @@ int merak_cuda_launch_flash_bwd(void *stream, const merak_attn_shape *s, float *
                                 const float *q, int qs, const float *k, int ks, const float *v);
 int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_t n);
 int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
-                               const float *inp, size_t n);
+                               const float *inp, size_t n, int acc);
 int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
                                  const float *up, size_t n);
 int merak_cuda_launch_swiglu_bwd(void *stream, float *dgate, float *dup, const float *dout,
-                                 const float *gate, const float *up, size_t n);
+                                 const float *gate, const float *up, size_t n, int acc);
 int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const float *b,
                               size_t n);
 int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, size_t n);
@@ -324,10 +324,11 @@ int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, 
                                   float p, uint64_t seed, uint64_t i0);
 /* the elementwise ops on bf16 storage (kernels.h gelu16_fwd, ...) */
 int merak_cuda_launch_gelu16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n);
-int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n);
+int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n,
+                                 int acc);
 int merak_cuda_launch_swiglu16_fwd(void *stream, uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
 int merak_cuda_launch_swiglu16_bwd(void *stream, uint16_t *dgate, uint16_t *dup, const uint16_t *dout,
-                                   const uint16_t *gate, const uint16_t *up, size_t n);
+                                   const uint16_t *gate, const uint16_t *up, size_t n, int acc);
 int merak_cuda_launch_add16_fwd(void *stream, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 int merak_cuda_launch_accumulate16(void *stream, uint16_t *dst, const uint16_t *src, size_t n);
 int merak_cuda_launch_dropout16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n, float p,

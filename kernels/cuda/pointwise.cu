@@ -146,9 +146,10 @@ struct gelu_fwd_op {
     }
 };
 
-/* x: dout, inp; y: dinp += */
+/* x: dout, inp; y: dinp += (ACC 0: dinp = 0 + ..., dinp unread) */
+template <int ACC>
 struct gelu_bwd_op {
-    static const int NI = 2, NO = 1, RMW = 1;
+    static const int NI = 2, NO = 1, RMW = ACC;
     __device__ void operator()(size_t, const float *x, float *y) const
     {
         const float v = x[1];
@@ -171,10 +172,11 @@ struct swiglu_fwd_op {
     }
 };
 
-/* x: dout, gate, up; y: dgate +=, dup += (either absent).
+/* x: dout, gate, up; y: dgate +=, dup += (either absent; ACC as GELU's).
  * d/dgate silu(g) = s (1 + g (1 - s)) */
+template <int ACC>
 struct swiglu_bwd_op {
-    static const int NI = 3, NO = 2, RMW = 1;
+    static const int NI = 3, NO = 2, RMW = ACC;
     __device__ void operator()(size_t, const float *x, float *y) const
     {
         const float d = x[0], g = x[1], u = x[2];
@@ -278,9 +280,10 @@ int merak_cuda_launch_gelu_fwd(void *stream, float *out, const float *inp, size_
 }
 
 int merak_cuda_launch_gelu_bwd(void *stream, float *dinp, const float *dout,
-                               const float *inp, size_t n)
+                               const float *inp, size_t n, int acc)
 {
-    return ew(stream, gelu_bwd_op(), bufs<float>(dout, inp, NULL, dinp, NULL), n);
+    const ew_bufs<float> b = bufs<float>(dout, inp, NULL, dinp, NULL);
+    return acc ? ew(stream, gelu_bwd_op<1>(), b, n) : ew(stream, gelu_bwd_op<0>(), b, n);
 }
 
 int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
@@ -290,9 +293,10 @@ int merak_cuda_launch_swiglu_fwd(void *stream, float *out, const float *gate,
 }
 
 int merak_cuda_launch_swiglu_bwd(void *stream, float *dgate, float *dup, const float *dout,
-                                 const float *gate, const float *up, size_t n)
+                                 const float *gate, const float *up, size_t n, int acc)
 {
-    return ew(stream, swiglu_bwd_op(), bufs<float>(dout, gate, up, dgate, dup), n);
+    const ew_bufs<float> b = bufs<float>(dout, gate, up, dgate, dup);
+    return acc ? ew(stream, swiglu_bwd_op<1>(), b, n) : ew(stream, swiglu_bwd_op<0>(), b, n);
 }
 
 int merak_cuda_launch_add_fwd(void *stream, float *out, const float *a, const float *b,
@@ -328,9 +332,11 @@ int merak_cuda_launch_gelu16_fwd(void *stream, uint16_t *out, const uint16_t *in
     return ew(stream, gelu_fwd_op(), bufs<uint16_t>(inp, NULL, NULL, out, NULL), n);
 }
 
-int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n)
+int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n,
+                                 int acc)
 {
-    return ew(stream, gelu_bwd_op(), bufs<uint16_t>(dout, inp, NULL, dinp, NULL), n);
+    const ew_bufs<uint16_t> b = bufs<uint16_t>(dout, inp, NULL, dinp, NULL);
+    return acc ? ew(stream, gelu_bwd_op<1>(), b, n) : ew(stream, gelu_bwd_op<0>(), b, n);
 }
 
 int merak_cuda_launch_swiglu16_fwd(void *stream, uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n)
@@ -339,9 +345,10 @@ int merak_cuda_launch_swiglu16_fwd(void *stream, uint16_t *out, const uint16_t *
 }
 
 int merak_cuda_launch_swiglu16_bwd(void *stream, uint16_t *dgate, uint16_t *dup, const uint16_t *dout,
-                                   const uint16_t *gate, const uint16_t *up, size_t n)
+                                   const uint16_t *gate, const uint16_t *up, size_t n, int acc)
 {
-    return ew(stream, swiglu_bwd_op(), bufs<uint16_t>(dout, gate, up, dgate, dup), n);
+    const ew_bufs<uint16_t> b = bufs<uint16_t>(dout, gate, up, dgate, dup);
+    return acc ? ew(stream, swiglu_bwd_op<1>(), b, n) : ew(stream, swiglu_bwd_op<0>(), b, n);
 }
 
 int merak_cuda_launch_add16_fwd(void *stream, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n)

@@ -101,13 +101,21 @@ static int posemb_forward(const merak_op_io *io)
     return 0;
 }
 
-static void accumulate_input(const merak_op_io *io)
+/* dx[j] += dy, or (fresh) a copy of dy; a failed copy is the backend's
+ * sticky error, as a failed kernel is */
+static void pass_gradient(const merak_op_io *io, int j)
 {
-    if (io->b16 && io->dx16[0])
-        io->k->accumulate16(io->dx16[0], io->dy16, elems(io), io->scratch16);
-    else if (!io->b16 && io->dx[0])
-        io->k->accumulate(io->dx[0], io->dy, elems(io));
+    if (io->b16 && io->dx16[j] && io->fresh)
+        (void)io->k->copy(io->dx16[j], io->dy16, elems(io) * sizeof(uint16_t), MERAK_COPY_D2D);
+    else if (io->b16 && io->dx16[j])
+        io->k->accumulate16(io->dx16[j], io->dy16, elems(io), io->scratch16);
+    else if (!io->b16 && io->dx[j] && io->fresh)
+        (void)io->k->copy(io->dx[j], io->dy, elems(io) * sizeof(float), MERAK_COPY_D2D);
+    else if (!io->b16 && io->dx[j])
+        io->k->accumulate(io->dx[j], io->dy, elems(io));
 }
+
+static void accumulate_input(const merak_op_io *io) { pass_gradient(io, 0); }
 
 static void posemb_backward_weight(const merak_op_io *io)
 {
@@ -235,9 +243,9 @@ static void linear_backward_input(const merak_op_io *io)
 {
     const int N = io->rows, K = cols(io), O = width(out_tensor(io));
     if (io->b16 && io->dx16[0])
-        io->k->linear16_bwd_x(io->dx16[0], io->dy16, io->x16[1], N, K, O, io->scratch16);
+        io->k->linear16_bwd_x(io->dx16[0], io->dy16, io->x16[1], N, K, O, !io->fresh, io->scratch16);
     else if (!io->b16 && io->dx[0])
-        io->k->linear_bwd_x(io->dx[0], io->dy, io->x[1], N, K, O);
+        io->k->linear_bwd_x(io->dx[0], io->dy, io->x[1], N, K, O, !io->fresh);
 }
 
 static void linear_backward_weight(const merak_op_io *io)
@@ -395,9 +403,9 @@ static int gelu_forward(const merak_op_io *io)
 static void gelu_backward_input(const merak_op_io *io)
 {
     if (io->b16 && io->dx16[0])
-        io->k->gelu16_bwd(io->dx16[0], io->dy16, io->x16[0], elems(io), io->scratch16);
+        io->k->gelu16_bwd(io->dx16[0], io->dy16, io->x16[0], elems(io), !io->fresh, io->scratch16);
     else if (!io->b16 && io->dx[0])
-        io->k->gelu_bwd(io->dx[0], io->dy, io->x[0], elems(io));
+        io->k->gelu_bwd(io->dx[0], io->dy, io->x[0], elems(io), !io->fresh);
 }
 
 static int gelu_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
@@ -418,9 +426,10 @@ static int swiglu_forward(const merak_op_io *io)
 static void swiglu_backward_input(const merak_op_io *io)
 {
     if (io->b16 && io->dx16[0])
-        io->k->swiglu16_bwd(io->dx16[0], io->dx16[1], io->dy16, io->x16[0], io->x16[1], elems(io), io->scratch16);
+        io->k->swiglu16_bwd(io->dx16[0], io->dx16[1], io->dy16, io->x16[0], io->x16[1], elems(io), !io->fresh,
+                            io->scratch16);
     else if (!io->b16 && io->dx[0])
-        io->k->swiglu_bwd(io->dx[0], io->dx[1], io->dy, io->x[0], io->x[1], elems(io));
+        io->k->swiglu_bwd(io->dx[0], io->dx[1], io->dy, io->x[0], io->x[1], elems(io), !io->fresh);
 }
 
 static int swiglu_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
@@ -441,10 +450,7 @@ static int add_forward(const merak_op_io *io)
 static void add_backward_input(const merak_op_io *io)
 {
     for (int j = 0; j < 2; j++)
-        if (io->b16 && io->dx16[j])
-            io->k->accumulate16(io->dx16[j], io->dy16, elems(io), io->scratch16);
-        else if (!io->b16 && io->dx[j])
-            io->k->accumulate(io->dx[j], io->dy, elems(io));
+        pass_gradient(io, j);
 }
 
 static int add_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
@@ -591,7 +597,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_POS_EMBEDDING] = {.name = "pos_embedding", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                                 .forward = posemb_forward, .backward_input = accumulate_input,
                                 .backward_weight = posemb_backward_weight, .decode = posemb_forward,
-                                .decode_plan = posemb_decode_plan, .bf16 = posemb_bf16},
+                                .decode_plan = posemb_decode_plan, .bf16 = posemb_bf16,
+                                .fresh = 1},
     [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
                             .backward_input = layernorm_backward_input,
@@ -605,7 +612,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_LINEAR] = {.name = "linear", .shard = MERAK_SHARD_LINEAR, .cost = MERAK_COST_FLOPS,
                          .weight_share = 0.5, .forward = linear_forward, .backward_input = linear_backward_input,
                          .backward_weight = linear_backward_weight, .bf16 = linear_bf16,
-                         .decode = linear_forward},
+                         .decode = linear_forward,
+                         .fresh = 1},
     [MERAK_OP_ATTENTION] = {.name = "attention", .shard = MERAK_SHARD_ATTENTION, .cost = MERAK_COST_FLOPS,
                             .saved_floats = attention_saved, .scratch_floats = attention_scratch,
                             .forward = attention_forward, .backward_input = attention_backward_input,
@@ -613,13 +621,16 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                             .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan},
     [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                        .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward,
-                       .bf16 = gelu_bf16},
+                       .bf16 = gelu_bf16,
+                       .fresh = 1},
     [MERAK_OP_SWIGLU] = {.name = "swiglu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                          .forward = swiglu_forward, .backward_input = swiglu_backward_input,
-                         .decode = swiglu_forward, .bf16 = swiglu_bf16},
+                         .decode = swiglu_forward, .bf16 = swiglu_bf16,
+                         .fresh = 1},
     [MERAK_OP_ADD] = {.name = "add", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                       .forward = add_forward, .backward_input = add_backward_input, .decode = add_forward,
-                      .bf16 = add_bf16},
+                      .bf16 = add_bf16,
+                      .fresh = 1},
     [MERAK_OP_DROPOUT] = {.name = "dropout", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                           .forward = dropout_forward, .backward_input = dropout_backward_input,
                           .decode = dropout_forward, .bf16 = dropout_bf16},
@@ -628,10 +639,12 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                                 .backward_input = loss_backward_input, .bf16 = loss_bf16,
                                 .bf16_scratch_floats = loss_bf16_scratch},
     [MERAK_OP_TP_COPY] = {.name = "tp_copy", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_BACKWARD,
-                          .sum = MERAK_SUM_BACKWARD, .forward = pass_forward, .backward_input = accumulate_input},
+                          .sum = MERAK_SUM_BACKWARD, .forward = pass_forward, .backward_input = accumulate_input,
+                          .fresh = 1},
     [MERAK_OP_TP_REDUCE] = {.name = "tp_reduce", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_FORWARD,
                             .sum = MERAK_SUM_FORWARD, .forward = pass_forward, .finish = bias_finish,
-                            .backward_input = accumulate_input, .backward_weight = bias_backward_weight},
+                            .backward_input = accumulate_input, .backward_weight = bias_backward_weight,
+                            .fresh = 1},
 };
 
 const merak_op_kind *merak_op_kind_get(merak_op_type t)

@@ -79,6 +79,9 @@ typedef struct merak_op_io {
     float *y;              /* the output's value */
     float *dx[3];          /* input gradients to accumulate into; NULL where none is wanted
                             * (parameters, token ids) */
+    int fresh;             /* the input part: dx (dx16) hold nothing yet, and the backward
+                            * writes them (0 + its contribution) without reading them; set
+                            * only for a kind with merak_op_kind.fresh */
     const float *dy;       /* the output's gradient */
     float *dw[2];          /* weight part: gradients of in[1], in[2] (whole), or NULL */
     float *saved;          /* the op's saved values for all rows_all rows */
@@ -116,6 +119,9 @@ typedef struct merak_op_kind {
                             * executor reduces */
     int reads_output;      /* its backward reads its forward's output (io->y);
                             * the others get NULL there */
+    int fresh;             /* its backward_input honours merak_op_io.fresh: it writes
+                            * every input gradient it is given, whole, so a gradient it
+                            * is the first to add to need not be zeroed first */
     /* 1 if backend k has this kind's bf16 entries (kernels.h) and they
      * take op o of graph g: its calls then read and write bf16 storage
      * natively (merak_op_io.b16), when every float tensor it names but the

@@ -84,12 +84,15 @@ struct merak_exec {
     int *last_use;         /* [ntensors] the last op reading a tensor, or -1 */
     int split;             /* weight parts may run apart (merak_exec_opts.split) */
     int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
+    int zero_first;        /* no fresh writes (merak_exec_opts.zero_first) */
     int store16;           /* bf16 storage (exec.h, Precision): the activations, their
                             * gradients and the compute copies take 2 bytes */
     unsigned char *half;   /* [ntensors] this tensor's values and gradient are bf16 storage
                             * (a parameter: its compute copy) */
     unsigned char *native; /* [nops] its calls read and write bf16 storage as it is (the
                             * kind's bf16 entries, merak_op_io.b16), unstaged */
+    unsigned char *fresh;  /* [nops] its input part writes its input gradients, unzeroed
+                            * (plan_fresh, merak_op_io.fresh) */
     float *stage;          /* staging: the bf16 tensors of the op running, widened */
     size_t stage_floats;
     staged st[MAX_STAGED];
@@ -298,6 +301,33 @@ static int share_grads(merak_exec *e, const chunk *ch)
     return 0;
 }
 
+/* Which ops write their input gradients rather than add to them: an op
+ * whose kind can (merak_op_kind.fresh) and that is the first to add to
+ * every input gradient it is given, each in the shared buffer (which the
+ * executor would otherwise zero for it: zero_shared) and each a tensor of
+ * its own.  The others' gradients are zeroed first, as before.  That
+ * spares a pass writing zeros over each such gradient and the first
+ * writer's pass reading them back (for GPT-2's layer, 18 of its rows'
+ * widths of the 18 its activation gradients take). */
+static void plan_fresh(merak_exec *e)
+{
+    const merak_graph *g = e->g;
+    for (int i = 0; i < g->nops; i++) {
+        const merak_op *o = &g->ops[i];
+        int ok = merak_op_kind_of(o)->fresh && !e->zero_first, any = 0;
+        for (int j = 0; ok && j < o->nin; j++) {
+            const int t = o->in[j];
+            if (t < 0 || e->param_of[t] >= 0)
+                continue;   /* no gradient: token ids, a parameter */
+            ok = j < 3 && e->g_shared[t] && e->last_use[t] == i;
+            for (int l = 0; ok && l < j; l++)
+                ok = o->in[l] != t;
+            any = 1;
+        }
+        e->fresh[i] = (unsigned char)(ok && any);
+    }
+}
+
 /* Plans chunk c's slot arena and recompute buffer and the parameters its
  * ops read (in first-use order after those of the chunks before it). */
 static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use, int *first_use,
@@ -476,6 +506,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->bf16 = opts->bf16 != 0;
     e->split = opts->split != 0;
     e->keep_grads = opts->keep_grads != 0;
+    e->zero_first = opts->zero_first != 0;
     /* bf16 storage where the backend converts and no sub-batches split the
      * op's rows (their sums stay in flight across ops); else bf16 values in
      * float storage, which give the same numbers */
@@ -502,6 +533,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->g_shared = calloc((size_t)nt, 1);
     e->half = calloc((size_t)nt, 1);
     e->native = calloc((size_t)g->nops, 1);
+    e->fresh = calloc((size_t)g->nops, 1);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
@@ -516,7 +548,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->native || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->native || !e->fresh || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
@@ -552,6 +584,8 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         }
     free(first_use);
     free(nuse);
+    if (rc == 0)
+        plan_fresh(e);
     e->scratch_n = scratch_n;
     e->tpbuf_n = tpbuf_n;
     if (rc == 0)
@@ -604,6 +638,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->g_shared);
     free(e->half);
     free(e->native);
+    free(e->fresh);
     free(e->last_use);
     free(e->save_off);
     free(e->op_marks);
@@ -703,6 +738,11 @@ int merak_exec_tensor_bf16(const merak_exec *e, int t)
 int merak_exec_op_native(const merak_exec *e, int i)
 {
     return i >= 0 && i < e->g->nops && e->native[i];
+}
+
+int merak_exec_op_fresh(const merak_exec *e, int i)
+{
+    return i >= 0 && i < e->g->nops && e->fresh[i];
 }
 
 /* The recompute buffer slot holds, or -1. */
@@ -1039,6 +1079,7 @@ static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
     io.rows = io.rows_all / sb.K;
     io.seq = x->ndim >= 2 ? (int)x->shape[1] : 1;
     io.saved = e->save_off[i] >= 0 ? saved(e, slot, i) : NULL;
+    io.fresh = mode == IO_INPUT && e->fresh[i];
     if (e->native[i])
         return op_io16(e, slot, i, sb, mode, io);
     /* the weight part right after the input part of the same call finds
@@ -1167,11 +1208,12 @@ static int op_forward(merak_exec *e, int slot, int i, sub sb)
 /* ------------------------------------------------------------------ backward */
 
 /* The shared gradients op i is the first to add to (it reads their
- * tensors last), zeroed: the buffer held others' before.  0 or -1. */
+ * tensors last), zeroed: the buffer held others' before; unless op i
+ * writes them (plan_fresh).  0 or -1. */
 static int zero_shared(merak_exec *e, int i)
 {
     const merak_op *o = &e->g->ops[i];
-    for (int j = 0; j < o->nin; j++) {
+    for (int j = 0; j < o->nin && !e->fresh[i]; j++) {
         const int t = o->in[j];
         if (t >= 0 && e->g_shared[t] && e->last_use[t] == i &&
             e->k->zero(e->gshared + e->g_off[t], tbytes(e, t)) < 0)

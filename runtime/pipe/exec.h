@@ -170,6 +170,9 @@ typedef struct merak_exec_opts {
                               * readable after the backward (inspection; more memory) */
     int float_storage;       /* bf16: keep the bf16 values in float storage even where
                               * bf16 storage could hold them (Precision, above) */
+    int zero_first;          /* zero every shared gradient before its first writer adds
+                              * to it, none written fresh (merak_exec_op_fresh): the
+                              * same bits, more traffic (a check) */
 } merak_exec_opts;
 
 int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_exec **out,
@@ -221,6 +224,10 @@ int merak_exec_tensor_chunk(const merak_exec *e, int t);
  * bf16 entries), rather than staged through float copies?  (Precision;
  * known with plan_only too.) */
 int merak_exec_op_native(const merak_exec *e, int i);
+/* Does op i's input part write its input gradients (its kind's fresh
+ * entries: merak_op_io.fresh), which are then not zeroed before it, rather
+ * than add to them?  (Known with plan_only too.) */
+int merak_exec_op_fresh(const merak_exec *e, int i);
 /* Writes host values (the tensor's elements, 4 bytes each: float or int32;
  * floats rounded to bf16 for a tensor in bf16 storage) into the slot's
  * tensor t; -1 if the slice holds no t or the copy failed. */

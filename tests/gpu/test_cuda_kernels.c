@@ -469,6 +469,7 @@ typedef struct {
     int N, K, O;
     int bias;     /* 0: NULL bias / db */
     int bias_off; /* elements: 1 gives a bias pointer that is only 4-byte aligned */
+    int acc;      /* linear_bwd_x's acc */
 } lin_arg;
 
 static void op_linear_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -485,7 +486,7 @@ static void op_linear_bwd_x(const merak_kernels *K, int on_gpu, void **p, const 
 {
     const lin_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->linear_bwd_x(F(p[0]), F(p[1]), F(p[2]), a->N, a->K, a->O);
+    K->linear_bwd_x(F(p[0]), F(p[1]), F(p[2]), a->N, a->K, a->O, a->acc);
 }
 
 static void op_linear_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -499,7 +500,7 @@ static void op_linear_bwd_w(const merak_kernels *K, int on_gpu, void **p, const 
 
 static void test_linear(const char *pre, int N, int K, int O, int bias, int bias_off)
 {
-    const lin_arg a = {N, K, O, bias, bias_off};
+    const lin_arg a = {N, K, O, bias, bias_off, 1}, a0 = {N, K, O, bias, bias_off, 0};
     char name[128];
     const char *tag = !bias ? " no bias" : bias_off ? " unaligned bias" : "";
     buf fwd[] = {
@@ -517,6 +518,9 @@ static void test_linear(const char *pre, int N, int K, int O, int bias, int bias
     };
     snprintf(name, sizeof name, "%slinear_bwd_x N=%d K=%d O=%d", pre, N, K, O);
     run_case(name, bx, NB(bx), op_linear_bwd_x, &a, 0);
+    bx[0].kind = OUT_FWD;   /* acc 0: dinp starts NaN and is written, unread */
+    snprintf(name, sizeof name, "%slinear_bwd_x acc=0 N=%d K=%d O=%d", pre, N, K, O);
+    run_case(name, bx, NB(bx), op_linear_bwd_x, &a0, 0);
     buf bw[] = {
         {.name = "dw", .kind = OUT_ACC, .n = (size_t)O * K, .lo = -1, .hi = 1},
         {.name = "db", .kind = OUT_ACC, .n = bias ? (size_t)O + 1 : 0, .lo = -1, .hi = 1},
@@ -729,6 +733,7 @@ typedef struct {
     float p, s;
     uint64_t seed, i0;  /* dropout: the mask's first element */
     int null_first; /* swiglu_bwd: dgate NULL */
+    int acc;        /* gelu_bwd, swiglu_bwd: acc */
 } pw_arg;
 
 static void op_gelu_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -742,7 +747,7 @@ static void op_gelu_bwd(const merak_kernels *K, int on_gpu, void **p, const void
                         double *ret)
 {
     (void)on_gpu, (void)ret;
-    K->gelu_bwd(F(p[0]), F(p[1]), F(p[2]), ((const pw_arg *)arg)->n);
+    K->gelu_bwd(F(p[0]), F(p[1]), F(p[2]), ((const pw_arg *)arg)->n, ((const pw_arg *)arg)->acc);
 }
 
 static void op_swiglu_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -757,7 +762,7 @@ static void op_swiglu_bwd(const merak_kernels *K, int on_gpu, void **p, const vo
 {
     const pw_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->swiglu_bwd(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), a->n);
+    K->swiglu_bwd(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), a->n, a->acc);
 }
 
 static void op_add_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -807,7 +812,8 @@ static void op_sumsq(const merak_kernels *K, int on_gpu, void **p, const void *a
 
 static void test_pointwise(size_t n)
 {
-    pw_arg a = {.n = n, .p = 0.0f, .s = -0.37f, .seed = 0};
+    pw_arg a = {.n = n, .p = 0.0f, .s = -0.37f, .seed = 0, .acc = 1}, a0 = a;
+    a0.acc = 0;
     char name[96];
 
     buf gf[] = {
@@ -821,6 +827,8 @@ static void test_pointwise(size_t n)
         {.name = "inp", .kind = IN_F, .n = n, .lo = -6, .hi = 6},
     };
     run_case("gelu_bwd", gb, NB(gb), op_gelu_bwd, &a, 0);
+    gb[0].kind = OUT_FWD;   /* acc 0: dinp starts NaN and is written, unread */
+    run_case("gelu_bwd acc=0", gb, NB(gb), op_gelu_bwd, &a0, 0);
 
     buf sf[] = {
         {.name = "out", .kind = OUT_FWD, .n = n},
@@ -838,6 +846,9 @@ static void test_pointwise(size_t n)
         };
         run_case(variant ? "swiglu_bwd dgate=NULL" : "swiglu_bwd", sb, NB(sb), op_swiglu_bwd,
                  &a, 0);
+        sb[0].kind = sb[1].kind = OUT_FWD;
+        run_case(variant ? "swiglu_bwd acc=0 dgate=NULL" : "swiglu_bwd acc=0", sb, NB(sb), op_swiglu_bwd,
+                 &a0, 0);
     }
 
     buf af[] = {
@@ -1209,7 +1220,10 @@ static void test_linear16(int N, int K, int O, int bias)
     float *dw_c = xmalloc(ok * 4), *db_c = xmalloc((size_t)O * 4);
     memcpy(dinp_c, dinp0, nk * 2), memcpy(dw_c, dw0, ok * 4), memcpy(db_c, db0, (size_t)O * 4);
     g_cpu->linear16_fwd(out_c, inp, w, hb, N, K, O, scratch);
-    g_cpu->linear16_bwd_x(dinp_c, dout, w, N, K, O, scratch);
+    g_cpu->linear16_bwd_x(dinp_c, dout, w, N, K, O, 1, scratch);
+    uint16_t *dinp_c0 = xmalloc(nk * 2), *dinp_g0 = xmalloc(nk * 2);   /* acc 0 over garbage */
+    memset(dinp_c0, 0xff, nk * 2);
+    g_cpu->linear16_bwd_x(dinp_c0, dout, w, N, K, O, 0, scratch);
     g_cpu->linear16_bwd_w(dw_c, db_c, dout, inp, N, K, O, scratch);
     /* the GPU, twice */
     uint16_t *out_g[2], *dinp_g[2];
@@ -1221,7 +1235,7 @@ static void test_linear16(int N, int K, int O, int bias)
         float *d_dw = to_dev(dw0, ok * 4), *d_db = to_dev(db0, (size_t)O * 4);
         merak_cuda_memset(d_out, 0xff, no * 2);   /* NaN: every element must be written */
         g_gpu->linear16_fwd(d_out, d_inp, d_w, bias ? d_b + (bias == 2) : NULL, N, K, O, NULL);
-        g_gpu->linear16_bwd_x(d_dinp, d_dout, d_w, N, K, O, NULL);
+        g_gpu->linear16_bwd_x(d_dinp, d_dout, d_w, N, K, O, 1, NULL);
         g_gpu->linear16_bwd_w(d_dw, d_db, d_dout, d_inp, N, K, O, NULL);
         out_g[r] = xmalloc(no * 2), dinp_g[r] = xmalloc(nk * 2), dw_g[r] = xmalloc(ok * 4), db_g[r] = xmalloc((size_t)O * 4);
         merak_cuda_memcpy_d2h(out_g[r], d_out, no * 2);
@@ -1230,14 +1244,25 @@ static void test_linear16(int N, int K, int O, int bias)
         merak_cuda_memcpy_d2h(db_g[r], d_db, (size_t)O * 4);
         merak_cuda_free(d_out), merak_cuda_free(d_dinp), merak_cuda_free(d_dw), merak_cuda_free(d_db);
     }
+    {
+        uint16_t *d_dinp0 = dmalloc(nk * 2);
+        merak_cuda_memset(d_dinp0, 0xff, nk * 2);   /* NaN: written, never read */
+        g_gpu->linear16_bwd_x(d_dinp0, d_dout, d_w, N, K, O, 0, NULL);
+        merak_cuda_memcpy_d2h(dinp_g0, d_dinp0, nk * 2);
+        merak_cuda_free(d_dinp0);
+    }
+    float *x0c = widened(dinp_c0, nk), *x0g = widened(dinp_g0, nk);
+    const double e_x0 = worst(x0g, x0c, nk, 8e-3, 1e-4);
+    free(x0c), free(x0g), free(dinp_c0), free(dinp_g0);
     float *oc = widened(out_c, no), *og = widened(out_g[0], no), *xc = widened(dinp_c, nk), *xg = widened(dinp_g[0], nk);
     const double e_out = worst(og, oc, no, 8e-3, 1e-4), e_x = worst(xg, xc, nk, 8e-3, 1e-4),
                  e_w = worst(dw_g[0], dw_c, ok, RTOL, ATOL), e_b = worst(db_g[0], db_c, (size_t)O, RTOL, ATOL);
     const int same = !memcmp(out_g[0], out_g[1], no * 2) && !memcmp(dinp_g[0], dinp_g[1], nk * 2) &&
                      !memcmp(dw_g[0], dw_g[1], ok * 4) && !memcmp(db_g[0], db_g[1], (size_t)O * 4);
-    tap_ok(e_out <= 1 && e_x <= 1 && e_w <= 1 && e_b <= 1 && same,
-           "linear16 N=%d K=%d O=%d bias=%s: out %.2f, dinp %.2f, dw %.2f, db %.2f of the tolerance; repeatable %d",
-           N, K, O, bias == 0 ? "none" : bias == 1 ? "epilogue" : "misaligned", e_out, e_x, e_w, e_b, same);
+    tap_ok(e_out <= 1 && e_x <= 1 && e_x0 <= 1 && e_w <= 1 && e_b <= 1 && same,
+           "linear16 N=%d K=%d O=%d bias=%s: out %.2f, dinp %.2f (acc 0 over NaN: %.2f), dw %.2f, db %.2f of the "
+           "tolerance; repeatable %d",
+           N, K, O, bias == 0 ? "none" : bias == 1 ? "epilogue" : "misaligned", e_out, e_x, e_x0, e_w, e_b, same);
     for (int r = 0; r < 2; r++)
         free(out_g[r]), free(dinp_g[r]), free(dw_g[r]), free(db_g[r]);
     free(oc), free(og), free(xc), free(xg);
@@ -1329,10 +1354,10 @@ static void test_crossentropy16(int N, int V, int v0)
  * tolerance. */
 static void test_pointwise16(size_t n, size_t off, size_t skew)
 {
-    enum { GELU_F, GELU_B, SWIGLU_F, SWIGLU_B, ADD, ACC, DROP_F, DROP_B, POS_F, POS_W, NOPS };
+    enum { GELU_F, GELU_B, SWIGLU_F, SWIGLU_B, ADD, ACC, DROP_F, DROP_B, POS_F, POS_W, GELU_B0, SWIGLU_B0, NOPS };
     static const char *names[NOPS] = {"gelu16_fwd", "gelu16_bwd", "swiglu16_fwd", "swiglu16_bwd", "add16_fwd",
                                       "accumulate16", "dropout16_fwd", "dropout16_bwd", "posemb16_fwd",
-                                      "posemb16_bwd_w"};
+                                      "posemb16_bwd_w", "gelu16_bwd acc=0", "swiglu16_bwd acc=0"};
     const int Cc = 40, T = (int)(n / 2 / Cc), B = 2;   /* posemb: (B, T, C) within n */
     const size_t m = n + off + skew;
     uint16_t *in[3], *o0 = rand_bf16(m, -1, 1), *o1 = rand_bf16(m, -1, 1);
@@ -1359,9 +1384,11 @@ static void test_pointwise16(size_t n, size_t off, size_t skew)
             const uint16_t *a = x[0] + off, *b = x[1] + off, *z = x[2] + off;
             switch (op) {
             case GELU_F: K->gelu16_fwd(y0, a, n, sc); break;
-            case GELU_B: K->gelu16_bwd(y0, a, b, n, sc); break;
+            case GELU_B: K->gelu16_bwd(y0, a, b, n, 1, sc); break;
+            case GELU_B0: K->gelu16_bwd(y0, a, b, n, 0, sc); break;
             case SWIGLU_F: K->swiglu16_fwd(y0, a, b, n, sc); break;
-            case SWIGLU_B: K->swiglu16_bwd(y0, y1, a, b, z, n, sc); break;
+            case SWIGLU_B: K->swiglu16_bwd(y0, y1, a, b, z, n, 1, sc); break;
+            case SWIGLU_B0: K->swiglu16_bwd(y0, y1, a, b, z, n, 0, sc); break;
             case ADD: K->add16_fwd(y0, a, b, n, sc); break;
             case ACC: K->accumulate16(y0, a, n, sc); break;
             case DROP_F: K->dropout16_fwd(y0, a, n, 0.3f, 77, 5, sc); break;

@@ -182,7 +182,8 @@ static int calls[E_COUNT];
 typedef uint16_t h16;
 C(E_LIN_F, linear16_fwd, (h16 *o, const h16 *x, const h16 *w, const h16 *b, int N, int K, int O, float *s),
   (o, x, w, b, N, K, O, s))
-C(E_LIN_X, linear16_bwd_x, (h16 *dx, const h16 *d, const h16 *w, int N, int K, int O, float *s), (dx, d, w, N, K, O, s))
+C(E_LIN_X, linear16_bwd_x, (h16 *dx, const h16 *d, const h16 *w, int N, int K, int O, int a, float *s),
+  (dx, d, w, N, K, O, a, s))
 C(E_LIN_W, linear16_bwd_w, (float *dw, float *db, const h16 *d, const h16 *x, int N, int K, int O, float *s),
   (dw, db, d, x, N, K, O, s))
 C(E_EMB_F, embedding16_fwd, (h16 *o, const int32_t *ids, const h16 *w, int N, int Cc, int v0, int V),
@@ -197,10 +198,11 @@ C(E_CE_B, crossentropy16_bwd,
 C(E_POS_F, posemb16_fwd, (h16 *o, const h16 *x, const h16 *w, int B, int T, int Cc, float *s), (o, x, w, B, T, Cc, s))
 C(E_POS_W, posemb16_bwd_w, (float *dw, const h16 *d, int B, int T, int Cc, float *s), (dw, d, B, T, Cc, s))
 C(E_GELU_F, gelu16_fwd, (h16 *o, const h16 *x, size_t n, float *s), (o, x, n, s))
-C(E_GELU_B, gelu16_bwd, (h16 *dx, const h16 *d, const h16 *x, size_t n, float *s), (dx, d, x, n, s))
+C(E_GELU_B, gelu16_bwd, (h16 *dx, const h16 *d, const h16 *x, size_t n, int a, float *s), (dx, d, x, n, a, s))
 C(E_SWIGLU_F, swiglu16_fwd, (h16 *o, const h16 *g, const h16 *u, size_t n, float *s), (o, g, u, n, s))
-C(E_SWIGLU_B, swiglu16_bwd, (h16 *dg, h16 *du, const h16 *d, const h16 *g, const h16 *u, size_t n, float *s),
-  (dg, du, d, g, u, n, s))
+C(E_SWIGLU_B, swiglu16_bwd,
+  (h16 *dg, h16 *du, const h16 *d, const h16 *g, const h16 *u, size_t n, int a, float *s),
+  (dg, du, d, g, u, n, a, s))
 C(E_ADD_F, add16_fwd, (h16 *o, const h16 *a, const h16 *b, size_t n, float *s), (o, a, b, n, s))
 C(E_ACC, accumulate16, (h16 *y, const h16 *x, size_t n, float *s), (y, x, n, s))
 C(E_DROP_F, dropout16_fwd, (h16 *o, const h16 *x, size_t n, float p, uint64_t sd, uint64_t i0, float *s),
@@ -248,8 +250,11 @@ static void tables(void)
 #undef SET
 }
 
-/* The entries graph g's ops need: each of its kinds' (1 in need[]). */
-static void needed(const merak_graph *g, int *need)
+/* The entries graph g's ops need in executor e: each of its kinds' (1 in
+ * need[]); an add's and a position embedding's accumulate16 only where the
+ * op adds to its input gradients rather than writing them (fresh, which
+ * copies). */
+static void needed(const merak_graph *g, const merak_exec *e, int *need)
 {
     static const struct { merak_op_type t; int e[3]; } uses[] = {
         {MERAK_OP_LINEAR, {E_LIN_F, E_LIN_X, E_LIN_W}}, {MERAK_OP_EMBEDDING, {E_EMB_F, E_EMB_W, -1}},
@@ -262,7 +267,7 @@ static void needed(const merak_graph *g, int *need)
     for (int i = 0; i < g->nops; i++)
         for (size_t u = 0; u < sizeof uses / sizeof *uses; u++)
             for (int k = 0; k < 3 && g->ops[i].type == uses[u].t; k++)
-                if (uses[u].e[k] >= 0)
+                if (uses[u].e[k] >= 0 && (uses[u].e[k] != E_ACC || !merak_exec_op_fresh(e, i)))
                     need[uses[u].e[k]] = 1;
 }
 
@@ -311,7 +316,7 @@ static void test_storage_runs(const char *preset, int wide)
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
             int need[E_COUNT];
-            needed(g, need);
+            needed(g, e[i], need);
             ncalls[i] = 1;
             for (int f = 0; f < E_COUNT; f++)
                 ncalls[i] &= calls[f] > 0 || !need[f];

@@ -442,6 +442,81 @@ static void test_shared_grads(const char *preset)
     merak_graph_destroy(g);
 }
 
+/* The zero hook, counting the bytes it zeroes (test_fresh_grads). */
+static size_t zeroed;
+static int count_zero(void *p, size_t bytes)
+{
+    zeroed += bytes;
+    return merak_kernels_cpu()->zero(p, bytes);
+}
+
+/* The first op to add to a shared gradient writes it instead, unzeroed
+ * (exec.c plan_fresh): with the whole backward every linear, GELU, SwiGLU,
+ * add and position embedding op that is the last to read each of its inputs does (LLaMA's
+ * q and k projections read the norm's output before v's: they add to
+ * what v's wrote); the losses and weight gradients are those of zeroing
+ * every gradient first (zero_first), bit for bit, whole, split and
+ * recomputed, with fewer bytes zeroed. */
+static void test_fresh_grads(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    c.dropout = 0.1f;
+    merak_graph *g = merak_model_build(&c, 2, 8, err, sizeof err);
+    merak_kernels counting = *merak_kernels_cpu();
+    counting.zero = count_zero;
+    for (int how = 0; g && how < RUN_WAYS; how++) {
+        merak_exec *e[2] = {NULL, NULL};
+        merak_exec_chunk whole;
+        merak_exec_opts o = run_opts(g, how, &whole), oz;
+        o.kernels = &counting;
+        oz = o;
+        oz.zero_first = 1;
+        if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &oz, &e[1], err, sizeof err) < 0) {
+            tap_ok(0, "%s: %s", preset, err);
+            merak_exec_destroy(e[0]);
+            continue;
+        }
+        double loss[2][2];
+        size_t bytes[2];
+        int fresh[2] = {0, 0}, kinds = 0;
+        int *last = malloc((size_t)g->ntensors * sizeof *last);
+        merak_graph_last_uses(g, last, NULL);
+        for (int i = 0; i < g->nops; i++) {
+            const merak_op *op = &g->ops[i];
+            int first = op->type == MERAK_OP_LINEAR || op->type == MERAK_OP_GELU || op->type == MERAK_OP_SWIGLU ||
+                        op->type == MERAK_OP_ADD || op->type == MERAK_OP_POS_EMBEDDING;
+            for (int j = 0; j < op->nin; j++)
+                first &= op->in[j] < 0 || g->tensors[op->in[j]].kind == MERAK_T_PARAM || last[op->in[j]] == i;
+            kinds += first;
+            fresh[0] += merak_exec_op_fresh(e[0], i);
+            fresh[1] += merak_exec_op_fresh(e[1], i);
+        }
+        free(last);
+        for (int i = 0; i < 2; i++) {
+            merak_init_params(g, e[i], 42, NULL, 0);
+            fill_tokens(g, e[i], 0, c.vocab_size, 5);
+            fill_tokens(g, e[i], 1, c.vocab_size, 6);
+            zeroed = 0;
+            run_two(e[i], how);
+            bytes[i] = zeroed;
+            loss[i][0] = merak_exec_loss(e[i], 0);
+            loss[i][1] = merak_exec_loss(e[i], 1);
+        }
+        size_t n;
+        const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+        tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
+                   bytes[0] < bytes[1] && fresh[0] > 0 && fresh[1] == 0 && (how != RUN_WHOLE || fresh[0] == kinds),
+               "%s, %s: %d ops write their input gradients (of %d linear, GELU, SwiGLU, add and position embedding "
+               "ops first to add to theirs): the losses and "
+               "weight gradients of zeroing first, bit for bit, with %zu bytes zeroed instead of %zu",
+               preset, run_name(how), fresh[0], kinds, bytes[0], bytes[1]);
+        merak_exec_destroy(e[0]);
+        merak_exec_destroy(e[1]);
+    }
+    merak_graph_destroy(g);
+}
+
 static void test_two_stages(const char *preset)
 {
     merak_model_config c;
@@ -874,6 +949,8 @@ int main(void)
     test_logits_in_place("tiny-llama");
     test_shared_grads("tiny-gpt2");
     test_shared_grads("tiny-llama");
+    test_fresh_grads("tiny-gpt2");
+    test_fresh_grads("tiny-llama");
     test_two_stages("tiny-gpt2");
     test_two_stages("tiny-llama");
     test_recompute("tiny-gpt2");

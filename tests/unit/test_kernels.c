@@ -6,6 +6,8 @@
  *   - backward (double table) against central finite differences of
  *     L = sum(out * R), R random, on input and weight gradients,
  *   - accumulate semantics: backward twice adds the gradient twice,
+ *     and where an entry takes acc, acc 0 over garbage writes the bits
+ *     acc 1 adds to zeros,
  *   - float table against double table on the same inputs,
  *   - float results bitwise identical with 1 and 2 threads.
  * Plus AdamW against a hand-written torch formula, sumsq, scale, dropout
@@ -99,6 +101,8 @@ struct opcase {
     merak_attn_shape as;
     int qi, ki, vi;
     size_t qoff, koff, voff;
+    int fresh;          /* the bwd calls pass acc 0 (kernels.h) to the entries taking it */
+    unsigned fresh_in;  /* the inputs whose gradients those entries write (bit i: input i) */
     void (*fwd)(opcase *c, int f32);
     void (*bwd)(opcase *c, int f32);
     void (*ref)(const opcase *c, double *out);
@@ -354,7 +358,7 @@ static void lin_fwd(opcase *c, int f32)
 }
 static void lin_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->linear_bwd_x(g[0], R, x[1], c->N, c->K, c->O);
+    DISPATCH(c, f32, KT->linear_bwd_x(g[0], R, x[1], c->N, c->K, c->O, !c->fresh);
              KT->linear_bwd_w(g[1], c->bias ? g[2] : NULL, R, x[0], c->N, c->K, c->O));
 }
 static void lin_ref(const opcase *c, double *out)
@@ -378,6 +382,7 @@ static void lin_setup_common(opcase *c, int big, int bias)
     if (bias)
         add_x(c, "b", (size_t)c->O, 1.0);
     add_o(c, (size_t)c->N * c->O);
+    c->fresh_in = 1;
     c->fwd = lin_fwd, c->bwd = lin_bwd, c->ref = lin_ref;
     finish(c);
 }
@@ -587,7 +592,7 @@ static void attn_setup_fused(opcase *c, int big)
 /* ------------------------------------------------------------------ gelu, swiglu, add */
 
 static void gelu_fwd(opcase *c, int f32) { DISPATCH(c, f32, KT->gelu_fwd(o[0], x[0], c->n)); }
-static void gelu_bwd(opcase *c, int f32) { DISPATCH(c, f32, KT->gelu_bwd(g[0], R, x[0], c->n)); }
+static void gelu_bwd(opcase *c, int f32) { DISPATCH(c, f32, KT->gelu_bwd(g[0], R, x[0], c->n, !c->fresh)); }
 static void gelu_ref(const opcase *c, double *out)
 {
     for (size_t i = 0; i < c->n; i++) {
@@ -601,6 +606,7 @@ static void gelu_setup(opcase *c, int big)
     c->n = big ? 65536 : (size_t)rng_int(32, 200);
     add_x(c, "inp", c->n, 4.0);
     add_o(c, c->n);
+    c->fresh_in = 1;
     c->fwd = gelu_fwd, c->bwd = gelu_bwd, c->ref = gelu_ref;
     finish(c);
 }
@@ -611,7 +617,7 @@ static void swiglu_fwd(opcase *c, int f32)
 }
 static void swiglu_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->swiglu_bwd(g[0], g[1], R, x[0], x[1], c->n));
+    DISPATCH(c, f32, KT->swiglu_bwd(g[0], g[1], R, x[0], x[1], c->n, !c->fresh));
 }
 static void swiglu_ref(const opcase *c, double *out)
 {
@@ -627,6 +633,7 @@ static void swiglu_setup(opcase *c, int big)
     add_x(c, "gate", c->n, 4.0);
     add_x(c, "up", c->n, 2.0);
     add_o(c, c->n);
+    c->fresh_in = 3;
     c->fwd = swiglu_fwd, c->bwd = swiglu_bwd, c->ref = swiglu_ref;
     finish(c);
 }
@@ -755,7 +762,7 @@ static const setup_fn OPS[] = {
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
 #define CHECKS_PER_OP 5
-#define NEXTRA 14
+#define NEXTRA 18
 
 /* ------------------------------------------------------------------ per-op checks */
 
@@ -895,6 +902,62 @@ static void check_f32(opcase *c)
     }
     tap_ok(worst <= 1e-5, "%s: float table agrees with double table (rel err %.2e)", c->name,
         worst);
+}
+
+/* acc 0 (the executor's first writer of a gradient, exec.c plan_fresh):
+ * over gradients holding garbage (NaN, infinities, huge values), the
+ * entries write what acc 1 adds to zeros, bit for bit, in both tables;
+ * the gradients they do not write (weights) still accumulate.  On the
+ * shapes of `big` (several GEMM tiles) and of a small case, with 2
+ * threads. */
+static void check_fresh(setup_fn setup, int big)
+{
+    opcase c;
+    memset(&c, 0, sizeof c);
+    setup(&c, big);
+    to_float(&c);
+    merak_kernels_cpu_set_threads(2);
+    int same = 1, untouched_ok = 1;
+    for (int f32 = 0; f32 < 2; f32++) {
+        zero_grads(&c);
+        c.fwd(&c, f32);
+        c.fresh = 0;
+        c.bwd(&c, f32);
+        void *want[MAXT];
+        const size_t es = f32 ? sizeof(float) : sizeof(double);
+        for (int i = 0; i < c.nx; i++) {
+            void *gi = f32 ? (void *)c.gf[i] : (void *)c.gd[i];
+            want[i] = xcalloc(c.xn[i], es);
+            memcpy(want[i], gi, c.xn[i] * es);
+            if (c.fresh_in >> i & 1) {   /* garbage where acc 0 writes */
+                for (size_t k = 0; k < c.xn[i]; k++) {
+                    const double junk = k % 3 == 0 ? NAN : k % 3 == 1 ? -INFINITY : 3e30;
+                    if (f32)
+                        c.gf[i][k] = (float)junk;
+                    else
+                        c.gd[i][k] = junk;
+                }
+            } else {
+                memset(gi, 0, c.xn[i] * es);
+            }
+        }
+        c.fresh = 1;
+        c.bwd(&c, f32);
+        c.fresh = 0;
+        for (int i = 0; i < c.nx; i++) {
+            const void *gi = f32 ? (const void *)c.gf[i] : (const void *)c.gd[i];
+            if (c.fresh_in >> i & 1)
+                same &= memcmp(want[i], gi, c.xn[i] * es) == 0;
+            else
+                untouched_ok &= memcmp(want[i], gi, c.xn[i] * es) == 0;
+            free(want[i]);
+        }
+    }
+    merak_kernels_cpu_set_threads(1);
+    tap_ok(c.fresh_in && same && untouched_ok,
+           "%s%s: acc 0 over garbage writes the gradients acc 1 adds to zeros, bit for bit (float and "
+           "double); the others still accumulate", c.name, big ? " (big)" : "");
+    free_case(&c);
 }
 
 /* float table, 1 thread vs 2 threads, on bigger shapes: bitwise equal */
@@ -1338,6 +1401,10 @@ int main(void)
         free_case(&c);
         check_threads(OPS[i]);
     }
+    check_fresh(lin_setup_bias, 1);
+    check_fresh(lin_setup_nobias, 0);
+    check_fresh(gelu_setup, 0);
+    check_fresh(swiglu_setup, 1);
     check_lse();
     for (int i = 0; i < 4; i++)
         check_cached_attention();
