@@ -13,7 +13,8 @@
  *   - Backward kernels ACCUMULATE (+=) into every gradient they are given:
  *     a tensor read by several ops gets the sum of their contributions, and
  *     weight gradients add up over micro-batches.  Callers zero them.
- *     The input-gradient entries that take `acc` (linear, GELU, SwiGLU)
+ *     The input-gradient entries that take `acc` (linear, attention, GELU,
+ *     SwiGLU)
  *     add when acc is 1; when it is 0 they write the gradient as if it had
  *     been zero (0 + the contribution, the same bits) without reading it,
  *     so its first writer spares the caller a pass zeroing it and itself
@@ -117,12 +118,13 @@ typedef struct merak_adamw_span {
                           const REAL *v, REAL *scratch);                           \
     /* dq, dk, dv have the strides of q, k, v.  out and lse are the          \
      * forward's (out (B,T,nh*hd): cuDNN's backward reads it; the other       \
-     * kernels rebuild what they need from lse). */                            \
+     * kernels rebuild what they need from lse).  acc 0: dq, dk, dv written  \
+     * (the rows' columns of q, k and v only). */                             \
     void (*attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,           \
                           REAL *dv, const REAL *dout, const REAL *out,             \
                           const REAL *lse, const REAL *qr, const REAL *kr,         \
                           const REAL *q, const REAL *k, const REAL *v,             \
-                          REAL *scratch);                                          \
+                          REAL *scratch, int acc);                                 \
     size_t (*attention_scratch_elems)(const merak_attn_shape *s);                  \
     /* Decoding (forward only): causal attention of s->T new positions       \
      * [pos, pos+T) of each batch row against a key/value cache.  kc, vc      \
@@ -334,7 +336,7 @@ typedef struct merak_kernels {
     void (*attention16_bwd)(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                             const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
                             const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                            float *ascratch, float *scratch);
+                            float *ascratch, float *scratch, int acc);
     size_t (*attention16_scratch_elems)(const merak_attn_shape *s);
     MERAK_KERNEL_TABLE(float)
 } merak_kernels;

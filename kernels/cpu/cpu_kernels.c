@@ -295,7 +295,7 @@ static void cpu_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float 
 static void cpu_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                                 const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
                                 const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                float *ascratch, float *scratch);
+                                float *ascratch, float *scratch, int acc);
 static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
 
 /* ------------------------------------------------------------------ float */
@@ -671,7 +671,7 @@ static void cpu_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float 
 static void cpu_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                                 const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
                                 const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                float *ascratch, float *scratch)
+                                float *ascratch, float *scratch, int acc)
 {
     if (s->B <= 0 || s->T <= 0)
         return;
@@ -682,10 +682,10 @@ static void cpu_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_
     const float *fk = widen_rows(scratch, &at, k, BT, d.k_stride, s->k_stride);
     const float *fv = widen_rows(scratch, &at, v, BT, d.v_stride, s->v_stride);
     const float *fo = widen(scratch, &at, out, BT * C), *fd = widen(scratch, &at, dout, BT * C);
-    float *gq = widen_rows(scratch, &at, dq, BT, d.q_stride, s->q_stride);
-    float *gk = widen_rows(scratch, &at, dk, BT, d.k_stride, s->k_stride);
-    float *gv = widen_rows(scratch, &at, dv, BT, d.v_stride, s->v_stride);
-    attention_bwd_f32(&d, gq, gk, gv, fd, fo, lse, qr, kr, fq, fk, fv, ascratch);
+    float *gq = widen_rows(scratch, &at, acc ? dq : NULL, BT, d.q_stride, s->q_stride);
+    float *gk = widen_rows(scratch, &at, acc ? dk : NULL, BT, d.k_stride, s->k_stride);
+    float *gv = widen_rows(scratch, &at, acc ? dv : NULL, BT, d.v_stride, s->v_stride);
+    attention_bwd_f32(&d, gq, gk, gv, fd, fo, lse, qr, kr, fq, fk, fv, ascratch, acc);
     narrow_rows(dq, s->q_stride, gq, BT, d.q_stride);
     narrow_rows(dk, s->k_stride, gk, BT, d.k_stride);
     narrow_rows(dv, s->v_stride, gv, BT, d.v_stride);

@@ -386,7 +386,7 @@ static void FN(rope_row_bwd)(REAL *dst, const REAL *src, int nheads, int hd, int
  *      dS = P * (dP - rowsum(P*dP)) / sqrt(hd)
  *      dQ = dS @ K ; dK += dS^T @ Q ; dV += P^T @ dout
  *      rope: dq += rot^T(dQ), dk += rot^T(dK), else dq += dQ, dk += dK;
- *      dv += dV.
+ *      dv += dV (acc 0: each row of dq, dk, dv zeroed first, unread).
  * scratch: fwd, a block of scores per (b,h); bwd, two blocks (P, dS) per
  * (b,g), then dQ (B,T,nh*hd), dK (B,T,nkv*hd), dV (B,T,nkv*hd).  Indexed by
  * head, not thread, so results do not depend on the thread count. */
@@ -483,7 +483,7 @@ static void FN(attention_fwd)(const merak_attn_shape *s, REAL *out, REAL *lse,
 static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
                               REAL *dv, const REAL *dout, const REAL *out,
                               const REAL *lse, const REAL *qr, const REAL *kr,
-                              const REAL *q, const REAL *k, const REAL *v, REAL *scratch)
+                              const REAL *q, const REAL *k, const REAL *v, REAL *scratch, int acc)
 {
     (void)out;   /* P is rebuilt from lse */
     const int B = s->B, T = s->T, nh = s->n_head, nkv = s->n_kv_head, hd = s->head_dim;
@@ -530,12 +530,12 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
                      S, r1);
                 for (int t = r0; t < r1; t++) {
                     REAL *p = P + (size_t)(t - r0) * r1, *ds = S + (size_t)(t - r0) * r1;
-                    double acc = 0.0;
+                    double pdp_sum = 0.0;
                     for (int t2 = 0; t2 <= t; t2++) {
                         p[t2] = R_EXP(p[t2] - L[t]);
-                        acc += (double)p[t2] * ds[t2];
+                        pdp_sum += (double)p[t2] * ds[t2];
                     }
-                    const REAL pdp = (REAL)acc;
+                    const REAL pdp = (REAL)pdp_sum;
                     for (int t2 = 0; t2 <= t; t2++)
                         ds[t2] = p[t2] * (ds[t2] - pdp) * scale;
                     for (int t2 = t + 1; t2 < r1; t2++)
@@ -561,6 +561,11 @@ static void FN(attention_bwd)(const merak_attn_shape *s, REAL *dq, REAL *dk,
         const REAL *gv = dV + (size_t)bt * Ckv;
         REAL *oq = dq + (size_t)bt * dqs, *ok = dk + (size_t)bt * dks;
         REAL *ov = dv + (size_t)bt * vs;
+        if (!acc) {
+            memset(oq, 0, (size_t)C * sizeof *oq);
+            memset(ok, 0, (size_t)Ckv * sizeof *ok);
+            memset(ov, 0, (size_t)Ckv * sizeof *ov);
+        }
         if (rope) {
             const int t = (int)(bt % T);
             FN(rope_row_bwd)(oq, gq, nh, hd, t, &s->rope);

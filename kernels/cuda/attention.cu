@@ -36,7 +36,7 @@ __device__ __forceinline__ void rope_cs(const merak_rope &rope, int t, int j, in
  * in float, row and g in float or bfloat16 storage (row's sums rounded).
  * Block-wide; g may be in shared memory. */
 template <typename D, typename G>
-__device__ void rope_bwd_add(D *row, const G *g, const merak_rope &rope, int t, int hd)
+__device__ void rope_bwd_add(D *row, const G *g, const merak_rope &rope, int t, int hd, int acc)
 {
     if (rope.theta > 0.0f) {
         const int half = hd / 2;
@@ -44,12 +44,12 @@ __device__ void rope_bwd_add(D *row, const G *g, const merak_rope &rope, int t, 
             float c, s;
             rope_cs(rope, t, j, hd, &c, &s);
             const float g0 = as_f32(g[j]), g1 = as_f32(g[j + half]);
-            put(row + j, as_f32(row[j]) + (g0 * c + g1 * s));
-            put(row + j + half, as_f32(row[j + half]) + (g1 * c - g0 * s));
+            put(row + j, (acc ? as_f32(row[j]) : 0.0f) + (g0 * c + g1 * s));
+            put(row + j + half, (acc ? as_f32(row[j + half]) : 0.0f) + (g1 * c - g0 * s));
         }
     } else {
         for (int d = threadIdx.x; d < hd; d += blockDim.x)
-            put(row + d, as_f32(row[d]) + as_f32(g[d]));
+            put(row + d, (acc ? as_f32(row[d]) : 0.0f) + as_f32(g[d]));
     }
 }
 
@@ -171,22 +171,23 @@ __global__ void attn_dsoftmax_k(float *dS, const float *P, int T, float scale)
 }
 
 /* One block per token row bt: dq += rot^T(dQ), dk += rot^T(dK) for every
- * head (plain adds without RoPE), dv += dV.  dQ (B,T,nh*hd), dK and dV
- * (B,T,nkv*hd) are dense; dq, dk, dv have the row strides of q, k, v. */
+ * head (plain adds without RoPE), dv += dV; acc 0: 0 + each, dq, dk and
+ * dv unread.  dQ (B,T,nh*hd), dK and dV (B,T,nkv*hd) are dense; dq, dk,
+ * dv have the row strides of q, k, v. */
 template <typename D, typename G>
 __global__ void attn_bwd_add_k(D *dq, D *dk, D *dv, const G *dQ, const G *dK, const G *dV, attn_p p, int dqs,
-                               int dks, int dvs)
+                               int dks, int dvs, int acc)
 {
     const size_t bt = blockIdx.x;
     const int t = (int)(bt % (size_t)p.T), hd = p.hd, C = p.nh * hd, Ckv = p.nkv * hd;
     for (int h = 0; h < p.nh; h++)
         rope_bwd_add(dq + bt * dqs + (size_t)h * hd, dQ + bt * C + (size_t)h * hd, p.rope, t,
-                     hd);
+                     hd, acc);
     for (int g = 0; g < p.nkv; g++)
         rope_bwd_add(dk + bt * dks + (size_t)g * hd, dK + bt * Ckv + (size_t)g * hd, p.rope,
-                     t, hd);
+                     t, hd, acc);
     for (int c = threadIdx.x; c < Ckv; c += blockDim.x)
-        put(dv + bt * dvs + c, as_f32(dv[bt * dvs + c]) + as_f32(dV[bt * Ckv + c]));
+        put(dv + bt * dvs + c, (acc ? as_f32(dv[bt * dvs + c]) : 0.0f) + as_f32(dV[bt * Ckv + c]));
 }
 
 /* dst (rows, w) bfloat16, dense = src's rows (row stride ss) rounded to
@@ -261,13 +262,13 @@ static int rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *k
  * gradients stored as G. */
 template <typename D, typename G>
 static int bwd_add(void *stream, const merak_attn_shape *s, D *dq, D *dk, D *dv, const G *dQ, const G *dK,
-                   const G *dV)
+                   const G *dV, int acc)
 {
     const attn_p p = attn_params(s);
     const size_t rows = (size_t)p.B * p.T;
     if (rows)
         attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(dq, dk, dv, dQ, dK, dV, p, s->q_stride,
-                                                                 s->k_stride, s->v_stride);
+                                                                 s->k_stride, s->v_stride, acc);
     return cudaGetLastError();
 }
 
@@ -435,22 +436,23 @@ int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, siz
 
 int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
                                    float *dk, float *dv, const float *dQ, const float *dK,
-                                   const float *dV)
+                                   const float *dV, int acc)
 {
-    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
+    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV, acc);
 }
 
 int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
                                         float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
-                                        const uint16_t *dV)
+                                        const uint16_t *dV, int acc)
 {
-    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
+    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV, acc);
 }
 
 int merak_cuda_launch_attn_bwd_add16(void *stream, const merak_attn_shape *s, uint16_t *dq, uint16_t *dk,
-                                    uint16_t *dv, const uint16_t *dQ, const uint16_t *dK, const uint16_t *dV)
+                                    uint16_t *dv, const uint16_t *dQ, const uint16_t *dK, const uint16_t *dV,
+                                    int acc)
 {
-    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV);
+    return bwd_add(stream, s, dq, dk, dv, dQ, dK, dV, acc);
 }
 
 /* Four at a time when the widths, the stride and both pointers allow. */

@@ -338,7 +338,7 @@ size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s)
 void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv,
                             const float *dout, const float *out, const float *lse, const float *qr,
                             const float *kr, const float *q, const float *k, const float *v,
-                            float *scratch)
+                            float *scratch, int acc)
 {
     if (merak_cuda_failed() || !attn_shape_ok(s, "attention_bwd") || s->B <= 0 || s->T <= 0 ||
         s->head_dim <= 0)
@@ -366,7 +366,7 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
         if (merak_cuda_failed() ||
             merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, C, Ckv, Ckv, b.dout, b.o, b.stats, b.q, b.k, b.v) < 0)
             return;
-        LAUNCH("attention_bwd(add)", merak_cuda_launch_attn_bwd_add_bf16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv));
+        LAUNCH("attention_bwd(add)", merak_cuda_launch_attn_bwd_add_bf16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv, acc));
         return;
     }
 #endif
@@ -376,7 +376,7 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
         LAUNCH("attention_bwd(fused)", merak_cuda_launch_flash_bwd(STREAM, s, dQ, dK, dV, D, dout,
                                                                    lse, Q, qs, K, ks, v));
         LAUNCH("attention_bwd(add)",
-               merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
+               merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV, acc));
         return;
     }
     const float scale = (float)(1.0 / sqrt((double)hd));
@@ -417,7 +417,7 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
         }
     }
     LAUNCH("attention_bwd(add)",
-           merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV));
+           merak_cuda_launch_attn_bwd_add(STREAM, s, dq, dk, dv, dQ, dK, dV, acc));
 }
 
 /* ------------------------------------------------------------------ bf16 storage
@@ -524,7 +524,7 @@ void merak_cuda_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float 
 void merak_cuda_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                                 const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
                                 const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                float *ascratch, float *scratch)
+                                float *ascratch, float *scratch, int acc)
 {
     (void)scratch;
     if (!native_ok(s, "attention16_bwd"))
@@ -542,9 +542,9 @@ void merak_cuda_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_
         merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, p.n_head * p.head_dim, p.n_kv_head * p.head_dim,
                              p.n_kv_head * p.head_dim, dout, out, stats, q, k, v) < 0)
         return;
-    LAUNCH("attention16_bwd(add)", merak_cuda_launch_attn_bwd_add16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv));
+    LAUNCH("attention16_bwd(add)", merak_cuda_launch_attn_bwd_add16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv, acc));
 #else
     (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)qr, (void)kr, (void)q, (void)k, (void)v;
-    (void)ascratch;
+    (void)ascratch, (void)acc;
 #endif
 }

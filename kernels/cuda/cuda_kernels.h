@@ -185,7 +185,7 @@ void merak_cuda_attention_fwd(const merak_attn_shape *s, float *out, float *lse,
                               const float *q, const float *k, const float *v, float *scratch);
 void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, float *dv, const float *dout,
                               const float *out, const float *lse, const float *qr, const float *kr, const float *q,
-                              const float *k, const float *v, float *scratch);
+                              const float *k, const float *v, float *scratch, int acc);
 size_t merak_cuda_attention_scratch_elems(const merak_attn_shape *s);
 void merak_cuda_attention_cached_fwd(const merak_attn_shape *s, int pos, int cap, float *out, float *kc, float *vc,
                                      const float *q, const float *k, const float *v, float *scratch);
@@ -198,7 +198,7 @@ void merak_cuda_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float 
 void merak_cuda_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
                                 const uint16_t *dout, const uint16_t *out, const float *lse, const float *qr,
                                 const float *kr, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                float *ascratch, float *scratch);
+                                float *ascratch, float *scratch, int acc);
 size_t merak_cuda_attention16_scratch_elems(const merak_attn_shape *s);
 
 int merak_cuda_launch_embedding_fwd(void *stream, float *out, const int32_t *ids,
@@ -267,7 +267,8 @@ int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, const float *acc
  * k and v, and with RoPE, k rotated and Q (B,T,nh*hd) = q rotated (Q is
  * not written without it).  attn_dsoftmax: dS (holding dP) :=
  * P (dP - rowsum(P dP)) scale, causal.  attn_bwd_add: dq += rot^T(dQ),
- * dk += rot^T(dK), dv += dV from dense (B,T,heads*hd) gradients. */
+ * dk += rot^T(dK), dv += dV from dense (B,T,heads*hd) gradients (acc 0:
+ * = 0 + ..., dq, dk, dv unread). */
 int merak_cuda_launch_rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
                                const float *q, const float *k);
 int merak_cuda_launch_attn_softmax(void *stream, float *P, float *lse, size_t rows, int T, int L,
@@ -280,7 +281,7 @@ int merak_cuda_launch_attn_dsoftmax(void *stream, float *dS, const float *P, siz
                                     int T, float scale);
 int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, float *dq,
                                    float *dk, float *dv, const float *dQ, const float *dK,
-                                   const float *dV);
+                                   const float *dV, int acc);
 /* For cuDNN's attention (bfloat16 in and out): attn_bwd_add_bf16 is
  * attn_bwd_add from bfloat16 dQ, dK, dV, attn_bwd_add16 into bfloat16 dq,
  * dk, dv too (each sum rounded); rope16_fwd is rope_fwd from bfloat16 q,
@@ -289,9 +290,10 @@ int merak_cuda_launch_attn_bwd_add(void *stream, const merak_attn_shape *s, floa
  * rows_from_bf16: dst's rows (stride ds) = src (rows, w), exactly. */
 int merak_cuda_launch_attn_bwd_add_bf16(void *stream, const merak_attn_shape *s, float *dq,
                                         float *dk, float *dv, const uint16_t *dQ, const uint16_t *dK,
-                                        const uint16_t *dV);
+                                        const uint16_t *dV, int acc);
 int merak_cuda_launch_attn_bwd_add16(void *stream, const merak_attn_shape *s, uint16_t *dq, uint16_t *dk,
-                                    uint16_t *dv, const uint16_t *dQ, const uint16_t *dK, const uint16_t *dV);
+                                    uint16_t *dv, const uint16_t *dQ, const uint16_t *dK, const uint16_t *dV,
+                                    int acc);
 int merak_cuda_launch_rope16_fwd(void *stream, const merak_attn_shape *s, float *qr, float *kr,
                                  const uint16_t *q, const uint16_t *k);
 int merak_cuda_launch_rows_to_bf16(void *stream, uint16_t *dst, const float *src, size_t rows, int w,

@@ -357,13 +357,13 @@ static void attention_backward_input(const merak_op_io *io)
         attn_qkv16(io->o, io->dx16[0], io->dx16[1], io->dx16[2], &dq, &dk, &dv);
         if (dq)
             io->k->attention16_bwd(&s, dq, dk, dv, io->dy16, io->y16, lse, qr, kr, q, k, v, io->scratch,
-                                   io->scratch16);
+                                   io->scratch16, !io->fresh);
     } else {
         float *q, *k, *v, *dq, *dk, *dv;
         merak_op_attn_qkv(io->o, io->x[0], io->x[1], io->x[2], &q, &k, &v);
         merak_op_attn_qkv(io->o, io->dx[0], io->dx[1], io->dx[2], &dq, &dk, &dv);
         if (dq)
-            io->k->attention_bwd(&s, dq, dk, dv, io->dy, io->y, lse, qr, kr, q, k, v, io->scratch);
+            io->k->attention_bwd(&s, dq, dk, dv, io->dy, io->y, lse, qr, kr, q, k, v, io->scratch, !io->fresh);
     }
 }
 
@@ -618,7 +618,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                             .saved_floats = attention_saved, .scratch_floats = attention_scratch,
                             .forward = attention_forward, .backward_input = attention_backward_input,
                             .bf16 = attention_bf16, .bf16_scratch_floats = attention_bf16_scratch,
-                            .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan},
+                            .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan,
+                            .fresh = 1},
     [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                        .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward,
                        .bf16 = gelu_bf16,

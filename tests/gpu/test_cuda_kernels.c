@@ -536,6 +536,7 @@ static void test_linear(const char *pre, int N, int K, int O, int bias, int bias
 typedef struct {
     merak_attn_shape s;
     int fused; /* q, k, v (and dq, dk, dv) are column ranges of one qkv buffer */
+    int acc;   /* attention_bwd's acc */
 } attn_arg;
 
 /* q, k, v pointers from the buffers (q0 holds the whole qkv when fused) */
@@ -591,7 +592,7 @@ static void op_attention_bwd(const merak_kernels *K, int on_gpu, void **p, const
     attn_split(a, F(p[8]), F(p[9]), F(p[10]), &q, &k, &v);
     attn_split(a, F(p[0]), F(p[1]), F(p[2]), &dq, &dk, &dv);
     float *scratch = attn_scratch(K, on_gpu, a);
-    K->attention_bwd(&a->s, dq, dk, dv, F(p[3]), F(p[4]), F(p[5]), F(p[6]), F(p[7]), q, k, v, scratch);
+    K->attention_bwd(&a->s, dq, dk, dv, F(p[3]), F(p[4]), F(p[5]), F(p[6]), F(p[7]), q, k, v, scratch, a->acc);
     attn_scratch_free(on_gpu, scratch);
 }
 
@@ -669,6 +670,7 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
     a.s.B = B, a.s.T = T, a.s.n_head = nh, a.s.n_kv_head = nkv, a.s.head_dim = hd;
     a.s.rope = rope;
     a.fused = fused;
+    a.acc = 1;
     const size_t BT = (size_t)B * T, C = (size_t)nh * hd, Ckv = (size_t)nkv * hd;
     size_t nq, nk;
     if (fused) {
@@ -723,6 +725,12 @@ static void test_attention(const char *tag, int B, int T, int nh, int nkv, int h
     snprintf(name, sizeof name, "attention_bwd %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
              B, T, nh, nkv, hd, (double)rope.theta, kind);
     run_case(name, bwd, NB(bwd), op_attention_bwd, &a, 0);
+    attn_arg a0 = a;   /* acc 0: the gradients start NaN and are written, unread */
+    a0.acc = 0;
+    bwd[0].kind = bwd[1].kind = bwd[2].kind = OUT_FWD;
+    snprintf(name, sizeof name, "attention_bwd acc=0 %s B=%d T=%d nh=%d nkv=%d hd=%d rope=%g %s", tag,
+             B, T, nh, nkv, hd, (double)rope.theta, kind);
+    run_case(name, bwd, NB(bwd), op_attention_bwd, &a0, 0);
     free(q0), free(k0), free(v0), free(out), free(lse), free(qr), free(kr);
 }
 
@@ -1509,8 +1517,9 @@ static void test_attention16(const char *tag, int B, int T, int nh, int nkv, int
     /* q, k, v in one buffer: a fused row's column blocks, or three dense blocks */
     const size_t ko = fused ? C : nq, vo = fused ? C + Ckv : nq + nkv_;
     uint16_t *qkv = rand_bf16(nall, -1, 1), *dout = rand_bf16(nq, -1, 1), *dqkv0 = rand_bf16(nall, -1, 1);
-    if (zero)
-        memset(dqkv0, 0, nall * 2);
+    if (zero)   /* 1: gradients from zero; 2: acc 0 over NaN (written, never read) */
+        memset(dqkv0, zero == 2 ? 0xff : 0, nall * 2);
+    const int acc = zero != 2;
     const size_t n16 = 2 * (2 * (nq + 16) + 2 * (nkv_ + 16));
     float *ascr = xmalloc((g_cpu->attention16_scratch_elems(&s) + 1) * 4), *scr = xmalloc(n16 * 4);
     uint16_t *out_c = xmalloc(nq * 2), *dqkv_c = xmalloc(nall * 2);
@@ -1518,7 +1527,7 @@ static void test_attention16(const char *tag, int B, int T, int nh, int nkv, int
     memcpy(dqkv_c, dqkv0, nall * 2);
     g_cpu->attention16_fwd(&s, out_c, lse_c, qr_c, kr_c, qkv, qkv + ko, qkv + vo, ascr, scr);
     g_cpu->attention16_bwd(&s, dqkv_c, dqkv_c + ko, dqkv_c + vo, dout, out_c, lse_c, qr_c, kr_c, qkv, qkv + ko,
-                           qkv + vo, ascr, scr);
+                           qkv + vo, ascr, scr, acc);
     uint16_t *out_g[2], *dqkv_g[2];
     float *lse_g[2], *qr_g = xmalloc(nq * 4), *kr_g = xmalloc(nkv_ * 4);
     uint16_t *d_qkv = to_dev(qkv, nall * 2), *d_dout = to_dev(dout, nq * 2);
@@ -1531,7 +1540,7 @@ static void test_attention16(const char *tag, int B, int T, int nh, int nkv, int
         merak_cuda_memset(d_lse, 0xff, (nl + 4) * 4);
         g_gpu->attention16_fwd(&s, d_out, lse, d_qr, d_kr, d_qkv, d_qkv + ko, d_qkv + vo, d_ascr, NULL);
         g_gpu->attention16_bwd(&s, d_dqkv, d_dqkv + ko, d_dqkv + vo, d_dout, d_out, lse, d_qr, d_kr, d_qkv,
-                               d_qkv + ko, d_qkv + vo, d_ascr, NULL);
+                               d_qkv + ko, d_qkv + vo, d_ascr, NULL, acc);
         out_g[r] = xmalloc(nq * 2), dqkv_g[r] = xmalloc(nall * 2), lse_g[r] = xmalloc(nl * 4);
         merak_cuda_memcpy_d2h(out_g[r], d_out, nq * 2);
         merak_cuda_memcpy_d2h(dqkv_g[r], d_dqkv, nall * 2);
@@ -1554,7 +1563,8 @@ static void test_attention16(const char *tag, int B, int T, int nh, int nkv, int
     tap_ok(e_out <= 1 && e_g <= 1 && e_lse <= 1 && e_r <= 1 && same,
            "attention16 %s B=%d T=%d heads %d/%d of %d%s%s%s: out %.2f, dq dk dv %.2f, lse %.2f, rotated %.2f of the "
            "tolerance; repeatable %d", tag, B, T, nh, nkv, hd, fused ? ", fused qkv" : "",
-           misalign ? ", lse misaligned" : "", zero ? ", gradients from zero" : "", e_out, e_g, e_lse, e_r, same);
+           misalign ? ", lse misaligned" : "", zero == 2 ? ", acc 0 over NaN" : zero ? ", gradients from zero" : "",
+           e_out, e_g, e_lse, e_r, same);
     for (int r = 0; r < 2; r++)
         free(out_g[r]), free(dqkv_g[r]), free(lse_g[r]);
     free(oc), free(og), free(gc), free(gg), free(qr_g), free(kr_g);
@@ -1641,6 +1651,8 @@ int main(void)
     test_attention16("llama-gqa", 2, 80, 4, 2, 64, LLAMA3_ROPE, 0, 1, 0);
     test_attention16("gqa-rope-fused", 1, 70, 4, 1, 32, ROPE(500000.0f), 1, 0, 1);
     test_attention16("odd-head", 1, 9, 2, 2, 5, ROPE(0.0f), 1, 0, 0);
+    test_attention16("gpt2", 2, 64, 4, 4, 64, ROPE(0.0f), 1, 0, 2);
+    test_attention16("llama-gqa", 2, 80, 4, 2, 64, LLAMA3_ROPE, 0, 0, 2);
 
     char err[256] = "";
     tap_ok(merak_cuda_status(err, sizeof err) == 0, "no CUDA error recorded %s", err);

@@ -126,7 +126,7 @@ static void test_shape(const shape_case *c)
     }
     cpu->attention_fwd(&s, cout, clse, NULL, NULL, fqkv, fqkv + orow, fqkv + orow + nkv * hd, scratch);
     cpu->attention_bwd(&s, cdqkv, cdqkv + orow, cdqkv + orow + nkv * hd, fdout, cout, clse, NULL, NULL, fqkv,
-                       fqkv + orow, fqkv + orow + nkv * hd, scratch);
+                       fqkv + orow, fqkv + orow + nkv * hd, scratch, 1);
 
     /* device: outputs start as NaN */
     uint16_t *dqkv = dmalloc(N * row * 2), *ddout = dmalloc(N * orow * 2), *dout_ = dmalloc(N * orow * 2);

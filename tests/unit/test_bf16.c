@@ -230,8 +230,8 @@ C(E_ATT_F, attention16_fwd,
   (a, o, l, qr, kr, q, k, v, as, s))
 C(E_ATT_B, attention16_bwd,
   (const ash *a, h16 *dq, h16 *dk, h16 *dv, const h16 *d, const h16 *o, const float *l, const float *qr,
-   const float *kr, const h16 *q, const h16 *k, const h16 *v, float *as, float *s),
-  (a, dq, dk, dv, d, o, l, qr, kr, q, k, v, as, s))
+   const float *kr, const h16 *q, const h16 *k, const h16 *v, float *as, float *s, int acc),
+  (a, dq, dk, dv, d, o, l, qr, kr, q, k, v, as, s, acc))
 #undef C
 static merak_kernels counted, staged;
 

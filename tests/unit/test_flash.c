@@ -264,7 +264,7 @@ static void run_case(int B, int T, int nh, int nkv, int hd, float theta, int fus
         memcpy(Vd + t * Ckv, v + t * p.vs, (size_t)Ckv * sizeof(float));
     }
     s0.q_stride = C, s0.k_stride = s0.v_stride = Ckv;
-    cpu->attention_bwd(&s0, dq, dk, dv, dout, NULL, lse, NULL, NULL, Qd, Kd, Vd, scratch);
+    cpu->attention_bwd(&s0, dq, dk, dv, dout, NULL, lse, NULL, NULL, Qd, Kd, Vd, scratch, 1);
 
     float *fdq = xcalloc(BT * C, sizeof(float)), *fdk = xcalloc(BT * Ckv, sizeof(float));
     float *fdv = xcalloc(BT * Ckv, sizeof(float)), *D = xcalloc(BT * nh, sizeof(float));

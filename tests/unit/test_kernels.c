@@ -103,6 +103,8 @@ struct opcase {
     size_t qoff, koff, voff;
     int fresh;          /* the bwd calls pass acc 0 (kernels.h) to the entries taking it */
     unsigned fresh_in;  /* the inputs whose gradients those entries write (bit i: input i) */
+    int wrow[MAXT], wcols[MAXT];   /* of those, only columns [0, wcols) of rows wrow wide
+                                    * (0: every element) */
     void (*fwd)(opcase *c, int f32);
     void (*bwd)(opcase *c, int f32);
     void (*ref)(const opcase *c, double *out);
@@ -414,7 +416,7 @@ static void attn_bwd(opcase *c, int f32)
              KT->attention_bwd(&c->as, g[c->qi] + c->qoff, g[c->ki] + c->koff,
                                g[c->vi] + c->voff, R, o[0], o[1], rope ? o[2] : NULL,
                                rope ? o[3] : NULL, x[c->qi] + c->qoff, x[c->ki] + c->koff,
-                               x[c->vi] + c->voff, o[4]));
+                               x[c->vi] + c->voff, o[4], !c->fresh));
 }
 
 /* Hugging Face's RoPE frequency i of hd-wide heads, in double, written
@@ -517,7 +519,11 @@ static void attn_common(opcase *c, int B, int T, int nh, int nkv, int hd, int pa
         add_x(c, "k", BT * s->k_stride, 1.5);
         add_x(c, "v", BT * s->v_stride, 1.5);
         c->qi = 0, c->ki = 1, c->vi = 2;
+        c->wrow[0] = s->q_stride, c->wcols[0] = nh * hd;   /* not the padding */
+        c->wrow[1] = s->k_stride, c->wcols[1] = nkv * hd;
+        c->wrow[2] = s->v_stride, c->wcols[2] = nkv * hd;
     }
+    c->fresh_in = 1u << c->qi | 1u << c->ki | 1u << c->vi;
     add_o(c, BT * nh * hd);
     add_o(c, (size_t)B * nh * T);
     add_o(c, rope.theta > 0 ? BT * nh * hd : 0);
@@ -762,7 +768,7 @@ static const setup_fn OPS[] = {
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
 #define CHECKS_PER_OP 5
-#define NEXTRA 18
+#define NEXTRA 21
 
 /* ------------------------------------------------------------------ per-op checks */
 
@@ -931,6 +937,8 @@ static void check_fresh(setup_fn setup, int big)
             memcpy(want[i], gi, c.xn[i] * es);
             if (c.fresh_in >> i & 1) {   /* garbage where acc 0 writes */
                 for (size_t k = 0; k < c.xn[i]; k++) {
+                    if (c.wrow[i] && (int)(k % (size_t)c.wrow[i]) >= c.wcols[i])
+                        continue;   /* not its to write: must stay as it is */
                     const double junk = k % 3 == 0 ? NAN : k % 3 == 1 ? -INFINITY : 3e30;
                     if (f32)
                         c.gf[i][k] = (float)junk;
@@ -1402,6 +1410,9 @@ int main(void)
         check_threads(OPS[i]);
     }
     check_fresh(lin_setup_bias, 1);
+    check_fresh(attn_setup_mha, 0);
+    check_fresh(attn_setup_gqa, 1);
+    check_fresh(attn_setup_fused, 0);
     check_fresh(lin_setup_nobias, 0);
     check_fresh(gelu_setup, 0);
     check_fresh(swiglu_setup, 1);
