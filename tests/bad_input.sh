@@ -38,6 +38,8 @@ expect 2 "virtual stages 2 need the interleaved schedule (not 1f1b)" -- $D --vir
 expect 2 "virtual stages 1: the interleaved schedule takes 2 to 64" -- $D --schedule interleaved --virtual-stages 1
 expect 2 "virtual stages 65: the interleaved schedule takes 2 to 64" -- $D --schedule interleaved --virtual-stages 65
 expect 2 "not an integer" -- $D --schedule interleaved --virtual-stages two
+# an integer too large for a long is out of range, not "not an integer"
+expect 2 "global-batch: 99999999999999999999 is out of range \\[" -- $D --global-batch 99999999999999999999
 expect 2 "virtual-stages 3 does not divide the model's 2 layers" -- $D --schedule interleaved --virtual-stages 3
 expect 2 "interleaved needs at least 2 pipeline stages" -- $D --schedule interleaved
 # a model that cannot fit is refused before anything is allocated: 1024
@@ -133,6 +135,8 @@ expect_exit 1 "fifo: not a regular file, so it cannot be written" timeout 30 "$B
 # temporary removed, not a SIGXFSZ; a full stdout is reported
 expect_exit 1 "big.bin: write failed: File too large" sh -c "ulimit -f 4; exec $SHARD -o $WORK/big.bin $MERAK_SRCDIR/README.md"
 [ -z "$(ls -A "$WORK" | grep '^\.big\.bin\.')" ] || fail "a temporary was left: $(ls -A "$WORK")"
+# a count too large is out of range, and the message says the range
+expect_exit 2 "merak-topo: --nodes: 99999999999 is out of range \\[1, 1073741823\\]" $B/merak-topo --nodes 99999999999
 if [ -w /dev/full ]; then
     expect_exit 1 "merak-ckpt: writing the output: No space left on device" sh -c "exec $B/merak-ckpt inspect $ck > /dev/full"
     expect_exit 1 "merak-topo: writing the output failed: No space left on device" \

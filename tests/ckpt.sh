@@ -275,6 +275,9 @@ cmp "$WORK/exported.st" "$WORK/full.st" || fail "export of step 6 differs from -
 [ "$(losses "$WORK/imp.jsonl")" = "$(losses "$WORK/init.jsonl")" ] || fail "an imported checkpoint trains unlike --init"
 expect_exit 1 "imp: not empty" "$CKPT" import "$WORK/full.st" --model tiny-gpt2 -o "$WORK/imp"
 expect_exit 2 "-o: an empty name" "$CKPT" import "$WORK/full.st" --model tiny-gpt2 -o ''
+# its errors name the directory, not merak-train's --save
+expect_exit 1 "merak-ckpt: checkpoint directory /proc/merak-imp: cannot make the directory" "$CKPT" import \
+    "$WORK/full.st" --model tiny-gpt2 -o /proc/merak-imp
 expect_exit 1 "full.st: tensor 'model.embed_tokens.weight' is missing" "$CKPT" import "$WORK/full.st" \
     --model tiny-llama -o "$WORK/imp2"
 [ ! -e "$WORK/imp2" ] || fail "a failed import left $WORK/imp2"
@@ -323,7 +326,7 @@ echo "ok: a resume with other data is refused naming it, unless --resume-data-ch
     > "$WORK/a11.log" 2>&1 &
 a11=$!
 for _ in $(seq 600); do [ -s "$WORK/a11.jsonl" ] && break; sleep 0.1; done
-expect_exit 1 "save $WORK/ck11: another run writes checkpoints there (pid $a11 on " "$TRAIN" $C --steps 2 \
+expect_exit 1 "checkpoint directory $WORK/ck11: another run writes checkpoints there (pid $a11 on " "$TRAIN" $C --steps 2 \
     --save "$WORK/ck11"
 kill -TERM "$a11"
 wait "$a11" || { cat "$WORK/a11.log"; fail "the first run did not stop cleanly"; }

@@ -81,8 +81,10 @@ long cli_parse_int(const char *flag, const char *s, long lo, long hi)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end)
+    if (end == s || *end)
         cli_die_usage("%s: '%s' is not an integer", flag, s);
+    if (errno == ERANGE)   /* an integer, beyond a long */
+        cli_die_usage("%s: %s is out of range [%ld, %ld]", flag, s, lo, hi);
     if (v < lo || v > hi)
         cli_die_usage("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
     return v;

@@ -63,7 +63,7 @@ static int parse_pos(const char *flag, const char *s, int *v)
         return -1;
     }
     if (errno || x < 1 || x > INT_MAX / 2) {
-        fprintf(stderr, PROG ": --%s: %s is out of range (1 or more)\n", flag, s);
+        fprintf(stderr, PROG ": --%s: %s is out of range [1, %d]\n", flag, s, INT_MAX / 2);
         return -1;
     }
     *v = (int)x;

@@ -660,6 +660,25 @@ int merak_tp_attr_parse(const char *s, merak_tp_attr *attr)
     return -1;
 }
 
+/* Reads one line of f (its newline dropped) into line (cap bytes, NUL
+ * terminated): its length, or -1 at the end of the file, -2 if it is
+ * longer than cap - 2 bytes, -3 if it holds a NUL byte. */
+static long rules_line(FILE *f, char *line, size_t cap)
+{
+    size_t n = 0;
+    int c, nul = 0;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n + 2 > cap)
+            return -2;
+        nul |= c == 0;
+        line[n++] = (char)c;
+    }
+    line[n] = 0;
+    if (c == EOF && n == 0)
+        return -1;
+    return nul ? -3 : (long)n;
+}
+
 int merak_tp_rules_read(const char *path, merak_tp_rule **out, int *nout, char *err,
                         size_t errlen)
 {
@@ -675,10 +694,14 @@ int merak_tp_rules_read(const char *path, merak_tp_rule **out, int *nout, char *
     int lineno = 0, n = 0, rc = 0;
     size_t cap = 0;
     merak_tp_rule *rules = NULL;
-    while (rc == 0 && fgets(line, sizeof line, f)) {
+    long len;
+    while (rc == 0 && (len = rules_line(f, line, sizeof line)) != -1) {
         lineno++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+        if (len < 0) {
+            if (len == -2)
+                snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            else
+                snprintf(err, errlen, "%s:%d: a NUL byte (not a text file?)", path, lineno);
             rc = -1;
             break;
         }

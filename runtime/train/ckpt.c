@@ -173,10 +173,10 @@ int merak_ckpt_lock(const char *root, int *fd, char *err, size_t errlen)
 {
     char path[PATH_MAX], holder[256] = "";
     if ((size_t)snprintf(path, sizeof path, "%s/.lock", root) >= sizeof path)
-        return merak_errf(err, errlen, "--save %s: the path is too long", root);
+        return merak_errf(err, errlen, "checkpoint directory %s: the path is too long", root);
     *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (*fd < 0)
-        return merak_errf(err, errlen, "--save %s: cannot open %s: %s", root, path, strerror(errno));
+        return merak_errf(err, errlen, "checkpoint directory %s: cannot open %s: %s", root, path, strerror(errno));
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(*fd, F_SETLK, &fl) != 0) {
         int e = errno;
@@ -186,11 +186,11 @@ int merak_ckpt_lock(const char *root, int *fd, char *err, size_t errlen)
         close(*fd);
         *fd = -1;
         if (e == EACCES || e == EAGAIN)
-            return merak_errf(err, errlen, "--save %s: another run writes checkpoints there (%s): save elsewhere, "
-                              "or wait for it to end", root, holder[0] ? holder : "its lock file names none");
+            return merak_errf(err, errlen, "checkpoint directory %s: another run writes checkpoints there (%s): "
+                              "save elsewhere, or wait for it to end", root, holder[0] ? holder : "its lock file names none");
         if (e == ENOLCK || e == ENOSYS || e == EOPNOTSUPP || e == EINVAL)
             return 0;   /* a file system without locks (NFS without lockd): the run goes on unguarded */
-        return merak_errf(err, errlen, "--save %s: cannot lock %s: %s", root, path, strerror(e));
+        return merak_errf(err, errlen, "checkpoint directory %s: cannot lock %s: %s", root, path, strerror(e));
     }
     char host[64] = "?";
     gethostname(host, sizeof host - 1);
@@ -476,7 +476,7 @@ static int job_copy(job *j, merak_stage *s, const merak_optim *o, int writer, ch
 static int make_dir(merak_ckpt_writer *w, char *err, size_t errlen)
 {
     if (mkdir(w->root, 0777) != 0 && errno != EEXIST)
-        return merak_errf(err, errlen, "--save %s: cannot make the directory: %s", w->root, strerror(errno));
+        return merak_errf(err, errlen, "checkpoint directory %s: cannot make the directory: %s", w->root, strerror(errno));
     struct stat st;
     char other[NAME_MAX + 1];
     if (stat(w->dir, &st) == 0) {   /* an incomplete one from a run that died, or a step saved again */
@@ -501,7 +501,7 @@ int merak_ckpt_save(merak_ckpt_writer *w, merak_comm *comm, merak_stage *s, cons
         return -1;   /* callers finish first, to hear how it went */
     w->step = st->step;
     int failed = step_dir(w->root, st->step, w->dir, sizeof w->dir) < 0
-                     ? merak_errf(err, errlen, "--save %s: the path is too long", w->root) < 0
+                     ? merak_errf(err, errlen, "checkpoint directory %s: the path is too long", w->root) < 0
                      : 0;
     if (gr->rank == 0 && !failed) {
         json_decref(w->manifest);

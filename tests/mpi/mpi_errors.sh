@@ -55,6 +55,11 @@ expect 4 "partition 'custom:0,6,7,8': the first stage must hold blocks 0-0 and t
 printf '*.mlp.c_fc.weight column\n*.mlp.c_fc.weight sideways\n' > "$WORK/rules.bad"
 expect 2 "rules.bad:2: unknown kind 'sideways'" --tp 2 --tp-rules "$WORK/rules.bad"
 expect 2 "none.rules: cannot open: No such file or directory (the tensor-parallel rules file)" --tp 2 --tp-rules "$WORK/none.rules"
+# a NUL byte is said as such (not as a line too long); so is a line too long
+printf '*.mlp.c_fc.weight\0 column\n' > "$WORK/rules.nul"
+expect 2 "rules.nul:1: a NUL byte (not a text file?)" --tp 2 --tp-rules "$WORK/rules.nul"
+awk 'BEGIN { s = ""; for (i = 0; i < 600; i++) s = s "x"; print "# ok"; print s " column" }' > "$WORK/rules.long"
+expect 2 "rules.long:2: line longer than 510 bytes" --tp 2 --tp-rules "$WORK/rules.long"
 printf 'h.*.nothing column\n' > "$WORK/rules.miss"
 expect 2 "rules.miss:1: pattern 'h.\*.nothing' matches no parameter" --tp 2 --tp-rules "$WORK/rules.miss"
 printf '*.attn.c_proj.weight column\n' > "$WORK/rules.conflict"
