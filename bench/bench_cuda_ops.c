@@ -454,7 +454,7 @@ static void ln_fwd(const void *p)
 static void ln_bwd_x(const void *p)
 {
     const norm_arg *a = p;
-    g_k->layernorm_bwd_x(a->dinp, a->dout, a->inp, a->w, a->mean, a->rstd, a->N, a->C);
+    g_k->layernorm_bwd_x(a->dinp, a->dout, a->inp, a->w, a->mean, a->rstd, a->N, a->C, 1);
 }
 static void ln_bwd_w(const void *p)
 {
@@ -469,7 +469,7 @@ static void rms_fwd(const void *p)
 static void rms_bwd_x(const void *p)
 {
     const norm_arg *a = p;
-    g_k->rmsnorm_bwd_x(a->dinp, a->dout, a->inp, a->w, a->rstd, a->N, a->C);
+    g_k->rmsnorm_bwd_x(a->dinp, a->dout, a->inp, a->w, a->rstd, a->N, a->C, 1);
 }
 static void rms_bwd_w(const void *p)
 {
@@ -570,7 +570,7 @@ static void dropout_f(const void *p)
 static void dropout_b(const void *p)
 {
     const pw_arg *a = p;
-    g_k->dropout_bwd(a->dx, a->dout, a->n, 0.1f, 1234, 0);
+    g_k->dropout_bwd(a->dx, a->dout, a->n, 0.1f, 1234, 0, 1);
 }
 
 static void bench_pointwise(int N, int C)

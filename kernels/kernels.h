@@ -13,8 +13,8 @@
  *   - Backward kernels ACCUMULATE (+=) into every gradient they are given:
  *     a tensor read by several ops gets the sum of their contributions, and
  *     weight gradients add up over micro-batches.  Callers zero them.
- *     The input-gradient entries that take `acc` (linear, attention, GELU,
- *     SwiGLU)
+ *     The input-gradient entries that take `acc` (the norms, linear,
+ *     attention, GELU, SwiGLU, dropout)
  *     add when acc is 1; when it is 0 they write the gradient as if it had
  *     been zero (0 + the contribution, the same bits) without reading it,
  *     so its first writer spares the caller a pass zeroing it and itself
@@ -85,7 +85,7 @@ typedef struct merak_adamw_span {
                           const REAL *w, const REAL *b, int N, int C, float eps);  \
     void (*layernorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,         \
                             const REAL *w, const REAL *mean, const REAL *rstd,     \
-                            int N, int C);                                         \
+                            int N, int C, int acc);                                \
     void (*layernorm_bwd_w)(REAL *dw, REAL *db, const REAL *dout,                  \
                             const REAL *inp, const REAL *mean, const REAL *rstd,   \
                             int N, int C);                                         \
@@ -93,7 +93,7 @@ typedef struct merak_adamw_span {
     void (*rmsnorm_fwd)(REAL *out, REAL *rstd, const REAL *inp, const REAL *w,     \
                         int N, int C, float eps);                                  \
     void (*rmsnorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,           \
-                          const REAL *w, const REAL *rstd, int N, int C);          \
+                          const REAL *w, const REAL *rstd, int N, int C, int acc); \
     void (*rmsnorm_bwd_w)(REAL *dw, const REAL *dout, const REAL *inp,             \
                           const REAL *rstd, int N, int C);                         \
     /* out (N,O) = inp (N,K) @ w^T + b ; w (O,K) as nn.Linear, b (O) or NULL */     \
@@ -156,7 +156,7 @@ typedef struct merak_adamw_span {
     void (*dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,             \
                         uint64_t seed, uint64_t i0);                               \
     void (*dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,           \
-                        uint64_t seed, uint64_t i0);                               \
+                        uint64_t seed, uint64_t i0, int acc);                      \
     /* Cross-entropy over logits (N,V), columns v0.. of the vocabulary (a     \
      * tensor-parallel shard).  lse (N) = logsumexp over the shard; tlogit (N) \
      * = logits[n][targets[n]-v0] if in the shard, else 0; target < 0 is      \
@@ -303,20 +303,20 @@ typedef struct merak_kernels {
     void (*dropout16_fwd)(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed,
                           uint64_t i0, float *scratch);
     void (*dropout16_bwd)(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed,
-                          uint64_t i0, float *scratch);
+                          uint64_t i0, int acc, float *scratch);
     /* (the norms: their saved mean and rstd float) */
     void (*layernorm16_fwd)(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                             const uint16_t *w, const uint16_t *b, int N, int C, float eps,
                             float *scratch);
     void (*layernorm16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
                               const uint16_t *w, const float *mean, const float *rstd, int N, int C,
-                              float *scratch);
+                              int acc, float *scratch);
     void (*layernorm16_bwd_w)(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                               const float *mean, const float *rstd, int N, int C, float *scratch);
     void (*rmsnorm16_fwd)(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N,
                           int C, float eps, float *scratch);
     void (*rmsnorm16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                            const uint16_t *w, const float *rstd, int N, int C, float *scratch);
+                            const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch);
     void (*rmsnorm16_bwd_w)(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd,
                             int N, int C, float *scratch);
     /* (causal attention, as attention_fwd and attention_bwd: q, k, v and

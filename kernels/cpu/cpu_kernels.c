@@ -276,17 +276,17 @@ static void cpu_accumulate16(uint16_t *dst, const uint16_t *src, size_t n, float
 static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float p, uint64_t seed, uint64_t i0,
                               float *scratch);
 static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
-                              float *scratch);
+                              int acc, float *scratch);
 static void cpu_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
                                 const uint16_t *b, int N, int C, float eps, float *scratch);
 static void cpu_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                                  const float *mean, const float *rstd, int N, int C, float *scratch);
+                                  const float *mean, const float *rstd, int N, int C, int acc, float *scratch);
 static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                                   const float *mean, const float *rstd, int N, int C, float *scratch);
 static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
                               float eps, float *scratch);
 static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                                const float *rstd, int N, int C, float *scratch);
+                                const float *rstd, int N, int C, int acc, float *scratch);
 static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N,
                                 int C, float *scratch);
 static void cpu_attention16_fwd(const merak_attn_shape *s, uint16_t *out, float *lse, float *qr, float *kr,
@@ -542,11 +542,11 @@ static void cpu_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, floa
 }
 
 static void cpu_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
-                              float *scratch)
+                              int acc, float *scratch)
 {
     const float *f[1];
-    float *dx = ew16(scratch, (const uint16_t *const[]){dout}, 1, f, dinp, n);
-    dropout_bwd_f32(dx, f[0], n, p, seed, i0);
+    float *dx = ew16(scratch, (const uint16_t *const[]){dout}, 1, f, acc ? dinp : NULL, n);
+    dropout_bwd_f32(dx, f[0], n, p, seed, i0, acc);
     cpu_to_bf16(dinp, dx, n);
 }
 
@@ -564,14 +564,14 @@ static void cpu_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const u
 }
 
 static void cpu_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                                  const float *mean, const float *rstd, int N, int C, float *scratch)
+                                  const float *mean, const float *rstd, int N, int C, int acc, float *scratch)
 {
     size_t at = 0;
     const size_t n = (size_t)N * C;
     const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
                 *fw = widen(scratch, &at, w, (size_t)C);
-    float *dx = widen(scratch, &at, dinp, n);
-    layernorm_bwd_x_f32(dx, d, x, fw, mean, rstd, N, C);
+    float *dx = widen(scratch, &at, acc ? dinp : NULL, n);
+    layernorm_bwd_x_f32(dx, d, x, fw, mean, rstd, N, C, acc);
     cpu_to_bf16(dinp, dx, n);
 }
 
@@ -596,14 +596,14 @@ static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, c
 }
 
 static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                                const float *rstd, int N, int C, float *scratch)
+                                const float *rstd, int N, int C, int acc, float *scratch)
 {
     size_t at = 0;
     const size_t n = (size_t)N * C;
     const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
                 *fw = widen(scratch, &at, w, (size_t)C);
-    float *dx = widen(scratch, &at, dinp, n);
-    rmsnorm_bwd_x_f32(dx, d, x, fw, rstd, N, C);
+    float *dx = widen(scratch, &at, acc ? dinp : NULL, n);
+    rmsnorm_bwd_x_f32(dx, d, x, fw, rstd, N, C, acc);
     cpu_to_bf16(dinp, dx, n);
 }
 

@@ -131,7 +131,7 @@ static void FN(layernorm_fwd)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp
 
 static void FN(layernorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,
                                 const REAL *w, const REAL *mean, const REAL *rstd,
-                                int N, int C)
+                                int N, int C, int acc)
 {
     OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
     for (int n = 0; n < N; n++) {
@@ -147,7 +147,7 @@ static void FN(layernorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,
         const REAL dmean = (REAL)(s1 / C), dnmean = (REAL)(s2 / C);
         for (int c = 0; c < C; c++) {
             const REAL norm = (x[c] - m) * r, dn = w[c] * g[c];
-            d[c] += (dn - dmean - norm * dnmean) * r;
+            d[c] = (acc ? d[c] : 0) + (dn - dmean - norm * dnmean) * r;
         }
     }
 }
@@ -204,7 +204,7 @@ static void FN(rmsnorm_fwd)(REAL *out, REAL *rstd, const REAL *inp, const REAL *
 }
 
 static void FN(rmsnorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,
-                              const REAL *w, const REAL *rstd, int N, int C)
+                              const REAL *w, const REAL *rstd, int N, int C, int acc)
 {
     OMP(parallel for if ((size_t)N * C >= PAR_MIN) schedule(static))
     for (int n = 0; n < N; n++) {
@@ -216,7 +216,7 @@ static void FN(rmsnorm_bwd_x)(REAL *dinp, const REAL *dout, const REAL *inp,
             s += (double)(w[c] * g[c]) * (x[c] * r);
         const REAL dnmean = (REAL)(s / C);
         for (int c = 0; c < C; c++)
-            d[c] += (w[c] * g[c] - (x[c] * r) * dnmean) * r;
+            d[c] = (acc ? d[c] : 0) + (w[c] * g[c] - (x[c] * r) * dnmean) * r;
     }
 }
 
@@ -712,7 +712,7 @@ static void FN(accumulate)(REAL *dst, const REAL *src, size_t n)
 }
 
 /* ============================================================== dropout
- * fwd: out = keep(i) ? inp/(1-p) : 0 ; bwd: dinp += keep(i) ? dout/(1-p) : 0
+ * fwd: out = keep(i) ? inp/(1-p) : 0 ; bwd: dinp += keep(i) ? dout/(1-p) : 0 (acc 0: =)
  * keep(i) = merak_dropout_uniform(key(seed), i0 + i) >= p (see cpu_kernels.h).
  * p == 0 is the identity. */
 static void FN(dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,
@@ -731,18 +731,24 @@ static void FN(dropout_fwd)(REAL *out, const REAL *inp, size_t n, float p,
 }
 
 static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
-                            uint64_t seed, uint64_t i0)
+                            uint64_t seed, uint64_t i0, int acc)
 {
-    if (p <= 0.0f) {
+    if (p <= 0.0f && acc) {
         FN(accumulate)(dinp, dout, n);
         return;
     }
     const uint64_t key = merak_dropout_key(seed);
     const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
     OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
-    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
-        if (dropout_u(key, i0 + (uint64_t)i) >= p)
-            dinp[i] += dout[i] * sc;
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+        const REAL base = acc ? dinp[i] : 0;
+        if (p <= 0.0f)
+            dinp[i] = base + dout[i];
+        else if (dropout_u(key, i0 + (uint64_t)i) >= p)
+            dinp[i] = base + dout[i] * sc;
+        else if (!acc)
+            dinp[i] = 0;
+    }
 }
 
 /* ============================================================== cross-entropy

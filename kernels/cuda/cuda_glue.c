@@ -61,10 +61,10 @@ static void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *i
 
 static void k_layernorm_bwd_x(float *dinp, const float *dout, const float *inp,
                               const float *w, const float *mean, const float *rstd, int N,
-                              int C)
+                              int C, int acc)
 {
     LAUNCH("layernorm_bwd_x",
-           merak_cuda_launch_layernorm_bwd_x(STREAM, dinp, dout, inp, w, mean, rstd, N, C));
+           merak_cuda_launch_layernorm_bwd_x(STREAM, dinp, dout, inp, w, mean, rstd, N, C, acc));
 }
 
 static void k_layernorm_bwd_w(float *dw, float *db, const float *dout, const float *inp,
@@ -81,10 +81,10 @@ static void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float
 }
 
 static void k_rmsnorm_bwd_x(float *dinp, const float *dout, const float *inp, const float *w,
-                            const float *rstd, int N, int C)
+                            const float *rstd, int N, int C, int acc)
 {
     LAUNCH("rmsnorm_bwd_x",
-           merak_cuda_launch_rmsnorm_bwd_x(STREAM, dinp, dout, inp, w, rstd, N, C));
+           merak_cuda_launch_rmsnorm_bwd_x(STREAM, dinp, dout, inp, w, rstd, N, C, acc));
 }
 
 static void k_rmsnorm_bwd_w(float *dw, const float *dout, const float *inp,
@@ -182,9 +182,9 @@ static void k_dropout_fwd(float *out, const float *inp, size_t n, float p, uint6
 }
 
 static void k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
-                          uint64_t i0)
+                          uint64_t i0, int acc)
 {
-    LAUNCH("dropout_bwd", merak_cuda_launch_dropout_bwd(STREAM, dinp, dout, n, p, seed, i0));
+    LAUNCH("dropout_bwd", merak_cuda_launch_dropout_bwd(STREAM, dinp, dout, n, p, seed, i0, acc));
 }
 
 static void k_crossentropy_stats(float *lse, float *tlogit, const float *logits,
@@ -381,10 +381,10 @@ static void k_dropout16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float 
 }
 
 static void k_dropout16_bwd(uint16_t *dinp, const uint16_t *dout, size_t n, float p, uint64_t seed, uint64_t i0,
-                            float *scratch)
+                            int acc, float *scratch)
 {
     (void)scratch;
-    LAUNCH("dropout16_bwd", merak_cuda_launch_dropout16_bwd(STREAM, dinp, dout, n, p, seed, i0));
+    LAUNCH("dropout16_bwd", merak_cuda_launch_dropout16_bwd(STREAM, dinp, dout, n, p, seed, i0, acc));
 }
 
 static void k_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
@@ -395,11 +395,11 @@ static void k_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const uin
 }
 
 static void k_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                                const float *mean, const float *rstd, int N, int C, float *scratch)
+                                const float *mean, const float *rstd, int N, int C, int acc, float *scratch)
 {
     (void)scratch;
     LAUNCH("layernorm16_bwd_x",
-           merak_cuda_launch_layernorm16_bwd_x(STREAM, dinp, dout, inp, w, mean, rstd, N, C));
+           merak_cuda_launch_layernorm16_bwd_x(STREAM, dinp, dout, inp, w, mean, rstd, N, C, acc));
 }
 
 static void k_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, const float *mean,
@@ -418,10 +418,10 @@ static void k_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, con
 }
 
 static void k_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                              const float *rstd, int N, int C, float *scratch)
+                              const float *rstd, int N, int C, int acc, float *scratch)
 {
     (void)scratch;
-    LAUNCH("rmsnorm16_bwd_x", merak_cuda_launch_rmsnorm16_bwd_x(STREAM, dinp, dout, inp, w, rstd, N, C));
+    LAUNCH("rmsnorm16_bwd_x", merak_cuda_launch_rmsnorm16_bwd_x(STREAM, dinp, dout, inp, w, rstd, N, C, acc));
 }
 
 static void k_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N, int C,

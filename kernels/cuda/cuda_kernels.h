@@ -223,7 +223,7 @@ int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float
                                     int N, int C, float eps);
 int merak_cuda_launch_layernorm_bwd_x(void *stream, float *dinp, const float *dout,
                                       const float *inp, const float *w,
-                                      const float *mean, const float *rstd, int N, int C);
+                                      const float *mean, const float *rstd, int N, int C, int acc);
 int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
                                       const float *dout, const float *inp,
                                       const float *mean, const float *rstd, int N, int C);
@@ -231,20 +231,21 @@ int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const f
                                   const float *w, int N, int C, float eps);
 int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout,
                                     const float *inp, const float *w, const float *rstd,
-                                    int N, int C);
+                                    int N, int C, int acc);
 int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
                                     const float *inp, const float *rstd, int N, int C);
 /* the norms on bf16 storage (kernels.h layernorm16_*, rmsnorm16_*) */
 int merak_cuda_launch_layernorm16_fwd(void *stream, uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                                       const uint16_t *w, const uint16_t *b, int N, int C, float eps);
 int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                                        const uint16_t *w, const float *mean, const float *rstd, int N, int C);
+                                        const uint16_t *w, const float *mean, const float *rstd, int N, int C,
+                                        int acc);
 int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
                                         const uint16_t *inp, const float *mean, const float *rstd, int N, int C);
 int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, const uint16_t *inp,
                                     const uint16_t *w, int N, int C, float eps);
 int merak_cuda_launch_rmsnorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                                      const uint16_t *w, const float *rstd, int N, int C);
+                                      const uint16_t *w, const float *rstd, int N, int C, int acc);
 int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *dout, const uint16_t *inp,
                                       const float *rstd, int N, int C);
 /* out (N,O) += b[o] (the linear bias when the cuBLASLt epilogue is not used) */
@@ -323,7 +324,7 @@ int merak_cuda_launch_accumulate(void *stream, float *dst, const float *src, siz
 int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, size_t n,
                                   float p, uint64_t seed, uint64_t i0);
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
-                                  float p, uint64_t seed, uint64_t i0);
+                                  float p, uint64_t seed, uint64_t i0, int acc);
 /* the elementwise ops on bf16 storage (kernels.h gelu16_fwd, ...) */
 int merak_cuda_launch_gelu16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n);
 int merak_cuda_launch_gelu16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n,
@@ -336,7 +337,7 @@ int merak_cuda_launch_accumulate16(void *stream, uint16_t *dst, const uint16_t *
 int merak_cuda_launch_dropout16_fwd(void *stream, uint16_t *out, const uint16_t *inp, size_t n, float p,
                                     uint64_t seed, uint64_t i0);
 int merak_cuda_launch_dropout16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, size_t n, float p,
-                                    uint64_t seed, uint64_t i0);
+                                    uint64_t seed, uint64_t i0, int acc);
 int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit,
                                          const float *logits, const int32_t *targets, int N,
                                          int V, int v0);

@@ -41,10 +41,11 @@ __global__ void layernorm_fwd_k(T *out, float *mean, float *rstd, const T *inp, 
     }
 }
 
-/* dinp += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd, dnorm = dout*w */
+/* dinp += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd, dnorm = dout*w
+ * (acc 0: =, dinp unread; likewise RMSNorm's) */
 template <typename T>
 __global__ void layernorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
-                                  const float *rstd, int C)
+                                  const float *rstd, int C, int acc)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
@@ -61,7 +62,7 @@ __global__ void layernorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T 
     bb = block_sum(bb, sh) / C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float norm = (as_f32(x[c]) - m) * r, dn = as_f32(g[c]) * as_f32(w[c]);
-        put(dx + c, as_f32(dx[c]) + (dn - a - norm * bb) * r);
+        put(dx + c, (acc ? as_f32(dx[c]) : 0.0f) + (dn - a - norm * bb) * r);
     }
 }
 
@@ -85,7 +86,8 @@ __global__ void rmsnorm_fwd_k(T *out, float *rstd, const T *inp, const T *w, int
 
 /* dinp += rstd*dout*w - x * rstd^3 * mean(dout*w*x) */
 template <typename T>
-__global__ void rmsnorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int C)
+__global__ void rmsnorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int C,
+                                int acc)
 {
     __shared__ float sh[33];
     const size_t n = blockIdx.x;
@@ -97,7 +99,7 @@ __global__ void rmsnorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w
         s += as_f32(g[c]) * as_f32(w[c]) * as_f32(x[c]);
     const float k = block_sum(s, sh) / C * r * r * r;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        put(dx + c, as_f32(dx[c]) + (r * as_f32(g[c]) * as_f32(w[c]) - as_f32(x[c]) * k));
+        put(dx + c, (acc ? as_f32(dx[c]) : 0.0f) + (r * as_f32(g[c]) * as_f32(w[c]) - as_f32(x[c]) * k));
 }
 
 /* Column reductions: 32 columns x CR_Y row lanes per block, CR_ROWS rows per
@@ -221,11 +223,11 @@ static int layernorm_fwd(cudaStream_t st, T *out, float *mean, float *rstd, cons
 
 template <typename T>
 static int layernorm_bwd_x(cudaStream_t st, T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
-                           const float *rstd, int N, int C)
+                           const float *rstd, int N, int C, int acc)
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    layernorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, mean, rstd, C);
+    layernorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, mean, rstd, C, acc);
     return cudaGetLastError();
 }
 
@@ -240,11 +242,11 @@ static int rmsnorm_fwd(cudaStream_t st, T *out, float *rstd, const T *inp, const
 
 template <typename T>
 static int rmsnorm_bwd_x(cudaStream_t st, T *dinp, const T *dout, const T *inp, const T *w, const float *rstd,
-                         int N, int C)
+                         int N, int C, int acc)
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    rmsnorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, rstd, C);
+    rmsnorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, rstd, C, acc);
     return cudaGetLastError();
 }
 
@@ -259,9 +261,9 @@ int merak_cuda_launch_layernorm_fwd(void *stream, float *out, float *mean, float
 
 int merak_cuda_launch_layernorm_bwd_x(void *stream, float *dinp, const float *dout,
                                       const float *inp, const float *w,
-                                      const float *mean, const float *rstd, int N, int C)
+                                      const float *mean, const float *rstd, int N, int C, int acc)
 {
-    return layernorm_bwd_x<float>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C);
+    return layernorm_bwd_x<float>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C, acc);
 }
 
 int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
@@ -279,9 +281,9 @@ int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const f
 
 int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout,
                                     const float *inp, const float *w, const float *rstd,
-                                    int N, int C)
+                                    int N, int C, int acc)
 {
-    return rmsnorm_bwd_x<float>(STREAM(stream), dinp, dout, inp, w, rstd, N, C);
+    return rmsnorm_bwd_x<float>(STREAM(stream), dinp, dout, inp, w, rstd, N, C, acc);
 }
 
 int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
@@ -297,9 +299,10 @@ int merak_cuda_launch_layernorm16_fwd(void *stream, uint16_t *out, float *mean, 
 }
 
 int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                                        const uint16_t *w, const float *mean, const float *rstd, int N, int C)
+                                        const uint16_t *w, const float *mean, const float *rstd, int N, int C,
+                                        int acc)
 {
-    return layernorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C);
+    return layernorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C, acc);
 }
 
 int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
@@ -315,9 +318,9 @@ int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, co
 }
 
 int merak_cuda_launch_rmsnorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                                      const uint16_t *w, const float *rstd, int N, int C)
+                                      const uint16_t *w, const float *rstd, int N, int C, int acc)
 {
-    return rmsnorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, rstd, N, C);
+    return rmsnorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, rstd, N, C, acc);
 }
 
 int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *dout, const uint16_t *inp,

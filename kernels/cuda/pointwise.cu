@@ -240,8 +240,9 @@ struct dropout_fwd_op {
 };
 
 /* x: dout; y: dinp += (kept elements only) */
+template <int ACC>   /* ACC 0: dinp written (0 where dropped), unread */
 struct dropout_bwd_op {
-    static const int NI = 1, NO = 1, RMW = 1;
+    static const int NI = 1, NO = 1, RMW = ACC;
     float p, sc;
     uint64_t key, i0;
     __device__ void operator()(size_t e, const float *x, float *y) const
@@ -317,9 +318,11 @@ int merak_cuda_launch_dropout_fwd(void *stream, float *out, const float *inp, si
 }
 
 int merak_cuda_launch_dropout_bwd(void *stream, float *dinp, const float *dout, size_t n,
-                                  float p, uint64_t seed, uint64_t i0)
+                                  float p, uint64_t seed, uint64_t i0, int acc)
 {
-    return ew(stream, dropout_op<dropout_bwd_op>(p, seed, i0), bufs<float>(dout, NULL, NULL, dinp, NULL), n);
+    const ew_bufs<float> b = bufs<float>(dout, NULL, NULL, dinp, NULL);
+    return acc ? ew(stream, dropout_op<dropout_bwd_op<1> >(p, seed, i0), b, n)
+               : ew(stream, dropout_op<dropout_bwd_op<0> >(p, seed, i0), b, n);
 }
 
 int merak_cuda_launch_round_bf16(void *stream, float *x, size_t n)
@@ -368,9 +371,11 @@ int merak_cuda_launch_dropout16_fwd(void *stream, uint16_t *out, const uint16_t 
 }
 
 int merak_cuda_launch_dropout16_bwd(void *stream, uint16_t *dinp, const uint16_t *dout, size_t n, float p,
-                                    uint64_t seed, uint64_t i0)
+                                    uint64_t seed, uint64_t i0, int acc)
 {
-    return ew(stream, dropout_op<dropout_bwd_op>(p, seed, i0), bufs<uint16_t>(dout, NULL, NULL, dinp, NULL), n);
+    const ew_bufs<uint16_t> b = bufs<uint16_t>(dout, NULL, NULL, dinp, NULL);
+    return acc ? ew(stream, dropout_op<dropout_bwd_op<1> >(p, seed, i0), b, n)
+               : ew(stream, dropout_op<dropout_bwd_op<0> >(p, seed, i0), b, n);
 }
 
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s)

@@ -167,9 +167,10 @@ static void layernorm_backward_input(const merak_op_io *io)
     float *s = saved_rows(io);
     if (io->b16 && io->dx16[0])
         io->k->layernorm16_bwd_x(io->dx16[0], io->dy16, io->x16[0], io->x16[1], s, s + io->rows_all, io->rows,
-                                 cols(io), io->scratch16);
+                                 cols(io), !io->fresh, io->scratch16);
     else if (!io->b16 && io->dx[0])
-        io->k->layernorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], s, s + io->rows_all, io->rows, cols(io));
+        io->k->layernorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], s, s + io->rows_all, io->rows, cols(io),
+                               !io->fresh);
 }
 
 static void layernorm_backward_weight(const merak_op_io *io)
@@ -208,9 +209,10 @@ static void rmsnorm_backward_input(const merak_op_io *io)
 {
     if (io->b16 && io->dx16[0])
         io->k->rmsnorm16_bwd_x(io->dx16[0], io->dy16, io->x16[0], io->x16[1], saved_rows(io), io->rows, cols(io),
-                               io->scratch16);
+                               !io->fresh, io->scratch16);
     else if (!io->b16 && io->dx[0])
-        io->k->rmsnorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], saved_rows(io), io->rows, cols(io));
+        io->k->rmsnorm_bwd_x(io->dx[0], io->dy, io->x[0], io->x[1], saved_rows(io), io->rows, cols(io),
+                             !io->fresh);
 }
 
 static void rmsnorm_backward_weight(const merak_op_io *io)
@@ -476,9 +478,9 @@ static void dropout_backward_input(const merak_op_io *io)
 {
     const size_t n = elems(io), i0 = n * (size_t)io->part;
     if (io->b16 && io->dx16[0])
-        io->k->dropout16_bwd(io->dx16[0], io->dy16, n, io->o->p, io->seed, i0, io->scratch16);
+        io->k->dropout16_bwd(io->dx16[0], io->dy16, n, io->o->p, io->seed, i0, !io->fresh, io->scratch16);
     else if (!io->b16 && io->dx[0])
-        io->k->dropout_bwd(io->dx[0], io->dy, n, io->o->p, io->seed, i0);
+        io->k->dropout_bwd(io->dx[0], io->dy, n, io->o->p, io->seed, i0, !io->fresh);
 }
 
 static int dropout_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
@@ -603,11 +605,13 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
                             .backward_input = layernorm_backward_input,
                             .backward_weight = layernorm_backward_weight, .decode = layernorm_forward,
-                            .bf16 = layernorm_bf16},
+                            .bf16 = layernorm_bf16,
+                            .fresh = 1},
     [MERAK_OP_RMSNORM] = {.name = "rmsnorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                           .saved_floats = rmsnorm_saved, .forward = rmsnorm_forward,
                           .backward_input = rmsnorm_backward_input, .backward_weight = rmsnorm_backward_weight,
-                          .decode = rmsnorm_forward, .bf16 = rmsnorm_bf16},
+                          .decode = rmsnorm_forward, .bf16 = rmsnorm_bf16,
+                          .fresh = 1},
     /* the weight gradient is one of the backward's two matmuls */
     [MERAK_OP_LINEAR] = {.name = "linear", .shard = MERAK_SHARD_LINEAR, .cost = MERAK_COST_FLOPS,
                          .weight_share = 0.5, .forward = linear_forward, .backward_input = linear_backward_input,
@@ -634,7 +638,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                       .fresh = 1},
     [MERAK_OP_DROPOUT] = {.name = "dropout", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                           .forward = dropout_forward, .backward_input = dropout_backward_input,
-                          .decode = dropout_forward, .bf16 = dropout_bf16},
+                          .decode = dropout_forward, .bf16 = dropout_bf16,
+                          .fresh = 1},
     [MERAK_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .shard = MERAK_SHARD_LOSS, .cost = MERAK_COST_BYTES,
                                 .loss = 1, .saved_floats = loss_saved, .forward = loss_forward,
                                 .backward_input = loss_backward_input, .bf16 = loss_bf16,

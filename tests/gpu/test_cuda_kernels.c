@@ -321,6 +321,7 @@ static void test_posemb(int B, int T, int C, int P)
 typedef struct {
     int N, C;
     float eps;
+    int acc;   /* bwd_x's acc */
 } norm_arg;
 
 static void op_layernorm_fwd(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -337,7 +338,7 @@ static void op_layernorm_bwd_x(const merak_kernels *K, int on_gpu, void **p, con
 {
     const norm_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->layernorm_bwd_x(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), F(p[5]), a->N, a->C);
+    K->layernorm_bwd_x(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), F(p[5]), a->N, a->C, a->acc);
 }
 
 static void op_layernorm_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -358,7 +359,7 @@ static float *rand_array(size_t n, float lo, float hi)
 
 static void test_layernorm(int N, int C, int with_bias)
 {
-    const norm_arg a = {N, C, 1e-5f};
+    const norm_arg a = {N, C, 1e-5f, 1}, a0 = {N, C, 1e-5f, 0};
     char name[96];
     float *inp = rand_array((size_t)N * C, -2.0f, 3.0f); /* non-zero mean */
     float *w = rand_array((size_t)C, 0.5f, 1.5f);
@@ -387,6 +388,9 @@ static void test_layernorm(int N, int C, int with_bias)
     };
     snprintf(name, sizeof name, "layernorm_bwd_x N=%d C=%d", N, C);
     run_case(name, bx, NB(bx), op_layernorm_bwd_x, &a, 0);
+    bx[0].kind = OUT_FWD;   /* acc 0: dinp starts NaN and is written, unread */
+    snprintf(name, sizeof name, "layernorm_bwd_x acc=0 N=%d C=%d", N, C);
+    run_case(name, bx, NB(bx), op_layernorm_bwd_x, &a0, 0);
 
     buf bw[] = {
         {.name = "dw", .kind = OUT_ACC, .n = (size_t)C, .lo = -1, .hi = 1},
@@ -415,7 +419,7 @@ static void op_rmsnorm_bwd_x(const merak_kernels *K, int on_gpu, void **p, const
 {
     const norm_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->rmsnorm_bwd_x(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), a->N, a->C);
+    K->rmsnorm_bwd_x(F(p[0]), F(p[1]), F(p[2]), F(p[3]), F(p[4]), a->N, a->C, a->acc);
 }
 
 static void op_rmsnorm_bwd_w(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -428,7 +432,7 @@ static void op_rmsnorm_bwd_w(const merak_kernels *K, int on_gpu, void **p, const
 
 static void test_rmsnorm(int N, int C)
 {
-    const norm_arg a = {N, C, 1e-6f};
+    const norm_arg a = {N, C, 1e-6f, 1}, a0 = {N, C, 1e-6f, 0};
     char name[96];
     float *inp = rand_array((size_t)N * C, -2.0f, 2.0f);
     float *w = rand_array((size_t)C, 0.5f, 1.5f);
@@ -452,6 +456,9 @@ static void test_rmsnorm(int N, int C)
     };
     snprintf(name, sizeof name, "rmsnorm_bwd_x N=%d C=%d", N, C);
     run_case(name, bx, NB(bx), op_rmsnorm_bwd_x, &a, 0);
+    bx[0].kind = OUT_FWD;
+    snprintf(name, sizeof name, "rmsnorm_bwd_x acc=0 N=%d C=%d", N, C);
+    run_case(name, bx, NB(bx), op_rmsnorm_bwd_x, &a0, 0);
     buf bw[] = {
         {.name = "dw", .kind = OUT_ACC, .n = (size_t)C, .lo = -1, .hi = 1},
         {.name = "dout", .kind = IN_F, .n = (size_t)N * C, .lo = -1, .hi = 1},
@@ -808,7 +815,7 @@ static void op_dropout_bwd(const merak_kernels *K, int on_gpu, void **p, const v
 {
     const pw_arg *a = arg;
     (void)on_gpu, (void)ret;
-    K->dropout_bwd(F(p[0]), F(p[1]), a->n, a->p, a->seed, a->i0);
+    K->dropout_bwd(F(p[0]), F(p[1]), a->n, a->p, a->seed, a->i0, a->acc);
 }
 
 static void op_sumsq(const merak_kernels *K, int on_gpu, void **p, const void *arg,
@@ -891,6 +898,11 @@ static void test_pointwise(size_t n)
         };
         snprintf(name, sizeof name, "dropout_bwd p=%g i0=%llu", (double)a.p, (unsigned long long)a.i0);
         run_case(name, db, NB(db), op_dropout_bwd, &a, 0);
+        pw_arg d0 = a;   /* acc 0: dinp starts NaN, written (0 where dropped), unread */
+        d0.acc = 0;
+        db[0].kind = OUT_FWD;
+        snprintf(name, sizeof name, "dropout_bwd acc=0 p=%g i0=%llu", (double)a.p, (unsigned long long)a.i0);
+        run_case(name, db, NB(db), op_dropout_bwd, &d0, 0);
     }
 
     const size_t ns[] = {0, 1, 1000, n, 3 * n + 17};
@@ -1362,10 +1374,11 @@ static void test_crossentropy16(int N, int V, int v0)
  * tolerance. */
 static void test_pointwise16(size_t n, size_t off, size_t skew)
 {
-    enum { GELU_F, GELU_B, SWIGLU_F, SWIGLU_B, ADD, ACC, DROP_F, DROP_B, POS_F, POS_W, GELU_B0, SWIGLU_B0, NOPS };
+    enum { GELU_F, GELU_B, SWIGLU_F, SWIGLU_B, ADD, ACC, DROP_F, DROP_B, POS_F, POS_W, GELU_B0, SWIGLU_B0, DROP_B0, NOPS };
     static const char *names[NOPS] = {"gelu16_fwd", "gelu16_bwd", "swiglu16_fwd", "swiglu16_bwd", "add16_fwd",
                                       "accumulate16", "dropout16_fwd", "dropout16_bwd", "posemb16_fwd",
-                                      "posemb16_bwd_w", "gelu16_bwd acc=0", "swiglu16_bwd acc=0"};
+                                      "posemb16_bwd_w", "gelu16_bwd acc=0", "swiglu16_bwd acc=0",
+                                      "dropout16_bwd acc=0"};
     const int Cc = 40, T = (int)(n / 2 / Cc), B = 2;   /* posemb: (B, T, C) within n */
     const size_t m = n + off + skew;
     uint16_t *in[3], *o0 = rand_bf16(m, -1, 1), *o1 = rand_bf16(m, -1, 1);
@@ -1400,7 +1413,8 @@ static void test_pointwise16(size_t n, size_t off, size_t skew)
             case ADD: K->add16_fwd(y0, a, b, n, sc); break;
             case ACC: K->accumulate16(y0, a, n, sc); break;
             case DROP_F: K->dropout16_fwd(y0, a, n, 0.3f, 77, 5, sc); break;
-            case DROP_B: K->dropout16_bwd(y0, a, n, 0.3f, 77, 5, sc); break;
+            case DROP_B: K->dropout16_bwd(y0, a, n, 0.3f, 77, 5, 1, sc); break;
+            case DROP_B0: K->dropout16_bwd(y0, a, n, 0.3f, 77, 5, 0, sc); break;
             case POS_F: K->posemb16_fwd(y0, a, b, B, T, Cc, sc); break;
             case POS_W: K->posemb16_bwd_w(dw, a, B, T, Cc, sc); break;
             }
@@ -1441,7 +1455,8 @@ static void test_norms16(int N, int C)
     uint16_t *d_x = to_dev(x, n * 2), *d_w = to_dev(w, (size_t)C * 2), *d_b = to_dev(b, (size_t)C * 2),
              *d_d = to_dev(d, n * 2);
     double worst_e = 0;
-    for (int rms = 0; rms < 2; rms++) {
+    for (int v = 0; v < 4; v++) {   /* layernorm, rmsnorm; adding to dx, then acc 0 over NaN */
+        const int rms = v & 1, acc = v < 2;
         uint16_t *yc = xmalloc(n * 2), *yg = xmalloc(n * 2), *xc = xmalloc(n * 2), *xg = xmalloc(n * 2);
         float *st_c = xmalloc((size_t)N * 2 * 4), *st_g = xmalloc((size_t)N * 2 * 4);
         float *wc = xmalloc((size_t)C * 4), *bc = xmalloc((size_t)C * 4), *wg = xmalloc((size_t)C * 4),
@@ -1449,19 +1464,21 @@ static void test_norms16(int N, int C)
         memcpy(xc, dx0, n * 2), memcpy(wc, dw0, (size_t)C * 4), memcpy(bc, dw0, (size_t)C * 4);
         uint16_t *d_y = dmalloc(n * 2), *d_dx = to_dev(dx0, n * 2);
         float *d_st = dmalloc((size_t)N * 2 * 4), *d_dw = to_dev(dw0, (size_t)C * 4), *d_db = to_dev(dw0, (size_t)C * 4);
+        if (!acc)
+            memset(xc, 0xff, n * 2), merak_cuda_memset(d_dx, 0xff, n * 2);
         if (rms) {
             g_cpu->rmsnorm16_fwd(yc, st_c, x, w, N, C, 1e-5f, scratch);
-            g_cpu->rmsnorm16_bwd_x(xc, d, x, w, st_c, N, C, scratch);
+            g_cpu->rmsnorm16_bwd_x(xc, d, x, w, st_c, N, C, acc, scratch);
             g_cpu->rmsnorm16_bwd_w(wc, d, x, st_c, N, C, scratch);
             g_gpu->rmsnorm16_fwd(d_y, d_st, d_x, d_w, N, C, 1e-5f, NULL);
-            g_gpu->rmsnorm16_bwd_x(d_dx, d_d, d_x, d_w, d_st, N, C, NULL);
+            g_gpu->rmsnorm16_bwd_x(d_dx, d_d, d_x, d_w, d_st, N, C, acc, NULL);
             g_gpu->rmsnorm16_bwd_w(d_dw, d_d, d_x, d_st, N, C, NULL);
         } else {
             g_cpu->layernorm16_fwd(yc, st_c, st_c + N, x, w, b, N, C, 1e-5f, scratch);
-            g_cpu->layernorm16_bwd_x(xc, d, x, w, st_c, st_c + N, N, C, scratch);
+            g_cpu->layernorm16_bwd_x(xc, d, x, w, st_c, st_c + N, N, C, acc, scratch);
             g_cpu->layernorm16_bwd_w(wc, bc, d, x, st_c, st_c + N, N, C, scratch);
             g_gpu->layernorm16_fwd(d_y, d_st, d_st + N, d_x, d_w, d_b, N, C, 1e-5f, NULL);
-            g_gpu->layernorm16_bwd_x(d_dx, d_d, d_x, d_w, d_st, d_st + N, N, C, NULL);
+            g_gpu->layernorm16_bwd_x(d_dx, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
             g_gpu->layernorm16_bwd_w(d_dw, d_db, d_d, d_x, d_st, d_st + N, N, C, NULL);
         }
         merak_cuda_memcpy_d2h(yg, d_y, n * 2);
@@ -1479,7 +1496,8 @@ static void test_norms16(int N, int C)
         free(yc), free(yg), free(xc), free(xg), free(st_c), free(st_g), free(wc), free(bc), free(wg), free(bg);
         free(a), free(a2), free(g1), free(g2);
     }
-    tap_ok(worst_e <= 1, "layernorm16 and rmsnorm16 N=%d C=%d: within %.2f of the tolerance", N, C, worst_e);
+    tap_ok(worst_e <= 1, "layernorm16 and rmsnorm16 N=%d C=%d (input gradients added to and, acc 0, written over "
+           "NaN): within %.2f of the tolerance", N, C, worst_e);
     merak_cuda_free(d_x), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_d);
     free(x), free(w), free(b), free(d), free(dx0), free(dw0), free(scratch);
 }

@@ -207,21 +207,23 @@ C(E_ADD_F, add16_fwd, (h16 *o, const h16 *a, const h16 *b, size_t n, float *s), 
 C(E_ACC, accumulate16, (h16 *y, const h16 *x, size_t n, float *s), (y, x, n, s))
 C(E_DROP_F, dropout16_fwd, (h16 *o, const h16 *x, size_t n, float p, uint64_t sd, uint64_t i0, float *s),
   (o, x, n, p, sd, i0, s))
-C(E_DROP_B, dropout16_bwd, (h16 *dx, const h16 *d, size_t n, float p, uint64_t sd, uint64_t i0, float *s),
-  (dx, d, n, p, sd, i0, s))
+C(E_DROP_B, dropout16_bwd, (h16 *dx, const h16 *d, size_t n, float p, uint64_t sd, uint64_t i0, int a, float *s),
+  (dx, d, n, p, sd, i0, a, s))
 C(E_LN_F, layernorm16_fwd,
   (h16 *o, float *m, float *r, const h16 *x, const h16 *w, const h16 *b, int N, int Cc, float eps, float *s),
   (o, m, r, x, w, b, N, Cc, eps, s))
 C(E_LN_X, layernorm16_bwd_x,
-  (h16 *dx, const h16 *d, const h16 *x, const h16 *w, const float *m, const float *r, int N, int Cc, float *s),
-  (dx, d, x, w, m, r, N, Cc, s))
+  (h16 *dx, const h16 *d, const h16 *x, const h16 *w, const float *m, const float *r, int N, int Cc, int a,
+   float *s),
+  (dx, d, x, w, m, r, N, Cc, a, s))
 C(E_LN_W, layernorm16_bwd_w,
   (float *dw, float *db, const h16 *d, const h16 *x, const float *m, const float *r, int N, int Cc, float *s),
   (dw, db, d, x, m, r, N, Cc, s))
 C(E_RMS_F, rmsnorm16_fwd, (h16 *o, float *r, const h16 *x, const h16 *w, int N, int Cc, float eps, float *s),
   (o, r, x, w, N, Cc, eps, s))
-C(E_RMS_X, rmsnorm16_bwd_x, (h16 *dx, const h16 *d, const h16 *x, const h16 *w, const float *r, int N, int Cc, float *s),
-  (dx, d, x, w, r, N, Cc, s))
+C(E_RMS_X, rmsnorm16_bwd_x,
+  (h16 *dx, const h16 *d, const h16 *x, const h16 *w, const float *r, int N, int Cc, int a, float *s),
+  (dx, d, x, w, r, N, Cc, a, s))
 C(E_RMS_W, rmsnorm16_bwd_w, (float *dw, const h16 *d, const h16 *x, const float *r, int N, int Cc, float *s),
   (dw, d, x, r, N, Cc, s))
 typedef merak_attn_shape ash;

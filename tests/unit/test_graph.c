@@ -451,8 +451,8 @@ static int count_zero(void *p, size_t bytes)
 }
 
 /* The first op to add to a shared gradient writes it instead, unzeroed
- * (exec.c plan_fresh): with the whole backward every linear, attention,
- * GELU, SwiGLU, add and position embedding op that is the last to read each of its inputs does (LLaMA's
+ * (exec.c plan_fresh): with the whole backward every op but the
+ * embedding and the loss (which has its gradient in place) that is the last to read each of its inputs does (LLaMA's
  * q and k projections read the norm's output before v's: they add to
  * what v's wrote); the losses and weight gradients are those of zeroing
  * every gradient first (zero_first), bit for bit, whole, split and
@@ -484,9 +484,8 @@ static void test_fresh_grads(const char *preset)
         merak_graph_last_uses(g, last, NULL);
         for (int i = 0; i < g->nops; i++) {
             const merak_op *op = &g->ops[i];
-            int first = op->type == MERAK_OP_LINEAR || op->type == MERAK_OP_GELU || op->type == MERAK_OP_SWIGLU ||
-                        op->type == MERAK_OP_ADD || op->type == MERAK_OP_POS_EMBEDDING ||
-                        op->type == MERAK_OP_ATTENTION;
+            /* every kind with input gradients but the loss (its own in place) */
+            int first = op->type != MERAK_OP_EMBEDDING && op->type != MERAK_OP_CROSS_ENTROPY;
             for (int j = 0; j < op->nin; j++)
                 first &= op->in[j] < 0 || g->tensors[op->in[j]].kind == MERAK_T_PARAM || last[op->in[j]] == i;
             kinds += first;
@@ -508,8 +507,8 @@ static void test_fresh_grads(const char *preset)
         const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
         tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
                    bytes[0] < bytes[1] && fresh[0] > 0 && fresh[1] == 0 && (how != RUN_WHOLE || fresh[0] == kinds),
-               "%s, %s: %d ops write their input gradients (of %d linear, attention, GELU, SwiGLU, add and "
-               "position embedding ops first to add to theirs): the losses and "
+               "%s, %s: %d ops write their input gradients (of %d ops but the embedding and the loss first to add "
+               "to theirs): the losses and "
                "weight gradients of zeroing first, bit for bit, with %zu bytes zeroed instead of %zu",
                preset, run_name(how), fresh[0], kinds, bytes[0], bytes[1]);
         merak_exec_destroy(e[0]);

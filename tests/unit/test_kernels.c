@@ -274,7 +274,7 @@ static void ln_fwd(opcase *c, int f32)
 }
 static void ln_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->layernorm_bwd_x(g[0], R, x[0], x[1], o[1], o[2], c->N, c->C);
+    DISPATCH(c, f32, KT->layernorm_bwd_x(g[0], R, x[0], x[1], o[1], o[2], c->N, c->C, !c->fresh);
              KT->layernorm_bwd_w(g[1], g[2], R, x[0], o[1], o[2], c->N, c->C));
 }
 static void ln_ref(const opcase *c, double *out)
@@ -310,6 +310,7 @@ static void ln_setup(opcase *c, int big)
     add_o(c, (size_t)c->N * c->C);
     add_o(c, (size_t)c->N);
     add_o(c, (size_t)c->N);
+    c->fresh_in = 1;
     c->fwd = ln_fwd, c->bwd = ln_bwd, c->ref = ln_ref;
     finish(c);
 }
@@ -322,7 +323,7 @@ static void rms_fwd(opcase *c, int f32)
 }
 static void rms_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->rmsnorm_bwd_x(g[0], R, x[0], x[1], o[1], c->N, c->C);
+    DISPATCH(c, f32, KT->rmsnorm_bwd_x(g[0], R, x[0], x[1], o[1], c->N, c->C, !c->fresh);
              KT->rmsnorm_bwd_w(g[1], R, x[0], o[1], c->N, c->C));
 }
 static void rms_ref(const opcase *c, double *out)
@@ -348,6 +349,7 @@ static void rms_setup(opcase *c, int big)
     add_x(c, "w", (size_t)c->C, 1.5);
     add_o(c, (size_t)c->N * c->C);
     add_o(c, (size_t)c->N);
+    c->fresh_in = 1;
     c->fwd = rms_fwd, c->bwd = rms_bwd, c->ref = rms_ref;
     finish(c);
 }
@@ -687,7 +689,7 @@ static void drop_fwd(opcase *c, int f32)
 }
 static void drop_bwd(opcase *c, int f32)
 {
-    DISPATCH(c, f32, KT->dropout_bwd(g[0], R, c->n, c->p, c->seed, 0));
+    DISPATCH(c, f32, KT->dropout_bwd(g[0], R, c->n, c->p, c->seed, 0, !c->fresh));
 }
 static void drop_ref(const opcase *c, double *out)
 {
@@ -702,6 +704,7 @@ static void drop_setup(opcase *c, int big)
     c->seed = 0x5eed0000ULL + (rng_next() & 0xffff);
     add_x(c, "inp", c->n, 1.0);
     add_o(c, c->n);
+    c->fresh_in = 1;
     c->fwd = drop_fwd, c->bwd = drop_bwd, c->ref = drop_ref;
     finish(c);
 }
@@ -768,7 +771,7 @@ static const setup_fn OPS[] = {
 };
 #define NOPS ((int)(sizeof(OPS) / sizeof(OPS[0])))
 #define CHECKS_PER_OP 5
-#define NEXTRA 21
+#define NEXTRA 24
 
 /* ------------------------------------------------------------------ per-op checks */
 
@@ -1240,10 +1243,15 @@ static void check_dropout_p0(void)
         x[i] = (float)rng_sym(1.0), d[i] = d0[i] = (float)rng_sym(1.0);
     KF->dropout_fwd(y, x, n, 0.0f, 42, 0);
     int ok = memcmp(x, y, n * sizeof(float)) == 0;
-    KF->dropout_bwd(d, x, n, 0.0f, 42, 0);
+    KF->dropout_bwd(d, x, n, 0.0f, 42, 0, 1);
     for (size_t i = 0; i < n; i++)
         ok &= d[i] == d0[i] + x[i];
-    tap_ok(ok, "dropout p=0: forward is a copy, backward adds dout");
+    for (size_t i = 0; i < n; i++)
+        d[i] = NAN;
+    KF->dropout_bwd(d, x, n, 0.0f, 42, 0, 0);
+    for (size_t i = 0; i < n; i++)
+        ok &= d[i] == 0.0f + x[i];
+    tap_ok(ok, "dropout p=0: forward is a copy, backward adds dout (acc 0: writes it over NaN)");
     free(x), free(y), free(d), free(d0);
 }
 
@@ -1409,6 +1417,9 @@ int main(void)
         free_case(&c);
         check_threads(OPS[i]);
     }
+    check_fresh(ln_setup, 1);
+    check_fresh(rms_setup, 0);
+    check_fresh(drop_setup, 1);
     check_fresh(lin_setup_bias, 1);
     check_fresh(attn_setup_mha, 0);
     check_fresh(attn_setup_gqa, 1);
