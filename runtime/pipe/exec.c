@@ -1094,8 +1094,8 @@ static merak_op_io op_io(merak_exec *e, int slot, int i, sub sb, io_mode mode)
         const size_t n = t < 0 ? 0 : (size_t)merak_tensor_elems(&g->tensors[t]) / (size_t)sb.K;
         if (mode != IO_WEIGHT || t < 0 || e->param_of[t] < 0)
             io.x[j] = stage(e, sval(e, slot, t, sb), t, n, 1);
-        if (mode == IO_INPUT && t >= 0 && e->param_of[t] < 0)
-            io.dx[j] = stage(e, sgrad(e, slot, t, sb), t, n, 1);
+        if (mode == IO_INPUT && t >= 0 && e->param_of[t] < 0)   /* written whole if fresh: not widened */
+            io.dx[j] = stage(e, sgrad(e, slot, t, sb), t, n, !io.fresh);
         if (j > 0 && t >= 0 && e->param_of[t] >= 0)
             io.dw[j - 1] = grad(e, slot, t);
     }
