@@ -706,7 +706,7 @@ typedef struct {
 static void opt_adamw(const void *p)
 {
     const opt_arg *a = p;
-    g_k->adamw(a->p, a->g, a->m, a->v, a->spans, a->nspans, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    g_k->adamw(a->p, a->g, a->m, a->v, a->spans, a->nspans, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, NULL);
 }
 static void opt_sumsq(const void *p)
 {

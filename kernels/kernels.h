@@ -173,10 +173,14 @@ typedef struct merak_adamw_span {
                              const int32_t *targets, int N, int V, int v0,         \
                              float scale);                                         \
     /* torch.optim.AdamW, one step (t >= 1) over the spans (see             \
-     * merak_adamw_span; an array from alloc, filled through copy) */           \
+     * merak_adamw_span; an array from alloc, filled through copy).  p16:   \
+     * NULL, or the parameters' bf16 compute copies (p's layout), each       \
+     * updated element rounded into it in the same pass, as to_bf16 would    \
+     * round it (the float table's only; the double table takes NULL) */     \
     void (*adamw)(REAL *p, const REAL *g, REAL *m, REAL *v,                        \
                   const merak_adamw_span *spans, int nspans, float lr,             \
-                  float beta1, float beta2, float eps, float weight_decay, int t); \
+                  float beta1, float beta2, float eps, float weight_decay, int t,  \
+                  uint16_t *p16);                                                  \
     /* sum of squares, accumulated in double */                                    \
     double (*sumsq)(const REAL *x, size_t n);                                      \
     /* x *= s */                                                                   \

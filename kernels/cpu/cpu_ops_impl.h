@@ -821,7 +821,7 @@ static void FN(crossentropy_bwd)(REAL *dlogits, const REAL *logits, const REAL *
  * Python-float hyperparameters. */
 static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, const merak_adamw_span *spans,
                       int nspans, float lr, float beta1, float beta2, float eps,
-                      float weight_decay, int t)
+                      float weight_decay, int t, uint16_t *p16)
 {
     const double b1 = beta1, b2 = beta2;
     const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
@@ -840,6 +840,7 @@ static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, const merak_adam
         REAL *ps = p + spans[s].at, *ms = m + spans[s].m_at, *vs = v + spans[s].m_at;
         const REAL *gs = g + spans[s].at;
         const REAL dec = spans[s].decay ? decay : 1;
+        uint16_t *cs = p16 ? p16 + spans[s].at : NULL;
         for (size_t i = 0; i < spans[s].n; i++) {
             const REAL gi = gs[i];
             REAL mi = ms[i];
@@ -849,6 +850,8 @@ static void FN(adamw)(REAL *p, const REAL *g, REAL *m, REAL *v, const merak_adam
             ms[i] = mi;
             vs[i] = vi;
             ps[i] = ps[i] * dec + nstep * mi / denom;
+            if (cs)
+                cs[i] = merak_f32_to_bf16((float)ps[i]);
         }
     }
 }

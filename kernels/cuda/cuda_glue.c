@@ -206,7 +206,7 @@ static void k_crossentropy_bwd(float *dlogits, const float *logits, const float 
  * one launch for all the spans. */
 static void k_adamw(float *p, const float *g, float *m, float *v, const merak_adamw_span *spans,
                     int nspans, float lr, float beta1, float beta2, float eps, float weight_decay,
-                    int t)
+                    int t, uint16_t *p16)
 {
     const double b1 = beta1, b2 = beta2;
     const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
@@ -215,7 +215,7 @@ static void k_adamw(float *p, const float *g, float *m, float *v, const merak_ad
     const float nstep = (float)(-(double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
     LAUNCH("adamw", merak_cuda_launch_adamw(STREAM, p, g, m, v, spans, nspans, decay, w1, beta2,
-                                            c2, nstep, bc2_sqrt, eps));
+                                            c2, nstep, bc2_sqrt, eps, p16));
 }
 
 /* Synchronises: the scalar is copied back. */

@@ -353,10 +353,11 @@ int merak_cuda_launch_crossentropy16_bwd(void *stream, uint16_t *dlogits, const 
 /* One AdamW step over the spans (device memory), a block each; the scalars
  * are computed on the host as torch does (decay for the spans with decay set):
  * decay = 1-lr*wd, w1 = 1-beta1, c2 = 1-beta2, nstep = -lr/(1-beta1^t),
- * bc2_sqrt = sqrt(1-beta2^t). */
+ * bc2_sqrt = sqrt(1-beta2^t); p16: NULL or the bf16 compute copies, each
+ * updated element rounded into it. */
 int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
                             const merak_adamw_span *spans, int nspans, float decay, float w1,
-                            float beta2, float c2, float nstep, float bc2_sqrt, float eps);
+                            float beta2, float c2, float nstep, float bc2_sqrt, float eps, uint16_t *p16);
 /* *result (a device double) = sum of x^2, in a fixed order. */
 int merak_cuda_launch_sumsq(void *stream, double *result, const float *x, size_t n);
 int merak_cuda_launch_scale(void *stream, float *x, size_t n, float s);

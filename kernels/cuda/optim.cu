@@ -17,13 +17,14 @@
  *   p += nstep * m / (sqrt(v)/bc2_sqrt + eps), nstep = -lr/(1-b1^t) */
 __global__ void adamw_k(float *p, const float *g, float *m, float *v,
                         const merak_adamw_span *spans, float decay, float w1, float b2, float c2,
-                        float nstep, float bc2_sqrt, float eps)
+                        float nstep, float bc2_sqrt, float eps, uint16_t *p16)
 {
     const merak_adamw_span sp = spans[blockIdx.x]; /* one block per span */
     const bool small = fabsf(w1) < 0.5f;
     const float c1 = 1.0f - w1, dec = sp.decay ? decay : 1.0f;
     float *ps = p + sp.at, *ms = m + sp.m_at, *vs = v + sp.m_at;
     const float *gs = g + sp.at;
+    uint16_t *cs = p16 ? p16 + sp.at : NULL;   /* the bf16 compute copies, rounded in this pass */
     for (size_t i = threadIdx.x; i < sp.n; i += blockDim.x) {
         const float gi = gs[i];
         float mi = ms[i];
@@ -32,7 +33,10 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v,
         const float denom = sqrtf(vi) / bc2_sqrt + eps;
         ms[i] = mi;
         vs[i] = vi;
-        ps[i] = ps[i] * dec + nstep * mi / denom;
+        const float pi = ps[i] * dec + nstep * mi / denom;
+        ps[i] = pi;
+        if (cs)
+            cs[i] = merak_f32_to_bf16(pi);
     }
 }
 
@@ -66,12 +70,12 @@ extern "C" {
 
 int merak_cuda_launch_adamw(void *stream, float *p, const float *g, float *m, float *v,
                             const merak_adamw_span *spans, int nspans, float decay, float w1,
-                            float beta2, float c2, float nstep, float bc2_sqrt, float eps)
+                            float beta2, float c2, float nstep, float bc2_sqrt, float eps, uint16_t *p16)
 {
     if (nspans <= 0)
         return cudaSuccess;
     adamw_k<<<(unsigned)nspans, NT, 0, STREAM(stream)>>>(p, g, m, v, spans, decay, w1, beta2, c2,
-                                                        nstep, bc2_sqrt, eps);
+                                                        nstep, bc2_sqrt, eps, p16);
     return cudaGetLastError();
 }
 

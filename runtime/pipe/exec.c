@@ -85,6 +85,8 @@ struct merak_exec {
     int split;             /* weight parts may run apart (merak_exec_opts.split) */
     int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
     int zero_first;        /* no fresh writes (merak_exec_opts.zero_first) */
+    int copies_current;    /* the compute copies were rounded from the masters as they are
+                            * (merak_exec_copies_current): the next cast has nothing to do */
     int store16;           /* bf16 storage (exec.h, Precision): the activations, their
                             * gradients and the compute copies take 2 bytes */
     unsigned char *half;   /* [ntensors] this tensor's values and gradient are bf16 storage
@@ -701,8 +703,19 @@ int merak_exec_param_read(const merak_exec *e, int i, float *host)
                       MERAK_COPY_D2H);
 }
 
+uint16_t *merak_exec_copies16(merak_exec *e)
+{
+    return e->store16 ? (uint16_t *)e->cparams : NULL;
+}
+
+void merak_exec_copies_current(merak_exec *e)
+{
+    e->copies_current = e->store16;
+}
+
 int merak_exec_param_write(merak_exec *e, int i, const float *host)
 {
+    e->copies_current = 0;
     return e->k->copy(merak_exec_param_data(e, i), host, e->param_n[i] * sizeof(float),
                       MERAK_COPY_H2D);
 }
@@ -832,6 +845,10 @@ int merak_exec_cast_params(merak_exec *e)
 {
     if (!e->bf16)
         return 0;
+    if (e->copies_current) {   /* the optimizer's pass wrote them */
+        e->copies_current = 0;
+        return 0;
+    }
     if (e->store16) {
         e->k->to_bf16(e->cparams, e->params, e->flat_n);
         return 0;

@@ -202,6 +202,16 @@ int merak_exec_param_write(merak_exec *e, int i, const float *host);
  * stage does, before each step and evaluation).  Nothing to do in fp32.
  * 0, or -1 if a memory copy failed. */
 int merak_exec_cast_params(merak_exec *e);
+/* bf16 storage: the parameters' compute copies (bf16, the masters' flat
+ * layout: merak_exec_params_flat's offsets), which AdamW may write in its
+ * own pass (kernels.h adamw's p16); NULL otherwise. */
+uint16_t *merak_exec_copies16(merak_exec *e);
+/* Says every compute copy was just rounded from the masters as they now
+ * are (AdamW wrote them): the next merak_exec_cast_params, and only it,
+ * has nothing to do.  Call it right after that write: a write of the
+ * masters before the next cast must not follow it (merak_exec_param_write
+ * forgets it). */
+void merak_exec_copies_current(merak_exec *e);
 
 /* ---- tensors of one slot.  Graph inputs (ids, targets) and activations
  * produced before the slice are written here by the caller before forward;

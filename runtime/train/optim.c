@@ -116,8 +116,14 @@ void merak_optim_step(merak_optim *o, merak_exec *e, float lr)
     o->t++;
     size_t n;
     float *p0 = merak_exec_params_flat(e, &n), *g0 = merak_exec_grads_flat(e, &n);
+    /* bf16 storage, every parameter this state's (no ZeRO shard): the
+     * compute copies rounded in AdamW's pass, the next step's cast spared
+     * (a read of every master) */
+    uint16_t *p16 = o->lo == 0 && o->hi >= n ? merak_exec_copies16(e) : NULL;
     o->k->adamw(p0, g0, o->m, o->v, o->spans, o->nspans, lr, o->opts.beta1, o->opts.beta2,
-                o->opts.eps, o->opts.weight_decay, o->t);
+                o->opts.eps, o->opts.weight_decay, o->t, p16);
+    if (p16)
+        merak_exec_copies_current(e);
 }
 
 int merak_optim_read(const merak_optim *o, float *m, float *v)

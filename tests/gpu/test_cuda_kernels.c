@@ -1011,12 +1011,14 @@ static void op_adamw(const merak_kernels *K, int on_gpu, void **p, const void *a
         merak_cuda_memcpy_h2d(spans, sp, sizeof sp);
     }
     K->adamw(F(p[0]), F(p[1]), F(p[2]), F(p[3]), spans, 3, a->lr, a->b1, a->b2, a->eps, a->wd,
-             a->t);
+             a->t, NULL);
     if (on_gpu) {
         merak_cuda_synchronize();
         merak_cuda_free(spans);
     }
 }
+
+static void *to_dev(const void *h, size_t bytes);
 
 static void test_adamw(size_t n)
 {
@@ -1033,6 +1035,30 @@ static void test_adamw(size_t n)
         snprintf(name, sizeof name, "adamw t=%d", ts[i]);
         run_case(name, b, NB(b), op_adamw, &a, 0);
     }
+    /* the bf16 compute copies written in the same pass: the GPU's updated
+     * values rounded as to_bf16 rounds them, elements outside the spans
+     * untouched */
+    float *p = rand_array(n, -1, 1), *g = rand_array(n, -1, 1), *m = rand_array(n, -0.1f, 0.1f),
+          *v = rand_array(n, 0, 0.01f);
+    const size_t lo = n / 5, third = (n - lo) / 3;
+    merak_adamw_span sp[3];
+    for (int k = 0; k < 3; k++)
+        sp[k] = (merak_adamw_span){lo + (size_t)k * third, (size_t)k * third, k < 2 ? third : n - lo - 2 * third, k != 1};
+    float *dp = to_dev(p, n * 4), *dg = to_dev(g, n * 4), *dm = to_dev(m, n * 4), *dv = to_dev(v, n * 4);
+    uint16_t *d16 = dmalloc(n * 2), *c16 = xmalloc(n * 2);
+    merak_adamw_span *dsp = to_dev(sp, sizeof sp);
+    merak_cuda_memset(d16, 0xab, n * 2);
+    g_gpu->adamw(dp, dg, dm, dv, dsp, 3, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, d16);
+    merak_cuda_memcpy_d2h(p, dp, n * 4);
+    merak_cuda_memcpy_d2h(c16, d16, n * 2);
+    int same = 1;
+    for (size_t i = 0; i < n; i++)
+        same &= c16[i] == (i < lo ? 0xabab : merak_f32_to_bf16(p[i]));
+    tap_ok(same, "adamw n=%zu writes the bf16 compute copies of what it updates, rounded, "
+           "and only those", n);
+    merak_cuda_free(dp), merak_cuda_free(dg), merak_cuda_free(dm), merak_cuda_free(dv), merak_cuda_free(d16);
+    merak_cuda_free(dsp);
+    free(p), free(g), free(m), free(v), free(c16);
 }
 
 /* ------------------------------------------------------------------ main */
