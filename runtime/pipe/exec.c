@@ -713,6 +713,8 @@ void merak_exec_copies_current(merak_exec *e)
     e->copies_current = e->store16;
 }
 
+void merak_exec_masters_written(merak_exec *e) { e->copies_current = 0; }
+
 int merak_exec_param_write(merak_exec *e, int i, const float *host)
 {
     e->copies_current = 0;

@@ -87,8 +87,10 @@
  *   - parameters: the ops read compute copies, rounded from the fp32
  *     masters by merak_exec_cast_params (once per step, before the first
  *     forward: after the optimizer, a checkpoint or the initialisation
- *     wrote the masters); merak_exec_param_data and the flat buffer are
- *     the masters, which the optimizer updates in fp32;
+ *     wrote the masters), or, in bf16 storage, by the optimizer's own
+ *     pass over every master (merak_exec_copies_current: the same bits);
+ *     merak_exec_param_data and the flat buffer are the masters, which the
+ *     optimizer updates in fp32;
  *   - an op's output, after its forward (for an op that sums over the tp
  *     group, after the sum of the rounded partial outputs and the bias its
  *     finish adds: one rounding of the fp32 sum), except the loss;
@@ -189,7 +191,8 @@ float *merak_exec_param_data(const merak_exec *e, int i);
 float *merak_exec_param_grad(const merak_exec *e, int i);
 size_t merak_exec_param_elems(const merak_exec *e, int i);
 /* The same storage as two flat buffers of n floats (with alignment gaps,
- * which stay zero). */
+ * which stay zero).  A write of the masters through these pointers must
+ * be followed by merak_exec_masters_written. */
 float *merak_exec_params_flat(const merak_exec *e, size_t *n);
 float *merak_exec_grads_flat(const merak_exec *e, size_t *n);
 /* Index of graph tensor t among the params, or -1. */
@@ -212,6 +215,9 @@ uint16_t *merak_exec_copies16(merak_exec *e);
  * masters before the next cast must not follow it (merak_exec_param_write
  * forgets it). */
 void merak_exec_copies_current(merak_exec *e);
+/* Says the masters were written through merak_exec_params_flat's or
+ * merak_exec_param_data's pointers: the next cast rounds every copy. */
+void merak_exec_masters_written(merak_exec *e);
 
 /* ---- tensors of one slot.  Graph inputs (ids, targets) and activations
  * produced before the slice are written here by the caller before forward;

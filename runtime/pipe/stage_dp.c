@@ -130,7 +130,10 @@ void merak_stage_dp_begin(merak_stage *s)
 int merak_stage_dp_after_step(merak_stage *s, char *err, size_t errlen)
 {
     size_t n;
-    if (s->zcounts && merak_allgather(s->dp_g, merak_exec_params_flat(s->e, &n), s->zcounts) < 0)
+    if (!s->zcounts)
+        return 0;
+    merak_exec_masters_written(s->e);   /* the other ranks' shares: the copies are cast again */
+    if (merak_allgather(s->dp_g, merak_exec_params_flat(s->e, &n), s->zcounts) < 0)
         return merak_stage_comm_failed(s, "gathering the parameters", err, errlen);
     return 0;
 }
