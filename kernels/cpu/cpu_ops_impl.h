@@ -740,14 +740,9 @@ static void FN(dropout_bwd)(REAL *dinp, const REAL *dout, size_t n, float p,
     const uint64_t key = merak_dropout_key(seed);
     const REAL sc = p < 1.0f ? (REAL)1 / ((REAL)1 - (REAL)p) : 0;
     OMP(parallel for if (n >= PAR_MIN / 4) schedule(static))
-    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {
+    for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++) {   /* p = 0 keeps all, sc = 1 */
         const REAL base = acc ? dinp[i] : 0;
-        if (p <= 0.0f)
-            dinp[i] = base + dout[i];
-        else if (dropout_u(key, i0 + (uint64_t)i) >= p)
-            dinp[i] = base + dout[i] * sc;
-        else if (!acc)
-            dinp[i] = 0;
+        dinp[i] = dropout_u(key, i0 + (uint64_t)i) >= p ? base + dout[i] * sc : base;
     }
 }
 

@@ -105,13 +105,15 @@ static int posemb_forward(const merak_op_io *io)
  * sticky error, as a failed kernel is */
 static void pass_gradient(const merak_op_io *io, int j)
 {
-    if (io->b16 && io->dx16[j] && io->fresh)
-        (void)io->k->copy(io->dx16[j], io->dy16, elems(io) * sizeof(uint16_t), MERAK_COPY_D2D);
-    else if (io->b16 && io->dx16[j])
+    void *dx = io->b16 ? (void *)io->dx16[j] : (void *)io->dx[j];
+    if (!dx)
+        return;
+    if (io->fresh)
+        (void)io->k->copy(dx, io->b16 ? (const void *)io->dy16 : (const void *)io->dy,
+                          elems(io) * (io->b16 ? sizeof(uint16_t) : sizeof(float)), MERAK_COPY_D2D);
+    else if (io->b16)
         io->k->accumulate16(io->dx16[j], io->dy16, elems(io), io->scratch16);
-    else if (!io->b16 && io->dx[j] && io->fresh)
-        (void)io->k->copy(io->dx[j], io->dy, elems(io) * sizeof(float), MERAK_COPY_D2D);
-    else if (!io->b16 && io->dx[j])
+    else
         io->k->accumulate(io->dx[j], io->dy, elems(io));
 }
 
