@@ -350,6 +350,17 @@ static int32_t *dids(size_t n, int V, uint64_t seed, size_t *distinct)
     return d;
 }
 
+/* A device copy of n floats rounded to bf16 storage (bf16 entries take
+ * it cast back to their element type). */
+static float *dbf16(const float *src, size_t n)
+{
+    uint16_t *d = merak_cuda_malloc(n * sizeof *d);
+    if (!d)
+        die("out of memory");
+    g_k->to_bf16(d, src, n);
+    return (float *)d;
+}
+
 static void free_all(float **bufs, int n)
 {
     for (int i = 0; i < n; i++)
@@ -477,6 +488,40 @@ static void rms_bwd_w(const void *p)
     g_k->rmsnorm_bwd_w(a->dw, a->dout, a->inp, a->rstd, a->N, a->C);
 }
 
+#define B16(p) ((uint16_t *)(p))
+static void ln16_fwd(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->layernorm16_fwd(B16(a->out), a->mean, a->rstd, B16(a->inp), B16(a->w), B16(a->b), a->N, a->C, 1e-5f,
+                         NULL);
+}
+static void ln16_bwd_x(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->layernorm16_bwd_x(B16(a->dinp), B16(a->dout), B16(a->inp), B16(a->w), a->mean, a->rstd, a->N, a->C, 1,
+                           NULL);
+}
+static void ln16_bwd_w(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->layernorm16_bwd_w(a->dw, a->db, B16(a->dout), B16(a->inp), a->mean, a->rstd, a->N, a->C, NULL);
+}
+static void rms16_fwd(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm16_fwd(B16(a->out), a->rstd, B16(a->inp), B16(a->w), a->N, a->C, 1e-5f, NULL);
+}
+static void rms16_bwd_x(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm16_bwd_x(B16(a->dinp), B16(a->dout), B16(a->inp), B16(a->w), a->rstd, a->N, a->C, 1, NULL);
+}
+static void rms16_bwd_w(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm16_bwd_w(a->dw, B16(a->dout), B16(a->inp), a->rstd, a->N, a->C, NULL);
+}
+
 static void bench_norms(int N, int C)
 {
     const size_t NC = (size_t)N * C;
@@ -494,8 +539,22 @@ static void bench_norms(int N, int C)
     char shape[64];
     snprintf(shape, sizeof shape, "%d,%d", N, C);
     roof_rows(rows, 6, shape, &a);
-    float *bufs[] = {a.inp, a.out, a.dout, a.dinp, a.w, a.b, a.dw, a.db, a.mean, a.rstd};
-    free_all(bufs, 10);
+    /* bf16 storage, as --dtype bf16 trains: the same values rounded (mean,
+     * rstd and the weight gradients float) */
+    norm_arg h = a;
+    h.inp = dbf16(a.inp, NC), h.out = dbf16(a.out, NC), h.dout = dbf16(a.dout, NC), h.dinp = dbf16(a.dinp, NC);
+    h.w = dbf16(a.w, (size_t)C), h.b = dbf16(a.b, (size_t)C);
+    const roof_row rows16[] = {
+        {"layernorm16_fwd", ln16_fwd, 2 * (2 * nc + 2.0 * C) + f * 2.0 * N},
+        {"layernorm16_bwd_x", ln16_bwd_x, 2 * (4 * nc + C) + f * 2.0 * N},
+        {"layernorm16_bwd_w", ln16_bwd_w, 2 * 2 * nc + f * (2.0 * N + 4.0 * C)},
+        {"rmsnorm16_fwd", rms16_fwd, 2 * (2 * nc + C) + f * N},
+        {"rmsnorm16_bwd_x", rms16_bwd_x, 2 * (4 * nc + C) + f * N},
+        {"rmsnorm16_bwd_w", rms16_bwd_w, 2 * 2 * nc + f * (N + 2.0 * C)}};
+    roof_rows(rows16, 6, shape, &h);
+    float *bufs[] = {a.inp, a.out, a.dout, a.dinp, a.w, a.b, a.dw, a.db, a.mean, a.rstd,
+                     h.inp, h.out, h.dout, h.dinp, h.w, h.b};
+    free_all(bufs, 16);
 }
 
 /* ---- elementwise: the MLP's activations on (N,4C), the residual's ops on (N,C) */
@@ -626,6 +685,17 @@ static void ce_bwd(const void *p)
     g_k->crossentropy_bwd(a->logits, a->logits, a->lse, a->targets, a->N, a->V, 0, 1.0f / a->N);
 }
 
+static void ce16_stats(const void *p)
+{
+    const ce_arg *a = p;
+    g_k->crossentropy16_stats(a->lse, a->tlogit, B16(a->logits), a->targets, a->N, a->V, 0, NULL);
+}
+static void ce16_bwd(const void *p)
+{
+    const ce_arg *a = p;
+    g_k->crossentropy16_bwd(B16(a->logits), B16(a->logits), a->lse, a->targets, a->N, a->V, 0, 1.0f / a->N, NULL);
+}
+
 static void bench_crossentropy(int N, int V)
 {
     const size_t NV = (size_t)N * V;
@@ -639,8 +709,15 @@ static void bench_crossentropy(int N, int V)
     char shape[64];
     snprintf(shape, sizeof shape, "%d,%d", N, V);
     roof_rows(rows, 2, shape, &a);
-    float *bufs[] = {a.logits, a.lse, a.tlogit};
-    free_all(bufs, 3);
+    /* bf16 logits, as --dtype bf16 trains (the gradient over them too) */
+    ce_arg h = a;
+    h.logits = dbf16(a.logits, NV);
+    const roof_row rows16[] = {
+        {"crossentropy16_stats", ce16_stats, 2 * nv + f * 3.0 * N},
+        {"crossentropy16_bwd", ce16_bwd, 2 * 2 * nv + f * 2.0 * N}};
+    roof_rows(rows16, 2, shape, &h);
+    float *bufs[] = {a.logits, a.lse, a.tlogit, h.logits};
+    free_all(bufs, 4);
     merak_cuda_free(a.targets);
 }
 

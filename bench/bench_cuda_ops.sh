@@ -22,7 +22,8 @@
 #
 # Then a roofline table of the table's memory-bound kernels (embeddings,
 # norms, GELU/SwiGLU on N x 4C, add/accumulate/dropout on N x C,
-# cross-entropy on N x V logits, AdamW/sumsq/scale over 124M parameters),
+# cross-entropy on N x V logits, the norms and the cross-entropy again on
+# bf16 storage (the *16 rows), AdamW/sumsq/scale over 124M parameters),
 # merak only, each against a 1 GiB device-to-device copy:
 #
 #   roofline op=layernorm_fwd shape=8192,768 ms=... bytes=... gbs=... of_copy=...

@@ -1,39 +1,79 @@
 /*
- * loss.cu - cross-entropy over (a vocabulary shard of) the logits.
+ * loss.cu - cross-entropy over (a vocabulary shard of) the logits: a block
+ * a row, 16 bytes a load (rowwise.h), the statistics in one pass; the
+ * element-a-thread kernels below them take a backward whose gradient and
+ * logits sit at different offsets within 16 bytes.
  *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
 #include "cuda_common.cuh"
+#include "rowwise.h"
 
-/* One block per row: lse[n] = logsumexp(x) over the shard (max subtracted),
- * tlogit[n] = x[target - v0] if the target is in the shard, else 0; a
- * negative target gives 0 for both.  T: float, or uint16_t (bf16 logits,
- * widened as they are read). */
-template <typename T>
-__global__ void crossentropy_stats_k(float *lse, float *tlogit, const T *logits,
-                                     const int32_t *targets, int V, int v0)
+/* The block's (m, s) pairs of the online log-sum-exp merged (rw_lse_merge:
+ * within a warp by an xor-shuffle tree, then the warps' in warp 0); every
+ * thread gets the result.  sh holds 2 * 32 floats. */
+static __device__ __forceinline__ void block_lse(float *m, float *s, float *sh)
 {
-    __shared__ float sh[33];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, *m, o), s2 = __shfl_xor_sync(0xffffffffu, *s, o);
+        rw_lse_merge(m, s, m2, s2);
+    }
+    if (lane == 0)
+        sh[w] = *m, sh[32 + w] = *s;
+    __syncthreads();
+    if (w == 0) {
+        float a = lane < nw ? sh[lane] : -INFINITY, b = lane < nw ? sh[32 + lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float a2 = __shfl_xor_sync(0xffffffffu, a, o), b2 = __shfl_xor_sync(0xffffffffu, b, o);
+            rw_lse_merge(&a, &b, a2, b2);
+        }
+        if (lane == 0)
+            sh[0] = a, sh[32] = b; /* warp 0 alone has read sh, and is done with it */
+    }
+    __syncthreads();
+    *m = sh[0];
+    *s = sh[32];
+}
+
+/* One block per row: lse[n] = logsumexp(x) over the shard, tlogit[n] =
+ * x[target - v0] if the target is in the shard, else 0; a negative target
+ * gives 0 for both.  One pass over the row, 16 bytes a load. */
+template <int B16>
+__global__ void ce_stats_v_k(float *lse, float *tlogit, const void *logits, const int32_t *targets, int V,
+                             int v0)
+{
+    __shared__ float sh[64];
     const size_t n = blockIdx.x;
     const long long tg = targets[n], t = tg - v0;
-    const T *x = logits + n * V;
+    const char *x = (const char *)logits + n * (size_t)V * RW_ES(B16);
     if (tg < 0) {
         if (threadIdx.x == 0)
             lse[n] = tlogit[n] = 0.0f;
         return;
     }
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, as_f32(x[j]));
-    mx = block_max(mx, sh);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        s += expf(as_f32(x[j]) - mx);
-    s = block_sum(s, sh);
+    float m, s;
+    rw_ce_partial(&m, &s, x, V, B16, threadIdx.x, blockDim.x);
+    block_lse(&m, &s, sh);
     if (threadIdx.x == 0) {
-        lse[n] = logf(s) + mx;
-        tlogit[n] = (t >= 0 && t < V) ? as_f32(x[t]) : 0.0f;
+        lse[n] = logf(s) + m;
+        tlogit[n] = (t >= 0 && t < V) ? rw_elem(x, (size_t)t, B16) : 0.0f;
     }
+}
+
+/* crossentropy_bwd_k below, 16 bytes a load (dlogits at logits' offset
+ * within 16 bytes; in place or not). */
+template <int B16>
+__global__ void ce_bwd_v_k(void *dlogits, const void *logits, const float *lse, const int32_t *targets, int V,
+                           int v0, float scale)
+{
+    const size_t n = blockIdx.x;
+    const long long tg = targets[n];
+    const size_t at = n * (size_t)V * RW_ES(B16);
+    if (tg < 0 && dlogits != logits)
+        return; /* a row without a target is left as it is, or zeroed in place */
+    rw_ce_grad((char *)dlogits + at, (const char *)logits + at, V, tg - v0, tg < 0 ? 0.0f : lse[n], scale,
+               tg < 0, B16, threadIdx.x, blockDim.x);
 }
 
 /* dlogits += (exp(x - lse) - onehot(target - v0)) * scale; in place
@@ -68,7 +108,7 @@ static int ce_stats(cudaStream_t st, float *lse, float *tlogit, const T *logits,
 {
     if (N <= 0 || V <= 0)
         return cudaSuccess;
-    crossentropy_stats_k<T><<<N, NT, 0, st>>>(lse, tlogit, logits, targets, V, v0);
+    ce_stats_v_k<sizeof(T) == 2><<<N, NT, 0, st>>>(lse, tlogit, logits, targets, V, v0);
     return cudaGetLastError();
 }
 
@@ -78,7 +118,10 @@ static int ce_bwd(cudaStream_t st, T *dlogits, const T *logits, const float *lse
 {
     if (N <= 0 || V <= 0)
         return cudaSuccess;
-    crossentropy_bwd_k<T><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, v0, scale);
+    if ((((uintptr_t)dlogits - (uintptr_t)logits) & 15) == 0)
+        ce_bwd_v_k<sizeof(T) == 2><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, v0, scale);
+    else
+        crossentropy_bwd_k<T><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, v0, scale);
     return cudaGetLastError();
 }
 

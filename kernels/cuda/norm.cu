@@ -1,10 +1,13 @@
 /*
  * norm.cu - layer norm and RMS norm, and the column reductions their
- * weight gradients and linear biases need.
+ * weight gradients and linear biases need.  The norms' forward and input
+ * gradient run a warp a row with 16-byte loads where the shape allows
+ * (rowwise.h), else a block a row an element a thread.
  *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
 #include "cuda_common.cuh"
+#include "rowwise.h"
 
 /* The kernels below take T = float, or uint16_t for bf16 storage (the
  * activations, their gradients and the weights read widened, what they
@@ -102,12 +105,95 @@ __global__ void rmsnorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w
         put(dx + c, (acc ? as_f32(dx[c]) : 0.0f) + (r * as_f32(g[c]) * as_f32(w[c]) - as_f32(x[c]) * k));
 }
 
+/* ------------------------------------------------------------------ a warp a row (rowwise.h) */
+
+/* The norms where a row is whole 16-byte vectors: warp w of block x is
+ * row x * RW_WARPS + w, read once into registers (VM vectors a lane at
+ * most), written once.  B16: bf16 storage; RMS: RMS norm (no mean, no
+ * bias). */
+template <int B16, int VM, int RMS>
+__global__ void __launch_bounds__(RW_LANES * RW_WARPS)
+    norm_fwd_v_k(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,
+                 int C, float eps)
+{
+    const int lane = threadIdx.x % RW_LANES;
+    const int n = blockIdx.x * RW_WARPS + threadIdx.x / RW_LANES;
+    if (n >= N)
+        return; /* the whole warp */
+    const int nv = C / RW_E(B16);
+    const size_t at = (size_t)n * C * RW_ES(B16);
+    rw_row x;
+    rw_load(&x, (const char *)inp + at, nv, lane, VM);
+    const float m = RMS ? 0.0f : warp_sum(rw_sum(&x, 0.0f, 0, nv, lane, VM, B16)) / C;
+    const float r = 1.0f / sqrtf(warp_sum(rw_sum(&x, m, 1, nv, lane, VM, B16)) / C + eps);
+    rw_norm_store((char *)out + at, &x, w, RMS ? NULL : b, m, r, nv, lane, VM, B16);
+    if (lane == 0) {
+        if (!RMS && mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = r;
+    }
+}
+
+template <int B16, int VM, int RMS>
+__global__ void __launch_bounds__(RW_LANES * RW_WARPS)
+    norm_bwd_x_v_k(void *dinp, const void *dout, const void *inp, const void *w, const float *mean,
+                   const float *rstd, int N, int C, int acc)
+{
+    const int lane = threadIdx.x % RW_LANES;
+    const int n = blockIdx.x * RW_WARPS + threadIdx.x / RW_LANES;
+    if (n >= N)
+        return;
+    const int nv = C / RW_E(B16);
+    const size_t at = (size_t)n * C * RW_ES(B16);
+    rw_row x, g;
+    rw_load(&x, (const char *)inp + at, nv, lane, VM);
+    rw_load(&g, (const char *)dout + at, nv, lane, VM);
+    const float m = RMS ? 0.0f : mean[n], r = rstd[n];
+    float a, bb;
+    rw_norm_bwd_sums(&a, &bb, &x, &g, w, m, RMS ? 1.0f : r, nv, lane, VM, B16);
+    if (!RMS)
+        a = warp_sum(a) / C;
+    bb = warp_sum(bb) / C;
+    if (RMS)
+        bb = bb * r * r * r;
+    rw_norm_bwd_store((char *)dinp + at, &x, &g, w, m, r, a, bb, RMS, acc, nv, lane, VM, B16);
+}
+
+#define RW_LAUNCH(K, VM, ...) K<B16, VM, RMS><<<grid, RW_LANES * RW_WARPS, 0, st>>>(__VA_ARGS__)
+#define RW_SWITCH(vm, K, ...)                                                                     \
+    switch (vm) {                                                                                 \
+    case 1: RW_LAUNCH(K, 1, __VA_ARGS__); return true;                                            \
+    case 2: RW_LAUNCH(K, 2, __VA_ARGS__); return true;                                            \
+    case 4: RW_LAUNCH(K, 4, __VA_ARGS__); return true;                                            \
+    case RW_VMAX: RW_LAUNCH(K, RW_VMAX, __VA_ARGS__); return true;                                \
+    default: return false;                                                                        \
+    }
+
+/* Launches the row kernels if the shape and the buffers take them. */
+template <int B16, int RMS>
+static bool norm_fwd_v(cudaStream_t st, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                       const void *b, int N, int C, float eps)
+{
+    const void *bufs[4] = {out, inp, w, RMS ? NULL : b};
+    const unsigned grid = (unsigned)((N + RW_WARPS - 1) / RW_WARPS);
+    RW_SWITCH(rw_norm_vmax(C, B16, bufs, 4), norm_fwd_v_k, out, mean, rstd, inp, w, b, N, C, eps)
+}
+
+template <int B16, int RMS>
+static bool norm_bwd_x_v(cudaStream_t st, void *dinp, const void *dout, const void *inp, const void *w,
+                         const float *mean, const float *rstd, int N, int C, int acc)
+{
+    const void *bufs[4] = {dinp, dout, inp, w};
+    const unsigned grid = (unsigned)((N + RW_WARPS - 1) / RW_WARPS);
+    RW_SWITCH(rw_norm_vmax(C, B16, bufs, 4), norm_bwd_x_v_k, dinp, dout, inp, w, mean, rstd, N, C, acc)
+}
+
 /* Column reductions: 32 columns x CR_Y row lanes per block, CR_ROWS rows per
  * chunk; the chunk partial sums are then added in chunk order. */
 #define CR_Y 8
 #define CR_ROWS 256
 
-enum { CR_COLSUM = 0, CR_LAYERNORM = 1, CR_RMSNORM = 2 };
 
 /* Stage 1: block (32 columns, CR_Y row lanes) x chunk of `rows` rows.
  * part0/part1 (nchunks, C): the chunk's partial sums of
@@ -129,9 +215,9 @@ __global__ void colred_partial_k(float *part0, float *part1, const D *dout,
         for (int r = r0 + ty; r < r1; r += CR_Y) {
             const size_t idx = (size_t)r * C + c;
             const float d = as_f32(dout[idx]);
-            if (MODE == CR_COLSUM) {
+            if (MODE == RW_COLSUM) {
                 a0 += d;
-            } else if (MODE == CR_LAYERNORM) {
+            } else if (MODE == RW_LAYERNORM) {
                 a0 += d * ((as_f32(inp[idx]) - mean[r]) * rstd[r]);
                 a1 += d;
             } else {
@@ -149,7 +235,7 @@ __global__ void colred_partial_k(float *part0, float *part1, const D *dout,
             t1 += s1[y][tx];
         }
         part0[(size_t)blockIdx.y * C + c] = t0;
-        if (MODE == CR_LAYERNORM)
+        if (MODE == RW_LAYERNORM)
             part1[(size_t)blockIdx.y * C + c] = t1;
     }
 }
@@ -173,28 +259,76 @@ __global__ void colred_final_k(float *dst0, float *dst1, const float *part0,
         dst1[c] += t1;
 }
 
-/* Runs both stages; the chunking depends on N only. */
+/* Stage 1 with 16-byte loads (rowwise.h): block (32 vectors of columns,
+ * RW_CR_Y row lanes) x chunk of `rows` rows. */
+template <int MODE, int B16>
+__global__ void __launch_bounds__(32 * RW_CR_Y)
+    colred_v_k(float *part0, float *part1, const void *dout, const void *inp, const float *mean,
+               const float *rstd, int N, int C, int rows)
+{
+    const int E = RW_E(B16);
+    __shared__ float sh0[RW_CR_Y * 32 * E], sh1[MODE == RW_LAYERNORM ? RW_CR_Y * 32 * E : 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int j = blockIdx.x * 32 + tx; /* the thread's vector of columns */
+    const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    const bool on = j < C / E;
+    float s0[8], s1[8];
+    if (on)
+        rw_colred(s0, s1, MODE, dout, inp, mean, rstd, C, j, r0, r1, ty, B16);
+    /* shared memory [e][ty][tx]: a warp's 32 stores and loads hit 32 banks */
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        sh0[(e * RW_CR_Y + ty) * 32 + tx] = on ? s0[e] : 0.0f;
+        if (MODE == RW_LAYERNORM)
+            sh1[(e * RW_CR_Y + ty) * 32 + tx] = on ? s1[e] : 0.0f;
+    }
+    __syncthreads();
+    if (ty == 0 && on) {
+        float *p0 = part0 + (size_t)blockIdx.y * C + (size_t)j * E;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            float t0 = 0.0f, t1 = 0.0f;
+            for (int y = 0; y < RW_CR_Y; y++) {
+                t0 += sh0[(e * RW_CR_Y + y) * 32 + tx];
+                if (MODE == RW_LAYERNORM)
+                    t1 += sh1[(e * RW_CR_Y + y) * 32 + tx];
+            }
+            p0[e] = t0;
+            if (MODE == RW_LAYERNORM)
+                part1[(size_t)blockIdx.y * C + (size_t)j * E + e] = t1;
+        }
+    }
+}
+
+/* Runs both stages; the chunking depends on N only (and on whether the
+ * shape takes 16-byte vectors). */
 template <int MODE, typename D>
 static int colred(cudaStream_t st, float *dst0, float *dst1, const D *dout,
                   const D *inp, const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    int rows = CR_ROWS;
+    const int B16 = sizeof(D) == 2, vec = rw_colred_takes(C, B16, dout, MODE == RW_COLSUM ? NULL : inp);
+    int rows = vec ? RW_CR_ROWS : CR_ROWS;
     int nchunks = (N + rows - 1) / rows;
     while (nchunks > 65535) { /* gridDim.y limit: bigger chunks, still shape-only */
         rows *= 2;
         nchunks = (N + rows - 1) / rows;
     }
-    const int nq = MODE == CR_LAYERNORM ? 2 : 1;
+    const int nq = MODE == RW_LAYERNORM ? 2 : 1;
     float *part = (float *)merak_cuda_scratch((size_t)nq * nchunks * C * sizeof(float));
     if (!part)
         return cudaErrorMemoryAllocation;
     float *part1 = nq == 2 ? part + (size_t)nchunks * C : NULL;
-    dim3 grid((C + 31) / 32, nchunks), block(32, CR_Y);
-    colred_partial_k<MODE, D><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C,
-                                                   rows);
-    colred_final_k<<<(C + NT - 1) / NT, NT, 0, st>>>(dst0, MODE == CR_LAYERNORM ? dst1 : NULL,
+    if (vec) {
+        const int nvec = C / RW_E(B16);
+        dim3 grid((nvec + 31) / 32, nchunks), block(32, RW_CR_Y);
+        colred_v_k<MODE, sizeof(D) == 2><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C, rows);
+    } else {
+        dim3 grid((C + 31) / 32, nchunks), block(32, CR_Y);
+        colred_partial_k<MODE, D><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C, rows);
+    }
+    colred_final_k<<<(C + NT - 1) / NT, NT, 0, st>>>(dst0, MODE == RW_LAYERNORM ? dst1 : NULL,
                                                      part, part1, nchunks, C);
     return cudaGetLastError();
 }
@@ -217,7 +351,8 @@ static int layernorm_fwd(cudaStream_t st, T *out, float *mean, float *rstd, cons
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    layernorm_fwd_k<T><<<N, NT, 0, st>>>(out, mean, rstd, inp, w, b, C, eps);
+    if (!norm_fwd_v<sizeof(T) == 2, 0>(st, out, mean, rstd, inp, w, b, N, C, eps))
+        layernorm_fwd_k<T><<<N, NT, 0, st>>>(out, mean, rstd, inp, w, b, C, eps);
     return cudaGetLastError();
 }
 
@@ -227,7 +362,8 @@ static int layernorm_bwd_x(cudaStream_t st, T *dinp, const T *dout, const T *inp
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    layernorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, mean, rstd, C, acc);
+    if (!norm_bwd_x_v<sizeof(T) == 2, 0>(st, dinp, dout, inp, w, mean, rstd, N, C, acc))
+        layernorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, mean, rstd, C, acc);
     return cudaGetLastError();
 }
 
@@ -236,7 +372,8 @@ static int rmsnorm_fwd(cudaStream_t st, T *out, float *rstd, const T *inp, const
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    rmsnorm_fwd_k<T><<<N, NT, 0, st>>>(out, rstd, inp, w, C, eps);
+    if (!norm_fwd_v<sizeof(T) == 2, 1>(st, out, NULL, rstd, inp, w, NULL, N, C, eps))
+        rmsnorm_fwd_k<T><<<N, NT, 0, st>>>(out, rstd, inp, w, C, eps);
     return cudaGetLastError();
 }
 
@@ -246,7 +383,8 @@ static int rmsnorm_bwd_x(cudaStream_t st, T *dinp, const T *dout, const T *inp, 
 {
     if (N <= 0 || C <= 0)
         return cudaSuccess;
-    rmsnorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, rstd, C, acc);
+    if (!norm_bwd_x_v<sizeof(T) == 2, 1>(st, dinp, dout, inp, w, NULL, rstd, N, C, acc))
+        rmsnorm_bwd_x_k<T><<<N, NT, 0, st>>>(dinp, dout, inp, w, rstd, C, acc);
     return cudaGetLastError();
 }
 
@@ -270,7 +408,7 @@ int merak_cuda_launch_layernorm_bwd_w(void *stream, float *dw, float *db,
                                       const float *dout, const float *inp,
                                       const float *mean, const float *rstd, int N, int C)
 {
-    return colred<CR_LAYERNORM, float>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+    return colred<RW_LAYERNORM, float>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
 }
 
 int merak_cuda_launch_rmsnorm_fwd(void *stream, float *out, float *rstd, const float *inp,
@@ -289,7 +427,7 @@ int merak_cuda_launch_rmsnorm_bwd_x(void *stream, float *dinp, const float *dout
 int merak_cuda_launch_rmsnorm_bwd_w(void *stream, float *dw, const float *dout,
                                     const float *inp, const float *rstd, int N, int C)
 {
-    return colred<CR_RMSNORM, float>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+    return colred<RW_RMSNORM, float>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 int merak_cuda_launch_layernorm16_fwd(void *stream, uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
@@ -308,7 +446,7 @@ int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint
 int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
                                         const uint16_t *inp, const float *mean, const float *rstd, int N, int C)
 {
-    return colred<CR_LAYERNORM, uint16_t>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+    return colred<RW_LAYERNORM, uint16_t>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
 }
 
 int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, const uint16_t *inp,
@@ -326,7 +464,7 @@ int merak_cuda_launch_rmsnorm16_bwd_x(void *stream, uint16_t *dinp, const uint16
 int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *dout, const uint16_t *inp,
                                       const float *rstd, int N, int C)
 {
-    return colred<CR_RMSNORM, uint16_t>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+    return colred<RW_RMSNORM, uint16_t>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O)
@@ -340,12 +478,12 @@ int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, 
 
 int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O)
 {
-    return colred<CR_COLSUM, float>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+    return colred<RW_COLSUM, float>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
 }
 
 int merak_cuda_launch_colsum16(void *stream, float *db, const uint16_t *dout, int N, int O)
 {
-    return colred<CR_COLSUM, uint16_t>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
+    return colred<RW_COLSUM, uint16_t>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
 }
 
 int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, const float *acc, const uint16_t *b,

@@ -1059,6 +1059,14 @@ static void test_adamw(size_t n)
     merak_cuda_free(dp), merak_cuda_free(dg), merak_cuda_free(dm), merak_cuda_free(dv), merak_cuda_free(d16);
     merak_cuda_free(dsp);
     free(p), free(g), free(m), free(v), free(c16);
+    /* the gradient norm's sum of squares off 16 bytes: a head of 3 one at
+     * a time, then 16-byte loads, then a tail */
+    float *h = rand_array(1003, -3, 3), *d = to_dev(h, 1003 * sizeof *h);
+    const double s_gpu = g_gpu->sumsq(d + 1, 1001), s_cpu = g_cpu->sumsq(h + 1, 1001);
+    tap_ok(fabs(s_gpu - s_cpu) <= 1e-10 * s_cpu, "sumsq n=1001 from a float past 16 bytes: %.17g against %.17g",
+           s_gpu, s_cpu);
+    merak_cuda_free(d);
+    free(h);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1377,15 +1385,25 @@ static void test_crossentropy16(int N, int V, int v0)
     g_gpu->crossentropy16_bwd(d_acc, d_x, d_st, d_tg, N, V, v0, scale, NULL);
     merak_cuda_memcpy_d2h(in_g, d_in, n * 2);
     merak_cuda_memcpy_d2h(acc_g, d_acc, n * 2);
-    float *a = widened(in_c, n), *b = widened(in_g, n), *c = widened(acc_c, n), *d = widened(acc_g, n);
+    /* added to a gradient 2 bytes past the logits' offset within 16 bytes:
+     * the element-a-thread kernel (the others take 16 bytes a load) */
+    uint16_t *d_off = dmalloc((n + 1) * 2), *off_g = xmalloc(n * 2);
+    merak_cuda_memcpy_h2d(d_off + 1, d0, n * 2);
+    g_gpu->crossentropy16_bwd(d_off + 1, d_x, d_st, d_tg, N, V, v0, scale, NULL);
+    merak_cuda_memcpy_d2h(off_g, d_off + 1, n * 2);
+    float *a = widened(in_c, n), *b = widened(in_g, n), *c = widened(acc_c, n), *d = widened(acc_g, n),
+          *o = widened(off_g, n);
     const double e_st = worst(st_g, st_c, (size_t)N * 2, RTOL, ATOL), e_in = worst(b, a, n, 8e-3, 1e-4),
-                 e_acc = worst(d, c, n, 8e-3, 1e-4);
+                 e_acc = fmax(worst(d, c, n, 8e-3, 1e-4), worst(o, c, n, 8e-3, 1e-4));
+    merak_cuda_free(d_off);
+    free(off_g), free(o);
     int zero = 1;
     for (int r = 0; r < N; r++)
         for (int j = 0; tg[r] < 0 && j < V; j++)
             zero &= in_g[(size_t)r * V + j] == 0;
     tap_ok(e_st <= 1 && e_in <= 1 && e_acc <= 1 && zero,
-           "crossentropy16 N=%d V=%d v0=%d: statistics %.2f, in place %.2f, accumulated %.2f of the tolerance; "
+           "crossentropy16 N=%d V=%d v0=%d: statistics %.2f, in place %.2f, accumulated (16 bytes a load, and "
+           "off the logits' offset) %.2f of the tolerance; "
            "ignored rows zero %d", N, V, v0, e_st, e_in, e_acc, zero);
     merak_cuda_free(d_x), merak_cuda_free(d_in), merak_cuda_free(d_acc), merak_cuda_free(d_tg), merak_cuda_free(d_st);
     free(x), free(d0), free(tg), free(scratch), free(st_c), free(st_g), free(in_c), free(acc_c), free(in_g);
@@ -1643,10 +1661,12 @@ int main(void)
     test_embedding(700, 33, 40, 0); /* long runs of equal ids */
     test_posemb(3, 5, 40, 7);
 
-    test_layernorm(300, 70, 1); /* two column chunks */
-    test_layernorm(5, 1000, 0); /* C > block */
+    test_layernorm(300, 70, 1); /* two column chunks; rows off 16 bytes: a block a row */
+    test_layernorm(5, 1000, 0); /* C > block; whole vectors: a warp a row (rowwise.h) */
+    test_layernorm(70, 768, 1); /* GPT-2's width, 6 vectors of a lane's 8 */
     test_rmsnorm(300, 70);
     test_rmsnorm(5, 1000);
+    test_rmsnorm(9, 2048);      /* LLaMA 1B's width: 16 vectors a lane, a block a row */
 
     test_linear_sets("");
     test_attention_sets("");
@@ -1679,6 +1699,8 @@ int main(void)
     test_linear16(8, 0, 24, 1);        /* K = 0: the bias alone */
     test_norms16(300, 70);
     test_norms16(5, 1000);
+    test_norms16(70, 768);      /* GPT-2's width: 3 vectors of a lane's 4 */
+    test_norms16(9, 2048);      /* LLaMA 1B's: 8 vectors a lane */
     test_pointwise16(100003, 0, 0);
     test_pointwise16(4003, 3, 0);       /* 6-byte offset: a head of 5, then vectorised */
     test_pointwise16(4000, 8, 0);       /* 16-byte offset: vectorised from the start */

@@ -1,0 +1,445 @@
+/*
+ * rowwise.h - the per-thread arithmetic of the CUDA backend's row kernels
+ * that move 16 bytes a load, written in the subset of C that C11 and CUDA
+ * C++ share, so that tests/unit/test_rowwise runs the same code on the
+ * CPU, thread by thread, against the CPU backend:
+ *
+ *   the norms (norm.cu)  a warp a row, the row in registers: layer norm's
+ *            and RMS norm's forward and input gradient, float or bf16
+ *            storage, where a row is a whole number of 16-byte vectors
+ *            (C a multiple of 4 floats or 8 bf16, every buffer 16-byte
+ *            aligned) and at most RW_VMAX of them fall to a lane.  Lane l
+ *            holds vectors l, l + 32, ...; each sum over the row is a
+ *            lane's partial sum, then the warp's xor-shuffle tree (every
+ *            lane gets the same bits).  The row is read from memory once
+ *            and written once.
+ *   the column sums (norm.cu)  the norms' weight gradients and the
+ *            linear layers' bias gradients: a thread a vector of columns,
+ *            8 row lanes a block, chunks of rows summed in chunk order.
+ *   the cross-entropy (loss.cu)  a block a row (a row of logits is long,
+ *            50257 for GPT-2, and starts anywhere within 16 bytes): the
+ *            elements before the row's first 16-byte boundary and after
+ *            its last vector one at a time, the vectors between 16 bytes
+ *            at a time.  Statistics in one pass (an online log-sum-exp:
+ *            each thread's running maximum and sum, merged over the block
+ *            in a fixed tree); the gradient in one more.
+ *
+ * Elements are float, or bf16 bit patterns (b16: widened exactly as read,
+ * rounded once to nearest even as written, bf16.h).  Where a kernel takes
+ * b16 or a lane count as a template constant, the branches on them go
+ * away.  The other shapes take norm.cu's and loss.cu's one-element-a-
+ * thread kernels, whose arithmetic is the same up to the order of sums.
+ */
+#ifndef MERAK_ROWWISE_H
+#define MERAK_ROWWISE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bf16.h"
+
+#ifdef __CUDACC__
+#define RW_FN static __device__ __forceinline__
+#define RW_HOST_FN static __host__ __device__ __forceinline__
+#define RW_UNROLL _Pragma("unroll")
+typedef uint4 rw_u4;
+RW_FN rw_u4 rw_ld(const void *p) { return *(const uint4 *)p; }
+RW_FN void rw_st(void *p, rw_u4 v) { *(uint4 *)p = v; }
+RW_FN float rw_f32(uint32_t u) { return __uint_as_float(u); }
+RW_FN uint32_t rw_bits(float x) { return __float_as_uint(x); }
+RW_FN float rw_exp(float x) { return expf(x); }
+/* A product rounded on its own: never contracted into an fma with a sum,
+ * which would make a + b of two products depend on which comes first. */
+RW_FN float rw_mul(float a, float b) { return __fmul_rn(a, b); }
+#else
+#include <math.h>
+#include <string.h>
+#define RW_FN static inline
+#define RW_HOST_FN static inline
+#define RW_UNROLL
+/* A GPU faults on a 16-byte access off 16 bytes; the CPU would not: a
+ * test defines this to catch one. */
+#ifndef RW_ALIGN_CHECK
+#define RW_ALIGN_CHECK(p) ((void)0)
+#endif
+typedef struct rw_u4 {
+    uint32_t x, y, z, w;
+} rw_u4;
+RW_FN rw_u4 rw_ld(const void *p)
+{
+    rw_u4 v;
+    RW_ALIGN_CHECK(p);
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+RW_FN void rw_st(void *p, rw_u4 v)
+{
+    RW_ALIGN_CHECK(p);
+    memcpy(p, &v, sizeof v);
+}
+RW_FN float rw_f32(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+RW_FN uint32_t rw_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+RW_FN float rw_exp(float x) { return expf(x); }
+RW_FN float rw_mul(float a, float b) { return a * b; }
+#endif
+
+#define RW_LANES 32 /* a warp */
+#define RW_VMAX 8   /* 16-byte vectors of a row a lane holds, at most */
+#define RW_WARPS 4  /* rows (warps) of a norm kernel's block */
+
+/* Elements in 16 bytes, and bytes of one. */
+#define RW_E(b16) ((b16) ? 8 : 4)
+#define RW_ES(b16) ((b16) ? 2 : 4)
+
+/* ------------------------------------------------------------------ 16-byte vectors */
+
+RW_FN uint32_t rw_word(rw_u4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+/* Element e (< RW_E(b16)) of vector v as a float (bf16: element 2k is
+ * word k's low half, little-endian as both the host and the GPU are). */
+RW_FN float rw_get(rw_u4 v, int e, int b16)
+{
+    if (!b16)
+        return rw_f32(rw_word(v, e));
+    const uint32_t w = rw_word(v, e >> 1);
+    return rw_f32(e & 1 ? w & 0xffff0000u : w << 16);
+}
+
+/* The vector of f[0 .. RW_E(b16)) in storage (bf16: each rounded once). */
+RW_FN rw_u4 rw_pack(const float *f, int b16)
+{
+    uint32_t w[4];
+    RW_UNROLL
+    for (int i = 0; i < 4; i++)
+        w[i] = b16 ? (uint32_t)merak_f32_to_bf16(f[2 * i]) | (uint32_t)merak_f32_to_bf16(f[2 * i + 1]) << 16
+                   : rw_bits(f[i]);
+    rw_u4 v;
+    v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
+    return v;
+}
+
+/* Element i of a row p in storage, as a float, and written. */
+RW_FN float rw_elem(const void *p, size_t i, int b16)
+{
+    return b16 ? merak_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+RW_FN void rw_put(void *p, size_t i, float x, int b16)
+{
+    if (b16)
+        ((uint16_t *)p)[i] = merak_f32_to_bf16(x);
+    else
+        ((float *)p)[i] = x;
+}
+
+/* ------------------------------------------------------------------ the norms: a warp a row */
+
+/* The vectors of a row a lane holds: vector lane + RW_LANES * i, i < vmax
+ * (vmax <= RW_VMAX), those below nv. */
+typedef struct rw_row {
+    rw_u4 v[RW_VMAX];
+} rw_row;
+
+/* Does a lane own vector slot i?  (A constant after unrolling, but for nv.) */
+RW_FN int rw_has(int i, int lane, int nv, int vmax) { return i < vmax && lane + RW_LANES * i < nv; }
+
+/* r = lane's vectors of row p (nv vectors). */
+RW_FN void rw_load(rw_row *r, const void *p, int nv, int lane, int vmax)
+{
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax))
+            r->v[i] = rw_ld((const char *)p + 16 * (size_t)(lane + RW_LANES * i));
+}
+
+/* The lane's part of sum (x - m) (sq 0) or sum (x - m)^2 (sq 1). */
+RW_FN float rw_sum(const rw_row *x, float m, int sq, int nv, int lane, int vmax, int b16)
+{
+    float s = 0.0f;
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                const float d = rw_get(x->v[i], e, b16) - m;
+                s += sq ? d * d : d;
+            }
+        }
+    return s;
+}
+
+/* The lane's vectors of the output: y = (x - m) * r * w (+ b), b may be
+ * NULL (RMS norm: m = 0, b NULL: x * r * w, the same bits). */
+RW_FN void rw_norm_store(void *y, const rw_row *x, const void *w, const void *b, float m, float r, int nv,
+                         int lane, int vmax, int b16)
+{
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            const size_t at = 16 * (size_t)(lane + RW_LANES * i);
+            const rw_u4 wv = rw_ld((const char *)w + at);
+            rw_u4 bv = wv;
+            if (b)
+                bv = rw_ld((const char *)b + at);
+            float o[8];
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                o[e] = (rw_get(x->v[i], e, b16) - m) * r * rw_get(wv, e, b16);
+                if (b)
+                    o[e] += rw_get(bv, e, b16);
+            }
+            rw_st((char *)y + at, rw_pack(o, b16));
+        }
+}
+
+/* The lane's parts of the backward's two sums, with dn = dout * w and
+ * nrm = (x - m) * r: a = sum dn, bb = sum dn * nrm (RMS norm: m = 0,
+ * r = 1, so bb = sum dout * w * x). */
+RW_FN void rw_norm_bwd_sums(float *a, float *bb, const rw_row *x, const rw_row *g, const void *w, float m,
+                            float r, int nv, int lane, int vmax, int b16)
+{
+    float sa = 0.0f, sb = 0.0f;
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            const rw_u4 wv = rw_ld((const char *)w + 16 * (size_t)(lane + RW_LANES * i));
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                const float dn = rw_get(g->v[i], e, b16) * rw_get(wv, e, b16);
+                sa += dn;
+                sb += dn * ((rw_get(x->v[i], e, b16) - m) * r);
+            }
+        }
+    *a = sa;
+    *bb = sb;
+}
+
+/* The lane's vectors of the input gradient, added to dx (acc 1) or
+ * written (acc 0, dx unread):
+ *   layer norm (rms 0): (dn - a - nrm * bb) * r, a and bb the means
+ *   RMS norm (rms 1):   r * dout * w - x * k, k = mean(dout w x) r^3 */
+RW_FN void rw_norm_bwd_store(void *dx, const rw_row *x, const rw_row *g, const void *w, float m, float r,
+                             float a, float bb, int rms, int acc, int nv, int lane, int vmax, int b16)
+{
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            const size_t at = 16 * (size_t)(lane + RW_LANES * i);
+            const rw_u4 wv = rw_ld((const char *)w + at);
+            rw_u4 dv = wv;
+            if (acc)
+                dv = rw_ld((const char *)dx + at);
+            float o[8];
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                const float xe = rw_get(x->v[i], e, b16), ge = rw_get(g->v[i], e, b16),
+                            we = rw_get(wv, e, b16);
+                const float d = rms ? r * ge * we - xe * bb : (ge * we - a - (xe - m) * r * bb) * r;
+                o[e] = (acc ? rw_get(dv, e, b16) : 0.0f) + d;
+            }
+            rw_st((char *)dx + at, rw_pack(o, b16));
+        }
+}
+
+/* The lanes per row a norm of C columns needs (1, 2, 4 or 8 vectors a
+ * lane: the kernels' template argument), or 0 if it cannot take the row
+ * kernels: C not whole vectors, a buffer off 16 bytes (NULL: absent), or
+ * more than RW_VMAX vectors a lane. */
+RW_HOST_FN int rw_norm_vmax(int C, int b16, const void *const *bufs, int nbufs)
+{
+    const int E = RW_E(b16);
+    if (C <= 0 || C % E)
+        return 0;
+    for (int i = 0; i < nbufs; i++)
+        if (bufs[i] && ((uintptr_t)bufs[i] & 15))
+            return 0;
+    const int per = (C / E + RW_LANES - 1) / RW_LANES;
+    return per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= RW_VMAX ? RW_VMAX : 0;
+}
+
+/* ------------------------------------------------------------------ column sums: a vector of columns a thread */
+
+/* The norms' weight gradients and the linear layers' bias gradients sum
+ * columns over rows: a block is 32 vectors of columns by RW_CR_Y row
+ * lanes over a chunk of rows; its sums go to a partial row per chunk,
+ * which norm.cu adds up in chunk order. */
+#define RW_CR_Y 8     /* row lanes of a block */
+#define RW_CR_ROWS 64 /* rows of a chunk (a shape-only choice: doubled past the grid's limit) */
+
+enum { RW_COLSUM = 0, RW_LAYERNORM = 1, RW_RMSNORM = 2 };
+
+/* Row lane ty's sums over the rows r0 + ty, r0 + ty + RW_CR_Y, ... < r1
+ * of the RW_E(b16) columns of vector j (16 bytes at 16 j of each row of C
+ * columns), in s0 and s1:
+ *   COLSUM     dout                                  (s0)
+ *   LAYERNORM  dout * (x - mean) * rstd, dout        (s0, s1)
+ *   RMSNORM    dout * x * rstd                       (s0)  */
+RW_FN void rw_colred(float *s0, float *s1, int mode, const void *dout, const void *inp, const float *mean,
+                     const float *rstd, int C, int j, int r0, int r1, int ty, int b16)
+{
+    RW_UNROLL
+    for (int e = 0; e < 8; e++)
+        s0[e] = s1[e] = 0.0f;
+    for (int r = r0 + ty; r < r1; r += RW_CR_Y) {
+        const size_t at = (size_t)r * C * RW_ES(b16) + 16 * (size_t)j;
+        const rw_u4 d = rw_ld((const char *)dout + at);
+        rw_u4 x = d;
+        if (mode != RW_COLSUM)
+            x = rw_ld((const char *)inp + at);
+        RW_UNROLL
+        for (int e = 0; e < RW_E(b16); e++) {
+            const float g = rw_get(d, e, b16);
+            if (mode == RW_COLSUM) {
+                s0[e] += g;
+            } else if (mode == RW_LAYERNORM) {
+                s0[e] += g * ((rw_get(x, e, b16) - mean[r]) * rstd[r]);
+                s1[e] += g;
+            } else {
+                s0[e] += g * (rw_get(x, e, b16) * rstd[r]);
+            }
+        }
+    }
+}
+
+/* Can the column sums of C columns take 16-byte vectors (C whole vectors,
+ * the buffers 16-byte aligned; NULL: absent)? */
+RW_HOST_FN int rw_colred_takes(int C, int b16, const void *dout, const void *inp)
+{
+    return C > 0 && C % RW_E(b16) == 0 && !((uintptr_t)dout & 15) && !((uintptr_t)inp & 15);
+}
+
+/* ------------------------------------------------------------------ the cross-entropy: a block a row */
+
+/* Row p of n elements as the kernels walk it: *head elements before its
+ * first 16-byte boundary, *nv vectors, then the rest one at a time. */
+RW_FN void rw_split(const void *p, int n, int b16, int *head, int *nv)
+{
+    int h = (int)(((16 - ((uintptr_t)p & 15)) & 15) / RW_ES(b16));
+    if (h > n)
+        h = n;
+    *head = h;
+    *nv = (n - h) / RW_E(b16);
+}
+
+/* The online log-sum-exp: (m, s) stands for s * exp(m), the sum of exp of
+ * the elements seen; m = -inf, s = 0 for none.  A -inf element adds
+ * nothing (exp(-inf - -inf) would be a NaN). */
+RW_FN void rw_lse_add(float *m, float *s, float x)
+{
+    if (x == -INFINITY)
+        return;
+    if (x > *m) {
+        *s = *s * rw_exp(*m - x) + 1.0f;
+        *m = x;
+    } else {
+        *s += rw_exp(x - *m);
+    }
+}
+
+/* The same for the elements of vector v: its maximum first, so the sum
+ * is rescaled at most once and the exponentials are independent. */
+RW_FN void rw_lse_add_vec(float *m, float *s, rw_u4 v, int b16)
+{
+    float vm = rw_get(v, 0, b16);
+    RW_UNROLL
+    for (int e = 1; e < RW_E(b16); e++) {
+        const float x = rw_get(v, e, b16);
+        vm = x > vm ? x : vm;
+    }
+    if (vm == -INFINITY)
+        return; /* all -inf (a NaN is never < or >: it goes on, and spreads) */
+    if (vm > *m) {
+        *s *= rw_exp(*m - vm);
+        *m = vm;
+    }
+    float t = 0.0f;
+    RW_UNROLL
+    for (int e = 0; e < RW_E(b16); e++)
+        t += rw_exp(rw_get(v, e, b16) - *m);
+    *s += t;
+}
+
+/* (m, s) merged with (m2, s2): the same bits whichever comes first (the
+ * products rounded apart, their sum commutative), so every lane of an
+ * xor-shuffle tree ends with the same pair. */
+RW_FN void rw_lse_merge(float *m, float *s, float m2, float s2)
+{
+    const float M = *m > m2 ? *m : m2;
+    if (M == -INFINITY)
+        return; /* both empty */
+    *s = rw_mul(*s, rw_exp(*m - M)) + rw_mul(s2, rw_exp(m2 - M));
+    *m = M;
+}
+
+/* Thread tid of nthr: its (m, s) over its elements of row x (n elements). */
+RW_FN void rw_ce_partial(float *m, float *s, const void *x, int n, int b16, int tid, int nthr)
+{
+    int h, nv;
+    rw_split(x, n, b16, &h, &nv);
+    const int E = RW_E(b16), rest = n - h - nv * E;
+    float pm = -INFINITY, ps = 0.0f;
+    if (tid < h)
+        rw_lse_add(&pm, &ps, rw_elem(x, (size_t)tid, b16));
+    const char *xv = (const char *)x + (size_t)h * RW_ES(b16);
+    for (int j = tid; j < nv; j += nthr)
+        rw_lse_add_vec(&pm, &ps, rw_ld(xv + 16 * (size_t)j), b16);
+    if (tid < rest)
+        rw_lse_add(&pm, &ps, rw_elem(x, (size_t)(h + nv * E + tid), b16));
+    *m = pm;
+    *s = ps;
+}
+
+/* One element's gradient: (exp(x - l) - [j == t]) * scale. */
+RW_FN float rw_ce_grad1(float x, int j, long long t, float l, float scale)
+{
+    return (rw_exp(x - l) - (j == t ? 1.0f : 0.0f)) * scale;
+}
+
+/* Thread tid of nthr: its elements of the gradient of row x (n elements,
+ * target t relative to the row, l its log-sum-exp), written over x
+ * (dx == x) or added to dx (dx at the same offset within 16 bytes as x);
+ * zero (zero 1: a row without a target, in place) instead. */
+RW_FN void rw_ce_grad(void *dx, const void *x, int n, long long t, float l, float scale, int zero, int b16,
+                      int tid, int nthr)
+{
+    const int add = dx != x;
+    int h, nv;
+    rw_split(x, n, b16, &h, &nv);
+    const int E = RW_E(b16), rest = n - h - nv * E;
+    if (tid < h) {
+        const float g = zero ? 0.0f : rw_ce_grad1(rw_elem(x, (size_t)tid, b16), tid, t, l, scale);
+        rw_put(dx, (size_t)tid, add ? rw_elem(dx, (size_t)tid, b16) + g : g, b16);
+    }
+    const size_t vb = (size_t)h * RW_ES(b16);
+    for (int j = tid; j < nv; j += nthr) {
+        const int j0 = h + j * E;
+        const rw_u4 v = rw_ld((const char *)x + vb + 16 * (size_t)j);
+        rw_u4 d = v;
+        if (add)
+            d = rw_ld((const char *)dx + vb + 16 * (size_t)j);
+        float o[8];
+        RW_UNROLL
+        for (int e = 0; e < RW_E(b16); e++) {
+            const float g = zero ? 0.0f : rw_ce_grad1(rw_get(v, e, b16), j0 + e, t, l, scale);
+            o[e] = add ? rw_get(d, e, b16) + g : g;
+        }
+        rw_st((char *)dx + vb + 16 * (size_t)j, rw_pack(o, b16));
+    }
+    if (tid < rest) {
+        const int j = h + nv * E + tid;
+        const float g = zero ? 0.0f : rw_ce_grad1(rw_elem(x, (size_t)j, b16), j, t, l, scale);
+        rw_put(dx, (size_t)j, add ? rw_elem(dx, (size_t)j, b16) + g : g, b16);
+    }
+}
+
+#endif /* MERAK_ROWWISE_H */
