@@ -6,19 +6,21 @@
 # attention's bf16 conversions, the norms' row kernels (forward and input
 # gradient, layer norm and RMS norm, float and bf16, each lane count), the
 # column sums (the norms' weight gradients, the linear layers' bias
-# gradients) and the cross-entropy's (rowwise.h), AdamW and the gradient
-# norm's sum of squares load and store 16 bytes a thread (ld.global.v4 /
+# gradients), the embeddings' and the cross-entropy's (rowwise.h), AdamW
+# and the gradient norm's sum of squares load and store 16 bytes a thread
+# (ld.global.v4 /
 # st.global.v4 in the PTX: what a kernel needs to reach the copy rate; the
 # column sums, the statistics and the sum of squares load so and store a
 # few numbers) and spill nothing (ptxas -v).  The kernels left one element
-# a thread (the fallbacks for rows off 16 bytes, the embeddings) are
-# listed, not required yet.
+# a thread (the fallbacks for widths that are not whole vectors and
+# buffers off 16 bytes, the small final sums, the bias epilogue's
+# fallback) are listed.
 # Skipped without a CUDA build.
 . "$(dirname "$0")/lib.sh"
 grep -q '^#define HAVE_CUDA 1' "$MERAK_BUILDDIR/config.h" || skip "built without CUDA (no nvcc)"
 K=kernels/cuda
 make -s -C "$MERAK_BUILDDIR" $K/pointwise.ptx $K/attention.ptx $K/norm.ptx $K/embed.ptx $K/loss.ptx $K/optim.ptx \
-    $K/pointwise.ptxas $K/attention.ptxas $K/norm.ptxas $K/loss.ptxas $K/optim.ptxas > /dev/null 2> "$WORK/make.err" ||
+    $K/pointwise.ptxas $K/attention.ptxas $K/norm.ptxas $K/loss.ptxas $K/optim.ptxas $K/embed.ptxas > /dev/null 2> "$WORK/make.err" ||
     { cat "$WORK/make.err" >&2; fail "nvcc could not make the PTX"; }
 
 # vec FILE: "NAME LOADS STORES" for each kernel of a PTX file: how many
@@ -46,11 +48,13 @@ awk '$2 == 0 || $3 == 0' "$WORK/conv" > "$WORK/bad"
 
 # the row kernels: 2 norms x 2 passes x 2 storages x 4 lane counts, the
 # column sums' 3 kinds x 2 storages, and the cross-entropy's statistics and
-# gradient in 2 storages; AdamW and the sum of squares
+# gradient in 2 storages; AdamW and the sum of squares; the embeddings'
+# 4 kernels in 2 storages
 vec "$MERAK_BUILDDIR/$K/norm.ptx" | grep -E "norm_(fwd|bwd_x)_v_k|colred_v_k" > "$WORK/rows"
 vec "$MERAK_BUILDDIR/$K/loss.ptx" | grep -E "ce_(stats|bwd)_v_k" >> "$WORK/rows"
 vec "$MERAK_BUILDDIR/$K/optim.ptx" | grep -E "adamw_k|sumsq_partial_k" >> "$WORK/rows"
-[ "$(grep -c . "$WORK/rows")" -eq 44 ] || { cat "$WORK/rows" >&2; fail "norm.ptx, loss.ptx and optim.ptx lack their 32 + 6 + 4 + 2 kernels"; }
+vec "$MERAK_BUILDDIR/$K/embed.ptx" | grep -E "embedding_fwd_v_k|posemb_(fwd|bwd_w)_v_k|embedding_bwd_runs_kI[ft]Li1E" >> "$WORK/rows"
+[ "$(grep -c . "$WORK/rows")" -eq 52 ] || { cat "$WORK/rows" >&2; fail "norm.ptx, loss.ptx, optim.ptx and embed.ptx lack their 32 + 6 + 4 + 2 + 8 kernels"; }
 awk '$2 == 0 || ($3 == 0 && $1 !~ /ce_stats|colred|sumsq/)' "$WORK/rows" > "$WORK/bad"
 [ ! -s "$WORK/bad" ] || { cat "$WORK/bad" >&2; fail "row kernels without 16-byte loads and stores (name loads stores above)"; }
 
@@ -58,6 +62,7 @@ spills "$MERAK_BUILDDIR/$K/pointwise.ptxas" > "$WORK/spill"
 spills "$MERAK_BUILDDIR/$K/norm.ptxas" >> "$WORK/spill"
 spills "$MERAK_BUILDDIR/$K/loss.ptxas" >> "$WORK/spill"
 spills "$MERAK_BUILDDIR/$K/optim.ptxas" >> "$WORK/spill"
+spills "$MERAK_BUILDDIR/$K/embed.ptxas" | grep -v cub >> "$WORK/spill" || true
 spills "$MERAK_BUILDDIR/$K/attention.ptxas" | grep -E "rows_(to|from)_bf16|attn_bwd_add" >> "$WORK/spill" || true
 [ ! -s "$WORK/spill" ] || { cat "$WORK/spill" >&2; fail "kernels that spill (above)"; }
 # a report that says nothing would pass the check above: it must list them
@@ -67,6 +72,6 @@ grep -q "Function properties for .*norm_bwd_x_v_k" "$MERAK_BUILDDIR/$K/norm.ptxa
     fail "ptxas's report of norm.cu names no row kernel"
 
 for f in norm embed loss optim; do
-    vec "$MERAK_BUILDDIR/$K/$f.ptx" | awk -v f="$f" '$1 !~ /_v_k|adamw_k|sumsq_partial/ && ($2 == 0 || $3 == 0) { s = s " " $1 } END { if (s != "") print "# " f ".cu, one element a thread:" s }'
+    vec "$MERAK_BUILDDIR/$K/$f.ptx" | awk -v f="$f" '$1 !~ /_v_k|adamw_k|sumsq_partial|runs_kI[ft]Li1E|cub/ && ($2 == 0 || $3 == 0) { s = s " " $1 } END { if (s != "") print "# " f ".cu, one element a thread:" s }'
 done
-echo "cuda_ptx: $n elementwise kernels, 2 bf16 conversions and 44 row and optimizer kernels with 16-byte loads and stores, none spilling"
+echo "cuda_ptx: $n elementwise kernels, 2 bf16 conversions and 52 row, embedding and optimizer kernels with 16-byte loads and stores, none spilling"

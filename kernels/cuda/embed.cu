@@ -1,11 +1,33 @@
 /*
- * embed.cu - token and position embeddings, forward and weight gradient.
+ * embed.cu - token and position embeddings, forward and weight gradient:
+ * 16 bytes a load where the width is whole vectors and the buffers are
+ * aligned (rowwise.h), else an element a thread.
  *
  * Conventions shared by every kernel file: cuda_common.cuh.
  */
 #include <cub/device/device_radix_sort.cuh> /* stable sort of token ids (embedding_bwd_w) */
 
 #include "cuda_common.cuh"
+#include "rowwise.h"
+
+/* The vectorised kernels (rowwise.h): a 16-byte vector a thread. */
+template <int B16>
+__global__ void embedding_fwd_v_k(void *out, const int32_t *ids, const void *wte, int C, int v0, int V, size_t nv)
+{
+    GRID_STRIDE(v, nv) rw_embedding_fwd(out, ids, wte, C, v0, V, v, B16);
+}
+
+template <int B16>
+__global__ void posemb_fwd_v_k(void *out, const void *inp, const void *wpe, size_t TC, size_t nv)
+{
+    GRID_STRIDE(v, nv) rw_posemb_fwd(out, inp, wpe, TC, v, B16);
+}
+
+template <int B16>
+__global__ void posemb_bwd_w_v_k(float *dwpe, const void *dout, int B, size_t TC, size_t nv)
+{
+    GRID_STRIDE(v, nv) rw_posemb_bwd_w(dwpe, dout, B, TC, v, B16);
+}
 
 /* out (N,C) = wte[ids - v0] ; wte (V,C), a shard of the vocabulary: ids
  * outside [v0, v0+V) give zero rows.  T: float, or uint16_t (bf16
@@ -30,8 +52,9 @@ __global__ void iota_k(int32_t *x, int N)
 
 /* One block per position p of the stably sorted ids; the block at the start
  * of a run of equal ids adds the rows of that run, in increasing row order
- * (the order a sequential loop over rows would use), into dwte[id]. */
-template <typename T>
+ * (the order a sequential loop over rows would use), into dwte[id]: a
+ * vector of columns a thread (VEC), else a column. */
+template <typename T, int VEC>
 __global__ void embedding_bwd_runs_k(float *dwte, const T *dout, const int32_t *keys,
                                      const int32_t *rows, int N, int C, int v0, int V)
 {
@@ -43,11 +66,16 @@ __global__ void embedding_bwd_runs_k(float *dwte, const T *dout, const int32_t *
     while (q < N && keys[q] == id)
         q++;
     float *dst = dwte + (size_t)(id - v0) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = dst[c];
-        for (int r = p; r < q; r++)
-            acc += as_f32(dout[(size_t)rows[r] * C + c]);
-        dst[c] = acc;
+    if (VEC) {
+        for (int j = threadIdx.x; j < C / RW_E(sizeof(T) == 2); j += blockDim.x)
+            rw_embedding_bwd_run(dst, dout, rows, p, q, C, j, sizeof(T) == 2);
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float acc = dst[c];
+            for (int r = p; r < q; r++)
+                acc += as_f32(dout[(size_t)rows[r] * C + c]);
+            dst[c] = acc;
+        }
     }
 }
 
@@ -77,7 +105,13 @@ static int posemb_fwd(cudaStream_t st, T *out, const T *inp, const T *wpe, int B
     const size_t TC = (size_t)T_ * C, n = (size_t)B * TC;
     if (n == 0)
         return cudaSuccess;
-    posemb_fwd_k<T><<<ew_grid(n), NT, 0, st>>>(out, inp, wpe, n, TC);
+    const int B16 = sizeof(T) == 2;
+    if (rw_embed_takes(C, B16, out, inp, wpe)) {
+        const size_t nv = n / RW_E(B16);
+        posemb_fwd_v_k<sizeof(T) == 2><<<ew_grid(nv), NT, 0, st>>>(out, inp, wpe, TC, nv);
+    } else {
+        posemb_fwd_k<T><<<ew_grid(n), NT, 0, st>>>(out, inp, wpe, n, TC);
+    }
     return cudaGetLastError();
 }
 
@@ -87,7 +121,13 @@ static int posemb_bwd_w(cudaStream_t st, float *dwpe, const T *dout, int B, int 
     const size_t TC = (size_t)T_ * C;
     if (TC == 0 || B <= 0)
         return cudaSuccess;
-    posemb_bwd_w_k<T><<<ew_grid(TC), NT, 0, st>>>(dwpe, dout, B, TC);
+    const int B16 = sizeof(T) == 2;
+    if (rw_embed_takes(C, B16, dwpe, dout, NULL)) {
+        const size_t nv = TC / RW_E(B16);
+        posemb_bwd_w_v_k<sizeof(T) == 2><<<ew_grid(nv), NT, 0, st>>>(dwpe, dout, B, TC, nv);
+    } else {
+        posemb_bwd_w_k<T><<<ew_grid(TC), NT, 0, st>>>(dwpe, dout, B, TC);
+    }
     return cudaGetLastError();
 }
 
@@ -98,7 +138,13 @@ static int embedding_fwd(cudaStream_t st, T *out, const int32_t *ids, const T *w
     const size_t n = (size_t)N * C;
     if (n == 0)
         return cudaSuccess;
-    embedding_fwd_k<T><<<ew_grid(n), NT, 0, st>>>(out, ids, wte, N, C, v0, V);
+    const int B16 = sizeof(T) == 2;
+    if (rw_embed_takes(C, B16, out, wte, NULL)) {
+        const size_t nv = n / RW_E(B16);
+        embedding_fwd_v_k<sizeof(T) == 2><<<ew_grid(nv), NT, 0, st>>>(out, ids, wte, C, v0, V, nv);
+    } else {
+        embedding_fwd_k<T><<<ew_grid(n), NT, 0, st>>>(out, ids, wte, N, C, v0, V);
+    }
     return cudaGetLastError();
 }
 
@@ -127,7 +173,10 @@ static int embedding_bwd_w(cudaStream_t st, float *dwte, const T *dout, const in
     e = cub::DeviceRadixSort::SortPairs(tmp, temp, ids, keys, rows_in, rows, N, 0, 32, st);
     if (e != cudaSuccess)
         return e;
-    embedding_bwd_runs_k<T><<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
+    if (rw_embed_takes(C, sizeof(T) == 2, dwte, dout, NULL))
+        embedding_bwd_runs_k<T, 1><<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
+    else
+        embedding_bwd_runs_k<T, 0><<<N, NT, 0, st>>>(dwte, dout, keys, rows, N, C, v0, V);
     return cudaGetLastError();
 }
 

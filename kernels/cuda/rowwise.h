@@ -16,6 +16,10 @@
  *   the column sums (norm.cu)  the norms' weight gradients and the
  *            linear layers' bias gradients: a thread a vector of columns,
  *            8 row lanes a block, chunks of rows summed in chunk order.
+ *   the embeddings (embed.cu)  a 16-byte vector a thread: the token
+ *            and position embeddings forward, the position embedding's
+ *            weight gradient, the runs of equal ids of the token
+ *            embedding's.
  *   the cross-entropy (loss.cu)  a block a row (a row of logits is long,
  *            50257 for GPT-2, and starts anywhere within 16 bytes): the
  *            elements before the row's first 16-byte boundary and after
@@ -316,6 +320,99 @@ RW_FN void rw_colred(float *s0, float *s1, int mode, const void *dout, const voi
 RW_HOST_FN int rw_colred_takes(int C, int b16, const void *dout, const void *inp)
 {
     return C > 0 && C % RW_E(b16) == 0 && !((uintptr_t)dout & 15) && !((uintptr_t)inp & 15);
+}
+
+/* ------------------------------------------------------------------ embeddings: a vector a thread */
+
+/* The embeddings (embed.cu) where C is whole vectors and the buffers are
+ * 16-byte aligned: element e of a vector is column E * j + e of a row.
+ * Vector v of out (N, C): row v / (C/E) of the token rows. */
+
+/* out's vector v = wte's row ids[n] - v0 at the same columns, or zero
+ * outside the shard [v0, v0 + V): the bits copied. */
+RW_FN void rw_embedding_fwd(void *out, const int32_t *ids, const void *wte, int C, int v0, int V, size_t v,
+                            int b16)
+{
+    const size_t nvr = (size_t)(C / RW_E(b16)), n = v / nvr, j = v % nvr;
+    const long long r = (long long)ids[n] - v0;
+    rw_u4 q;
+    q.x = q.y = q.z = q.w = 0u;
+    if (r >= 0 && r < V)
+        q = rw_ld((const char *)wte + ((size_t)r * C * RW_ES(b16) + 16 * j));
+    rw_st((char *)out + 16 * v, q);
+}
+
+/* out's vector v = inp's + wpe's at position (v's element) % TC (T x C, a
+ * whole number of vectors), rounded once in bf16 storage. */
+RW_FN void rw_posemb_fwd(void *out, const void *inp, const void *wpe, size_t TC, size_t v, int b16)
+{
+    const size_t E = (size_t)RW_E(b16), w = (v * E % TC) / E;
+    const rw_u4 a = rw_ld((const char *)inp + 16 * v), b = rw_ld((const char *)wpe + 16 * w);
+    float o[8];
+    RW_UNROLL
+    for (int e = 0; e < RW_E(b16); e++)
+        o[e] = rw_get(a, e, b16) + rw_get(b, e, b16);
+    rw_st((char *)out + 16 * v, rw_pack(o, b16));
+}
+
+/* dwpe (float) at the elements of dout's vector v of a T x C position
+ * block += the sum over b (in order) of dout[b] there. */
+RW_FN void rw_posemb_bwd_w(float *dwpe, const void *dout, int B, size_t TC, size_t v, int b16)
+{
+    const size_t E = (size_t)RW_E(b16), tcb = TC * RW_ES(b16);
+    float acc[8];
+    RW_UNROLL
+    for (int e = 0; e < 8; e++)
+        acc[e] = 0.0f;
+    for (int b = 0; b < B; b++) {
+        const rw_u4 q = rw_ld((const char *)dout + (size_t)b * tcb + 16 * v);
+        RW_UNROLL
+        for (int e = 0; e < RW_E(b16); e++)
+            acc[e] += rw_get(q, e, b16);
+    }
+    /* E floats of dwpe: one or two 16-byte vectors */
+    RW_UNROLL
+    for (int h = 0; h < RW_E(b16) / 4; h++) {
+        float *d = dwpe + v * E + 4 * (size_t)h;
+        const rw_u4 q = rw_ld(d);
+        float o[4];
+        RW_UNROLL
+        for (int e = 0; e < 4; e++)
+            o[e] = rw_get(q, e, 0) + acc[4 * h + e];
+        rw_st(d, rw_pack(o, 0));
+    }
+}
+
+/* A run [p, q) of equal ids (sorted, stable) added into the float row dst
+ * of dwte: the column vector j, rows rows[p..q) of dout in that order. */
+RW_FN void rw_embedding_bwd_run(float *dst, const void *dout, const int32_t *rows, int p, int q, int C, int j,
+                                int b16)
+{
+    const int E = RW_E(b16);
+    float acc[8];
+    RW_UNROLL
+    for (int h = 0; h < RW_E(b16) / 4; h++) {
+        const rw_u4 d = rw_ld(dst + (size_t)j * E + 4 * h);
+        RW_UNROLL
+        for (int e = 0; e < 4; e++)
+            acc[4 * h + e] = rw_get(d, e, 0);
+    }
+    for (int r = p; r < q; r++) {
+        const rw_u4 g = rw_ld((const char *)dout + ((size_t)rows[r] * C * RW_ES(b16) + 16 * (size_t)j));
+        RW_UNROLL
+        for (int e = 0; e < RW_E(b16); e++)
+            acc[e] += rw_get(g, e, b16);
+    }
+    RW_UNROLL
+    for (int h = 0; h < RW_E(b16) / 4; h++)
+        rw_st(dst + (size_t)j * E + 4 * h, rw_pack(acc + 4 * h, 0));
+}
+
+/* Can the embeddings of width C take vectors (every buffer 16-byte
+ * aligned, NULL: absent)? */
+RW_HOST_FN int rw_embed_takes(int C, int b16, const void *a, const void *b, const void *c)
+{
+    return C > 0 && C % RW_E(b16) == 0 && !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15);
 }
 
 /* ------------------------------------------------------------------ the cross-entropy: a block a row */

@@ -324,6 +324,86 @@ static void colred_case(int mode, int b16, int N, int C)
     free(x), free(dy), free(mean), free(rstd), free(d0), free(d1), free(c0), free(c1), free(scratch);
 }
 
+/* ------------------------------------------------------------------ embeddings */
+
+typedef struct {
+    int32_t id, row;
+} id_row;
+
+static int by_id_then_row(const void *a, const void *b)
+{
+    const id_row *x = a, *y = b;
+    return x->id != y->id ? (x->id > y->id) - (x->id < y->id) : (x->row > y->row) - (x->row < y->row);
+}
+
+/* embed.cu's vectorised kernels, vector by vector, against the CPU
+ * backend: the token embedding of a shard [v0, v0 + V) (ids outside give
+ * zero rows) and its weight gradient by runs of equal ids (a stable sort,
+ * as cub's), the position embedding and its weight gradient over B rows
+ * of T positions. */
+static void embed_case(int b16, int B, int T, int C, int V, int v0)
+{
+    const int N = B * T;
+    const size_t nc = (size_t)N * C, es = RW_ES(b16), E = RW_E(b16), tc = (size_t)T * C;
+    void *wte = xmalloc((size_t)V * C * es), *wpe = xmalloc(tc * es), *dout = xmalloc(nc * es);
+    void *out_c = xmalloc(nc * es), *out_e = xmalloc(nc * es), *pos_c = xmalloc(nc * es), *pos_e = xmalloc(nc * es);
+    float *dwte_c = xmalloc((size_t)V * C * sizeof(float)), *dwte_e = xmalloc((size_t)V * C * sizeof(float));
+    float *dwpe_c = xmalloc(tc * sizeof(float)), *dwpe_e = xmalloc(tc * sizeof(float));
+    float *scratch = xmalloc((2 * nc + 2 * tc + 64) * sizeof(float));
+    int32_t *ids = xmalloc((size_t)N * sizeof *ids);
+    id_row *sorted = xmalloc((size_t)N * sizeof *sorted);
+    fill(wte, (size_t)V * C, b16, -1, 1), fill(wpe, tc, b16, -1, 1), fill(dout, nc, b16, -1, 1);
+    fill(dwte_c, (size_t)V * C, 0, -1, 1), fill(dwpe_c, tc, 0, -1, 1);
+    memcpy(dwte_e, dwte_c, (size_t)V * C * sizeof(float)), memcpy(dwpe_e, dwpe_c, tc * sizeof(float));
+    for (int n = 0; n < N; n++) /* repeats, and ids before and after the shard */
+        ids[n] = (int32_t)(urand() * (v0 + V + 3)) / (n % 3 ? 1 : 4);
+    const merak_kernels *k = merak_kernels_cpu();
+    const int takes = rw_embed_takes(C, b16, wte, out_e, dout);
+    if (b16) {
+        k->embedding16_fwd(out_c, ids, wte, N, C, v0, V);
+        k->embedding16_bwd_w(dwte_c, dout, ids, N, C, v0, V, scratch);
+        k->posemb16_fwd(pos_c, out_c, wpe, B, T, C, scratch);
+        k->posemb16_bwd_w(dwpe_c, dout, B, T, C, scratch);
+    } else {
+        k->embedding_fwd(out_c, ids, wte, N, C, v0, V);
+        k->embedding_bwd_w(dwte_c, dout, ids, N, C, v0, V);
+        k->posemb_fwd(pos_c, out_c, wpe, B, T, C);
+        k->posemb_bwd_w(dwpe_c, dout, B, T, C);
+    }
+    for (size_t v = 0; v < nc / E; v++)
+        rw_embedding_fwd(out_e, ids, wte, C, v0, V, v, b16);
+    for (size_t v = 0; v < nc / E; v++)
+        rw_posemb_fwd(pos_e, out_e, wpe, tc, v, b16);
+    for (size_t v = 0; v < tc / E; v++)
+        rw_posemb_bwd_w(dwpe_e, dout, B, tc, v, b16);
+    for (int n = 0; n < N; n++)
+        sorted[n].id = ids[n], sorted[n].row = n;
+    qsort(sorted, (size_t)N, sizeof *sorted, by_id_then_row);
+    int32_t *rows = xmalloc((size_t)N * sizeof *rows);
+    for (int n = 0; n < N; n++)
+        rows[n] = sorted[n].row;
+    for (int p = 0; p < N; p++) { /* embedding_bwd_runs_k's block p */
+        const int32_t id = sorted[p].id;
+        if ((p > 0 && sorted[p - 1].id == id) || id - v0 < 0 || id - v0 >= V)
+            continue;
+        int q = p + 1;
+        while (q < N && sorted[q].id == id)
+            q++;
+        for (int j = 0; j < C / (int)E; j++)
+            rw_embedding_bwd_run(dwte_e + (size_t)(id - v0) * C, dout, rows, p, q, C, j, b16);
+    }
+    const int fwd_same = memcmp(out_e, out_c, nc * es) == 0, pos_same = memcmp(pos_e, pos_c, nc * es) == 0;
+    const double e_wte = worst(dwte_e, dwte_c, (size_t)V * C, 0, 1e-5, 1e-6),
+                 e_wpe = worst(dwpe_e, dwpe_c, tc, 0, 1e-5, 1e-6);
+    tap_ok(takes && fwd_same && pos_same && e_wte <= 1 && e_wpe <= 1 && !g_misaligned,
+           "embeddings %s B=%d T=%d C=%d, a shard of %d from %d: token and position rows the CPU's bits %d %d; "
+           "dwte %.2f, dwpe %.2f of the tolerance; misaligned accesses %ld",
+           b16 ? "bf16" : "f32", B, T, C, V, v0, fwd_same, pos_same, e_wte, e_wpe, g_misaligned);
+    g_misaligned = 0;
+    free(wte), free(wpe), free(dout), free(out_c), free(out_e), free(pos_c), free(pos_e), free(dwte_c);
+    free(dwte_e), free(dwpe_c), free(dwpe_e), free(scratch), free(ids), free(sorted), free(rows);
+}
+
 /* ------------------------------------------------------------------ the cross-entropy */
 
 /* block_lse of loss.cu: each warp's xor tree of rw_lse_merge, then warp
@@ -507,6 +587,12 @@ int main(void)
         colred_case(RW_RMSNORM, b16, 70, 1024);
         colred_case(RW_COLSUM, b16, 130, 2304);
         colred_case(RW_COLSUM, b16, 5, 8 * RW_E(b16) + 32 * RW_E(b16));
+    }
+    /* the embeddings: GPT-2's width, a narrow one (a vector a row in bf16) */
+    for (int b16 = 0; b16 <= 1; b16++) {
+        embed_case(b16, 3, 37, 768, 50, 0);
+        embed_case(b16, 2, 9, 8, 20, 7);
+        embed_case(b16, 4, 5, 40, 300, 100);
     }
     /* the cross-entropy: GPT-2's vocabulary (rows at every offset within
      * 16 bytes), a shard, rows shorter than a vector's head */
