@@ -188,11 +188,11 @@ static void norm_case(int rms, int b16, int bias, int N, int C)
     /* the input gradient from the CPU's statistics, added then written */
     double e_dx = 0;
     for (int acc = 1; acc >= 0; acc--) {
-        memcpy(dx_c, dx0, n * es);
+        /* the CPU's: added to dx0, or to zeros (what acc 0 must write) */
         if (acc)
-            memcpy(dx_e, dx0, n * es);
+            memcpy(dx_c, dx0, n * es), memcpy(dx_e, dx0, n * es);
         else
-            fill_nan(dx_e, n, b16);
+            memset(dx_c, 0, n * es), fill_nan(dx_e, n, b16);
         if (b16 && rms)
             k->rmsnorm16_bwd_x(dx_c, dy, x, w, st_c + N, N, C, 1, scratch);
         else if (b16)
@@ -201,17 +201,6 @@ static void norm_case(int rms, int b16, int bias, int N, int C)
             k->rmsnorm_bwd_x(dx_c, dy, x, w, st_c + N, N, C, 1);
         else
             k->layernorm_bwd_x(dx_c, dy, x, w, st_c, st_c + N, N, C, 1);
-        if (!acc) { /* what adding to zeros gives */
-            memset(dx_c, 0, n * es);
-            if (b16 && rms)
-                k->rmsnorm16_bwd_x(dx_c, dy, x, w, st_c + N, N, C, 1, scratch);
-            else if (b16)
-                k->layernorm16_bwd_x(dx_c, dy, x, w, st_c, st_c + N, N, C, 1, scratch);
-            else if (rms)
-                k->rmsnorm_bwd_x(dx_c, dy, x, w, st_c + N, N, C, 1);
-            else
-                k->layernorm_bwd_x(dx_c, dy, x, w, st_c, st_c + N, N, C, 1);
-        }
         emu_norm_bwd_x(rms, b16, vm, dx_e, dy, x, w, st_c, st_c + N, N, C, acc);
         e_dx = fmax(e_dx, worst_b16(dx_e, dx_c, n, b16));
     }
