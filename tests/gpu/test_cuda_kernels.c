@@ -1059,12 +1059,43 @@ static void test_adamw(size_t n)
     merak_cuda_free(dp), merak_cuda_free(dg), merak_cuda_free(dm), merak_cuda_free(dv), merak_cuda_free(d16);
     merak_cuda_free(dsp);
     free(p), free(g), free(m), free(v), free(c16);
+    /* the same values through a span on 16 bytes (four at a time) and one
+     * a float past it (one at a time): the same bits, copies included */
+    {
+        const size_t L = 258, W = 2 * L + 1;
+        float *hv[4] = {rand_array(W, -1, 1), rand_array(W, -1, 1), rand_array(W, -0.1f, 0.1f),
+                        rand_array(W, 0, 0.01f)};
+        float *dq[4];
+        for (int k = 0; k < 4; k++) {
+            memcpy(hv[k] + L + 1, hv[k], L * sizeof(float));
+            dq[k] = to_dev(hv[k], W * sizeof(float));
+        }
+        const merak_adamw_span two[2] = {{0, 0, L, 1}, {L + 1, L + 1, L, 1}};
+        merak_adamw_span *dtwo = to_dev(two, sizeof two);
+        uint16_t *e16 = dmalloc(W * 2), *h16 = xmalloc(W * 2);
+        g_gpu->adamw(dq[0], dq[1], dq[2], dq[3], dtwo, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, e16);
+        int bits = 1;
+        for (int k = 0; k < 4; k++) {
+            merak_cuda_memcpy_d2h(hv[k], dq[k], W * sizeof(float));
+            bits &= memcmp(hv[k], hv[k] + L + 1, L * sizeof(float)) == 0;
+            merak_cuda_free(dq[k]);
+            free(hv[k]);
+        }
+        merak_cuda_memcpy_d2h(h16, e16, W * 2);
+        bits &= memcmp(h16, h16 + L + 1, L * 2) == 0;
+        tap_ok(bits, "adamw: a span four elements at a time and one an element at a time give the same bits "
+               "(p, m, v and the bf16 copies)");
+        merak_cuda_free(dtwo), merak_cuda_free(e16);
+        free(h16);
+    }
     /* the gradient norm's sum of squares off 16 bytes: a head of 3 one at
-     * a time, then 16-byte loads, then a tail */
+     * a time, then 16-byte loads, then a tail; and shorter than its head */
     float *h = rand_array(1003, -3, 3), *d = to_dev(h, 1003 * sizeof *h);
     const double s_gpu = g_gpu->sumsq(d + 1, 1001), s_cpu = g_cpu->sumsq(h + 1, 1001);
-    tap_ok(fabs(s_gpu - s_cpu) <= 1e-10 * s_cpu, "sumsq n=1001 from a float past 16 bytes: %.17g against %.17g",
-           s_gpu, s_cpu);
+    const double t_gpu = g_gpu->sumsq(d + 1, 2), t_cpu = g_cpu->sumsq(h + 1, 2);
+    tap_ok(fabs(s_gpu - s_cpu) <= 1e-10 * s_cpu && fabs(t_gpu - t_cpu) <= 1e-10 * t_cpu,
+           "sumsq from a float past 16 bytes: n=1001 %.17g against %.17g, n=2 %.17g against %.17g", s_gpu, s_cpu,
+           t_gpu, t_cpu);
     merak_cuda_free(d);
     free(h);
 }
@@ -1658,8 +1689,10 @@ int main(void)
 
     test_embedding(37, 50, 11, 0);
     test_embedding(60, 20, 7, 5); /* a shard: ids before and after it */
-    test_embedding(700, 33, 40, 0); /* long runs of equal ids */
-    test_posemb(3, 5, 40, 7);
+    test_embedding(700, 33, 40, 0); /* long runs of equal ids; C not whole vectors */
+    test_embedding(700, 40, 40, 5); /* long runs, 16 bytes a load */
+    test_posemb(3, 5, 40, 7);       /* 16 bytes a load */
+    test_posemb(3, 5, 30, 7);       /* an element a thread */
 
     test_layernorm(300, 70, 1); /* two column chunks; rows off 16 bytes: a block a row */
     test_layernorm(5, 1000, 0); /* C > block; whole vectors: a warp a row (rowwise.h) */
@@ -1690,6 +1723,7 @@ int main(void)
     test_crossentropy(3, 50257, 0);
     test_crossentropy(7, 300, 100);
     test_adamw(1000);
+    test_adamw(1003);               /* spans off 16 bytes, a tail of 1 */
     /* bf16 storage's entries (new, unmeasured: after the others) */
     test_embedding16(37, 50, 11, 0);
     test_embedding16(700, 64, 40, 5);

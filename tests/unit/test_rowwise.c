@@ -347,7 +347,7 @@ static void embed_case(int b16, int B, int T, int C, int V, int v0)
     for (int n = 0; n < N; n++) /* repeats, and ids before and after the shard */
         ids[n] = (int32_t)(urand() * (v0 + V + 3)) / (n % 3 ? 1 : 4);
     const merak_kernels *k = merak_kernels_cpu();
-    const int takes = rw_embed_takes(C, b16, wte, out_e, dout);
+    const int takes = rw_embed_takes(C, b16, wte, out_e, dout) && rw_embed_takes(C, b16, wpe, dwpe_e, dwte_e);
     if (b16) {
         k->embedding16_fwd(out_c, ids, wte, N, C, v0, V);
         k->embedding16_bwd_w(dwte_c, dout, ids, N, C, v0, V, scratch);
