@@ -6,7 +6,8 @@
 # attention's bf16 conversions, the norms' row kernels (forward and input
 # gradient, layer norm and RMS norm, float and bf16, each lane count), the
 # column sums (the norms' weight gradients, the linear layers' bias
-# gradients), the embeddings' and the cross-entropy's (rowwise.h), AdamW
+# gradients), the embeddings', attention's gradient add and the
+# cross-entropy's (rowwise.h), AdamW
 # and the gradient norm's sum of squares load and store 16 bytes a thread
 # (ld.global.v4 /
 # st.global.v4 in the PTX: what a kernel needs to reach the copy rate; the
@@ -49,12 +50,13 @@ awk '$2 == 0 || $3 == 0' "$WORK/conv" > "$WORK/bad"
 # the row kernels: 2 norms x 2 passes x 2 storages x 4 lane counts, the
 # column sums' 3 kinds x 2 storages, and the cross-entropy's statistics and
 # gradient in 2 storages; AdamW and the sum of squares; the embeddings'
-# 4 kernels in 2 storages
+# 4 kernels in 2 storages; attention's gradient add in 2
 vec "$MERAK_BUILDDIR/$K/norm.ptx" | grep -E "norm_(fwd|bwd_x)_v_k|colred_v_k" > "$WORK/rows"
 vec "$MERAK_BUILDDIR/$K/loss.ptx" | grep -E "ce_(stats|bwd)_v_k" >> "$WORK/rows"
 vec "$MERAK_BUILDDIR/$K/optim.ptx" | grep -E "adamw_k|sumsq_partial_k" >> "$WORK/rows"
 vec "$MERAK_BUILDDIR/$K/embed.ptx" | grep -E "embedding_fwd_v_k|posemb_(fwd|bwd_w)_v_k|embedding_bwd_runs_kI[ft]Li1E" >> "$WORK/rows"
-[ "$(grep -c . "$WORK/rows")" -eq 52 ] || { cat "$WORK/rows" >&2; fail "norm.ptx, loss.ptx, optim.ptx and embed.ptx lack their 32 + 6 + 4 + 2 + 8 kernels"; }
+vec "$MERAK_BUILDDIR/$K/attention.ptx" | grep -E "attn_bwd_add_v_k" >> "$WORK/rows"
+[ "$(grep -c . "$WORK/rows")" -eq 54 ] || { cat "$WORK/rows" >&2; fail "norm.ptx, loss.ptx, optim.ptx, embed.ptx and attention.ptx lack their 32 + 6 + 4 + 2 + 8 + 2 kernels"; }
 awk '$2 == 0 || ($3 == 0 && $1 !~ /ce_stats|colred|sumsq/)' "$WORK/rows" > "$WORK/bad"
 [ ! -s "$WORK/bad" ] || { cat "$WORK/bad" >&2; fail "row kernels without 16-byte loads and stores (name loads stores above)"; }
 
@@ -74,4 +76,4 @@ grep -q "Function properties for .*norm_bwd_x_v_k" "$MERAK_BUILDDIR/$K/norm.ptxa
 for f in norm embed loss optim; do
     vec "$MERAK_BUILDDIR/$K/$f.ptx" | awk -v f="$f" '$1 !~ /_v_k|adamw_k|sumsq_partial|runs_kI[ft]Li1E|cub/ && ($2 == 0 || $3 == 0) { s = s " " $1 } END { if (s != "") print "# " f ".cu, one element a thread:" s }'
 done
-echo "cuda_ptx: $n elementwise kernels, 2 bf16 conversions and 52 row, embedding and optimizer kernels with 16-byte loads and stores, none spilling"
+echo "cuda_ptx: $n elementwise kernels, 2 bf16 conversions and 54 row, embedding, attention-add and optimizer kernels with 16-byte loads and stores, none spilling"

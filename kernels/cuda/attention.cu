@@ -11,6 +11,7 @@
  */
 #include "bf16.h"
 #include "cuda_common.cuh"
+#include "rowwise.h"
 #include "flash.h"
 #include "rope.h"
 
@@ -258,17 +259,36 @@ static int rope_fwd(void *stream, const merak_attn_shape *s, float *qr, float *k
     return cudaGetLastError();
 }
 
+/* attn_bwd_add_k's sums without RoPE, a 16-byte vector a thread (rowwise.h). */
+template <int B16>
+__global__ void attn_bwd_add_v_k(void *dq, void *dk, void *dv, const void *dQ, const void *dK, const void *dV,
+                                 int C, int Ckv, int dqs, int dks, int dvs, int acc, size_t nv)
+{
+    GRID_STRIDE(v, nv) rw_attn_add(dq, dk, dv, dQ, dK, dV, C, Ckv, dqs, dks, dvs, acc, v, B16);
+}
+
 /* attn_bwd_add_k over the B*T token rows, into gradients stored as D from
- * gradients stored as G. */
+ * gradients stored as G: 16 bytes a load where there is no RoPE, D is G
+ * and the widths, strides and buffers allow. */
 template <typename D, typename G>
 static int bwd_add(void *stream, const merak_attn_shape *s, D *dq, D *dk, D *dv, const G *dQ, const G *dK,
                    const G *dV, int acc)
 {
     const attn_p p = attn_params(s);
     const size_t rows = (size_t)p.B * p.T;
-    if (rows)
+    const int B16 = sizeof(G) == 2, C = p.nh * p.hd, Ckv = p.nkv * p.hd;
+    const void *bufs[6] = {dq, dk, dv, dQ, dK, dV};
+    if (!rows)
+        return cudaSuccess;
+    if (sizeof(D) == sizeof(G) && p.rope.theta <= 0.0f &&
+        rw_attn_add_takes(C, Ckv, s->q_stride, s->k_stride, s->v_stride, B16, bufs)) {
+        const size_t nv = rows * (size_t)((C + 2 * Ckv) / RW_E(B16));
+        attn_bwd_add_v_k<sizeof(G) == 2><<<ew_grid(nv), NT, 0, STREAM(stream)>>>(
+            dq, dk, dv, dQ, dK, dV, C, Ckv, s->q_stride, s->k_stride, s->v_stride, acc, nv);
+    } else {
         attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(dq, dk, dv, dQ, dK, dV, p, s->q_stride,
                                                                  s->k_stride, s->v_stride, acc);
+    }
     return cudaGetLastError();
 }
 

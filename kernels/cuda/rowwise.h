@@ -20,6 +20,9 @@
  *            and position embeddings forward, the position embedding's
  *            weight gradient, the runs of equal ids of the token
  *            embedding's.
+ *   attention's gradients (attention.cu)  the dense dQ, dK, dV added into
+ *            the strided dq, dk, dv after the backward, without RoPE: a
+ *            16-byte vector a thread.
  *   the cross-entropy (loss.cu)  a block a row (a row of logits is long,
  *            50257 for GPT-2, and starts anywhere within 16 bytes): the
  *            elements before the row's first 16-byte boundary and after
@@ -413,6 +416,56 @@ RW_FN void rw_embedding_bwd_run(float *dst, const void *dout, const int32_t *row
 RW_HOST_FN int rw_embed_takes(int C, int b16, const void *a, const void *b, const void *c)
 {
     return C > 0 && C % RW_E(b16) == 0 && !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15);
+}
+
+/* ------------------------------------------------------------------ attention's gradients: a vector a thread */
+
+/* The dense gradients cuDNN's or the fused kernels' backward leaves, dQ
+ * (rows, C), dK and dV (rows, Ckv), added to (acc 1) or written over (acc
+ * 0) dq, dk, dv at their row strides (GPT-2's: one fused q|k|v row),
+ * without RoPE: vector v of a row's C + 2 Ckv elements, the segments in
+ * that order.  Widths and strides whole vectors, every buffer 16-byte
+ * aligned (rw_attn_add_takes). */
+RW_FN void rw_attn_add(void *dq, void *dk, void *dv, const void *dQ, const void *dK, const void *dV, int C,
+                       int Ckv, int dqs, int dks, int dvs, int acc, size_t v, int b16)
+{
+    const size_t E = (size_t)RW_E(b16), es = (size_t)RW_ES(b16), nq = (size_t)C / E, nk = (size_t)Ckv / E;
+    const size_t row = v / (nq + 2 * nk);
+    size_t j = v % (nq + 2 * nk);
+    char *d;
+    const char *g;
+    if (j < nq) {
+        d = (char *)dq + (row * (size_t)dqs + j * E) * es;
+        g = (const char *)dQ + (row * (size_t)C + j * E) * es;
+    } else if ((j -= nq) < nk) {
+        d = (char *)dk + (row * (size_t)dks + j * E) * es;
+        g = (const char *)dK + (row * (size_t)Ckv + j * E) * es;
+    } else {
+        j -= nk;
+        d = (char *)dv + (row * (size_t)dvs + j * E) * es;
+        g = (const char *)dV + (row * (size_t)Ckv + j * E) * es;
+    }
+    const rw_u4 a = rw_ld(g);
+    rw_u4 b = a;
+    if (acc)
+        b = rw_ld(d);
+    float o[8];
+    RW_UNROLL
+    for (int e = 0; e < RW_E(b16); e++)
+        o[e] = (acc ? rw_get(b, e, b16) : 0.0f) + rw_get(a, e, b16);
+    rw_st(d, rw_pack(o, b16));
+}
+
+/* Can rw_attn_add take these (no RoPE checked by the caller)? */
+RW_HOST_FN int rw_attn_add_takes(int C, int Ckv, int dqs, int dks, int dvs, int b16, const void *const *bufs)
+{
+    const int E = RW_E(b16);
+    if (C <= 0 || Ckv <= 0 || C % E || Ckv % E || dqs % E || dks % E || dvs % E)
+        return 0;
+    for (int i = 0; i < 6; i++)
+        if ((uintptr_t)bufs[i] & 15)
+            return 0;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ the cross-entropy: a block a row */

@@ -393,6 +393,56 @@ static void embed_case(int b16, int B, int T, int C, int V, int v0)
     free(dwte_e), free(dwpe_c), free(dwpe_e), free(scratch), free(ids), free(sorted), free(rows);
 }
 
+/* ------------------------------------------------------------------ attention's gradients */
+
+/* attention.cu's attn_bwd_add_v_k, vector by vector, against the one-
+ * element sums of attn_bwd_add_k without RoPE (dst = (acc ? dst : 0) +
+ * src, rounded once): bit for bit.  fused: dq, dk, dv in one q|k|v row
+ * (GPT-2's), else three buffers with padded strides. */
+static void attn_add_case(int b16, int rows, int C, int Ckv, int fused, int acc)
+{
+    const int E = RW_E(b16), pad = fused ? 0 : E, W = C + 2 * Ckv;
+    const size_t es = RW_ES(b16);
+    const int dqs = fused ? W : C + pad, dks = fused ? W : Ckv + pad, dvs = fused ? W : Ckv + 2 * pad;
+    const size_t nq = (size_t)rows * dqs, nk = (size_t)rows * dks, nvv = (size_t)rows * dvs;
+    char *dst_e = xmalloc((nq + nk + nvv) * es), *dst_r = xmalloc((nq + nk + nvv) * es);
+    void *dQ = xmalloc((size_t)rows * C * es), *dK = xmalloc((size_t)rows * Ckv * es),
+         *dV = xmalloc((size_t)rows * Ckv * es);
+    fill(dst_e, nq + nk + nvv, b16, -1, 1);
+    if (!acc) /* must be written, never read */
+        fill_nan(dst_e, fused ? nq : nq + nk + nvv, b16);
+    memcpy(dst_r, dst_e, (nq + nk + nvv) * es);
+    fill(dQ, (size_t)rows * C, b16, -1, 1), fill(dK, (size_t)rows * Ckv, b16, -1, 1);
+    fill(dV, (size_t)rows * Ckv, b16, -1, 1);
+    char *q_e = dst_e, *k_e = fused ? dst_e + C * es : dst_e + nq * es,
+         *v_e = fused ? dst_e + (size_t)(C + Ckv) * es : dst_e + (nq + nk) * es;
+    char *q_r = dst_r + (q_e - dst_e), *k_r = dst_r + (k_e - dst_e), *v_r = dst_r + (v_e - dst_e);
+    const void *bufs[6] = {q_e, k_e, v_e, dQ, dK, dV};
+    const int takes = rw_attn_add_takes(C, Ckv, dqs, dks, dvs, b16, bufs);
+    const size_t nvec = (size_t)rows * (size_t)(W / E);
+    for (size_t v = 0; v < nvec; v++)
+        rw_attn_add(q_e, k_e, v_e, dQ, dK, dV, C, Ckv, dqs, dks, dvs, acc, v, b16);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < C; c++) {
+            const size_t d = (size_t)r * dqs + c;
+            rw_put(q_r, d, (acc ? rw_elem(q_r, d, b16) : 0.0f) + rw_elem(dQ, (size_t)r * C + c, b16), b16);
+        }
+        for (int c = 0; c < Ckv; c++) {
+            const size_t dk = (size_t)r * dks + c, dv = (size_t)r * dvs + c;
+            rw_put(k_r, dk, (acc ? rw_elem(k_r, dk, b16) : 0.0f) + rw_elem(dK, (size_t)r * Ckv + c, b16), b16);
+            rw_put(v_r, dv, (acc ? rw_elem(v_r, dv, b16) : 0.0f) + rw_elem(dV, (size_t)r * Ckv + c, b16), b16);
+        }
+    }
+    /* bit for bit, the padding columns (NaN when written) left as they were */
+    const int same = memcmp(dst_e, dst_r, (nq + nk + nvv) * es) == 0;
+    tap_ok(takes && same && !g_misaligned,
+           "attention's gradient add %s rows=%d C=%d Ckv=%d %s acc=%d: the one-element sums' bits %d; misaligned "
+           "accesses %ld",
+           b16 ? "bf16" : "f32", rows, C, Ckv, fused ? "fused q|k|v" : "separate, padded", acc, same, g_misaligned);
+    g_misaligned = 0;
+    free(dst_e), free(dst_r), free(dQ), free(dK), free(dV);
+}
+
 /* ------------------------------------------------------------------ the cross-entropy */
 
 /* block_lse of loss.cu: each warp's xor tree of rw_lse_merge, then warp
@@ -583,6 +633,12 @@ int main(void)
         embed_case(b16, 2, 9, 8, 20, 7);
         embed_case(b16, 4, 5, 40, 300, 100);
     }
+    /* attention's gradient add: GPT-2's fused rows, grouped-query widths */
+    for (int b16 = 0; b16 <= 1; b16++)
+        for (int acc = 0; acc <= 1; acc++) {
+            attn_add_case(b16, 9, 768, 768, 1, acc);
+            attn_add_case(b16, 5, 64, 16, 0, acc);
+        }
     /* the cross-entropy: GPT-2's vocabulary (rows at every offset within
      * 16 bytes), a shard, rows shorter than a vector's head */
     for (int b16 = 0; b16 <= 1; b16++) {
