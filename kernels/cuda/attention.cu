@@ -267,9 +267,18 @@ __global__ void attn_bwd_add_v_k(void *dq, void *dk, void *dv, const void *dQ, c
     GRID_STRIDE(v, nv) rw_attn_add(dq, dk, dv, dQ, dK, dV, C, Ckv, dqs, dks, dvs, acc, v, B16);
 }
 
+/* ... and with RoPE. */
+template <int B16>
+__global__ void attn_bwd_add_rope_v_k(void *dq, void *dk, void *dv, const void *dQ, const void *dK, const void *dV,
+                                      attn_p p, int dqs, int dks, int dvs, int acc, size_t nv)
+{
+    GRID_STRIDE(v, nv)
+    rw_attn_add_rope(dq, dk, dv, dQ, dK, dV, p.nh, p.nkv, p.hd, p.T, &p.rope, dqs, dks, dvs, acc, v, B16);
+}
+
 /* attn_bwd_add_k over the B*T token rows, into gradients stored as D from
- * gradients stored as G: 16 bytes a load where there is no RoPE, D is G
- * and the widths, strides and buffers allow. */
+ * gradients stored as G: 16 bytes a load where D is G and the widths,
+ * strides and buffers allow (with RoPE, half a head whole vectors). */
 template <typename D, typename G>
 static int bwd_add(void *stream, const merak_attn_shape *s, D *dq, D *dk, D *dv, const G *dQ, const G *dK,
                    const G *dV, int acc)
@@ -280,11 +289,16 @@ static int bwd_add(void *stream, const merak_attn_shape *s, D *dq, D *dk, D *dv,
     const void *bufs[6] = {dq, dk, dv, dQ, dK, dV};
     if (!rows)
         return cudaSuccess;
-    if (sizeof(D) == sizeof(G) && p.rope.theta <= 0.0f &&
-        rw_attn_add_takes(C, Ckv, s->q_stride, s->k_stride, s->v_stride, B16, bufs)) {
+    const int vec = sizeof(D) == sizeof(G) && rw_attn_add_takes(C, Ckv, s->q_stride, s->k_stride, s->v_stride,
+                                                                 B16, bufs);
+    if (vec && p.rope.theta <= 0.0f) {
         const size_t nv = rows * (size_t)((C + 2 * Ckv) / RW_E(B16));
         attn_bwd_add_v_k<sizeof(G) == 2><<<ew_grid(nv), NT, 0, STREAM(stream)>>>(
             dq, dk, dv, dQ, dK, dV, C, Ckv, s->q_stride, s->k_stride, s->v_stride, acc, nv);
+    } else if (vec && p.hd % (2 * RW_E(B16)) == 0) {
+        const size_t nv = rows * ((size_t)(p.nh + p.nkv) * (p.hd / 2 / RW_E(B16)) + (size_t)Ckv / RW_E(B16));
+        attn_bwd_add_rope_v_k<sizeof(G) == 2><<<ew_grid(nv), NT, 0, STREAM(stream)>>>(
+            dq, dk, dv, dQ, dK, dV, p, s->q_stride, s->k_stride, s->v_stride, acc, nv);
     } else {
         attn_bwd_add_k<<<(unsigned)rows, NT, 0, STREAM(stream)>>>(dq, dk, dv, dQ, dK, dV, p, s->q_stride,
                                                                  s->k_stride, s->v_stride, acc);

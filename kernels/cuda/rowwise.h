@@ -21,8 +21,8 @@
  *            weight gradient, the runs of equal ids of the token
  *            embedding's.
  *   attention's gradients (attention.cu)  the dense dQ, dK, dV added into
- *            the strided dq, dk, dv after the backward, without RoPE: a
- *            16-byte vector a thread.
+ *            the strided dq, dk, dv after the backward (with RoPE brought
+ *            back through the rotation): a 16-byte vector a thread.
  *   the cross-entropy (loss.cu)  a block a row (a row of logits is long,
  *            50257 for GPT-2, and starts anywhere within 16 bytes): the
  *            elements before the row's first 16-byte boundary and after
@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "bf16.h"
+#include "rope.h"
 
 #ifdef __CUDACC__
 #define RW_FN static __device__ __forceinline__
@@ -456,7 +457,58 @@ RW_FN void rw_attn_add(void *dq, void *dk, void *dv, const void *dQ, const void 
     rw_st(d, rw_pack(o, b16));
 }
 
-/* Can rw_attn_add take these (no RoPE checked by the caller)? */
+/* With RoPE (rope->theta > 0): the gradient of q's and k's rotated values
+ * brought back through the rotation at the row's position t = row % T,
+ *   d[j]        (+)= g[j] cos + g[j + hd/2] sin
+ *   d[j + hd/2] (+)= g[j + hd/2] cos - g[j] sin,   j < hd/2,
+ * cos and sin of t * inv_freq[j] (rope.h) in float; v's as rw_attn_add.
+ * Vector v of a row's (nh + nkv) hd/2 / E rotated pairs of vectors, then
+ * its Ckv / E of v. */
+RW_FN void rw_attn_add_rope(void *dq, void *dk, void *dv, const void *dQ, const void *dK, const void *dV, int nh,
+                            int nkv, int hd, int T, const merak_rope *rope, int dqs, int dks, int dvs, int acc,
+                            size_t v, int b16)
+{
+    const size_t E = (size_t)RW_E(b16), es = (size_t)RW_ES(b16), half = (size_t)hd / 2, ph = half / E;
+    const size_t nrot = (size_t)(nh + nkv) * ph, Ckv = (size_t)nkv * hd, per = nrot + Ckv / E;
+    const size_t row = v / per, j = v % per;
+    if (j >= nrot) { /* v: a plain sum */
+        const size_t c = (j - nrot) * E;
+        char *d = (char *)dv + (row * (size_t)dvs + c) * es;
+        const rw_u4 a = rw_ld((const char *)dV + (row * Ckv + c) * es);
+        rw_u4 b = a;
+        if (acc)
+            b = rw_ld(d);
+        float o[8];
+        RW_UNROLL
+        for (int e = 0; e < RW_E(b16); e++)
+            o[e] = (acc ? rw_get(b, e, b16) : 0.0f) + rw_get(a, e, b16);
+        rw_st(d, rw_pack(o, b16));
+        return;
+    }
+    const size_t head = j / ph, j0 = (j % ph) * E;
+    const int isq = head < (size_t)nh;
+    const size_t hh = isq ? head : head - (size_t)nh, gw = isq ? (size_t)nh * hd : Ckv;
+    char *d = (char *)(isq ? dq : dk) + (row * (size_t)(isq ? dqs : dks) + hh * hd + j0) * es;
+    const char *g = (const char *)(isq ? dQ : dK) + (row * gw + hh * hd + j0) * es;
+    const rw_u4 g0 = rw_ld(g), g1 = rw_ld(g + half * es);
+    rw_u4 d0 = g0, d1 = g1;
+    if (acc)
+        d0 = rw_ld(d), d1 = rw_ld(d + half * es);
+    const int t = (int)(row % (size_t)T);
+    float o0[8], o1[8];
+    RW_UNROLL
+    for (int e = 0; e < RW_E(b16); e++) {
+        const float ang = (float)t * merak_rope_inv_freq(rope, (int)j0 + e, hd);
+        const float c = cosf(ang), sn = sinf(ang), a0 = rw_get(g0, e, b16), a1 = rw_get(g1, e, b16);
+        o0[e] = (acc ? rw_get(d0, e, b16) : 0.0f) + (a0 * c + a1 * sn);
+        o1[e] = (acc ? rw_get(d1, e, b16) : 0.0f) + (a1 * c - a0 * sn);
+    }
+    rw_st(d, rw_pack(o0, b16));
+    rw_st(d + half * es, rw_pack(o1, b16));
+}
+
+/* Can rw_attn_add (rw_attn_add_rope: hd a multiple of 2 E) take these?
+ * C, Ckv: the q and k|v widths. */
 RW_HOST_FN int rw_attn_add_takes(int C, int Ckv, int dqs, int dks, int dvs, int b16, const void *const *bufs)
 {
     const int E = RW_E(b16);

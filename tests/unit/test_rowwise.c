@@ -443,6 +443,58 @@ static void attn_add_case(int b16, int rows, int C, int Ckv, int fused, int acc)
     free(dst_e), free(dst_r), free(dQ), free(dK), free(dV);
 }
 
+/* attention.cu's attn_bwd_add_rope_v_k against rope_bwd_add's one-element
+ * sums (attn_bwd_add_k with RoPE: cos and sin of t inv_freq[j] in float):
+ * bit for bit; nh query heads and nkv key/value heads of hd, rows of T
+ * positions, one fused q|k|v row. */
+static void attn_rope_case(int b16, int rows, int T, int nh, int nkv, int hd, const merak_rope *rope, int acc)
+{
+    const int C = nh * hd, Ckv = nkv * hd, W = C + 2 * Ckv, half = hd / 2;
+    const size_t es = RW_ES(b16), n = (size_t)rows * W;
+    char *dst_e = xmalloc(n * es), *dst_r = xmalloc(n * es);
+    void *dQ = xmalloc((size_t)rows * C * es), *dK = xmalloc((size_t)rows * Ckv * es),
+         *dV = xmalloc((size_t)rows * Ckv * es);
+    if (acc)
+        fill(dst_e, n, b16, -1, 1);
+    else
+        fill_nan(dst_e, n, b16);
+    memcpy(dst_r, dst_e, n * es);
+    fill(dQ, (size_t)rows * C, b16, -1, 1), fill(dK, (size_t)rows * Ckv, b16, -1, 1);
+    fill(dV, (size_t)rows * Ckv, b16, -1, 1);
+    char *k_e = dst_e + (size_t)C * es, *v_e = dst_e + (size_t)(C + Ckv) * es;
+    const void *bufs[6] = {dst_e, k_e, v_e, dQ, dK, dV};
+    const int takes = rw_attn_add_takes(C, Ckv, W, W, W, b16, bufs) && hd % (2 * RW_E(b16)) == 0;
+    const size_t nvec = (size_t)rows * ((size_t)(nh + nkv) * (size_t)(half / RW_E(b16)) + (size_t)(Ckv / RW_E(b16)));
+    for (size_t v = 0; v < nvec; v++)
+        rw_attn_add_rope(dst_e, k_e, v_e, dQ, dK, dV, nh, nkv, hd, T, rope, W, W, W, acc, v, b16);
+    for (int r = 0; r < rows; r++) {
+        const int t = r % T;
+        for (int h = 0; h < nh + nkv; h++) {
+            const size_t d0 = (size_t)r * W + (size_t)h * hd; /* q heads, then k heads: contiguous in the row */
+            const void *g = h < nh ? dQ : dK;
+            const size_t g0 = h < nh ? (size_t)r * C + (size_t)h * hd : (size_t)r * Ckv + (size_t)(h - nh) * hd;
+            for (int j = 0; j < half; j++) {
+                const float ang = (float)t * merak_rope_inv_freq(rope, j, hd), c = cosf(ang), sn = sinf(ang);
+                const float a0 = rw_elem(g, g0 + j, b16), a1 = rw_elem(g, g0 + j + half, b16);
+                rw_put(dst_r, d0 + j, (acc ? rw_elem(dst_r, d0 + j, b16) : 0.0f) + (a0 * c + a1 * sn), b16);
+                rw_put(dst_r, d0 + j + half, (acc ? rw_elem(dst_r, d0 + j + half, b16) : 0.0f) + (a1 * c - a0 * sn),
+                       b16);
+            }
+        }
+        for (int c = 0; c < Ckv; c++) {
+            const size_t d = (size_t)r * W + C + Ckv + c;
+            rw_put(dst_r, d, (acc ? rw_elem(dst_r, d, b16) : 0.0f) + rw_elem(dV, (size_t)r * Ckv + c, b16), b16);
+        }
+    }
+    const int same = memcmp(dst_e, dst_r, n * es) == 0;
+    tap_ok(takes && same && !g_misaligned,
+           "attention's gradient add with RoPE %s rows=%d T=%d heads %d/%d of %d acc=%d: the one-element sums' "
+           "bits %d; misaligned accesses %ld",
+           b16 ? "bf16" : "f32", rows, T, nh, nkv, hd, acc, same, g_misaligned);
+    g_misaligned = 0;
+    free(dst_e), free(dst_r), free(dQ), free(dK), free(dV);
+}
+
 /* ------------------------------------------------------------------ the cross-entropy */
 
 /* block_lse of loss.cu: each warp's xor tree of rw_lse_merge, then warp
@@ -638,6 +690,15 @@ int main(void)
         for (int acc = 0; acc <= 1; acc++) {
             attn_add_case(b16, 9, 768, 768, 1, acc);
             attn_add_case(b16, 5, 64, 16, 0, acc);
+        }
+    const merak_rope llama2 = {.theta = 10000.0f}, llama3 = {.theta = 500000.0f, .type = MERAK_ROPE_LLAMA3,
+                                                              .factor = 8.0f, .low_freq_factor = 1.0f,
+                                                              .high_freq_factor = 4.0f,
+                                                              .original_max_positions = 8192};
+    for (int b16 = 0; b16 <= 1; b16++)
+        for (int acc = 0; acc <= 1; acc++) {
+            attn_rope_case(b16, 12, 6, 4, 2, 64, &llama2, acc);
+            attn_rope_case(b16, 7, 7, 2, 1, 128, &llama3, acc);
         }
     /* the cross-entropy: GPT-2's vocabulary (rows at every offset within
      * 16 bytes), a shard, rows shorter than a vector's head */
