@@ -421,6 +421,20 @@ RW_HOST_FN int rw_embed_takes(int C, int b16, const void *a, const void *b, cons
 
 /* ------------------------------------------------------------------ attention's gradients: a vector a thread */
 
+/* The vector at d (+)= the vector at g (acc 0: d unread), rounded once. */
+RW_FN void rw_add_vec(void *d, const void *g, int acc, int b16)
+{
+    const rw_u4 a = rw_ld(g);
+    rw_u4 b = a;
+    if (acc)
+        b = rw_ld(d);
+    float o[8];
+    RW_UNROLL
+    for (int e = 0; e < RW_E(b16); e++)
+        o[e] = (acc ? rw_get(b, e, b16) : 0.0f) + rw_get(a, e, b16);
+    rw_st(d, rw_pack(o, b16));
+}
+
 /* The dense gradients cuDNN's or the fused kernels' backward leaves, dQ
  * (rows, C), dK and dV (rows, Ckv), added to (acc 1) or written over (acc
  * 0) dq, dk, dv at their row strides (GPT-2's: one fused q|k|v row),
@@ -446,15 +460,7 @@ RW_FN void rw_attn_add(void *dq, void *dk, void *dv, const void *dQ, const void 
         d = (char *)dv + (row * (size_t)dvs + j * E) * es;
         g = (const char *)dV + (row * (size_t)Ckv + j * E) * es;
     }
-    const rw_u4 a = rw_ld(g);
-    rw_u4 b = a;
-    if (acc)
-        b = rw_ld(d);
-    float o[8];
-    RW_UNROLL
-    for (int e = 0; e < RW_E(b16); e++)
-        o[e] = (acc ? rw_get(b, e, b16) : 0.0f) + rw_get(a, e, b16);
-    rw_st(d, rw_pack(o, b16));
+    rw_add_vec(d, g, acc, b16);
 }
 
 /* With RoPE (rope->theta > 0): the gradient of q's and k's rotated values
@@ -473,16 +479,7 @@ RW_FN void rw_attn_add_rope(void *dq, void *dk, void *dv, const void *dQ, const 
     const size_t row = v / per, j = v % per;
     if (j >= nrot) { /* v: a plain sum */
         const size_t c = (j - nrot) * E;
-        char *d = (char *)dv + (row * (size_t)dvs + c) * es;
-        const rw_u4 a = rw_ld((const char *)dV + (row * Ckv + c) * es);
-        rw_u4 b = a;
-        if (acc)
-            b = rw_ld(d);
-        float o[8];
-        RW_UNROLL
-        for (int e = 0; e < RW_E(b16); e++)
-            o[e] = (acc ? rw_get(b, e, b16) : 0.0f) + rw_get(a, e, b16);
-        rw_st(d, rw_pack(o, b16));
+        rw_add_vec((char *)dv + (row * (size_t)dvs + c) * es, (const char *)dV + (row * Ckv + c) * es, acc, b16);
         return;
     }
     const size_t head = j / ph, j0 = (j % ph) * E;
