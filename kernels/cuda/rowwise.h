@@ -34,8 +34,10 @@
  * Elements are float, or bf16 bit patterns (b16: widened exactly as read,
  * rounded once to nearest even as written, bf16.h).  Where a kernel takes
  * b16 or a lane count as a template constant, the branches on them go
- * away.  The other shapes take norm.cu's and loss.cu's one-element-a-
- * thread kernels, whose arithmetic is the same up to the order of sums.
+ * away.  The other shapes (widths that are not whole vectors, buffers off
+ * 16 bytes) take each file's one-element-a-thread kernels, whose
+ * arithmetic is the same up to the order of sums (the same bits where an
+ * element is computed alone: the embeddings, attention's adds, AdamW).
  */
 #ifndef MERAK_ROWWISE_H
 #define MERAK_ROWWISE_H
