@@ -261,19 +261,27 @@ RW_FN void rw_norm_bwd_store(void *dx, const rw_row *x, const rw_row *g, const v
         }
 }
 
+/* Can rows of C elements take 16-byte vectors: C whole vectors (C > 0)
+ * and each of the n buffers 16-byte aligned (NULL: absent)?  What every
+ * vector path below asks first. */
+RW_HOST_FN int rw_vec_ok(int C, int b16, const void *const *bufs, int n)
+{
+    if (C <= 0 || C % RW_E(b16))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)bufs[i] & 15)
+            return 0;
+    return 1;
+}
+
 /* The lanes per row a norm of C columns needs (1, 2, 4 or 8 vectors a
  * lane: the kernels' template argument), or 0 if it cannot take the row
- * kernels: C not whole vectors, a buffer off 16 bytes (NULL: absent), or
- * more than RW_VMAX vectors a lane. */
+ * kernels: not rw_vec_ok, or more than RW_VMAX vectors a lane. */
 RW_HOST_FN int rw_norm_vmax(int C, int b16, const void *const *bufs, int nbufs)
 {
-    const int E = RW_E(b16);
-    if (C <= 0 || C % E)
+    if (!rw_vec_ok(C, b16, bufs, nbufs))
         return 0;
-    for (int i = 0; i < nbufs; i++)
-        if (bufs[i] && ((uintptr_t)bufs[i] & 15))
-            return 0;
-    const int per = (C / E + RW_LANES - 1) / RW_LANES;
+    const int per = (C / RW_E(b16) + RW_LANES - 1) / RW_LANES;
     return per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= RW_VMAX ? RW_VMAX : 0;
 }
 
@@ -321,11 +329,11 @@ RW_FN void rw_colred(float *s0, float *s1, int mode, const void *dout, const voi
     }
 }
 
-/* Can the column sums of C columns take 16-byte vectors (C whole vectors,
- * the buffers 16-byte aligned; NULL: absent)? */
+/* Can the column sums of C columns take 16-byte vectors (rw_vec_ok)? */
 RW_HOST_FN int rw_colred_takes(int C, int b16, const void *dout, const void *inp)
 {
-    return C > 0 && C % RW_E(b16) == 0 && !((uintptr_t)dout & 15) && !((uintptr_t)inp & 15);
+    const void *const bufs[] = {dout, inp};
+    return rw_vec_ok(C, b16, bufs, 2);
 }
 
 /* ------------------------------------------------------------------ embeddings: a vector a thread */
@@ -414,11 +422,11 @@ RW_FN void rw_embedding_bwd_run(float *dst, const void *dout, const int32_t *row
         rw_st(dst + (size_t)j * E + 4 * h, rw_pack(acc + 4 * h, 0));
 }
 
-/* Can the embeddings of width C take vectors (every buffer 16-byte
- * aligned, NULL: absent)? */
+/* Can the embeddings of width C take vectors (rw_vec_ok)? */
 RW_HOST_FN int rw_embed_takes(int C, int b16, const void *a, const void *b, const void *c)
 {
-    return C > 0 && C % RW_E(b16) == 0 && !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15);
+    const void *const bufs[] = {a, b, c};
+    return rw_vec_ok(C, b16, bufs, 3);
 }
 
 /* ------------------------------------------------------------------ attention's gradients: a vector a thread */
@@ -511,12 +519,8 @@ RW_FN void rw_attn_add_rope(void *dq, void *dk, void *dv, const void *dQ, const 
 RW_HOST_FN int rw_attn_add_takes(int C, int Ckv, int dqs, int dks, int dvs, int b16, const void *const *bufs)
 {
     const int E = RW_E(b16);
-    if (C <= 0 || Ckv <= 0 || C % E || Ckv % E || dqs % E || dks % E || dvs % E)
-        return 0;
-    for (int i = 0; i < 6; i++)
-        if ((uintptr_t)bufs[i] & 15)
-            return 0;
-    return 1;
+    return rw_vec_ok(C, b16, bufs, 6) && rw_vec_ok(Ckv, b16, bufs, 0) && dqs % E == 0 && dks % E == 0 &&
+           dvs % E == 0;
 }
 
 /* ------------------------------------------------------------------ the cross-entropy: a block a row */
