@@ -91,7 +91,7 @@ static cublasComputeType_t compute_type(merak_products p)
 /* cuBLASLt is loaded when the backend starts, not linked: the library alone
  * costs a process about 210 MB of resident memory, which every tool of a
  * CUDA build (the planner on a login node too) would otherwise pay. */
-#define LT_FUNCTIONS(X) X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy) X(MatrixLayoutSetAttribute)
+#define LT_FUNCTIONS(X) X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoConfigGetAttribute) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy) X(MatrixLayoutSetAttribute)
 #define LT_POINTER(name) __typeof__(cublasLt##name) *name;
 static struct { LT_FUNCTIONS(LT_POINTER) } lt;
 #undef LT_POINTER
@@ -117,6 +117,36 @@ int merak_cuda_ptr_align(const void *p)
     return al;
 }
 
+/* How many of the heuristic's algorithms lt_algo looks at. */
+#define LT_CANDIDATES 8
+
+/* Which of the heuristic's n candidates (best first) a shape keeps: the
+ * first, except where a bf16 result has something added to the product
+ * (a bias epilogue, beta 1 on a bf16 C).  There the first candidate with
+ * no K split.  Why: on an H200, of all the bf16 products tested only
+ * small ones with an addend (N = 33-40, the summed dimension under 100)
+ * came out about 3 bf16 roundings from the CPU's one (bench/RESULTS.md
+ * 14k), as if the addend met a product already rounded; small products
+ * are where the heuristic splits K.  That cause is inferred, not yet
+ * seen: CUBLASLT_LOG_LEVEL=2 on a GPU prints the algorithm chosen.  An
+ * unsplit algorithm adds in the epilogue, in fp32, and rounds once.
+ * With none unsplit, the first. */
+static int lt_pick(const lt_key *key, const cublasLtMatmulHeuristicResult_t *res, int n)
+{
+    if (key->cd != (int)CUDA_R_16BF || (!key->bias && key->beta_zero))
+        return 0;
+    for (int i = 0; i < n; i++) {
+        int32_t splits = 1;
+        size_t got = 0;
+        if (res[i].state == CUBLAS_STATUS_SUCCESS &&
+            lt.MatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                            sizeof splits, &got) == CUBLAS_STATUS_SUCCESS &&
+            splits <= 1)
+            return i;
+    }
+    return 0;
+}
+
 /* The cached algorithm for key, asking the heuristic on a miss.  Returns the
  * entry (found = 0 when no algorithm exists), or NULL on an error. */
 static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
@@ -137,7 +167,7 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
     uint64_t ws = LT_WORKSPACE_BYTES;
     uint32_t al[3] = {(uint32_t)key->al_a, (uint32_t)key->al_b, (uint32_t)key->al_c};
     const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* (no split is always allowed) */
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     int nres = 0;
     const lt_entry *ret = e;
     if (!lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -166,7 +196,7 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
         ret = NULL;
     } else {
         cublasStatus_t st =
-            lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
+            lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, LT_CANDIDATES, res, &nres);
         const uint32_t all = CUBLASLT_REDUCTION_SCHEME_MASK;
         if (key->cd == (int)CUDA_R_16BF &&
             (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) &&
@@ -175,14 +205,14 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
             /* no algorithm without a split in the output's type: any (a
              * shape the tests never meet; rounding more than once beats
              * failing) */
-            st = lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, 1, &res, &nres);
+            st = lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, LT_CANDIDATES, res, &nres);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) {
             e->found = 0;
         } else if (!lt_ok(st, "cublasLtMatmulAlgoGetHeuristic")) {
             ret = NULL;
         } else {
             e->found = 1;
-            e->algo = res.algo;
+            e->algo = res[lt_pick(key, res, nres)].algo;
         }
     }
     lt.MatmulPreferenceDestroy(pref);
