@@ -94,10 +94,11 @@ static void usage(FILE *out)
         "                          naming the peers (0: never; default MERAK_COMM_TIMEOUT, else 600)\n"
         "Running and output:\n"
         "  --device D              cpu or cuda: where tensors live and kernels run (default cpu)\n"
-        "  --dtype T               fp32 (default), tf32 (cuda: products on the tensor cores in\n"
-        "                          TF32) or bf16: bf16 activations, their gradients and weight\n"
-        "                          copies over fp32 master weights, moments and weight gradients\n"
-        "                          (the CPU emulates bf16; not yet with --device cuda)\n"
+        "  --dtype T               bf16 (the default with --device cuda): bf16 activations, their\n"
+        "                          gradients and weight copies over fp32 master weights, moments\n"
+        "                          and weight gradients (the CPU emulates it); fp32 (the default\n"
+        "                          on the CPU), the exact reference; tf32 (cuda: fp32 with the\n"
+        "                          products on the tensor cores in TF32)\n"
         "  --threads N             CPU threads for kernels and BLAS (default: the cores\n"
         "                          this process may run on)\n"
         "  --metrics FILE          append one JSON object per step to FILE\n"
@@ -479,7 +480,7 @@ static void print_banner(const merak_run_info *ri, void *user)
            c->a->data, c->a->micro_batch, c->a->seq_len, c->a->micro_batches, ri->dp, ri->tp, ri->pp,
            ri->world, ri->pp > 1 ? ", schedule " : "",
            ri->pp > 1 ? (c->a->schedule ? c->a->schedule : "1f1b") : "", chunks, c->a->threads,
-           c->a->dtype ? c->a->dtype : "fp32", (double)ri->arena_bytes / (1 << 20));
+           merak_args_dtype(c->a), (double)ri->arena_bytes / (1 << 20));
     /* each stage's peak activation memory: its slots and recompute buffers */
     printf("activations (recompute %s):", c->a->recompute ? c->a->recompute : "none");
     for (int p = 0; p < ri->pp; p++)

@@ -451,7 +451,8 @@ typedef struct merak_args {
     /* Called on rank 0 for every checkpoint saved, failed or resumed from
      * (may be NULL). */
     void (*on_checkpoint)(const merak_checkpoint_info *info, void *user);
-    /* Arithmetic: "fp32" (NULL), the exact reference; "tf32" (device
+    /* Arithmetic (NULL: bf16 on a GPU backend, fp32 on the CPU;
+     * merak_args_dtype): "fp32", the exact reference; "tf32" (device
      * cuda only): fp32, with every product on the tensor cores with its
      * inputs rounded to TF32; or "bf16": bf16
      * activations, activation gradients and compute copies of the weights
@@ -479,7 +480,10 @@ void merak_args_default(merak_args *a);
  * MERAK_USAGE with one line in err naming the argument.  merak_train runs
  * the same check. */
 int merak_args_check(const merak_args *a, char *err, size_t errlen);
-/* 1 when the arguments ask for bf16 (dtype "bf16"), else 0 (fp32). */
+/* The run's arithmetic: dtype, else the device's default ("bf16" on a
+ * device backend with bf16 kernels, cuda; "fp32" on the CPU). */
+const char *merak_args_dtype(const merak_args *a);
+/* 1 when the run is bf16 (merak_args_dtype), else 0 (fp32 or tf32). */
 int merak_args_bf16(const merak_args *a);
 /* Model chunks per pipeline stage the arguments ask for: virtual_stages,
  * or the schedule's default (2 for interleaved, else 1). */

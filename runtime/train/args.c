@@ -36,7 +36,15 @@ void merak_args_default(merak_args *a)
 
 int merak_have_cuda(void) { return merak_backend_find("cuda")->built; }
 
-int merak_args_bf16(const merak_args *a) { return a->dtype && strcmp(a->dtype, "bf16") == 0; }
+const char *merak_args_dtype(const merak_args *a)
+{
+    if (a->dtype)
+        return a->dtype;
+    const merak_backend *be = merak_backend_find(a->device);
+    return be && be->built && !be->host && be->bf16 ? "bf16" : "fp32";
+}
+
+int merak_args_bf16(const merak_args *a) { return strcmp(merak_args_dtype(a), "bf16") == 0; }
 
 int merak_args_virtual_stages(const merak_args *a)
 {
@@ -121,7 +129,7 @@ static int check(const merak_args *a, char *err, size_t errlen)
     if (merak_args_bf16(a) && !be->bf16)
         return merak_errf(err, errlen, "dtype bf16 on device %s is not implemented yet (the CPU emulates bf16: "
                           "--device cpu; or --dtype fp32)", be->name);
-    if (a->dtype && strcmp(a->dtype, "tf32") == 0 && !be->tf32)
+    if (strcmp(merak_args_dtype(a), "tf32") == 0 && !be->tf32)
         return merak_errf(err, errlen, "dtype tf32 on device %s: TF32 is the tensor-core product format of NVIDIA "
                           "GPUs (--device cuda); here --dtype fp32, or bf16 (emulated)", be->name);
     int fs;

@@ -353,7 +353,7 @@ merak_ckpt_run merak_ckpt_run_of(const merak_args *a, int dp, int tp, int pp)
                             .micro_batches = a->micro_batches, .micro_batch = a->micro_batch, .seq_len = a->seq_len,
                             .data = a->data ? a->data : "", .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                             .weight_decay = a->weight_decay, .clip = a->clip, .model = a->model,
-                            .dtype = a->dtype ? a->dtype : "fp32"};
+                            .dtype = merak_args_dtype(a)};
 }
 
 /* Rank 0's manifest of this save, its files added when they are written. */

@@ -69,7 +69,7 @@ int merak_session_kernels(const merak_args *a, int world, const merak_kernels **
     const merak_backend *be = merak_backend_find(a->device);
     const merak_kernels *k = merak_kernels_open(a->device, a->threads, err, errlen);
     int st = k ? MERAK_OK : MERAK_FAILED;
-    const int tf32 = a->dtype && strcmp(a->dtype, "tf32") == 0;
+    const int tf32 = strcmp(merak_args_dtype(a), "tf32") == 0;
     *kp = NULL;
     memset(path, 0, sizeof *path);
     path->coll = path->p2p = "mpi";

@@ -571,7 +571,7 @@ int merak_train(const merak_graph *g, const merak_args *a, char *err, size_t err
         st = MERAK_FAILED;
     if (st == MERAK_OK && rank0 && merak_resumed_data(&r, err, errlen) < 0)
         st = MERAK_FAILED;
-    if (st == MERAK_OK && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, a->dtype ? a->dtype : "fp32", err, errlen)))
+    if (st == MERAK_OK && rank0 && a->metrics && !(metrics = merak_metrics_open(a->metrics, merak_args_dtype(a), err, errlen)))
         st = MERAK_FAILED;
     if (st == MERAK_OK && rank0 && a->sample_every &&
         !(r.sampler = merak_train_sampler_create(g, so.kernels, a->sample_prompt, a->tokenizer,

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Several ranks on one GPU: the (2,2,2) layout of tiny GPT-2 (1f1b) and tiny
-# LLaMA (zb-h1, ZeRO-1) with --device cuda, 8 ranks sharing the machine's
+# LLaMA (zb-h1, ZeRO-1) with --device cuda --dtype fp32, 8 ranks sharing the machine's
 # GPUs through MPI in host memory, trains like one process on the GPU with
 # dp*M micro-batches: per-step losses and gradient norms within 1e-5
 # relative.  In bf16 (--dtype bf16) tiny GPT-2's (2,2,2) trains like one
@@ -35,9 +35,9 @@ same() {
 for c in "tiny-gpt2 --schedule 1f1b" "tiny-llama --schedule zb-h1 --zero 1"; do
     set -- $c
     model=$1; shift
-    "$TRAIN" --model $model $common --micro-batches 8 --metrics "$WORK/$model.ref.jsonl" \
+    "$TRAIN" --model $model $common --dtype fp32 --micro-batches 8 --metrics "$WORK/$model.ref.jsonl" \
         > "$WORK/ref.out" 2>&1 || { cat "$WORK/ref.out" >&2; fail "$model: one process on the GPU"; }
-    "$WRAP" 8 "$TRAIN" --model $model $common --micro-batches 4 --dp 2 --tp 2 --pp 2 "$@" \
+    "$WRAP" 8 "$TRAIN" --model $model $common --dtype fp32 --micro-batches 4 --dp 2 --tp 2 --pp 2 "$@" \
         --metrics "$WORK/$model.par.jsonl" > "$WORK/par.out" 2>&1 ||
         { cat "$WORK/par.out" >&2; fail "$model: 8 ranks on the GPU"; }
     # NCCL 2.28 refuses ranks sharing a GPU: MPI, staged, said once with why

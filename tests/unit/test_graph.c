@@ -934,10 +934,33 @@ static void test_status(void)
     }
 }
 
+/* The arithmetic a run gets when --dtype is not given: bf16 on a GPU
+ * backend this build has, fp32 on the CPU; a dtype given is kept. */
+static void test_dtype_default(void)
+{
+    merak_args a;
+    merak_args_default(&a);
+    tap_ok(strcmp(merak_args_dtype(&a), "fp32") == 0 && !merak_args_bf16(&a), "the CPU's default is fp32: %s",
+           merak_args_dtype(&a));
+    a.dtype = "bf16";
+    tap_ok(strcmp(merak_args_dtype(&a), "bf16") == 0 && merak_args_bf16(&a), "bf16 asked for on the CPU is bf16");
+    a.dtype = NULL;
+    a.device = "cuda";
+    const char *want = merak_have_cuda() ? "bf16" : "fp32";
+    tap_ok(strcmp(merak_args_dtype(&a), want) == 0 && merak_args_bf16(&a) == merak_have_cuda(),
+           "--device cuda's default is %s in this build (%s with CUDA, else fp32: the device is refused)",
+           merak_args_dtype(&a), want);
+    a.dtype = "fp32";
+    tap_ok(strcmp(merak_args_dtype(&a), "fp32") == 0 && !merak_args_bf16(&a), "fp32 asked for with cuda is fp32");
+    a.dtype = "tf32";
+    tap_ok(strcmp(merak_args_dtype(&a), "tf32") == 0 && !merak_args_bf16(&a), "tf32 asked for with cuda is tf32");
+}
+
 int main(void)
 {
     test_op_table();
     test_status();
+    test_dtype_default();
     test_param_counts();
     test_no_parameter_memory();
     test_shape_errors();
