@@ -280,6 +280,52 @@ static void bench_attention16(int B, int T, int nh, int hd)
         merak_cuda_free(bufs[i]);
 }
 
+/* The linear layers on bf16 storage (the linear16 entries, what --dtype
+ * bf16 trains with: bf16 operands and result, a bias in the epilogue, the
+ * weight gradient added to float32), math=bf16 path=bf16-storage, against
+ * torch's bf16 products like the math=bf16 rows. */
+typedef struct {
+    int N, K, O;
+    uint16_t *inp, *w, *b, *out, *dout, *dinp;
+    float *dw;
+} lin16_arg;
+
+static void lin16_fwd(const void *p)
+{
+    const lin16_arg *a = p;
+    g_k->linear16_fwd(a->out, a->inp, a->w, a->b, a->N, a->K, a->O, NULL);
+}
+static void lin16_bwd_x(const void *p)
+{
+    const lin16_arg *a = p;
+    g_k->linear16_bwd_x(a->dinp, a->dout, a->w, a->N, a->K, a->O, 0, NULL);
+}
+static void lin16_bwd_w(const void *p)
+{
+    const lin16_arg *a = p;
+    g_k->linear16_bwd_w(a->dw, NULL, a->dout, a->inp, a->N, a->K, a->O, NULL);
+}
+
+static void bench_linear16(const char *name, int N, int K, int O, int bias)
+{
+    lin16_arg a = {N, K, O, drand16((size_t)N * K, 41), drand16((size_t)O * K, 42), bias ? drand16((size_t)O, 43) : NULL,
+                   drand16((size_t)N * O, 44), drand16((size_t)N * O, 45), drand16((size_t)N * K, 46),
+                   drand((size_t)O * K, 47)};
+    const double fl = 2.0 * N * K * O;
+    struct { const char *op; op_fn fn; } ops[] = {
+        {"linear_fwd", lin16_fwd}, {"linear_bwd_x", lin16_bwd_x}, {"linear_bwd_w", lin16_bwd_w}};
+    for (int i = 0; i < 3; i++) {
+        const double ms = timeit(ops[i].fn, &a);
+        printf("op=%s layer=%s math=bf16 path=bf16-storage bias=%d shape=%d,%d,%d ms=%.4f tflops=%.2f\n", ops[i].op,
+               name, i == 0 && bias, N, K, O, ms, fl / ms / 1e9);
+        fflush(stdout);
+    }
+    void *bufs[] = {a.inp, a.w, a.b, a.out, a.dout, a.dinp, a.dw};
+    for (int i = 0; i < 7; i++)
+        if (bufs[i])
+            merak_cuda_free(bufs[i]);
+}
+
 /* ------------------------------------------------------------------ roofline
  *
  * The memory-bound entries at GPT-2 124M's shapes against the least
@@ -868,6 +914,18 @@ int main(int argc, char **argv)
             bench_attention(B > 4 ? B / 4 : 1, 4 * T, 12, 64, path);
         }
     }
+    /* bf16 storage, as --dtype bf16 trains: GPT-2's shapes, the 8192^3
+     * peak of the same path, and the head with O a multiple of 8 (rows of
+     * logits 16-byte aligned, which 50257 columns are not): what the
+     * alignment costs cuBLASLt */
+    merak_cuda_set_products(MERAK_PRODUCTS_BF16);
+    bench_linear16("peak16", 8192, 8192, 8192, 0);
+    bench_linear16("qkv", N, 768, 2304, 1);
+    bench_linear16("attn_proj", N, 768, 768, 1);
+    bench_linear16("mlp_fc", N, 768, 3072, 1);
+    bench_linear16("mlp_proj", N, 3072, 768, 1);
+    bench_linear16("lm_head", N, 768, 50257, 0);
+    bench_linear16("lm_head_o8", N, 768, 50264, 0);
     merak_cuda_set_products(MERAK_PRODUCTS_FP32);
     bench_copy(); /* first: of_copy's unit */
     bench_embeddings(B, T, 768, 50257);

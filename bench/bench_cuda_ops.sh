@@ -10,7 +10,13 @@
 # as --dtype bf16 trains; a row that failed is printed as such and left
 # out of the comparison), and
 # the linear ops against the peak of the same math:
-# an 8192^3 product through the same table (the "peak" layer).
+# an 8192^3 product through the same table (the "peak" layer).  The
+# linear rows with path=bf16-storage are the linear16 entries (bf16
+# operands and result, a bias in the epilogue, the weight gradient added
+# to float32: what --dtype bf16 trains with) against torch's bf16
+# products, with their own peak ("peak16"), and the head once more with
+# 50264 columns (lm_head_o8: its rows 16-byte aligned, which 50257 are
+# not, to show what the alignment costs).
 #
 #   op=linear_fwd layer=qkv math=fp32 shape=8192,768,2304 merak_ms=... torch_ms=... ratio=torch/merak=... merak_tflops=... of_peak=...
 #
@@ -70,7 +76,8 @@ for line in sys.stdin:
     if kv["op"].startswith("linear"):
         N, K, O = sh
         x, w, g = r(N, K), r(O, K), r(N, O)
-        fn = {"linear_fwd": lambda: F.linear(x, w), "linear_bwd_x": lambda: g @ w,
+        b = r(O) if kv.get("bias") == "1" else None
+        fn = {"linear_fwd": lambda: F.linear(x, w, b), "linear_bwd_x": lambda: g @ w,
               "linear_bwd_w": lambda: g.t() @ x}[kv["op"]]
     else:
         B, T, H, D = sh
@@ -85,15 +92,17 @@ for line in sys.stdin:
 EOF
 "$PYTHON" "$TMP/torch_ops.py" "$REPS" < "$TMP/merak.txt" > "$TMP/torch.txt" || die "the torch side failed"
 echo "# bench_cuda_ops: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), B=$B T=$T;" \
-    "merak's 8192^3 linear_fwd peak: $(awk '/layer=peak/ && /op=linear_fwd/ {t = $NF; sub(/tflops=/, "", t); printf "%s %s TFLOP/s ", $3, t}' "$TMP/merak.txt")"
+    "merak's 8192^3 linear_fwd peak: $(awk '/layer=peak/ && /op=linear_fwd/ {t = $NF; sub(/tflops=/, "", t); printf "%s%s %s TFLOP/s ", $3, $4 ~ /^path=/ ? " " $4 : "", t}' "$TMP/merak.txt")"
 paste -d' ' "$TMP/merak.txt" "$TMP/torch.txt" | awk '
-    /layer=peak/ && /op=linear_fwd/ { p = $0; sub(/.*tflops=/, "", p); sub(/ .*/, "", p); peak[$3] = p }
+    # a peak per math and storage (path=bf16-storage: the linear16 rows)
+    { key = $3 ($4 ~ /^path=/ ? " " $4 : "") }
+    /layer=peak/ && /op=linear_fwd/ { p = $0; sub(/.*tflops=/, "", p); sub(/ .*/, "", p); peak[key] = p }
     { ms = $0; sub(/.*ms=/, "", ms); sub(/ .*/, "", ms)
       tf = $0; sub(/.*tflops=/, "", tf); sub(/ .*/, "", tf)
       t = $NF; label = ""
       for (i = 1; i < NF; i++) if ($i !~ /^(ms|tflops)=/) label = label (label == "" ? "" : " ") $i
       printf "%s merak_ms=%s torch_ms=%s ratio=torch/merak=%.3f merak_tflops=%s", label, ms, t, t / ms, tf
-      if ($1 ~ /^op=linear/ && ($3 in peak)) printf " of_peak=%.2f", tf / peak[$3]
+      if ($1 ~ /^op=linear/ && (key in peak)) printf " of_peak=%.2f", tf / peak[key]
       printf "\n" }'
 # The roofline rows, their columns aligned; of_copy as printed decides the last line.
 awk '
