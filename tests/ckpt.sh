@@ -54,6 +54,11 @@ cmp "$WORK/bf.st" "$WORK/rb.st" || fail "resumed bf16 weights differ from the un
 "$TRAIN" $C --steps 6 --resume "$WORK/ckb/step_00000003" --metrics "$WORK/rf.jsonl" > "$WORK/out" 2>&1 ||
     { cat "$WORK/out"; fail "fp32 resume of a bf16 checkpoint failed"; }
 grep -q '"dtype": "fp32"' "$WORK/rf.jsonl" || fail "the fp32 run resumed from bf16 does not say fp32"
+grep -q "note: the checkpoint was trained in bf16; this run goes on from its float32 masters in fp32 (--dtype bf16 keeps its arithmetic)" \
+    "$WORK/out" || { cat "$WORK/out"; fail "the fp32 run resumed from bf16 does not say the arithmetic changed"; }
+"$TRAIN" $C --dtype bf16 --steps 4 --resume "$WORK/ckb/step_00000003" > "$WORK/out" 2>&1 ||
+    { cat "$WORK/out"; fail "bf16 resume failed"; }
+! grep -q "was trained in" "$WORK/out" || fail "a bf16 run resumed from bf16 says the arithmetic changed"
 echo "ok: bf16 resumed at step 3, bitwise equal; fp32 goes on from a bf16 checkpoint"
 
 # 3. "latest": none yet starts at step 0; an incomplete newer one is skipped.

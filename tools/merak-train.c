@@ -532,6 +532,10 @@ static void print_checkpoint(const merak_checkpoint_info *ci, void *user)
                ci->seconds);
         if (ci->error)
             fprintf(stderr, "%s: note: --resume-data-change: %s\n", cli_prog, ci->error);
+        if (ci->dtype_was)
+            fprintf(stderr, "%s: note: the checkpoint was trained in %s; this run goes on from its float32 masters "
+                    "in %s (--dtype %s keeps its arithmetic)\n", cli_prog, ci->dtype_was,
+                    merak_args_dtype(((banner_ctx *)user)->a), ci->dtype_was);
         if (ci->step >= ((banner_ctx *)user)->a->steps)
             fprintf(stderr, "%s: note: nothing to train: the checkpoint is at step %d and --steps is %d (the "
                     "steps in all, not more of them)\n", cli_prog, ci->step, ((banner_ctx *)user)->a->steps);

@@ -303,6 +303,9 @@ typedef struct merak_checkpoint_info {
     int in_save;            /* RESUMED: the checkpoint lies in the save directory (where
                              * "latest" finds it), so a stop before the next step loses
                              * nothing and writes nothing */
+    const char *dtype_was;  /* RESUMED: the arithmetic the checkpoint was trained in
+                             * ("fp32", "tf32", "bf16") where this run's differs (it goes
+                             * on from the same float32 masters), else NULL */
 } merak_checkpoint_info;
 
 /* Training arguments (the MerakArguments of the paper).  Start from

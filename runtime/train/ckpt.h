@@ -130,6 +130,11 @@ void merak_ckpt_writer_data(merak_ckpt_writer *w, const struct merak_data *d);
 int merak_ckpt_data_differs(const char *dir, const merak_args *a, const struct merak_data *d, char *why,
                             size_t whylen, char *err, size_t errlen);
 
+/* The arithmetic the run that saved DIR trained in (its manifest's
+ * "dtype"; "fp32" where it says none), into buf: 0, or -1 with err when
+ * the manifest cannot be read. */
+int merak_ckpt_dtype(const char *dir, char *buf, size_t n, char *err, size_t errlen);
+
 /* The step a checkpoint directory's name "step_NNNNNNNN" says, or -1 for
  * another name (ckpt_read.c). */
 int merak_ckpt_dir_step(const char *name);

@@ -319,6 +319,18 @@ int merak_ckpt_data_differs(const char *dir, const merak_args *a, const merak_da
     return rc;
 }
 
+int merak_ckpt_dtype(const char *dir, char *buf, size_t n, char *err, size_t errlen)
+{
+    char path[FILE_PATH];
+    json_t *m = manifest_load(dir, path, sizeof path, err, errlen);
+    if (!m)
+        return -1;
+    const char *d = json_string_value(json_object_get(m, "dtype"));
+    snprintf(buf, n, "%s", d ? d : "fp32");
+    json_decref(m);
+    return 0;
+}
+
 int merak_ckpt_open(const char *dir, const merak_model_config *model, int rank, int world, merak_ckpt **out,
                     char *err, size_t errlen)
 {

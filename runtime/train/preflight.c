@@ -132,7 +132,8 @@ static int not_an_input(const merak_run *r, const char *flag, const char *out, c
 
 /* On rank 0, which reads the token ids: a resumed run reads what the
  * saved one read (merak_ckpt_data_differs), or says so: refused, or with
- * resume_data_change noted for on_checkpoint.  And the checkpoints it
+ * resume_data_change noted for on_checkpoint; and the checkpoint's
+ * arithmetic where it is not this run's (dtype_was, for on_checkpoint).  And the checkpoints it
  * writes record its shards.  0, or -1 with err. */
 int merak_resumed_data(merak_run *r, char *err, size_t errlen)
 {
@@ -140,6 +141,11 @@ int merak_resumed_data(merak_run *r, char *err, size_t errlen)
         merak_ckpt_writer_data(r->ckpt, r->data);
     if (!r->resume[0])
         return 0;
+    char was[sizeof r->dtype_was];
+    if (merak_ckpt_dtype(r->resume, was, sizeof was, err, errlen) < 0)
+        return -1;
+    if (strcmp(was, merak_args_dtype(r->a)) != 0)
+        snprintf(r->dtype_was, sizeof r->dtype_was, "%s", was);
     char why[400];
     int rc = merak_ckpt_data_differs(r->resume, r->a, r->data, why, sizeof why, err, errlen);
     if (rc <= 0)

@@ -246,7 +246,8 @@ static void report(const merak_run *r, merak_checkpoint_event ev, int step, cons
 {
     if (r->grid->rank == 0 && r->a->on_checkpoint) {
         merak_checkpoint_info ci = {ev, step, path, bytes, seconds, error,
-                                    ev == MERAK_CHECKPOINT_RESUMED && r->saved == step};
+                                    ev == MERAK_CHECKPOINT_RESUMED && r->saved == step,
+                                    ev == MERAK_CHECKPOINT_RESUMED && r->dtype_was[0] ? r->dtype_was : NULL};
         r->a->on_checkpoint(&ci, r->a->user);
     }
 }

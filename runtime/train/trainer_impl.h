@@ -57,6 +57,8 @@ typedef struct merak_run {
     int lock_fd;                  /* rank 0's lock on --save (merak_ckpt_lock), or -1 */
     char resume[4096];            /* the checkpoint resumed from, or "" */
     char data_change[512];        /* rank 0: how its data differ (resume_data_change), or "" */
+    char dtype_was[16];           /* rank 0: the checkpoint's arithmetic where it is not this
+                                   * run's, or "" */
     double resume_bytes, resume_s; /* its files' size, and this rank's time to load it */
     int diverged;                 /* every rank found the same bad loss or norm */
     int skipped;                  /* and skipped the step's update (on_nan_skip) */
