@@ -3,7 +3,9 @@
 # merak-train --device cuda against PyTorch on the same GPU, same model, same
 # batch.
 #
-# For each model (GPT-2 presets, and llama-1b: a LLaMA-style 1.1B with
+# For each model (GPT-2 presets; gpt2-v50304: GPT-2 124M with its
+# vocabulary padded to 50304, both sides, to show what rows of logits
+# aligned to 16 bytes are worth; and llama-1b: a LLaMA-style 1.1B with
 # grouped-query attention, RoPE and SwiGLU, TinyLlama-1.1B's shape: 22
 # layers of 2048, 32 heads over 4 key/value heads, 5632 wide MLP, 32000
 # tokens; run it at T=2048) at sequence length T both sides train
@@ -35,7 +37,7 @@
 # PEAK_FP32_TFLOPS (H100 SXM, no tensor cores) for fp32.  Peak memory: torch.cuda.max_memory_allocated, and merak-train's
 # planned allocation ("memory (allocated)").
 #
-# Environment: MODELS [gpt2 gpt2-medium; or llama-1b]  T [1024]  B [8]  M [1]  STEPS [20]
+# Environment: MODELS [gpt2 gpt2-medium; or gpt2-v50304, llama-1b]  T [1024]  B [8]  M [1]  STEPS [20]
 #   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16 bf16-float]
 #   PYTHON [python3]  PEAK_TFLOPS [989.4]  PEAK_TF32_TFLOPS [494.7]
 #   PEAK_FP32_TFLOPS [66.9]
@@ -76,8 +78,9 @@ llama = name == "llama-1b"
 if llama:
     L, C, H, KV, FF, V = 22, 2048, 32, 4, 5632, 32000
 else:
-    L, C, H = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20)}[name]
-    V = 50257
+    L, C, H = {"gpt2": (12, 768, 12), "gpt2-v50304": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
+               "gpt2-large": (36, 1280, 20)}[name]
+    V = 50304 if name == "gpt2-v50304" else 50257
 torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
 torch.backends.cudnn.allow_tf32 = mode == "tf32"
 torch.manual_seed(1234)
@@ -183,11 +186,24 @@ line() {
 
 for model in $MODELS; do
     case $model in
-    gpt2) L=12 C=768 ;; gpt2-medium) L=24 C=1024 ;; gpt2-large) L=36 C=1280 ;;
+    gpt2|gpt2-v50304) L=12 C=768 ;; gpt2-medium) L=24 C=1024 ;; gpt2-large) L=36 C=1280 ;;
     llama-1b) L=22 C=2048 ;;
-    *) die "model '$model': gpt2, gpt2-medium, gpt2-large or llama-1b" ;;
+    *) die "model '$model': gpt2, gpt2-v50304, gpt2-medium, gpt2-large or llama-1b" ;;
     esac
-    if [ "$model" = llama-1b ]; then
+    if [ "$model" = gpt2-v50304 ]; then
+        # GPT-2 124M with its vocabulary padded to 50304 (a multiple of 64,
+        # as nanoGPT pads it; the data's ids stay below 50257): the logits'
+        # rows 16-byte aligned in bf16, which 50257 columns are not.  Both
+        # sides train it: the step-time difference from gpt2 is what the
+        # alignment is worth to each.
+        cat > "$TMP/gpt2-v50304.json" <<'JSON'
+{"model_type": "gpt2", "vocab_size": 50304, "n_positions": 1024, "n_embd": 768, "n_inner": 3072,
+ "n_layer": 12, "n_head": 12, "layer_norm_epsilon": 1e-05, "tie_word_embeddings": true,
+ "activation_function": "gelu_new"}
+JSON
+        spec=$TMP/gpt2-v50304.json
+        N=$(( $("$BUILDDIR/merak-plan" --list-models | awk '$1 == "gpt2" {print $10}') + (50304 - 50257) * 768 ))
+    elif [ "$model" = llama-1b ]; then
         # TinyLlama-1.1B's shape as a Hugging Face config (merak-train --model FILE)
         cat > "$TMP/llama-1b.json" <<'JSON'
 {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,

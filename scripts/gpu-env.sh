@@ -29,6 +29,8 @@
 #       elapsed seconds: test; gpt2 (gpu_train for GPT-2 124M, every mode);
 #       calibrate (merak-plan --calibrate in bf16 for GPT-2 124M: each op
 #       kind's time and share of the peaks, the launches line); cuda_ops;
+#       v50304 (GPT-2 124M with its vocabulary padded to 50304, merak bf16
+#       and torch bf16 + compile: what aligned rows of logits are worth);
 #       gpt2-medium (350M, merak tf32 and bf16 against torch bf16 +
 #       compile); llama (a LLaMA-style 1.1B at T=2048, merak bf16 against
 #       torch bf16 + compile).  The default, every stage but llama, takes
@@ -242,10 +244,10 @@ all)
     [ $# -ge 3 ] || { echo "usage: scripts/gpu-env.sh all DIR OUT [STAGE...]" >&2; exit 2; }
     out=$3
     shift 3
-    stages=${*:-test gpt2 calibrate cuda_ops gpt2-medium}
+    stages=${*:-test gpt2 calibrate cuda_ops v50304 gpt2-medium}
     for s in $stages; do
-        case $s in test|gpt2|calibrate|cuda_ops|gpt2-medium|llama) ;;
-        *) die "no stage '$s' (test, gpt2, calibrate, cuda_ops, gpt2-medium, llama)" ;; esac
+        case $s in test|gpt2|calibrate|cuda_ops|v50304|gpt2-medium|llama) ;;
+        *) die "no stage '$s' (test, gpt2, calibrate, cuda_ops, v50304, gpt2-medium, llama)" ;; esac
     done
     mkdir -p "$out"
     out=$(cd "$out" && pwd)
@@ -300,6 +302,9 @@ all)
         cuda_ops)
             sh "$self" bench "$out/ops" cuda_ops > /dev/null 2>&1
             grep -E "attention|roofline: copy|below 0.6|failed" "$out/ops/cuda_ops.txt" | cut -c1-220 | head -40 ;;
+        v50304)
+            MODELS=gpt2-v50304 MERAK_DTYPES="bf16" MODES="bf16-compile" sh "$self" bench "$out/v50304" gpu_train > /dev/null 2>&1
+            cut -c1-200 "$out/v50304/gpu_train.txt" ;;
         gpt2-medium)
             MODELS=gpt2-medium MERAK_DTYPES="tf32 bf16" MODES="bf16-compile" sh "$self" bench "$out/t350" gpu_train > /dev/null 2>&1
             cut -c1-200 "$out/t350/gpu_train.txt" ;;
