@@ -14,9 +14,10 @@
 # linear rows with path=bf16-storage are the linear16 entries (bf16
 # operands and result, a bias in the epilogue, the weight gradient added
 # to float32: what --dtype bf16 trains with) against torch's bf16
-# products, with their own peak ("peak16"), and the head once more with
-# 50264 columns (lm_head_o8: its rows 16-byte aligned, which 50257 are
-# not, to show what the alignment costs).
+# products, with their own peak ("peak16"), and the head twice: its rows
+# of logits 50257 apart (lm_head_dense: all but one off 16 bytes) and
+# padded to 50264 (lm_head: as the executor lays them out), to show what
+# the alignment is worth (torch's side: 50257 columns, dense, both times).
 #
 #   op=linear_fwd layer=qkv math=fp32 shape=8192,768,2304 merak_ms=... torch_ms=... ratio=torch/merak=... merak_tflops=... of_peak=...
 #

@@ -273,23 +273,28 @@ typedef struct merak_kernels {
      * staging of the op holds); else unused (may be NULL).  NULL entries:
      * that op kind is staged.  Shapes as the float entries'. */
     int bf16_scratch;
+    /* (the linear layers; out and dout have rows of O elements ldo apart,
+     * ldo >= O, the padding neither read nor written: the executor pads
+     * the rows of the logits, which have no bias (b and db NULL where ldo
+     * > O), to 16 bytes, as cuBLASLt's fastest products want them) */
     void (*linear16_fwd)(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
-                         int N, int K, int O, float *scratch);
+                         int N, int K, int O, int ldo, float *scratch);
     void (*linear16_bwd_x)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                           int O, int acc, float *scratch);
+                           int O, int ldo, int acc, float *scratch);
     void (*linear16_bwd_w)(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
-                           int K, int O, float *scratch);
+                           int K, int O, int ldo, float *scratch);
     /* (rows of wte copied: exact; ids outside the shard give zero rows) */
     void (*embedding16_fwd)(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
                             int v0, int V);
     void (*embedding16_bwd_w)(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
                               int v0, int V, float *scratch);
-    /* (the cross-entropy on bf16 logits; its backward in place, dlogits ==
-     * logits, writes the gradient over them) */
+    /* (the cross-entropy on bf16 logits, rows of V elements ld apart, ld
+     * >= V, the padding neither read nor written; its backward in place,
+     * dlogits == logits, writes the gradient over them) */
     void (*crossentropy16_stats)(float *lse, float *tlogit, const uint16_t *logits,
-                                 const int32_t *targets, int N, int V, int v0, float *scratch);
+                                 const int32_t *targets, int N, int V, int ld, int v0, float *scratch);
     void (*crossentropy16_bwd)(uint16_t *dlogits, const uint16_t *logits, const float *lse,
-                               const int32_t *targets, int N, int V, int v0, float scale,
+                               const int32_t *targets, int N, int V, int ld, int v0, float scale,
                                float *scratch);
     /* (the position embedding and the elementwise ops) */
     void (*posemb16_fwd)(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,

@@ -249,19 +249,19 @@ float merak_dropout_uniform(uint64_t key, uint64_t i) { return dropout_u(key, i)
 /* bf16 storage run natively (kernels.h): defined after the float table,
  * whose kernels they call. */
 static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
-                             int N, int K, int O, float *scratch);
+                             int N, int K, int O, int ldo, float *scratch);
 static void cpu_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                               int O, int acc, float *scratch);
+                               int O, int ldo, int acc, float *scratch);
 static void cpu_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
-                               int K, int O, float *scratch);
+                               int K, int O, int ldo, float *scratch);
 static void cpu_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
                                 int v0, int V);
 static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t *ids, int N, int C,
                                   int v0, int V, float *scratch);
 static void cpu_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets,
-                                     int N, int V, int v0, float *scratch);
+                                     int N, int V, int ld, int v0, float *scratch);
 static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
-                                   const int32_t *targets, int N, int V, int v0, float scale, float *scratch);
+                                   const int32_t *targets, int N, int V, int ld, int v0, float scale, float *scratch);
 static void cpu_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
                              float *scratch);
 static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
@@ -362,8 +362,29 @@ static float *widen(float *scratch, size_t *at, const uint16_t *src, size_t n)
     return f;
 }
 
+/* rows of w elements, ss (ds) apart in bf16 storage, widened dense into
+ * the next floats of scratch (src NULL: not read), and narrowed back: the
+ * logits' padded rows, attention's strided q, k, v. */
+static float *widen_rows(float *scratch, size_t *at, const uint16_t *src, size_t rows, int w, int ss)
+{
+    float *f = widen(scratch, at, NULL, rows * (size_t)w);
+    const size_t n = src ? rows * (size_t)w : 0;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
+        f[e] = merak_bf16_to_f32(src[(size_t)e / (size_t)w * (size_t)ss + (size_t)e % (size_t)w]);
+    return f;
+}
+
+static void narrow_rows(uint16_t *dst, int ds, const float *f, size_t rows, int w)
+{
+    const size_t n = rows * (size_t)w;
+    OMP(parallel for if (n >= PAR_MIN) schedule(static))
+    for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
+        dst[(size_t)e / (size_t)w * (size_t)ds + (size_t)e % (size_t)w] = merak_f32_to_bf16(f[e]);
+}
+
 static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
-                             int N, int K, int O, float *scratch)
+                             int N, int K, int O, int ldo, float *scratch)
 {
     if (N <= 0 || O <= 0)
         return;
@@ -373,29 +394,29 @@ static void cpu_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t 
     const float *fb = b ? widen(scratch, &at, b, (size_t)O) : NULL;
     float *fo = widen(scratch, &at, NULL, (size_t)N * O);
     linear_fwd_f32(fo, fi, fw, fb, N, K, O);
-    cpu_to_bf16(out, fo, (size_t)N * O);
+    narrow_rows(out, ldo, fo, (size_t)N, O);
 }
 
 static void cpu_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                               int O, int acc, float *scratch)
+                               int O, int ldo, int acc, float *scratch)
 {
     if (N <= 0 || K <= 0 || (O <= 0 && acc))
         return;
     O = O < 0 ? 0 : O;
     size_t at = 0;
-    const float *fd = widen(scratch, &at, dout, (size_t)N * O), *fw = widen(scratch, &at, w, (size_t)O * K);
+    const float *fd = widen_rows(scratch, &at, dout, (size_t)N, O, ldo), *fw = widen(scratch, &at, w, (size_t)O * K);
     float *fx = widen(scratch, &at, acc ? dinp : NULL, (size_t)N * K);
     linear_bwd_x_f32(fx, fd, fw, N, K, O, acc);
     cpu_to_bf16(dinp, fx, (size_t)N * K);
 }
 
 static void cpu_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
-                               int K, int O, float *scratch)
+                               int K, int O, int ldo, float *scratch)
 {
     if (N <= 0 || O <= 0)
         return;
     size_t at = 0;
-    const float *fd = widen(scratch, &at, dout, (size_t)N * O);
+    const float *fd = widen_rows(scratch, &at, dout, (size_t)N, O, ldo);
     const float *fi = dw && K > 0 ? widen(scratch, &at, inp, (size_t)N * K) : NULL;
     linear_bwd_w_f32(fi ? dw : NULL, db, fd, fi, N, K, O);
 }
@@ -424,26 +445,25 @@ static void cpu_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32
 }
 
 static void cpu_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets,
-                                     int N, int V, int v0, float *scratch)
+                                     int N, int V, int ld, int v0, float *scratch)
 {
     if (N <= 0 || V <= 0)
         return;
     size_t at = 0;
-    crossentropy_stats_f32(lse, tlogit, widen(scratch, &at, logits, (size_t)N * V), targets, N, V, v0);
+    crossentropy_stats_f32(lse, tlogit, widen_rows(scratch, &at, logits, (size_t)N, V, ld), targets, N, V, v0);
 }
 
 /* In place, the one widened copy is the float kernel's in-place buffer. */
 static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
-                                   const int32_t *targets, int N, int V, int v0, float scale, float *scratch)
+                                   const int32_t *targets, int N, int V, int ld, int v0, float scale, float *scratch)
 {
     if (N <= 0 || V <= 0)
         return;
     size_t at = 0;
-    const size_t n = (size_t)N * V;
-    float *fx = widen(scratch, &at, logits, n);
-    float *fd = dlogits == logits ? fx : widen(scratch, &at, dlogits, n);
+    float *fx = widen_rows(scratch, &at, logits, (size_t)N, V, ld);
+    float *fd = dlogits == logits ? fx : widen_rows(scratch, &at, dlogits, (size_t)N, V, ld);
     crossentropy_bwd_f32(fd, fx, lse, targets, N, V, v0, scale);
-    cpu_to_bf16(dlogits, fd, n);
+    narrow_rows(dlogits, ld, fd, (size_t)N, V);
 }
 
 /* The position embedding: wpe's first T rows widened (of its P). */
@@ -617,27 +637,9 @@ static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t 
 }
 
 /* Attention: q, k, v (rows at the shape's strides), out and the
- * gradients widened dense; the float kernels on the dense shape (their
- * arithmetic does not depend on the strides); what they wrote narrowed
- * back to its rows. */
-static float *widen_rows(float *scratch, size_t *at, const uint16_t *src, size_t rows, int w, int ss)
-{
-    float *f = widen(scratch, at, NULL, rows * (size_t)w);
-    const size_t n = src ? rows * (size_t)w : 0;
-    OMP(parallel for if (n >= PAR_MIN) schedule(static))
-    for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
-        f[e] = merak_bf16_to_f32(src[(size_t)e / (size_t)w * (size_t)ss + (size_t)e % (size_t)w]);
-    return f;
-}
-
-static void narrow_rows(uint16_t *dst, int ds, const float *f, size_t rows, int w)
-{
-    const size_t n = rows * (size_t)w;
-    OMP(parallel for if (n >= PAR_MIN) schedule(static))
-    for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
-        dst[(size_t)e / (size_t)w * (size_t)ds + (size_t)e % (size_t)w] = merak_f32_to_bf16(f[e]);
-}
-
+ * gradients widened dense (widen_rows); the float kernels on the dense
+ * shape (their arithmetic does not depend on the strides); what they wrote
+ * narrowed back to its rows. */
 static merak_attn_shape dense_shape(const merak_attn_shape *s)
 {
     merak_attn_shape d = *s;

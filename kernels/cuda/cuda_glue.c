@@ -238,14 +238,14 @@ static double k_sumsq(const float *x, size_t n)
  * epilogue algorithm: the executor's biases are 32-byte aligned) takes
  * N x O floats of merak_cuda_scratch, which nothing plans. */
 static void k_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *b,
-                           int N, int K, int O, float *scratch)
+                           int N, int K, int O, int ldo, float *scratch)
 {
     (void)scratch;
     if (merak_cuda_failed() || N <= 0 || O <= 0)
         return;
     const uint16_t *eb = b && merak_cuda_ptr_align(b) >= 16 ? b : NULL;
     if (K > 0 && (!b || eb)) {
-        const int rc = merak_cuda_gemm16(1, 0, O, N, K, 1.0f, w, K, inp, K, out, 1, O, 0.0f, eb);
+        const int rc = merak_cuda_gemm16(1, 0, O, N, K, 1.0f, w, K, inp, K, out, 1, ldo, 0.0f, eb);
         if (rc != 1)
             return;
     }
@@ -258,8 +258,8 @@ static void k_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w
     if (K <= 0 ? merak_cuda_memset(acc, 0, bytes) < 0
                : merak_cuda_gemm16(1, 0, O, N, K, 1.0f, w, K, inp, K, acc, 0, O, 0.0f, NULL) != 0)
         return;
-    if (b)
-        LAUNCH("linear16_fwd(bias)", merak_cuda_launch_bias_round16(STREAM, out, acc, b, N, O));
+    if (b || ldo != O)
+        LAUNCH("linear16_fwd(bias)", merak_cuda_launch_bias_round16(STREAM, out, ldo, acc, b, N, O));
     else
         LAUNCH("linear16_fwd(round)", merak_cuda_launch_rows_to_bf16(STREAM, out, acc, (size_t)N, O, O));
 }
@@ -267,7 +267,7 @@ static void k_linear16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w
 /* dinp = bf16(dinp + dout @ w): beta 1 on the bf16 C, summed in fp32 (acc 0:
  * bf16(dout @ w), beta 0) */
 static void k_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int K,
-                             int O, int acc, float *scratch)
+                             int O, int ldo, int acc, float *scratch)
 {
     (void)scratch;
     if (merak_cuda_failed() || N <= 0 || K <= 0)
@@ -277,18 +277,22 @@ static void k_linear16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_
             (void)merak_cuda_memset(dinp, 0, (size_t)N * (size_t)K * sizeof(uint16_t));
         return;
     }
-    (void)merak_cuda_gemm16(0, 0, K, N, O, 1.0f, w, K, dout, O, dinp, 1, K, acc ? 1.0f : 0.0f, NULL);
+    (void)merak_cuda_gemm16(0, 0, K, N, O, 1.0f, w, K, dout, ldo, dinp, 1, K, acc ? 1.0f : 0.0f, NULL);
 }
 
 /* dw (float) += dout^T @ inp from bf16 operands; db += colsum(dout) */
 static void k_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
-                             int K, int O, float *scratch)
+                             int K, int O, int ldo, float *scratch)
 {
     (void)scratch;
     if (merak_cuda_failed() || N <= 0 || O <= 0)
         return;
+    if (db && ldo != O) {   /* (kernels.h: padded rows have no bias) */
+        merak_cuda_record("linear16_bwd_w", "a bias gradient over padded rows is not implemented");
+        return;
+    }
     if (K > 0 && dw)
-        (void)merak_cuda_gemm16(0, 1, K, O, N, 1.0f, inp, K, dout, O, dw, 0, K, 1.0f, NULL);
+        (void)merak_cuda_gemm16(0, 1, K, O, N, 1.0f, inp, K, dout, ldo, dw, 0, K, 1.0f, NULL);
     if (db)
         LAUNCH("linear16_bwd_w(db)", merak_cuda_launch_colsum16(STREAM, db, dout, N, O));
 }
@@ -307,19 +311,19 @@ static void k_embedding16_bwd_w(float *dwte, const uint16_t *dout, const int32_t
 }
 
 static void k_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *logits, const int32_t *targets,
-                                   int N, int V, int v0, float *scratch)
+                                   int N, int V, int ld, int v0, float *scratch)
 {
     (void)scratch;
     LAUNCH("crossentropy16_stats",
-           merak_cuda_launch_crossentropy16_stats(STREAM, lse, tlogit, logits, targets, N, V, v0));
+           merak_cuda_launch_crossentropy16_stats(STREAM, lse, tlogit, logits, targets, N, V, ld, v0));
 }
 
 static void k_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
-                                 const int32_t *targets, int N, int V, int v0, float scale, float *scratch)
+                                 const int32_t *targets, int N, int V, int ld, int v0, float scale, float *scratch)
 {
     (void)scratch;
     LAUNCH("crossentropy16_bwd",
-           merak_cuda_launch_crossentropy16_bwd(STREAM, dlogits, logits, lse, targets, N, V, v0, scale));
+           merak_cuda_launch_crossentropy16_bwd(STREAM, dlogits, logits, lse, targets, N, V, ld, v0, scale));
 }
 
 static void k_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,

@@ -253,10 +253,11 @@ int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, 
 /* db (O) += column sums of dout (N,O) */
 int merak_cuda_launch_colsum(void *stream, float *db, const float *dout, int N, int O);
 /* bf16 storage: db (O) += column sums of bf16 dout (N,O), as colsum's
- * order; out (N,O) = bf16(acc + b[o]) from fp32 acc and a bf16 bias (the
- * linear bias when no epilogue takes it: one rounding) */
+ * order; out (N,O), rows ldo apart, = bf16(acc + b[o]) from dense fp32 acc
+ * and a bf16 bias (the linear bias when no epilogue takes it: one rounding;
+ * b NULL: acc rounded) */
 int merak_cuda_launch_colsum16(void *stream, float *db, const uint16_t *dout, int N, int O);
-int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, const float *acc, const uint16_t *b,
+int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, int ldo, const float *acc, const uint16_t *b,
                                    int N, int O);
 /* Attention's pointwise parts; its GEMMs are cuBLASLt's (cuda_glue.c).
  * rope_fwd: qr, kr = the RoPE rotation of q, k (strides of s).
@@ -344,11 +345,11 @@ int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
                                        const float *lse, const int32_t *targets, int N, int V,
                                        int v0, float scale);
-/* the same on bf16 logits (kernels.h crossentropy16_*) */
+/* the same on bf16 logits, rows ld apart (kernels.h crossentropy16_*) */
 int merak_cuda_launch_crossentropy16_stats(void *stream, float *lse, float *tlogit, const uint16_t *logits,
-                                           const int32_t *targets, int N, int V, int v0);
+                                           const int32_t *targets, int N, int V, int ld, int v0);
 int merak_cuda_launch_crossentropy16_bwd(void *stream, uint16_t *dlogits, const uint16_t *logits,
-                                         const float *lse, const int32_t *targets, int N, int V, int v0,
+                                         const float *lse, const int32_t *targets, int N, int V, int ld, int v0,
                                          float scale);
 /* One AdamW step over the spans (device memory), a block each; the scalars
  * are computed on the host as torch does (decay for the spans with decay set):

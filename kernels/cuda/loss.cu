@@ -41,12 +41,12 @@ static __device__ __forceinline__ void block_lse(float *m, float *s, float *sh)
  * gives 0 for both.  One pass over the row, 16 bytes a load. */
 template <int B16>
 __global__ void ce_stats_v_k(float *lse, float *tlogit, const void *logits, const int32_t *targets, int V,
-                             int v0)
+                             int ld, int v0)
 {
     __shared__ float sh[64];
     const size_t n = blockIdx.x;
     const long long tg = targets[n], t = tg - v0;
-    const char *x = (const char *)logits + n * (size_t)V * RW_ES(B16);
+    const char *x = (const char *)logits + n * (size_t)ld * RW_ES(B16);
     if (tg < 0) {
         if (threadIdx.x == 0)
             lse[n] = tlogit[n] = 0.0f;
@@ -65,11 +65,11 @@ __global__ void ce_stats_v_k(float *lse, float *tlogit, const void *logits, cons
  * within 16 bytes; in place or not). */
 template <int B16>
 __global__ void ce_bwd_v_k(void *dlogits, const void *logits, const float *lse, const int32_t *targets, int V,
-                           int v0, float scale)
+                           int ld, int v0, float scale)
 {
     const size_t n = blockIdx.x;
     const long long tg = targets[n];
-    const size_t at = n * (size_t)V * RW_ES(B16);
+    const size_t at = n * (size_t)ld * RW_ES(B16);
     if (tg < 0 && dlogits != logits)
         return; /* a row without a target is left as it is, or zeroed in place */
     rw_ce_grad((char *)dlogits + at, (const char *)logits + at, V, tg - v0, tg < 0 ? 0.0f : lse[n], scale,
@@ -82,13 +82,13 @@ __global__ void ce_bwd_v_k(void *dlogits, const void *logits, const float *lse, 
  * becomes zero (kernels.h).  bf16 logits: the gradient rounded once. */
 template <typename T>
 __global__ void crossentropy_bwd_k(T *dlogits, const T *logits, const float *lse,
-                                   const int32_t *targets, int V, int v0, float scale)
+                                   const int32_t *targets, int V, int ld, int v0, float scale)
 {
     const size_t n = blockIdx.x;
     const long long tg = targets[n], t = tg - v0;
     const bool in_place = dlogits == logits;
-    const T *x = logits + n * V;
-    T *dx = dlogits + n * V;
+    const T *x = logits + n * (size_t)ld;
+    T *dx = dlogits + n * (size_t)ld;
     if (tg < 0) {
         if (in_place)
             for (int j = threadIdx.x; j < V; j += blockDim.x)
@@ -104,24 +104,24 @@ __global__ void crossentropy_bwd_k(T *dlogits, const T *logits, const float *lse
 
 template <typename T>
 static int ce_stats(cudaStream_t st, float *lse, float *tlogit, const T *logits, const int32_t *targets, int N,
-                    int V, int v0)
+                    int V, int ld, int v0)
 {
     if (N <= 0 || V <= 0)
         return cudaSuccess;
-    ce_stats_v_k<sizeof(T) == 2><<<N, NT, 0, st>>>(lse, tlogit, logits, targets, V, v0);
+    ce_stats_v_k<sizeof(T) == 2><<<N, NT, 0, st>>>(lse, tlogit, logits, targets, V, ld, v0);
     return cudaGetLastError();
 }
 
 template <typename T>
 static int ce_bwd(cudaStream_t st, T *dlogits, const T *logits, const float *lse, const int32_t *targets, int N,
-                  int V, int v0, float scale)
+                  int V, int ld, int v0, float scale)
 {
     if (N <= 0 || V <= 0)
         return cudaSuccess;
     if ((((uintptr_t)dlogits - (uintptr_t)logits) & 15) == 0)
-        ce_bwd_v_k<sizeof(T) == 2><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, v0, scale);
+        ce_bwd_v_k<sizeof(T) == 2><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, ld, v0, scale);
     else
-        crossentropy_bwd_k<T><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, v0, scale);
+        crossentropy_bwd_k<T><<<N, NT, 0, st>>>(dlogits, logits, lse, targets, V, ld, v0, scale);
     return cudaGetLastError();
 }
 
@@ -131,27 +131,27 @@ int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit
                                          const float *logits, const int32_t *targets, int N,
                                          int V, int v0)
 {
-    return ce_stats<float>(STREAM(stream), lse, tlogit, logits, targets, N, V, v0);
+    return ce_stats<float>(STREAM(stream), lse, tlogit, logits, targets, N, V, V, v0);
 }
 
 int merak_cuda_launch_crossentropy_bwd(void *stream, float *dlogits, const float *logits,
                                        const float *lse, const int32_t *targets, int N, int V,
                                        int v0, float scale)
 {
-    return ce_bwd<float>(STREAM(stream), dlogits, logits, lse, targets, N, V, v0, scale);
+    return ce_bwd<float>(STREAM(stream), dlogits, logits, lse, targets, N, V, V, v0, scale);
 }
 
 int merak_cuda_launch_crossentropy16_stats(void *stream, float *lse, float *tlogit, const uint16_t *logits,
-                                           const int32_t *targets, int N, int V, int v0)
+                                           const int32_t *targets, int N, int V, int ld, int v0)
 {
-    return ce_stats<uint16_t>(STREAM(stream), lse, tlogit, logits, targets, N, V, v0);
+    return ce_stats<uint16_t>(STREAM(stream), lse, tlogit, logits, targets, N, V, ld, v0);
 }
 
 int merak_cuda_launch_crossentropy16_bwd(void *stream, uint16_t *dlogits, const uint16_t *logits,
-                                         const float *lse, const int32_t *targets, int N, int V, int v0,
+                                         const float *lse, const int32_t *targets, int N, int V, int ld, int v0,
                                          float scale)
 {
-    return ce_bwd<uint16_t>(STREAM(stream), dlogits, logits, lse, targets, N, V, v0, scale);
+    return ce_bwd<uint16_t>(STREAM(stream), dlogits, logits, lse, targets, N, V, ld, v0, scale);
 }
 
 } /* extern "C" */

@@ -339,10 +339,11 @@ __global__ void bias_add_k(float *out, const float *b, size_t n, int O)
     GRID_STRIDE(i, n) out[i] += b[i % O];
 }
 
-/* out (N,O) = bf16(acc + b[o]): bf16 storage's bias, one rounding */
-__global__ void bias_round16_k(uint16_t *out, const float *acc, const uint16_t *b, size_t n, int O)
+/* out (N,O), rows ldo apart, = bf16(acc + b[o]) (acc dense; b NULL: none):
+ * bf16 storage's bias, one rounding */
+__global__ void bias_round16_k(uint16_t *out, int ldo, const float *acc, const uint16_t *b, size_t n, int O)
 {
-    GRID_STRIDE(i, n) put(out + i, acc[i] + as_f32(b[i % O]));
+    GRID_STRIDE(i, n) put(out + i / O * ldo + i % O, acc[i] + (b ? as_f32(b[i % O]) : 0.0f));
 }
 
 template <typename T>
@@ -486,13 +487,13 @@ int merak_cuda_launch_colsum16(void *stream, float *db, const uint16_t *dout, in
     return colred<RW_COLSUM, uint16_t>(STREAM(stream), db, NULL, dout, NULL, NULL, NULL, N, O);
 }
 
-int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, const float *acc, const uint16_t *b,
+int merak_cuda_launch_bias_round16(void *stream, uint16_t *out, int ldo, const float *acc, const uint16_t *b,
                                    int N, int O)
 {
     const size_t n = (size_t)N * O;
     if (n == 0)
         return cudaSuccess;
-    bias_round16_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, acc, b, n, O);
+    bias_round16_k<<<ew_grid(n), NT, 0, STREAM(stream)>>>(out, ldo, acc, b, n, O);
     return cudaGetLastError();
 }
 

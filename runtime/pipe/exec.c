@@ -9,6 +9,7 @@
  * come to the host: the cross-entropy statistics, to sum the loss and to
  * combine vocabulary shards.
  */
+#include <limits.h> /* INT_MAX */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -93,6 +94,8 @@ struct merak_exec {
                             * (a parameter: its compute copy) */
     unsigned char *native; /* [nops] its calls read and write bf16 storage as it is (the
                             * kind's bf16 entries, merak_op_io.b16), unstaged */
+    int *row_ld;           /* [ntensors] its rows' stride in elements where they are padded
+                            * (row_ld_of: the logits), else 0 */
     unsigned char *fresh;  /* [nops] its input part writes its input gradients, unzeroed
                             * (plan_fresh, merak_op_io.fresh) */
     float *stage;          /* staging: the bf16 tensors of the op running, widened */
@@ -160,7 +163,15 @@ static size_t cparams_bytes(const merak_exec *e) { return e->flat_n * (e->store1
 
 /* Bytes of an element of tensor t in the arenas. */
 static size_t esize(const merak_exec *e, int t) { return e->half[t] ? sizeof(uint16_t) : sizeof(float); }
-static size_t tbytes(const merak_exec *e, int t) { return (size_t)merak_tensor_elems(&e->g->tensors[t]) * esize(e, t); }
+static int64_t rows_of(const merak_tensor *t);
+/* Bytes of tensor t's values (of its gradient too): its rows row_ld
+ * apart where they are padded. */
+static size_t tbytes(const merak_exec *e, int t)
+{
+    const merak_tensor *x = &e->g->tensors[t];
+    const size_t n = e->row_ld[t] ? (size_t)rows_of(x) * (size_t)e->row_ld[t] : (size_t)merak_tensor_elems(x);
+    return n * esize(e, t);
+}
 
 /* Records why a forward or backward failed; returns -1. */
 static int fail(merak_exec *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -225,6 +236,33 @@ static int grad_in_place(const merak_exec *e, const chunk *ch, int t, const int 
     return !e->keep_grads && nuse[t] == 1 && p >= ch->begin && p < ch->end && u >= ch->begin && u < ch->end &&
            merak_op_kind_of(&g->ops[u])->loss && g->ops[u].in[0] == t &&
            !merak_op_kind_of(&g->ops[p])->reads_output;   /* its producer's backward reads the values */
+}
+
+/* The stride of tensor t's rows, padded to 16 bytes, when t is logits in
+ * bf16 storage that both their ops read and write natively (kernels.h:
+ * linear16_*, crossentropy16_* take a row stride), else 0.  50257 columns
+ * (GPT-2's vocabulary) leave every row but one off 16 bytes, and
+ * cuBLASLt's fastest products (Hopper's tensor-memory loads and stores)
+ * want every row on 16 bytes; the padding is never read or written.  t:
+ * made by a linear layer without a bias, read once, by the loss as its
+ * logits, in one chunk of one sub-batch.  The ops' native[] is decided
+ * later (plan_chunk); merak_exec_create checks it agrees. */
+static int row_ld_of(const merak_exec *e, const chunk *ch, int t, const int *nuse, const int *last_use)
+{
+    const merak_graph *g = e->g;
+    const merak_tensor *x = &g->tensors[t];
+    const int p = x->producer, u = last_use[t], w = x->ndim ? (int)x->shape[x->ndim - 1] : 0;
+    const int E = 16 / (int)sizeof(uint16_t);
+    if (!e->store16 || e->K > 1 || x->dtype != MERAK_F32 || w <= 0 || w % E == 0 || w > INT_MAX - E ||
+        nuse[t] != 1 || p < ch->begin || p >= ch->end || u < ch->begin || u >= ch->end)
+        return 0;
+    const merak_op *po = &g->ops[p], *uo = &g->ops[u];
+    const merak_op_kind *pk = merak_op_kind_of(po), *uk = merak_op_kind_of(uo);
+    if (po->type != MERAK_OP_LINEAR || (po->nin > 2 && po->in[2] >= 0) || !uk->loss || uo->in[0] != t ||
+        pk->sum != MERAK_SUM_NONE || uk->sum != MERAK_SUM_NONE || !pk->bf16 || !pk->bf16(g, po, e->k) ||
+        !uk->bf16 || !uk->bf16(g, uo, e->k))
+        return 0;
+    return (w + E - 1) / E * E;
 }
 
 /* Can tensor t's gradient live in the backward's shared buffer?  It must
@@ -384,15 +422,16 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
                 const merak_op_kind *lk = last_use[t] >= 0 ? merak_op_kind_of(&g->ops[last_use[t]]) : NULL;
                 e->half[t] = e->store16 && x->dtype == MERAK_F32 && t != g->loss &&
                              !(lk && lk->loss && !(lk->bf16 && lk->bf16(g, &g->ops[last_use[t]], e->k)));
+                e->row_ld[t] = e->half[t] ? row_ld_of(e, ch, t, nuse, last_use) : 0;
                 e->t_off[t] = (int64_t)*av;
-                *av += round_bytes(n * esize(e, t));
+                *av += round_bytes(tbytes(e, t));
                 if (e->in_place[t]) {
                     e->g_off[t] = e->t_off[t];
                 } else if (x->dtype == MERAK_F32 && grad_shareable(e, ch, t)) {
                     e->g_shared[t] = 1;   /* placed by share_grads */
                 } else if (x->dtype == MERAK_F32) {
                     e->g_off[t] = (int64_t)*gv;
-                    *gv += round_bytes(n * esize(e, t));
+                    *gv += round_bytes(tbytes(e, t));
                 }
             }
         }
@@ -534,6 +573,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->in_place = calloc((size_t)nt, 1);
     e->g_shared = calloc((size_t)nt, 1);
     e->half = calloc((size_t)nt, 1);
+    e->row_ld = calloc((size_t)nt, sizeof *e->row_ld);
     e->native = calloc((size_t)g->nops, 1);
     e->fresh = calloc((size_t)g->nops, 1);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
@@ -550,7 +590,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->native || !e->fresh || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->row_ld || !e->native || !e->fresh || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
@@ -586,6 +626,11 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         }
     free(first_use);
     free(nuse);
+    /* padded rows (row_ld_of) are read and written by native calls only */
+    for (int t = 0; t < nt && rc == 0; t++)
+        if (e->row_ld[t] && !(e->native[g->tensors[t].producer] && e->native[e->last_use[t]]))
+            rc = merak_errf(err, errlen, "executor: tensor %s has padded rows but op %d or %d is staged",
+                            g->tensors[t].name, g->tensors[t].producer, e->last_use[t]);
     if (rc == 0)
         plan_fresh(e);
     e->scratch_n = scratch_n;
@@ -639,6 +684,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->in_place);
     free(e->g_shared);
     free(e->half);
+    free(e->row_ld);
     free(e->native);
     free(e->fresh);
     free(e->last_use);
@@ -1073,6 +1119,8 @@ static merak_op_io op_io16(merak_exec *e, int slot, int i, sub sb, io_mode mode,
         if (j > 0 && t >= 0 && e->param_of[t] >= 0)
             io.dw[j - 1] = grad(e, slot, t);
     }
+    io.ldx = o->nin > 0 && o->in[0] >= 0 ? e->row_ld[o->in[0]] : 0;
+    io.ldy = e->row_ld[o->out];
     if (mode == IO_FORWARD || merak_op_kind_of(o)->reads_output)
         io.y16 = b16_or(e, o->out, sval(e, slot, o->out, sb), &io.y);
     if (mode != IO_FORWARD) {

@@ -197,7 +197,7 @@ static int measure_peaks(const merak_kernels *k, int bf16, int reps, merak_roofl
     if (rc == 0 && b16) {
         k->to_bf16(a16, a, nn);
         k->to_bf16(w16, w, nn);
-        TIMED(k, reps, tp, k->linear16_fwd((uint16_t *)out, a16, w16, NULL, n, n, n, scratch));
+        TIMED(k, reps, tp, k->linear16_fwd((uint16_t *)out, a16, w16, NULL, n, n, n, n, scratch));
     } else if (rc == 0) {
         TIMED(k, reps, tp, k->linear_fwd(out, a, w, NULL, n, n, n));
     }

@@ -180,21 +180,24 @@ static int calls[E_COUNT];
         merak_kernels_cpu()->entry args;                \
     }
 typedef uint16_t h16;
-C(E_LIN_F, linear16_fwd, (h16 *o, const h16 *x, const h16 *w, const h16 *b, int N, int K, int O, float *s),
-  (o, x, w, b, N, K, O, s))
-C(E_LIN_X, linear16_bwd_x, (h16 *dx, const h16 *d, const h16 *w, int N, int K, int O, int a, float *s),
-  (dx, d, w, N, K, O, a, s))
-C(E_LIN_W, linear16_bwd_w, (float *dw, float *db, const h16 *d, const h16 *x, int N, int K, int O, float *s),
-  (dw, db, d, x, N, K, O, s))
+C(E_LIN_F, linear16_fwd,
+  (h16 *o, const h16 *x, const h16 *w, const h16 *b, int N, int K, int O, int ld, float *s),
+  (o, x, w, b, N, K, O, ld, s))
+C(E_LIN_X, linear16_bwd_x, (h16 *dx, const h16 *d, const h16 *w, int N, int K, int O, int ld, int a, float *s),
+  (dx, d, w, N, K, O, ld, a, s))
+C(E_LIN_W, linear16_bwd_w,
+  (float *dw, float *db, const h16 *d, const h16 *x, int N, int K, int O, int ld, float *s),
+  (dw, db, d, x, N, K, O, ld, s))
 C(E_EMB_F, embedding16_fwd, (h16 *o, const int32_t *ids, const h16 *w, int N, int Cc, int v0, int V),
   (o, ids, w, N, Cc, v0, V))
 C(E_EMB_W, embedding16_bwd_w, (float *dw, const h16 *d, const int32_t *ids, int N, int Cc, int v0, int V, float *s),
   (dw, d, ids, N, Cc, v0, V, s))
-C(E_CE_S, crossentropy16_stats, (float *l, float *t, const h16 *x, const int32_t *tg, int N, int V, int v0, float *s),
-  (l, t, x, tg, N, V, v0, s))
+C(E_CE_S, crossentropy16_stats,
+  (float *l, float *t, const h16 *x, const int32_t *tg, int N, int V, int ld, int v0, float *s),
+  (l, t, x, tg, N, V, ld, v0, s))
 C(E_CE_B, crossentropy16_bwd,
-  (h16 *dx, const h16 *x, const float *l, const int32_t *tg, int N, int V, int v0, float sc, float *s),
-  (dx, x, l, tg, N, V, v0, sc, s))
+  (h16 *dx, const h16 *x, const float *l, const int32_t *tg, int N, int V, int ld, int v0, float sc, float *s),
+  (dx, x, l, tg, N, V, ld, v0, sc, s))
 C(E_POS_F, posemb16_fwd, (h16 *o, const h16 *x, const h16 *w, int B, int T, int Cc, float *s), (o, x, w, B, T, Cc, s))
 C(E_POS_W, posemb16_bwd_w, (float *dw, const h16 *d, int B, int T, int Cc, float *s), (dw, d, B, T, Cc, s))
 C(E_GELU_F, gelu16_fwd, (h16 *o, const h16 *x, size_t n, float *s), (o, x, n, s))
@@ -285,9 +288,14 @@ static void test_storage_runs(const char *preset, int wide)
     merak_model_config c;
     merak_model_preset(preset, &c);
     c.dropout = 0.1f;
-    if (wide) {   /* logits far larger than the rest: the CPU's cross-entropy runs in row blocks */
+    char name[64];
+    if (wide == 1) {   /* logits far larger than the rest: the CPU's cross-entropy runs in row blocks */
         c.vocab_size = 4096, c.hidden = 16, c.ffn_hidden = 64, c.n_head = c.n_kv_head = 2;
         preset = "wide-vocabulary gpt2";
+    } else if (wide == 2) {   /* rows of logits off 16 bytes: run natively, padded (exec.c row_ld_of) */
+        c.vocab_size = 253;
+        snprintf(name, sizeof name, "%s of 253 tokens", preset);
+        preset = name;
     }
     merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
     tables();
@@ -307,6 +315,17 @@ static void test_storage_runs(const char *preset, int wide)
             merak_exec_destroy(e[1]);
             continue;
         }
+        /* the logits' rows: padded to 256 natively, as they are staged */
+        int logits = -1;
+        for (int i = 0; i < g->nops; i++)
+            if (g->ops[i].type == MERAK_OP_CROSS_ENTROPY)
+                logits = g->ops[i].in[0];
+        const size_t rows = 2 * 16, lb[2] = {merak_exec_tensor_bytes(e[0], logits),
+                                             merak_exec_tensor_bytes(e[2], logits)};
+        const size_t want = rows * (size_t)(wide == 2 ? 256 : c.vocab_size) * 2;
+        tap_ok(lb[0] == want && lb[1] == rows * (size_t)c.vocab_size * 4,
+               "%s, %s: the logits take %zu bytes run natively (%zu: rows %s), %zu staged (float storage)", preset, run_name(how),
+               lb[0], want, wide == 2 ? "padded to 256" : "dense", lb[1]);
         double loss[3][2];
         int ncalls[3], blocks = 0;
         for (int i = 0; i < 3; i++) {
@@ -331,11 +350,14 @@ static void test_storage_runs(const char *preset, int wide)
         /* (the CPU's bf16 entries widen into the staging buffer: with
          * logits far larger than the rest, N x V floats of it) */
         tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 &&
-                   (wide || merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1])),
+                   (wide == 1 || merak_exec_arena_bytes(e[0]) < merak_exec_arena_bytes(e[1])),
                "%s, %s: bf16 storage gives float storage's losses and weight gradients, bit for bit, in %zu bytes "
                "of arenas instead of %zu", preset, run_name(how), merak_exec_arena_bytes(e[0]), merak_exec_arena_bytes(e[1]));
+        if (!(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0))
+            tap_diag("native: losses %.9g %.9g, every entry called %d; staged: %.9g %.9g; gradients %s", loss[0][0],
+                     loss[0][1], ncalls[0], loss[2][0], loss[2][1], memcmp(g0, g2, n * sizeof *g0) ? "differ" : "equal");
         tap_ok(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0 &&
-                   (wide ? blocks > 1 : merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1])),
+                   (wide == 1 ? blocks > 1 : merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1])),
                "%s, %s: its ops run natively in bf16 storage (every bf16 entry its kinds have called; the loss "
                "in %d row blocks) as staged, bit for bit; compute copies and logits in bf16: %zu bytes on the device "
                "instead of %zu",
@@ -344,6 +366,49 @@ static void test_storage_runs(const char *preset, int wide)
             merak_exec_destroy(e[i]);
     }
     merak_graph_destroy(g);
+}
+
+/* The CPU's entries on rows ld apart (the executor's padded logits):
+ * what they give on dense rows, bit for bit, their padding (NaN) neither
+ * read (nothing comes out NaN) nor written. */
+static void test_padded_rows(void)
+{
+    const int N = 5, K = 7, O = 13, ld = 16;
+    const merak_kernels *k = merak_kernels_cpu();
+    uint16_t x[5 * 7], w[13 * 7], dd[5 * 13], od[5 * 13], dxd[5 * 7], dxp[5 * 7];
+    uint16_t dp[5 * 16], op[5 * 16], ld_d[5 * 13], ld_p[5 * 16];
+    float dwd[13 * 7] = {0}, dwp[13 * 7] = {0}, sd[10], sp[10], scratch[2048];
+    int32_t tg[5] = {3, -1, 12, 0, 7};
+    for (int i = 0; i < N * K; i++)
+        x[i] = merak_f32_to_bf16(sinf((float)i));
+    for (int i = 0; i < O * K; i++)
+        w[i] = merak_f32_to_bf16(cosf((float)i) / 4);
+    for (int i = 0; i < N * ld; i++)
+        dp[i] = op[i] = ld_p[i] = 0xffff;   /* NaN */
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < O; c++)
+            dd[r * O + c] = dp[r * ld + c] = ld_d[r * O + c] = ld_p[r * ld + c] =
+                merak_f32_to_bf16(sinf((float)(3 * r + 5 * c)) * 3);
+    k->linear16_fwd(od, x, w, NULL, N, K, O, O, scratch);
+    k->linear16_fwd(op, x, w, NULL, N, K, O, ld, scratch);
+    k->linear16_bwd_x(dxd, dd, w, N, K, O, O, 0, scratch);
+    k->linear16_bwd_x(dxp, dp, w, N, K, O, ld, 0, scratch);
+    k->linear16_bwd_w(dwd, NULL, dd, x, N, K, O, O, scratch);
+    k->linear16_bwd_w(dwp, NULL, dp, x, N, K, O, ld, scratch);
+    k->crossentropy16_stats(sd, sd + N, ld_d, tg, N, O, O, 0, scratch);
+    k->crossentropy16_stats(sp, sp + N, ld_p, tg, N, O, ld, 0, scratch);
+    k->crossentropy16_bwd(ld_d, ld_d, sd, tg, N, O, O, 0, 0.2f, scratch);
+    k->crossentropy16_bwd(ld_p, ld_p, sp, tg, N, O, ld, 0, 0.2f, scratch);
+    int same = !memcmp(dxd, dxp, sizeof dxd) && !memcmp(dwd, dwp, sizeof dwd) && !memcmp(sd, sp, sizeof sd), pad = 1;
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < ld; c++) {
+            if (c < O)
+                same &= op[r * ld + c] == od[r * O + c] && ld_p[r * ld + c] == ld_d[r * O + c];
+            else
+                pad &= op[r * ld + c] == 0xffff && dp[r * ld + c] == 0xffff && ld_p[r * ld + c] == 0xffff;
+        }
+    tap_ok(same && pad, "linear16 and crossentropy16 on rows %d apart give their dense results bit for bit (%d), "
+           "the padding neither read nor written (%d)", ld, same, pad);
 }
 
 /* A stand-in tensor-parallel group for one process: a "sum" that doubles
@@ -479,6 +544,9 @@ int main(void)
     test_storage_runs("tiny-gpt2", 0);
     test_storage_runs("tiny-llama", 0);
     test_storage_runs("tiny-gpt2", 1);
+    test_storage_runs("tiny-gpt2", 2);
+    test_storage_runs("tiny-llama", 2);
+    test_padded_rows();
     test_tp_storage();
     test_refused();
     test_cuda_plan();

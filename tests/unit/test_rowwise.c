@@ -292,7 +292,7 @@ static void colred_case(int mode, int b16, int N, int C)
     const int takes = rw_colred_takes(C, b16, dy, mode == RW_COLSUM ? NULL : x);
     static const char *names[] = {"colsum (a bias gradient)", "layernorm_bwd_w", "rmsnorm_bwd_w"};
     if (mode == RW_COLSUM && b16)
-        k->linear16_bwd_w(NULL, c0, dy, x, N, 0, C, scratch);
+        k->linear16_bwd_w(NULL, c0, dy, x, N, 0, C, C, scratch);
     else if (mode == RW_COLSUM)
         k->linear_bwd_w(NULL, c0, dy, x, N, 0, C);
     else if (mode == RW_LAYERNORM && b16)
@@ -588,9 +588,9 @@ static void ce_case(int b16, int nthr, int N, int V, int v0, int off, int ninf)
     const float scale = 1.0f / (float)N;
     memcpy(in_c, x, n * es), memcpy(in_e, x, n * es);
     if (b16) {
-        k->crossentropy16_stats(st_c, st_c + N, x, tg, N, V, v0, scratch);
-        k->crossentropy16_bwd(in_c, in_c, st_c, tg, N, V, v0, scale, scratch);
-        k->crossentropy16_bwd(acc_c, x, st_c, tg, N, V, v0, scale, scratch);
+        k->crossentropy16_stats(st_c, st_c + N, x, tg, N, V, V, v0, scratch);
+        k->crossentropy16_bwd(in_c, in_c, st_c, tg, N, V, V, v0, scale, scratch);
+        k->crossentropy16_bwd(acc_c, x, st_c, tg, N, V, V, v0, scale, scratch);
     } else {
         k->crossentropy_stats(st_c, st_c + N, x, tg, N, V, v0);
         k->crossentropy_bwd(in_c, in_c, st_c, tg, N, V, v0, scale);
