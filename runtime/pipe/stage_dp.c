@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "graph/ops.h" /* merak_align_floats */
 #include "stage_impl.h"
 #include "trace.h"
 
@@ -168,10 +169,13 @@ int merak_stage_dp_setup(merak_stage *s, const merak_stage_opts *o, char *err, s
     if (gr->dp == 1)
         return 0;
     if (o->zero) {
-        /* dp shares of ceil(flat_n / dp) floats, the last one shorter;
-         * every rank's count only for a stage that runs (a plan, which the
-         * planner makes for up to millions of ranks, needs this one's) */
-        const size_t chunk = (s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp;
+        /* dp shares of ceil(flat_n / dp) floats rounded up to whole
+         * arena alignments (so every share starts on 64 bytes, where the
+         * optimizer's kernels take 16-byte vectors), the last ones shorter
+         * or empty; every rank's count only for a stage that runs (a plan,
+         * which the planner makes for up to millions of ranks, needs this
+         * one's) */
+        const size_t chunk = merak_align_floats((s->flat_n + (size_t)gr->dp - 1) / (size_t)gr->dp);
 #define SHARE_LO(r) (chunk * (size_t)(r) < s->flat_n ? chunk * (size_t)(r) : s->flat_n)
 #define SHARE_HI(r) (SHARE_LO(r) + chunk < s->flat_n ? SHARE_LO(r) + chunk : s->flat_n)
         s->zlo = SHARE_LO(gr->dp_rank);
