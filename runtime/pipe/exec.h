@@ -66,7 +66,11 @@
  * the masters and the weight gradients stay float, and so do the logits
  * (the loss's input, whose gradient takes their storage) unless the
  * backend's cross-entropy reads bf16 (kernels.h crossentropy16_*: else
- * the loss would stage N x V floats).  (A TP_COPY sums its
+ * the loss would stage N x V floats).  Where the head and the loss both
+ * run natively, the bf16 logits' rows are padded to 16 bytes (exec.c
+ * row_ld_of: GPT-2's 50257 columns 50264 apart), as cuBLASLt's fastest
+ * products want them; merak_exec_tensor_bytes counts the padding, which
+ * nothing reads or writes.  (A TP_COPY sums its
  * output's gradient in the staged copy, where float storage sums it in
  * place: inspected with keep_grads, that gradient is the addends in bf16
  * storage and the sum in float storage; nothing else reads it.)  The
