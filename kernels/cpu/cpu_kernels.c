@@ -367,6 +367,8 @@ static float *widen(float *scratch, size_t *at, const uint16_t *src, size_t n)
  * logits' padded rows, attention's strided q, k, v. */
 static float *widen_rows(float *scratch, size_t *at, const uint16_t *src, size_t rows, int w, int ss)
 {
+    if (ss == w)
+        return widen(scratch, at, src, rows * (size_t)w);
     float *f = widen(scratch, at, NULL, rows * (size_t)w);
     const size_t n = src ? rows * (size_t)w : 0;
     OMP(parallel for if (n >= PAR_MIN) schedule(static))
@@ -378,6 +380,10 @@ static float *widen_rows(float *scratch, size_t *at, const uint16_t *src, size_t
 static void narrow_rows(uint16_t *dst, int ds, const float *f, size_t rows, int w)
 {
     const size_t n = rows * (size_t)w;
+    if (ds == w) {
+        cpu_to_bf16(dst, f, n);
+        return;
+    }
     OMP(parallel for if (n >= PAR_MIN) schedule(static))
     for (ptrdiff_t e = 0; e < (ptrdiff_t)n; e++)
         dst[(size_t)e / (size_t)w * (size_t)ds + (size_t)e % (size_t)w] = merak_f32_to_bf16(f[e]);

@@ -237,8 +237,7 @@ static int linear_forward(const merak_op_io *io)
 {
     const int N = io->rows, K = cols(io), O = width(out_tensor(io));
     if (io->b16)
-        io->k->linear16_fwd(io->y16, io->x16[0], io->x16[1], io->x16[2], N, K, O, io->ldy ? io->ldy : O,
-                            io->scratch16);
+        io->k->linear16_fwd(io->y16, io->x16[0], io->x16[1], io->x16[2], N, K, O, io->ldy, io->scratch16);
     else
         io->k->linear_fwd(io->y, io->x[0], io->x[1], io->x[2], N, K, O);
     return 0;
@@ -248,8 +247,7 @@ static void linear_backward_input(const merak_op_io *io)
 {
     const int N = io->rows, K = cols(io), O = width(out_tensor(io));
     if (io->b16 && io->dx16[0])
-        io->k->linear16_bwd_x(io->dx16[0], io->dy16, io->x16[1], N, K, O, io->ldy ? io->ldy : O, !io->fresh,
-                              io->scratch16);
+        io->k->linear16_bwd_x(io->dx16[0], io->dy16, io->x16[1], N, K, O, io->ldy, !io->fresh, io->scratch16);
     else if (!io->b16 && io->dx[0])
         io->k->linear_bwd_x(io->dx[0], io->dy, io->x[1], N, K, O, !io->fresh);
 }
@@ -258,8 +256,7 @@ static void linear_backward_weight(const merak_op_io *io)
 {
     const int N = io->rows, K = cols(io), O = width(out_tensor(io));
     if (io->b16)
-        io->k->linear16_bwd_w(io->dw[0], io->dw[1], io->dy16, io->x16[0], N, K, O, io->ldy ? io->ldy : O,
-                              io->scratch16);
+        io->k->linear16_bwd_w(io->dw[0], io->dw[1], io->dy16, io->x16[0], N, K, O, io->ldy, io->scratch16);
     else
         io->k->linear_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], N, K, O);
 }
@@ -541,7 +538,7 @@ static int loss_forward(const merak_op_io *io)
         io->k->crossentropy_stats(lse, tlogit, io->x[0], tg, io->rows, V, io->o->v0);
         return 0;
     }
-    const int ld = io->ldx ? io->ldx : V;
+    const int ld = io->ldx;
     for (int r = 0, blk = loss_block(io); r < io->rows; r += blk) {
         const int n = io->rows - r < blk ? io->rows - r : blk;
         io->k->crossentropy16_stats(lse + r, tlogit + r, io->x16[0] + (size_t)r * ld, tg + r, n, V, ld, io->o->v0,
@@ -557,7 +554,7 @@ static void loss_backward_input(const merak_op_io *io)
     const float scale = io->loss_scale / (float)io->rows_all, *lse = saved_rows(io);
     if (!io->b16 && io->dx[0])
         io->k->crossentropy_bwd(io->dx[0], io->x[0], lse, tg, io->rows, V, io->o->v0, scale);
-    const int ld = io->ldx ? io->ldx : V;
+    const int ld = io->ldx;
     for (int r = 0, blk = loss_block(io); io->b16 && io->dx16[0] && r < io->rows; r += blk) {
         const int n = io->rows - r < blk ? io->rows - r : blk;
         const size_t at = (size_t)r * ld;

@@ -102,8 +102,8 @@ typedef struct merak_op_io {
     uint16_t *y16, *dx16[3];
     const uint16_t *dy16;
     int ldx, ldy;          /* the row strides of x16[0] and dx16[0], of y16 and dy16, in
-                            * elements; 0: the rows are dense (the executor pads the
-                            * logits' rows, exec.c row_ld) */
+                            * elements: their width, or more where the executor pads
+                            * the rows (the logits, exec.c row_ld_of) */
     float *scratch16;      /* for the backend's bf16 entries (kernels.h bf16_scratch) */
     size_t scratch16_n;    /* its floats */
     /* generation (decode) */

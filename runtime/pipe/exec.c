@@ -163,7 +163,10 @@ static size_t cparams_bytes(const merak_exec *e) { return e->flat_n * (e->store1
 
 /* Bytes of an element of tensor t in the arenas. */
 static size_t esize(const merak_exec *e, int t) { return e->half[t] ? sizeof(uint16_t) : sizeof(float); }
-static int64_t rows_of(const merak_tensor *t);
+/* Rows N, feature width C of a (.., C) tensor. */
+static int64_t rows_of(const merak_tensor *t) { return merak_tensor_elems(t) / t->shape[t->ndim - 1]; }
+static int64_t cols_of(const merak_tensor *t) { return t->shape[t->ndim - 1]; }
+
 /* Bytes of tensor t's values (of its gradient too): its rows row_ld
  * apart where they are padded. */
 static size_t tbytes(const merak_exec *e, int t)
@@ -187,10 +190,6 @@ static int fail(merak_exec *e, const char *fmt, ...)
     }
     return MERAK_FAILED;
 }
-
-/* Rows N, feature width C of a (.., C) tensor. */
-static int64_t rows_of(const merak_tensor *t) { return merak_tensor_elems(t) / t->shape[t->ndim - 1]; }
-static int64_t cols_of(const merak_tensor *t) { return t->shape[t->ndim - 1]; }
 
 /* Checks the chunks (op ranges in order, slots) into e->ch. */
 static int set_chunks(merak_exec *e, const merak_exec_opts *opts, char *err, size_t errlen)
@@ -1119,8 +1118,10 @@ static merak_op_io op_io16(merak_exec *e, int slot, int i, sub sb, io_mode mode,
         if (j > 0 && t >= 0 && e->param_of[t] >= 0)
             io.dw[j - 1] = grad(e, slot, t);
     }
-    io.ldx = o->nin > 0 && o->in[0] >= 0 ? e->row_ld[o->in[0]] : 0;
-    io.ldy = e->row_ld[o->out];
+    /* row strides: the padded ones, else the rows' width */
+    const int x0 = o->nin > 0 ? o->in[0] : -1;
+    io.ldx = x0 < 0 ? 0 : e->row_ld[x0] ? e->row_ld[x0] : (int)cols_of(&e->g->tensors[x0]);
+    io.ldy = e->row_ld[o->out] ? e->row_ld[o->out] : (int)cols_of(&e->g->tensors[o->out]);
     if (mode == IO_FORWARD || merak_op_kind_of(o)->reads_output)
         io.y16 = b16_or(e, o->out, sval(e, slot, o->out, sb), &io.y);
     if (mode != IO_FORWARD) {

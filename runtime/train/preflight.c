@@ -132,9 +132,9 @@ static int not_an_input(const merak_run *r, const char *flag, const char *out, c
 
 /* On rank 0, which reads the token ids: a resumed run reads what the
  * saved one read (merak_ckpt_data_differs), or says so: refused, or with
- * resume_data_change noted for on_checkpoint; and the checkpoint's
- * arithmetic where it is not this run's (dtype_was, for on_checkpoint).  And the checkpoints it
- * writes record its shards.  0, or -1 with err. */
+ * resume_data_change noted for on_checkpoint; the checkpoint's arithmetic
+ * is noted too where it is not this run's (dtype_was).  And the
+ * checkpoints it writes record its shards.  0, or -1 with err. */
 int merak_resumed_data(merak_run *r, char *err, size_t errlen)
 {
     if (r->ckpt && r->data)
