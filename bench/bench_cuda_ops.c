@@ -241,7 +241,7 @@ static void attn16_bwd(const void *p)
     const attn16_arg *a = p;
     const int C = a->s.n_head * a->s.head_dim;
     g_k->attention16_bwd(&a->s, a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->dout, a->out, a->lse, NULL, NULL, a->qkv,
-                         a->qkv + C, a->qkv + 2 * C, a->ascratch, NULL, 1);
+                         a->qkv + C, a->qkv + 2 * C, a->ascratch, NULL, 0);   /* written, as a step's */
 }
 
 static void bench_attention16(int B, int T, int nh, int hd)

@@ -429,7 +429,8 @@ void merak_cuda_attention_bwd(const merak_attn_shape *s, float *dq, float *dk, f
  * dense bf16 buffers.  The stats are the saved lse where it is 16-byte
  * aligned, else a copy.  The backward's dQ, dK, dV (cuDNN overwrites) go
  * to scratch, then dq += rot^T(dQ), dk += rot^T(dK), dv += dV on the bf16
- * gradients, each sum rounded once.  ascratch: (RoPE: q, k,) dQ, dK, dV
+ * gradients, each sum rounded once; where they are written (acc 0), with
+ * no RoPE, cuDNN writes them in place.  ascratch: (RoPE: q, k,) dQ, dK, dV
  * bf16, then the stats. */
 
 #ifdef HAVE_CUDNN_ATTN
@@ -538,8 +539,19 @@ void merak_cuda_attention16_bwd(const merak_attn_shape *s, uint16_t *dq, uint16_
         merak_cuda_memcpy_d2d(b.stats, lse, (size_t)s->B * (size_t)s->n_head * (size_t)s->T * sizeof(float));
         stats = b.stats;
     }
-    if (native_qk(s, &b, qr, kr, &q, &k) < 0 ||
-        merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, p.n_head * p.head_dim, p.n_kv_head * p.head_dim,
+    if (native_qk(s, &b, qr, kr, &q, &k) < 0)
+        return;
+    /* Written, not added to, and no rotation to bring back (GPT-2's fresh
+     * gradient of its fused q|k|v row): cuDNN writes dq, dk, dv where they
+     * are, at q's, k's and v's strides, and no pass adds scratch into them
+     * (75 MB a layer of GPT-2 124M at B = 8, T = 1024). */
+    const int gs[3] = {s->q_stride, s->k_stride, s->v_stride};
+    if (!acc && s->rope.theta <= 0 && merak_cuda_ptr_align(dq) >= 16 && merak_cuda_ptr_align(dk) >= 16 &&
+        merak_cuda_ptr_align(dv) >= 16 && merak_cudnn_attn_takes(&p, gs)) {
+        (void)merak_cudnn_attn_bwd(&p, dq, dk, dv, gs[0], gs[1], gs[2], dout, out, stats, q, k, v);
+        return;
+    }
+    if (merak_cudnn_attn_bwd(&p, b.dq, b.dk, b.dv, p.n_head * p.head_dim, p.n_kv_head * p.head_dim,
                              p.n_kv_head * p.head_dim, dout, out, stats, q, k, v) < 0)
         return;
     LAUNCH("attention16_bwd(add)", merak_cuda_launch_attn_bwd_add16(STREAM, s, dq, dk, dv, b.dq, b.dk, b.dv, acc));

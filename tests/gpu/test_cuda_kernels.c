@@ -1801,6 +1801,7 @@ int main(void)
     test_attention16("odd-head", 1, 9, 2, 2, 5, ROPE(0.0f), 1, 0, 0);
     test_attention16("gpt2", 2, 64, 4, 4, 64, ROPE(0.0f), 1, 0, 2);
     test_attention16("llama-gqa", 2, 80, 4, 2, 64, LLAMA3_ROPE, 0, 0, 2);
+    test_attention16("gpt2-dense", 1, 33, 2, 2, 64, ROPE(0.0f), 0, 0, 2);
 
     char err[256] = "";
     tap_ok(merak_cuda_status(err, sizeof err) == 0, "no CUDA error recorded %s", err);
