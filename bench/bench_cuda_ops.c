@@ -554,6 +554,17 @@ static void ln16_bwd_w(const void *p)
     const norm_arg *a = p;
     g_k->layernorm16_bwd_w(a->dw, a->db, B16(a->dout), B16(a->inp), a->mean, a->rstd, a->N, a->C, NULL);
 }
+static void ln16_bwd(const void *p)   /* both parts in one pass, as a step runs them */
+{
+    const norm_arg *a = p;
+    g_k->layernorm16_bwd(B16(a->dinp), a->dw, a->db, B16(a->dout), B16(a->inp), B16(a->w), a->mean, a->rstd, a->N,
+                         a->C, 1, NULL);
+}
+static void rms16_bwd(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->rmsnorm16_bwd(B16(a->dinp), a->dw, B16(a->dout), B16(a->inp), B16(a->w), a->rstd, a->N, a->C, 1, NULL);
+}
 static void rms16_fwd(const void *p)
 {
     const norm_arg *a = p;
@@ -598,8 +609,11 @@ static void bench_norms(int N, int C)
         {"layernorm16_bwd_w", ln16_bwd_w, 2 * 2 * nc + f * (2.0 * N + 4.0 * C)},
         {"rmsnorm16_fwd", rms16_fwd, 2 * (2 * nc + C) + f * N},
         {"rmsnorm16_bwd_x", rms16_bwd_x, 2 * (4 * nc + C) + f * N},
-        {"rmsnorm16_bwd_w", rms16_bwd_w, 2 * 2 * nc + f * (N + 2.0 * C)}};
-    roof_rows(rows16, 6, shape, &h);
+        {"rmsnorm16_bwd_w", rms16_bwd_w, 2 * 2 * nc + f * (N + 2.0 * C)},
+        /* the two parts in one pass: the input part's bytes and dw (db) += */
+        {"layernorm16_bwd", ln16_bwd, 2 * (4 * nc + C) + f * (2.0 * N + 4.0 * C)},
+        {"rmsnorm16_bwd", rms16_bwd, 2 * (4 * nc + C) + f * (N + 2.0 * C)}};
+    roof_rows(rows16, 8, shape, &h);
     float *bufs[] = {a.inp, a.out, a.dout, a.dinp, a.w, a.b, a.dw, a.db, a.mean, a.rstd,
                      h.inp, h.out, h.dout, h.dinp, h.w, h.b};
     free_all(bufs, 16);

@@ -328,6 +328,15 @@ typedef struct merak_kernels {
                             const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch);
     void (*rmsnorm16_bwd_w)(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd,
                             int N, int C, float *scratch);
+    /* (a norm's whole backward in one call, where the executor runs its
+     * input and weight parts together: bwd_x then bwd_w, up to the order
+     * of the weight gradients' fp32 sums (dinp the same bits), dw and db
+     * NULL where not wanted; a backend may read each row once) */
+    void (*layernorm16_bwd)(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                            const uint16_t *w, const float *mean, const float *rstd, int N, int C, int acc,
+                            float *scratch);
+    void (*rmsnorm16_bwd)(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
+                          const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch);
     /* (causal attention, as attention_fwd and attention_bwd: q, k, v and
      * dq, dk, dv bf16 at the shape's strides, out and dout bf16 dense, dq,
      * dk, dv accumulated; lse, and with RoPE the rotated qr and kr, float

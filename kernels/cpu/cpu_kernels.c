@@ -283,6 +283,11 @@ static void cpu_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const ui
                                   const float *mean, const float *rstd, int N, int C, int acc, float *scratch);
 static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                                   const float *mean, const float *rstd, int N, int C, float *scratch);
+static void cpu_layernorm16_bwd(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                                const uint16_t *w, const float *mean, const float *rstd, int N, int C, int acc,
+                                float *scratch);
+static void cpu_rmsnorm16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
+                              const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch);
 static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
                               float eps, float *scratch);
 static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
@@ -327,7 +332,8 @@ static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
                      .dropout16_bwd = cpu_dropout16_bwd, .layernorm16_fwd = cpu_layernorm16_fwd, \
                      .layernorm16_bwd_x = cpu_layernorm16_bwd_x, .layernorm16_bwd_w = cpu_layernorm16_bwd_w, \
                      .rmsnorm16_fwd = cpu_rmsnorm16_fwd, .rmsnorm16_bwd_x = cpu_rmsnorm16_bwd_x, \
-                     .rmsnorm16_bwd_w = cpu_rmsnorm16_bwd_w, .attention16_fwd = cpu_attention16_fwd, \
+                     .rmsnorm16_bwd_w = cpu_rmsnorm16_bwd_w, .layernorm16_bwd = cpu_layernorm16_bwd, \
+                     .rmsnorm16_bwd = cpu_rmsnorm16_bwd, .attention16_fwd = cpu_attention16_fwd, \
                      .attention16_bwd = cpu_attention16_bwd, \
                      .attention16_scratch_elems = cpu_attention16_scratch_elems,
 #include "cpu_ops_impl.h"
@@ -610,6 +616,23 @@ static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, co
     layernorm_bwd_w_f32(dw, db, d, x, mean, rstd, N, C);
 }
 
+/* Both parts from one widening of dout, inp and w: the two entries' work
+ * and bits. */
+static void cpu_layernorm16_bwd(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                                const uint16_t *w, const float *mean, const float *rstd, int N, int C, int acc,
+                                float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
+                *fw = widen(scratch, &at, w, (size_t)C);
+    float *dx = widen(scratch, &at, acc ? dinp : NULL, n);
+    layernorm_bwd_x_f32(dx, d, x, fw, mean, rstd, N, C, acc);
+    cpu_to_bf16(dinp, dx, n);
+    if (dw || db)
+        layernorm_bwd_w_f32(dw, db, d, x, mean, rstd, N, C);
+}
+
 static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
                               float eps, float *scratch)
 {
@@ -640,6 +663,20 @@ static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t 
     const size_t n = (size_t)N * C;
     const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n);
     rmsnorm_bwd_w_f32(dw, d, x, rstd, N, C);
+}
+
+static void cpu_rmsnorm16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
+                              const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch)
+{
+    size_t at = 0;
+    const size_t n = (size_t)N * C;
+    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
+                *fw = widen(scratch, &at, w, (size_t)C);
+    float *dx = widen(scratch, &at, acc ? dinp : NULL, n);
+    rmsnorm_bwd_x_f32(dx, d, x, fw, rstd, N, C, acc);
+    cpu_to_bf16(dinp, dx, n);
+    if (dw)
+        rmsnorm_bwd_w_f32(dw, d, x, rstd, N, C);
 }
 
 /* Attention: q, k, v (rows at the shape's strides), out and the

@@ -414,6 +414,15 @@ static void k_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, cons
            merak_cuda_launch_layernorm16_bwd_w(STREAM, dw, db, dout, inp, mean, rstd, N, C));
 }
 
+static void k_layernorm16_bwd(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                              const uint16_t *w, const float *mean, const float *rstd, int N, int C, int acc,
+                              float *scratch)
+{
+    (void)scratch;
+    LAUNCH("layernorm16_bwd",
+           merak_cuda_launch_layernorm16_bwd(STREAM, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc));
+}
+
 static void k_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
                             float eps, float *scratch)
 {
@@ -433,6 +442,13 @@ static void k_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *i
 {
     (void)scratch;
     LAUNCH("rmsnorm16_bwd_w", merak_cuda_launch_rmsnorm16_bwd_w(STREAM, dw, dout, inp, rstd, N, C));
+}
+
+static void k_rmsnorm16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
+                            const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("rmsnorm16_bwd", merak_cuda_launch_rmsnorm16_bwd(STREAM, dinp, dw, dout, inp, w, rstd, N, C, acc));
 }
 
 static void k_round_bf16(float *x, size_t n)
@@ -552,6 +568,8 @@ static const merak_kernels cuda_table = {
     .rmsnorm16_fwd = k_rmsnorm16_fwd,
     .rmsnorm16_bwd_x = k_rmsnorm16_bwd_x,
     .rmsnorm16_bwd_w = k_rmsnorm16_bwd_w,
+    .layernorm16_bwd = k_layernorm16_bwd,
+    .rmsnorm16_bwd = k_rmsnorm16_bwd,
     .attention16_supported = merak_cuda_attention16_supported,
     .attention16_fwd = merak_cuda_attention16_fwd,
     .attention16_bwd = merak_cuda_attention16_bwd,

@@ -242,12 +242,20 @@ int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint
                                         int acc);
 int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
                                         const uint16_t *inp, const float *mean, const float *rstd, int N, int C);
+/* bwd_x and bwd_w in one call (dw, db NULL: not wanted): one pass over
+ * the rows where the row kernels take the shape (the same dinp bits as
+ * bwd_x; the weight gradients' sums in another order), else the two */
+int merak_cuda_launch_layernorm16_bwd(void *stream, uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
+                                      const uint16_t *inp, const uint16_t *w, const float *mean, const float *rstd,
+                                      int N, int C, int acc);
 int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, const uint16_t *inp,
                                     const uint16_t *w, int N, int C, float eps);
 int merak_cuda_launch_rmsnorm16_bwd_x(void *stream, uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
                                       const uint16_t *w, const float *rstd, int N, int C, int acc);
 int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *dout, const uint16_t *inp,
                                       const float *rstd, int N, int C);
+int merak_cuda_launch_rmsnorm16_bwd(void *stream, uint16_t *dinp, float *dw, const uint16_t *dout,
+                                    const uint16_t *inp, const uint16_t *w, const float *rstd, int N, int C, int acc);
 /* out (N,O) += b[o] (the linear bias when the cuBLASLt epilogue is not used) */
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O);
 /* db (O) += column sums of dout (N,O) */

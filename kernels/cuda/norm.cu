@@ -240,23 +240,33 @@ __global__ void colred_partial_k(float *part0, float *part1, const D *dout,
     }
 }
 
-/* Stage 2: dst[c] += sum over chunks (in order) of part[k, c]; dst1 may be NULL. */
-__global__ void colred_final_k(float *dst0, float *dst1, const float *part0,
-                               const float *part1, int nchunks, int C)
+/* Stage 2: dst0[c] (dst1[c], may be NULL) += the sum over the chunks'
+ * partial rows of column c: block (32 columns, RW_FIN_Y chunk lanes), each
+ * lane's chunks in order, then the lanes in order (rowwise.h
+ * rw_fin_lane): a block's loads spread over RW_FIN_Y rows at once. */
+__global__ void __launch_bounds__(32 * RW_FIN_Y)
+    colred_final_k(float *dst0, float *dst1, const float *part0, const float *part1, int nchunks, int C)
 {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
+    __shared__ float s0[RW_FIN_Y][33], s1[RW_FIN_Y][33];
+    const int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    s0[ty][tx] = c < C && dst0 ? rw_fin_lane(part0, nchunks, C, c, ty) : 0.0f;
+    s1[ty][tx] = c < C && dst1 ? rw_fin_lane(part1, nchunks, C, c, ty) : 0.0f;
+    __syncthreads();
+    if (ty != 0 || c >= C)
         return;
     float t0 = 0.0f, t1 = 0.0f;
-    for (int k = 0; k < nchunks; k++) {
-        t0 += part0[(size_t)k * C + c];
-        if (dst1)
-            t1 += part1[(size_t)k * C + c];
-    }
+    for (int y = 0; y < RW_FIN_Y; y++)
+        t0 += s0[y][tx], t1 += s1[y][tx];
     if (dst0)
         dst0[c] += t0;
     if (dst1)
         dst1[c] += t1;
+}
+
+static void colred_final(cudaStream_t st, float *dst0, float *dst1, const float *part0, const float *part1,
+                         int nchunks, int C)
+{
+    colred_final_k<<<(C + 31) / 32, dim3(32, RW_FIN_Y), 0, st>>>(dst0, dst1, part0, part1, nchunks, C);
 }
 
 /* Stage 1 with 16-byte loads (rowwise.h): block (32 vectors of columns,
@@ -328,9 +338,90 @@ static int colred(cudaStream_t st, float *dst0, float *dst1, const D *dout,
         dim3 grid((C + 31) / 32, nchunks), block(32, CR_Y);
         colred_partial_k<MODE, D><<<grid, block, 0, st>>>(part, part1, dout, inp, mean, rstd, N, C, rows);
     }
-    colred_final_k<<<(C + NT - 1) / NT, NT, 0, st>>>(dst0, MODE == RW_LAYERNORM ? dst1 : NULL,
-                                                     part, part1, nchunks, C);
+    colred_final(st, dst0, MODE == RW_LAYERNORM ? dst1 : NULL, part, part1, nchunks, C);
     return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ a norm's whole backward (rowwise.h) */
+
+/* Both parts of a norm's backward where a row is whole 16-byte vectors:
+ * block k runs chunk k's rows a warp a row, writes dinp as norm_bwd_x_v_k
+ * does (the same bits) and its partial rows of the weight gradients into
+ * part (dw's, then for layer norm db's, nchunks x C each), which
+ * colred_final adds to dw and db: each row is read once, where the two
+ * parts apart read it twice. */
+template <int B16, int VM, int RMS>
+__global__ void __launch_bounds__(RW_LANES * RW_WARPS)
+    norm_bwd_v_k(void *dinp, float *part, const void *dout, const void *inp, const void *w, const float *mean,
+                 const float *rstd, int N, int C, int rows, int nchunks, int acc)
+{
+    __shared__ float red[2 * RW_VMAX * RW_LANES * 8];   /* the block's partial rows: dw's, db's */
+    const int lane = threadIdx.x % RW_LANES, wp = threadIdx.x / RW_LANES;
+    const int nv = C / RW_E(B16);
+    const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+    float pw[VM * 8], pb[VM * 8];
+#pragma unroll
+    for (int i = 0; i < VM * 8; i++)
+        pw[i] = pb[i] = 0.0f;
+    for (int n = r0 + wp; n < r1; n += RW_WARPS) {
+        const size_t at = (size_t)n * C * RW_ES(B16);
+        rw_row x, g;
+        rw_load(&x, (const char *)inp + at, nv, lane, VM);
+        rw_load(&g, (const char *)dout + at, nv, lane, VM);
+        const float m = RMS ? 0.0f : mean[n], r = rstd[n];
+        float a, bb;
+        rw_norm_bwd_sums(&a, &bb, &x, &g, w, m, RMS ? 1.0f : r, nv, lane, VM, B16);
+        if (!RMS)
+            a = warp_sum(a) / C;
+        bb = warp_sum(bb) / C;
+        if (RMS)
+            bb = bb * r * r * r;
+        rw_norm_bwd_store((char *)dinp + at, &x, &g, w, m, r, a, bb, RMS, acc, nv, lane, VM, B16);
+        rw_norm_wgrad(pw, pb, &x, &g, m, r, RMS, nv, lane, VM, B16);
+    }
+    for (int k = 0; k < RW_WARPS; k++) {   /* warp by warp, in order */
+        if (wp == k)
+            rw_norm_wgrad_put(red, pw, pb, k > 0, RMS, C, nv, lane, VM, B16);
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += RW_LANES * RW_WARPS) {
+        part[(size_t)blockIdx.x * C + c] = red[c];
+        if (!RMS)
+            part[((size_t)nchunks + blockIdx.x) * C + c] = red[C + c];
+    }
+}
+
+/* Launches norm_bwd_v_k and the final sums if the shape and the buffers
+ * take the row kernels: true, or false (nothing launched) if they do not
+ * or the partial rows find no memory (*nomem). */
+template <int B16, int RMS>
+static bool norm_bwd_v(cudaStream_t st, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                       const void *w, const float *mean, const float *rstd, int N, int C, int acc, bool *nomem)
+{
+    const void *bufs[4] = {dinp, dout, inp, w};
+    const int vm = rw_norm_vmax(C, B16, bufs, 4);
+    *nomem = false;
+    if (!vm || N <= 0)
+        return false;
+    const int rows = rw_nb_rows(N), nchunks = (N + rows - 1) / rows;
+    float *part = (float *)merak_cuda_scratch((size_t)(RMS ? 1 : 2) * nchunks * C * sizeof(float));
+    if (!part) {
+        *nomem = true;
+        return false;
+    }
+    const unsigned grid = (unsigned)nchunks;
+#define NB_LAUNCH(V)                                                                                             \
+    norm_bwd_v_k<B16, V, RMS><<<grid, RW_LANES * RW_WARPS, 0, st>>>(dinp, part, dout, inp, w, mean, rstd, N, C, \
+                                                                     rows, nchunks, acc)
+    switch (vm) {
+    case 1: NB_LAUNCH(1); break;
+    case 2: NB_LAUNCH(2); break;
+    case 4: NB_LAUNCH(4); break;
+    default: NB_LAUNCH(RW_VMAX); break;
+    }
+#undef NB_LAUNCH
+    colred_final(st, dw, RMS ? NULL : db, part, RMS ? NULL : part + (size_t)nchunks * C, nchunks, C);
+    return true;
 }
 
 /* out (N,O) += b[o] */
@@ -450,6 +541,20 @@ int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, cons
     return colred<RW_LAYERNORM, uint16_t>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
 }
 
+int merak_cuda_launch_layernorm16_bwd(void *stream, uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
+                                      const uint16_t *inp, const uint16_t *w, const float *mean, const float *rstd,
+                                      int N, int C, int acc)
+{
+    bool nomem = false;
+    if ((dw || db) && norm_bwd_v<1, 0>(STREAM(stream), dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc, &nomem))
+        return cudaGetLastError();
+    int rc = nomem ? cudaErrorMemoryAllocation
+                   : layernorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, mean, rstd, N, C, acc);
+    if (rc == cudaSuccess && (dw || db))
+        rc = colred<RW_LAYERNORM, uint16_t>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+    return rc;
+}
+
 int merak_cuda_launch_rmsnorm16_fwd(void *stream, uint16_t *out, float *rstd, const uint16_t *inp,
                                     const uint16_t *w, int N, int C, float eps)
 {
@@ -466,6 +571,19 @@ int merak_cuda_launch_rmsnorm16_bwd_w(void *stream, float *dw, const uint16_t *d
                                       const float *rstd, int N, int C)
 {
     return colred<RW_RMSNORM, uint16_t>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+int merak_cuda_launch_rmsnorm16_bwd(void *stream, uint16_t *dinp, float *dw, const uint16_t *dout,
+                                    const uint16_t *inp, const uint16_t *w, const float *rstd, int N, int C, int acc)
+{
+    bool nomem = false;
+    if (dw && norm_bwd_v<1, 1>(STREAM(stream), dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C, acc, &nomem))
+        return cudaGetLastError();
+    int rc = nomem ? cudaErrorMemoryAllocation
+                   : rmsnorm_bwd_x<uint16_t>(STREAM(stream), dinp, dout, inp, w, rstd, N, C, acc);
+    if (rc == cudaSuccess && dw)
+        rc = colred<RW_RMSNORM, uint16_t>(STREAM(stream), dw, NULL, dout, inp, NULL, rstd, N, C);
+    return rc;
 }
 
 int merak_cuda_launch_bias_add(void *stream, float *out, const float *b, int N, int O)

@@ -336,6 +336,81 @@ RW_HOST_FN int rw_colred_takes(int C, int b16, const void *dout, const void *inp
     return rw_vec_ok(C, b16, bufs, 2);
 }
 
+/* ------------------------------------------------------------------ a norm's whole backward: a block a chunk of rows */
+
+/* Where a norm's input and weight gradients are computed together (both
+ * parts of its backward at once), one kernel reads each row once: block
+ * k runs rows [k rows, (k + 1) rows) a warp a row (warp w: rows w, w +
+ * RW_WARPS, ... of the chunk), each lane adding the weight gradients of
+ * its columns over its rows in registers; the block's warps add theirs,
+ * warp by warp, into a partial row of the chunk, and the chunks' partial
+ * rows are summed as the column sums' are (rw_colred_final). */
+#define RW_NB_ROWS 16      /* rows of a chunk, doubled past RW_NB_CHUNKS chunks (shape-only) */
+#define RW_NB_CHUNKS 1024
+
+RW_HOST_FN int rw_nb_rows(int N)
+{
+    int rows = RW_NB_ROWS;
+    while ((N + rows - 1) / rows > RW_NB_CHUNKS)
+        rows *= 2;
+    return rows;
+}
+
+/* Adds one row to a lane's weight-gradient sums of its columns (element
+ * e of its vector i at 8 i + e), as rw_colred adds them:
+ *   layer norm (rms 0): pw += dout * (x - m) * r, pb += dout
+ *   RMS norm (rms 1):   pw += dout * x * r */
+RW_FN void rw_norm_wgrad(float *pw, float *pb, const rw_row *x, const rw_row *g, float m, float r, int rms,
+                         int nv, int lane, int vmax, int b16)
+{
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                const float ge = rw_get(g->v[i], e, b16), xe = rw_get(x->v[i], e, b16);
+                if (rms) {
+                    pw[8 * i + e] += ge * (xe * r);
+                } else {
+                    pw[8 * i + e] += ge * ((xe - m) * r);
+                    pb[8 * i + e] += ge;
+                }
+            }
+        }
+}
+
+/* A lane's sums into the block's partial rows red (C floats) and, for
+ * layer norm, red + C: written (add 0: the block's first warp) or added. */
+RW_FN void rw_norm_wgrad_put(float *red, const float *pw, const float *pb, int add, int rms, int C, int nv,
+                             int lane, int vmax, int b16)
+{
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            const int c0 = (lane + RW_LANES * i) * RW_E(b16);
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                red[c0 + e] = (add ? red[c0 + e] : 0.0f) + pw[8 * i + e];
+                if (!rms)
+                    red[C + c0 + e] = (add ? red[C + c0 + e] : 0.0f) + pb[8 * i + e];
+            }
+        }
+}
+
+/* The second stage of every column sum: dst0[c] (dst1[c]) += the sum over
+ * nchunks partial rows (rows C apart) of column c.  Thread (c, y) of
+ * RW_FIN_Y adds rows y, y + RW_FIN_Y, ... in order, then the y's are added
+ * in order. */
+#define RW_FIN_Y 16
+
+RW_FN float rw_fin_lane(const float *part, int nchunks, int C, int c, int y)
+{
+    float t = 0.0f;
+    for (int k = y; k < nchunks; k += RW_FIN_Y)
+        t += part[(size_t)k * C + c];
+    return t;
+}
+
 /* ------------------------------------------------------------------ embeddings: a vector a thread */
 
 /* The embeddings (embed.cu) where C is whole vectors and the buffers are

@@ -185,6 +185,18 @@ static void layernorm_backward_weight(const merak_op_io *io)
         io->k->layernorm_bwd_w(io->dw[0], io->dw[1], io->dy, io->x[0], s, s + io->rows_all, io->rows, cols(io));
 }
 
+static void layernorm_backward(const merak_op_io *io)
+{
+    float *s = saved_rows(io);
+    if (io->b16 && io->dx16[0] && io->k->layernorm16_bwd) {
+        io->k->layernorm16_bwd(io->dx16[0], io->dw[0], io->dw[1], io->dy16, io->x16[0], io->x16[1], s,
+                               s + io->rows_all, io->rows, cols(io), !io->fresh, io->scratch16);
+    } else {
+        layernorm_backward_input(io);
+        layernorm_backward_weight(io);
+    }
+}
+
 static int layernorm_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
 {
     (void)g, (void)o;
@@ -223,6 +235,17 @@ static void rmsnorm_backward_weight(const merak_op_io *io)
         io->k->rmsnorm16_bwd_w(io->dw[0], io->dy16, io->x16[0], saved_rows(io), io->rows, cols(io), io->scratch16);
     else
         io->k->rmsnorm_bwd_w(io->dw[0], io->dy, io->x[0], saved_rows(io), io->rows, cols(io));
+}
+
+static void rmsnorm_backward(const merak_op_io *io)
+{
+    if (io->b16 && io->dx16[0] && io->k->rmsnorm16_bwd) {
+        io->k->rmsnorm16_bwd(io->dx16[0], io->dw[0], io->dy16, io->x16[0], io->x16[1], saved_rows(io), io->rows,
+                             cols(io), !io->fresh, io->scratch16);
+    } else {
+        rmsnorm_backward_input(io);
+        rmsnorm_backward_weight(io);
+    }
 }
 
 static int rmsnorm_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
@@ -608,13 +631,14 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
                             .backward_input = layernorm_backward_input,
-                            .backward_weight = layernorm_backward_weight, .decode = layernorm_forward,
+                            .backward_weight = layernorm_backward_weight, .backward = layernorm_backward,
+                            .decode = layernorm_forward,
                             .bf16 = layernorm_bf16,
                             .fresh = 1},
     [MERAK_OP_RMSNORM] = {.name = "rmsnorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                           .saved_floats = rmsnorm_saved, .forward = rmsnorm_forward,
                           .backward_input = rmsnorm_backward_input, .backward_weight = rmsnorm_backward_weight,
-                          .decode = rmsnorm_forward, .bf16 = rmsnorm_bf16,
+                          .backward = rmsnorm_backward, .decode = rmsnorm_forward, .bf16 = rmsnorm_bf16,
                           .fresh = 1},
     /* the weight gradient is one of the backward's two matmuls */
     [MERAK_OP_LINEAR] = {.name = "linear", .shard = MERAK_SHARD_LINEAR, .cost = MERAK_COST_FLOPS,

@@ -149,6 +149,12 @@ typedef struct merak_op_kind {
      * weight part; NULL: nothing to do */
     void (*backward_input)(const merak_op_io *io);
     void (*backward_weight)(const merak_op_io *io);
+    /* both parts at once, where the executor runs them together (not apart
+     * for a zero-bubble schedule), on the input part's io (which has the
+     * weight part's buffers too): what backward_input then backward_weight
+     * give, which a backend may compute reading its tensors once; NULL:
+     * the two.  Only for a kind whose backward sums nothing. */
+    void (*backward)(const merak_op_io *io);
     /* generation: the forward over new positions (NULL: the kind cannot
      * be generated with), and what it needs for a context of ctx
      * positions run `rows` at a time: floats of each of its key and value

@@ -1322,13 +1322,32 @@ static void op_backward_weight(merak_exec *e, int slot, int i, sub sb)
     }
 }
 
-/* The weight part of op i, then (on the micro-batch's last sub-batch, when
- * op i's parameters have their whole gradient) the readiness hook. */
+/* The readiness hook after op i's weight part (on the micro-batch's last
+ * sub-batch, when op i's parameters have their whole gradient). */
+static void weight_ready(merak_exec *e, int i, sub sb)
+{
+    if (e->hook && sb.k == sb.K - 1)
+        e->hook(e->hook_ctx, e->ready[i]);
+}
+
+/* The weight part of op i, then the readiness hook. */
 static void weight_step(merak_exec *e, int slot, int i, sub sb)
 {
     op_backward_weight(e, slot, i, sb);
-    if (e->hook && sb.k == sb.K - 1)
-        e->hook(e->hook_ctx, e->ready[i]);
+    weight_ready(e, i, sb);
+}
+
+/* Both parts of op i's backward in one call of its kind's backward (a
+ * kind that sums nothing in its backward), then the readiness hook. */
+static int op_backward_both(merak_exec *e, int slot, int i, sub sb)
+{
+    if (zero_shared(e, i) < 0)
+        return -1;
+    const merak_op_io io = op_io(e, slot, i, sb, IO_INPUT);
+    merak_op_kind_of(&e->g->ops[i])->backward(&io);
+    round_input_grads(e, slot, i, sb);
+    weight_ready(e, i, sb);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ passes
@@ -1349,6 +1368,9 @@ static int run_op(merak_exec *e, int slot, int i, sub sb, pass ps)
 {
     if (ps <= P_RECOMPUTE)
         return op_forward(e, slot, i, sb);
+    const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    if (ps == P_BACKWARD && kd->backward && kd->sum != MERAK_SUM_BACKWARD)
+        return op_backward_both(e, slot, i, sb);
     if (op_backward_input(e, slot, i, sb) < 0)
         return -1;
     if (ps == P_BACKWARD)

@@ -1603,18 +1603,42 @@ static void test_norms16(int N, int C)
         merak_cuda_memcpy_d2h(st_g, d_st, (size_t)N * 2 * 4);
         merak_cuda_memcpy_d2h(wg, d_dw, (size_t)C * 4);
         merak_cuda_memcpy_d2h(bg, d_db, (size_t)C * 4);
+        /* the whole backward in one call: dx the same bits as bwd_x's,
+         * the weight gradients within fp32's tolerance of the CPU's */
+        merak_cuda_memcpy_h2d(d_dw, dw0, (size_t)C * 4);
+        merak_cuda_memcpy_h2d(d_db, dw0, (size_t)C * 4);
+        if (acc)
+            merak_cuda_memcpy_h2d(d_dx, dx0, n * 2);
+        else
+            merak_cuda_memset(d_dx, 0xff, n * 2);
+        if (rms)
+            g_gpu->rmsnorm16_bwd(d_dx, d_dw, d_d, d_x, d_w, d_st, N, C, acc, NULL);
+        else
+            g_gpu->layernorm16_bwd(d_dx, d_dw, d_db, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
+        uint16_t *xf = xmalloc(n * 2);
+        float *wf = xmalloc((size_t)C * 4), *bf = xmalloc((size_t)C * 4);
+        merak_cuda_memcpy_d2h(xf, d_dx, n * 2);
+        merak_cuda_memcpy_d2h(wf, d_dw, (size_t)C * 4);
+        merak_cuda_memcpy_d2h(bf, d_db, (size_t)C * 4);
+        if (memcmp(xf, xg, n * 2)) {
+            tap_diag("%s16_bwd N=%d C=%d acc %d: dx differs from bwd_x's", rms ? "rmsnorm" : "layernorm", N, C, acc);
+            worst_e = INFINITY;
+        }
         float *a = widened(yc, n), *a2 = widened(yg, n), *g1 = widened(xc, n), *g2 = widened(xg, n);
-        const double e[5] = {worst(a2, a, n, 8e-3, 1e-4), worst(g2, g1, n, 8e-3, 1e-4),
+        const double e[7] = {worst(a2, a, n, 8e-3, 1e-4), worst(g2, g1, n, 8e-3, 1e-4),
                              worst(st_g, st_c, (size_t)N * (rms ? 1 : 2), RTOL, ATOL),
-                             worst(wg, wc, (size_t)C, RTOL, ATOL), rms ? 0 : worst(bg, bc, (size_t)C, RTOL, ATOL)};
-        for (int k = 0; k < 5; k++)
+                             worst(wg, wc, (size_t)C, RTOL, ATOL), rms ? 0 : worst(bg, bc, (size_t)C, RTOL, ATOL),
+                             worst(wf, wc, (size_t)C, RTOL, ATOL), rms ? 0 : worst(bf, bc, (size_t)C, RTOL, ATOL)};
+        for (int k = 0; k < 7; k++)
             worst_e = e[k] > worst_e || isnan(e[k]) ? e[k] : worst_e;
+        free(xf), free(wf), free(bf);
         merak_cuda_free(d_y), merak_cuda_free(d_dx), merak_cuda_free(d_st), merak_cuda_free(d_dw), merak_cuda_free(d_db);
         free(yc), free(yg), free(xc), free(xg), free(st_c), free(st_g), free(wc), free(bc), free(wg), free(bg);
         free(a), free(a2), free(g1), free(g2);
     }
     tap_ok(worst_e <= 1, "layernorm16 and rmsnorm16 N=%d C=%d (input gradients added to and, acc 0, written over "
-           "NaN): within %.2f of the tolerance", N, C, worst_e);
+           "NaN; the backward's two parts apart and in one call, dx the same bits): within %.2f of the tolerance",
+           N, C, worst_e);
     merak_cuda_free(d_x), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_d);
     free(x), free(w), free(b), free(d), free(dx0), free(dw0), free(scratch);
 }
@@ -1777,6 +1801,7 @@ int main(void)
     test_norms16(5, 1000);
     test_norms16(70, 768);      /* GPT-2's width: 3 vectors of a lane's 4 */
     test_norms16(9, 2048);      /* LLaMA 1B's: 8 vectors a lane */
+    test_norms16(16500, 64);    /* the one-pass backward's chunks past RW_NB_CHUNKS: bigger ones */
     test_pointwise16(100003, 0, 0);
     test_pointwise16(4003, 3, 0);       /* 6-byte offset: a head of 5, then vectorised */
     test_pointwise16(4000, 8, 0);       /* 16-byte offset: vectorised from the start */

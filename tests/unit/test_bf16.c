@@ -171,7 +171,7 @@ static void test_step(const char *preset)
  * storage.  C(i, entry, params, args): a wrapper counting entry i. */
 enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
        E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_LN_F, E_LN_X, E_LN_W, E_RMS_F, E_RMS_X,
-       E_RMS_W, E_ATT_F, E_ATT_B, E_COUNT };
+       E_RMS_W, E_LN_B, E_RMS_B, E_ATT_F, E_ATT_B, E_COUNT };
 static int calls[E_COUNT];
 #define C(i, entry, params, args)                       \
     static void count_##entry params                    \
@@ -229,6 +229,13 @@ C(E_RMS_X, rmsnorm16_bwd_x,
   (dx, d, x, w, r, N, Cc, a, s))
 C(E_RMS_W, rmsnorm16_bwd_w, (float *dw, const h16 *d, const h16 *x, const float *r, int N, int Cc, float *s),
   (dw, d, x, r, N, Cc, s))
+C(E_LN_B, layernorm16_bwd,
+  (h16 *dx, float *dw, float *db, const h16 *d, const h16 *x, const h16 *w, const float *m, const float *r, int N,
+   int Cc, int a, float *s),
+  (dx, dw, db, d, x, w, m, r, N, Cc, a, s))
+C(E_RMS_B, rmsnorm16_bwd,
+  (h16 *dx, float *dw, const h16 *d, const h16 *x, const h16 *w, const float *r, int N, int Cc, int a, float *s),
+  (dx, dw, d, x, w, r, N, Cc, a, s))
 typedef merak_attn_shape ash;
 C(E_ATT_F, attention16_fwd,
   (const ash *a, h16 *o, float *l, float *qr, float *kr, const h16 *q, const h16 *k, const h16 *v, float *as, float *s),
@@ -246,7 +253,8 @@ static merak_kernels counted, staged;
     X(crossentropy16_stats) X(crossentropy16_bwd) X(posemb16_fwd) X(posemb16_bwd_w) X(gelu16_fwd)         \
     X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
     X(dropout16_bwd) X(layernorm16_fwd) X(layernorm16_bwd_x) X(layernorm16_bwd_w) X(rmsnorm16_fwd)            \
-    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(attention16_fwd) X(attention16_bwd)
+    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(layernorm16_bwd) X(rmsnorm16_bwd) X(attention16_fwd)          \
+    X(attention16_bwd)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
@@ -258,8 +266,9 @@ static void tables(void)
 /* The entries graph g's ops need in executor e: each of its kinds' (1 in
  * need[]); an add's and a position embedding's accumulate16 only where the
  * op adds to its input gradients rather than writing them (fresh, which
- * copies). */
-static void needed(const merak_graph *g, const merak_exec *e, int *need)
+ * copies); a norm's backward in one call (layernorm16_bwd, rmsnorm16_bwd)
+ * where its parts run together (together), else its two parts'. */
+static void needed(const merak_graph *g, const merak_exec *e, int together, int *need)
 {
     static const struct { merak_op_type t; int e[3]; } uses[] = {
         {MERAK_OP_LINEAR, {E_LIN_F, E_LIN_X, E_LIN_W}}, {MERAK_OP_EMBEDDING, {E_EMB_F, E_EMB_W, -1}},
@@ -274,6 +283,9 @@ static void needed(const merak_graph *g, const merak_exec *e, int *need)
             for (int k = 0; k < 3 && g->ops[i].type == uses[u].t; k++)
                 if (uses[u].e[k] >= 0 && (uses[u].e[k] != E_ACC || !merak_exec_op_fresh(e, i)))
                     need[uses[u].e[k]] = 1;
+    for (int k = 0; together && k < 2; k++)   /* the norms' two parts as one */
+        if (need[k ? E_RMS_X : E_LN_X])
+            need[k ? E_RMS_X : E_LN_X] = need[k ? E_RMS_W : E_LN_W] = 0, need[k ? E_RMS_B : E_LN_B] = 1;
 }
 
 /* bf16 storage against float storage as the runtime runs them (gradients
@@ -337,10 +349,13 @@ static void test_storage_runs(const char *preset, int wide)
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
             int need[E_COUNT];
-            needed(g, e[i], need);
+            needed(g, e[i], how != RUN_SPLIT, need);
             ncalls[i] = 1;
             for (int f = 0; f < E_COUNT; f++)
                 ncalls[i] &= calls[f] > 0 || !need[f];
+            /* and a norm's two parts are not also called apart, nor its one call split */
+            ncalls[i] &= how != RUN_SPLIT ? calls[E_LN_X] + calls[E_LN_W] + calls[E_RMS_X] + calls[E_RMS_W] == 0
+                                          : calls[E_LN_B] + calls[E_RMS_B] == 0;
             if (i == 0)
                 blocks = calls[E_CE_S] / 2;   /* per micro-batch (a recompute keeps the loss) */
         }

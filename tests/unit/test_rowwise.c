@@ -152,6 +152,67 @@ static void emu_norm_bwd_x(int rms, int b16, int vm, void *dinp, const void *dou
     }
 }
 
+/* norm.cu's colred_final_k: dst0 (dst1, may be NULL) += the sums of the
+ * columns of nchunks partial rows, chunk lane by chunk lane. */
+static void emu_final(float *dst0, float *dst1, const float *p0, const float *p1, int nchunks, int C)
+{
+    for (int c = 0; c < C; c++) {
+        float t0 = 0.0f, t1 = 0.0f;
+        for (int y = 0; y < RW_FIN_Y; y++) {
+            t0 += rw_fin_lane(p0, nchunks, C, c, y);
+            if (dst1)
+                t1 += rw_fin_lane(p1, nchunks, C, c, y);
+        }
+        dst0[c] += t0;
+        if (dst1)
+            dst1[c] += t1;
+    }
+}
+
+/* norm.cu's norm_bwd_v_k then colred_final_k: a norm's whole backward,
+ * block (chunk) by block, warp by warp of it, lane by lane: dinp as
+ * emu_norm_bwd_x writes it, dw (db) += the weight gradients. */
+static void emu_norm_bwd(int rms, int b16, int vm, void *dinp, float *dw, float *db, const void *dout,
+                         const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int acc)
+{
+    static rw_row x[RW_LANES], g[RW_LANES];
+    static float pw[RW_WARPS][RW_LANES][RW_VMAX * 8], pb[RW_WARPS][RW_LANES][RW_VMAX * 8];
+    float pa[RW_LANES], ps[RW_LANES];
+    const int nv = C / RW_E(b16), rows = rw_nb_rows(N), nchunks = (N + rows - 1) / rows;
+    float *red = xmalloc(2 * (size_t)C * sizeof(float));
+    float *part = xmalloc(2 * (size_t)nchunks * C * sizeof(float));
+    for (int k = 0; k < nchunks; k++) {
+        memset(pw, 0, sizeof pw), memset(pb, 0, sizeof pb);
+        const int r0 = k * rows, r1 = r0 + rows < N ? r0 + rows : N;
+        for (int wp = 0; wp < RW_WARPS; wp++)
+            for (int n = r0 + wp; n < r1; n += RW_WARPS) {
+                const size_t at = (size_t)n * C * RW_ES(b16);
+                const float m = rms ? 0.0f : mean[n], r = rstd[n];
+                for (int l = 0; l < RW_LANES; l++) {
+                    rw_load(&x[l], (const char *)inp + at, nv, l, vm);
+                    rw_load(&g[l], (const char *)dout + at, nv, l, vm);
+                    rw_norm_bwd_sums(&pa[l], &ps[l], &x[l], &g[l], w, m, rms ? 1.0f : r, nv, l, vm, b16);
+                }
+                const float a = rms ? 0.0f : warp_sum_emu(pa) / C;
+                float bb = warp_sum_emu(ps) / C;
+                if (rms)
+                    bb = bb * r * r * r;
+                for (int l = 0; l < RW_LANES; l++) {
+                    rw_norm_bwd_store((char *)dinp + at, &x[l], &g[l], w, m, r, a, bb, rms, acc, nv, l, vm, b16);
+                    rw_norm_wgrad(pw[wp][l], pb[wp][l], &x[l], &g[l], m, r, rms, nv, l, vm, b16);
+                }
+            }
+        for (int wp = 0; wp < RW_WARPS; wp++)
+            for (int l = 0; l < RW_LANES; l++)
+                rw_norm_wgrad_put(red, pw[wp][l], pb[wp][l], wp > 0, rms, C, nv, l, vm, b16);
+        memcpy(part + (size_t)k * C, red, (size_t)C * sizeof(float));
+        if (!rms)
+            memcpy(part + ((size_t)nchunks + k) * C, red + C, (size_t)C * sizeof(float));
+    }
+    emu_final(dw, rms ? NULL : db, part, part + (size_t)nchunks * C, nchunks, C);
+    free(red), free(part);
+}
+
 /* One norm (rms 0: layer norm, with a bias or not) of N x C in a storage:
  * forward, then the input gradient added to dx and written over NaN, each
  * against the CPU backend; vm the lanes' vectors the launcher picks. */
@@ -210,6 +271,36 @@ static void norm_case(int rms, int b16, int bias, int N, int C)
            rms ? "rmsnorm" : "layernorm", b16 ? "bf16" : "f32", !rms && !bias ? " no bias" : "", N, C, vm, e_y,
            e_st, e_dx, g_misaligned);
     g_misaligned = 0;
+    if (b16) {   /* the whole backward in one pass (bf16 storage's): dx as above, bit for bit */
+        void *dx_f = xmalloc(n * es);
+        float *w_c = xmalloc(2 * (size_t)C * sizeof(float)), *w_e = xmalloc(2 * (size_t)C * sizeof(float));
+        int same = 1;
+        double e_w = 0;
+        for (int acc = 1; acc >= 0; acc--) {
+            fill(w_c, 2 * (size_t)C, 0, -1, 1);
+            memcpy(w_e, w_c, 2 * (size_t)C * sizeof(float));
+            if (acc)
+                memcpy(dx_c, dx0, n * es), memcpy(dx_e, dx0, n * es), memcpy(dx_f, dx0, n * es);
+            else
+                memset(dx_c, 0, n * es), fill_nan(dx_e, n, b16), fill_nan(dx_f, n, b16);
+            if (rms)
+                k->rmsnorm16_bwd(dx_c, w_c, dy, x, w, st_c + N, N, C, acc, scratch);
+            else
+                k->layernorm16_bwd(dx_c, w_c, w_c + C, dy, x, w, st_c, st_c + N, N, C, acc, scratch);
+            emu_norm_bwd_x(rms, b16, vm, dx_e, dy, x, w, st_c, st_c + N, N, C, acc);
+            emu_norm_bwd(rms, b16, vm, dx_f, w_e, w_e + C, dy, x, w, st_c, st_c + N, N, C, acc);
+            same &= !memcmp(dx_f, dx_e, n * es);
+            e_w = fmax(e_w, worst(w_e, w_c, rms ? (size_t)C : 2 * (size_t)C, 0, 1e-5, 1e-5));
+            e_w = fmax(e_w, worst_b16(dx_f, dx_c, n, b16));
+        }
+        tap_ok(same && e_w <= 1 && !g_misaligned,
+               "%s bf16%s N=%d C=%d, the whole backward in one pass (%d rows a block): dx as apart, bit for bit %d; "
+               "dx and the weight gradients %.2f of the tolerance; misaligned accesses %ld",
+               rms ? "rmsnorm" : "layernorm", !rms && !bias ? " no bias" : "", N, C, rw_nb_rows(N), same, e_w,
+               g_misaligned);
+        free(dx_f), free(w_c), free(w_e);
+    }
+    g_misaligned = 0;
     free(x), free(w), free(b), free(dy), free(dx0), free(y_c), free(y_e), free(dx_c), free(dx_e);
     free(st_c), free(st_e), free(scratch);
 }
@@ -262,14 +353,7 @@ static void emu_colred(int mode, int b16, float *dst0, float *dst1, const void *
                 p1[(size_t)k * C + (size_t)j * E + e] = t1;
             }
         }
-    for (int c = 0; c < C; c++) {
-        float t0 = 0.0f, t1 = 0.0f;
-        for (int k = 0; k < nchunks; k++)
-            t0 += p0[(size_t)k * C + c], t1 += p1[(size_t)k * C + c];
-        dst0[c] += t0;
-        if (dst1)
-            dst1[c] += t1;
-    }
+    emu_final(dst0, dst1, p0, p1, nchunks, C);
     free(p0), free(p1);
 }
 
@@ -671,6 +755,7 @@ int main(void)
     norm_case(0, 1, 1, 3, 2048);
     norm_case(1, 1, 0, 3, 2048);
     norm_case(1, 0, 0, 3, 1024);
+    norm_case(1, 1, 0, 16500, 64);   /* past RW_NB_CHUNKS chunks of RW_NB_ROWS: bigger chunks */
     /* column sums: GPT-2's widths (the norms, the projections' biases), a
      * last chunk of a few rows, a last block of a few vectors */
     for (int b16 = 0; b16 <= 1; b16++) {
