@@ -101,16 +101,17 @@ static int posemb_forward(const merak_op_io *io)
     return 0;
 }
 
-/* dx[j] += dy, or (fresh) a copy of dy; a failed copy is the backend's
- * sticky error, as a failed kernel is */
+/* dx[j] += dy, or (fresh) a copy of dy, or nothing where (fresh) dx[j]
+ * is dy's storage (a gradient passed through, ops.h pass_grad); a failed
+ * copy is the backend's sticky error, as a failed kernel is */
 static void pass_gradient(const merak_op_io *io, int j)
 {
     void *dx = io->b16 ? (void *)io->dx16[j] : (void *)io->dx[j];
-    if (!dx)
+    const void *dy = io->b16 ? (const void *)io->dy16 : (const void *)io->dy;
+    if (!dx || (io->fresh && dx == dy))
         return;
     if (io->fresh)
-        (void)io->k->copy(dx, io->b16 ? (const void *)io->dy16 : (const void *)io->dy,
-                          elems(io) * (io->b16 ? sizeof(uint16_t) : sizeof(float)), MERAK_COPY_D2D);
+        (void)io->k->copy(dx, dy, elems(io) * (io->b16 ? sizeof(uint16_t) : sizeof(float)), MERAK_COPY_D2D);
     else if (io->b16)
         io->k->accumulate16(io->dx16[j], io->dy16, elems(io), io->scratch16);
     else
@@ -627,7 +628,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                                 .forward = posemb_forward, .backward_input = accumulate_input,
                                 .backward_weight = posemb_backward_weight, .decode = posemb_forward,
                                 .decode_plan = posemb_decode_plan, .bf16 = posemb_bf16,
-                                .fresh = 1},
+                                .fresh = 1, .pass_grad = 1},
     [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
                             .backward_input = layernorm_backward_input,
@@ -663,7 +664,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
     [MERAK_OP_ADD] = {.name = "add", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                       .forward = add_forward, .backward_input = add_backward_input, .decode = add_forward,
                       .bf16 = add_bf16,
-                      .fresh = 1},
+                      .fresh = 1, .pass_grad = 1},
     [MERAK_OP_DROPOUT] = {.name = "dropout", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                           .forward = dropout_forward, .backward_input = dropout_backward_input,
                           .decode = dropout_forward, .bf16 = dropout_bf16,

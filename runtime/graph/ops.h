@@ -122,6 +122,10 @@ typedef struct merak_op_kind {
                             * executor reduces */
     int reads_output;      /* its backward reads its forward's output (io->y);
                             * the others get NULL there */
+    int pass_grad;         /* its input part gives in[0] the output's gradient as it is
+                            * (an add, the position embedding): with fresh, the executor
+                            * may hand it one buffer for both (dx[0] == dy), which it
+                            * then leaves as it is (exec.c plan_pass) */
     int fresh;             /* its backward_input honours merak_op_io.fresh: it writes
                             * every input gradient it is given, whole, so a gradient it
                             * is the first to add to need not be zeroed first */

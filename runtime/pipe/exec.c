@@ -83,6 +83,8 @@ struct merak_exec {
     unsigned char *in_place;   /* [ntensors] the gradient replaces the value (grad_in_place) */
     unsigned char *g_shared;   /* [ntensors] the gradient lives in gshared (share_grads) */
     int *last_use;         /* [ntensors] the last op reading a tensor, or -1 */
+    int *grad_via;         /* [ntensors] t's gradient is tensor grad_via[t]'s, in its storage (a
+                            * gradient passed through: plan_pass), or -1 */
     int split;             /* weight parts may run apart (merak_exec_opts.split) */
     int keep_grads;        /* every gradient its own (merak_exec_opts.keep_grads) */
     int zero_first;        /* no fresh writes (merak_exec_opts.zero_first) */
@@ -298,6 +300,15 @@ static int by_offset(const void *a, const void *b)
     return (x->off > y->off) - (x->off < y->off);
 }
 
+/* The tensor whose gradient's storage t's gradient takes, through the
+ * passes of plan_pass (t itself where none). */
+static int pass_root(const merak_exec *e, int t)
+{
+    while (e->grad_via[t] >= 0)
+        t = e->grad_via[t];
+    return t;
+}
+
 /* Places chunk ch's shareable gradients in the shared buffer: in the order
  * the backward starts them (the reverse of op order), each at the lowest
  * offset no live one holds (first fit), a gradient being dead once its
@@ -315,8 +326,15 @@ static int share_grads(merak_exec *e, const chunk *ch)
         return -1;
     }
     for (int t = 0; t < g->ntensors; t++)
-        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch)
+        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch && e->grad_via[t] < 0)
             v[n++] = (live){t, g->tensors[t].producer, e->last_use[t], round_bytes(tbytes(e, t)), 0};
+    /* a gradient passed through lives on in its output's: that one's life
+     * reaches back to its producer's backward */
+    for (int t = 0; t < g->ntensors; t++)
+        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch && e->grad_via[t] >= 0)
+            for (int i = 0; i < n; i++)
+                if (v[i].t == pass_root(e, t) && g->tensors[t].producer < v[i].lo)
+                    v[i].lo = g->tensors[t].producer;
     qsort(v, (size_t)n, sizeof *v, by_start);
     for (int i = 0; i < n; i++) {
         int k = 0;
@@ -335,6 +353,9 @@ static int share_grads(merak_exec *e, const chunk *ch)
         if (off + v[i].n > e->gshared_bytes)
             e->gshared_bytes = off + v[i].n;
     }
+    for (int t = 0; t < g->ntensors; t++)
+        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch && e->grad_via[t] >= 0)
+            e->g_off[t] = e->g_off[pass_root(e, t)];
     free(v);
     free(act);
     return 0;
@@ -348,22 +369,49 @@ static int share_grads(merak_exec *e, const chunk *ch)
  * spares a pass writing zeros over each such gradient and the first
  * writer's pass reading them back (for GPT-2's layer, 18 of its rows'
  * widths of the 18 its activation gradients take). */
+static int op_fresh_ok(const merak_exec *e, int i)
+{
+    const merak_op *o = &e->g->ops[i];
+    int ok = merak_op_kind_of(o)->fresh && !e->zero_first, any = 0;
+    for (int j = 0; ok && j < o->nin; j++) {
+        const int t = o->in[j];
+        if (t < 0 || e->param_of[t] >= 0)
+            continue;   /* no gradient: token ids, a parameter */
+        ok = j < 3 && e->g_shared[t] && e->last_use[t] == i;
+        for (int l = 0; ok && l < j; l++)
+            ok = o->in[l] != t;
+        any = 1;
+    }
+    return ok && any;
+}
+
 static void plan_fresh(merak_exec *e)
 {
+    for (int i = 0; i < e->g->nops; i++)
+        e->fresh[i] = (unsigned char)op_fresh_ok(e, i);
+}
+
+/* Gradients passed through: an op whose input part gives its first input
+ * the output's gradient unchanged (merak_op_kind.pass_grad: the residual
+ * adds, the position embedding), writing it fresh (op_fresh_ok), with
+ * both gradients in the shared buffer, of one size and storage, has its
+ * input's gradient placed in its output's: the output's gradient is
+ * complete when the op's backward runs, and dead after it, which is where
+ * its input's starts.  So the op copies nothing there, and a residual
+ * stream's gradient is one buffer from the last layer to the first (for
+ * GPT-2's layer, 2 of the 18 row widths its gradients move).  Staged ops
+ * (bf16 storage through float copies) keep their copies: the staging
+ * widens a buffer once per call.  Chunk ch's, before share_grads. */
+static void plan_pass(merak_exec *e, const chunk *ch)
+{
     const merak_graph *g = e->g;
-    for (int i = 0; i < g->nops; i++) {
+    for (int i = ch->begin; i < ch->end; i++) {
         const merak_op *o = &g->ops[i];
-        int ok = merak_op_kind_of(o)->fresh && !e->zero_first, any = 0;
-        for (int j = 0; ok && j < o->nin; j++) {
-            const int t = o->in[j];
-            if (t < 0 || e->param_of[t] >= 0)
-                continue;   /* no gradient: token ids, a parameter */
-            ok = j < 3 && e->g_shared[t] && e->last_use[t] == i;
-            for (int l = 0; ok && l < j; l++)
-                ok = o->in[l] != t;
-            any = 1;
-        }
-        e->fresh[i] = (unsigned char)(ok && any);
+        const int t = o->nin > 0 ? o->in[0] : -1, y = o->out;
+        if (merak_op_kind_of(o)->pass_grad && t >= 0 && e->param_of[t] < 0 && e->g_shared[t] &&
+            e->g_shared[y] && e->half[t] == e->half[y] && tbytes(e, t) == tbytes(e, y) &&
+            (!e->half[y] || e->native[i]) && op_fresh_ok(e, i))
+            e->grad_via[t] = y;
     }
 }
 
@@ -489,6 +537,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
     e->grad_bytes += ch->grad_bytes * (size_t)ch->nslots;
     e->pool_act = pool_act > e->pool_act ? pool_act : e->pool_act;
     e->pool_grad = pool_grad > e->pool_grad ? pool_grad : e->pool_grad;
+    plan_pass(e, ch);
     if (share_grads(e, ch) < 0)
         return merak_errf(err, errlen, "executor: out of memory");
     return 0;
@@ -575,6 +624,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->row_ld = calloc((size_t)nt, sizeof *e->row_ld);
     e->native = calloc((size_t)g->nops, 1);
     e->fresh = calloc((size_t)g->nops, 1);
+    e->grad_via = malloc((size_t)nt * sizeof *e->grad_via);
     e->save_off = malloc((size_t)g->nops * sizeof *e->save_off);
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
@@ -589,7 +639,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->row_ld || !e->native || !e->fresh || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->row_ld || !e->native || !e->fresh || !e->grad_via || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
@@ -604,7 +654,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
         e->pool_of[i] = -1;
     merak_graph_last_uses(g, last_use, nuse);
     for (int t = 0; t < nt; t++)
-        e->param_of[t] = -1, e->tensor_chunk[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1;
+        e->param_of[t] = -1, e->tensor_chunk[t] = -1, e->t_off[t] = -1, e->g_off[t] = -1, e->grad_via[t] = -1;
     for (int i = 0; i < g->nops; i++)
         e->save_off[i] = -1;
 
@@ -686,6 +736,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->row_ld);
     free(e->native);
     free(e->fresh);
+    free(e->grad_via);
     free(e->last_use);
     free(e->save_off);
     free(e->op_marks);
