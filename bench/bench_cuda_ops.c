@@ -565,6 +565,18 @@ static void rms16_bwd(const void *p)
     const norm_arg *a = p;
     g_k->rmsnorm16_bwd(B16(a->dinp), a->dw, B16(a->dout), B16(a->inp), B16(a->w), a->rstd, a->N, a->C, 1, NULL);
 }
+static void add_ln16_fwd(const void *p)   /* sum (into dinp) = inp + dout, then its norm */
+{
+    const norm_arg *a = p;
+    g_k->add_layernorm16_fwd(B16(a->dinp), B16(a->out), a->mean, a->rstd, B16(a->inp), B16(a->dout), B16(a->w),
+                             B16(a->b), a->N, a->C, 1e-5f, NULL);
+}
+static void add_rms16_fwd(const void *p)
+{
+    const norm_arg *a = p;
+    g_k->add_rmsnorm16_fwd(B16(a->dinp), B16(a->out), a->rstd, B16(a->inp), B16(a->dout), B16(a->w), a->N, a->C,
+                           1e-5f, NULL);
+}
 static void rms16_fwd(const void *p)
 {
     const norm_arg *a = p;
@@ -612,8 +624,11 @@ static void bench_norms(int N, int C)
         {"rmsnorm16_bwd_w", rms16_bwd_w, 2 * 2 * nc + f * (N + 2.0 * C)},
         /* the two parts in one pass: the input part's bytes and dw (db) += */
         {"layernorm16_bwd", ln16_bwd, 2 * (4 * nc + C) + f * (2.0 * N + 4.0 * C)},
-        {"rmsnorm16_bwd", rms16_bwd, 2 * (4 * nc + C) + f * (N + 2.0 * C)}};
-    roof_rows(rows16, 8, shape, &h);
+        {"rmsnorm16_bwd", rms16_bwd, 2 * (4 * nc + C) + f * (N + 2.0 * C)},
+        /* a residual add and the norm of its sum in one pass: a, y; sum, out */
+        {"add_layernorm16_fwd", add_ln16_fwd, 2 * (4 * nc + 2.0 * C) + f * 2.0 * N},
+        {"add_rmsnorm16_fwd", add_rms16_fwd, 2 * (4 * nc + C) + f * N}};
+    roof_rows(rows16, 10, shape, &h);
     float *bufs[] = {a.inp, a.out, a.dout, a.dinp, a.w, a.b, a.dw, a.db, a.mean, a.rstd,
                      h.inp, h.out, h.dout, h.dinp, h.w, h.b};
     free_all(bufs, 16);

@@ -337,6 +337,16 @@ typedef struct merak_kernels {
                             float *scratch);
     void (*rmsnorm16_bwd)(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
                           const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch);
+    /* (a residual add and the norm that reads its sum, forward, in one
+     * call, where the executor runs them together: sum = a + b rounded,
+     * as add16_fwd writes it, then out, mean, rstd as layernorm16_fwd
+     * (rmsnorm16_fwd) of sum gives them, bit for bit; a backend may read
+     * the rows once) */
+    void (*add_layernorm16_fwd)(uint16_t *sum, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps,
+                                float *scratch);
+    void (*add_rmsnorm16_fwd)(uint16_t *sum, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
+                              const uint16_t *w, int N, int C, float eps, float *scratch);
     /* (causal attention, as attention_fwd and attention_bwd: q, k, v and
      * dq, dk, dv bf16 at the shape's strides, out and dout bf16 dense, dq,
      * dk, dv accumulated; lse, and with RoPE the rotated qr and kr, float

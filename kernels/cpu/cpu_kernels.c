@@ -290,6 +290,11 @@ static void cpu_rmsnorm16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, c
                               const uint16_t *w, const float *rstd, int N, int C, int acc, float *scratch);
 static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
                               float eps, float *scratch);
+static void cpu_add_layernorm16_fwd(uint16_t *sum, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                    const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C,
+                                    float eps, float *scratch);
+static void cpu_add_rmsnorm16_fwd(uint16_t *sum, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
+                                  const uint16_t *w, int N, int C, float eps, float *scratch);
 static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                 const float *rstd, int N, int C, int acc, float *scratch);
 static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N,
@@ -333,7 +338,8 @@ static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
                      .layernorm16_bwd_x = cpu_layernorm16_bwd_x, .layernorm16_bwd_w = cpu_layernorm16_bwd_w, \
                      .rmsnorm16_fwd = cpu_rmsnorm16_fwd, .rmsnorm16_bwd_x = cpu_rmsnorm16_bwd_x, \
                      .rmsnorm16_bwd_w = cpu_rmsnorm16_bwd_w, .layernorm16_bwd = cpu_layernorm16_bwd, \
-                     .rmsnorm16_bwd = cpu_rmsnorm16_bwd, .attention16_fwd = cpu_attention16_fwd, \
+                     .rmsnorm16_bwd = cpu_rmsnorm16_bwd, .add_layernorm16_fwd = cpu_add_layernorm16_fwd, \
+                     .add_rmsnorm16_fwd = cpu_add_rmsnorm16_fwd, .attention16_fwd = cpu_attention16_fwd, \
                      .attention16_bwd = cpu_attention16_bwd, \
                      .attention16_scratch_elems = cpu_attention16_scratch_elems,
 #include "cpu_ops_impl.h"
@@ -677,6 +683,23 @@ static void cpu_rmsnorm16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, c
     cpu_to_bf16(dinp, dx, n);
     if (dw)
         rmsnorm_bwd_w_f32(dw, d, x, rstd, N, C);
+}
+
+/* The add, then the norm of its rounded sum: the two entries' bits (the
+ * scratch is each one's in turn). */
+static void cpu_add_layernorm16_fwd(uint16_t *sum, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                    const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C,
+                                    float eps, float *scratch)
+{
+    cpu_add16_fwd(sum, a, b, (size_t)N * C, scratch);
+    cpu_layernorm16_fwd(out, mean, rstd, sum, w, bias, N, C, eps, scratch);
+}
+
+static void cpu_add_rmsnorm16_fwd(uint16_t *sum, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
+                                  const uint16_t *w, int N, int C, float eps, float *scratch)
+{
+    cpu_add16_fwd(sum, a, b, (size_t)N * C, scratch);
+    cpu_rmsnorm16_fwd(out, rstd, sum, w, N, C, eps, scratch);
 }
 
 /* Attention: q, k, v (rows at the shape's strides), out and the

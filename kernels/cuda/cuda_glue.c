@@ -451,6 +451,22 @@ static void k_rmsnorm16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, con
     LAUNCH("rmsnorm16_bwd", merak_cuda_launch_rmsnorm16_bwd(STREAM, dinp, dw, dout, inp, w, rstd, N, C, acc));
 }
 
+static void k_add_layernorm16_fwd(uint16_t *sum, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                  const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps,
+                                  float *scratch)
+{
+    (void)scratch;
+    LAUNCH("add_layernorm16_fwd",
+           merak_cuda_launch_add_layernorm16_fwd(STREAM, sum, out, mean, rstd, a, b, w, bias, N, C, eps));
+}
+
+static void k_add_rmsnorm16_fwd(uint16_t *sum, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
+                                const uint16_t *w, int N, int C, float eps, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("add_rmsnorm16_fwd", merak_cuda_launch_add_rmsnorm16_fwd(STREAM, sum, out, rstd, a, b, w, N, C, eps));
+}
+
 static void k_round_bf16(float *x, size_t n)
 {
     LAUNCH("round_bf16", merak_cuda_launch_round_bf16(STREAM, x, n));
@@ -570,6 +586,8 @@ static const merak_kernels cuda_table = {
     .rmsnorm16_bwd_w = k_rmsnorm16_bwd_w,
     .layernorm16_bwd = k_layernorm16_bwd,
     .rmsnorm16_bwd = k_rmsnorm16_bwd,
+    .add_layernorm16_fwd = k_add_layernorm16_fwd,
+    .add_rmsnorm16_fwd = k_add_rmsnorm16_fwd,
     .attention16_supported = merak_cuda_attention16_supported,
     .attention16_fwd = merak_cuda_attention16_fwd,
     .attention16_bwd = merak_cuda_attention16_bwd,

@@ -242,6 +242,14 @@ int merak_cuda_launch_layernorm16_bwd_x(void *stream, uint16_t *dinp, const uint
                                         int acc);
 int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, const uint16_t *dout,
                                         const uint16_t *inp, const float *mean, const float *rstd, int N, int C);
+/* sum = a + b (bf16, rounded), then the norm of sum, as add16_fwd and
+ * layernorm16_fwd (rmsnorm16_fwd) give them: one pass where the row
+ * kernels take the shape, else the two */
+int merak_cuda_launch_add_layernorm16_fwd(void *stream, uint16_t *sum, uint16_t *out, float *mean, float *rstd,
+                                          const uint16_t *a, const uint16_t *b, const uint16_t *w,
+                                          const uint16_t *bias, int N, int C, float eps);
+int merak_cuda_launch_add_rmsnorm16_fwd(void *stream, uint16_t *sum, uint16_t *out, float *rstd, const uint16_t *a,
+                                        const uint16_t *b, const uint16_t *w, int N, int C, float eps);
 /* bwd_x and bwd_w in one call (dw, db NULL: not wanted): one pass over
  * the rows where the row kernels take the shape (the same dinp bits as
  * bwd_x; the weight gradients' sums in another order), else the two */

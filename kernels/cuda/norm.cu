@@ -112,6 +112,23 @@ __global__ void rmsnorm_bwd_x_k(T *dinp, const T *dout, const T *inp, const T *w
  * most), written once.  B16: bf16 storage; RMS: RMS norm (no mean, no
  * bias). */
 template <int B16, int VM, int RMS>
+static __device__ __forceinline__ void norm_fwd_row(void *out, float *mean, float *rstd, const rw_row *x,
+                                                    const void *w, const void *b, int n, int C, float eps, int lane)
+{
+    const int nv = C / RW_E(B16);
+    const size_t at = (size_t)n * C * RW_ES(B16);
+    const float m = RMS ? 0.0f : warp_sum(rw_sum(x, 0.0f, 0, nv, lane, VM, B16)) / C;
+    const float r = 1.0f / sqrtf(warp_sum(rw_sum(x, m, 1, nv, lane, VM, B16)) / C + eps);
+    rw_norm_store((char *)out + at, x, w, RMS ? NULL : b, m, r, nv, lane, VM, B16);
+    if (lane == 0) {
+        if (!RMS && mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = r;
+    }
+}
+
+template <int B16, int VM, int RMS>
 __global__ void __launch_bounds__(RW_LANES * RW_WARPS)
     norm_fwd_v_k(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,
                  int C, float eps)
@@ -120,19 +137,29 @@ __global__ void __launch_bounds__(RW_LANES * RW_WARPS)
     const int n = blockIdx.x * RW_WARPS + threadIdx.x / RW_LANES;
     if (n >= N)
         return; /* the whole warp */
+    rw_row x;
+    rw_load(&x, (const char *)inp + (size_t)n * C * RW_ES(B16), C / RW_E(B16), lane, VM);
+    norm_fwd_row<B16, VM, RMS>(out, mean, rstd, &x, w, b, n, C, eps, lane);
+}
+
+/* A residual add and the norm of its sum: sum = a + y rounded (written),
+ * then the norm of the rounded row, as norm_fwd_v_k reading sum gives it. */
+template <int B16, int VM, int RMS>
+__global__ void __launch_bounds__(RW_LANES * RW_WARPS)
+    norm_add_fwd_v_k(void *out, float *mean, float *rstd, const void *a, const void *w, const void *b, int N,
+                     int C, float eps, void *sum, const void *y)
+{
+    const int lane = threadIdx.x % RW_LANES;
+    const int n = blockIdx.x * RW_WARPS + threadIdx.x / RW_LANES;
+    if (n >= N)
+        return; /* the whole warp */
     const int nv = C / RW_E(B16);
     const size_t at = (size_t)n * C * RW_ES(B16);
-    rw_row x;
-    rw_load(&x, (const char *)inp + at, nv, lane, VM);
-    const float m = RMS ? 0.0f : warp_sum(rw_sum(&x, 0.0f, 0, nv, lane, VM, B16)) / C;
-    const float r = 1.0f / sqrtf(warp_sum(rw_sum(&x, m, 1, nv, lane, VM, B16)) / C + eps);
-    rw_norm_store((char *)out + at, &x, w, RMS ? NULL : b, m, r, nv, lane, VM, B16);
-    if (lane == 0) {
-        if (!RMS && mean)
-            mean[n] = m;
-        if (rstd)
-            rstd[n] = r;
-    }
+    rw_row x, r;
+    rw_load(&x, (const char *)a + at, nv, lane, VM);
+    rw_load(&r, (const char *)y + at, nv, lane, VM);
+    rw_add_round(&x, &r, (char *)sum + at, nv, lane, VM, B16);
+    norm_fwd_row<B16, VM, RMS>(out, mean, rstd, &x, w, b, n, C, eps, lane);
 }
 
 template <int B16, int VM, int RMS>
@@ -178,6 +205,15 @@ static bool norm_fwd_v(cudaStream_t st, void *out, float *mean, float *rstd, con
     const void *bufs[4] = {out, inp, w, RMS ? NULL : b};
     const unsigned grid = (unsigned)((N + RW_WARPS - 1) / RW_WARPS);
     RW_SWITCH(rw_norm_vmax(C, B16, bufs, 4), norm_fwd_v_k, out, mean, rstd, inp, w, b, N, C, eps)
+}
+
+template <int B16, int RMS>
+static bool norm_add_fwd_v(cudaStream_t st, void *sum, void *out, float *mean, float *rstd, const void *a,
+                           const void *y, const void *w, const void *b, int N, int C, float eps)
+{
+    const void *bufs[6] = {sum, out, a, y, w, RMS ? NULL : b};
+    const unsigned grid = (unsigned)((N + RW_WARPS - 1) / RW_WARPS);
+    RW_SWITCH(rw_norm_vmax(C, B16, bufs, 6), norm_add_fwd_v_k, out, mean, rstd, a, w, b, N, C, eps, sum, y)
 }
 
 template <int B16, int RMS>
@@ -539,6 +575,25 @@ int merak_cuda_launch_layernorm16_bwd_w(void *stream, float *dw, float *db, cons
                                         const uint16_t *inp, const float *mean, const float *rstd, int N, int C)
 {
     return colred<RW_LAYERNORM, uint16_t>(STREAM(stream), dw, db, dout, inp, mean, rstd, N, C);
+}
+
+int merak_cuda_launch_add_layernorm16_fwd(void *stream, uint16_t *sum, uint16_t *out, float *mean, float *rstd,
+                                          const uint16_t *a, const uint16_t *b, const uint16_t *w,
+                                          const uint16_t *bias, int N, int C, float eps)
+{
+    if (N > 0 && norm_add_fwd_v<1, 0>(STREAM(stream), sum, out, mean, rstd, a, b, w, bias, N, C, eps))
+        return cudaGetLastError();
+    int rc = merak_cuda_launch_add16_fwd(stream, sum, a, b, (size_t)N * (size_t)C);
+    return rc == cudaSuccess ? layernorm_fwd<uint16_t>(STREAM(stream), out, mean, rstd, sum, w, bias, N, C, eps) : rc;
+}
+
+int merak_cuda_launch_add_rmsnorm16_fwd(void *stream, uint16_t *sum, uint16_t *out, float *rstd, const uint16_t *a,
+                                        const uint16_t *b, const uint16_t *w, int N, int C, float eps)
+{
+    if (N > 0 && norm_add_fwd_v<1, 1>(STREAM(stream), sum, out, NULL, rstd, a, b, w, NULL, N, C, eps))
+        return cudaGetLastError();
+    int rc = merak_cuda_launch_add16_fwd(stream, sum, a, b, (size_t)N * (size_t)C);
+    return rc == cudaSuccess ? rmsnorm_fwd<uint16_t>(STREAM(stream), out, rstd, sum, w, N, C, eps) : rc;
 }
 
 int merak_cuda_launch_layernorm16_bwd(void *stream, uint16_t *dinp, float *dw, float *db, const uint16_t *dout,

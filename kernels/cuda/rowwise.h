@@ -172,6 +172,23 @@ RW_FN void rw_load(rw_row *r, const void *p, int nv, int lane, int vmax)
             r->v[i] = rw_ld((const char *)p + 16 * (size_t)(lane + RW_LANES * i));
 }
 
+/* x = the lane's vectors of x + y, each element rounded as storage holds
+ * it (bf16: once, as the add's own kernel rounds), also stored at sum:
+ * a residual add whose sum a norm then reads, in one pass. */
+RW_FN void rw_add_round(rw_row *x, const rw_row *y, void *sum, int nv, int lane, int vmax, int b16)
+{
+    RW_UNROLL
+    for (int i = 0; i < RW_VMAX; i++)
+        if (rw_has(i, lane, nv, vmax)) {
+            float o[8];
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++)
+                o[e] = rw_get(x->v[i], e, b16) + rw_get(y->v[i], e, b16);
+            x->v[i] = rw_pack(o, b16);
+            rw_st((char *)sum + 16 * (size_t)(lane + RW_LANES * i), x->v[i]);
+        }
+}
+
 /* The lane's part of sum (x - m) (sq 0) or sum (x - m)^2 (sq 1). */
 RW_FN float rw_sum(const rw_row *x, float m, int sq, int nv, int lane, int vmax, int b16)
 {

@@ -165,6 +165,24 @@ static int layernorm_forward(const merak_op_io *io)
     return 0;
 }
 
+/* A residual add and the norm of its sum, natively in bf16 storage: one
+ * call (kernels.h add_layernorm16_fwd, add_rmsnorm16_fwd). */
+static int norm_forward_after(const merak_op_io *prev, const merak_op_io *io)
+{
+    const int rms = io->o->type == MERAK_OP_RMSNORM;
+    if (prev->o->type != MERAK_OP_ADD || !prev->b16 || !io->b16 || prev->y16 != io->x16[0] ||
+        (rms ? !io->k->add_rmsnorm16_fwd : !io->k->add_layernorm16_fwd))
+        return 0;
+    float *s = saved_rows(io);
+    if (rms)
+        io->k->add_rmsnorm16_fwd(prev->y16, io->y16, s, prev->x16[0], prev->x16[1], io->x16[1], io->rows, cols(io),
+                                 io->o->eps, io->scratch16);
+    else
+        io->k->add_layernorm16_fwd(prev->y16, io->y16, s, s + io->rows_all, prev->x16[0], prev->x16[1], io->x16[1],
+                                   io->x16[2], io->rows, cols(io), io->o->eps, io->scratch16);
+    return 1;
+}
+
 static void layernorm_backward_input(const merak_op_io *io)
 {
     float *s = saved_rows(io);
@@ -631,6 +649,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                                 .fresh = 1, .pass_grad = 1},
     [MERAK_OP_LAYERNORM] = {.name = "layernorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                             .saved_floats = layernorm_saved, .forward = layernorm_forward,
+                            .forward_after = norm_forward_after,
                             .backward_input = layernorm_backward_input,
                             .backward_weight = layernorm_backward_weight, .backward = layernorm_backward,
                             .decode = layernorm_forward,
@@ -638,6 +657,7 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                             .fresh = 1},
     [MERAK_OP_RMSNORM] = {.name = "rmsnorm", .shard = MERAK_SHARD_WHOLE, .cost = MERAK_COST_STREAM,
                           .saved_floats = rmsnorm_saved, .forward = rmsnorm_forward,
+                          .forward_after = norm_forward_after,
                           .backward_input = rmsnorm_backward_input, .backward_weight = rmsnorm_backward_weight,
                           .backward = rmsnorm_backward, .decode = rmsnorm_forward, .bf16 = rmsnorm_bf16,
                           .fresh = 1},

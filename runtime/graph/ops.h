@@ -149,6 +149,12 @@ typedef struct merak_op_kind {
      * MERAK_SUM_FORWARD, finish after it (NULL: nothing) */
     int (*forward)(const merak_op_io *io);
     void (*finish)(const merak_op_io *io);
+    /* its forward together with the op just before it, whose output is its
+     * in[0] (prev: that op's call), both summing nothing, where the backend
+     * can run the two in one call: 1 if it did (the two forwards' results,
+     * bit for bit), 0 if not (the executor runs them one by one); NULL:
+     * never */
+    int (*forward_after)(const merak_op_io *prev, const merak_op_io *io);
     /* the backward's input part (after the sum for MERAK_SUM_BACKWARD) and
      * weight part; NULL: nothing to do */
     void (*backward_input)(const merak_op_io *io);

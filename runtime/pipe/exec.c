@@ -1429,6 +1429,30 @@ static int run_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     return 0;
 }
 
+/* Forward ops i and i + 1 (< end) in one call, the second's kind's
+ * forward_after, where they can be: the second reads the first's output,
+ * neither sums over the tp group nor is the loss, both run natively in
+ * bf16 storage (nothing staged, nothing to round after), and the ops are
+ * not timed one by one (merak_exec_time_ops: the calibration times each
+ * kind).  1 if done, else 0. */
+static int forward_pair(merak_exec *e, int slot, int i, int end)
+{
+    const merak_graph *g = e->g;
+    if (e->op_fwd || i + 1 >= end)
+        return 0;
+    const merak_op *a = &g->ops[i], *b = &g->ops[i + 1];
+    const merak_op_kind *ka = merak_op_kind_of(a), *kb = merak_op_kind_of(b);
+    if (!kb->forward_after || b->nin < 1 || b->in[0] != a->out || ka->sum != MERAK_SUM_NONE ||
+        kb->sum != MERAK_SUM_NONE || ka->loss || kb->loss || !e->native[i] || !e->native[i + 1])
+        return 0;
+    const merak_op_io pa = op_io(e, slot, i, WHOLE, IO_FORWARD), pb = op_io(e, slot, i + 1, WHOLE, IO_FORWARD);
+    if (!kb->forward_after(&pa, &pb))
+        return 0;
+    if (e->poll)
+        e->poll(e->poll_ctx);
+    return 1;
+}
+
 /* The kernels done, the clock (timing ops). */
 static double synced_now(const merak_exec *e)
 {
@@ -1562,9 +1586,12 @@ static int run_pass(merak_exec *e, int slot, int begin, int end, pass ps)
     const int back = ps >= P_BACKWARD_INPUT, dir = back ? -1 : 1;
     const int first = back ? end - 1 : begin, stop = back ? begin - 1 : end;
     if (e->K == 1) {
-        for (int i = first; i != stop; i += dir)
-            if ((ps != P_RECOMPUTE || e->dropped[i]) && step_op(e, slot, i, WHOLE, ps) < 0)
+        for (int i = first; i != stop; i += dir) {
+            if (ps == P_FORWARD && forward_pair(e, slot, i, end))
+                i++;   /* its forward done with op i's */
+            else if ((ps != P_RECOMPUTE || e->dropped[i]) && step_op(e, slot, i, WHOLE, ps) < 0)
                 return -1;
+        }
         return 0;
     }
     int *pending = e->pending;   /* [K]: the overlapped op whose sum sub-batch k has in flight, or -1 */

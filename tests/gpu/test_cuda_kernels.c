@@ -1615,6 +1615,36 @@ static void test_norms16(int N, int C)
             g_gpu->rmsnorm16_bwd(d_dx, d_dw, d_d, d_x, d_w, d_st, N, C, acc, NULL);
         else
             g_gpu->layernorm16_bwd(d_dx, d_dw, d_db, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
+        if (acc) {   /* a residual add and the norm of its sum in one call: the two calls' bits */
+            uint16_t *d_r = to_dev(dx0, n * 2), *d_s = dmalloc(n * 2), *d_s2 = dmalloc(n * 2), *d_y2 = dmalloc(n * 2);
+            float *d_st2 = dmalloc((size_t)N * 2 * 4);
+            merak_cuda_memset(d_s2, 0xff, n * 2), merak_cuda_memset(d_y2, 0xff, n * 2);
+            g_gpu->add16_fwd(d_s, d_x, d_r, n, NULL);
+            if (rms) {
+                g_gpu->rmsnorm16_fwd(d_y, d_st, d_s, d_w, N, C, 1e-5f, NULL);
+                g_gpu->add_rmsnorm16_fwd(d_s2, d_y2, d_st2, d_x, d_r, d_w, N, C, 1e-5f, NULL);
+            } else {
+                g_gpu->layernorm16_fwd(d_y, d_st, d_st + N, d_s, d_w, d_b, N, C, 1e-5f, NULL);
+                g_gpu->add_layernorm16_fwd(d_s2, d_y2, d_st2, d_st2 + N, d_x, d_r, d_w, d_b, N, C, 1e-5f, NULL);
+            }
+            uint16_t *h[4] = {xmalloc(n * 2), xmalloc(n * 2), xmalloc(n * 2), xmalloc(n * 2)};
+            float *hs[2] = {xmalloc((size_t)N * 2 * 4), xmalloc((size_t)N * 2 * 4)};
+            merak_cuda_memcpy_d2h(h[0], d_s, n * 2), merak_cuda_memcpy_d2h(h[1], d_s2, n * 2);
+            merak_cuda_memcpy_d2h(h[2], d_y, n * 2), merak_cuda_memcpy_d2h(h[3], d_y2, n * 2);
+            merak_cuda_memcpy_d2h(hs[0], d_st, (size_t)N * (rms ? 1 : 2) * 4);
+            merak_cuda_memcpy_d2h(hs[1], d_st2, (size_t)N * (rms ? 1 : 2) * 4);
+            if (memcmp(h[0], h[1], n * 2) || memcmp(h[2], h[3], n * 2) ||
+                memcmp(hs[0], hs[1], (size_t)N * (rms ? 1 : 2) * 4)) {
+                tap_diag("add_%s16_fwd N=%d C=%d: not add16_fwd's and the norm's bits", rms ? "rmsnorm" : "layernorm",
+                         N, C);
+                worst_e = INFINITY;
+            }
+            for (int k = 0; k < 4; k++)
+                free(h[k]);
+            free(hs[0]), free(hs[1]);
+            merak_cuda_free(d_r), merak_cuda_free(d_s), merak_cuda_free(d_s2), merak_cuda_free(d_y2);
+            merak_cuda_free(d_st2);
+        }
         uint16_t *xf = xmalloc(n * 2);
         float *wf = xmalloc((size_t)C * 4), *bf = xmalloc((size_t)C * 4);
         merak_cuda_memcpy_d2h(xf, d_dx, n * 2);
@@ -1637,7 +1667,8 @@ static void test_norms16(int N, int C)
         free(a), free(a2), free(g1), free(g2);
     }
     tap_ok(worst_e <= 1, "layernorm16 and rmsnorm16 N=%d C=%d (input gradients added to and, acc 0, written over "
-           "NaN; the backward's two parts apart and in one call, dx the same bits): within %.2f of the tolerance",
+           "NaN; the backward's two parts apart and in one call, dx the same bits; a residual add and the norm "
+           "in one call, the same bits): within %.2f of the tolerance",
            N, C, worst_e);
     merak_cuda_free(d_x), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_d);
     free(x), free(w), free(b), free(d), free(dx0), free(dw0), free(scratch);

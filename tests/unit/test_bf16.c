@@ -171,7 +171,7 @@ static void test_step(const char *preset)
  * storage.  C(i, entry, params, args): a wrapper counting entry i. */
 enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
        E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_LN_F, E_LN_X, E_LN_W, E_RMS_F, E_RMS_X,
-       E_RMS_W, E_LN_B, E_RMS_B, E_ATT_F, E_ATT_B, E_COUNT };
+       E_RMS_W, E_LN_B, E_RMS_B, E_ADD_LN, E_ADD_RMS, E_ATT_F, E_ATT_B, E_COUNT };
 static int calls[E_COUNT];
 #define C(i, entry, params, args)                       \
     static void count_##entry params                    \
@@ -236,6 +236,13 @@ C(E_LN_B, layernorm16_bwd,
 C(E_RMS_B, rmsnorm16_bwd,
   (h16 *dx, float *dw, const h16 *d, const h16 *x, const h16 *w, const float *r, int N, int Cc, int a, float *s),
   (dx, dw, d, x, w, r, N, Cc, a, s))
+C(E_ADD_LN, add_layernorm16_fwd,
+  (h16 *sum, h16 *o, float *m, float *r, const h16 *a, const h16 *b, const h16 *w, const h16 *bias, int N, int Cc,
+   float eps, float *s),
+  (sum, o, m, r, a, b, w, bias, N, Cc, eps, s))
+C(E_ADD_RMS, add_rmsnorm16_fwd,
+  (h16 *sum, h16 *o, float *r, const h16 *a, const h16 *b, const h16 *w, int N, int Cc, float eps, float *s),
+  (sum, o, r, a, b, w, N, Cc, eps, s))
 typedef merak_attn_shape ash;
 C(E_ATT_F, attention16_fwd,
   (const ash *a, h16 *o, float *l, float *qr, float *kr, const h16 *q, const h16 *k, const h16 *v, float *as, float *s),
@@ -253,8 +260,8 @@ static merak_kernels counted, staged;
     X(crossentropy16_stats) X(crossentropy16_bwd) X(posemb16_fwd) X(posemb16_bwd_w) X(gelu16_fwd)         \
     X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
     X(dropout16_bwd) X(layernorm16_fwd) X(layernorm16_bwd_x) X(layernorm16_bwd_w) X(rmsnorm16_fwd)            \
-    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(layernorm16_bwd) X(rmsnorm16_bwd) X(attention16_fwd)          \
-    X(attention16_bwd)
+    X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(layernorm16_bwd) X(rmsnorm16_bwd) X(add_layernorm16_fwd)      \
+    X(add_rmsnorm16_fwd) X(attention16_fwd) X(attention16_bwd)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
@@ -267,7 +274,9 @@ static void tables(void)
  * need[]); an add's and a position embedding's accumulate16 only where the
  * op adds to its input gradients rather than writing them (fresh, which
  * copies); a norm's backward in one call (layernorm16_bwd, rmsnorm16_bwd)
- * where its parts run together (together), else its two parts'. */
+ * where its parts run together (together), else its two parts'; an add
+ * and the norm reading its sum, run natively, forward in one call
+ * (add_layernorm16_fwd, add_rmsnorm16_fwd), each by itself otherwise. */
 static void needed(const merak_graph *g, const merak_exec *e, int together, int *need)
 {
     static const struct { merak_op_type t; int e[3]; } uses[] = {
@@ -286,6 +295,19 @@ static void needed(const merak_graph *g, const merak_exec *e, int together, int 
     for (int k = 0; together && k < 2; k++)   /* the norms' two parts as one */
         if (need[k ? E_RMS_X : E_LN_X])
             need[k ? E_RMS_X : E_LN_X] = need[k ? E_RMS_W : E_LN_W] = 0, need[k ? E_RMS_B : E_LN_B] = 1;
+    need[E_ADD_F] = need[E_LN_F] = need[E_RMS_F] = 0;   /* the forwards, pair by pair */
+    for (int i = 0; i < g->nops; i++) {
+        const merak_op *o = &g->ops[i], *p = i > 0 ? &g->ops[i - 1] : NULL, *q = i + 1 < g->nops ? &g->ops[i + 1] : NULL;
+        const int rms = o->type == MERAK_OP_RMSNORM;
+        if (o->type == MERAK_OP_ADD)
+            need[E_ADD_F] |= !(q && (q->type == MERAK_OP_LAYERNORM || q->type == MERAK_OP_RMSNORM) &&
+                               q->in[0] == o->out && merak_exec_op_native(e, i) && merak_exec_op_native(e, i + 1));
+        else if (o->type == MERAK_OP_LAYERNORM || rms) {
+            const int pair = p && p->type == MERAK_OP_ADD && o->in[0] == p->out && merak_exec_op_native(e, i - 1) &&
+                             merak_exec_op_native(e, i);
+            need[pair ? (rms ? E_ADD_RMS : E_ADD_LN) : (rms ? E_RMS_F : E_LN_F)] = 1;
+        }
+    }
 }
 
 /* bf16 storage against float storage as the runtime runs them (gradients

@@ -213,6 +213,35 @@ static void emu_norm_bwd(int rms, int b16, int vm, void *dinp, float *dw, float 
     free(red), free(part);
 }
 
+/* norm.cu's norm_add_fwd_v_k: the rows of a + y rounded into sum, then
+ * emu_norm_fwd's arithmetic on them, lane by lane. */
+static void emu_add_norm_fwd(int rms, int b16, int vm, void *sum, void *out, float *mean, float *rstd, const void *a,
+                             const void *y, const void *w, const void *b, int N, int C, float eps)
+{
+    static rw_row x[RW_LANES], r[RW_LANES];
+    float part[RW_LANES];
+    const int nv = C / RW_E(b16);
+    for (int n = 0; n < N; n++) {
+        const size_t at = (size_t)n * C * RW_ES(b16);
+        for (int l = 0; l < RW_LANES; l++) {
+            rw_load(&x[l], (const char *)a + at, nv, l, vm);
+            rw_load(&r[l], (const char *)y + at, nv, l, vm);
+            rw_add_round(&x[l], &r[l], (char *)sum + at, nv, l, vm, b16);
+            part[l] = rw_sum(&x[l], 0.0f, 0, nv, l, vm, b16);
+        }
+        const float m = rms ? 0.0f : warp_sum_emu(part) / C;
+        for (int l = 0; l < RW_LANES; l++)
+            part[l] = rw_sum(&x[l], m, 1, nv, l, vm, b16);
+        const float rs = 1.0f / sqrtf(warp_sum_emu(part) / C + eps);
+        for (int l = 0; l < RW_LANES; l++)
+            rw_norm_store((char *)out + at, &x[l], w, rms ? NULL : b, m, rs, nv, l, vm, b16);
+        if (!rms && mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = rs;
+    }
+}
+
 /* One norm (rms 0: layer norm, with a bias or not) of N x C in a storage:
  * forward, then the input gradient added to dx and written over NaN, each
  * against the CPU backend; vm the lanes' vectors the launcher picks. */
@@ -271,6 +300,26 @@ static void norm_case(int rms, int b16, int bias, int N, int C)
            rms ? "rmsnorm" : "layernorm", b16 ? "bf16" : "f32", !rms && !bias ? " no bias" : "", N, C, vm, e_y,
            e_st, e_dx, g_misaligned);
     g_misaligned = 0;
+    if (b16) {   /* a residual add, then the norm of its sum, in one pass: the CPU's add, bit for bit,
+                  * and the norm of it as above, bit for bit */
+        void *r = xmalloc(n * es), *s_c = xmalloc(n * es), *s_e = xmalloc(n * es), *y_f = xmalloc(n * es);
+        void *y_s = xmalloc(n * es);
+        float *st_f = xmalloc(2 * (size_t)N * sizeof(float)), *st_s = xmalloc(2 * (size_t)N * sizeof(float));
+        fill(r, n, b16, -2, 2);
+        k->add16_fwd(s_c, x, r, n, scratch);
+        memset(st_f, 0, 2 * (size_t)N * sizeof(float)), memset(st_s, 0, 2 * (size_t)N * sizeof(float));
+        fill_nan(s_e, n, b16), fill_nan(y_f, n, b16);
+        emu_add_norm_fwd(rms, b16, vm, s_e, y_f, st_f, st_f + N, x, r, w, bp, N, C, eps);
+        emu_norm_fwd(rms, b16, vm, y_s, st_s, st_s + N, s_c, w, bp, N, C, eps);
+        const int same = !memcmp(s_e, s_c, n * es) && !memcmp(y_f, y_s, n * es) &&
+                         !memcmp(st_f, st_s, 2 * (size_t)N * sizeof(float));
+        tap_ok(same && !g_misaligned,
+               "%s bf16%s N=%d C=%d, a residual add and the norm of its sum in one pass: the add's and the "
+               "norm's bits %d; misaligned accesses %ld", rms ? "rmsnorm" : "layernorm",
+               !rms && !bias ? " no bias" : "", N, C, same, g_misaligned);
+        g_misaligned = 0;
+        free(r), free(s_c), free(s_e), free(y_f), free(y_s), free(st_f), free(st_s);
+    }
     if (b16) {   /* the whole backward in one pass (bf16 storage's): dx as above, bit for bit */
         void *dx_f = xmalloc(n * es);
         float *w_c = xmalloc(2 * (size_t)C * sizeof(float)), *w_e = xmalloc(2 * (size_t)C * sizeof(float));
