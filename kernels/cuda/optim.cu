@@ -83,8 +83,24 @@ __global__ void sumsq_partial_k(double *part, const float *x, size_t head, size_
     __shared__ double sh[33];
     double acc = 0.0;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + head);
-    GRID_STRIDE(i, n4)
-    {
+    /* four vectors in flight a thread, added in the order of one at a
+     * time (i, i + stride, ...): the same bits */
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+        float4 q[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            q[u] = x4[i + u * stride];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            acc += (double)q[u].x * q[u].x;
+            acc += (double)q[u].y * q[u].y;
+            acc += (double)q[u].z * q[u].z;
+            acc += (double)q[u].w * q[u].w;
+        }
+    }
+    for (; i < n4; i += stride) {
         const float4 q = x4[i];
         acc += (double)q.x * q.x;
         acc += (double)q.y * q.y;

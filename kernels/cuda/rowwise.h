@@ -313,6 +313,26 @@ RW_HOST_FN int rw_norm_vmax(int C, int b16, const void *const *bufs, int nbufs)
 
 enum { RW_COLSUM = 0, RW_LAYERNORM = 1, RW_RMSNORM = 2 };
 
+#define RW_CR_U 4      /* rows a row lane has in flight */
+
+/* Adds row r's vector (d of dout, x of inp) to the sums (as below). */
+RW_FN void rw_colred_row(float *s0, float *s1, int mode, rw_u4 d, rw_u4 x, const float *mean, const float *rstd,
+                         int r, int b16)
+{
+    RW_UNROLL
+    for (int e = 0; e < RW_E(b16); e++) {
+        const float g = rw_get(d, e, b16);
+        if (mode == RW_COLSUM) {
+            s0[e] += g;
+        } else if (mode == RW_LAYERNORM) {
+            s0[e] += g * ((rw_get(x, e, b16) - mean[r]) * rstd[r]);
+            s1[e] += g;
+        } else {
+            s0[e] += g * (rw_get(x, e, b16) * rstd[r]);
+        }
+    }
+}
+
 /* Row lane ty's sums over the rows r0 + ty, r0 + ty + RW_CR_Y, ... < r1
  * of the RW_E(b16) columns of vector j (16 bytes at 16 j of each row of C
  * columns), in s0 and s1:
@@ -325,24 +345,29 @@ RW_FN void rw_colred(float *s0, float *s1, int mode, const void *dout, const voi
     RW_UNROLL
     for (int e = 0; e < 8; e++)
         s0[e] = s1[e] = 0.0f;
-    for (int r = r0 + ty; r < r1; r += RW_CR_Y) {
+    /* RW_CR_U rows' vectors in flight at a time, added in row order */
+    int r = r0 + ty;
+    for (; r + (RW_CR_U - 1) * RW_CR_Y < r1; r += RW_CR_U * RW_CR_Y) {
+        rw_u4 d[RW_CR_U], x[RW_CR_U];
+        RW_UNROLL
+        for (int u = 0; u < RW_CR_U; u++) {
+            const size_t at = (size_t)(r + u * RW_CR_Y) * C * RW_ES(b16) + 16 * (size_t)j;
+            d[u] = rw_ld((const char *)dout + at);
+            x[u] = d[u];
+            if (mode != RW_COLSUM)
+                x[u] = rw_ld((const char *)inp + at);
+        }
+        RW_UNROLL
+        for (int u = 0; u < RW_CR_U; u++)
+            rw_colred_row(s0, s1, mode, d[u], x[u], mean, rstd, r + u * RW_CR_Y, b16);
+    }
+    for (; r < r1; r += RW_CR_Y) {
         const size_t at = (size_t)r * C * RW_ES(b16) + 16 * (size_t)j;
         const rw_u4 d = rw_ld((const char *)dout + at);
         rw_u4 x = d;
         if (mode != RW_COLSUM)
             x = rw_ld((const char *)inp + at);
-        RW_UNROLL
-        for (int e = 0; e < RW_E(b16); e++) {
-            const float g = rw_get(d, e, b16);
-            if (mode == RW_COLSUM) {
-                s0[e] += g;
-            } else if (mode == RW_LAYERNORM) {
-                s0[e] += g * ((rw_get(x, e, b16) - mean[r]) * rstd[r]);
-                s1[e] += g;
-            } else {
-                s0[e] += g * (rw_get(x, e, b16) * rstd[r]);
-            }
-        }
+        rw_colred_row(s0, s1, mode, d, x, mean, rstd, r, b16);
     }
 }
 
@@ -678,6 +703,13 @@ RW_FN void rw_lse_merge(float *m, float *s, float m2, float s2)
     *m = M;
 }
 
+/* A thread's vectors of a long row (the cross-entropy's) are loaded
+ * RW_CE_U at a time, all in flight before the first is used, then used
+ * in order (vectors j, j + nthr, ...: the order, and so the bits, of one
+ * at a time).  One 16-byte load in flight a thread is too few bytes in
+ * flight to reach the copy rate. */
+#define RW_CE_U 4
+
 /* Thread tid of nthr: its (m, s) over its elements of row x (n elements). */
 RW_FN void rw_ce_partial(float *m, float *s, const void *x, int n, int b16, int tid, int nthr)
 {
@@ -688,7 +720,17 @@ RW_FN void rw_ce_partial(float *m, float *s, const void *x, int n, int b16, int 
     if (tid < h)
         rw_lse_add(&pm, &ps, rw_elem(x, (size_t)tid, b16));
     const char *xv = (const char *)x + (size_t)h * RW_ES(b16);
-    for (int j = tid; j < nv; j += nthr)
+    int j = tid;
+    for (; j + (RW_CE_U - 1) * nthr < nv; j += RW_CE_U * nthr) {
+        rw_u4 v[RW_CE_U];
+        RW_UNROLL
+        for (int u = 0; u < RW_CE_U; u++)
+            v[u] = rw_ld(xv + 16 * (size_t)(j + u * nthr));
+        RW_UNROLL
+        for (int u = 0; u < RW_CE_U; u++)
+            rw_lse_add_vec(&pm, &ps, v[u], b16);
+    }
+    for (; j < nv; j += nthr)
         rw_lse_add_vec(&pm, &ps, rw_ld(xv + 16 * (size_t)j), b16);
     if (tid < rest)
         rw_lse_add(&pm, &ps, rw_elem(x, (size_t)(h + nv * E + tid), b16));
@@ -718,7 +760,29 @@ RW_FN void rw_ce_grad(void *dx, const void *x, int n, long long t, float l, floa
         rw_put(dx, (size_t)tid, add ? rw_elem(dx, (size_t)tid, b16) + g : g, b16);
     }
     const size_t vb = (size_t)h * RW_ES(b16);
-    for (int j = tid; j < nv; j += nthr) {
+    int j = tid;
+    for (; j + (RW_CE_U - 1) * nthr < nv; j += RW_CE_U * nthr) {   /* RW_CE_U vectors in flight */
+        rw_u4 v[RW_CE_U], d[RW_CE_U];
+        RW_UNROLL
+        for (int u = 0; u < RW_CE_U; u++) {
+            v[u] = rw_ld((const char *)x + vb + 16 * (size_t)(j + u * nthr));
+            d[u] = v[u];
+            if (add)
+                d[u] = rw_ld((const char *)dx + vb + 16 * (size_t)(j + u * nthr));
+        }
+        RW_UNROLL
+        for (int u = 0; u < RW_CE_U; u++) {
+            const int j0 = h + (j + u * nthr) * E;
+            float o[8];
+            RW_UNROLL
+            for (int e = 0; e < RW_E(b16); e++) {
+                const float g = zero ? 0.0f : rw_ce_grad1(rw_get(v[u], e, b16), j0 + e, t, l, scale);
+                o[e] = add ? rw_get(d[u], e, b16) + g : g;
+            }
+            rw_st((char *)dx + vb + 16 * (size_t)(j + u * nthr), rw_pack(o, b16));
+        }
+    }
+    for (; j < nv; j += nthr) {
         const int j0 = h + j * E;
         const rw_u4 v = rw_ld((const char *)x + vb + 16 * (size_t)j);
         rw_u4 d = v;
