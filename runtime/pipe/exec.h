@@ -19,9 +19,21 @@
  * tensor is valid only during the slot's backward.  The logits (a tensor
  * made in a chunk and read only by its loss op) have no gradient buffer:
  * the loss's backward writes their gradient over them (merak_exec_grad
- * returns the tensor's storage), as nothing reads them after it.  For
+ * returns the tensor's storage), as nothing reads them after it.  An add
+ * (or the position embedding) that writes its first input's gradient as a
+ * copy of its output's has the two in one place instead, where both live
+ * in the shared buffer (ops.h pass_grad): a residual stream's gradient is
+ * one buffer from the last layer to the first.  For
  * GPT-2 124M at B = 8, T = 1024 this plans 7.4 GB of activation memory
  * where every gradient its own took 14.3.
+ *
+ * Ops run one by one, but for two pairs where the backend can do them in
+ * one pass (ops.h): a norm's input and weight parts, when they run
+ * together (not apart for a zero-bubble schedule), and, forward, a
+ * residual add and the norm that reads its sum, where both run natively
+ * in bf16 storage (not while merak_exec_time_ops times each op: the
+ * calibration times each kind).  Either gives the bits of the ops one by
+ * one, but for the order of the norm's weight-gradient sums.
  *
  * Chunks: a slice may be several disjoint op ranges (the model chunks an
  * interleaved pipeline stage runs), each with its own slots; the
