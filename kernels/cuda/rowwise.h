@@ -797,9 +797,9 @@ RW_FN void rw_ce_grad(void *dx, const void *x, int n, long long t, float l, floa
         rw_st((char *)dx + vb + 16 * (size_t)j, rw_pack(o, b16));
     }
     if (tid < rest) {
-        const int j = h + nv * E + tid;
-        const float g = zero ? 0.0f : rw_ce_grad1(rw_elem(x, (size_t)j, b16), j, t, l, scale);
-        rw_put(dx, (size_t)j, add ? rw_elem(dx, (size_t)j, b16) + g : g, b16);
+        const int k = h + nv * E + tid;
+        const float g = zero ? 0.0f : rw_ce_grad1(rw_elem(x, (size_t)k, b16), k, t, l, scale);
+        rw_put(dx, (size_t)k, add ? rw_elem(dx, (size_t)k, b16) + g : g, b16);
     }
 }
 

@@ -401,17 +401,43 @@ static void plan_fresh(merak_exec *e)
  * stream's gradient is one buffer from the last layer to the first (for
  * GPT-2's layer, 2 of the 18 row widths its gradients move).  Staged ops
  * (bf16 storage through float copies) keep their copies: the staging
- * widens a buffer once per call.  Chunk ch's, before share_grads. */
-static void plan_pass(merak_exec *e, const chunk *ch)
+ * widens a buffer once per call.  Chunk ch's, before share_grads.  (Its
+ * second input's too, under the conditions below.) */
+static int passable(const merak_exec *e, int i, int t)
+{
+    const int y = e->g->ops[i].out;
+    return t >= 0 && e->param_of[t] < 0 && e->g_shared[t] && e->g_shared[y] && e->half[t] == e->half[y] &&
+           tbytes(e, t) == tbytes(e, y) && (!e->half[y] || e->native[i]);
+}
+
+/* Does an op of [from, to) read tensor t? */
+static int read_in(const merak_graph *g, int t, int from, int to)
+{
+    for (int k = from; k < to; k++)
+        for (int j = 0; j < g->ops[k].nin; j++)
+            if (g->ops[k].in[j] == t)
+                return 1;
+    return 0;
+}
+
+static void plan_pass(merak_exec *e, const chunk *ch, const int *nuse)
 {
     const merak_graph *g = e->g;
     for (int i = ch->begin; i < ch->end; i++) {
         const merak_op *o = &g->ops[i];
-        const int t = o->nin > 0 ? o->in[0] : -1, y = o->out;
-        if (merak_op_kind_of(o)->pass_grad && t >= 0 && e->param_of[t] < 0 && e->g_shared[t] &&
-            e->g_shared[y] && e->half[t] == e->half[y] && tbytes(e, t) == tbytes(e, y) &&
-            (!e->half[y] || e->native[i]) && op_fresh_ok(e, i))
-            e->grad_via[t] = y;
+        if (!merak_op_kind_of(o)->pass_grad || !op_fresh_ok(e, i))
+            continue;
+        const int t = o->nin > 0 ? o->in[0] : -1, u = o->nin > 1 ? o->in[1] : -1;
+        if (passable(e, i, t))
+            e->grad_via[t] = o->out;
+        /* The second input too (a residual add's branch), where its
+         * gradient is this op's alone (no other op reads it) and its
+         * producer's backward, reading it, is done before any op adds to
+         * the first input's gradient in the same buffer: none of the
+         * first input's other readers comes at or after that producer. */
+        if (passable(e, i, u) && nuse[u] == 1 &&
+            (e->grad_via[t] < 0 || !read_in(g, t, g->tensors[u].producer, i)))
+            e->grad_via[u] = o->out;
     }
 }
 
@@ -537,7 +563,7 @@ static int plan_chunk(merak_exec *e, int c, const int *nuse, const int *last_use
     e->grad_bytes += ch->grad_bytes * (size_t)ch->nslots;
     e->pool_act = pool_act > e->pool_act ? pool_act : e->pool_act;
     e->pool_grad = pool_grad > e->pool_grad ? pool_grad : e->pool_grad;
-    plan_pass(e, ch);
+    plan_pass(e, ch, nuse);
     if (share_grads(e, ch) < 0)
         return merak_errf(err, errlen, "executor: out of memory");
     return 0;

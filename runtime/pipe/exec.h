@@ -20,10 +20,11 @@
  * made in a chunk and read only by its loss op) have no gradient buffer:
  * the loss's backward writes their gradient over them (merak_exec_grad
  * returns the tensor's storage), as nothing reads them after it.  An add
- * (or the position embedding) that writes its first input's gradient as a
- * copy of its output's has the two in one place instead, where both live
- * in the shared buffer (ops.h pass_grad): a residual stream's gradient is
- * one buffer from the last layer to the first.  For
+ * (or the position embedding) that writes its inputs' gradients as copies
+ * of its output's has them in one place instead, where they live in the
+ * shared buffer (ops.h pass_grad; exec.c plan_pass says when the second
+ * input's can be): a residual stream's gradient is one buffer from the
+ * last layer to the first.  For
  * GPT-2 124M at B = 8, T = 1024 this plans 7.4 GB of activation memory
  * where every gradient its own took 14.3.
  *

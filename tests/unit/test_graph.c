@@ -381,6 +381,14 @@ static void test_logits_in_place(const char *preset)
  * two gradients whose lifetimes (from the last op reading the tensor to
  * the op making it) overlap never overlap in memory, and some that do
  * not, do. */
+/* The root of t's group in grp (union-find without ranks). */
+static int group_of(int *grp, int t)
+{
+    while (grp[t] != t)
+        t = grp[t] = grp[grp[t]];
+    return t;
+}
+
 static void test_shared_grads(const char *preset)
 {
     merak_model_config c;
@@ -414,7 +422,20 @@ static void test_shared_grads(const char *preset)
                "bytes of arenas instead of %zu", preset, run_name(how), b0, b1);
         if (how == RUN_WHOLE) {
             int *last = malloc((size_t)g->ntensors * sizeof *last), shared = 0, clash = 0, reuse = 0, passed = 0;
+            int *grp = malloc((size_t)g->ntensors * sizeof *grp);
             merak_graph_last_uses(g, last, NULL);
+            /* the groups of gradients passed through adds: an add's input
+             * whose gradient is its output's storage joins its group */
+            for (int t = 0; t < g->ntensors; t++)
+                grp[t] = t;
+            for (int i = 0; i < g->nops; i++) {
+                const merak_op *op = &g->ops[i];
+                for (int j = 0; j < 2 && j < op->nin; j++)
+                    if ((op->type == MERAK_OP_ADD || op->type == MERAK_OP_POS_EMBEDDING) && op->in[j] >= 0 &&
+                        merak_exec_grad(e[0], 0, op->in[j]) &&
+                        merak_exec_grad(e[0], 0, op->in[j]) == merak_exec_grad(e[0], 0, op->out))
+                        grp[group_of(grp, op->in[j])] = group_of(grp, op->out);
+            }
             for (int a = 0; a < g->ntensors; a++) {
                 const float *pa = merak_exec_grad(e[0], 0, a);
                 if (!pa || pa != merak_exec_grad(e[0], 1, a))
@@ -427,23 +448,20 @@ static void test_shared_grads(const char *preset)
                     const int live = g->tensors[a].producer <= last[b] && g->tensors[b].producer <= last[a];
                     const int mem = pa < pb + merak_tensor_elems(&g->tensors[b]) &&
                                     pb < pa + merak_tensor_elems(&g->tensors[a]);
-                    /* an add passing its output's gradient to its first
-                     * input in its storage (exec.c plan_pass): their
-                     * lives meet at that op, the one place both are live */
-                    const int via = last[a] == g->tensors[b].producer ? a : last[b] == g->tensors[a].producer ? b : -1;
-                    const merak_op *po = via >= 0 ? &g->ops[last[via]] : NULL;
-                    const int pass = pa == pb && po && po->in[0] == via &&
-                                     (po->type == MERAK_OP_ADD || po->type == MERAK_OP_POS_EMBEDDING);
+                    /* gradients an add passes on in its output's storage
+                     * (exec.c plan_pass): one buffer, by design */
+                    const int pass = pa == pb && group_of(grp, a) == group_of(grp, b);
                     clash += live && mem && !pass;
                     passed += live && mem && pass;
                     reuse += !live && mem;
                 }
             }
             tap_ok(shared > 10 && clash == 0 && reuse > 0 && passed > 0,
-                   "%s: %d gradients in the shared buffer; %d pairs living at once overlap in memory (and %d "
-                   "passed through an add, whose lives meet there), %d pairs not living at once do", preset, shared,
+                   "%s: %d gradients in the shared buffer; %d pairs living at once overlap in memory (but for %d "
+                   "passed on by adds, in one buffer), %d pairs not living at once do", preset, shared,
                    clash, passed / 2, reuse);
             free(last);
+            free(grp);
         }
         merak_exec_destroy(e[0]);
         merak_exec_destroy(e[1]);
@@ -500,12 +518,14 @@ static void test_fresh_grads(const char *preset)
             kinds += first;
             fresh[0] += merak_exec_op_fresh(e[0], i);
             fresh[1] += merak_exec_op_fresh(e[1], i);
-            /* the adds and the position embedding pass their output's
-             * gradient to their first input in its storage (plan_pass) */
-            adds += op->type == MERAK_OP_ADD || op->type == MERAK_OP_POS_EMBEDDING;
+            /* the adds pass their output's gradient to both inputs in
+             * its storage, the position embedding to its first
+             * (plan_pass) */
+            adds += op->type == MERAK_OP_ADD ? 2 : op->type == MERAK_OP_POS_EMBEDDING;
             for (int k = 0; k < 2; k++)
-                passes[k] += op->nin > 0 && op->in[0] >= 0 && merak_exec_grad(e[k], 0, op->in[0]) &&
-                             merak_exec_grad(e[k], 0, op->in[0]) == merak_exec_grad(e[k], 0, op->out);
+                for (int j = 0; j < 2 && j < op->nin; j++)
+                    passes[k] += op->in[j] >= 0 && merak_exec_grad(e[k], 0, op->in[j]) &&
+                                 merak_exec_grad(e[k], 0, op->in[j]) == merak_exec_grad(e[k], 0, op->out);
         }
         free(last);
         for (int i = 0; i < 2; i++) {
@@ -524,12 +544,68 @@ static void test_fresh_grads(const char *preset)
                    bytes[0] < bytes[1] && fresh[0] > 0 && fresh[1] == 0 && (how != RUN_WHOLE || fresh[0] == kinds) &&
                    passes[1] == 0 && (how == RUN_SPLIT || passes[0] == adds),
                "%s, %s: %d ops write their input gradients (of %d ops but the embedding and the loss first to add "
-               "to theirs), %d of %d adds pass theirs through: the losses and "
+               "to theirs), %d of the %d inputs of adds get theirs passed through: the losses and "
                "weight gradients of zeroing first, bit for bit, with %zu bytes zeroed instead of %zu",
                preset, run_name(how), fresh[0], kinds, passes[0], adds, bytes[0], bytes[1]);
         merak_exec_destroy(e[0]);
         merak_exec_destroy(e[1]);
     }
+    merak_graph_destroy(g);
+}
+
+/* An add whose second input's producer reads the first input: y =
+ * linear(x), out = x + y.  The add passes its gradient to x in place
+ * (x's other reader, the linear, comes after... before it, in the
+ * backward), but not to y: the linear's backward reads dy while it adds
+ * its input gradient into x's, which would be the same buffer.  The
+ * losses and weight gradients equal zeroing every gradient first, bit for
+ * bit, whole and split. */
+static void test_pass_refused(void)
+{
+    merak_graph *g = merak_graph_create();
+    merak_param_init in = {MERAK_INIT_NORMAL, 0.5f};
+    const int V = 50, C = 16;
+    const int ids = merak_graph_input(g, "input_ids", MERAK_I32, 2, (int64_t[]){2, 8});
+    const int tg = merak_graph_input(g, "targets", MERAK_I32, 2, (int64_t[]){2, 8});
+    const int wte = merak_graph_param(g, "wte", 2, (int64_t[]){V, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    const int w = merak_graph_param(g, "w", 2, (int64_t[]){C, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    const int head = merak_graph_param(g, "head", 2, (int64_t[]){V, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    const int x = merak_op_embedding(g, ids, wte);
+    const int y = merak_op_linear(g, x, w, -1);
+    const int out = merak_op_add(g, x, y);
+    merak_op_cross_entropy(g, merak_op_linear(g, out, head, -1), tg);
+    for (int how = RUN_WHOLE; how <= RUN_SPLIT && !merak_graph_error(g)[0]; how++) {
+        merak_exec *e[2] = {NULL, NULL};
+        merak_exec_chunk whole;
+        merak_exec_opts o = run_opts(g, how, &whole), oz = o;
+        oz.zero_first = 1;
+        if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &oz, &e[1], err, sizeof err) < 0) {
+            tap_ok(0, "an add after a linear of its first input: %s", err);
+            merak_exec_destroy(e[0]);
+            return;
+        }
+        double loss[2][2];
+        for (int i = 0; i < 2; i++) {
+            merak_init_params(g, e[i], 42, NULL, 0);
+            fill_tokens(g, e[i], 0, V, 5);
+            fill_tokens(g, e[i], 1, V, 6);
+            run_two(e[i], how);
+            loss[i][0] = merak_exec_loss(e[i], 0);
+            loss[i][1] = merak_exec_loss(e[i], 1);
+        }
+        size_t n;
+        const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+        const int px = merak_exec_grad(e[0], 0, x) == merak_exec_grad(e[0], 0, out);
+        const int py = merak_exec_grad(e[0], 0, y) == merak_exec_grad(e[0], 0, out);
+        tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 && !py &&
+                   (how == RUN_SPLIT || px),
+               "an add after a linear of its first input, %s: x's gradient passed through %d, y's %d (must "
+               "not be); the losses and weight gradients of zeroing first, bit for bit", run_name(how), px, py);
+        merak_exec_destroy(e[0]);
+        merak_exec_destroy(e[1]);
+    }
+    if (merak_graph_error(g)[0])
+        tap_ok(0, "an add after a linear of its first input: %s", merak_graph_error(g));
     merak_graph_destroy(g);
 }
 
@@ -990,6 +1066,7 @@ int main(void)
     test_shared_grads("tiny-llama");
     test_fresh_grads("tiny-gpt2");
     test_fresh_grads("tiny-llama");
+    test_pass_refused();
     test_two_stages("tiny-gpt2");
     test_two_stages("tiny-llama");
     test_recompute("tiny-gpt2");
