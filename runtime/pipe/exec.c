@@ -431,12 +431,18 @@ static void plan_pass(merak_exec *e, const chunk *ch, const int *nuse)
         if (passable(e, i, t))
             e->grad_via[t] = o->out;
         /* The second input too (a residual add's branch), where its
-         * gradient is this op's alone (no other op reads it) and its
-         * producer's backward, reading it, is done before any op adds to
-         * the first input's gradient in the same buffer: none of the
-         * first input's other readers comes at or after that producer. */
-        if (passable(e, i, u) && nuse[u] == 1 &&
-            (e->grad_via[t] < 0 || !read_in(g, t, g->tensors[u].producer, i)))
+         * gradient is this op's alone (no other op reads it, none passes
+         * into it) and its producer's backward, reading it, is done
+         * before any op adds to the first input's gradient in the same
+         * buffer: the first input made before it (so every other tensor
+         * passed into the first input is read before it too), and none of
+         * the first input's other readers at or after it. */
+        const int pu = u >= 0 ? g->tensors[u].producer : -1;
+        int into_u = 0;
+        for (int x = 0; x < g->ntensors && u >= 0 && !into_u; x++)
+            into_u = e->grad_via[x] == u;
+        if (passable(e, i, u) && nuse[u] == 1 && !into_u &&
+            (e->grad_via[t] < 0 || (g->tensors[t].producer < pu && !read_in(g, t, pu, i))))
             e->grad_via[u] = o->out;
     }
 }

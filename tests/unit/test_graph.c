@@ -553,26 +553,52 @@ static void test_fresh_grads(const char *preset)
     merak_graph_destroy(g);
 }
 
-/* An add whose second input's producer reads the first input: y =
- * linear(x), out = x + y.  The add passes its gradient to x in place
- * (x's other reader, the linear, comes after... before it, in the
- * backward), but not to y: the linear's backward reads dy while it adds
- * its input gradient into x's, which would be the same buffer.  The
- * losses and weight gradients equal zeroing every gradient first, bit for
- * bit, whole and split. */
-static void test_pass_refused(void)
+/* Adds whose second input's gradient must not be passed through (exec.c
+ * plan_pass), in graphs of embeddings, linear layers and layer norms:
+ *   0  y = linear(x); out = x + y: y's producer reads x, and its
+ *      backward adds into x's gradient while it reads y's;
+ *   1  u = a + b (passed into u); out = t + u, t's norm read after a's
+ *      producer: the norm's backward would add into the buffer a's
+ *      linear has yet to read;
+ *   2  m = linear(x) made first; h = x + linear(ln(x)); out = h + m: x
+ *      (passed into h) is read by the norm after m's producer.
+ * The first input's gradient passes (but split, and in 1 neither: u's
+ * group is taken); the losses and weight gradients equal zeroing every
+ * gradient first, bit for bit, whole and split. */
+static void test_pass_refused(int which)
 {
+    static const char *name[] = {"an add after a linear of its first input",
+                                 "an add of a sum of two branches to a norm's input",
+                                 "an add of an early branch to a later residual"};
     merak_graph *g = merak_graph_create();
-    merak_param_init in = {MERAK_INIT_NORMAL, 0.5f};
+    merak_param_init in = {MERAK_INIT_NORMAL, 0.5f}, one = {MERAK_INIT_ONES, 0}, zero = {MERAK_INIT_ZEROS, 0};
     const int V = 50, C = 16;
     const int ids = merak_graph_input(g, "input_ids", MERAK_I32, 2, (int64_t[]){2, 8});
     const int tg = merak_graph_input(g, "targets", MERAK_I32, 2, (int64_t[]){2, 8});
     const int wte = merak_graph_param(g, "wte", 2, (int64_t[]){V, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
-    const int w = merak_graph_param(g, "w", 2, (int64_t[]){C, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    int w[4], lw = merak_graph_param(g, "ln.w", 1, (int64_t[]){C}, one, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    const int lb = merak_graph_param(g, "ln.b", 1, (int64_t[]){C}, zero, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    for (int k = 0; k < 4; k++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "w%d", k);
+        w[k] = merak_graph_param(g, nm, 2, (int64_t[]){C, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
+    }
     const int head = merak_graph_param(g, "head", 2, (int64_t[]){V, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
     const int x = merak_op_embedding(g, ids, wte);
-    const int y = merak_op_linear(g, x, w, -1);
-    const int out = merak_op_add(g, x, y);
+    int first = x, second, out;   /* the last add's inputs */
+    if (which == 0) {
+        second = merak_op_linear(g, x, w[0], -1);
+    } else if (which == 1) {
+        first = merak_op_linear(g, x, w[0], -1);                     /* t */
+        const int a = merak_op_linear(g, x, w[1], -1);
+        const int b = merak_op_linear(g, merak_op_layernorm(g, first, lw, lb, 1e-5f), w[2], -1);
+        second = merak_op_add(g, a, b);                               /* u */
+    } else {
+        second = merak_op_linear(g, x, w[0], -1);                    /* m */
+        const int a = merak_op_linear(g, merak_op_layernorm(g, x, lw, lb, 1e-5f), w[1], -1);
+        first = merak_op_add(g, x, a);                                /* h */
+    }
+    out = merak_op_add(g, first, second);
     merak_op_cross_entropy(g, merak_op_linear(g, out, head, -1), tg);
     for (int how = RUN_WHOLE; how <= RUN_SPLIT && !merak_graph_error(g)[0]; how++) {
         merak_exec *e[2] = {NULL, NULL};
@@ -580,9 +606,9 @@ static void test_pass_refused(void)
         merak_exec_opts o = run_opts(g, how, &whole), oz = o;
         oz.zero_first = 1;
         if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &oz, &e[1], err, sizeof err) < 0) {
-            tap_ok(0, "an add after a linear of its first input: %s", err);
+            tap_ok(0, "%s: %s", name[which], err);
             merak_exec_destroy(e[0]);
-            return;
+            break;
         }
         double loss[2][2];
         for (int i = 0; i < 2; i++) {
@@ -595,17 +621,17 @@ static void test_pass_refused(void)
         }
         size_t n;
         const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
-        const int px = merak_exec_grad(e[0], 0, x) == merak_exec_grad(e[0], 0, out);
-        const int py = merak_exec_grad(e[0], 0, y) == merak_exec_grad(e[0], 0, out);
-        tap_ok(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0 && !py &&
-                   (how == RUN_SPLIT || px),
-               "an add after a linear of its first input, %s: x's gradient passed through %d, y's %d (must "
-               "not be); the losses and weight gradients of zeroing first, bit for bit", run_name(how), px, py);
+        const int p1 = merak_exec_grad(e[0], 0, first) == merak_exec_grad(e[0], 0, out);
+        const int p2 = merak_exec_grad(e[0], 0, second) == merak_exec_grad(e[0], 0, out);
+        const int same = memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0;
+        tap_ok(same && !p2 && (how == RUN_SPLIT || which == 1 || p1),
+               "%s, %s: the first input's gradient passed through %d, the second's %d (must not be); the losses "
+               "and weight gradients of zeroing first, bit for bit %d", name[which], run_name(how), p1, p2, same);
         merak_exec_destroy(e[0]);
         merak_exec_destroy(e[1]);
     }
     if (merak_graph_error(g)[0])
-        tap_ok(0, "an add after a linear of its first input: %s", merak_graph_error(g));
+        tap_ok(0, "%s: %s", name[which], merak_graph_error(g));
     merak_graph_destroy(g);
 }
 
@@ -1066,7 +1092,8 @@ int main(void)
     test_shared_grads("tiny-llama");
     test_fresh_grads("tiny-gpt2");
     test_fresh_grads("tiny-llama");
-    test_pass_refused();
+    for (int k = 0; k < 3; k++)
+        test_pass_refused(k);
     test_two_stages("tiny-gpt2");
     test_two_stages("tiny-llama");
     test_recompute("tiny-gpt2");
