@@ -489,9 +489,12 @@ extern "C" int merak_cudnn_attn_takes(const merak_attn_shape *s, const int *gs)
     }
     if (!built_bwd) {
         (void)cudaGetLastError(); /* what the frontend's CUDA calls left is not a later kernel's error */
+        char grads[64] = "";
+        if (built_fwd && gs)
+            snprintf(grads, sizeof grads, ", gradient rows %d/%d/%d apart", gs[0], gs[1], gs[2]);
         fprintf(stderr, "merak: cuDNN's fused attention does not take %sB=%d T=%d, %d/%d heads of %d, rows %d/%d/%d "
-                "apart (%s); attention runs without it\n", built_fwd ? "the backward of " : "", s->B, s->T,
-                s->n_head, s->n_kv_head, s->head_dim, s->q_stride, s->k_stride, s->v_stride, why);
+                "apart%s (%s); that way is not taken\n", built_fwd ? "the backward of " : "", s->B, s->T,
+                s->n_head, s->n_kv_head, s->head_dim, s->q_stride, s->k_stride, s->v_stride, grads, why);
     }
     return built_bwd;
 }
