@@ -604,13 +604,7 @@ static void cpu_layernorm16_fwd(uint16_t *out, float *mean, float *rstd, const u
 static void cpu_layernorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                   const float *mean, const float *rstd, int N, int C, int acc, float *scratch)
 {
-    size_t at = 0;
-    const size_t n = (size_t)N * C;
-    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
-                *fw = widen(scratch, &at, w, (size_t)C);
-    float *dx = widen(scratch, &at, acc ? dinp : NULL, n);
-    layernorm_bwd_x_f32(dx, d, x, fw, mean, rstd, N, C, acc);
-    cpu_to_bf16(dinp, dx, n);
+    cpu_layernorm16_bwd(dinp, NULL, NULL, dout, inp, w, mean, rstd, N, C, acc, scratch);
 }
 
 static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
@@ -623,7 +617,7 @@ static void cpu_layernorm16_bwd_w(float *dw, float *db, const uint16_t *dout, co
 }
 
 /* Both parts from one widening of dout, inp and w: the two entries' work
- * and bits. */
+ * and bits (dw, db NULL: the input part alone, which bwd_x is). */
 static void cpu_layernorm16_bwd(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                                 const uint16_t *w, const float *mean, const float *rstd, int N, int C, int acc,
                                 float *scratch)
@@ -653,13 +647,7 @@ static void cpu_rmsnorm16_fwd(uint16_t *out, float *rstd, const uint16_t *inp, c
 static void cpu_rmsnorm16_bwd_x(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                 const float *rstd, int N, int C, int acc, float *scratch)
 {
-    size_t at = 0;
-    const size_t n = (size_t)N * C;
-    const float *d = widen(scratch, &at, dout, n), *x = widen(scratch, &at, inp, n),
-                *fw = widen(scratch, &at, w, (size_t)C);
-    float *dx = widen(scratch, &at, acc ? dinp : NULL, n);
-    rmsnorm_bwd_x_f32(dx, d, x, fw, rstd, N, C, acc);
-    cpu_to_bf16(dinp, dx, n);
+    cpu_rmsnorm16_bwd(dinp, NULL, dout, inp, w, rstd, N, C, acc, scratch);
 }
 
 static void cpu_rmsnorm16_bwd_w(float *dw, const uint16_t *dout, const uint16_t *inp, const float *rstd, int N,

@@ -162,6 +162,31 @@ __global__ void __launch_bounds__(RW_LANES * RW_WARPS)
     norm_fwd_row<B16, VM, RMS>(out, mean, rstd, &x, w, b, n, C, eps, lane);
 }
 
+/* Warp's row n of the input gradient: loads its x and dout (left in *x,
+ * *g, with its mean and rstd in *m, *r, for the weight gradients) and
+ * writes (adds to) its dinp. */
+template <int B16, int VM, int RMS>
+static __device__ __forceinline__ void norm_bwd_row(void *dinp, rw_row *x, rw_row *g, float *m, float *r,
+                                                    const void *dout, const void *inp, const void *w,
+                                                    const float *mean, const float *rstd, int n, int C, int acc,
+                                                    int lane)
+{
+    const int nv = C / RW_E(B16);
+    const size_t at = (size_t)n * C * RW_ES(B16);
+    rw_load(x, (const char *)inp + at, nv, lane, VM);
+    rw_load(g, (const char *)dout + at, nv, lane, VM);
+    *m = RMS ? 0.0f : mean[n];
+    *r = rstd[n];
+    float a, bb;
+    rw_norm_bwd_sums(&a, &bb, x, g, w, *m, RMS ? 1.0f : *r, nv, lane, VM, B16);
+    if (!RMS)
+        a = warp_sum(a) / C;
+    bb = warp_sum(bb) / C;
+    if (RMS)
+        bb = bb * *r * *r * *r;
+    rw_norm_bwd_store((char *)dinp + at, x, g, w, *m, *r, a, bb, RMS, acc, nv, lane, VM, B16);
+}
+
 template <int B16, int VM, int RMS>
 __global__ void __launch_bounds__(RW_LANES * RW_WARPS)
     norm_bwd_x_v_k(void *dinp, const void *dout, const void *inp, const void *w, const float *mean,
@@ -171,20 +196,9 @@ __global__ void __launch_bounds__(RW_LANES * RW_WARPS)
     const int n = blockIdx.x * RW_WARPS + threadIdx.x / RW_LANES;
     if (n >= N)
         return;
-    const int nv = C / RW_E(B16);
-    const size_t at = (size_t)n * C * RW_ES(B16);
     rw_row x, g;
-    rw_load(&x, (const char *)inp + at, nv, lane, VM);
-    rw_load(&g, (const char *)dout + at, nv, lane, VM);
-    const float m = RMS ? 0.0f : mean[n], r = rstd[n];
-    float a, bb;
-    rw_norm_bwd_sums(&a, &bb, &x, &g, w, m, RMS ? 1.0f : r, nv, lane, VM, B16);
-    if (!RMS)
-        a = warp_sum(a) / C;
-    bb = warp_sum(bb) / C;
-    if (RMS)
-        bb = bb * r * r * r;
-    rw_norm_bwd_store((char *)dinp + at, &x, &g, w, m, r, a, bb, RMS, acc, nv, lane, VM, B16);
+    float m, r;
+    norm_bwd_row<B16, VM, RMS>(dinp, &x, &g, &m, &r, dout, inp, w, mean, rstd, n, C, acc, lane);
 }
 
 #define RW_LAUNCH(K, VM, ...) K<B16, VM, RMS><<<grid, RW_LANES * RW_WARPS, 0, st>>>(__VA_ARGS__)
@@ -400,19 +414,9 @@ __global__ void __launch_bounds__(RW_LANES * RW_WARPS)
     for (int i = 0; i < VM * 8; i++)
         pw[i] = pb[i] = 0.0f;
     for (int n = r0 + wp; n < r1; n += RW_WARPS) {
-        const size_t at = (size_t)n * C * RW_ES(B16);
         rw_row x, g;
-        rw_load(&x, (const char *)inp + at, nv, lane, VM);
-        rw_load(&g, (const char *)dout + at, nv, lane, VM);
-        const float m = RMS ? 0.0f : mean[n], r = rstd[n];
-        float a, bb;
-        rw_norm_bwd_sums(&a, &bb, &x, &g, w, m, RMS ? 1.0f : r, nv, lane, VM, B16);
-        if (!RMS)
-            a = warp_sum(a) / C;
-        bb = warp_sum(bb) / C;
-        if (RMS)
-            bb = bb * r * r * r;
-        rw_norm_bwd_store((char *)dinp + at, &x, &g, w, m, r, a, bb, RMS, acc, nv, lane, VM, B16);
+        float m, r;
+        norm_bwd_row<B16, VM, RMS>(dinp, &x, &g, &m, &r, dout, inp, w, mean, rstd, n, C, acc, lane);
         rw_norm_wgrad(pw, pb, &x, &g, m, r, RMS, nv, lane, VM, B16);
     }
     for (int k = 0; k < RW_WARPS; k++) {   /* warp by warp, in order */

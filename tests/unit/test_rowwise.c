@@ -129,27 +129,35 @@ static void emu_norm_fwd(int rms, int b16, int vm, void *out, float *mean, float
     }
 }
 
+/* norm.cu's norm_bwd_row: a warp's row n of the input gradient, lane by
+ * lane; x and g (a row a lane) keep the row for the weight gradients. */
+static void emu_norm_bwd_row(int rms, int b16, int vm, void *dinp, rw_row *x, rw_row *g, const void *dout,
+                             const void *inp, const void *w, const float *mean, const float *rstd, int n, int C,
+                             int acc)
+{
+    float pa[RW_LANES], pb[RW_LANES];
+    const int nv = C / RW_E(b16);
+    const size_t at = (size_t)n * C * RW_ES(b16);
+    const float m = rms ? 0.0f : mean[n], r = rstd[n];
+    for (int l = 0; l < RW_LANES; l++) {
+        rw_load(&x[l], (const char *)inp + at, nv, l, vm);
+        rw_load(&g[l], (const char *)dout + at, nv, l, vm);
+        rw_norm_bwd_sums(&pa[l], &pb[l], &x[l], &g[l], w, m, rms ? 1.0f : r, nv, l, vm, b16);
+    }
+    const float a = rms ? 0.0f : warp_sum_emu(pa) / C;
+    float bb = warp_sum_emu(pb) / C;
+    if (rms)
+        bb = bb * r * r * r;
+    for (int l = 0; l < RW_LANES; l++)
+        rw_norm_bwd_store((char *)dinp + at, &x[l], &g[l], w, m, r, a, bb, rms, acc, nv, l, vm, b16);
+}
+
 static void emu_norm_bwd_x(int rms, int b16, int vm, void *dinp, const void *dout, const void *inp,
                            const void *w, const float *mean, const float *rstd, int N, int C, int acc)
 {
     static rw_row x[RW_LANES], g[RW_LANES];
-    float pa[RW_LANES], pb[RW_LANES];
-    const int nv = C / RW_E(b16);
-    for (int n = 0; n < N; n++) {
-        const size_t at = (size_t)n * C * RW_ES(b16);
-        const float m = rms ? 0.0f : mean[n], r = rstd[n];
-        for (int l = 0; l < RW_LANES; l++) {
-            rw_load(&x[l], (const char *)inp + at, nv, l, vm);
-            rw_load(&g[l], (const char *)dout + at, nv, l, vm);
-            rw_norm_bwd_sums(&pa[l], &pb[l], &x[l], &g[l], w, m, rms ? 1.0f : r, nv, l, vm, b16);
-        }
-        const float a = rms ? 0.0f : warp_sum_emu(pa) / C;
-        float bb = warp_sum_emu(pb) / C;
-        if (rms)
-            bb = bb * r * r * r;
-        for (int l = 0; l < RW_LANES; l++)
-            rw_norm_bwd_store((char *)dinp + at, &x[l], &g[l], w, m, r, a, bb, rms, acc, nv, l, vm, b16);
-    }
+    for (int n = 0; n < N; n++)
+        emu_norm_bwd_row(rms, b16, vm, dinp, x, g, dout, inp, w, mean, rstd, n, C, acc);
 }
 
 /* norm.cu's colred_final_k: dst0 (dst1, may be NULL) += the sums of the
@@ -177,7 +185,6 @@ static void emu_norm_bwd(int rms, int b16, int vm, void *dinp, float *dw, float 
 {
     static rw_row x[RW_LANES], g[RW_LANES];
     static float pw[RW_WARPS][RW_LANES][RW_VMAX * 8], pb[RW_WARPS][RW_LANES][RW_VMAX * 8];
-    float pa[RW_LANES], ps[RW_LANES];
     const int nv = C / RW_E(b16), rows = rw_nb_rows(N), nchunks = (N + rows - 1) / rows;
     float *red = xmalloc(2 * (size_t)C * sizeof(float));
     float *part = xmalloc(2 * (size_t)nchunks * C * sizeof(float));
@@ -186,21 +193,10 @@ static void emu_norm_bwd(int rms, int b16, int vm, void *dinp, float *dw, float 
         const int r0 = k * rows, r1 = r0 + rows < N ? r0 + rows : N;
         for (int wp = 0; wp < RW_WARPS; wp++)
             for (int n = r0 + wp; n < r1; n += RW_WARPS) {
-                const size_t at = (size_t)n * C * RW_ES(b16);
-                const float m = rms ? 0.0f : mean[n], r = rstd[n];
-                for (int l = 0; l < RW_LANES; l++) {
-                    rw_load(&x[l], (const char *)inp + at, nv, l, vm);
-                    rw_load(&g[l], (const char *)dout + at, nv, l, vm);
-                    rw_norm_bwd_sums(&pa[l], &ps[l], &x[l], &g[l], w, m, rms ? 1.0f : r, nv, l, vm, b16);
-                }
-                const float a = rms ? 0.0f : warp_sum_emu(pa) / C;
-                float bb = warp_sum_emu(ps) / C;
-                if (rms)
-                    bb = bb * r * r * r;
-                for (int l = 0; l < RW_LANES; l++) {
-                    rw_norm_bwd_store((char *)dinp + at, &x[l], &g[l], w, m, r, a, bb, rms, acc, nv, l, vm, b16);
-                    rw_norm_wgrad(pw[wp][l], pb[wp][l], &x[l], &g[l], m, r, rms, nv, l, vm, b16);
-                }
+                emu_norm_bwd_row(rms, b16, vm, dinp, x, g, dout, inp, w, mean, rstd, n, C, acc);
+                for (int l = 0; l < RW_LANES; l++)
+                    rw_norm_wgrad(pw[wp][l], pb[wp][l], &x[l], &g[l], rms ? 0.0f : mean[n], rstd[n], rms, nv, l,
+                                  vm, b16);
             }
         for (int wp = 0; wp < RW_WARPS; wp++)
             for (int l = 0; l < RW_LANES; l++)
