@@ -579,7 +579,7 @@ static void test_pass_refused(int which)
     int w[4], lw = merak_graph_param(g, "ln.w", 1, (int64_t[]){C}, one, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
     const int lb = merak_graph_param(g, "ln.b", 1, (int64_t[]){C}, zero, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
     for (int k = 0; k < 4; k++) {
-        char nm[8];
+        char nm[16];
         snprintf(nm, sizeof nm, "w%d", k);
         w[k] = merak_graph_param(g, nm, 2, (int64_t[]){C, C}, in, MERAK_TP_REPLICATED, MERAK_HF_AS_IS);
     }
