@@ -1615,7 +1615,31 @@ static void test_norms16(int N, int C)
             g_gpu->rmsnorm16_bwd(d_dx, d_dw, d_d, d_x, d_w, d_st, N, C, acc, NULL);
         else
             g_gpu->layernorm16_bwd(d_dx, d_dw, d_db, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
-        if (acc) {   /* a residual add and the norm of its sum in one call: the two calls' bits */
+        uint16_t *xf = xmalloc(n * 2), *xn = xmalloc(n * 2);
+        float *wf = xmalloc((size_t)C * 4), *bf = xmalloc((size_t)C * 4);
+        merak_cuda_memcpy_d2h(xf, d_dx, n * 2);
+        merak_cuda_memcpy_d2h(wf, d_dw, (size_t)C * 4);
+        merak_cuda_memcpy_d2h(bf, d_db, (size_t)C * 4);
+        /* without weight gradients (dw, db NULL): the same dx */
+        if (acc)
+            merak_cuda_memcpy_h2d(d_dx, dx0, n * 2);
+        else
+            merak_cuda_memset(d_dx, 0xff, n * 2);
+        if (rms)
+            g_gpu->rmsnorm16_bwd(d_dx, NULL, d_d, d_x, d_w, d_st, N, C, acc, NULL);
+        else
+            g_gpu->layernorm16_bwd(d_dx, NULL, NULL, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
+        merak_cuda_memcpy_d2h(xn, d_dx, n * 2);
+        if (memcmp(xn, xg, n * 2)) {
+            tap_diag("%s16_bwd N=%d C=%d acc %d: dx without weight gradients differs from bwd_x's",
+                     rms ? "rmsnorm" : "layernorm", N, C, acc);
+            worst_e = INFINITY;
+        }
+        free(xn);
+        /* a residual add and the norm of its sum in one call: the two
+         * calls' bits (layer norm with a bias and without) */
+        for (int nb = 0; acc && nb < (rms ? 1 : 2); nb++) {
+            const uint16_t *bias = nb ? NULL : d_b;
             uint16_t *d_r = to_dev(dx0, n * 2), *d_s = dmalloc(n * 2), *d_s2 = dmalloc(n * 2), *d_y2 = dmalloc(n * 2);
             float *d_st2 = dmalloc((size_t)N * 2 * 4);
             merak_cuda_memset(d_s2, 0xff, n * 2), merak_cuda_memset(d_y2, 0xff, n * 2);
@@ -1624,8 +1648,8 @@ static void test_norms16(int N, int C)
                 g_gpu->rmsnorm16_fwd(d_y, d_st, d_s, d_w, N, C, 1e-5f, NULL);
                 g_gpu->add_rmsnorm16_fwd(d_s2, d_y2, d_st2, d_x, d_r, d_w, N, C, 1e-5f, NULL);
             } else {
-                g_gpu->layernorm16_fwd(d_y, d_st, d_st + N, d_s, d_w, d_b, N, C, 1e-5f, NULL);
-                g_gpu->add_layernorm16_fwd(d_s2, d_y2, d_st2, d_st2 + N, d_x, d_r, d_w, d_b, N, C, 1e-5f, NULL);
+                g_gpu->layernorm16_fwd(d_y, d_st, d_st + N, d_s, d_w, bias, N, C, 1e-5f, NULL);
+                g_gpu->add_layernorm16_fwd(d_s2, d_y2, d_st2, d_st2 + N, d_x, d_r, d_w, bias, N, C, 1e-5f, NULL);
             }
             uint16_t *h[4] = {xmalloc(n * 2), xmalloc(n * 2), xmalloc(n * 2), xmalloc(n * 2)};
             float *hs[2] = {xmalloc((size_t)N * 2 * 4), xmalloc((size_t)N * 2 * 4)};
@@ -1635,8 +1659,8 @@ static void test_norms16(int N, int C)
             merak_cuda_memcpy_d2h(hs[1], d_st2, (size_t)N * (rms ? 1 : 2) * 4);
             if (memcmp(h[0], h[1], n * 2) || memcmp(h[2], h[3], n * 2) ||
                 memcmp(hs[0], hs[1], (size_t)N * (rms ? 1 : 2) * 4)) {
-                tap_diag("add_%s16_fwd N=%d C=%d: not add16_fwd's and the norm's bits", rms ? "rmsnorm" : "layernorm",
-                         N, C);
+                tap_diag("add_%s16_fwd N=%d C=%d%s: not add16_fwd's and the norm's bits",
+                         rms ? "rmsnorm" : "layernorm", N, C, nb ? " (no bias)" : "");
                 worst_e = INFINITY;
             }
             for (int k = 0; k < 4; k++)
@@ -1645,11 +1669,6 @@ static void test_norms16(int N, int C)
             merak_cuda_free(d_r), merak_cuda_free(d_s), merak_cuda_free(d_s2), merak_cuda_free(d_y2);
             merak_cuda_free(d_st2);
         }
-        uint16_t *xf = xmalloc(n * 2);
-        float *wf = xmalloc((size_t)C * 4), *bf = xmalloc((size_t)C * 4);
-        merak_cuda_memcpy_d2h(xf, d_dx, n * 2);
-        merak_cuda_memcpy_d2h(wf, d_dw, (size_t)C * 4);
-        merak_cuda_memcpy_d2h(bf, d_db, (size_t)C * 4);
         if (memcmp(xf, xg, n * 2)) {
             tap_diag("%s16_bwd N=%d C=%d acc %d: dx differs from bwd_x's", rms ? "rmsnorm" : "layernorm", N, C, acc);
             worst_e = INFINITY;
