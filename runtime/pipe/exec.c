@@ -438,9 +438,9 @@ static void plan_pass(merak_exec *e, const chunk *ch, const int *nuse)
          * passed into the first input is read before it too), and none of
          * the first input's other readers at or after it. */
         const int pu = u >= 0 ? g->tensors[u].producer : -1;
-        int into_u = 0;
-        for (int x = 0; x < g->ntensors && u >= 0 && !into_u; x++)
-            into_u = e->grad_via[x] == u;
+        int into_u = 0;   /* (only u's producer can have passed a gradient into u) */
+        for (int j = 0; pu >= 0 && j < g->ops[pu].nin; j++)
+            into_u |= g->ops[pu].in[j] >= 0 && e->grad_via[g->ops[pu].in[j]] == u;
         if (passable(e, i, u) && nuse[u] == 1 && !into_u &&
             (e->grad_via[t] < 0 || (g->tensors[t].producer < pu && !read_in(g, t, pu, i))))
             e->grad_via[u] = o->out;

@@ -1604,32 +1604,28 @@ static void test_norms16(int N, int C)
         merak_cuda_memcpy_d2h(wg, d_dw, (size_t)C * 4);
         merak_cuda_memcpy_d2h(bg, d_db, (size_t)C * 4);
         /* the whole backward in one call: dx the same bits as bwd_x's,
-         * the weight gradients within fp32's tolerance of the CPU's */
-        merak_cuda_memcpy_h2d(d_dw, dw0, (size_t)C * 4);
-        merak_cuda_memcpy_h2d(d_db, dw0, (size_t)C * 4);
-        if (acc)
-            merak_cuda_memcpy_h2d(d_dx, dx0, n * 2);
-        else
-            merak_cuda_memset(d_dx, 0xff, n * 2);
-        if (rms)
-            g_gpu->rmsnorm16_bwd(d_dx, d_dw, d_d, d_x, d_w, d_st, N, C, acc, NULL);
-        else
-            g_gpu->layernorm16_bwd(d_dx, d_dw, d_db, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
+         * the weight gradients within fp32's tolerance of the CPU's; then
+         * without weight gradients (dw, db NULL): the same dx */
         uint16_t *xf = xmalloc(n * 2), *xn = xmalloc(n * 2);
         float *wf = xmalloc((size_t)C * 4), *bf = xmalloc((size_t)C * 4);
-        merak_cuda_memcpy_d2h(xf, d_dx, n * 2);
-        merak_cuda_memcpy_d2h(wf, d_dw, (size_t)C * 4);
-        merak_cuda_memcpy_d2h(bf, d_db, (size_t)C * 4);
-        /* without weight gradients (dw, db NULL): the same dx */
-        if (acc)
-            merak_cuda_memcpy_h2d(d_dx, dx0, n * 2);
-        else
-            merak_cuda_memset(d_dx, 0xff, n * 2);
-        if (rms)
-            g_gpu->rmsnorm16_bwd(d_dx, NULL, d_d, d_x, d_w, d_st, N, C, acc, NULL);
-        else
-            g_gpu->layernorm16_bwd(d_dx, NULL, NULL, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
-        merak_cuda_memcpy_d2h(xn, d_dx, n * 2);
+        for (int wgt = 1; wgt >= 0; wgt--) {
+            float *dw = wgt ? d_dw : NULL, *db = wgt ? d_db : NULL;
+            merak_cuda_memcpy_h2d(d_dw, dw0, (size_t)C * 4);
+            merak_cuda_memcpy_h2d(d_db, dw0, (size_t)C * 4);
+            if (acc)
+                merak_cuda_memcpy_h2d(d_dx, dx0, n * 2);
+            else
+                merak_cuda_memset(d_dx, 0xff, n * 2);
+            if (rms)
+                g_gpu->rmsnorm16_bwd(d_dx, dw, d_d, d_x, d_w, d_st, N, C, acc, NULL);
+            else
+                g_gpu->layernorm16_bwd(d_dx, dw, db, d_d, d_x, d_w, d_st, d_st + N, N, C, acc, NULL);
+            merak_cuda_memcpy_d2h(wgt ? xf : xn, d_dx, n * 2);
+            if (wgt) {
+                merak_cuda_memcpy_d2h(wf, d_dw, (size_t)C * 4);
+                merak_cuda_memcpy_d2h(bf, d_db, (size_t)C * 4);
+            }
+        }
         if (memcmp(xn, xg, n * 2)) {
             tap_diag("%s16_bwd N=%d C=%d acc %d: dx without weight gradients differs from bwd_x's",
                      rms ? "rmsnorm" : "layernorm", N, C, acc);
