@@ -774,6 +774,15 @@ static void ce16_bwd(const void *p)
                             NULL);
 }
 
+/* both in one pass, as a training step runs it (the executor's
+ * merak_exec_op_grad_early), in place as ce16_bwd */
+static void ce16_fused(const void *p)
+{
+    const ce_arg *a = p;
+    g_k->crossentropy16_fused(a->lse, a->tlogit, B16(a->logits), a->targets, a->N, a->V, a->V, 0, 1.0f / a->N,
+                              NULL);
+}
+
 static void bench_crossentropy(int N, int V)
 {
     const size_t NV = (size_t)N * V;
@@ -792,8 +801,10 @@ static void bench_crossentropy(int N, int V)
     h.logits = dbf16(a.logits, NV);
     const roof_row rows16[] = {
         {"crossentropy16_stats", ce16_stats, 2 * nv + f * 3.0 * N},
-        {"crossentropy16_bwd", ce16_bwd, 2 * 2 * nv + f * 2.0 * N}};
-    roof_rows(rows16, 2, shape, &h);
+        {"crossentropy16_bwd", ce16_bwd, 2 * 2 * nv + f * 2.0 * N},
+        /* the logits read once and the gradient written over them; targets; lse, tlogit */
+        {"crossentropy16_fused", ce16_fused, 2 * 2 * nv + f * 3.0 * N}};
+    roof_rows(rows16, 3, shape, &h);
     float *bufs[] = {a.logits, a.lse, a.tlogit, h.logits};
     free_all(bufs, 4);
     merak_cuda_free(a.targets);

@@ -296,6 +296,12 @@ typedef struct merak_kernels {
     void (*crossentropy16_bwd)(uint16_t *dlogits, const uint16_t *logits, const float *lse,
                                const int32_t *targets, int N, int V, int ld, int v0, float scale,
                                float *scratch);
+    /* (crossentropy16_stats, then crossentropy16_bwd in place over the
+     * logits, the same bits, reading the logits once where the backend
+     * can: a training step's loss whose backward is sure to follow; NULL:
+     * the backend has only the two) */
+    void (*crossentropy16_fused)(float *lse, float *tlogit, uint16_t *logits, const int32_t *targets, int N,
+                                 int V, int ld, int v0, float scale, float *scratch);
     /* (the position embedding and the elementwise ops) */
     void (*posemb16_fwd)(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
                          float *scratch);

@@ -262,6 +262,8 @@ static void cpu_crossentropy16_stats(float *lse, float *tlogit, const uint16_t *
                                      int N, int V, int ld, int v0, float *scratch);
 static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
                                    const int32_t *targets, int N, int V, int ld, int v0, float scale, float *scratch);
+static void cpu_crossentropy16_fused(float *lse, float *tlogit, uint16_t *logits, const int32_t *targets, int N,
+                                     int V, int ld, int v0, float scale, float *scratch);
 static void cpu_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
                              float *scratch);
 static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
@@ -329,7 +331,8 @@ static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
                      .linear16_bwd_x = cpu_linear16_bwd_x, .linear16_bwd_w = cpu_linear16_bwd_w, \
                      .embedding16_fwd = cpu_embedding16_fwd, .embedding16_bwd_w = cpu_embedding16_bwd_w, \
                      .crossentropy16_stats = cpu_crossentropy16_stats, \
-                     .crossentropy16_bwd = cpu_crossentropy16_bwd, .posemb16_fwd = cpu_posemb16_fwd, \
+                     .crossentropy16_bwd = cpu_crossentropy16_bwd, \
+                     .crossentropy16_fused = cpu_crossentropy16_fused, .posemb16_fwd = cpu_posemb16_fwd, \
                      .posemb16_bwd_w = cpu_posemb16_bwd_w, .gelu16_fwd = cpu_gelu16_fwd, \
                      .gelu16_bwd = cpu_gelu16_bwd, .swiglu16_fwd = cpu_swiglu16_fwd, \
                      .swiglu16_bwd = cpu_swiglu16_bwd, .add16_fwd = cpu_add16_fwd, \
@@ -482,6 +485,19 @@ static void cpu_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, co
     float *fd = dlogits == logits ? fx : widen_rows(scratch, &at, dlogits, (size_t)N, V, ld);
     crossentropy_bwd_f32(fd, fx, lse, targets, N, V, v0, scale);
     narrow_rows(dlogits, ld, fd, (size_t)N, V);
+}
+
+/* The two above on one widened copy. */
+static void cpu_crossentropy16_fused(float *lse, float *tlogit, uint16_t *logits, const int32_t *targets, int N,
+                                     int V, int ld, int v0, float scale, float *scratch)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    size_t at = 0;
+    float *fx = widen_rows(scratch, &at, logits, (size_t)N, V, ld);
+    crossentropy_stats_f32(lse, tlogit, fx, targets, N, V, v0);
+    crossentropy_bwd_f32(fx, fx, lse, targets, N, V, v0, scale);
+    narrow_rows(logits, ld, fx, (size_t)N, V);
 }
 
 /* The position embedding: wpe's first T rows widened (of its P). */

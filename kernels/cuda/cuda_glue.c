@@ -326,6 +326,14 @@ static void k_crossentropy16_bwd(uint16_t *dlogits, const uint16_t *logits, cons
            merak_cuda_launch_crossentropy16_bwd(STREAM, dlogits, logits, lse, targets, N, V, ld, v0, scale));
 }
 
+static void k_crossentropy16_fused(float *lse, float *tlogit, uint16_t *logits, const int32_t *targets, int N,
+                                   int V, int ld, int v0, float scale, float *scratch)
+{
+    (void)scratch;
+    LAUNCH("crossentropy16_fused",
+           merak_cuda_launch_crossentropy16_fused(STREAM, lse, tlogit, logits, targets, N, V, ld, v0, scale));
+}
+
 static void k_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *wpe, int B, int T, int C,
                            float *scratch)
 {
@@ -568,6 +576,7 @@ static const merak_kernels cuda_table = {
     .embedding16_bwd_w = k_embedding16_bwd_w,
     .crossentropy16_stats = k_crossentropy16_stats,
     .crossentropy16_bwd = k_crossentropy16_bwd,
+    .crossentropy16_fused = k_crossentropy16_fused,
     .posemb16_fwd = k_posemb16_fwd,
     .posemb16_bwd_w = k_posemb16_bwd_w,
     .gelu16_fwd = k_gelu16_fwd,

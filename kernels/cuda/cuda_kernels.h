@@ -367,6 +367,10 @@ int merak_cuda_launch_crossentropy16_stats(void *stream, float *lse, float *tlog
 int merak_cuda_launch_crossentropy16_bwd(void *stream, uint16_t *dlogits, const uint16_t *logits,
                                          const float *lse, const int32_t *targets, int N, int V, int ld, int v0,
                                          float scale);
+/* ... both in one pass, the gradient over the logits (a block's shared
+ * memory holds its row; rows too long for it take the two kernels) */
+int merak_cuda_launch_crossentropy16_fused(void *stream, float *lse, float *tlogit, uint16_t *logits,
+                                           const int32_t *targets, int N, int V, int ld, int v0, float scale);
 /* One AdamW step over the spans (device memory), a block each; the scalars
  * are computed on the host as torch does (decay for the spans with decay set):
  * decay = 1-lr*wd, w1 = 1-beta1, c2 = 1-beta2, nstep = -lr/(1-beta1^t),

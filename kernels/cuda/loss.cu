@@ -53,7 +53,7 @@ __global__ void ce_stats_v_k(float *lse, float *tlogit, const void *logits, cons
         return;
     }
     float m, s;
-    rw_ce_partial(&m, &s, x, V, B16, threadIdx.x, blockDim.x);
+    rw_ce_partial(&m, &s, x, V, B16, threadIdx.x, blockDim.x, NULL);
     block_lse(&m, &s, sh);
     if (threadIdx.x == 0) {
         lse[n] = logf(s) + m;
@@ -73,7 +73,39 @@ __global__ void ce_bwd_v_k(void *dlogits, const void *logits, const float *lse, 
     if (tg < 0 && dlogits != logits)
         return; /* a row without a target is left as it is, or zeroed in place */
     rw_ce_grad((char *)dlogits + at, (const char *)logits + at, V, tg - v0, tg < 0 ? 0.0f : lse[n], scale,
-               tg < 0, B16, threadIdx.x, blockDim.x);
+               tg < 0, B16, threadIdx.x, blockDim.x, NULL);
+}
+
+/* ce_stats_v_k, then ce_bwd_v_k in place, in one pass over the row: each
+ * thread keeps the 16-byte vectors it reads for the statistics in shared
+ * memory (keep: the row's vectors, launched with room for them) and
+ * computes its gradient from there, so the logits are read once; the
+ * same threads, order and arithmetic as the two kernels, so the same
+ * bits.  The target's logit is read before the block's barrier (in
+ * block_lse), ahead of any thread's write. */
+template <int B16>
+__global__ void ce_fused_v_k(float *lse, float *tlogit, void *logits, const int32_t *targets, int V, int ld,
+                             int v0, float scale)
+{
+    extern __shared__ rw_u4 keep[];
+    __shared__ float sh[64];
+    const size_t n = blockIdx.x;
+    const long long tg = targets[n], t = tg - v0;
+    char *x = (char *)logits + n * (size_t)ld * RW_ES(B16);
+    if (tg < 0) {
+        if (threadIdx.x == 0)
+            lse[n] = tlogit[n] = 0.0f;
+        rw_ce_grad(x, x, V, t, 0.0f, scale, 1, B16, threadIdx.x, blockDim.x, NULL);
+        return;
+    }
+    const float tl = threadIdx.x == 0 && t >= 0 && t < V ? rw_elem(x, (size_t)t, B16) : 0.0f;
+    float m, s;
+    rw_ce_partial(&m, &s, x, V, B16, threadIdx.x, blockDim.x, keep);
+    block_lse(&m, &s, sh);
+    const float l = logf(s) + m;
+    if (threadIdx.x == 0)
+        lse[n] = l, tlogit[n] = tl;
+    rw_ce_grad(x, x, V, t, l, scale, 0, B16, threadIdx.x, blockDim.x, keep);
 }
 
 /* dlogits += (exp(x - lse) - onehot(target - v0)) * scale; in place
@@ -125,6 +157,36 @@ static int ce_bwd(cudaStream_t st, T *dlogits, const T *logits, const float *lse
     return cudaGetLastError();
 }
 
+/* The dynamic shared memory ce_fused_v_k needs for rows of V bf16 (every
+ * vector of a row however it sits within 16 bytes), or 0 where the device
+ * cannot give a block that much beside the kernel's own (sh[]).  Past the
+ * 48 KB a block gets without asking, the opt-in limit is asked for once
+ * per larger size. */
+static size_t ce_fused_smem(int V)
+{
+    static int optin = -1;
+    static size_t stat, granted;   /* the kernel's static shared memory; dynamic bytes allowed */
+    const size_t need = ((size_t)V / RW_E(1) + 2) * 16;
+    if (optin < 0) {
+        int dev = 0, v = 0;
+        cudaFuncAttributes fa;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, ce_fused_v_k<1>) != cudaSuccess)
+            return (void)cudaGetLastError(), 0;
+        optin = v;
+        stat = fa.sharedSizeBytes;
+        granted = (48 << 10) > stat ? (48 << 10) - stat : 0;
+    }
+    if (need <= granted)
+        return need;
+    if (need + stat > (size_t)optin ||
+        cudaFuncSetAttribute(ce_fused_v_k<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need) != cudaSuccess)
+        return (void)cudaGetLastError(), 0;
+    granted = need;
+    return need;
+}
+
 extern "C" {
 
 int merak_cuda_launch_crossentropy_stats(void *stream, float *lse, float *tlogit,
@@ -152,6 +214,20 @@ int merak_cuda_launch_crossentropy16_bwd(void *stream, uint16_t *dlogits, const 
                                          float scale)
 {
     return ce_bwd<uint16_t>(STREAM(stream), dlogits, logits, lse, targets, N, V, ld, v0, scale);
+}
+
+int merak_cuda_launch_crossentropy16_fused(void *stream, float *lse, float *tlogit, uint16_t *logits,
+                                           const int32_t *targets, int N, int V, int ld, int v0, float scale)
+{
+    if (N <= 0 || V <= 0)
+        return cudaSuccess;
+    const size_t smem = ce_fused_smem(V);
+    if (!smem) {   /* a row larger than a block's shared memory: the two kernels */
+        const int rc = ce_stats<uint16_t>(STREAM(stream), lse, tlogit, logits, targets, N, V, ld, v0);
+        return rc != cudaSuccess ? rc : ce_bwd<uint16_t>(STREAM(stream), logits, logits, lse, targets, N, V, ld, v0, scale);
+    }
+    ce_fused_v_k<1><<<N, NT, smem, STREAM(stream)>>>(lse, tlogit, logits, targets, V, ld, v0, scale);
+    return cudaGetLastError();
 }
 
 } /* extern "C" */

@@ -710,8 +710,10 @@ RW_FN void rw_lse_merge(float *m, float *s, float m2, float s2)
  * flight to reach the copy rate. */
 #define RW_CE_U 4
 
-/* Thread tid of nthr: its (m, s) over its elements of row x (n elements). */
-RW_FN void rw_ce_partial(float *m, float *s, const void *x, int n, int b16, int tid, int nthr)
+/* Thread tid of nthr: its (m, s) over its elements of row x (n elements);
+ * keep (or NULL): where its 16-byte vectors go as they are read (vector j
+ * of the row's nv at keep[j], rw_split), for rw_ce_grad's `from`. */
+RW_FN void rw_ce_partial(float *m, float *s, const void *x, int n, int b16, int tid, int nthr, rw_u4 *keep)
 {
     int h, nv;
     rw_split(x, n, b16, &h, &nv);
@@ -727,11 +729,18 @@ RW_FN void rw_ce_partial(float *m, float *s, const void *x, int n, int b16, int 
         for (int u = 0; u < RW_CE_U; u++)
             v[u] = rw_ld(xv + 16 * (size_t)(j + u * nthr));
         RW_UNROLL
-        for (int u = 0; u < RW_CE_U; u++)
+        for (int u = 0; u < RW_CE_U; u++) {
             rw_lse_add_vec(&pm, &ps, v[u], b16);
+            if (keep)
+                keep[j + u * nthr] = v[u];
+        }
     }
-    for (; j < nv; j += nthr)
-        rw_lse_add_vec(&pm, &ps, rw_ld(xv + 16 * (size_t)j), b16);
+    for (; j < nv; j += nthr) {
+        const rw_u4 v = rw_ld(xv + 16 * (size_t)j);
+        rw_lse_add_vec(&pm, &ps, v, b16);
+        if (keep)
+            keep[j] = v;
+    }
     if (tid < rest)
         rw_lse_add(&pm, &ps, rw_elem(x, (size_t)(h + nv * E + tid), b16));
     *m = pm;
@@ -747,9 +756,11 @@ RW_FN float rw_ce_grad1(float x, int j, long long t, float l, float scale)
 /* Thread tid of nthr: its elements of the gradient of row x (n elements,
  * target t relative to the row, l its log-sum-exp), written over x
  * (dx == x) or added to dx (dx at the same offset within 16 bytes as x);
- * zero (zero 1: a row without a target, in place) instead. */
+ * zero (zero 1: a row without a target, in place) instead.  from (or
+ * NULL): x's 16-byte vectors as the same thread's rw_ce_partial kept them,
+ * read there instead of from x (in place: the bits of reading x). */
 RW_FN void rw_ce_grad(void *dx, const void *x, int n, long long t, float l, float scale, int zero, int b16,
-                      int tid, int nthr)
+                      int tid, int nthr, const rw_u4 *from)
 {
     const int add = dx != x;
     int h, nv;
@@ -765,7 +776,7 @@ RW_FN void rw_ce_grad(void *dx, const void *x, int n, long long t, float l, floa
         rw_u4 v[RW_CE_U], d[RW_CE_U];
         RW_UNROLL
         for (int u = 0; u < RW_CE_U; u++) {
-            v[u] = rw_ld((const char *)x + vb + 16 * (size_t)(j + u * nthr));
+            v[u] = from ? from[j + u * nthr] : rw_ld((const char *)x + vb + 16 * (size_t)(j + u * nthr));
             d[u] = v[u];
             if (add)
                 d[u] = rw_ld((const char *)dx + vb + 16 * (size_t)(j + u * nthr));
@@ -784,7 +795,7 @@ RW_FN void rw_ce_grad(void *dx, const void *x, int n, long long t, float l, floa
     }
     for (; j < nv; j += nthr) {
         const int j0 = h + j * E;
-        const rw_u4 v = rw_ld((const char *)x + vb + 16 * (size_t)j);
+        const rw_u4 v = from ? from[j] : rw_ld((const char *)x + vb + 16 * (size_t)j);
         rw_u4 d = v;
         if (add)
             d = rw_ld((const char *)dx + vb + 16 * (size_t)j);

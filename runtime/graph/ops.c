@@ -581,13 +581,20 @@ static int loss_forward(const merak_op_io *io)
         return 0;
     }
     const int ld = io->ldx;
+    const float scale = io->loss_scale / (float)io->rows_all;
     for (int r = 0, blk = loss_block(io); r < io->rows; r += blk) {
         const int n = io->rows - r < blk ? io->rows - r : blk;
-        io->k->crossentropy16_stats(lse + r, tlogit + r, io->x16[0] + (size_t)r * ld, tg + r, n, V, ld, io->o->v0,
-                                    io->scratch16);
+        if (io->dx16[0])   /* the gradient too, over the logits (loss_forward_grad) */
+            io->k->crossentropy16_fused(lse + r, tlogit + r, io->dx16[0] + (size_t)r * ld, tg + r, n, V, ld,
+                                        io->o->v0, scale, io->scratch16);
+        else
+            io->k->crossentropy16_stats(lse + r, tlogit + r, io->x16[0] + (size_t)r * ld, tg + r, n, V, ld,
+                                        io->o->v0, io->scratch16);
     }
     return 0;
 }
+
+static int loss_forward_grad(const merak_kernels *k, int b16) { return b16 && k->crossentropy16_fused; }
 
 static void loss_backward_input(const merak_op_io *io)
 {
@@ -691,7 +698,8 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                           .fresh = 1},
     [MERAK_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .shard = MERAK_SHARD_LOSS, .cost = MERAK_COST_BYTES,
                                 .loss = 1, .saved_floats = loss_saved, .forward = loss_forward,
-                                .backward_input = loss_backward_input, .bf16 = loss_bf16,
+                                .forward_grad = loss_forward_grad, .backward_input = loss_backward_input,
+                                .bf16 = loss_bf16,
                                 .bf16_scratch_floats = loss_bf16_scratch},
     [MERAK_OP_TP_COPY] = {.name = "tp_copy", .shard = MERAK_SHARD_NONE, .cost = MERAK_COST_SUM_BACKWARD,
                           .sum = MERAK_SUM_BACKWARD, .forward = pass_forward, .backward_input = accumulate_input,

@@ -155,6 +155,14 @@ typedef struct merak_op_kind {
      * bit for bit), 0 if not (the executor runs them one by one); NULL:
      * never */
     int (*forward_after)(const merak_op_io *prev, const merak_op_io *io);
+    /* a loss that can write its input part's gradient in its forward, in
+     * one pass with its statistics, on backend k in bf16 storage (b16):
+     * where the executor knows the backward follows and nothing else reads
+     * the logits before it, it hands the forward dx16[0], the logits'
+     * gradient over them in place, which the forward then writes as the
+     * input part would (the same bits), and skips the input part; NULL:
+     * never */
+    int (*forward_grad)(const merak_kernels *k, int b16);
     /* the backward's input part (after the sum for MERAK_SUM_BACKWARD) and
      * weight part; NULL: nothing to do */
     void (*backward_input)(const merak_op_io *io);

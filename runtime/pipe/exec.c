@@ -130,6 +130,8 @@ struct merak_exec {
     float loss_scale;
     uint64_t *seed;        /* [nslots] dropout seed of the slot's forward */
     double *loss;          /* [nslots] */
+    unsigned char *grad_early;   /* [nslots] the loss's forward wrote its input part's gradient
+                                  * (loss_grad_early): its backward skips that part */
 
     /* tensor parallelism */
     const merak_exec_comm *tp;
@@ -661,6 +663,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     e->slot_chunk = malloc((size_t)e->nslots * sizeof *e->slot_chunk);
     e->seed = calloc((size_t)e->nslots, sizeof *e->seed);
     e->loss = calloc((size_t)e->nslots, sizeof *e->loss);
+    e->grad_early = calloc((size_t)e->nslots, 1);
     e->ready = calloc((size_t)g->nops, sizeof *e->ready);
     e->pooled = calloc((size_t)nt, 1);
     e->dropped = calloc((size_t)g->nops, 1);
@@ -671,7 +674,7 @@ int merak_exec_create(const merak_graph *g, const merak_exec_opts *opts, merak_e
     int *last_use = e->last_use = malloc((size_t)nt * sizeof *last_use);   /* over the whole graph */
     int *nuse = calloc((size_t)nt, sizeof *nuse);             /* ops reading a tensor */
     if (!e->param_tensor || !e->param_off || !e->param_n || !e->param_of || !e->tensor_chunk || !e->t_off ||
-        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->row_ld || !e->native || !e->fresh || !e->grad_via || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->ready ||
+        !e->g_off || !e->in_place || !e->g_shared || !e->half || !e->row_ld || !e->native || !e->fresh || !e->grad_via || !e->save_off || !e->slot_chunk || !e->seed || !e->loss || !e->grad_early || !e->ready ||
         !first_use || !last_use || !nuse || !e->pooled || !e->dropped || !e->pool_of || !e->pool_busy ||
         !e->pending) {
         free(first_use);
@@ -793,6 +796,7 @@ void merak_exec_destroy(merak_exec *e)
     free(e->host);
     free(e->seed);
     free(e->loss);
+    free(e->grad_early);
     free(e->ready);
     free(e);
 }
@@ -1338,13 +1342,43 @@ static int overlapped(const merak_exec *e, int i, int backward)
     return e->K > 1 && merak_op_kind_of(&e->g->ops[i])->sum == (backward ? MERAK_SUM_BACKWARD : MERAK_SUM_FORWARD);
 }
 
+/* Can op i, a loss, write its input part's gradient in its training
+ * forward (merak_op_kind.forward_grad)?  Where the logits' gradient takes
+ * their storage (grad_in_place: nothing else reads them), both kept from
+ * the forward to the backward (not rebuilt by a recompute, which would
+ * write the values over the gradient), run natively in bf16 storage, over
+ * the whole vocabulary (no shards' statistics to combine first) and the
+ * whole micro-batch in one call. */
+static int grad_early_op(const merak_exec *e, int i)
+{
+    const merak_op *o = &e->g->ops[i];
+    const merak_op_kind *kd = merak_op_kind_of(o);
+    const int t = o->nin > 0 ? o->in[0] : -1;
+    return kd->loss && kd->forward_grad && t >= 0 && e->K == 1 && e->native[i] && e->in_place[t] &&
+           !e->pooled[t] && !o->vocab_parallel && kd->forward_grad(e->k, 1);
+}
+
+/* ... and does it now: a training step's forward, whose backward is sure
+ * to follow (not evaluating), not timed op by op (the calibration times
+ * the forward and the backward apart). */
+static int loss_grad_early(const merak_exec *e, int i) { return !e->eval && !e->op_fwd && grad_early_op(e, i); }
+
+int merak_exec_op_grad_early(const merak_exec *e, int i) { return i >= 0 && i < e->g->nops && grad_early_op(e, i); }
+
 /* Forward of op i for the sub-batch (blocking sums). */
 static int op_forward(merak_exec *e, int slot, int i, sub sb)
 {
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
-    const merak_op_io io = op_io(e, slot, i, sb, IO_FORWARD);
+    merak_op_io io = op_io(e, slot, i, sb, IO_FORWARD);
+    const int early = loss_grad_early(e, i);
+    if (early) {   /* the logits' gradient: their storage (in_place) */
+        const int t = e->g->ops[i].in[0];
+        io.dx16[0] = b16_or(e, t, sgrad(e, slot, t, sb), &io.dx[0]);
+    }
     if (forward_kernels(e, i, kd, &io) < 0)
         return -1;
+    if (kd->loss)
+        e->grad_early[slot] = (unsigned char)early;
     if (kd->sum == MERAK_SUM_FORWARD) {   /* the output, staged in bf16 storage */
         const size_t n = (size_t)merak_tensor_elems(&e->g->tensors[e->g->ops[i].out]) / (size_t)sb.K;
         if (tp_sum(e, io.y, n, i) < 0)
@@ -1452,6 +1486,12 @@ static int run_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     if (ps <= P_RECOMPUTE)
         return op_forward(e, slot, i, sb);
     const merak_op_kind *kd = merak_op_kind_of(&e->g->ops[i]);
+    if (kd->loss && e->grad_early[slot]) {   /* its input part done by its forward */
+        e->grad_early[slot] = 0;
+        if (ps == P_BACKWARD)
+            weight_step(e, slot, i, sb);
+        return 0;
+    }
     if (ps == P_BACKWARD && kd->backward && kd->sum != MERAK_SUM_BACKWARD)
         return op_backward_both(e, slot, i, sb);
     if (op_backward_input(e, slot, i, sb) < 0)
@@ -1512,6 +1552,12 @@ static int step_op(merak_exec *e, int slot, int i, sub sb, pass ps)
     if (e->poll)
         e->poll(e->poll_ctx);
     return rc;
+}
+
+void merak_exec_ops_lag_reset(merak_exec *e)
+{
+    e->lag_n = e->lag_caught = 0;
+    e->lag_sum = 0;
 }
 
 void merak_exec_ops_lag(const merak_exec *e, size_t *bounds, size_t *caught, double *mean)
@@ -1677,6 +1723,7 @@ int merak_exec_forward(merak_exec *e, int slot, uint64_t seed)
     const chunk *c = chunk_of(e, slot);
     e->seed[slot] = seed;
     e->err[0] = 0;
+    e->grad_early[slot] = 0;
     if (k->zero(slot_grad(e, slot), c->grad_bytes) < 0)
         return fail(e, "zeroing the %s gradient arena failed", k->name);
     /* a recomputing chunk borrows a buffer for what it drops */

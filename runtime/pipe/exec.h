@@ -28,12 +28,15 @@
  * GPT-2 124M at B = 8, T = 1024 this plans 7.4 GB of activation memory
  * where every gradient its own took 14.3.
  *
- * Ops run one by one, but for two pairs where the backend can do them in
- * one pass (ops.h): a norm's input and weight parts, when they run
- * together (not apart for a zero-bubble schedule), and, forward, a
- * residual add and the norm that reads its sum, where both run natively
- * in bf16 storage (not while merak_exec_time_ops times each op: the
- * calibration times each kind).  Either gives the bits of the ops one by
+ * Ops run one by one, but for three cases where the backend can do them
+ * in one pass (ops.h): a norm's input and weight parts, when they run
+ * together (not apart for a zero-bubble schedule); forward, a residual add
+ * and the norm that reads its sum, where both run natively in bf16
+ * storage; and the loss's input part in its training forward, where the
+ * logits are in bf16 storage with their gradient over them and kept to
+ * the backward (merak_exec_op_grad_early: the logits read once, not
+ * twice).  The last two not while merak_exec_time_ops times each op (the
+ * calibration times each kind).  Each gives the bits of the ops one by
  * one, but for the order of the norm's weight-gradient sums.
  *
  * Chunks: a slice may be several disjoint op ranges (the model chunks an
@@ -261,6 +264,12 @@ int merak_exec_op_native(const merak_exec *e, int i);
  * entries: merak_op_io.fresh), which are then not zeroed before it, rather
  * than add to them?  (Known with plan_only too.) */
 int merak_exec_op_fresh(const merak_exec *e, int i);
+/* Does op i, a loss, write its logits' gradient in a training step's
+ * forward, in one pass with its statistics (merak_op_kind.forward_grad),
+ * its backward then having nothing to do?  Not while evaluating nor while
+ * ops are timed one by one (merak_exec_time_ops).  (Known with plan_only
+ * too.) */
+int merak_exec_op_grad_early(const merak_exec *e, int i);
 /* Writes host values (the tensor's elements, 4 bytes each: float or int32;
  * floats rounded to bf16 for a tensor in bf16 storage) into the slot's
  * tensor t; -1 if the slice holds no t or the copy failed. */
@@ -275,7 +284,8 @@ size_t merak_exec_device_bytes(const merak_exec *e);
 
 /* ---- running */
 /* d(objective)/d(loss) for the loss op's backward, e.g. 1/M with M
- * micro-batches per step. */
+ * micro-batches per step; set before the forward, which may write the
+ * loss's gradient (merak_exec_op_grad_early). */
 void merak_exec_set_loss_scale(merak_exec *e, float scale);
 /* Forward of one micro-batch.  `seed` drives dropout; pass a value unique to
  * the (step, micro-batch).  Also zeroes the slot's own activation gradients.
@@ -317,6 +327,8 @@ void merak_exec_time_ops(merak_exec *e, double *fwd, double *bwd);
  * device is the host: every boundary is caught up. */
 #define MERAK_EXEC_CAUGHT_UP 50e-6
 void merak_exec_ops_lag(const merak_exec *e, size_t *bounds, size_t *caught, double *mean);
+/* Forgets the boundaries counted so far (a warm-up pass's). */
+void merak_exec_ops_lag_reset(merak_exec *e);
 int merak_exec_zero_grads(merak_exec *e);   /* 0 or -1 */
 
 /* Gradient readiness, for reducing gradients while backward still runs:

@@ -133,13 +133,22 @@ static int time_ops(const merak_graph *g, const merak_kernels *k, int reps, int 
                 rc = merak_errf(err, errlen, "calibration inputs: %s", z ? merak_exec_error(e) : "out of memory");
             free(z);
         }
+    /* the first pass warms the caches and is not counted; it is timed op
+     * by op too (into warm[]), so it runs the kernels the counted passes
+     * run (a step's one-pass pairs are not: exec.h), each loaded before
+     * it is timed */
+    double *warm = calloc(2 * (size_t)g->nops, sizeof *warm);
+    if (!warm && rc == 0)
+        rc = merak_errf(err, errlen, "out of memory");
     for (int r = 0; r <= reps && rc == 0; r++) {
-        /* the first pass warms the caches and is not counted */
-        merak_exec_time_ops(e, r ? fwd : NULL, r ? bwd : NULL);
+        merak_exec_time_ops(e, r ? fwd : warm, r ? bwd : warm + g->nops);
+        if (r == 1)   /* the warm-up's times are in: its op boundaries do not count either */
+            merak_exec_ops_lag_reset(e);
         if (merak_exec_zero_grads(e) < 0 || merak_exec_forward(e, 0, 1) < 0 || merak_exec_backward(e, 0) < 0)
             rc = merak_errf(err, errlen, "calibration run: %s", merak_exec_error(e));
     }
     merak_exec_time_ops(e, NULL, NULL);   /* the last pass's times added */
+    free(warm);
     for (int i = 0; i < g->nops; i++)
         fwd[i] /= reps, bwd[i] /= reps;
     merak_exec_ops_lag(e, bounds, caught, lag);

@@ -1469,14 +1469,28 @@ static void test_crossentropy16(int N, int V, int ld, int v0)
                  e_acc = fmax(worst(d, c, n, 8e-3, 1e-4), worst(o, c, n, 8e-3, 1e-4));
     merak_cuda_free(d_off);
     free(off_g), free(o);
+    /* both in one pass (the logits read once, the gradient over them): the
+     * device's two entries' bits, from the device's own statistics */
+    uint16_t *d_f = to_dev(x, nl * 2), *d_two = to_dev(x, nl * 2), *f_g = xmalloc(nl * 2), *two_g = xmalloc(nl * 2);
+    float *d_stf = dmalloc((size_t)N * 2 * sizeof(float)), *stf_g = xmalloc((size_t)N * 2 * sizeof(float));
+    merak_cuda_memcpy_h2d(d_st, st_g, (size_t)N * 2 * sizeof(float));
+    g_gpu->crossentropy16_bwd(d_two, d_two, d_st, d_tg, N, V, ld, v0, scale, NULL);
+    g_gpu->crossentropy16_fused(d_stf, d_stf + N, d_f, d_tg, N, V, ld, v0, scale, NULL);
+    merak_cuda_memcpy_d2h(f_g, d_f, nl * 2);
+    merak_cuda_memcpy_d2h(two_g, d_two, nl * 2);
+    merak_cuda_memcpy_d2h(stf_g, d_stf, (size_t)N * 2 * sizeof(float));
+    const int fused = !memcmp(f_g, two_g, nl * 2) && !memcmp(stf_g, st_g, (size_t)N * 2 * sizeof(float));
+    merak_cuda_free(d_f), merak_cuda_free(d_two), merak_cuda_free(d_stf);
+    free(f_g), free(two_g), free(stf_g);
     int zero = 1;
     for (int r = 0; r < N; r++)
         for (int j = 0; tg[r] < 0 && j < V; j++)
             zero &= in_g[(size_t)r * ld + j] == 0;
-    tap_ok(e_st <= 1 && e_in <= 1 && e_acc <= 1 && zero && pad,
+    tap_ok(e_st <= 1 && e_in <= 1 && e_acc <= 1 && zero && pad && fused,
            "crossentropy16 N=%d V=%d (rows %d apart) v0=%d: statistics %.2f, in place %.2f, accumulated (16 bytes a "
-           "load, and off the logits' offset) %.2f of the tolerance; ignored rows zero %d; padding untouched %d",
-           N, V, ld, v0, e_st, e_in, e_acc, zero, pad);
+           "load, and off the logits' offset) %.2f of the tolerance; ignored rows zero %d; padding untouched %d; "
+           "in one pass the two entries' bits %d",
+           N, V, ld, v0, e_st, e_in, e_acc, zero, pad, fused);
     free(xd), free(d0d);
     merak_cuda_free(d_x), merak_cuda_free(d_in), merak_cuda_free(d_acc), merak_cuda_free(d_tg), merak_cuda_free(d_st);
     free(x), free(d0), free(tg), free(scratch), free(st_c), free(st_g), free(in_c), free(acc_c), free(in_g);
@@ -1856,6 +1870,7 @@ int main(void)
     test_crossentropy16(7, 50257, 50257, 100);
     test_crossentropy16(7, 50257, 50264, 100);   /* GPT-2's padded logits */
     test_crossentropy16(5, 13, 16, 3);
+    test_crossentropy16(3, 128256, 128256, 0);   /* a row past a block's shared memory: one pass falls back to two */
     test_linear16(37, 53, 29, 29, 1);        /* odd leading dimensions: rows 2-byte aligned */
     /* the executor's padded logits: rows of O a multiple of 8 apart */
     test_linear16(37, 53, 29, 32, 0);

@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h" /* HAVE_CUDA, HAVE_CUDNN_ATTN */
@@ -171,7 +172,7 @@ static void test_step(const char *preset)
  * storage.  C(i, entry, params, args): a wrapper counting entry i. */
 enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
        E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_LN_F, E_LN_X, E_LN_W, E_RMS_F, E_RMS_X,
-       E_RMS_W, E_LN_B, E_RMS_B, E_ADD_LN, E_ADD_RMS, E_ATT_F, E_ATT_B, E_COUNT };
+       E_RMS_W, E_LN_B, E_RMS_B, E_ADD_LN, E_ADD_RMS, E_ATT_F, E_ATT_B, E_CE_F, E_COUNT };
 static int calls[E_COUNT];
 #define C(i, entry, params, args)                       \
     static void count_##entry params                    \
@@ -198,6 +199,9 @@ C(E_CE_S, crossentropy16_stats,
 C(E_CE_B, crossentropy16_bwd,
   (h16 *dx, const h16 *x, const float *l, const int32_t *tg, int N, int V, int ld, int v0, float sc, float *s),
   (dx, x, l, tg, N, V, ld, v0, sc, s))
+C(E_CE_F, crossentropy16_fused,
+  (float *l, float *t, h16 *x, const int32_t *tg, int N, int V, int ld, int v0, float sc, float *s),
+  (l, t, x, tg, N, V, ld, v0, sc, s))
 C(E_POS_F, posemb16_fwd, (h16 *o, const h16 *x, const h16 *w, int B, int T, int Cc, float *s), (o, x, w, B, T, Cc, s))
 C(E_POS_W, posemb16_bwd_w, (float *dw, const h16 *d, int B, int T, int Cc, float *s), (dw, d, B, T, Cc, s))
 C(E_GELU_F, gelu16_fwd, (h16 *o, const h16 *x, size_t n, float *s), (o, x, n, s))
@@ -261,7 +265,7 @@ static merak_kernels counted, staged;
     X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
     X(dropout16_bwd) X(layernorm16_fwd) X(layernorm16_bwd_x) X(layernorm16_bwd_w) X(rmsnorm16_fwd)            \
     X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(layernorm16_bwd) X(rmsnorm16_bwd) X(add_layernorm16_fwd)      \
-    X(add_rmsnorm16_fwd) X(attention16_fwd) X(attention16_bwd)
+    X(add_rmsnorm16_fwd) X(attention16_fwd) X(attention16_bwd) X(crossentropy16_fused)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
@@ -276,7 +280,10 @@ static void tables(void)
  * copies); a norm's backward in one call (layernorm16_bwd, rmsnorm16_bwd)
  * where its parts run together (together), else its two parts'; an add
  * and the norm reading its sum, run natively, forward in one call
- * (add_layernorm16_fwd, add_rmsnorm16_fwd), each by itself otherwise. */
+ * (add_layernorm16_fwd, add_rmsnorm16_fwd), each by itself otherwise; the
+ * loss's statistics and gradient in one call (crossentropy16_fused) where
+ * its forward writes the gradient (merak_exec_op_grad_early), else its
+ * two. */
 static void needed(const merak_graph *g, const merak_exec *e, int together, int *need)
 {
     static const struct { merak_op_type t; int e[3]; } uses[] = {
@@ -297,6 +304,8 @@ static void needed(const merak_graph *g, const merak_exec *e, int together, int 
             need[k ? E_RMS_X : E_LN_X] = need[k ? E_RMS_W : E_LN_W] = 0, need[k ? E_RMS_B : E_LN_B] = 1;
     need[E_ADD_F] = need[E_LN_F] = need[E_RMS_F] = 0;   /* the forwards, pair by pair */
     for (int i = 0; i < g->nops; i++) {
+        if (g->ops[i].type == MERAK_OP_CROSS_ENTROPY && merak_exec_op_grad_early(e, i))
+            need[E_CE_S] = need[E_CE_B] = 0, need[E_CE_F] = 1;
         const merak_op *o = &g->ops[i], *p = i > 0 ? &g->ops[i - 1] : NULL, *q = i + 1 < g->nops ? &g->ops[i + 1] : NULL;
         const int rms = o->type == MERAK_OP_RMSNORM;
         if (o->type == MERAK_OP_ADD)
@@ -361,7 +370,7 @@ static void test_storage_runs(const char *preset, int wide)
                "%s, %s: the logits take %zu bytes run natively (%zu: rows %s), %zu staged (float storage)", preset, run_name(how),
                lb[0], want, wide == 2 ? "padded to 256" : "dense", lb[1]);
         double loss[3][2];
-        int ncalls[3], blocks = 0;
+        int ncalls[3], blocks = 0, early[3] = {0, 0, 0};
         for (int i = 0; i < 3; i++) {
             memset(calls, 0, sizeof calls);
             merak_init_params(g, e[i], 42, NULL, 0);
@@ -375,11 +384,15 @@ static void test_storage_runs(const char *preset, int wide)
             ncalls[i] = 1;
             for (int f = 0; f < E_COUNT; f++)
                 ncalls[i] &= calls[f] > 0 || !need[f];
+            /* the loss's one call where its forward writes the gradient, its two elsewhere, not both */
+            for (int op = 0; op < g->nops; op++)
+                early[i] |= g->ops[op].type == MERAK_OP_CROSS_ENTROPY && merak_exec_op_grad_early(e[i], op);
+            ncalls[i] &= early[i] ? calls[E_CE_S] + calls[E_CE_B] == 0 : calls[E_CE_F] == 0;
             /* and a norm's two parts are not also called apart, nor its one call split */
             ncalls[i] &= how != RUN_SPLIT ? calls[E_LN_X] + calls[E_LN_W] + calls[E_RMS_X] + calls[E_RMS_W] == 0
                                           : calls[E_LN_B] + calls[E_RMS_B] == 0;
             if (i == 0)
-                blocks = calls[E_CE_S] / 2;   /* per micro-batch (a recompute keeps the loss) */
+                blocks = (calls[E_CE_S] + calls[E_CE_F]) / 2;   /* per micro-batch (a recompute keeps the loss) */
         }
         size_t n;
         const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n),
@@ -393,15 +406,104 @@ static void test_storage_runs(const char *preset, int wide)
         if (!(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0))
             tap_diag("native: losses %.9g %.9g, every entry called %d; staged: %.9g %.9g; gradients %s", loss[0][0],
                      loss[0][1], ncalls[0], loss[2][0], loss[2][1], memcmp(g0, g2, n * sizeof *g0) ? "differ" : "equal");
-        tap_ok(ncalls[0] && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 && memcmp(g0, g2, n * sizeof *g0) == 0 &&
+        /* the loss's gradient in its forward natively, where the logits
+         * are kept to the backward (a recompute of every layer rebuilds them) */
+        const int early_ok = early[0] == (how != RUN_RECOMPUTED) && !early[1] && !early[2];
+        tap_ok(ncalls[0] && early_ok && memcmp(loss[0], loss[2], sizeof loss[0]) == 0 &&
+                   memcmp(g0, g2, n * sizeof *g0) == 0 &&
                    (wide == 1 ? blocks > 1 : merak_exec_device_bytes(e[0]) < merak_exec_device_bytes(e[1])),
                "%s, %s: its ops run natively in bf16 storage (every bf16 entry its kinds have called; the loss "
-               "in %d row blocks) as staged, bit for bit; compute copies and logits in bf16: %zu bytes on the device "
-               "instead of %zu",
-               preset, run_name(how), blocks, merak_exec_device_bytes(e[0]), merak_exec_device_bytes(e[1]));
+               "in %d row blocks, its gradient in its forward: %d) as staged, bit for bit; compute copies and logits "
+               "in bf16: %zu bytes on the device instead of %zu",
+               preset, run_name(how), blocks, early[0], merak_exec_device_bytes(e[0]), merak_exec_device_bytes(e[1]));
         for (int i = 0; i < 3; i++)
             merak_exec_destroy(e[i]);
     }
+    merak_graph_destroy(g);
+}
+
+/* The loss's gradient written in its forward (merak_exec_op_grad_early)
+ * where the layers are recomputed but the head and the loss are not: on,
+ * with the staged run's losses and weight gradients, bit for bit.  An
+ * evaluation's forward and a forward timed op by op take the statistics
+ * alone and leave the logits as a training forward makes them; a
+ * training forward writes the gradient over them. */
+static void test_loss_early(const char *preset)
+{
+    merak_model_config c;
+    merak_model_preset(preset, &c);
+    c.dropout = 0.0f;   /* the same logits evaluating and training */
+    merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
+    tables();
+    int lop = -1;
+    for (int i = 0; g && i < g->nops; i++)
+        if (g->ops[i].type == MERAK_OP_CROSS_ENTROPY)
+            lop = i;
+    if (!g || lop < 0) {
+        tap_ok(0, "%s: a graph with a loss: %s", preset, g ? "none" : err);
+        merak_graph_destroy(g);
+        return;
+    }
+    const int logits = g->ops[lop].in[0], head = g->tensors[logits].producer;
+    merak_exec_chunk ch = {0, -1, 2, head};   /* ops [0, head) recomputed */
+    merak_exec_opts o = {.chunks = &ch, .nchunks = 1, .kernels = &counted, .npool = 2, .bf16 = 1}, os = o;
+    os.kernels = &staged;
+    merak_exec *e[2] = {NULL, NULL};
+    if (merak_exec_create(g, &o, &e[0], err, sizeof err) < 0 || merak_exec_create(g, &os, &e[1], err, sizeof err) < 0) {
+        tap_ok(0, "%s: %s", preset, err);
+        merak_exec_destroy(e[0]);
+        merak_graph_destroy(g);
+        return;
+    }
+    double loss[2][2];
+    int fused = 0, two = 0;
+    for (int i = 0; i < 2; i++) {
+        memset(calls, 0, sizeof calls);
+        merak_init_params(g, e[i], 42, NULL, 0);
+        fill_slot(g, e[i], 0, c.vocab_size, 5);
+        fill_slot(g, e[i], 1, c.vocab_size, 6);
+        run_two(e[i], RUN_RECOMPUTED);
+        loss[i][0] = merak_exec_loss(e[i], 0);
+        loss[i][1] = merak_exec_loss(e[i], 1);
+        if (i == 0)
+            fused = calls[E_CE_F], two = calls[E_CE_S] + calls[E_CE_B];
+    }
+    size_t n;
+    const float *g0 = merak_exec_grads_flat(e[0], &n), *g1 = merak_exec_grads_flat(e[1], &n);
+    tap_ok(merak_exec_op_grad_early(e[0], lop) && !merak_exec_op_grad_early(e[1], lop) && fused == 2 && two == 0 &&
+               memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(g0, g1, n * sizeof *g0) == 0,
+           "%s, layers recomputed, the head and the loss kept: the loss's gradient in its forward, one call a "
+           "micro-batch (%d), its two entries never (%d); losses %.7g %.7g and weight gradients as staged, bit for "
+           "bit", preset, fused, two, loss[0][0], loss[0][1]);
+
+    /* the logits after an evaluation's forward, a timed one and a training one */
+    const size_t lb = merak_exec_tensor_bytes(e[0], logits);
+    unsigned char *after[3];
+    int ce[3][2];
+    double *t = calloc(2 * (size_t)g->nops, sizeof *t);
+    for (int k = 0; k < 3; k++) {
+        memset(calls, 0, sizeof calls);
+        merak_exec_set_eval(e[0], k == 0);
+        if (k == 1)
+            merak_exec_time_ops(e[0], t, t + g->nops);
+        merak_exec_forward(e[0], 0, 11);
+        if (k == 1)
+            merak_exec_time_ops(e[0], NULL, NULL);
+        after[k] = malloc(lb);
+        memcpy(after[k], merak_exec_tensor(e[0], 0, logits), lb);
+        ce[k][0] = calls[E_CE_S], ce[k][1] = calls[E_CE_F];
+    }
+    merak_exec_set_eval(e[0], 0);
+    tap_ok(ce[0][0] == 1 && ce[0][1] == 0 && ce[1][0] == 1 && ce[1][1] == 0 && ce[2][0] == 0 && ce[2][1] == 1 &&
+               memcmp(after[0], after[1], lb) == 0 && memcmp(after[0], after[2], lb) != 0,
+           "%s: evaluating and timing op by op, the loss's forward takes the statistics alone (calls %d %d, %d %d) "
+           "and leaves the logits; training, one pass (%d %d) writes their gradient over them", preset, ce[0][0],
+           ce[0][1], ce[1][0], ce[1][1], ce[2][0], ce[2][1]);
+    for (int k = 0; k < 3; k++)
+        free(after[k]);
+    free(t);
+    merak_exec_destroy(e[0]);
+    merak_exec_destroy(e[1]);
     merak_graph_destroy(g);
 }
 
@@ -583,6 +685,8 @@ int main(void)
     test_storage_runs("tiny-gpt2", 1);
     test_storage_runs("tiny-gpt2", 2);
     test_storage_runs("tiny-llama", 2);
+    test_loss_early("tiny-gpt2");
+    test_loss_early("tiny-llama");
     test_padded_rows();
     test_tp_storage();
     test_refused();

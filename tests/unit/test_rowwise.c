@@ -667,7 +667,7 @@ static void emu_ce_stats(int b16, int nthr, float *lse, float *tlogit, const voi
             continue;
         }
         for (int i = 0; i < nthr; i++)
-            rw_ce_partial(&m[i], &s[i], x, V, b16, i, nthr);
+            rw_ce_partial(&m[i], &s[i], x, V, b16, i, nthr, NULL);
         block_lse_emu(m, s, nthr);
         lse[n] = logf(s[0]) + m[0];
         tlogit[n] = t >= 0 && t < V ? rw_elem(x, (size_t)t, b16) : 0.0f;
@@ -684,8 +684,38 @@ static void emu_ce_bwd(int b16, int nthr, void *dlogits, const void *logits, con
             continue;
         for (int i = 0; i < nthr; i++)
             rw_ce_grad((char *)dlogits + at, (const char *)logits + at, V, (long long)tg[n] - v0,
-                       tg[n] < 0 ? 0.0f : lse[n], scale, tg[n] < 0, b16, i, nthr);
+                       tg[n] < 0 ? 0.0f : lse[n], scale, tg[n] < 0, b16, i, nthr, NULL);
     }
+}
+
+/* loss.cu's ce_fused_v_k, lane by lane: the statistics keeping each
+ * lane's vectors in a row's shared buffer, then the gradient in place
+ * from there (every lane's reads before any lane's writes: the block's
+ * barrier). */
+static void emu_ce_fused(int b16, int nthr, float *lse, float *tlogit, void *logits, const int32_t *tg, int N, int V,
+                         int v0, float scale)
+{
+    float *m = xmalloc((size_t)nthr * sizeof(float)), *s = xmalloc((size_t)nthr * sizeof(float));
+    rw_u4 *keep = xmalloc(((size_t)V / RW_E(b16) + 2) * sizeof *keep);
+    for (int n = 0; n < N; n++) {
+        char *x = (char *)logits + (size_t)n * V * RW_ES(b16);
+        const long long t = (long long)tg[n] - v0;
+        if (tg[n] < 0) {
+            lse[n] = tlogit[n] = 0.0f;
+            for (int i = 0; i < nthr; i++)
+                rw_ce_grad(x, x, V, t, 0.0f, scale, 1, b16, i, nthr, NULL);
+            continue;
+        }
+        const float tl = t >= 0 && t < V ? rw_elem(x, (size_t)t, b16) : 0.0f;
+        for (int i = 0; i < nthr; i++)
+            rw_ce_partial(&m[i], &s[i], x, V, b16, i, nthr, keep);
+        block_lse_emu(m, s, nthr);
+        const float l = logf(s[0]) + m[0];
+        lse[n] = l, tlogit[n] = tl;
+        for (int i = 0; i < nthr; i++)
+            rw_ce_grad(x, x, V, t, l, scale, 0, b16, i, nthr, keep);
+    }
+    free(m), free(s), free(keep);
 }
 
 /* N rows of V logits starting `off` elements past a 64-byte boundary (so
@@ -741,6 +771,27 @@ static void ce_case(int b16, int nthr, int N, int V, int v0, int off, int ninf)
            b16 ? "bf16" : "f32", N, V, v0, off, nthr, ninf ? ", -inf logits" : "", e_st, e_in, e_acc, zero,
            g_misaligned);
     g_misaligned = 0;
+
+    /* the one-pass kernel: the two kernels' bits (statistics, and the
+     * gradient in place from them); the CPU's one entry the same as its two */
+    char *fb = xmalloc((n + 8) * es), *rb = xmalloc((n + 8) * es), *cb = xmalloc((n + 8) * es);
+    void *fz = fb + off * es, *ref = rb + off * es, *cz = cb + off * es;
+    float *st_f = xmalloc(2 * (size_t)N * sizeof(float)), *st_cf = xmalloc(2 * (size_t)N * sizeof(float));
+    memcpy(fz, x, n * es), memcpy(ref, x, n * es), memcpy(cz, x, n * es);
+    emu_ce_fused(b16, nthr, st_f, st_f + N, fz, tg, N, V, v0, scale);
+    emu_ce_bwd(b16, nthr, ref, ref, st_e, tg, N, V, v0, scale);
+    int cpu_same = 1;
+    if (b16) {
+        k->crossentropy16_fused(st_cf, st_cf + N, cz, tg, N, V, V, v0, scale, scratch);
+        cpu_same = !memcmp(st_cf, st_c, 2 * (size_t)N * sizeof(float)) && !memcmp(cz, in_c, n * es);
+    }
+    tap_ok(!memcmp(st_f, st_e, 2 * (size_t)N * sizeof(float)) && !memcmp(fz, ref, n * es) && cpu_same &&
+               !g_misaligned,
+           "crossentropy %s N=%d V=%d v0=%d, rows from element %d, %d threads%s, in one pass (vectors kept): the "
+           "statistics and the gradient in place bit for bit the two kernels'; the CPU's one entry its two's: %d",
+           b16 ? "bf16" : "f32", N, V, v0, off, nthr, ninf ? ", -inf logits" : "", cpu_same);
+    g_misaligned = 0;
+    free(fb), free(rb), free(cb), free(st_f), free(st_cf);
     free(xb), free(ib), free(ab), free(icb), free(acb), free(tg), free(st_c), free(st_e), free(scratch);
 }
 
