@@ -328,6 +328,53 @@ static void bench_linear16(const char *name, int N, int K, int O, int ld, int bi
             merak_cuda_free(bufs[i]);
 }
 
+/* GPT-2's MLP: the first layer and GELU forward (linear16_gelu_fwd),
+ * and GELU's input part with the second layer's (linear16_bwd_x_dgelu),
+ * each with cuBLASLt's GELU epilogues (epilogue=1) and without (0: the
+ * product, then the GELU kernel), the product's rate over the whole:
+ *     op=linear_gelu_fwd layer=mlp_fc math=bf16 path=bf16-storage epilogue=1 shape=N,C,F ms=... tflops=...
+ * Which is faster says which way merak_cuda_set_gelu_epilogue's default
+ * should go. */
+typedef struct {
+    int N, C, F;
+    uint16_t *x, *w1, *b1, *pre, *h, *w2, *dy, *dpre;
+} mlp16_arg;
+
+static void mlp16_fwd(const void *p)
+{
+    const mlp16_arg *a = p;
+    g_k->linear16_gelu_fwd(a->pre, a->h, a->x, a->w1, a->b1, a->N, a->C, a->F, NULL);
+}
+static void mlp16_bwd(const void *p)
+{
+    const mlp16_arg *a = p;
+    g_k->linear16_bwd_x_dgelu(a->dpre, a->dy, a->w2, a->pre, a->N, a->F, a->C, a->C, NULL);
+}
+
+static void bench_mlp16(int N, int C, int F)
+{
+    const size_t nc = (size_t)N * C, nf = (size_t)N * F, cf = (size_t)C * F;
+    mlp16_arg a = {N, C, F, drand16(nc, 51), drand16(cf, 52), drand16((size_t)F, 53), drand16(nf, 54),
+                   drand16(nf, 55), drand16(cf, 56), drand16(nc, 57), drand16(nf, 58)};
+    const double fl = 2.0 * N * C * F;
+    const int was = merak_cuda_gelu_epilogue();
+    for (int epi = 0; epi < 2; epi++) {
+        merak_cuda_set_gelu_epilogue(epi);
+        struct { const char *op, *layer; op_fn fn; } ops[] = {{"linear_gelu_fwd", "mlp_fc", mlp16_fwd},
+                                                             {"linear_bwd_x_dgelu", "mlp_proj", mlp16_bwd}};
+        for (int i = 0; i < 2; i++) {
+            const double ms = timeit(ops[i].fn, &a);
+            printf("op=%s layer=%s math=bf16 path=bf16-storage epilogue=%d shape=%d,%d,%d ms=%.4f tflops=%.2f\n",
+                   ops[i].op, ops[i].layer, epi, N, C, F, ms, fl / ms / 1e9);
+            fflush(stdout);
+        }
+    }
+    merak_cuda_set_gelu_epilogue(was);
+    void *bufs[] = {a.x, a.w1, a.b1, a.pre, a.h, a.w2, a.dy, a.dpre};
+    for (int i = 0; i < 8; i++)
+        merak_cuda_free(bufs[i]);
+}
+
 /* ------------------------------------------------------------------ roofline
  *
  * The memory-bound entries at GPT-2 124M's shapes against the least
@@ -969,6 +1016,7 @@ int main(int argc, char **argv)
     bench_linear16("mlp_proj", N, 3072, 768, 768, 1);
     bench_linear16("lm_head_dense", N, 768, 50257, 50257, 0);
     bench_linear16("lm_head", N, 768, 50257, 50264, 0);   /* as the executor pads the logits */
+    bench_mlp16(N, 768, 3072);
     merak_cuda_set_products(MERAK_PRODUCTS_FP32);
     bench_copy(); /* first: of_copy's unit */
     bench_embeddings(B, T, 768, 50257);

@@ -18,6 +18,10 @@
 # of logits 50257 apart (lm_head_dense: all but one off 16 bytes) and
 # padded to 50264 (lm_head: as the executor lays them out), to show what
 # the alignment is worth (torch's side: 50257 columns, dense, both times).
+# GPT-2's MLP with its GELU: the first layer and GELU forward
+# (linear_gelu_fwd), GELU's input part with the second layer's
+# (linear_bwd_x_dgelu), with cuBLASLt's GELU epilogues (epilogue=1) and
+# without (0), against torch eager's product and GELU kernel.
 #
 #   op=linear_fwd layer=qkv math=fp32 shape=8192,768,2304 merak_ms=... torch_ms=... ratio=torch/merak=... merak_tflops=... of_peak=...
 #
@@ -74,7 +78,12 @@ for line in sys.stdin:
     torch.backends.cuda.matmul.allow_tf32 = kv["math"] == "tf32"
     torch.backends.cudnn.allow_tf32 = kv["math"] == "tf32"
     sh = [int(x) for x in kv["shape"].split(",")]
-    if kv["op"].startswith("linear"):
+    if kv["op"] in ("linear_gelu_fwd", "linear_bwd_x_dgelu"):
+        N, C, Fh = sh   # GPT-2's MLP: torch eager's product, then its GELU kernel
+        x, w1, b1, g, w2, pre = r(N, C), r(Fh, C), r(Fh), r(N, C), r(C, Fh), r(N, Fh)
+        fn = (lambda: F.gelu(F.linear(x, w1, b1), approximate="tanh")) if kv["op"] == "linear_gelu_fwd" else \
+             (lambda: torch.ops.aten.gelu_backward(g @ w2, pre, approximate="tanh"))
+    elif kv["op"].startswith("linear"):
         N, K, O = sh
         x, w, g = r(N, K), r(O, K), r(N, O)
         b = r(O) if kv.get("bias") == "1" else None

@@ -283,6 +283,18 @@ typedef struct merak_kernels {
                            int O, int ldo, int acc, float *scratch);
     void (*linear16_bwd_w)(float *dw, float *db, const uint16_t *dout, const uint16_t *inp, int N,
                            int K, int O, int ldo, float *scratch);
+    /* (a linear layer and the GELU of its output, O columns dense: the
+     * forward, pre = linear16_fwd, out = gelu16_fwd(pre); the input part
+     * from the gradient of the GELU's output, dpre = gelu16_bwd(bf16(dout
+     * @ w), pre), written (acc 0).  The CPU's are the two entries', bit
+     * for bit; a backend may apply the GELU to the product before its
+     * rounding instead, within a bf16 rounding of them (cuBLASLt's
+     * epilogues: cuda_kernels.h merak_cuda_set_gelu_epilogue).  NULL:
+     * the two one by one) */
+    void (*linear16_gelu_fwd)(uint16_t *pre, uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                              const uint16_t *b, int N, int K, int O, float *scratch);
+    void (*linear16_bwd_x_dgelu)(uint16_t *dpre, const uint16_t *dout, const uint16_t *w, const uint16_t *pre,
+                                 int N, int K, int O, int ldo, float *scratch);
     /* (rows of wte copied: exact; ids outside the shard give zero rows) */
     void (*embedding16_fwd)(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C,
                             int v0, int V);

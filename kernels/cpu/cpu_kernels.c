@@ -268,6 +268,10 @@ static void cpu_posemb16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t 
                              float *scratch);
 static void cpu_posemb16_bwd_w(float *dwpe, const uint16_t *dout, int B, int T, int C, float *scratch);
 static void cpu_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch);
+static void cpu_linear16_gelu_fwd(uint16_t *pre, uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                                  const uint16_t *b, int N, int K, int O, float *scratch);
+static void cpu_linear16_bwd_x_dgelu(uint16_t *dpre, const uint16_t *dout, const uint16_t *w, const uint16_t *pre,
+                                     int N, int K, int O, int ldo, float *scratch);
 static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, int acc,
                            float *scratch);
 static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch);
@@ -329,6 +333,7 @@ static size_t cpu_attention16_scratch_elems(const merak_attn_shape *s);
                      .round_bf16 = cpu_round_bf16, .to_bf16 = cpu_to_bf16, .from_bf16 = cpu_from_bf16, \
                      .bf16_scratch = 1, .linear16_fwd = cpu_linear16_fwd, \
                      .linear16_bwd_x = cpu_linear16_bwd_x, .linear16_bwd_w = cpu_linear16_bwd_w, \
+                     .linear16_gelu_fwd = cpu_linear16_gelu_fwd, .linear16_bwd_x_dgelu = cpu_linear16_bwd_x_dgelu, \
                      .embedding16_fwd = cpu_embedding16_fwd, .embedding16_bwd_w = cpu_embedding16_bwd_w, \
                      .crossentropy16_stats = cpu_crossentropy16_stats, \
                      .crossentropy16_bwd = cpu_crossentropy16_bwd, \
@@ -546,6 +551,26 @@ static void cpu_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t 
     float *dx = ew16(scratch, (const uint16_t *const[]){dout, inp}, 2, f, acc ? dinp : NULL, n);
     gelu_bwd_f32(dx, f[0], f[1], n, acc);
     cpu_to_bf16(dinp, dx, n);
+}
+
+/* The linear layer's entry, then GELU's: the two calls' bits (the
+ * product's gradient rounded into dpre, then GELU's backward over it in
+ * place: each element read before it is written). */
+static void cpu_linear16_gelu_fwd(uint16_t *pre, uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                                  const uint16_t *b, int N, int K, int O, float *scratch)
+{
+    cpu_linear16_fwd(pre, inp, w, b, N, K, O, O, scratch);
+    if (N > 0 && O > 0)
+        cpu_gelu16_fwd(out, pre, (size_t)N * O, scratch);
+}
+
+static void cpu_linear16_bwd_x_dgelu(uint16_t *dpre, const uint16_t *dout, const uint16_t *w, const uint16_t *pre,
+                                     int N, int K, int O, int ldo, float *scratch)
+{
+    if (N <= 0 || K <= 0)
+        return;
+    cpu_linear16_bwd_x(dpre, dout, w, N, K, O, ldo, 0, scratch);
+    cpu_gelu16_bwd(dpre, dpre, pre, (size_t)N * K, 0, scratch);
 }
 
 static void cpu_swiglu16_fwd(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n, float *scratch)

@@ -50,8 +50,8 @@ typedef struct lt_key {
     long long sa, sb, sc; /* their strides (elements) */
     int math;             /* merak_cuda_products: the compute type */
     int ab, cd;           /* the operands' types: A and B, C and D (cudaDataType) */
-    int pad;              /* 0: the struct has no padding (it is memcmp'd, and copies
-                           * need not keep padding bytes) */
+    int epi;              /* lt_epi_kind: GELU's epilogues (the struct has no padding:
+                           * it is memcmp'd, and copies need not keep padding bytes) */
 } lt_key;
 _Static_assert(sizeof(lt_key) == 18 * sizeof(int) + 3 * sizeof(long long), "lt_key has padding");
 
@@ -238,13 +238,34 @@ static int lt_layout_batch(cublasLtMatrixLayout_t l, int count, long long stride
                  "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
 }
 
+/* A GELU epilogue: its kind, and the aux matrix (the pre-activations,
+ * of C's type and shape, ld apart). */
+typedef enum lt_epi_kind { LT_EPI_NONE = 0, LT_EPI_GELU_AUX, LT_EPI_DGELU } lt_epi_kind;
+typedef struct lt_epi {
+    lt_epi_kind kind;
+    const void *aux;   /* written by GELU_AUX, read by DGELU */
+    long long ld;
+} lt_epi;
+#define LT_NO_EPI ((lt_epi){LT_EPI_NONE, NULL, 0})
+
+/* Its cuBLASLt epilogue with the bias or without. */
+static cublasLtEpilogue_t lt_epilogue(lt_epi_kind kind, int bias)
+{
+    switch (kind) {
+    case LT_EPI_GELU_AUX: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case LT_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    default: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
 /* C = alpha op(A) op(B) + beta C [+ bias], A and B of type ab, C (and
  * the bias) of type cd; FP32 operands multiply as set_products says,
  * bf16 ones in FP32 (CUBLAS_COMPUTE_32F: bf16 products on the tensor
- * cores, accumulated in fp32, rounded to a bf16 C once). */
+ * cores, accumulated in fp32, rounded to a bf16 C once); ep's GELU
+ * epilogue applied to that sum before its rounding. */
 static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda, const void *B,
                 int ldb, void *C, int ldc, float beta, const void *bias, merak_cuda_batch bt,
-                cudaDataType_t ab, cudaDataType_t cd)
+                cudaDataType_t ab, cudaDataType_t cd, lt_epi ep)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -260,14 +281,23 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
         !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
                "cublasLtMatmulDescSetAttribute(TRANSB)"))
         goto out;
-    if (bias) {
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (bias || ep.kind != LT_EPI_NONE) {
+        const cublasLtEpilogue_t epi = lt_epilogue(ep.kind, bias != NULL);
         if (!lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                   sizeof epi),
                    "cublasLtMatmulDescSetAttribute(EPILOGUE)") ||
-            !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                  sizeof bias),
-                   "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
+            (bias && !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                      sizeof bias),
+                            "cublasLtMatmulDescSetAttribute(BIAS_POINTER)")))
+            goto out;
+    }
+    if (ep.kind != LT_EPI_NONE) {
+        const int64_t ld = ep.ld;
+        if (!lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
+                                             sizeof ep.aux),
+                   "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)") ||
+            !lt_ok(lt.MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
+                   "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)"))
             goto out;
     }
     if (!lt_ok(lt.MatrixLayoutCreate(&la, ab, ta ? k : m, ta ? m : k, lda),
@@ -304,11 +334,12 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
     key.math = (int)math;
     key.ab = (int)ab;
     key.cd = (int)cd;
+    key.epi = (int)ep.kind;
     const lt_entry *e = lt_algo(&key, op, la, lb, lc);
     if (!e)
         goto out;
     if (!e->found) {
-        if (bias)
+        if (bias || ep.kind != LT_EPI_NONE)
             rc = 1;
         else
             merak_cuda_record("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
@@ -334,14 +365,28 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
                     const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
                     merak_cuda_batch bt)
 {
-    return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, bt, CUDA_R_32F, CUDA_R_32F);
+    return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, bt, CUDA_R_32F, CUDA_R_32F, LT_NO_EPI);
 }
 
 int merak_cuda_gemm16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A, int lda,
                       const uint16_t *B, int ldb, void *C, int c16, int ldc, float beta, const void *bias)
 {
     return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, MERAK_CUDA_ONE, CUDA_R_16BF,
-                c16 ? CUDA_R_16BF : CUDA_R_32F);
+                c16 ? CUDA_R_16BF : CUDA_R_32F, LT_NO_EPI);
+}
+
+int merak_cuda_gemm16_gelu(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                           int ldb, uint16_t *C, int ldc, const uint16_t *bias, uint16_t *pre, int ldpre)
+{
+    return gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, 0.0f, bias, MERAK_CUDA_ONE, CUDA_R_16BF, CUDA_R_16BF,
+                (lt_epi){LT_EPI_GELU_AUX, pre, ldpre});
+}
+
+int merak_cuda_gemm16_dgelu(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                            int ldb, uint16_t *C, int ldc, const uint16_t *pre, int ldpre)
+{
+    return gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, 0.0f, NULL, MERAK_CUDA_ONE, CUDA_R_16BF, CUDA_R_16BF,
+                (lt_epi){LT_EPI_DGELU, pre, ldpre});
 }
 
 /* ------------------------------------------------------------------ loading */

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h> /* getenv */
 #include <string.h>
 
 #define MERAK_CUDA_INTERNAL
@@ -297,6 +298,48 @@ static void k_linear16_bwd_w(float *dw, float *db, const uint16_t *dout, const u
         LAUNCH("linear16_bwd_w(db)", merak_cuda_launch_colsum16(STREAM, db, dout, N, O));
 }
 
+/* A linear layer with GELU after it (kernels.h linear16_gelu_fwd,
+ * linear16_bwd_x_dgelu): cuBLASLt's GELU epilogues where they are on
+ * (merak_cuda_set_gelu_epilogue) and take the buffers (16-byte aligned
+ * rows of pre-activations and results), else the product and the GELU
+ * kernel, as the two entries one by one. */
+static int gelu_epi = -1;   /* -1: MERAK_CUDA_GELU_EPILOGUE not read yet */
+
+void merak_cuda_set_gelu_epilogue(int on) { gelu_epi = on != 0; }
+int merak_cuda_gelu_epilogue(void) { return gelu_epi > 0; }
+
+static int gelu_rows_ok(const void *a, const void *b, int cols)
+{
+    return gelu_epi > 0 && cols % 8 == 0 && merak_cuda_ptr_align(a) >= 16 && merak_cuda_ptr_align(b) >= 16;
+}
+
+static void k_gelu16_fwd(uint16_t *out, const uint16_t *inp, size_t n, float *scratch);
+static void k_gelu16_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, size_t n, int acc,
+                         float *scratch);
+
+static void k_linear16_gelu_fwd(uint16_t *pre, uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                                const uint16_t *b, int N, int K, int O, float *scratch)
+{
+    if (merak_cuda_failed() || N <= 0 || O <= 0)
+        return;
+    if (K > 0 && gelu_rows_ok(pre, out, O) && (!b || merak_cuda_ptr_align(b) >= 16) &&
+        merak_cuda_gemm16_gelu(1, 0, O, N, K, w, K, inp, K, out, O, b, pre, O) != 1)
+        return;   /* done, or the error recorded */
+    k_linear16_fwd(pre, inp, w, b, N, K, O, O, scratch);
+    k_gelu16_fwd(out, pre, (size_t)N * O, scratch);
+}
+
+static void k_linear16_bwd_x_dgelu(uint16_t *dpre, const uint16_t *dout, const uint16_t *w, const uint16_t *pre,
+                                   int N, int K, int O, int ldo, float *scratch)
+{
+    if (merak_cuda_failed() || N <= 0 || K <= 0)
+        return;
+    if (O > 0 && gelu_rows_ok(dpre, pre, K) && merak_cuda_gemm16_dgelu(0, 0, K, N, O, w, K, dout, ldo, dpre, K, pre, K) != 1)
+        return;
+    k_linear16_bwd_x(dpre, dout, w, N, K, O, ldo, 0, scratch);
+    k_gelu16_bwd(dpre, dpre, pre, (size_t)N * K, 0, scratch);
+}
+
 static void k_embedding16_fwd(uint16_t *out, const int32_t *ids, const uint16_t *wte, int N, int C, int v0,
                               int V)
 {
@@ -572,6 +615,8 @@ static const merak_kernels cuda_table = {
     .linear16_fwd = k_linear16_fwd,
     .linear16_bwd_x = k_linear16_bwd_x,
     .linear16_bwd_w = k_linear16_bwd_w,
+    .linear16_gelu_fwd = k_linear16_gelu_fwd,
+    .linear16_bwd_x_dgelu = k_linear16_bwd_x_dgelu,
     .embedding16_fwd = k_embedding16_fwd,
     .embedding16_bwd_w = k_embedding16_bwd_w,
     .crossentropy16_stats = k_crossentropy16_stats,
@@ -638,6 +683,14 @@ static const merak_kernels cuda_table = {
 
 static int backend_init(void)
 {
+    if (gelu_epi < 0) {   /* a test or benchmark may have set it first */
+        const char *s = getenv("MERAK_CUDA_GELU_EPILOGUE");
+        if (s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+            merak_cuda_record("MERAK_CUDA_GELU_EPILOGUE", "not 0 or 1");
+            return -1;
+        }
+        gelu_epi = s && strcmp(s, "1") == 0;
+    }
     if (!merak_cuda_available() || merak_cuda_blas_open() < 0)
         return -1;
     if (!merak_cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))

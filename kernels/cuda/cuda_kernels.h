@@ -95,6 +95,14 @@ double merak_cuda_device_id(void);
 void merak_cuda_set_products(merak_products p);
 merak_products merak_cuda_products(void);
 
+/* Whether the linear layers' bf16 entries with GELU (kernels.h
+ * linear16_gelu_fwd, linear16_bwd_x_dgelu) take cuBLASLt's epilogues (on)
+ * or a product and the GELU kernel (off, the default: the two ways'
+ * speeds are compared in bench_cuda_ops before either is the default).
+ * MERAK_CUDA_GELU_EPILOGUE (0 or 1) sets it when the backend starts. */
+void merak_cuda_set_gelu_epilogue(int on);
+int merak_cuda_gelu_epilogue(void);
+
 /* Attention's ways (cuda_attention.c): the fused kernels of flash.h (head
  * dims up to FLASH_HD), cuBLASLt products around softmax kernels over T x T
  * buffers, or cuDNN's fused attention in bf16 (a build with it,
@@ -177,6 +185,16 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
  * FP32 whatever set_products says, a bf16 C rounded once. */
 int merak_cuda_gemm16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A, int lda,
                       const uint16_t *B, int ldb, void *C, int c16, int ldc, float beta, const void *bias);
+/* gemm16_gelu, gemm16_dgelu: a bf16 C = op(A) op(B) (alpha 1, beta 0)
+ * with GELU in cuBLASLt's epilogue, on the fp32 sum before C's one
+ * rounding: gelu, C = gelu(AB [+ bias]) and pre = AB [+ bias] (rounded:
+ * the pre-activations); dgelu, C = gelu'(pre) * AB.  pre: C's shape,
+ * ldpre apart, 16-byte aligned.  Return as gemm (1: no algorithm for the
+ * epilogue, the caller composes the two). */
+int merak_cuda_gemm16_gelu(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                           int ldb, uint16_t *C, int ldc, const uint16_t *bias, uint16_t *pre, int ldpre);
+int merak_cuda_gemm16_dgelu(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                            int ldb, uint16_t *C, int ldc, const uint16_t *pre, int ldpre);
 int merak_cuda_ptr_align(const void *p);
 
 /* cuda_attention.c, which calls cuda_blas.c and cuda_mem.c: the table's

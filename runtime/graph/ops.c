@@ -454,6 +454,30 @@ static void gelu_backward_input(const merak_op_io *io)
         io->k->gelu_bwd(io->dx[0], io->dy, io->x[0], elems(io), !io->fresh);
 }
 
+/* A linear layer and the GELU of its output, natively in bf16 storage:
+ * one call forward (kernels.h linear16_gelu_fwd), and one from the
+ * gradient of the GELU's output, through the next linear layer that reads
+ * it, to the gradient of the GELU's input (linear16_bwd_x_dgelu). */
+static int gelu_forward_after(const merak_op_io *prev, const merak_op_io *io)
+{
+    if (prev->o->type != MERAK_OP_LINEAR || io->o->in[0] != prev->o->out || !prev->b16 || !io->b16 ||
+        prev->ldy != cols(io) || !io->k->linear16_gelu_fwd)
+        return 0;
+    io->k->linear16_gelu_fwd(prev->y16, io->y16, prev->x16[0], prev->x16[1], prev->x16[2], prev->rows, cols(prev),
+                             width(out_tensor(prev)), io->scratch16);
+    return 1;
+}
+
+static int gelu_backward_input_next(const merak_op_io *io, const merak_op_io *next)
+{
+    if (next->o->type != MERAK_OP_LINEAR || next->o->in[0] != io->o->out || !io->b16 || !next->b16 ||
+        !io->dx16[0] || !io->fresh || !io->k->linear16_bwd_x_dgelu)
+        return 0;
+    io->k->linear16_bwd_x_dgelu(io->dx16[0], next->dy16, next->x16[1], io->x16[0], next->rows, cols(next),
+                                width(out_tensor(next)), next->ldy, io->scratch16);
+    return 1;
+}
+
 static int gelu_bf16(const merak_graph *g, const merak_op *o, const merak_kernels *k)
 {
     (void)g, (void)o;
@@ -681,8 +705,9 @@ static const merak_op_kind kinds[MERAK_OP_COUNT_] = {
                             .reads_output = 1, .decode = attention_decode, .decode_plan = attention_decode_plan,
                             .fresh = 1},
     [MERAK_OP_GELU] = {.name = "gelu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
-                       .forward = gelu_forward, .backward_input = gelu_backward_input, .decode = gelu_forward,
-                       .bf16 = gelu_bf16,
+                       .forward = gelu_forward, .forward_after = gelu_forward_after,
+                       .backward_input_next = gelu_backward_input_next, .backward_input = gelu_backward_input,
+                       .decode = gelu_forward, .bf16 = gelu_bf16,
                        .fresh = 1},
     [MERAK_OP_SWIGLU] = {.name = "swiglu", .shard = MERAK_SHARD_ELEMENTWISE, .cost = MERAK_COST_STREAM,
                          .forward = swiglu_forward, .backward_input = swiglu_backward_input,

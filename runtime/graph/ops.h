@@ -163,6 +163,14 @@ typedef struct merak_op_kind {
      * input part would (the same bits), and skips the input part; NULL:
      * never */
     int (*forward_grad)(const merak_kernels *k, int b16);
+    /* its input part together with the input part of the op just after it
+     * (next: that op's call), which reads its output as in[0] and no
+     * other op does, both summing nothing and writing their input
+     * gradients (fresh), where the backend can do the two in one call:
+     * from next's output gradient to its own input's, the gradient of its
+     * output never written; 1 if it did, 0 if not (the executor runs them
+     * one by one); NULL: never.  next's weight part is the executor's. */
+    int (*backward_input_next)(const merak_op_io *io, const merak_op_io *next);
     /* the backward's input part (after the sum for MERAK_SUM_BACKWARD) and
      * weight part; NULL: nothing to do */
     void (*backward_input)(const merak_op_io *io);

@@ -1504,13 +1504,14 @@ static int run_op(merak_exec *e, int slot, int i, sub sb, pass ps)
 /* Forward ops i and i + 1 (< end) in one call, the second's kind's
  * forward_after, where they can be: the second reads the first's output,
  * neither sums over the tp group nor is the loss, both run natively in
- * bf16 storage (nothing staged, nothing to round after), and the ops are
- * not timed one by one (merak_exec_time_ops: the calibration times each
- * kind).  1 if done, else 0. */
-static int forward_pair(merak_exec *e, int slot, int i, int end)
+ * bf16 storage (nothing staged, nothing to round after), both re-run by a
+ * recompute (ps), and the ops are not timed one by one
+ * (merak_exec_time_ops: the calibration times each kind).  1 if done,
+ * else 0. */
+static int forward_pair(merak_exec *e, int slot, int i, int end, pass ps)
 {
     const merak_graph *g = e->g;
-    if (e->op_fwd || i + 1 >= end)
+    if (e->op_fwd || i + 1 >= end || (ps == P_RECOMPUTE && !(e->dropped[i] && e->dropped[i + 1])))
         return 0;
     const merak_op *a = &g->ops[i], *b = &g->ops[i + 1];
     const merak_op_kind *ka = merak_op_kind_of(a), *kb = merak_op_kind_of(b);
@@ -1520,6 +1521,37 @@ static int forward_pair(merak_exec *e, int slot, int i, int end)
     const merak_op_io pa = op_io(e, slot, i, WHOLE, IO_FORWARD), pb = op_io(e, slot, i + 1, WHOLE, IO_FORWARD);
     if (!kb->forward_after(&pa, &pb))
         return 0;
+    if (e->poll)
+        e->poll(e->poll_ctx);
+    return 1;
+}
+
+/* Backward input parts of ops i and i - 1 (>= begin) in one call, the
+ * earlier's kind's backward_input_next, where they can be: op i reads op
+ * i - 1's output as its in[0] and is its only reader, neither sums over
+ * the tp group nor is the loss, both run natively in bf16 storage, op i -
+ * 1 writes its input gradient (fresh), and the ops are not timed one by
+ * one.  The gradient of op i - 1's output is then never written; in a
+ * whole backward the weight parts follow, op i's then op i - 1's.  1 if
+ * done, else 0. */
+static int backward_pair(merak_exec *e, int slot, int i, int begin, pass ps)
+{
+    const merak_graph *g = e->g;
+    if (e->op_fwd || i - 1 < begin)
+        return 0;
+    const merak_op *a = &g->ops[i - 1], *b = &g->ops[i];
+    const merak_op_kind *ka = merak_op_kind_of(a), *kb = merak_op_kind_of(b);
+    if (!ka->backward_input_next || b->nin < 1 || b->in[0] != a->out || e->last_use[a->out] != i ||
+        ka->sum != MERAK_SUM_NONE || kb->sum != MERAK_SUM_NONE || ka->loss || kb->loss || !e->native[i - 1] ||
+        !e->native[i] || !e->fresh[i - 1])
+        return 0;
+    const merak_op_io pa = op_io(e, slot, i - 1, WHOLE, IO_INPUT), pb = op_io(e, slot, i, WHOLE, IO_INPUT);
+    if (!ka->backward_input_next(&pa, &pb))
+        return 0;
+    if (ps == P_BACKWARD) {
+        weight_step(e, slot, i, WHOLE);
+        weight_step(e, slot, i - 1, WHOLE);
+    }
     if (e->poll)
         e->poll(e->poll_ctx);
     return 1;
@@ -1665,8 +1697,10 @@ static int run_pass(merak_exec *e, int slot, int begin, int end, pass ps)
     const int first = back ? end - 1 : begin, stop = back ? begin - 1 : end;
     if (e->K == 1) {
         for (int i = first; i != stop; i += dir) {
-            if (ps == P_FORWARD && forward_pair(e, slot, i, end))
+            if (!back && forward_pair(e, slot, i, end, ps))
                 i++;   /* its forward done with op i's */
+            else if (back && backward_pair(e, slot, i, begin, ps))
+                i--;   /* its input part done with op i's */
             else if ((ps != P_RECOMPUTE || e->dropped[i]) && step_op(e, slot, i, WHOLE, ps) < 0)
                 return -1;
         }

@@ -28,16 +28,21 @@
  * GPT-2 124M at B = 8, T = 1024 this plans 7.4 GB of activation memory
  * where every gradient its own took 14.3.
  *
- * Ops run one by one, but for three cases where the backend can do them
- * in one pass (ops.h): a norm's input and weight parts, when they run
- * together (not apart for a zero-bubble schedule); forward, a residual add
- * and the norm that reads its sum, where both run natively in bf16
- * storage; and the loss's input part in its training forward, where the
- * logits are in bf16 storage with their gradient over them and kept to
- * the backward (merak_exec_op_grad_early: the logits read once, not
- * twice).  The last two not while merak_exec_time_ops times each op (the
+ * Ops run one by one, but where the backend can do two in one pass
+ * (ops.h): a norm's input and weight parts, when they run together (not
+ * apart for a zero-bubble schedule); forward, a residual add and the norm
+ * that reads its sum, and a linear layer and the GELU of its output,
+ * where both run natively in bf16 storage (in a recompute, where both are
+ * re-run); backward, a GELU's input part with that of the linear layer
+ * that alone reads its output (GELU's output's gradient never written);
+ * and the loss's input part in its training forward, where the logits
+ * are in bf16 storage with their gradient over them and kept to the
+ * backward (merak_exec_op_grad_early: the logits read once, not twice).
+ * All but the first not while merak_exec_time_ops times each op (the
  * calibration times each kind).  Each gives the bits of the ops one by
- * one, but for the order of the norm's weight-gradient sums.
+ * one, but for the order of the norm's weight-gradient sums and where a
+ * backend's pair rounds once where the two round twice (kernels.h
+ * linear16_gelu_fwd).
  *
  * Chunks: a slice may be several disjoint op ranges (the model chunks an
  * interleaved pipeline stage runs), each with its own slots; the

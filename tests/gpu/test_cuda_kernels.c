@@ -1422,6 +1422,68 @@ static void test_embedding16(int N, int C, int V, int v0)
     free(wte), free(dout), free(ids), free(dw0), free(dw_c), free(dw_g), free(out_c), free(out_g);
 }
 
+/* A linear layer with GELU after it (kernels.h linear16_gelu_fwd,
+ * linear16_bwd_x_dgelu) against the CPU's (its two entries' bits), every
+ * element written (the buffers start NaN): without cuBLASLt's epilogues
+ * the device's own two entries' bits, within a bf16 rounding of the CPU;
+ * with them (merak_cuda_set_gelu_epilogue) GELU meets the fp32 product,
+ * within two. */
+static void test_linear16_gelu(int N, int K, int O, int O2, int bias)
+{
+    const size_t nk = (size_t)N * K, ok = (size_t)O * K, no = (size_t)N * O, o2 = (size_t)O2 * O,
+                 n2 = (size_t)N * O2;
+    uint16_t *inp = rand_bf16(nk, -1, 1), *w = rand_bf16(ok, -0.5f, 0.5f), *b = rand_bf16((size_t)O, -1, 1);
+    uint16_t *w2 = rand_bf16(o2, -0.5f, 0.5f), *dout = rand_bf16(n2, -1, 1);
+    const uint16_t *hb = bias ? b : NULL;
+    float *scratch = xmalloc((nk + ok + 3 * no + o2 + n2 + (size_t)O + 64) * sizeof(float));
+    uint16_t *pre_c = xmalloc(no * 2), *out_c = xmalloc(no * 2), *dpre_c = xmalloc(no * 2);
+    g_cpu->linear16_gelu_fwd(pre_c, out_c, inp, w, hb, N, K, O, scratch);
+    g_cpu->linear16_bwd_x_dgelu(dpre_c, dout, w2, pre_c, N, O, O2, O2, scratch);
+    uint16_t *d_inp = to_dev(inp, nk * 2), *d_w = to_dev(w, ok * 2), *d_b = to_dev(b, (size_t)O * 2),
+             *d_w2 = to_dev(w2, o2 * 2), *d_dout = to_dev(dout, n2 * 2), *d_pre_c = to_dev(pre_c, no * 2);
+    uint16_t *d_pre = dmalloc(no * 2), *d_out = dmalloc(no * 2), *d_dpre = dmalloc(no * 2);
+    uint16_t *g[3][3];   /* [off, two entries, on][pre, out, dpre] */
+    for (int m = 0; m < 3; m++) {
+        merak_cuda_set_gelu_epilogue(m == 2);
+        merak_cuda_memset(d_pre, 0xff, no * 2), merak_cuda_memset(d_out, 0xff, no * 2);
+        merak_cuda_memset(d_dpre, 0xff, no * 2);
+        if (m == 1) {
+            g_gpu->linear16_fwd(d_pre, d_inp, d_w, bias ? d_b : NULL, N, K, O, O, NULL);
+            g_gpu->gelu16_fwd(d_out, d_pre, no, NULL);
+            g_gpu->linear16_bwd_x(d_dpre, d_dout, d_w2, N, O, O2, O2, 0, NULL);
+            g_gpu->gelu16_bwd(d_dpre, d_dpre, d_pre_c, no, 0, NULL);
+        } else {
+            g_gpu->linear16_gelu_fwd(d_pre, d_out, d_inp, d_w, bias ? d_b : NULL, N, K, O, NULL);
+            g_gpu->linear16_bwd_x_dgelu(d_dpre, d_dout, d_w2, d_pre_c, N, O, O2, O2, NULL);
+        }
+        for (int t = 0; t < 3; t++) {
+            g[m][t] = xmalloc(no * 2);
+            merak_cuda_memcpy_d2h(g[m][t], t == 0 ? d_pre : t == 1 ? d_out : d_dpre, no * 2);
+        }
+    }
+    merak_cuda_set_gelu_epilogue(0);
+    const int same = !memcmp(g[0][0], g[1][0], no * 2) && !memcmp(g[0][1], g[1][1], no * 2) &&
+                     !memcmp(g[0][2], g[1][2], no * 2);
+    const uint16_t *cpu[3] = {pre_c, out_c, dpre_c};
+    double e[2][3];
+    for (int m = 0; m < 2; m++)
+        for (int t = 0; t < 3; t++) {
+            float *a = widened(g[2 * m][t], no), *c = widened(cpu[t], no);
+            e[m][t] = worst(a, c, no, m ? 1.6e-2 : 8e-3, m ? 2e-4 : 1e-4);
+            free(a), free(c);
+        }
+    tap_ok(same && e[0][0] <= 1 && e[0][1] <= 1 && e[0][2] <= 1 && e[1][0] <= 1 && e[1][1] <= 1 && e[1][2] <= 1,
+           "linear16 with GELU N=%d K=%d O=%d (then O=%d) bias=%d: the two entries' bits %d; pre %.2f, out %.2f, "
+           "dpre %.2f of a bf16 rounding from the CPU; with cuBLASLt's epilogues %.2f, %.2f, %.2f of two",
+           N, K, O, O2, bias, same, e[0][0], e[0][1], e[0][2], e[1][0], e[1][1], e[1][2]);
+    for (int m = 0; m < 3; m++)
+        for (int t = 0; t < 3; t++)
+            free(g[m][t]);
+    merak_cuda_free(d_inp), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_w2), merak_cuda_free(d_dout);
+    merak_cuda_free(d_pre_c), merak_cuda_free(d_pre), merak_cuda_free(d_out), merak_cuda_free(d_dpre);
+    free(inp), free(w), free(b), free(w2), free(dout), free(scratch), free(pre_c), free(out_c), free(dpre_c);
+}
+
 /* The cross-entropy's bf16 entries against the CPU's: the statistics
  * within fp32's tolerance, the gradient within one bf16 rounding, in place
  * (over the logits, rows of an ignored target zero) and accumulated.
@@ -1876,6 +1938,10 @@ int main(void)
     test_linear16(37, 53, 29, 32, 0);
     test_linear16(64, 768, 50257, 50264, 0); /* GPT-2's head */
     test_linear16(9, 0, 13, 16, 0);          /* K = 0: zeros, padding kept */
+    test_linear16_gelu(64, 96, 384, 96, 1);     /* an MLP's two layers, rows on 16 bytes */
+    test_linear16_gelu(64, 96, 384, 96, 0);
+    test_linear16_gelu(256, 768, 3072, 768, 1); /* GPT-2's, 256 rows */
+    test_linear16_gelu(33, 40, 100, 36, 1);     /* rows off 16 bytes: the epilogues refused, composed */
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */
     test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);

@@ -172,7 +172,7 @@ static void test_step(const char *preset)
  * storage.  C(i, entry, params, args): a wrapper counting entry i. */
 enum { E_LIN_F, E_LIN_X, E_LIN_W, E_EMB_F, E_EMB_W, E_CE_S, E_CE_B, E_POS_F, E_POS_W, E_GELU_F, E_GELU_B,
        E_SWIGLU_F, E_SWIGLU_B, E_ADD_F, E_ACC, E_DROP_F, E_DROP_B, E_LN_F, E_LN_X, E_LN_W, E_RMS_F, E_RMS_X,
-       E_RMS_W, E_LN_B, E_RMS_B, E_ADD_LN, E_ADD_RMS, E_ATT_F, E_ATT_B, E_CE_F, E_COUNT };
+       E_RMS_W, E_LN_B, E_RMS_B, E_ADD_LN, E_ADD_RMS, E_ATT_F, E_ATT_B, E_CE_F, E_LG_F, E_LG_B, E_COUNT };
 static int calls[E_COUNT];
 #define C(i, entry, params, args)                       \
     static void count_##entry params                    \
@@ -202,6 +202,11 @@ C(E_CE_B, crossentropy16_bwd,
 C(E_CE_F, crossentropy16_fused,
   (float *l, float *t, h16 *x, const int32_t *tg, int N, int V, int ld, int v0, float sc, float *s),
   (l, t, x, tg, N, V, ld, v0, sc, s))
+C(E_LG_F, linear16_gelu_fwd,
+  (h16 *p, h16 *o, const h16 *x, const h16 *w, const h16 *b, int N, int K, int O, float *s), (p, o, x, w, b, N, K, O, s))
+C(E_LG_B, linear16_bwd_x_dgelu,
+  (h16 *dp, const h16 *d, const h16 *w, const h16 *p, int N, int K, int O, int ld, float *s),
+  (dp, d, w, p, N, K, O, ld, s))
 C(E_POS_F, posemb16_fwd, (h16 *o, const h16 *x, const h16 *w, int B, int T, int Cc, float *s), (o, x, w, B, T, Cc, s))
 C(E_POS_W, posemb16_bwd_w, (float *dw, const h16 *d, int B, int T, int Cc, float *s), (dw, d, B, T, Cc, s))
 C(E_GELU_F, gelu16_fwd, (h16 *o, const h16 *x, size_t n, float *s), (o, x, n, s))
@@ -265,7 +270,8 @@ static merak_kernels counted, staged;
     X(gelu16_bwd) X(swiglu16_fwd) X(swiglu16_bwd) X(add16_fwd) X(accumulate16) X(dropout16_fwd)           \
     X(dropout16_bwd) X(layernorm16_fwd) X(layernorm16_bwd_x) X(layernorm16_bwd_w) X(rmsnorm16_fwd)            \
     X(rmsnorm16_bwd_x) X(rmsnorm16_bwd_w) X(layernorm16_bwd) X(rmsnorm16_bwd) X(add_layernorm16_fwd)      \
-    X(add_rmsnorm16_fwd) X(attention16_fwd) X(attention16_bwd) X(crossentropy16_fused)
+    X(add_rmsnorm16_fwd) X(attention16_fwd) X(attention16_bwd) X(crossentropy16_fused) \
+    X(linear16_gelu_fwd) X(linear16_bwd_x_dgelu)
 static void tables(void)
 {
     counted = staged = *merak_kernels_cpu();
@@ -283,8 +289,13 @@ static void tables(void)
  * (add_layernorm16_fwd, add_rmsnorm16_fwd), each by itself otherwise; the
  * loss's statistics and gradient in one call (crossentropy16_fused) where
  * its forward writes the gradient (merak_exec_op_grad_early), else its
- * two. */
-static void needed(const merak_graph *g, const merak_exec *e, int together, int *need)
+ * two; a linear layer and the GELU of its output forward in one call
+ * (linear16_gelu_fwd), and the GELU's input part with that of the linear
+ * layer reading its output alone (linear16_bwd_x_dgelu), where both run
+ * natively and the GELU writes its input's gradient, each GELU call by
+ * itself otherwise; must[] (or NULL): the entries not to be called at
+ * all (the GELU's, every one paired). */
+static void needed(const merak_graph *g, const merak_exec *e, int together, int *need, int *never)
 {
     static const struct { merak_op_type t; int e[3]; } uses[] = {
         {MERAK_OP_LINEAR, {E_LIN_F, E_LIN_X, E_LIN_W}}, {MERAK_OP_EMBEDDING, {E_EMB_F, E_EMB_W, -1}},
@@ -303,6 +314,27 @@ static void needed(const merak_graph *g, const merak_exec *e, int together, int 
         if (need[k ? E_RMS_X : E_LN_X])
             need[k ? E_RMS_X : E_LN_X] = need[k ? E_RMS_W : E_LN_W] = 0, need[k ? E_RMS_B : E_LN_B] = 1;
     need[E_ADD_F] = need[E_LN_F] = need[E_RMS_F] = 0;   /* the forwards, pair by pair */
+    need[E_GELU_F] = need[E_GELU_B] = 0;   /* and the GELUs, pair by pair */
+    for (int i = 0; i < g->nops; i++) {
+        const merak_op *o = &g->ops[i], *p = i > 0 ? &g->ops[i - 1] : NULL, *q = i + 1 < g->nops ? &g->ops[i + 1] : NULL;
+        if (o->type != MERAK_OP_GELU)
+            continue;
+        const int fwd = p && p->type == MERAK_OP_LINEAR && o->in[0] == p->out && merak_exec_op_native(e, i - 1) &&
+                        merak_exec_op_native(e, i);
+        int readers = 0;
+        for (int j = 0; j < g->nops; j++)
+            for (int k = 0; k < g->ops[j].nin; k++)
+                readers += g->ops[j].in[k] == o->out;
+        const int bwd = q && q->type == MERAK_OP_LINEAR && q->in[0] == o->out && readers == 1 &&
+                        merak_exec_op_native(e, i) && merak_exec_op_native(e, i + 1) && merak_exec_op_fresh(e, i);
+        need[fwd ? E_LG_F : E_GELU_F] = 1;
+        need[bwd ? E_LG_B : E_GELU_B] = 1;
+    }
+    if (never) {
+        memset(never, 0, E_COUNT * sizeof *never);
+        never[E_GELU_F] = !need[E_GELU_F], never[E_GELU_B] = !need[E_GELU_B];
+        never[E_LG_F] = !need[E_LG_F], never[E_LG_B] = !need[E_LG_B];
+    }
     for (int i = 0; i < g->nops; i++) {
         if (g->ops[i].type == MERAK_OP_CROSS_ENTROPY && merak_exec_op_grad_early(e, i))
             need[E_CE_S] = need[E_CE_B] = 0, need[E_CE_F] = 1;
@@ -379,11 +411,11 @@ static void test_storage_runs(const char *preset, int wide)
             run_two(e[i], how);
             loss[i][0] = merak_exec_loss(e[i], 0);
             loss[i][1] = merak_exec_loss(e[i], 1);
-            int need[E_COUNT];
-            needed(g, e[i], how != RUN_SPLIT, need);
+            int need[E_COUNT], never[E_COUNT];
+            needed(g, e[i], how != RUN_SPLIT, need, never);
             ncalls[i] = 1;
             for (int f = 0; f < E_COUNT; f++)
-                ncalls[i] &= calls[f] > 0 || !need[f];
+                ncalls[i] &= (calls[f] > 0 || !need[f]) && (calls[f] == 0 || !never[f]);
             /* the loss's one call where its forward writes the gradient, its two elsewhere, not both */
             for (int op = 0; op < g->nops; op++)
                 early[i] |= g->ops[op].type == MERAK_OP_CROSS_ENTROPY && merak_exec_op_grad_early(e[i], op);
