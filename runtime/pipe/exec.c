@@ -311,11 +311,34 @@ static int pass_root(const merak_exec *e, int t)
     return t;
 }
 
+static int op_fresh_ok(const merak_exec *e, int i);
+
+/* Does op i's input part run with op i - 1's in one call (backward_pair:
+ * the earlier's kind's backward_input_next), op i - 1 in the chunk from
+ * begin?  Op i reads op i - 1's output as its in[0] and is its only
+ * reader, neither sums over the tp group nor is the loss, both run
+ * natively in bf16 storage, op i - 1 writes its input gradient (fresh),
+ * the micro-batch in one call.  (The kinds may still decline a call, and
+ * timed ops run one by one.) */
+static int pairs_back(const merak_exec *e, int i, int begin)
+{
+    if (i - 1 < begin || e->K != 1)
+        return 0;
+    const merak_op *a = &e->g->ops[i - 1], *b = &e->g->ops[i];
+    const merak_op_kind *ka = merak_op_kind_of(a), *kb = merak_op_kind_of(b);
+    return ka->backward_input_next && b->nin >= 1 && b->in[0] == a->out && e->last_use[a->out] == i &&
+           ka->sum == MERAK_SUM_NONE && kb->sum == MERAK_SUM_NONE && !ka->loss && !kb->loss && e->native[i - 1] &&
+           e->native[i] && op_fresh_ok(e, i - 1);
+}
+
 /* Places chunk ch's shareable gradients in the shared buffer: in the order
  * the backward starts them (the reverse of op order), each at the lowest
  * offset no live one holds (first fit), a gradient being dead once its
- * producer's backward has run.  Raises e->gshared_floats to the chunk's
- * peak.  0, or -1 out of memory. */
+ * producer's backward has run.  A gradient starts at its last reader's
+ * backward, or at the next op's where the two run their input parts in one
+ * call (pairs_back: written there, while that op's own gradients are
+ * read).  Raises e->gshared_floats to the chunk's peak.  0, or -1 out of
+ * memory. */
 static int share_grads(merak_exec *e, const chunk *ch)
 {
     const merak_graph *g = e->g;
@@ -328,8 +351,12 @@ static int share_grads(merak_exec *e, const chunk *ch)
         return -1;
     }
     for (int t = 0; t < g->ntensors; t++)
-        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch && e->grad_via[t] < 0)
-            v[n++] = (live){t, g->tensors[t].producer, e->last_use[t], round_bytes(tbytes(e, t)), 0};
+        if (e->g_shared[t] && e->tensor_chunk[t] == ch - e->ch && e->grad_via[t] < 0) {
+            int hi = e->last_use[t];
+            if (hi + 1 < ch->end && g->ops[hi].nin > 0 && g->ops[hi].in[0] == t && pairs_back(e, hi + 1, ch->begin))
+                hi++;
+            v[n++] = (live){t, g->tensors[t].producer, hi, round_bytes(tbytes(e, t)), 0};
+        }
     /* a gradient passed through lives on in its output's: that one's life
      * reaches back to its producer's backward */
     for (int t = 0; t < g->ntensors; t++)
@@ -1527,24 +1554,15 @@ static int forward_pair(merak_exec *e, int slot, int i, int end, pass ps)
 }
 
 /* Backward input parts of ops i and i - 1 (>= begin) in one call, the
- * earlier's kind's backward_input_next, where they can be: op i reads op
- * i - 1's output as its in[0] and is its only reader, neither sums over
- * the tp group nor is the loss, both run natively in bf16 storage, op i -
- * 1 writes its input gradient (fresh), and the ops are not timed one by
- * one.  The gradient of op i - 1's output is then never written; in a
- * whole backward the weight parts follow, op i's then op i - 1's.  1 if
- * done, else 0. */
+ * earlier's kind's backward_input_next, where they can be (pairs_back)
+ * and the ops are not timed one by one.  The gradient of op i - 1's output
+ * is then never written; in a whole backward the weight parts follow, op
+ * i's then op i - 1's.  1 if done, else 0. */
 static int backward_pair(merak_exec *e, int slot, int i, int begin, pass ps)
 {
-    const merak_graph *g = e->g;
-    if (e->op_fwd || i - 1 < begin)
+    if (e->op_fwd || !pairs_back(e, i, begin))
         return 0;
-    const merak_op *a = &g->ops[i - 1], *b = &g->ops[i];
-    const merak_op_kind *ka = merak_op_kind_of(a), *kb = merak_op_kind_of(b);
-    if (!ka->backward_input_next || b->nin < 1 || b->in[0] != a->out || e->last_use[a->out] != i ||
-        ka->sum != MERAK_SUM_NONE || kb->sum != MERAK_SUM_NONE || ka->loss || kb->loss || !e->native[i - 1] ||
-        !e->native[i] || !e->fresh[i - 1])
-        return 0;
+    const merak_op_kind *ka = merak_op_kind_of(&e->g->ops[i - 1]);
     const merak_op_io pa = op_io(e, slot, i - 1, WHOLE, IO_INPUT), pb = op_io(e, slot, i, WHOLE, IO_INPUT);
     if (!ka->backward_input_next(&pa, &pb))
         return 0;

@@ -1464,6 +1464,12 @@ static void test_linear16_gelu(int N, int K, int O, int O2, int bias)
     merak_cuda_set_gelu_epilogue(0);
     const int same = !memcmp(g[0][0], g[1][0], no * 2) && !memcmp(g[0][1], g[1][1], no * 2) &&
                      !memcmp(g[0][2], g[1][2], no * 2);
+    /* the epilogues ran where the rows allow them: GELU on the unrounded
+     * product changes some of the results' last bits */
+    size_t moved = 0;
+    for (size_t j = 0; j < no; j++)
+        moved += g[2][1][j] != g[0][1][j] || g[2][2][j] != g[0][2][j];
+    const int ran = O % 8 != 0 || moved > 0;
     const uint16_t *cpu[3] = {pre_c, out_c, dpre_c};
     double e[2][3];
     for (int m = 0; m < 2; m++)
@@ -1472,10 +1478,12 @@ static void test_linear16_gelu(int N, int K, int O, int O2, int bias)
             e[m][t] = worst(a, c, no, m ? 1.6e-2 : 8e-3, m ? 2e-4 : 1e-4);
             free(a), free(c);
         }
-    tap_ok(same && e[0][0] <= 1 && e[0][1] <= 1 && e[0][2] <= 1 && e[1][0] <= 1 && e[1][1] <= 1 && e[1][2] <= 1,
+    tap_ok(same && ran && e[0][0] <= 1 && e[0][1] <= 1 && e[0][2] <= 1 && e[1][0] <= 1 && e[1][1] <= 1 &&
+               e[1][2] <= 1,
            "linear16 with GELU N=%d K=%d O=%d (then O=%d) bias=%d: the two entries' bits %d; pre %.2f, out %.2f, "
-           "dpre %.2f of a bf16 rounding from the CPU; with cuBLASLt's epilogues %.2f, %.2f, %.2f of two",
-           N, K, O, O2, bias, same, e[0][0], e[0][1], e[0][2], e[1][0], e[1][1], e[1][2]);
+           "dpre %.2f of a bf16 rounding from the CPU; with cuBLASLt's epilogues %.2f, %.2f, %.2f of two (%zu "
+           "results moved)",
+           N, K, O, O2, bias, same, e[0][0], e[0][1], e[0][2], e[1][0], e[1][1], e[1][2], moved);
     for (int m = 0; m < 3; m++)
         for (int t = 0; t < 3; t++)
             free(g[m][t]);

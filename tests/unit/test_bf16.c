@@ -539,6 +539,65 @@ static void test_loss_early(const char *preset)
     merak_graph_destroy(g);
 }
 
+/* A GELU's input part run with the next linear layer's (linear16_bwd_x_dgelu)
+ * writes the GELU's input gradient while the layer's output gradient is
+ * still read (by the call, then by the layer's weight part): the two may
+ * not share storage.  An MLP as wide as the model, with dropout, is where
+ * the shared buffer's plan would otherwise put one over the other. */
+static void test_pair_storage(void)
+{
+    merak_model_config c;
+    merak_model_preset("tiny-gpt2", &c);
+    c.ffn_hidden = c.hidden;
+    c.dropout = 0.1f;
+    merak_graph *g = merak_model_build(&c, 2, 16, err, sizeof err);
+    tables();
+    merak_exec_chunk whole;
+    merak_exec_opts o = run_opts(g, RUN_WHOLE, &whole), os;
+    o.bf16 = 1;
+    os = o;
+    o.kernels = &counted;
+    os.kernels = &staged;
+    merak_exec *e = NULL, *es = NULL;
+    if (!g || merak_exec_create(g, &o, &e, err, sizeof err) < 0 || merak_exec_create(g, &os, &es, err, sizeof err) < 0) {
+        tap_ok(0, "an MLP as wide as the model: %s", err);
+        merak_exec_destroy(e);
+        merak_graph_destroy(g);
+        return;
+    }
+    int pairs = 0, clash = 0;
+    for (int i = 1; i < g->nops; i++) {
+        const merak_op *a = &g->ops[i - 1], *b = &g->ops[i];
+        if (a->type != MERAK_OP_GELU || b->type != MERAK_OP_LINEAR || b->in[0] != a->out)
+            continue;
+        const char *pa = merak_exec_grad(e, 0, a->in[0]), *pb = merak_exec_grad(e, 0, b->out);
+        const size_t na = merak_exec_tensor_bytes(e, a->in[0]), nb = merak_exec_tensor_bytes(e, b->out);
+        pairs++;
+        clash += pa && pb && pa < pb + nb && pb < pa + na;
+    }
+    double loss[2][2];
+    merak_exec *ee[2] = {e, es};
+    memset(calls, 0, sizeof calls);
+    for (int i = 0; i < 2; i++) {
+        merak_init_params(g, ee[i], 42, NULL, 0);
+        fill_slot(g, ee[i], 0, c.vocab_size, 5);
+        fill_slot(g, ee[i], 1, c.vocab_size, 6);
+        run_two(ee[i], RUN_WHOLE);
+        loss[i][0] = merak_exec_loss(ee[i], 0);
+        loss[i][1] = merak_exec_loss(ee[i], 1);
+    }
+    size_t n;
+    const float *g0 = merak_exec_grads_flat(e, &n), *g1 = merak_exec_grads_flat(es, &n);
+    tap_ok(pairs > 0 && clash == 0 && calls[E_LG_B] > 0 && memcmp(loss[0], loss[1], sizeof loss[0]) == 0 &&
+               memcmp(g0, g1, n * sizeof *g0) == 0,
+           "an MLP as wide as the model: %d GELU and linear backward pairs (%d calls), none with the GELU's input "
+           "gradient over the layer's output gradient (%d); losses and weight gradients as staged, bit for bit",
+           pairs, calls[E_LG_B], clash);
+    merak_exec_destroy(e);
+    merak_exec_destroy(es);
+    merak_graph_destroy(g);
+}
+
 /* The CPU's entries on rows ld apart (the executor's padded logits):
  * what they give on dense rows, bit for bit, their padding (NaN) neither
  * read (nothing comes out NaN) nor written. */
@@ -719,6 +778,7 @@ int main(void)
     test_storage_runs("tiny-llama", 2);
     test_loss_early("tiny-gpt2");
     test_loss_early("tiny-llama");
+    test_pair_storage();
     test_padded_rows();
     test_tp_storage();
     test_refused();
