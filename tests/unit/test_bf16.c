@@ -73,6 +73,18 @@ static double step(merak_exec *e, int rc)
     return merak_exec_loss(e, 0);
 }
 
+/* Two micro-batches run `how` (preset.h run_two) from parameters of seed
+ * 42 and tokens of seeds 5 and 6; their losses. */
+static void run_seeded(const merak_graph *g, merak_exec *e, int V, int how, double loss[2])
+{
+    merak_init_params(g, e, 42, NULL, 0);
+    fill_slot(g, e, 0, V, 5);
+    fill_slot(g, e, 1, V, 6);
+    run_two(e, how);
+    loss[0] = merak_exec_loss(e, 0);
+    loss[1] = merak_exec_loss(e, 1);
+}
+
 static void test_step(const char *preset)
 {
     merak_model_config c;
@@ -405,12 +417,7 @@ static void test_storage_runs(const char *preset, int wide)
         int ncalls[3], blocks = 0, early[3] = {0, 0, 0};
         for (int i = 0; i < 3; i++) {
             memset(calls, 0, sizeof calls);
-            merak_init_params(g, e[i], 42, NULL, 0);
-            fill_slot(g, e[i], 0, c.vocab_size, 5);
-            fill_slot(g, e[i], 1, c.vocab_size, 6);
-            run_two(e[i], how);
-            loss[i][0] = merak_exec_loss(e[i], 0);
-            loss[i][1] = merak_exec_loss(e[i], 1);
+            run_seeded(g, e[i], c.vocab_size, how, loss[i]);
             int need[E_COUNT], never[E_COUNT];
             needed(g, e[i], how != RUN_SPLIT, need, never);
             ncalls[i] = 1;
@@ -491,12 +498,7 @@ static void test_loss_early(const char *preset)
     int fused = 0, two = 0;
     for (int i = 0; i < 2; i++) {
         memset(calls, 0, sizeof calls);
-        merak_init_params(g, e[i], 42, NULL, 0);
-        fill_slot(g, e[i], 0, c.vocab_size, 5);
-        fill_slot(g, e[i], 1, c.vocab_size, 6);
-        run_two(e[i], RUN_RECOMPUTED);
-        loss[i][0] = merak_exec_loss(e[i], 0);
-        loss[i][1] = merak_exec_loss(e[i], 1);
+        run_seeded(g, e[i], c.vocab_size, RUN_RECOMPUTED, loss[i]);
         if (i == 0)
             fused = calls[E_CE_F], two = calls[E_CE_S] + calls[E_CE_B];
     }
@@ -578,14 +580,8 @@ static void test_pair_storage(void)
     double loss[2][2];
     merak_exec *ee[2] = {e, es};
     memset(calls, 0, sizeof calls);
-    for (int i = 0; i < 2; i++) {
-        merak_init_params(g, ee[i], 42, NULL, 0);
-        fill_slot(g, ee[i], 0, c.vocab_size, 5);
-        fill_slot(g, ee[i], 1, c.vocab_size, 6);
-        run_two(ee[i], RUN_WHOLE);
-        loss[i][0] = merak_exec_loss(ee[i], 0);
-        loss[i][1] = merak_exec_loss(ee[i], 1);
-    }
+    for (int i = 0; i < 2; i++)
+        run_seeded(g, ee[i], c.vocab_size, RUN_WHOLE, loss[i]);
     size_t n;
     const float *g0 = merak_exec_grads_flat(e, &n), *g1 = merak_exec_grads_flat(es, &n);
     tap_ok(pairs > 0 && clash == 0 && calls[E_LG_B] > 0 && memcmp(loss[0], loss[1], sizeof loss[0]) == 0 &&
