@@ -328,6 +328,48 @@ static void bench_linear16(const char *name, int N, int K, int O, int ld, int bi
             merak_cuda_free(bufs[i]);
 }
 
+/* Each of cuBLASLt's heuristic algorithms for a linear16 layer's three
+ * products, timed (merak_cuda_gemm16_probe), against the one the backend
+ * runs (its pick): what choosing by time would win.  The products as
+ * cuda_glue.c's linear16 entries ask them.
+ *     gemm_probe op=linear_fwd layer=qkv shape=N,K,O candidates=8 picked=0 picked_ms=... best=3 best_ms=... gain=1.07
+ * gain: picked_ms / best_ms (1: the heuristic's pick is the fastest). */
+static void probe_linear16(const char *name, int N, int K, int O, int ld, int bias)
+{
+    lin16_arg a = {N, K, O, ld, drand16((size_t)N * K, 41), drand16((size_t)O * K, 42),
+                   bias ? drand16((size_t)O, 43) : NULL, drand16((size_t)N * ld, 44), drand16((size_t)N * ld, 45),
+                   drand16((size_t)N * K, 46), drand((size_t)O * K, 47)};
+    for (int op = 0; op < 3; op++) {
+        double ms[8];
+        int picked = -1, n;
+        if (op == 0)
+            n = merak_cuda_gemm16_probe(1, 0, O, N, K, a.w, K, a.inp, K, a.out, 1, ld, 0.0f, a.b, g_reps, ms, 8, &picked);
+        else if (op == 1)
+            n = merak_cuda_gemm16_probe(0, 0, K, N, O, a.w, K, a.dout, ld, a.dinp, 1, K, 0.0f, NULL, g_reps, ms, 8,
+                                        &picked);
+        else
+            n = merak_cuda_gemm16_probe(0, 1, K, O, N, a.inp, K, a.dout, ld, a.dw, 0, K, 1.0f, NULL, g_reps, ms, 8,
+                                        &picked);
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (ms[i] >= 0 && (best < 0 || ms[i] < ms[best]))
+                best = i;
+        static const char *ops[] = {"linear_fwd", "linear_bwd_x", "linear_bwd_w"};
+        if (best < 0 || picked < 0 || picked >= n || ms[picked] < 0)
+            printf("gemm_probe op=%s layer=%s shape=%d,%d,%d candidates=%d picked=%d: nothing to compare\n", ops[op],
+                   name, N, K, O, n, picked);
+        else
+            printf("gemm_probe op=%s layer=%s shape=%d,%d,%d candidates=%d picked=%d picked_ms=%.4f best=%d "
+                   "best_ms=%.4f gain=%.3f\n", ops[op], name, N, K, O, n, picked, ms[picked], best, ms[best],
+                   ms[picked] / ms[best]);
+        fflush(stdout);
+    }
+    void *bufs[] = {a.inp, a.w, a.b, a.out, a.dout, a.dinp, a.dw};
+    for (int i = 0; i < 7; i++)
+        if (bufs[i])
+            merak_cuda_free(bufs[i]);
+}
+
 /* GPT-2's MLP: the first layer and GELU forward (linear16_gelu_fwd),
  * and GELU's input part with the second layer's (linear16_bwd_x_dgelu),
  * each with cuBLASLt's GELU epilogues (epilogue=1) and without (0: the
@@ -1017,6 +1059,11 @@ int main(int argc, char **argv)
     bench_linear16("lm_head_dense", N, 768, 50257, 50257, 0);
     bench_linear16("lm_head", N, 768, 50257, 50264, 0);   /* as the executor pads the logits */
     bench_mlp16(N, 768, 3072);
+    probe_linear16("qkv", N, 768, 2304, 2304, 1);
+    probe_linear16("attn_proj", N, 768, 768, 768, 1);
+    probe_linear16("mlp_fc", N, 768, 3072, 3072, 1);
+    probe_linear16("mlp_proj", N, 3072, 768, 768, 1);
+    probe_linear16("lm_head", N, 768, 50257, 50264, 0);
     merak_cuda_set_products(MERAK_PRODUCTS_FP32);
     bench_copy(); /* first: of_copy's unit */
     bench_embeddings(B, T, 768, 50257);

@@ -22,6 +22,10 @@
 # (linear_gelu_fwd), GELU's input part with the second layer's
 # (linear_bwd_x_dgelu), with cuBLASLt's GELU epilogues (epilogue=1) and
 # without (0), against torch eager's product and GELU kernel.
+# Then, for the linear16 layers' three products at GPT-2's shapes, each of
+# cuBLASLt's heuristic algorithms timed against the one merak runs:
+#   gemm_probe op=linear_fwd layer=qkv shape=8192,768,2304 candidates=8 picked=0 picked_ms=... best=3 best_ms=... gain=...
+# (gain above 1: choosing by time would be faster).
 #
 #   op=linear_fwd layer=qkv math=fp32 shape=8192,768,2304 merak_ms=... torch_ms=... ratio=torch/merak=... merak_tflops=... of_peak=...
 #
@@ -54,9 +58,11 @@ bench_setup bench_cuda_ops "$BUILDDIR"
 make -s -C "$BUILDDIR" bench/bench_cuda_ops >/dev/null || die "cannot build bench/bench_cuda_ops (a CUDA build?)"
 "$BUILDDIR/bench/bench_cuda_ops" --batch "$B" --seq-len "$T" --reps "$REPS" --roofline "$TMP/roofline.txt" \
     > "$TMP/all.txt" || echo "# bench_cuda_ops failed part way (the rows before the failure stand)"
-# a row that failed (cuDNN's, timed last) is said, and left out of the comparison
+# a row that failed (cuDNN's, timed last) is said, and left out of the
+# comparison; so are the GEMM probes (cuBLASLt's candidates timed, merak only)
 grep '^failed' "$TMP/all.txt" || true
-grep -v '^failed' "$TMP/all.txt" > "$TMP/merak.txt" || die "bench_cuda_ops printed no row"
+grep '^gemm_probe' "$TMP/all.txt" || true
+grep -v -e '^failed' -e '^gemm_probe' "$TMP/all.txt" > "$TMP/merak.txt" || die "bench_cuda_ops printed no row"
 cat > "$TMP/torch_ops.py" <<'EOF'
 import sys, torch, torch.nn.functional as F
 reps = int(sys.argv[1])

@@ -31,6 +31,7 @@
 #include <cuda_runtime_api.h> /* cudaMalloc */
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdlib.h> /* qsort */
 #include <string.h>
 
 #define MERAK_CUDA_INTERNAL
@@ -147,29 +148,20 @@ static int lt_pick(const lt_key *key, const cublasLtMatmulHeuristicResult_t *res
     return 0;
 }
 
-/* The cached algorithm for key, asking the heuristic on a miss.  Returns the
- * entry (found = 0 when no algorithm exists), or NULL on an error. */
-static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
-                               cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                               cublasLtMatrixLayout_t lc)
+/* The heuristic's algorithms for key (best first, at most LT_CANDIDATES):
+ * *nres of them (0: none exists), and 0; or -1 on an error (recorded). */
+static int lt_heuristic(const lt_key *key, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                        cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatmulHeuristicResult_t *res,
+                        int *nres)
 {
-    for (int i = 0; i < cb.ncache; i++)
-        if (!memcmp(&cb.cache[i].key, key, sizeof *key))
-            return &cb.cache[i];
-
-    lt_entry fresh, *e = &fresh;
-    memset(e, 0, sizeof *e);
-    e->key = *key;
-
+    *nres = 0;
     cublasLtMatmulPreference_t pref = NULL;
     if (!lt_ok(lt.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
-        return NULL;
+        return -1;
     uint64_t ws = LT_WORKSPACE_BYTES;
     uint32_t al[3] = {(uint32_t)key->al_a, (uint32_t)key->al_b, (uint32_t)key->al_c};
     const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* (no split is always allowed) */
-    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
-    int nres = 0;
-    const lt_entry *ret = e;
+    int rc = 0;
     if (!lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws, sizeof ws),
                "cublasLtMatmulPreferenceSetAttribute") ||
@@ -193,31 +185,47 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
          !lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
                                                 sizeof red),
                 "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)"))) {
-        ret = NULL;
+        rc = -1;
     } else {
         cublasStatus_t st =
-            lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, LT_CANDIDATES, res, &nres);
+            lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, LT_CANDIDATES, res, nres);
         const uint32_t all = CUBLASLT_REDUCTION_SCHEME_MASK;
         if (key->cd == (int)CUDA_R_16BF &&
-            (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) &&
+            (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && *nres < 1)) &&
             lt_ok(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &all, sizeof all),
                   "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)"))
             /* no algorithm without a split in the output's type: any (a
              * shape the tests never meet; rounding more than once beats
              * failing) */
-            st = lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, LT_CANDIDATES, res, &nres);
-        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && nres < 1)) {
-            e->found = 0;
-        } else if (!lt_ok(st, "cublasLtMatmulAlgoGetHeuristic")) {
-            ret = NULL;
-        } else {
-            e->found = 1;
-            e->algo = res[lt_pick(key, res, nres)].algo;
-        }
+            st = lt.MatmulAlgoGetHeuristic(cb.lt, op, la, lb, lc, lc, pref, LT_CANDIDATES, res, nres);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && *nres < 1))
+            *nres = 0;
+        else if (!lt_ok(st, "cublasLtMatmulAlgoGetHeuristic"))
+            rc = -1;
     }
     lt.MatmulPreferenceDestroy(pref);
-    if (!ret)
+    return rc;
+}
+
+/* The cached algorithm for key, asking the heuristic on a miss.  Returns the
+ * entry (found = 0 when no algorithm exists), or NULL on an error. */
+static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
+                               cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                               cublasLtMatrixLayout_t lc)
+{
+    for (int i = 0; i < cb.ncache; i++)
+        if (!memcmp(&cb.cache[i].key, key, sizeof *key))
+            return &cb.cache[i];
+    lt_entry fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.key = *key;
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
+    int nres = 0;
+    if (lt_heuristic(key, op, la, lb, lc, res, &nres) < 0)
         return NULL;
+    fresh.found = nres > 0;
+    if (nres > 0)
+        fresh.algo = res[lt_pick(key, res, nres)].algo;
     /* kept in a free slot, else in place of the oldest (decoding asks for
      * a new shape every token; training's shapes come back) */
     lt_entry *slot = &cb.cache[cb.ncache < LT_CACHE ? cb.ncache++ : (int)(cb.evict++ % LT_CACHE)];
@@ -225,6 +233,54 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
     return slot;
 }
 
+/* A benchmark's question (merak_cuda_gemm16_probe): each of the
+ * heuristic's algorithms for a product timed on its buffers. */
+typedef struct lt_probe {
+    int reps, max;
+    double *ms;    /* [max]: each one's median milliseconds, < 0 where it failed */
+    int n, picked; /* how many were timed; the one lt_algo keeps */
+} lt_probe;
+
+static int by_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One call of algorithm `algo` timed `reps` times on the stream: the
+ * median milliseconds, or -1 where a call failed (not recorded: a
+ * candidate the device refuses is a benchmark's answer, not an error). */
+static double lt_time_one(cublasLtMatmulDesc_t op, const cublasLtMatmulAlgo_t *algo, float alpha, const void *A,
+                          cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb, float beta, void *C,
+                          cublasLtMatrixLayout_t lc, int reps)
+{
+    double t[32];
+    reps = reps < 1 ? 1 : reps > 32 ? 32 : reps;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double ms = -1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        goto out;
+    for (int r = -1; r < reps; r++) {   /* r = -1: a warm-up */
+        float f = 0;
+        if (cudaEventRecord(e0, merak_cuda_stream()) != cudaSuccess ||
+            lt.Matmul(cb.lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, algo, cb.lt_ws, LT_WORKSPACE_BYTES,
+                      merak_cuda_stream()) != CUBLAS_STATUS_SUCCESS ||
+            cudaEventRecord(e1, merak_cuda_stream()) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+            cudaEventElapsedTime(&f, e0, e1) != cudaSuccess)
+            goto out;
+        if (r >= 0)
+            t[r] = f;
+    }
+    qsort(t, (size_t)reps, sizeof *t, by_double);
+    ms = t[reps / 2];
+out:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    (void)cudaGetLastError();   /* a refused launch leaves no error behind */
+    return ms;
+}
 
 /* Sets the batch attributes of a layout (count > 1). */
 static int lt_layout_batch(cublasLtMatrixLayout_t l, int count, long long stride)
@@ -265,7 +321,7 @@ static cublasLtEpilogue_t lt_epilogue(lt_epi_kind kind, int bias)
  * epilogue applied to that sum before its rounding. */
 static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda, const void *B,
                 int ldb, void *C, int ldc, float beta, const void *bias, merak_cuda_batch bt,
-                cudaDataType_t ab, cudaDataType_t cd, lt_epi ep)
+                cudaDataType_t ab, cudaDataType_t cd, lt_epi ep, lt_probe *probe)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -335,6 +391,20 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
     key.ab = (int)ab;
     key.cd = (int)cd;
     key.epi = (int)ep.kind;
+    if (probe) {   /* every candidate timed, none cached */
+        cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
+        int nres = 0;
+        if (lt_heuristic(&key, op, la, lb, lc, res, &nres) < 0)
+            goto out;
+        probe->n = nres < probe->max ? nres : probe->max;
+        probe->picked = nres > 0 ? lt_pick(&key, res, nres) : -1;
+        for (int i = 0; i < probe->n; i++)
+            probe->ms[i] = res[i].state != CUBLAS_STATUS_SUCCESS
+                               ? -1
+                               : lt_time_one(op, &res[i].algo, alpha, A, la, B, lb, beta, C, lc, probe->reps);
+        rc = 0;
+        goto out;
+    }
     const lt_entry *e = lt_algo(&key, op, la, lb, lc);
     if (!e)
         goto out;
@@ -365,28 +435,40 @@ int merak_cuda_gemm(int ta, int tb, int m, int n, int k, float alpha, const floa
                     const float *B, int ldb, float *C, int ldc, float beta, const float *bias,
                     merak_cuda_batch bt)
 {
-    return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, bt, CUDA_R_32F, CUDA_R_32F, LT_NO_EPI);
+    return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, bt, CUDA_R_32F, CUDA_R_32F, LT_NO_EPI, NULL);
 }
 
 int merak_cuda_gemm16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A, int lda,
                       const uint16_t *B, int ldb, void *C, int c16, int ldc, float beta, const void *bias)
 {
     return gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, beta, bias, MERAK_CUDA_ONE, CUDA_R_16BF,
-                c16 ? CUDA_R_16BF : CUDA_R_32F, LT_NO_EPI);
+                c16 ? CUDA_R_16BF : CUDA_R_32F, LT_NO_EPI, NULL);
+}
+
+int merak_cuda_gemm16_probe(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                            int ldb, void *C, int c16, int ldc, float beta, const void *bias, int reps, double *ms,
+                            int max, int *picked)
+{
+    lt_probe p = {reps, max < LT_CANDIDATES ? max : LT_CANDIDATES, ms, 0, -1};
+    if (gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, beta, bias, MERAK_CUDA_ONE, CUDA_R_16BF,
+             c16 ? CUDA_R_16BF : CUDA_R_32F, LT_NO_EPI, &p) < 0)
+        return -1;
+    *picked = p.picked;
+    return p.n;
 }
 
 int merak_cuda_gemm16_gelu(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
                            int ldb, uint16_t *C, int ldc, const uint16_t *bias, uint16_t *pre, int ldpre)
 {
     return gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, 0.0f, bias, MERAK_CUDA_ONE, CUDA_R_16BF, CUDA_R_16BF,
-                (lt_epi){LT_EPI_GELU_AUX, pre, ldpre});
+                (lt_epi){LT_EPI_GELU_AUX, pre, ldpre}, NULL);
 }
 
 int merak_cuda_gemm16_dgelu(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
                             int ldb, uint16_t *C, int ldc, const uint16_t *pre, int ldpre)
 {
     return gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, 0.0f, NULL, MERAK_CUDA_ONE, CUDA_R_16BF, CUDA_R_16BF,
-                (lt_epi){LT_EPI_DGELU, pre, ldpre});
+                (lt_epi){LT_EPI_DGELU, pre, ldpre}, NULL);
 }
 
 /* ------------------------------------------------------------------ loading */

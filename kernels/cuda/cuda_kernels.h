@@ -103,6 +103,19 @@ merak_products merak_cuda_products(void);
 void merak_cuda_set_gelu_epilogue(int on);
 int merak_cuda_gelu_epilogue(void);
 
+/* A bf16 product as the linear layers' bf16 entries ask it (cuda_blas.c
+ * gemm16: C (m,n) = op(A) op(B) + beta C [+ bias], column-major, bf16 A
+ * and B, C bf16 if c16 else float) asked of each of cuBLASLt's heuristic
+ * algorithms for it (at most max, best first: ms[i] the median of reps
+ * timed runs, < 0 where it failed) on the buffers given (C is written: a
+ * benchmark's), *picked the one the backend runs; nothing cached.
+ * Returns how many were timed, or -1 on an error (recorded).  For
+ * bench_cuda_ops: what timing the candidates would win over the
+ * heuristic's choice. */
+int merak_cuda_gemm16_probe(int ta, int tb, int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                            int ldb, void *C, int c16, int ldc, float beta, const void *bias, int reps, double *ms,
+                            int max, int *picked);
+
 /* Attention's ways (cuda_attention.c): the fused kernels of flash.h (head
  * dims up to FLASH_HD), cuBLASLt products around softmax kernels over T x T
  * buffers, or cuDNN's fused attention in bf16 (a build with it,

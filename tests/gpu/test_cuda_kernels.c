@@ -1492,6 +1492,37 @@ static void test_linear16_gelu(int N, int K, int O, int O2, int bias)
     free(inp), free(w), free(b), free(w2), free(dout), free(scratch), free(pre_c), free(out_c), free(dpre_c);
 }
 
+/* The benchmarks' GEMM probe (merak_cuda_gemm16_probe): the heuristic's
+ * candidates for a linear16 forward each timed, the backend's pick among
+ * them, and every one that ran wrote the product (within a bf16 rounding
+ * of the CPU's linear16_fwd). */
+static void test_gemm_probe(int N, int K, int O)
+{
+    const size_t nk = (size_t)N * K, ok = (size_t)O * K, no = (size_t)N * O;
+    uint16_t *inp = rand_bf16(nk, -1, 1), *w = rand_bf16(ok, -0.5f, 0.5f), *out_c = xmalloc(no * 2),
+             *out_g = xmalloc(no * 2);
+    float *scratch = xmalloc((nk + ok + no + 64) * sizeof(float));
+    g_cpu->linear16_fwd(out_c, inp, w, NULL, N, K, O, O, scratch);
+    uint16_t *d_inp = to_dev(inp, nk * 2), *d_w = to_dev(w, ok * 2), *d_out = dmalloc(no * 2);
+    merak_cuda_memset(d_out, 0xff, no * 2);
+    double ms[8];
+    int picked = -1;
+    const int n = merak_cuda_gemm16_probe(1, 0, O, N, K, d_w, K, d_inp, K, d_out, 1, O, 0.0f, NULL, 3, ms, 8, &picked);
+    merak_cuda_memcpy_d2h(out_g, d_out, no * 2);
+    int timed = 0;
+    for (int i = 0; i < n; i++)
+        timed += ms[i] > 0;
+    float *a = widened(out_g, no), *c = widened(out_c, no);
+    const double e = worst(a, c, no, 8e-3, 1e-4);
+    tap_ok(n >= 1 && n <= 8 && picked >= 0 && picked < n && ms[picked] > 0 && timed >= 1 && e <= 1 &&
+               merak_cuda_status(NULL, 0) == 0,
+           "gemm16 probe N=%d K=%d O=%d: %d candidates (%d timed), the backend's pick %d at %.4f ms; the last run's "
+           "product %.2f of a bf16 rounding from the CPU", N, K, O, n, timed, picked, picked >= 0 && picked < n ? ms[picked] : -1.0, e);
+    free(a), free(c);
+    merak_cuda_free(d_inp), merak_cuda_free(d_w), merak_cuda_free(d_out);
+    free(inp), free(w), free(out_c), free(out_g), free(scratch);
+}
+
 /* The cross-entropy's bf16 entries against the CPU's: the statistics
  * within fp32's tolerance, the gradient within one bf16 rounding, in place
  * (over the logits, rows of an ignored target zero) and accumulated.
@@ -1950,6 +1981,7 @@ int main(void)
     test_linear16_gelu(64, 96, 384, 96, 0);
     test_linear16_gelu(256, 768, 3072, 768, 1); /* GPT-2's, 256 rows */
     test_linear16_gelu(33, 40, 100, 36, 1);     /* rows off 16 bytes: the epilogues refused, composed */
+    test_gemm_probe(256, 768, 2304);
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */
     test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);
