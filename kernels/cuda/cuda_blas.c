@@ -450,7 +450,10 @@ int merak_cuda_gemm16_probe(int ta, int tb, int m, int n, int k, const uint16_t 
                             int max, int *picked)
 {
     lt_probe p = {reps, max < LT_CANDIDATES ? max : LT_CANDIDATES, ms, 0, -1};
-    if (gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, beta, bias, MERAK_CUDA_ONE, CUDA_R_16BF,
+    /* an error already pending is the backend's, not a candidate's (those
+     * the timing drops) */
+    if (!merak_cuda_ok(cudaGetLastError(), "before the GEMM probe") ||
+        gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, ldc, beta, bias, MERAK_CUDA_ONE, CUDA_R_16BF,
              c16 ? CUDA_R_16BF : CUDA_R_32F, LT_NO_EPI, &p) < 0)
         return -1;
     *picked = p.picked;
