@@ -13,7 +13,8 @@
 # same token shard; the median step time of the timed steps is reported.
 # merak trains in each of MERAK_DTYPES (--dtype fp32, tf32, bf16; bf16-float: bf16
 # values in float storage, MERAK_BF16_STORAGE=float; bf16-gelu: bf16 with GELU in
-# cuBLASLt's epilogues, MERAK_CUDA_GELU_EPILOGUE=1).  PyTorch runs a
+# cuBLASLt's epilogues, MERAK_CUDA_GELU_EPILOGUE=1; bf16-tune: bf16 with GEMM
+# algorithms chosen by timing, MERAK_CUDA_GEMM_TUNE=1).  PyTorch runs a
 # nanoGPT-style GPT-2 (nn.Linear, F.scaled_dot_product_attention with
 # is_causal, fused AdamW, clip_grad_norm_; for llama-1b nn.RMSNorm,
 # rotate-half RoPE, SDPA with enable_gqa, SwiGLU, no biases) in four modes:
@@ -39,7 +40,7 @@
 # planned allocation ("memory (allocated)").
 #
 # Environment: MODELS [gpt2 gpt2-medium; or gpt2-v50304, llama-1b]  T [1024]  B [8]  M [1]  STEPS [20]
-#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16 bf16-gelu bf16-float]
+#   WARMUP [5]  MODES [fp32 tf32 bf16 bf16-compile]  MERAK_DTYPES [fp32 tf32 bf16 bf16-gelu bf16-tune bf16-float]
 #   PYTHON [python3]  PEAK_TFLOPS [989.4]  PEAK_TF32_TFLOPS [494.7]
 #   PEAK_FP32_TFLOPS [66.9]
 set -eu
@@ -52,7 +53,7 @@ M=${M:-1}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
 MODES=${MODES:-"fp32 tf32 bf16 bf16-compile"}
-MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32 bf16 bf16-gelu bf16-float"}
+MERAK_DTYPES=${MERAK_DTYPES:-"fp32 tf32 bf16 bf16-gelu bf16-tune bf16-float"}
 PYTHON=${PYTHON:-python3}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-66.9}
@@ -218,16 +219,17 @@ JSON
         spec=$model
         N=$("$BUILDDIR/merak-plan" --list-models | awk -v m="$model" '$1 == m {print $10}')
     fi
-    best= ms_fp32= ms_tf32= ms_bf16= ms_bf16_float= ms_bf16_gelu=
+    best= ms_fp32= ms_tf32= ms_bf16= ms_bf16_float= ms_bf16_gelu= ms_bf16_tune=
     for dt in $MERAK_DTYPES; do
         rm -f "$TMP/m.jsonl"
         case $dt in
-        bf16-float) flag=bf16 storage=float gelu=0 ;;
-        bf16-gelu) flag=bf16 storage=bf16 gelu=1 ;;
-        *) flag=$dt storage=bf16 gelu=0 ;;
+        bf16-float) flag=bf16 storage=float gelu=0 tune=0 ;;
+        bf16-gelu) flag=bf16 storage=bf16 gelu=1 tune=0 ;;
+        bf16-tune) flag=bf16 storage=bf16 gelu=0 tune=1 ;;
+        *) flag=$dt storage=bf16 gelu=0 tune=0 ;;
         esac
         # a run that fails is reported and the others go on (a GPU's minutes are few)
-        if ! env MERAK_BF16_STORAGE=$storage MERAK_CUDA_GELU_EPILOGUE=$gelu "$BUILDDIR/merak-train" --model "$spec" --device cuda --dtype "$flag" \
+        if ! env MERAK_BF16_STORAGE=$storage MERAK_CUDA_GELU_EPILOGUE=$gelu MERAK_CUDA_GEMM_TUNE=$tune "$BUILDDIR/merak-train" --model "$spec" --device cuda --dtype "$flag" \
             --data "$TMP/shard.bin" \
             --micro-batch "$B" --micro-batches "$M" --seq-len "$T" --steps "$NSTEPS" --lr 1e-4 \
             --lr-schedule constant --clip 1.0 --log-every 1000000 --metrics "$TMP/m.jsonl" \

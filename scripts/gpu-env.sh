@@ -301,7 +301,8 @@ all)
                   grep "^step\|^op times\|^memory" ) ;;
         cuda_ops)
             sh "$self" bench "$out/ops" cuda_ops > /dev/null 2>&1
-            grep -E "attention|roofline: copy|below 0.6|failed" "$out/ops/cuda_ops.txt" | cut -c1-220 | head -40 ;;
+            grep -E "attention|roofline: copy|below 0.6|failed|gemm_probe|gelu|crossentropy16" "$out/ops/cuda_ops.txt" |
+                cut -c1-220 | head -60 ;;
         v50304)
             MODELS=gpt2-v50304 MERAK_DTYPES="bf16" MODES="bf16-compile" sh "$self" bench "$out/v50304" gpu_train > /dev/null 2>&1
             cut -c1-200 "$out/v50304/gpu_train.txt" ;;

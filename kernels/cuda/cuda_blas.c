@@ -51,10 +51,12 @@ typedef struct lt_key {
     long long sa, sb, sc; /* their strides (elements) */
     int math;             /* merak_cuda_products: the compute type */
     int ab, cd;           /* the operands' types: A and B, C and D (cudaDataType) */
-    int epi;              /* lt_epi_kind: GELU's epilogues (the struct has no padding:
-                           * it is memcmp'd, and copies need not keep padding bytes) */
+    int epi;              /* lt_epi_kind: GELU's epilogues */
+    int tuned;            /* chosen by timing the candidates (merak_cuda_set_gemm_tune) */
+    int pad;              /* 0: the struct has no padding (it is memcmp'd, and copies
+                           * need not keep padding bytes) */
 } lt_key;
-_Static_assert(sizeof(lt_key) == 18 * sizeof(int) + 3 * sizeof(long long), "lt_key has padding");
+_Static_assert(sizeof(lt_key) == 20 * sizeof(int) + 3 * sizeof(long long), "lt_key has padding");
 
 typedef struct lt_entry {
     lt_key key;
@@ -71,7 +73,11 @@ static struct cuda_blas {
     int ncache;
     unsigned evict;   /* with the cache full, the next slot a new shape replaces */
     merak_products math;   /* the products' math (merak_cuda_set_products) */
+    int tune;              /* merak_cuda_set_gemm_tune */
 } cb;
+
+void merak_cuda_set_gemm_tune(int on) { cb.tune = on != 0; }
+int merak_cuda_gemm_tune(void) { return cb.tune; }
 
 void merak_cuda_set_products(merak_products p)
 {
@@ -124,7 +130,7 @@ int merak_cuda_ptr_align(const void *p)
 /* Which of the heuristic's n candidates (best first) a shape keeps: the
  * first, except where a bf16 result has something added to the product
  * (a bias epilogue, beta 1 on a bf16 C).  There the first candidate with
- * no K split.  Why: on an H200, of all the bf16 products tested only
+ * no K split (lt_unsplit: where no addend, any).  Why: on an H200, of all the bf16 products tested only
  * small ones with an addend (N = 33-40, the summed dimension under 100)
  * came out about 3 bf16 roundings from the CPU's one (bench/RESULTS.md
  * 14k), as if the addend met a product already rounded; small products
@@ -132,19 +138,22 @@ int merak_cuda_ptr_align(const void *p)
  * seen: CUBLASLT_LOG_LEVEL=2 on a GPU prints the algorithm chosen.  An
  * unsplit algorithm adds in the epilogue, in fp32, and rounds once.
  * With none unsplit, the first. */
+static int lt_unsplit(const lt_key *key, const cublasLtMatmulHeuristicResult_t *r)
+{
+    int32_t splits = 1;
+    size_t got = 0;
+    return (key->cd != (int)CUDA_R_16BF || (!key->bias && key->beta_zero)) ||
+           (r->state == CUBLAS_STATUS_SUCCESS &&
+            lt.MatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits,
+                                            &got) == CUBLAS_STATUS_SUCCESS &&
+            splits <= 1);
+}
+
 static int lt_pick(const lt_key *key, const cublasLtMatmulHeuristicResult_t *res, int n)
 {
-    if (key->cd != (int)CUDA_R_16BF || (!key->bias && key->beta_zero))
-        return 0;
-    for (int i = 0; i < n; i++) {
-        int32_t splits = 1;
-        size_t got = 0;
-        if (res[i].state == CUBLAS_STATUS_SUCCESS &&
-            lt.MatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                            sizeof splits, &got) == CUBLAS_STATUS_SUCCESS &&
-            splits <= 1)
+    for (int i = 0; i < n; i++)
+        if (lt_unsplit(key, &res[i]))
             return i;
-    }
     return 0;
 }
 
@@ -207,32 +216,6 @@ static int lt_heuristic(const lt_key *key, cublasLtMatmulDesc_t op, cublasLtMatr
     return rc;
 }
 
-/* The cached algorithm for key, asking the heuristic on a miss.  Returns the
- * entry (found = 0 when no algorithm exists), or NULL on an error. */
-static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
-                               cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                               cublasLtMatrixLayout_t lc)
-{
-    for (int i = 0; i < cb.ncache; i++)
-        if (!memcmp(&cb.cache[i].key, key, sizeof *key))
-            return &cb.cache[i];
-    lt_entry fresh;
-    memset(&fresh, 0, sizeof fresh);
-    fresh.key = *key;
-    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
-    int nres = 0;
-    if (lt_heuristic(key, op, la, lb, lc, res, &nres) < 0)
-        return NULL;
-    fresh.found = nres > 0;
-    if (nres > 0)
-        fresh.algo = res[lt_pick(key, res, nres)].algo;
-    /* kept in a free slot, else in place of the oldest (decoding asks for
-     * a new shape every token; training's shapes come back) */
-    lt_entry *slot = &cb.cache[cb.ncache < LT_CACHE ? cb.ncache++ : (int)(cb.evict++ % LT_CACHE)];
-    *slot = fresh;
-    return slot;
-}
-
 /* A benchmark's question (merak_cuda_gemm16_probe): each of the
  * heuristic's algorithms for a product timed on its buffers. */
 typedef struct lt_probe {
@@ -280,6 +263,76 @@ out:
         cudaEventDestroy(e1);
     (void)cudaGetLastError();   /* a refused launch leaves no error behind */
     return ms;
+}
+
+/* A product's operands, for timing its candidates (a tuned key). */
+typedef struct lt_call {
+    float alpha, beta;
+    const void *A, *B;
+    void *C;
+    size_t cbytes;   /* C's extent */
+} lt_call;
+
+/* Of the heuristic's n candidates that lt_pick may keep (lt_unsplit), the
+ * fastest on the call's operands (three timed runs each, after one): on C
+ * itself where beta is 0 (the call writes it after), else on a scratch
+ * matrix of C's size (stream-ordered: nothing waits for the whole device),
+ * whose values do not change a product's time.  lt_pick's where none ran. */
+static int lt_fastest(const lt_key *key, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const cublasLtMatmulHeuristicResult_t *res,
+                      int n, const lt_call *c)
+{
+    int pick = lt_pick(key, res, n);
+    void *tc = c->C, *tmp = NULL;
+    if (!key->beta_zero && cudaMallocAsync(&tmp, c->cbytes, merak_cuda_stream()) != cudaSuccess) {
+        (void)cudaGetLastError();   /* no room to time: the heuristic's */
+        return pick;
+    }
+    if (tmp)
+        tc = tmp;
+    double best = -1;
+    for (int i = 0; i < n; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || !lt_unsplit(key, &res[i]))
+            continue;
+        const double ms = lt_time_one(op, &res[i].algo, c->alpha, c->A, la, c->B, lb, c->beta, tc, lc, 3);
+        if (ms >= 0 && (best < 0 || ms < best))
+            best = ms, pick = i;
+    }
+    if (tmp)
+        (void)cudaFreeAsync(tmp, merak_cuda_stream());
+    return pick;
+}
+
+/* The cached algorithm for key, asking the heuristic on a miss (and, a
+ * tuned key, timing its candidates on the call c).  Returns the entry
+ * (found = 0 when no algorithm exists), or NULL on an error. */
+static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
+                               cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                               cublasLtMatrixLayout_t lc, const lt_call *c)
+{
+    for (int i = 0; i < cb.ncache; i++)
+        if (!memcmp(&cb.cache[i].key, key, sizeof *key))
+            return &cb.cache[i];
+    lt_entry fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.key = *key;
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
+    int nres = 0;
+    if (lt_heuristic(key, op, la, lb, lc, res, &nres) < 0)
+        return NULL;
+    /* an error already pending is the backend's, not a candidate's (those
+     * the timing drops) */
+    if (key->tuned && nres > 1 && !merak_cuda_ok(cudaGetLastError(), "before timing a GEMM's algorithms"))
+        return NULL;
+    fresh.found = nres > 0;
+    if (nres > 0)
+        fresh.algo = res[key->tuned && nres > 1 ? lt_fastest(key, op, la, lb, lc, res, nres, c)
+                                                : lt_pick(key, res, nres)].algo;
+    /* kept in a free slot, else in place of the oldest (decoding asks for
+     * a new shape every token; training's shapes come back) */
+    lt_entry *slot = &cb.cache[cb.ncache < LT_CACHE ? cb.ncache++ : (int)(cb.evict++ % LT_CACHE)];
+    *slot = fresh;
+    return slot;
 }
 
 /* Sets the batch attributes of a layout (count > 1). */
@@ -391,6 +444,7 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
     key.ab = (int)ab;
     key.cd = (int)cd;
     key.epi = (int)ep.kind;
+    key.tuned = cb.tune && ab == CUDA_R_16BF && bt.count == 1 && !probe;
     if (probe) {   /* every candidate timed, none cached */
         cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
         int nres = 0;
@@ -405,7 +459,10 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
         rc = 0;
         goto out;
     }
-    const lt_entry *e = lt_algo(&key, op, la, lb, lc);
+    const lt_call call = {alpha, beta, A, B, C,
+                          (size_t)ldc * (size_t)(n > 0 ? n - 1 : 0) * (cd == CUDA_R_16BF ? 2 : 4) +
+                              (size_t)m * (cd == CUDA_R_16BF ? 2 : 4)};
+    const lt_entry *e = lt_algo(&key, op, la, lb, lc, &call);
     if (!e)
         goto out;
     if (!e->found) {

@@ -681,16 +681,27 @@ static const merak_kernels cuda_table = {
 
 /* ------------------------------------------------------------------ init */
 
+/* *v from environment variable name: 0 unset or "0", 1 for "1"; another
+ * value is recorded and -1. */
+static int env01(const char *name, int *v)
+{
+    const char *s = getenv(name);
+    if (s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+        merak_cuda_record(name, "not 0 or 1");
+        return -1;
+    }
+    *v = s && strcmp(s, "1") == 0;
+    return 0;
+}
+
 static int backend_init(void)
 {
-    if (gelu_epi < 0) {   /* a test or benchmark may have set it first */
-        const char *s = getenv("MERAK_CUDA_GELU_EPILOGUE");
-        if (s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
-            merak_cuda_record("MERAK_CUDA_GELU_EPILOGUE", "not 0 or 1");
-            return -1;
-        }
-        gelu_epi = s && strcmp(s, "1") == 0;
-    }
+    int tune = 0;
+    if ((gelu_epi < 0 && env01("MERAK_CUDA_GELU_EPILOGUE", &gelu_epi) < 0) ||   /* (a test may have set it) */
+        env01("MERAK_CUDA_GEMM_TUNE", &tune) < 0)
+        return -1;
+    if (tune)
+        merak_cuda_set_gemm_tune(1);
     if (!merak_cuda_available() || merak_cuda_blas_open() < 0)
         return -1;
     if (!merak_cuda_ok(cudaMalloc((void **)&cb.d_sumsq, sizeof(double)), "cudaMalloc(sumsq)"))

@@ -103,6 +103,16 @@ merak_products merak_cuda_products(void);
 void merak_cuda_set_gelu_epilogue(int on);
 int merak_cuda_gelu_epilogue(void);
 
+/* Whether the linear layers' bf16 products choose their cuBLASLt
+ * algorithm by timing (on): each new product's candidates (the heuristic's
+ * up to 8, those it may keep) timed once on the call's operands, the
+ * fastest kept for the process; off (the default), the heuristic's pick.
+ * Timing may choose differently from run to run, and two algorithms may
+ * differ in the last bits of a product, so a tuned run is not bit for bit
+ * repeatable across processes.  MERAK_CUDA_GEMM_TUNE (0 or 1) sets it when
+ * the backend starts. */
+void merak_cuda_set_gemm_tune(int on);
+int merak_cuda_gemm_tune(void);
 /* A bf16 product as the linear layers' bf16 entries ask it (cuda_blas.c
  * gemm16: C (m,n) = op(A) op(B) + beta C [+ bias], column-major, bf16 A
  * and B, C bf16 if c16 else float) asked of each of cuBLASLt's heuristic

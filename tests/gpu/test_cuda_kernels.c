@@ -1523,6 +1523,55 @@ static void test_gemm_probe(int N, int K, int O)
     free(inp), free(w), free(out_c), free(out_g), free(scratch);
 }
 
+/* The linear16 products with their algorithms chosen by timing
+ * (merak_cuda_set_gemm_tune): within a bf16 rounding of the CPU's, the
+ * weight gradient (beta 1: timed on scratch, so added to once) within
+ * fp32's, and a second call of each the first's bits (the choice kept). */
+static void test_linear16_tuned(int N, int K, int O)
+{
+    const size_t nk = (size_t)N * K, ok = (size_t)O * K, no = (size_t)N * O;
+    uint16_t *inp = rand_bf16(nk, -1, 1), *w = rand_bf16(ok, -0.5f, 0.5f), *b = rand_bf16((size_t)O, -1, 1);
+    uint16_t *dout = rand_bf16(no, -1, 1);
+    float *dw0 = rand_array(ok, -1, 1), *scratch = xmalloc((nk + ok + 2 * no + (size_t)O + 64) * sizeof(float));
+    uint16_t *out_c = xmalloc(no * 2), *dinp_c = xmalloc(nk * 2);
+    float *dw_c = xmalloc(ok * 4);
+    memcpy(dw_c, dw0, ok * 4);
+    g_cpu->linear16_fwd(out_c, inp, w, b, N, K, O, O, scratch);
+    g_cpu->linear16_bwd_x(dinp_c, dout, w, N, K, O, O, 0, scratch);
+    g_cpu->linear16_bwd_w(dw_c, NULL, dout, inp, N, K, O, O, scratch);
+    uint16_t *d_inp = to_dev(inp, nk * 2), *d_w = to_dev(w, ok * 2), *d_b = to_dev(b, (size_t)O * 2),
+             *d_dout = to_dev(dout, no * 2), *d_out = dmalloc(no * 2), *d_dinp = dmalloc(nk * 2);
+    uint16_t *out_g[2] = {xmalloc(no * 2), xmalloc(no * 2)}, *dinp_g[2] = {xmalloc(nk * 2), xmalloc(nk * 2)};
+    float *dw_g[2] = {xmalloc(ok * 4), xmalloc(ok * 4)};
+    merak_cuda_set_gemm_tune(1);
+    for (int r = 0; r < 2; r++) {
+        float *d_dw = to_dev(dw0, ok * 4);
+        merak_cuda_memset(d_out, 0xff, no * 2), merak_cuda_memset(d_dinp, 0xff, nk * 2);
+        g_gpu->linear16_fwd(d_out, d_inp, d_w, d_b, N, K, O, O, NULL);
+        g_gpu->linear16_bwd_x(d_dinp, d_dout, d_w, N, K, O, O, 0, NULL);
+        g_gpu->linear16_bwd_w(d_dw, NULL, d_dout, d_inp, N, K, O, O, NULL);
+        merak_cuda_memcpy_d2h(out_g[r], d_out, no * 2);
+        merak_cuda_memcpy_d2h(dinp_g[r], d_dinp, nk * 2);
+        merak_cuda_memcpy_d2h(dw_g[r], d_dw, ok * 4);
+        merak_cuda_free(d_dw);
+    }
+    merak_cuda_set_gemm_tune(0);
+    float *oc = widened(out_c, no), *og = widened(out_g[0], no), *xc = widened(dinp_c, nk), *xg = widened(dinp_g[0], nk);
+    const double e_out = worst(og, oc, no, 8e-3, 1e-4), e_x = worst(xg, xc, nk, 8e-3, 1e-4),
+                 e_w = worst(dw_g[0], dw_c, ok, RTOL, ATOL);
+    const int same = !memcmp(out_g[0], out_g[1], no * 2) && !memcmp(dinp_g[0], dinp_g[1], nk * 2) &&
+                     !memcmp(dw_g[0], dw_g[1], ok * 4);
+    tap_ok(e_out <= 1 && e_x <= 1 && e_w <= 1 && same && merak_cuda_status(NULL, 0) == 0,
+           "linear16 N=%d K=%d O=%d, algorithms chosen by timing: out %.2f, dinp %.2f, dw %.2f of the tolerance; the "
+           "second calls the first's bits %d", N, K, O, e_out, e_x, e_w, same);
+    free(oc), free(og), free(xc), free(xg);
+    for (int r = 0; r < 2; r++)
+        free(out_g[r]), free(dinp_g[r]), free(dw_g[r]);
+    merak_cuda_free(d_inp), merak_cuda_free(d_w), merak_cuda_free(d_b), merak_cuda_free(d_dout);
+    merak_cuda_free(d_out), merak_cuda_free(d_dinp);
+    free(inp), free(w), free(b), free(dout), free(dw0), free(scratch), free(out_c), free(dinp_c), free(dw_c);
+}
+
 /* The cross-entropy's bf16 entries against the CPU's: the statistics
  * within fp32's tolerance, the gradient within one bf16 rounding, in place
  * (over the logits, rows of an ignored target zero) and accumulated.
@@ -1982,6 +2031,7 @@ int main(void)
     test_linear16_gelu(256, 768, 3072, 768, 1); /* GPT-2's, 256 rows */
     test_linear16_gelu(33, 40, 100, 36, 1);     /* rows off 16 bytes: the epilogues refused, composed */
     test_gemm_probe(256, 768, 2304);
+    test_linear16_tuned(512, 768, 3072);
     /* last: an error is the backend's for good, and cuDNN's attention
      * (bf16's) is the newest path */
     test_math(MERAK_PRODUCTS_BF16, "bf16", RTOL_BF16, ATOL_BF16);
