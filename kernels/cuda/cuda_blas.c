@@ -52,11 +52,13 @@ typedef struct lt_key {
     int math;             /* merak_cuda_products: the compute type */
     int ab, cd;           /* the operands' types: A and B, C and D (cudaDataType) */
     int epi;              /* lt_epi_kind: GELU's epilogues */
-    int tuned;            /* chosen by timing the candidates (merak_cuda_set_gemm_tune) */
-    int pad;              /* 0: the struct has no padding (it is memcmp'd, and copies
-                           * need not keep padding bytes) */
+    int al_aux, ld_aux;   /* their aux matrix's alignment and ld (the heuristic reads the pointer) */
+    int al_bias;          /* the bias's alignment (likewise) */
+    int tuned;            /* chosen by timing the candidates (merak_cuda_set_gemm_tune); the
+                           * struct has no padding (it is memcmp'd, and copies need not
+                           * keep padding bytes) */
 } lt_key;
-_Static_assert(sizeof(lt_key) == 20 * sizeof(int) + 3 * sizeof(long long), "lt_key has padding");
+_Static_assert(sizeof(lt_key) == 22 * sizeof(int) + 3 * sizeof(long long), "lt_key has padding");
 
 typedef struct lt_entry {
     lt_key key;
@@ -284,7 +286,7 @@ static int lt_fastest(const lt_key *key, cublasLtMatmulDesc_t op, cublasLtMatrix
 {
     int pick = lt_pick(key, res, n);
     void *tc = c->C, *tmp = NULL;
-    if (!key->beta_zero && cudaMallocAsync(&tmp, c->cbytes, merak_cuda_stream()) != cudaSuccess) {
+    if (!key->beta_zero && (c->cbytes == 0 || cudaMallocAsync(&tmp, c->cbytes, merak_cuda_stream()) != cudaSuccess)) {
         (void)cudaGetLastError();   /* no room to time: the heuristic's */
         return pick;
     }
@@ -298,8 +300,8 @@ static int lt_fastest(const lt_key *key, cublasLtMatmulDesc_t op, cublasLtMatrix
         if (ms >= 0 && (best < 0 || ms < best))
             best = ms, pick = i;
     }
-    if (tmp)
-        (void)cudaFreeAsync(tmp, merak_cuda_stream());
+    if (tmp && cudaFreeAsync(tmp, merak_cuda_stream()) != cudaSuccess)
+        (void)cudaGetLastError();   /* (the scratch is the pool's again at exit) */
     return pick;
 }
 
@@ -329,8 +331,16 @@ static const lt_entry *lt_algo(const lt_key *key, cublasLtMatmulDesc_t op,
         fresh.algo = res[key->tuned && nres > 1 ? lt_fastest(key, op, la, lb, lc, res, nres, c)
                                                 : lt_pick(key, res, nres)].algo;
     /* kept in a free slot, else in place of the oldest (decoding asks for
-     * a new shape every token; training's shapes come back) */
-    lt_entry *slot = &cb.cache[cb.ncache < LT_CACHE ? cb.ncache++ : (int)(cb.evict++ % LT_CACHE)];
+     * a new shape every token; training's shapes come back) that was not
+     * chosen by timing (timed again, a choice could change within the
+     * run), unless every one was */
+    int at = cb.ncache < LT_CACHE ? cb.ncache++ : -1;
+    for (int tries = 0; at < 0 && tries < LT_CACHE; tries++) {
+        const int j = (int)(cb.evict++ % LT_CACHE);
+        if (!cb.cache[j].key.tuned || tries == LT_CACHE - 1)
+            at = j;
+    }
+    lt_entry *slot = &cb.cache[at];
     *slot = fresh;
     return slot;
 }
@@ -444,6 +454,9 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
     key.ab = (int)ab;
     key.cd = (int)cd;
     key.epi = (int)ep.kind;
+    key.al_aux = ep.aux ? merak_cuda_ptr_align(ep.aux) : 0;
+    key.ld_aux = ep.aux ? (int)ep.ld : 0;
+    key.al_bias = bias ? merak_cuda_ptr_align(bias) : 0;
     key.tuned = cb.tune && ab == CUDA_R_16BF && bt.count == 1 && !probe;
     if (probe) {   /* every candidate timed, none cached */
         cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
@@ -507,6 +520,9 @@ int merak_cuda_gemm16_probe(int ta, int tb, int m, int n, int k, const uint16_t 
                             int max, int *picked)
 {
     lt_probe p = {reps, max < LT_CANDIDATES ? max : LT_CANDIDATES, ms, 0, -1};
+    *picked = -1;
+    if (max < 1)
+        return 0;
     /* an error already pending is the backend's, not a candidate's (those
      * the timing drops) */
     if (!merak_cuda_ok(cudaGetLastError(), "before the GEMM probe") ||
