@@ -306,13 +306,26 @@ static void lin16_bwd_w(const void *p)
     g_k->linear16_bwd_w(a->dw, NULL, a->dout, a->inp, a->N, a->K, a->O, a->ld, NULL);
 }
 
-/* (ld: the rows of out and dout, ld >= O apart: the executor's padded
- * logits) */
+/* A layer's buffers on the device, random (ld: the rows of out and dout,
+ * ld >= O apart: the executor's padded logits), and their release. */
+static lin16_arg lin16_make(int N, int K, int O, int ld, int bias)
+{
+    return (lin16_arg){N, K, O, ld, drand16((size_t)N * K, 41), drand16((size_t)O * K, 42),
+                       bias ? drand16((size_t)O, 43) : NULL, drand16((size_t)N * ld, 44), drand16((size_t)N * ld, 45),
+                       drand16((size_t)N * K, 46), drand((size_t)O * K, 47)};
+}
+
+static void lin16_free(lin16_arg *a)
+{
+    void *bufs[] = {a->inp, a->w, a->b, a->out, a->dout, a->dinp, a->dw};
+    for (int i = 0; i < 7; i++)
+        if (bufs[i])
+            merak_cuda_free(bufs[i]);
+}
+
 static void bench_linear16(const char *name, int N, int K, int O, int ld, int bias)
 {
-    lin16_arg a = {N, K, O, ld, drand16((size_t)N * K, 41), drand16((size_t)O * K, 42),
-                   bias ? drand16((size_t)O, 43) : NULL, drand16((size_t)N * ld, 44), drand16((size_t)N * ld, 45),
-                   drand16((size_t)N * K, 46), drand((size_t)O * K, 47)};
+    lin16_arg a = lin16_make(N, K, O, ld, bias);
     const double fl = 2.0 * N * K * O;
     struct { const char *op; op_fn fn; } ops[] = {
         {"linear_fwd", lin16_fwd}, {"linear_bwd_x", lin16_bwd_x}, {"linear_bwd_w", lin16_bwd_w}};
@@ -322,10 +335,7 @@ static void bench_linear16(const char *name, int N, int K, int O, int ld, int bi
                name, i == 0 && bias, N, K, O, ms, fl / ms / 1e9);
         fflush(stdout);
     }
-    void *bufs[] = {a.inp, a.w, a.b, a.out, a.dout, a.dinp, a.dw};
-    for (int i = 0; i < 7; i++)
-        if (bufs[i])
-            merak_cuda_free(bufs[i]);
+    lin16_free(&a);
 }
 
 /* Each of cuBLASLt's heuristic algorithms for a linear16 layer's three
@@ -336,9 +346,7 @@ static void bench_linear16(const char *name, int N, int K, int O, int ld, int bi
  * gain: picked_ms / best_ms (1: the heuristic's pick is the fastest). */
 static void probe_linear16(const char *name, int N, int K, int O, int ld, int bias)
 {
-    lin16_arg a = {N, K, O, ld, drand16((size_t)N * K, 41), drand16((size_t)O * K, 42),
-                   bias ? drand16((size_t)O, 43) : NULL, drand16((size_t)N * ld, 44), drand16((size_t)N * ld, 45),
-                   drand16((size_t)N * K, 46), drand((size_t)O * K, 47)};
+    lin16_arg a = lin16_make(N, K, O, ld, bias);
     for (int op = 0; op < 3; op++) {
         double ms[8];
         int picked = -1, n;
@@ -364,10 +372,7 @@ static void probe_linear16(const char *name, int N, int K, int O, int ld, int bi
                    ms[picked] / ms[best]);
         fflush(stdout);
     }
-    void *bufs[] = {a.inp, a.w, a.b, a.out, a.dout, a.dinp, a.dw};
-    for (int i = 0; i < 7; i++)
-        if (bufs[i])
-            merak_cuda_free(bufs[i]);
+    lin16_free(&a);
 }
 
 /* GPT-2's MLP: the first layer and GELU forward (linear16_gelu_fwd),

@@ -132,8 +132,9 @@ int merak_cuda_ptr_align(const void *p)
 /* Which of the heuristic's n candidates (best first) a shape keeps: the
  * first, except where a bf16 result has something added to the product
  * (a bias epilogue, beta 1 on a bf16 C).  There the first candidate with
- * no K split (lt_unsplit: where no addend, any).  Why: on an H200, of all the bf16 products tested only
- * small ones with an addend (N = 33-40, the summed dimension under 100)
+ * no K split (lt_unsplit: may a candidate be kept; with no addend, any).
+ * Why: on an H200, of all the bf16 products tested only small ones with
+ * an addend (N = 33-40, the summed dimension under 100)
  * came out about 3 bf16 roundings from the CPU's one (bench/RESULTS.md
  * 14k), as if the addend met a product already rounded; small products
  * are where the heuristic splits K.  That cause is inferred, not yet
@@ -472,9 +473,8 @@ static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A,
         rc = 0;
         goto out;
     }
-    const lt_call call = {alpha, beta, A, B, C,
-                          (size_t)ldc * (size_t)(n > 0 ? n - 1 : 0) * (cd == CUDA_R_16BF ? 2 : 4) +
-                              (size_t)m * (cd == CUDA_R_16BF ? 2 : 4)};
+    const size_t es = cd == CUDA_R_16BF ? 2 : 4;   /* C's extent: n - 1 columns ldc apart, then m */
+    const lt_call call = {alpha, beta, A, B, C, ((size_t)ldc * (size_t)(n > 0 ? n - 1 : 0) + (size_t)m) * es};
     const lt_entry *e = lt_algo(&key, op, la, lb, lc, &call);
     if (!e)
         goto out;

@@ -305,8 +305,8 @@ static void tables(void)
  * (linear16_gelu_fwd), and the GELU's input part with that of the linear
  * layer reading its output alone (linear16_bwd_x_dgelu), where both run
  * natively and the GELU writes its input's gradient, each GELU call by
- * itself otherwise; must[] (or NULL): the entries not to be called at
- * all (the GELU's, every one paired). */
+ * itself otherwise; never[] (or NULL): the entries not to be called at
+ * all (a GELU entry, or a pair's, that no GELU needs). */
 static void needed(const merak_graph *g, const merak_exec *e, int together, int *need, int *never)
 {
     static const struct { merak_op_type t; int e[3]; } uses[] = {
